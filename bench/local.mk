@@ -1,0 +1,1 @@
+# bench/: see Makefile.am for the layer order.

@@ -1,0 +1,1 @@
+# costmodel/: see Makefile.am for the layer order.

@@ -1,0 +1,5 @@
+# data/: bundled model and hardware descriptions, installed under $(pkgdatadir).
+modelsdir = $(pkgdatadir)/models
+dist_models_DATA = $(sort $(wildcard $(srcdir)/data/models/*.json))
+hwdir = $(pkgdatadir)/hw
+dist_hw_DATA = $(sort $(wildcard $(srcdir)/data/hw/*.json))

@@ -1,0 +1,1 @@
+# exec/: see Makefile.am for the layer order.

@@ -1,0 +1,1 @@
+# kernels/: see Makefile.am for the layer order.

@@ -1,0 +1,4 @@
+# src/cli: the shardplan program.  One file per verb group.
+bin_PROGRAMS += shardplan
+shardplan_SOURCES = src/cli/cli.h src/cli/main.c src/cli/cli_util.c src/cli/cmd_describe.c
+shardplan_LDADD = libspcore.la $(SP_DEP_LIBS)

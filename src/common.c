@@ -1,0 +1,222 @@
+/* common.c: status strings, thread-local last error, logging, environment knobs,
+ * bundled-data lookup. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <pthread.h>
+#include <assert.h>
+#include <sys/stat.h>
+#include "spi_common.h"
+
+static const char *const status_names[] = {
+    "success",
+    "invalid argument or input",
+    "out of memory",
+    "I/O error",
+    "parse error",
+    "infeasible: the request cannot be met",
+    "solver error",
+    "communication error",
+    "CUDA error",
+    "MPI error",
+    "not supported",
+    "internal error",
+};
+static_assert(SPI_ARRAY_LEN(status_names) == SP_STATUS_COUNT, "one name per sp_status");
+
+const char *sp_status_str(sp_status s)
+{
+    if ((int)s < 0 || s >= SP_STATUS_COUNT) return "unknown status";
+    return status_names[s];
+}
+
+const char *sp_version(void) { return SP_VERSION_STRING; }
+
+static _Thread_local char last_error[512];
+
+const char *sp_last_error(void) { return last_error; }
+
+sp_status spi_fail(sp_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    sp_log(SP_LOG_INFO, "ERROR", "%s: %s", sp_status_str(status), last_error);
+    return status;
+}
+
+void sp_error_init(sp_error *err)
+{
+    memset(err, 0, sizeof *err);
+}
+
+sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int line, int column,
+                        const char *path, const char *fmt, ...)
+{
+    sp_error local;
+    if (!err) err = &local;
+    err->code = code;
+    err->line = line;
+    err->column = column;
+    snprintf(err->source, sizeof err->source, "%s", source ? source : "");
+    snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof err->text, fmt, ap);
+    va_end(ap);
+    char buf[800];
+    snprintf(last_error, sizeof last_error, "%s", sp_error_format(err, buf, sizeof buf));
+    return code;
+}
+
+char *sp_error_format(const sp_error *err, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+#define SP_APPEND_(...)                                                  \
+    do {                                                                 \
+        if (n < size) {                                                  \
+            int w_ = snprintf(buf + n, size - n, __VA_ARGS__);           \
+            if (w_ > 0) n += (size_t)w_;                                 \
+        }                                                                \
+    } while (0)
+    if (err->source[0]) {
+        SP_APPEND_("%s", err->source);
+        if (err->line > 0) SP_APPEND_(":%d:%d", err->line, err->column);
+        SP_APPEND_(": ");
+    }
+    if (err->path[0]) SP_APPEND_("%s: ", err->path);
+    SP_APPEND_("%s", err->text);
+#undef SP_APPEND_
+    return buf;
+}
+
+/* ---- environment knobs ---- */
+static const char *const env_names[] = {
+#define SP_ENV_NAME_(id, var, def, doc) var,
+    SP_ENV_KNOBS(SP_ENV_NAME_)
+#undef SP_ENV_NAME_
+};
+static const char *const env_defaults[] = {
+#define SP_ENV_DEF_(id, var, def, doc) def,
+    SP_ENV_KNOBS(SP_ENV_DEF_)
+#undef SP_ENV_DEF_
+};
+static const char *const env_docs[] = {
+#define SP_ENV_DOC_(id, var, def, doc) doc,
+    SP_ENV_KNOBS(SP_ENV_DOC_)
+#undef SP_ENV_DOC_
+};
+static const char *env_values[SP_ENV_COUNT];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_read(void)
+{
+    for (int i = 0; i < SP_ENV_COUNT; i++) {
+        const char *v = getenv(env_names[i]);
+        env_values[i] = (v && v[0]) ? v : env_defaults[i];
+    }
+}
+
+const char *sp_env(sp_env_knob knob)
+{
+    if ((int)knob < 0 || knob >= SP_ENV_COUNT) return "";
+    pthread_once(&env_once, env_read);
+    return env_values[knob];
+}
+
+long sp_env_long(sp_env_knob knob)
+{
+    const char *v = sp_env(knob);
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end) x = strtol(env_defaults[knob], NULL, 10);
+    return x;
+}
+
+const char *sp_env_name(sp_env_knob knob) { return (knob < SP_ENV_COUNT) ? env_names[knob] : ""; }
+const char *sp_env_doc(sp_env_knob knob) { return (knob < SP_ENV_COUNT) ? env_docs[knob] : ""; }
+const char *sp_env_default(sp_env_knob knob) { return (knob < SP_ENV_COUNT) ? env_defaults[knob] : ""; }
+
+/* ---- logging ---- */
+int sp_log_enabled(sp_log_level level, const char *subsys)
+{
+    const char *lv = sp_env(SP_ENV_DEBUG);
+    sp_log_level max = SP_LOG_WARN;
+    if (!strcasecmp(lv, "NONE")) max = SP_LOG_NONE;
+    else if (!strcasecmp(lv, "INFO")) max = SP_LOG_INFO;
+    else if (!strcasecmp(lv, "TRACE")) max = SP_LOG_TRACE;
+    if (level > max || level == SP_LOG_NONE) return 0;
+    const char *subs = sp_env(SP_ENV_DEBUG_SUBSYS);
+    if (!strcasecmp(subs, "ALL") || level == SP_LOG_WARN || !subsys) return 1;
+    size_t n = strlen(subsys);
+    for (const char *p = subs; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && !strncasecmp(p, subsys, n)) return 1;
+        p += len + (comma ? 1 : 0);
+    }
+    return 0;
+}
+
+void sp_log(sp_log_level level, const char *subsys, const char *fmt, ...)
+{
+    if (!sp_log_enabled(level, subsys)) return;
+    static const char *const tags[] = {"", "WARN", "INFO", "TRACE"};
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "shardplan %s %s: %s\n", tags[level], subsys ? subsys : "-", line);
+}
+
+/* ---- bundled data ---- */
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return p && p[0] && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+const char *sp_data_dir(void)
+{
+    const char *env = sp_env(SP_ENV_DATA);
+    if (is_dir(env)) return env;
+#ifdef SP_SRCDATADIR
+    if (is_dir(SP_SRCDATADIR "/models")) return SP_SRCDATADIR;
+#endif
+#ifdef SP_DATADIR
+    return SP_DATADIR;
+#else
+    return "data";
+#endif
+}
+
+sp_status sp_data_path(const char *relpath, char *out, size_t size)
+{
+    const char *dirs[3];
+    int nd = 0;
+    const char *env = sp_env(SP_ENV_DATA);
+    if (env[0]) dirs[nd++] = env;
+#ifdef SP_SRCDATADIR
+    dirs[nd++] = SP_SRCDATADIR;
+#endif
+#ifdef SP_DATADIR
+    dirs[nd++] = SP_DATADIR;
+#endif
+    for (int i = 0; i < nd; i++) {
+        struct stat st;
+        int w = snprintf(out, size, "%s/%s", dirs[i], relpath);
+        if (w > 0 && (size_t)w < size && stat(out, &st) == 0 && S_ISREG(st.st_mode)) return SP_OK;
+    }
+    return spi_fail(SP_EIO, "no bundled file %s (searched $SHARDPLAN_DATA, the build tree and %s)", relpath,
+#ifdef SP_DATADIR
+                    SP_DATADIR
+#else
+                    "the install directory"
+#endif
+    );
+}

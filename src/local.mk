@@ -1,0 +1,23 @@
+# src/: library core (descriptions, JSON I/O, layouts, lowering), planner, CLI.
+# libspcore.la holds every object of the library; libshardplan.la is the
+# installed face of it, exporting only the public sp_ symbols.  The CLI and
+# the tests link libspcore.la so they may use internal (spi_) helpers.
+noinst_LTLIBRARIES += libspcore.la
+libspcore_la_SOURCES = \
+	src/sp_common.h src/spi_common.h src/common.c \
+	src/spi_json.h src/json_util.c \
+	src/sp_model.h src/model.c src/model_hf.c \
+	src/sp_hw.h src/hw.c \
+	src/sp_mesh.h src/mesh.c
+libspcore_la_LIBADD = $(SP_DEP_LIBS)
+
+lib_LTLIBRARIES += libshardplan.la
+libshardplan_la_SOURCES =
+libshardplan_la_LIBADD = libspcore.la $(SP_DEP_LIBS)
+libshardplan_la_LDFLAGS = -no-undefined -export-symbols-regex '^sp_' -version-info $(SP_LT_VERSION)
+
+shardplanincludedir = $(includedir)/shardplan
+shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h
+nodist_shardplaninclude_HEADERS = src/sp_version.h
+
+include src/cli/local.mk

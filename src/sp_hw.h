@@ -1,0 +1,81 @@
+/*
+ * sp_hw.h: hardware descriptions: one kind of chip and the network that joins
+ * many of them (a 3D torus, or a two-tier cluster of nodes).
+ *
+ * Read from shardplan's JSON format (doc/formats.md).  Plain data, nothing
+ * heap-owned.  Units: bytes, bytes/s, FLOP/s, seconds.
+ */
+#ifndef SP_HW_H
+#define SP_HW_H
+#include <stdint.h>
+#include "sp_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Data types the cost model and executor know. Append-only. */
+typedef enum sp_dtype {
+    SP_DT_F32 = 0, SP_DT_BF16 = 1, SP_DT_F16 = 2, SP_DT_INT8 = 3, SP_DT_FP8 = 4, SP_DT_COUNT
+} sp_dtype;
+const char *sp_dtype_name(sp_dtype t);
+int sp_dtype_bytes(sp_dtype t);                     /* 4, 2, 2, 1, 1 */
+sp_status sp_dtype_parse(const char *s, sp_dtype *out);
+
+typedef enum sp_topo_kind { SP_TOPO_TORUS = 0, SP_TOPO_CLUSTER = 1, SP_TOPO_COUNT } sp_topo_kind;
+
+/* How compute and communication overlap (cost model rule).
+ *  NONE:     time = compute_or_memory + comm
+ *  FULL:     time = max(compute_or_memory, comm)
+ *  FRACTION: time = max(c, m) + (1 - f) * min(c, m)  with f = overlap_fraction */
+typedef enum sp_overlap { SP_OVERLAP_NONE = 0, SP_OVERLAP_FULL = 1, SP_OVERLAP_FRACTION = 2, SP_OVERLAP_COUNT } sp_overlap;
+
+#define SP_HW_EFF_POINTS 8
+
+typedef struct sp_hw {
+    char name[64];
+    /* chip */
+    double peak_flops[SP_DT_COUNT];   /* FLOP/s of a matmul whose weights are that dtype; 0 = unsupported */
+    int64_t hbm_bytes;
+    double hbm_bw;                    /* bytes/s */
+    /* topology */
+    sp_topo_kind topo;
+    int torus_dims[3];                /* torus: X, Y, Z of the full slice (chips = product) */
+    double link_bw;                   /* torus: bytes/s one direction per link */
+    int links_per_chip;               /* torus: 6 for a 3D torus */
+    double hop_latency;               /* torus: seconds per hop */
+    int chips_per_node;               /* cluster: G */
+    double intra_bw;                  /* cluster: bytes/s per chip inside a node (one direction) */
+    double intra_latency;             /* cluster: seconds per collective step inside a node */
+    double inter_bw;                  /* cluster: bytes/s per chip between nodes (one direction) */
+    double inter_latency;             /* cluster: seconds per collective step between nodes */
+    int max_chips;                    /* largest system described (0: unbounded) */
+    /* host */
+    int64_t host_bytes;
+    double host_link_bw;              /* bytes/s, chip <-> host */
+    /* efficiency knobs */
+    int eff_points;                   /* matmul efficiency curve: points (local FLOPs, efficiency) */
+    double eff_flops[SP_HW_EFF_POINTS];
+    double eff_value[SP_HW_EFF_POINTS];
+    double hbm_usable;                /* fraction of HBM usable for weights+KV+activations (default 0.9) */
+    double hbm_bw_eff;                /* achieved fraction of HBM bandwidth (default 1.0) */
+    sp_overlap overlap;               /* default FULL */
+    double overlap_fraction;          /* for SP_OVERLAP_FRACTION */
+    double chip_cost_per_hour;        /* optional, for cost reports; 0 = unknown */
+} sp_hw;
+
+void sp_hw_init(sp_hw *hw);
+sp_status sp_hw_load_file(const char *path, unsigned flags, sp_hw *out, sp_error *err);
+sp_status sp_hw_loads(const char *text, unsigned flags, sp_hw *out, sp_error *err);
+/* NAME (bundled: data/hw/NAME.json) or a file path. */
+sp_status sp_hw_find(const char *name_or_path, sp_hw *out, sp_error *err);
+sp_status sp_hw_validate(const sp_hw *hw, sp_error *err);
+
+/* Matmul efficiency at a local problem of `flops` FLOPs: piecewise-linear in
+ * log(flops) between curve points, clamped at the ends; 1.0 with no curve. */
+double sp_hw_matmul_eff(const sp_hw *hw, double flops);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,106 @@
+/*
+ * sp_model.h: decoder-only transformer descriptions.
+ *
+ * A model is read from shardplan's own JSON format (documented in
+ * doc/formats.md) or directly from a Hugging Face config.json (Llama, Mistral,
+ * Qwen2, Mixtral, GPT-2, GPT-NeoX, GPT-J, Falcon, BLOOM naming).  The struct
+ * is plain data: copy it freely; nothing inside is heap-owned.
+ *
+ *   sp_model m; sp_error err;
+ *   if (sp_model_load_file("llama2-70b/config.json", 0, &m, &err) != SP_OK)
+ *       fprintf(stderr, "%s\n", sp_error_format(&err, buf, sizeof buf));
+ *   sp_model_stats st; sp_model_derive(&m, 2048, &st);
+ */
+#ifndef SP_MODEL_H
+#define SP_MODEL_H
+#include <stdint.h>
+#include "sp_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sp_ffn_kind { SP_FFN_GELU = 0, SP_FFN_SWIGLU = 1, SP_FFN_COUNT } sp_ffn_kind;
+typedef enum sp_block_kind { SP_BLOCK_SERIAL = 0, SP_BLOCK_PARALLEL = 1, SP_BLOCK_COUNT } sp_block_kind;
+typedef enum sp_norm_kind { SP_NORM_LAYERNORM = 0, SP_NORM_RMSNORM = 1, SP_NORM_COUNT } sp_norm_kind;
+typedef enum sp_pos_kind { SP_POS_LEARNED = 0, SP_POS_ROPE = 1, SP_POS_COUNT } sp_pos_kind;
+
+const char *sp_ffn_name(sp_ffn_kind k);
+const char *sp_block_name(sp_block_kind k);
+const char *sp_norm_name(sp_norm_kind k);
+const char *sp_pos_name(sp_pos_kind k);
+
+typedef struct sp_model {
+    char name[64];
+    int64_t n_layers;
+    int64_t d_model;      /* E */
+    int64_t d_ff;         /* F (per expert for MoE) */
+    int64_t n_heads;      /* H */
+    int64_t n_kv_heads;   /* KVH: H for MHA, 1 for MQA, between for GQA */
+    int64_t d_head;       /* D */
+    int64_t vocab;        /* V */
+    sp_ffn_kind ffn;
+    sp_block_kind block;
+    sp_norm_kind norm;
+    sp_pos_kind positions;
+    int tied_embeddings;  /* LM head shares the input embedding */
+    int bias;             /* linear layers carry biases */
+    int64_t max_context;  /* learned positions table size; context limit */
+    double rope_theta;    /* RoPE base (10000 unless the model says) */
+    double norm_eps;
+    /* MoE, kept for later work: 0 experts means dense. */
+    int64_t n_experts;
+    int64_t top_k;
+    int64_t moe_every;
+} sp_model;
+
+/* Derived quantities, all computed by sp_model_derive (the only place). */
+typedef struct sp_model_stats {
+    /* parameters */
+    int64_t params_embedding;   /* token embedding (+ learned positions) (+ untied LM head) */
+    int64_t params_attention;   /* Q, K, V, O (+ biases), all layers */
+    int64_t params_ffn;         /* FFN matrices (+ biases), all layers, all experts */
+    int64_t params_norm;        /* norm gains (and LayerNorm biases), incl. final norm */
+    int64_t params_total;
+    int64_t params_active;      /* per token (MoE: top_k experts); dense: = total */
+    int64_t params_per_layer;   /* attention + ffn + norms of one layer */
+    /* weight bytes of all parameters */
+    int64_t weight_bytes_bf16;
+    int64_t weight_bytes_int8;
+    int64_t weight_bytes_fp8;
+    /* KV cache bytes per token per sequence, bf16: 2 * n_layers * KVH * D * 2 */
+    int64_t kv_bytes_per_token;
+    /* 2 FLOPs per active weight per token in matmuls (embedding lookup excluded,
+     * LM head included) */
+    int64_t matmul_flops_per_token;
+    /* attention score and value FLOPs per token at `context`:
+     * 2 (QK and AV) * 2 * n_layers * H * D * context */
+    int64_t attention_flops_per_token;
+    int64_t context;            /* the context used above */
+} sp_model_stats;
+
+/* Initialise to zeros with defaults (rope_theta 10000, norm_eps 1e-5). */
+void sp_model_init(sp_model *m);
+
+/* Loaders.  flags: 0.  On failure fill err (file, line, column for malformed
+ * JSON; field path for missing/wrong fields) and return SP_EPARSE, SP_EINVAL
+ * or SP_EIO.  A JSON document with "model_type" or "architectures" is read as a
+ * Hugging Face config.json, otherwise as shardplan's own format. */
+sp_status sp_model_load_file(const char *path, unsigned flags, sp_model *out, sp_error *err);
+sp_status sp_model_loads(const char *text, unsigned flags, sp_model *out, sp_error *err);
+/* NAME (bundled: data/models/NAME.json) or a file path. */
+sp_status sp_model_find(const char *name_or_path, sp_model *out, sp_error *err);
+
+/* Checks sizes are positive, heads divide, products fit in 64 bits. */
+sp_status sp_model_validate(const sp_model *m, sp_error *err);
+
+/* Computes all derived quantities at the given context (tokens). */
+sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *out);
+
+/* Number of FFN weight matrices: 2 for GELU, 3 for SwiGLU. */
+int sp_model_ffn_matrices(const sp_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

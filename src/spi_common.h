@@ -1,0 +1,36 @@
+/* spi_common.h: internal helpers shared by library modules (not installed). */
+#ifndef SPI_COMMON_H
+#define SPI_COMMON_H
+#include <stdarg.h>
+#include "sp_common.h"
+
+/* Records a message as this thread's last error and returns status. */
+sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Fills err (if non-NULL) and the last error; returns code. */
+sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int line, int column,
+                        const char *path, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/* CHECK: propagate a non-OK status up the stack, logging the frame at INFO. */
+#define SP_CHECK(call)                                                                \
+    do {                                                                              \
+        sp_status sp_check_s_ = (call);                                               \
+        if (sp_check_s_ != SP_OK) {                                                   \
+            sp_log(SP_LOG_INFO, "TRACE", "-> %d at %s:%d", (int)sp_check_s_, __FILE__, __LINE__); \
+            return sp_check_s_;                                                       \
+        }                                                                             \
+    } while (0)
+#define SP_CHECKGOTO(call, st, label)                                                 \
+    do {                                                                              \
+        (st) = (call);                                                                \
+        if ((st) != SP_OK) {                                                          \
+            sp_log(SP_LOG_INFO, "TRACE", "-> %d at %s:%d", (int)(st), __FILE__, __LINE__); \
+            goto label;                                                               \
+        }                                                                             \
+    } while (0)
+
+/* Overflow-checked 64-bit arithmetic: return 0 on overflow. */
+static inline int spi_mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline int spi_add_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+#define SPI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#endif

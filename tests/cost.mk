@@ -1,0 +1,1 @@
+# tests/cost.mk

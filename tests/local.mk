@@ -1,0 +1,18 @@
+# tests/: Check suites, golden CLI cases, multi-process tests.
+# Each area keeps its own fragment so work on one does not collide with another.
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = $(SHELL)
+AM_TESTS_ENVIRONMENT = \
+	top_srcdir='$(abs_top_srcdir)'; export top_srcdir; \
+	top_builddir='$(abs_top_builddir)'; export top_builddir; \
+	SHARDPLAN='$(abs_top_builddir)/shardplan'; export SHARDPLAN; \
+	MPIRUN='$(MPIRUN)'; export MPIRUN; \
+	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS;
+SP_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+SP_TEST_LIBS = libspcore.la $(SP_DEP_LIBS) $(CHECK_LIBS)
+include tests/desc.mk
+include tests/cost.mk
+include tests/comm.mk
+include tests/kern.mk
+include tests/plan.mk
+include tests/mpi.mk
