@@ -1,1 +1,7 @@
-# bench/: see Makefile.am for the layer order.
+# bench/: benchmarks (napkin math in comments, measured peak beside each figure).
+# Built by `make bench`, not by `make check`.
+include bench/comm.mk
+include bench/kern.mk
+include bench/cost.mk
+bench: $(BENCH_PROGRAMS)
+.PHONY: bench

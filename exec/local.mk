@@ -1,1 +1,3 @@
-# exec/: see Makefile.am for the layer order.
+# exec/: runtime: communicator backends, program interpreter, reference forward.
+include exec/comm.mk
+include exec/ref.mk

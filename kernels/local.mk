@@ -1,1 +1,2 @@
-# kernels/: see Makefile.am for the layer order.
+# kernels/: compute kernels.  cpu/ always; cuda/ when configure found the toolkit.
+include kernels/cpu.mk

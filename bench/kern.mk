@@ -1,0 +1,1 @@
+# bench/kern.mk
