@@ -1,0 +1,337 @@
+/* model.c: model descriptions in shardplan's JSON format, validation, and the
+ * one place derived quantities (parameters, bytes, FLOPs) are computed. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "spi_common.h"
+#include "spi_json.h"
+#include "sp_model.h"
+
+static const char *const ffn_names[] = {"gelu", "swiglu"};
+static const char *const block_names[] = {"serial", "parallel"};
+static const char *const norm_names[] = {"layernorm", "rmsnorm"};
+static const char *const pos_names[] = {"learned", "rope"};
+static_assert(SPI_ARRAY_LEN(ffn_names) == SP_FFN_COUNT, "one name per sp_ffn_kind");
+static_assert(SPI_ARRAY_LEN(block_names) == SP_BLOCK_COUNT, "one name per sp_block_kind");
+static_assert(SPI_ARRAY_LEN(norm_names) == SP_NORM_COUNT, "one name per sp_norm_kind");
+static_assert(SPI_ARRAY_LEN(pos_names) == SP_POS_COUNT, "one name per sp_pos_kind");
+
+const char *sp_ffn_name(sp_ffn_kind k) { return (unsigned)k < SP_FFN_COUNT ? ffn_names[k] : "?"; }
+const char *sp_block_name(sp_block_kind k) { return (unsigned)k < SP_BLOCK_COUNT ? block_names[k] : "?"; }
+const char *sp_norm_name(sp_norm_kind k) { return (unsigned)k < SP_NORM_COUNT ? norm_names[k] : "?"; }
+const char *sp_pos_name(sp_pos_kind k) { return (unsigned)k < SP_POS_COUNT ? pos_names[k] : "?"; }
+
+void sp_model_init(sp_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->rope_theta = 10000.0;
+    m->norm_eps = 1e-5;
+}
+
+int sp_model_ffn_matrices(const sp_model *m) { return m->ffn == SP_FFN_SWIGLU ? 3 : 2; }
+
+/* ---- checked arithmetic: remembers the first overflow and the field to blame ---- */
+typedef struct ck {
+    int overflow;
+    const char *path;
+    const char *what;
+} ck;
+
+static int64_t ck_mul(ck *c, const char *path, const char *what, int64_t a, int64_t b)
+{
+    uint64_t r;
+    if (c->overflow) return 0;
+    if (a < 0 || b < 0 || !spi_mul_u64((uint64_t)a, (uint64_t)b, &r) || r > (uint64_t)INT64_MAX) {
+        c->overflow = 1, c->path = path, c->what = what;
+        return 0;
+    }
+    return (int64_t)r;
+}
+
+static int64_t ck_add(ck *c, const char *path, const char *what, int64_t a, int64_t b)
+{
+    uint64_t r;
+    if (c->overflow) return 0;
+    if (a < 0 || b < 0 || !spi_add_u64((uint64_t)a, (uint64_t)b, &r) || r > (uint64_t)INT64_MAX) {
+        c->overflow = 1, c->path = path, c->what = what;
+        return 0;
+    }
+    return (int64_t)r;
+}
+
+/* Everything derived, in checked arithmetic.  Counting conventions (doc/formats.md):
+ *  attention: Q (E x H*D), K and V (E x KVH*D each), O (H*D x E); biases H*D + 2*KVH*D + E.
+ *  ffn: 2 (GELU) or 3 (SwiGLU) E x F matrices; biases F + E (GELU) or 2F + E (SwiGLU);
+ *       MoE layers (every moe_every-th) hold n_experts of them plus an E x n_experts router.
+ *  norms: one per layer for a parallel block, two for serial, plus the final one;
+ *         RMSNorm has a gain (E), LayerNorm gain and bias (2E).
+ *  embedding: V x E, + max_context x E for learned positions, + V x E for an untied head. */
+static void derive_ck(const sp_model *m, int64_t context, sp_model_stats *s, ck *c)
+{
+    memset(s, 0, sizeof *s);
+    const int64_t L = m->n_layers, E = m->d_model, F = m->d_ff, H = m->n_heads, KVH = m->n_kv_heads;
+    const int64_t D = m->d_head, V = m->vocab;
+
+    int64_t hd = ck_mul(c, "/d_head", "n_heads * d_head", H, D);
+    int64_t kvd = ck_mul(c, "/d_head", "n_kv_heads * d_head", KVH, D);
+    int64_t attn = ck_mul(c, "/d_model", "d_model * n_heads * d_head", E, hd);
+    attn = ck_mul(c, "/d_model", "2 * d_model * n_heads * d_head", attn, 2);
+    attn = ck_add(c, "/d_model", "attention parameters", attn,
+                  ck_mul(c, "/d_model", "2 * d_model * n_kv_heads * d_head", ck_mul(c, "/d_model", "", E, kvd), 2));
+    if (m->bias) attn = ck_add(c, "/d_model", "attention biases", attn,
+                                ck_add(c, "/d_model", "", ck_add(c, "/d_model", "", hd, kvd), ck_add(c, "/d_model", "", kvd, E)));
+
+    int mats = sp_model_ffn_matrices(m);
+    int64_t expert = ck_mul(c, "/d_ff", "d_model * d_ff * matrices", ck_mul(c, "/d_ff", "d_model * d_ff", E, F), mats);
+    if (m->bias) expert = ck_add(c, "/d_ff", "ffn biases", expert, ck_add(c, "/d_ff", "", ck_mul(c, "/d_ff", "", F, mats - 1), E));
+
+    int64_t n_moe = 0, ffn_moe = 0, ffn_moe_active = 0;
+    if (m->n_experts > 0) {
+        int64_t every = m->moe_every > 0 ? m->moe_every : 1;
+        n_moe = L / every;
+        int64_t router = ck_mul(c, "/n_experts", "d_model * n_experts", E, m->n_experts);
+        ffn_moe = ck_add(c, "/n_experts", "expert parameters",
+                         ck_mul(c, "/n_experts", "n_experts * expert size", expert, m->n_experts), router);
+        ffn_moe_active = ck_add(c, "/top_k", "active expert parameters",
+                                ck_mul(c, "/top_k", "top_k * expert size", expert, m->top_k), router);
+    }
+    int64_t n_dense = L - n_moe;
+
+    int64_t norm1 = m->norm == SP_NORM_LAYERNORM ? ck_mul(c, "/d_model", "", E, 2) : E;
+    int64_t norms_layer = ck_mul(c, "/d_model", "", norm1, m->block == SP_BLOCK_PARALLEL ? 1 : 2);
+
+    int64_t tok = ck_mul(c, "/vocab", "vocab * d_model", V, E);
+    int64_t pos = m->positions == SP_POS_LEARNED ? ck_mul(c, "/max_context", "max_context * d_model", m->max_context, E) : 0;
+    int64_t emb = ck_add(c, "/vocab", "embedding parameters", tok, pos);
+    if (!m->tied_embeddings) emb = ck_add(c, "/vocab", "embedding and head parameters", emb, tok);
+
+    s->params_embedding = emb;
+    s->params_attention = ck_mul(c, "/n_layers", "n_layers * attention parameters", L, attn);
+    int64_t ffn_dense_all = ck_mul(c, "/n_layers", "n_layers * d_model * d_ff * matrices", n_dense, expert);
+    int64_t ffn_moe_all = ck_mul(c, "/n_layers", "n_layers * MoE layer parameters", n_moe, ffn_moe);
+    s->params_ffn = ck_add(c, "/n_layers", "ffn parameters", ffn_dense_all, ffn_moe_all);
+    s->params_norm = ck_add(c, "/n_layers", "norm parameters", ck_mul(c, "/n_layers", "", L, norms_layer), norm1);
+    int64_t total = ck_add(c, "/n_layers", "total parameters", emb, s->params_attention);
+    total = ck_add(c, "/n_layers", "total parameters", total, s->params_ffn);
+    s->params_total = ck_add(c, "/n_layers", "total parameters", total, s->params_norm);
+    int64_t ffn_active = ck_add(c, "/n_layers", "active ffn parameters", ffn_dense_all,
+                                ck_mul(c, "/n_layers", "", n_moe, ffn_moe_active));
+    s->params_active = s->params_total - s->params_ffn + ffn_active;
+    /* the largest layer: a MoE layer when there is one */
+    s->params_per_layer = ck_add(c, "/n_layers", "", ck_add(c, "/n_layers", "", attn, n_moe ? ffn_moe : expert), norms_layer);
+
+    s->weight_bytes_bf16 = ck_mul(c, "/n_layers", "total parameters * 2 bytes", s->params_total, 2);
+    s->weight_bytes_int8 = s->params_total;
+    s->weight_bytes_fp8 = s->params_total;
+    s->kv_bytes_per_token = ck_mul(c, "/n_layers", "2 * n_layers * n_kv_heads * d_head * 2",
+                                   ck_mul(c, "/n_layers", "", L, kvd), 4);
+    /* matmul weights touched per token: active minus norms and the lookup table(s),
+     * plus the LM head (which is the lookup table again when tied) */
+    int64_t mm = s->params_active - s->params_norm - emb + tok;
+    s->matmul_flops_per_token = ck_mul(c, "/n_layers", "2 * active parameters", mm, 2);
+    s->context = context;
+    s->attention_flops_per_token =
+        ck_mul(c, "/max_context", "4 * n_layers * n_heads * d_head * context",
+               ck_mul(c, "/n_layers", "", ck_mul(c, "/n_layers", "", L, hd), context), 4);
+}
+
+static sp_status vfail(const char *source, sp_error *err, const char *path, const char *text)
+{
+    return spi_error_set(err, SP_EINVAL, source, 0, 0, path, "%s", text);
+}
+
+sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error *err)
+{
+    char t[256];
+    if (!m) return spi_error_set(err, SP_EINVAL, source, 0, 0, "", "no model");
+    struct { const char *path; int64_t v; } pos[] = {
+        {"/n_layers", m->n_layers}, {"/d_model", m->d_model}, {"/d_ff", m->d_ff},
+        {"/n_heads", m->n_heads}, {"/n_kv_heads", m->n_kv_heads}, {"/d_head", m->d_head},
+        {"/vocab", m->vocab}, {"/max_context", m->max_context},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(pos); i++)
+        if (pos[i].v <= 0) {
+            snprintf(t, sizeof t, "must be > 0, got %lld", (long long)pos[i].v);
+            return vfail(source, err, pos[i].path, t);
+        }
+    if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads) {
+        snprintf(t, sizeof t, "n_heads (%lld) must be a multiple of n_kv_heads (%lld)", (long long)m->n_heads,
+                 (long long)m->n_kv_heads);
+        return vfail(source, err, "/n_kv_heads", t);
+    }
+    if ((unsigned)m->ffn >= SP_FFN_COUNT) return vfail(source, err, "/ffn", "must be one of gelu, swiglu");
+    if ((unsigned)m->block >= SP_BLOCK_COUNT) return vfail(source, err, "/block", "must be one of serial, parallel");
+    if ((unsigned)m->norm >= SP_NORM_COUNT) return vfail(source, err, "/norm", "must be one of layernorm, rmsnorm");
+    if ((unsigned)m->positions >= SP_POS_COUNT) return vfail(source, err, "/positions", "must be one of learned, rope");
+    if (!(m->rope_theta > 0) || !isfinite(m->rope_theta)) return vfail(source, err, "/rope_theta", "must be > 0");
+    if (!(m->norm_eps > 0) || !isfinite(m->norm_eps)) return vfail(source, err, "/norm_eps", "must be > 0");
+    if (m->n_experts < 0) return vfail(source, err, "/n_experts", "must be >= 0 (0 means dense)");
+    if (m->n_experts > 0) {
+        if (m->top_k < 1 || m->top_k > m->n_experts) {
+            snprintf(t, sizeof t, "must be between 1 and n_experts (%lld), got %lld", (long long)m->n_experts,
+                     (long long)m->top_k);
+            return vfail(source, err, "/top_k", t);
+        }
+        if (m->moe_every < 1 || m->moe_every > m->n_layers) {
+            snprintf(t, sizeof t, "must be between 1 and n_layers (%lld), got %lld", (long long)m->n_layers,
+                     (long long)m->moe_every);
+            return vfail(source, err, "/moe_every", t);
+        }
+    }
+    if (!memchr(m->name, '\0', sizeof m->name)) return vfail(source, err, "/name", "not terminated");
+    sp_model_stats st;
+    ck c = {0, NULL, NULL};
+    derive_ck(m, m->max_context, &st, &c);
+    if (c.overflow) {
+        snprintf(t, sizeof t, "too large: %s overflows 64 bits", c.what && c.what[0] ? c.what : "a derived size");
+        return vfail(source, err, c.path, t);
+    }
+    return SP_OK;
+}
+
+sp_status sp_model_validate(const sp_model *m, sp_error *err) { return spi_model_validate_src(m, NULL, err); }
+
+sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *out)
+{
+    if (!m || !out) return spi_fail(SP_EINVAL, "sp_model_derive: NULL argument");
+    if (context < 0) return spi_fail(SP_EINVAL, "sp_model_derive: context %lld < 0", (long long)context);
+    SP_CHECK(sp_model_validate(m, NULL));
+    if (context == 0) context = m->max_context;
+    ck c = {0, NULL, NULL};
+    derive_ck(m, context, out, &c);
+    if (c.overflow) return spi_fail(SP_EINVAL, "model %s: %s overflows 64 bits at context %lld", m->name, c.what,
+                                    (long long)context);
+    return SP_OK;
+}
+
+/* ---- shardplan's own format ---- */
+static const char *const model_keys[] = {
+    "name", "n_layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "vocab", "ffn", "block",
+    "norm", "positions", "tied_embeddings", "bias", "max_context", "rope_theta", "norm_eps",
+    "n_experts", "top_k", "moe_every", NULL};
+
+static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
+{
+    const int64_t BIG = INT64_MAX;
+    int v;
+    SP_CHECK(spi_json_check_keys(c, "", r, model_keys));
+    SP_CHECK(spi_json_get_str(c, "", r, "name", 1, m->name, sizeof m->name));
+    SP_CHECK(spi_json_get_int(c, "", r, "n_layers", 1, 1, BIG, "integer > 0", &m->n_layers));
+    SP_CHECK(spi_json_get_int(c, "", r, "d_model", 1, 1, BIG, "integer > 0", &m->d_model));
+    SP_CHECK(spi_json_get_int(c, "", r, "d_ff", 1, 1, BIG, "integer > 0", &m->d_ff));
+    SP_CHECK(spi_json_get_int(c, "", r, "n_heads", 1, 1, BIG, "integer > 0", &m->n_heads));
+    m->n_kv_heads = m->n_heads;
+    SP_CHECK(spi_json_get_int(c, "", r, "n_kv_heads", 0, 1, BIG, "integer > 0 dividing n_heads", &m->n_kv_heads));
+    if (json_object_get(r, "d_head")) {
+        SP_CHECK(spi_json_get_int(c, "", r, "d_head", 1, 1, BIG, "integer > 0", &m->d_head));
+    } else if (m->d_model % m->n_heads) {
+        return spi_json_fail(c, SP_EINVAL, "", "d_head",
+                             "missing field: d_model (%lld) is not a multiple of n_heads (%lld), so give d_head",
+                             (long long)m->d_model, (long long)m->n_heads);
+    } else {
+        m->d_head = m->d_model / m->n_heads;
+    }
+    SP_CHECK(spi_json_get_int(c, "", r, "vocab", 1, 1, BIG, "integer > 0", &m->vocab));
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "ffn", 1, ffn_names, SP_FFN_COUNT, &v)); m->ffn = (sp_ffn_kind)v;
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "block", 1, block_names, SP_BLOCK_COUNT, &v)); m->block = (sp_block_kind)v;
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "norm", 1, norm_names, SP_NORM_COUNT, &v)); m->norm = (sp_norm_kind)v;
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "positions", 1, pos_names, SP_POS_COUNT, &v)); m->positions = (sp_pos_kind)v;
+    SP_CHECK(spi_json_get_bool(c, "", r, "tied_embeddings", 1, &m->tied_embeddings));
+    SP_CHECK(spi_json_get_bool(c, "", r, "bias", 1, &m->bias));
+    SP_CHECK(spi_json_get_int(c, "", r, "max_context", 1, 1, BIG, "integer > 0", &m->max_context));
+    SP_CHECK(spi_json_get_num(c, "", r, "rope_theta", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_theta));
+    SP_CHECK(spi_json_get_num(c, "", r, "norm_eps", 0, 1, 0, 1, "number in (0, 1]", &m->norm_eps));
+    SP_CHECK(spi_json_get_int(c, "", r, "n_experts", 0, 0, BIG, "integer >= 0; 0 means dense", &m->n_experts));
+    if (m->n_experts > 0) {
+        m->moe_every = 1;
+        SP_CHECK(spi_json_get_int(c, "", r, "top_k", 1, 1, m->n_experts, "integer between 1 and n_experts", &m->top_k));
+        SP_CHECK(spi_json_get_int(c, "", r, "moe_every", 0, 1, m->n_layers, "integer between 1 and n_layers",
+                                  &m->moe_every));
+    }
+    return SP_OK;
+}
+
+static sp_status model_from_json(const char *source, json_t *root, sp_model *out, sp_error *err)
+{
+    spi_jctx c = {source, err};
+    sp_model m;
+    sp_model_init(&m);
+    SP_CHECK(spi_json_expect_object(&c, "", root));
+    if (spi_json_is_hf_config(root)) SP_CHECK(spi_model_from_hf(&c, root, &m));
+    else SP_CHECK(model_from_own(&c, root, &m));
+    SP_CHECK(spi_model_validate_src(&m, source, err));
+    *out = m;
+    return SP_OK;
+}
+
+sp_status sp_model_load_file(const char *path, unsigned flags, sp_model *out, sp_error *err)
+{
+    json_t *root;
+    (void)flags;
+    if (!out) return spi_fail(SP_EINVAL, "sp_model_load_file: NULL output");
+    SP_CHECK(spi_json_load_file(path, &root, err));
+    sp_status s = model_from_json(path, root, out, err);
+    json_decref(root);
+    return s;
+}
+
+sp_status sp_model_loads(const char *text, unsigned flags, sp_model *out, sp_error *err)
+{
+    json_t *root;
+    (void)flags;
+    if (!out) return spi_fail(SP_EINVAL, "sp_model_loads: NULL output");
+    SP_CHECK(spi_json_loads(text, "<string>", &root, err));
+    sp_status s = model_from_json("<string>", root, out, err);
+    json_decref(root);
+    return s;
+}
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+sp_status sp_model_find(const char *name_or_path, sp_model *out, sp_error *err)
+{
+    if (!name_or_path || !name_or_path[0])
+        return spi_error_set(err, SP_EINVAL, "", 0, 0, "", "no model name given");
+    if (is_file(name_or_path)) return sp_model_load_file(name_or_path, 0, out, err);
+    char rel[300], path[1024];
+    if (strchr(name_or_path, '/') || snprintf(rel, sizeof rel, "models/%s.json", name_or_path) >= (int)sizeof rel)
+        return spi_error_set(err, SP_EIO, name_or_path, 0, 0, "", "no such file");
+    if (sp_data_path(rel, path, sizeof path) != SP_OK)
+        return spi_error_set(err, SP_EIO, name_or_path, 0, 0, "",
+                             "no such file, and no bundled model of that name (see 'shardplan models')");
+    return sp_model_load_file(path, 0, out, err);
+}
+
+json_t *spi_model_to_json(const sp_model *m)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "name", json_string(m->name));
+    json_object_set_new(j, "n_layers", json_integer(m->n_layers));
+    json_object_set_new(j, "d_model", json_integer(m->d_model));
+    json_object_set_new(j, "d_ff", json_integer(m->d_ff));
+    json_object_set_new(j, "n_heads", json_integer(m->n_heads));
+    json_object_set_new(j, "n_kv_heads", json_integer(m->n_kv_heads));
+    json_object_set_new(j, "d_head", json_integer(m->d_head));
+    json_object_set_new(j, "vocab", json_integer(m->vocab));
+    json_object_set_new(j, "ffn", json_string(sp_ffn_name(m->ffn)));
+    json_object_set_new(j, "block", json_string(sp_block_name(m->block)));
+    json_object_set_new(j, "norm", json_string(sp_norm_name(m->norm)));
+    json_object_set_new(j, "positions", json_string(sp_pos_name(m->positions)));
+    json_object_set_new(j, "tied_embeddings", json_boolean(m->tied_embeddings));
+    json_object_set_new(j, "bias", json_boolean(m->bias));
+    json_object_set_new(j, "max_context", json_integer(m->max_context));
+    json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
+    json_object_set_new(j, "norm_eps", json_real(m->norm_eps));
+    if (m->n_experts > 0) {
+        json_object_set_new(j, "n_experts", json_integer(m->n_experts));
+        json_object_set_new(j, "top_k", json_integer(m->top_k));
+        json_object_set_new(j, "moe_every", json_integer(m->moe_every));
+    }
+    return j;
+}

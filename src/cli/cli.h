@@ -1,0 +1,71 @@
+/*
+ * cli.h: the shardplan program's shared pieces.
+ *
+ * Adding a verb: write src/cli/cmd_<x>.c with `int cli_cmd_<x>(int argc, char **argv)`
+ * (argv[0] is the verb; parse with getopt_long after `optind = 0`), declare it
+ * below, add it to shardplan_SOURCES in src/cli/local.mk and one line to the
+ * verb table in main.c.  Return one of the CLI_EXIT_* codes.
+ */
+#ifndef SP_CLI_H
+#define SP_CLI_H
+#include <stdio.h>
+#include <jansson.h>
+#include "sp_common.h"
+
+/* Exit codes. */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_INFEASIBLE = 1,   /* the request cannot be met */
+    CLI_EXIT_USAGE = 2,        /* bad usage or bad input */
+    CLI_EXIT_INTERNAL = 3,     /* anything else */
+};
+
+struct cli_verb {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+};
+
+/* Verbs: one per file cmd_<x>.c. */
+int cli_cmd_models(int argc, char **argv);
+int cli_cmd_model(int argc, char **argv);
+int cli_cmd_hw(int argc, char **argv);
+int cli_cmd_estimate(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
+int cli_cmd_frontier(int argc, char **argv);
+int cli_cmd_run(int argc, char **argv);
+
+/* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE -> 1; OK -> 0; others -> 3. */
+int cli_exit_for(sp_status s);
+
+/* Prints "shardplan: <message>" to stderr: the formatted err when it has text,
+ * else sp_last_error(), else the status string.  Returns cli_exit_for(s). */
+int cli_report(sp_status s, const sp_error *err);
+void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Usage error for verb: message plus a pointer to --help; returns CLI_EXIT_USAGE. */
+int cli_usage(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a decimal integer in [min, max] for option opt; 0 on success. */
+int cli_parse_long(const char *verb, const char *opt, const char *s, long long min, long long max, long long *out);
+
+/* Column-aligned table: cells that start with a digit (or -digit) are
+ * right-aligned.  Cells are copied. */
+typedef struct cli_table cli_table;
+cli_table *cli_table_new(int ncols, const char *const *header);
+void cli_table_add(cli_table *t, const char *const *cells);
+/* Forces column col to left alignment (key/value tables). */
+void cli_table_left(cli_table *t, int col);
+void cli_table_print(const cli_table *t, FILE *f);
+void cli_table_free(cli_table *t);
+
+/* json_dumpf with INDENT(2), PRESERVE_ORDER, REAL_PRECISION(10) and a newline. */
+int cli_print_json(const json_t *j, FILE *f);
+
+/* Human number formatting into buf; return buf. */
+char *cli_fmt_count(double x, char *buf, size_t n);    /* 540.35B, 6.74M, 512 */
+char *cli_fmt_bytes(double x, char *buf, size_t n);    /* 1.23 GiB */
+char *cli_fmt_seconds(double x, char *buf, size_t n);  /* 2.5 ms */
+char *cli_fmt_flops(double x, char *buf, size_t n);    /* 275 TFLOP/s */
+char *cli_fmt_rate(double x, char *buf, size_t n);     /* 1.2 TB/s (decimal: link figures are quoted so) */
+
+#endif

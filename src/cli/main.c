@@ -1,2 +1,50 @@
+/* main.c: shardplan <verb> [options]: dispatch to the verb table. */
 #include <stdio.h>
-int main(void) { return 0; }
+#include <string.h>
+#include "cli.h"
+
+/* One line per verb; keep the order of `shardplan --help`. */
+static const struct cli_verb verbs[] = {
+    {"models", "list the bundled model descriptions", cli_cmd_models},
+    {"model", "model show NAME|FILE: sizes, parameter counts, bytes and FLOPs of a model", cli_cmd_model},
+    {"hw", "list bundled hardware; hw show NAME|FILE: one hardware description", cli_cmd_hw},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: shardplan <verb> [options]\n"
+            "       shardplan <verb> --help\n"
+            "       shardplan --help | --version\n\n"
+            "Plans how to split a transformer model across chips.\n\nVerbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(f, "\nEnvironment:\n");
+    for (int k = 0; k < SP_ENV_COUNT; k++)
+        fprintf(f, "  %-26s %s (default: %s)\n", sp_env_name((sp_env_knob)k), sp_env_doc((sp_env_knob)k),
+                sp_env_default((sp_env_knob)k)[0] ? sp_env_default((sp_env_knob)k) : "unset");
+    fprintf(f,
+            "\nExit status: 0 success, 1 the request cannot be met, 2 bad usage or input,\n"
+            "3 internal or system error.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *v = argv[1];
+    if (!strcmp(v, "--help") || !strcmp(v, "-h") || !strcmp(v, "help")) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(v, "--version") || !strcmp(v, "-V")) {
+        printf("shardplan %s\n", sp_version());
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(v, verbs[i].name)) return verbs[i].run(argc - 1, argv + 1);
+    if (v[0] == '-') return cli_usage(NULL, "unknown option '%s'", v);
+    return cli_usage(NULL, "unknown verb '%s'", v);
+}
