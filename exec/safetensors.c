@@ -1,0 +1,524 @@
+/* safetensors.c: read (mmap) and write safetensors files; Hugging Face
+ * Llama and GPT-2 checkpoints into sp_weights.
+ *
+ * File format: u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "BF16", "shape": [r, c], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {...}}, then the data; offsets are relative to the data start. */
+#include "config.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "spi_common.h"
+#include "kernels/cpu/sp_kern.h"
+#include "exec/sp_weights.h"
+
+#define SPI_ST_MAX_HEADER (100u << 20)
+
+typedef struct st_file {
+    char *path;
+    unsigned char *map;
+    size_t size;
+} st_file;
+
+struct sp_safetensors {
+    st_file *files;
+    int nfiles;
+    sp_st_tensor *t;
+    int n, cap;
+};
+
+static int st_elem_bytes(const char *dtype, int *dt)
+{
+    static const struct { const char *name; int bytes; int dt; } tab[] = {
+        {"F32", 4, SP_DT_F32}, {"F16", 2, SP_DT_F16}, {"BF16", 2, SP_DT_BF16}, {"F8_E4M3", 1, SP_DT_FP8},
+        {"F64", 8, -1}, {"I64", 8, -1}, {"U64", 8, -1}, {"I32", 4, -1}, {"U32", 4, -1}, {"I16", 2, -1},
+        {"U16", 2, -1}, {"I8", 1, -1}, {"U8", 1, -1}, {"BOOL", 1, -1}, {"F8_E5M2", 1, -1},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(tab); i++)
+        if (!strcmp(dtype, tab[i].name)) {
+            *dt = tab[i].dt;
+            return tab[i].bytes;
+        }
+    *dt = -1;
+    return 0;
+}
+
+static sp_status add_file(sp_safetensors *st, const char *path, sp_error *err)
+{
+    int fi = st->nfiles;
+    st_file *nf = realloc(st->files, (size_t)(fi + 1) * sizeof *nf);
+    if (!nf) return spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory");
+    st->files = nf;
+    st_file *f = &st->files[fi];
+    memset(f, 0, sizeof *f);
+    f->path = strdup(path);
+    if (!f->path) return spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory");
+    st->nfiles++;
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot open: %s", strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot stat: %s", strerror(errno));
+    }
+    if (sb.st_size < 8) {
+        close(fd);
+        return spi_error_set(err, SP_EPARSE, path, 0, 0, "", "file of %lld bytes is too short for a safetensors header",
+                             (long long)sb.st_size);
+    }
+    f->size = (size_t)sb.st_size;
+    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        f->size = 0;
+        return spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot mmap: %s", strerror(errno));
+    }
+    f->map = m;
+
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
+    if (hlen > f->size - 8 || hlen > SPI_ST_MAX_HEADER)
+        return spi_error_set(err, SP_EPARSE, path, 0, 0, "",
+                             "header length %llu exceeds the file (%zu bytes) or the %u-byte limit; truncated or not safetensors",
+                             (unsigned long long)hlen, f->size, SPI_ST_MAX_HEADER);
+    uint64_t data0 = 8 + hlen, data_size = f->size - data0;
+    json_error_t je;
+    json_t *root = json_loadb((const char *)f->map + 8, (size_t)hlen, 0, &je);
+    if (!root)
+        return spi_error_set(err, SP_EPARSE, path, je.line, je.column, "", "header JSON invalid: %s", je.text);
+    sp_status s = SP_OK;
+    if (!json_is_object(root)) {
+        s = spi_error_set(err, SP_EPARSE, path, 0, 0, "", "header is not a JSON object");
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (!strcmp(key, "__metadata__")) continue;
+        json_t *jdt = json_object_get(val, "dtype"), *jsh = json_object_get(val, "shape"),
+               *jof = json_object_get(val, "data_offsets");
+        if (!json_is_object(val) || !json_is_string(jdt) || !json_is_array(jsh) || !json_is_array(jof) ||
+            json_array_size(jof) != 2 || json_array_size(jsh) > 8) {
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, key, "tensor entry needs dtype, shape (<= 8 dims) and data_offsets [begin, end]");
+            goto out;
+        }
+        if (st->n == st->cap) {
+            int cap = st->cap ? 2 * st->cap : 64;
+            sp_st_tensor *nt = realloc(st->t, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                s = spi_error_set(err, SP_ENOMEM, path, 0, 0, key, "out of memory");
+                goto out;
+            }
+            st->t = nt;
+            st->cap = cap;
+        }
+        sp_st_tensor *t = &st->t[st->n];
+        memset(t, 0, sizeof *t);
+        t->file = fi;
+        snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(jdt));
+        int eb = st_elem_bytes(json_string_value(jdt), &t->dt);
+        t->ndim = (int)json_array_size(jsh);
+        uint64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            json_t *x = json_array_get(jsh, (size_t)d);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                !spi_mul_u64(numel, (uint64_t)json_integer_value(x), &numel)) {
+                s = spi_error_set(err, SP_EPARSE, path, 0, 0, key, "shape[%d] is not a non-negative integer", d);
+                goto out;
+            }
+            t->shape[d] = json_integer_value(x);
+        }
+        json_t *jb = json_array_get(jof, 0), *je2 = json_array_get(jof, 1);
+        if (!json_is_integer(jb) || !json_is_integer(je2) || json_integer_value(jb) < 0 ||
+            json_integer_value(je2) < json_integer_value(jb) || (uint64_t)json_integer_value(je2) > data_size) {
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, key,
+                              "data_offsets out of range (data section holds %llu bytes); truncated file?",
+                              (unsigned long long)data_size);
+            goto out;
+        }
+        t->offset = data0 + (uint64_t)json_integer_value(jb);
+        t->nbytes = (uint64_t)(json_integer_value(je2) - json_integer_value(jb));
+        uint64_t want;
+        if (eb && (!spi_mul_u64(numel, (uint64_t)eb, &want) || want != t->nbytes)) {
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, key, "data_offsets span %llu bytes, shape and dtype %s need %llu",
+                              (unsigned long long)t->nbytes, t->dtype, (unsigned long long)(numel * (uint64_t)eb));
+            goto out;
+        }
+        t->name = strdup(key);
+        if (!t->name) {
+            s = spi_error_set(err, SP_ENOMEM, path, 0, 0, key, "out of memory");
+            goto out;
+        }
+        st->n++;
+    }
+out:
+    json_decref(root);
+    return s;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+sp_status sp_safetensors_open(const char *path, sp_safetensors **out, sp_error *err)
+{
+    *out = NULL;
+    sp_safetensors *st = calloc(1, sizeof *st);
+    if (!st) return spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory");
+    struct stat sb;
+    sp_status s = SP_OK;
+    if (stat(path, &sb) != 0) {
+        s = spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot open: %s", strerror(errno));
+    } else if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d) {
+            s = spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot open directory: %s", strerror(errno));
+        } else {
+            char **names = NULL;
+            size_t n = 0, cap = 0;
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL && s == SP_OK) {
+                if (!has_suffix(e->d_name, ".safetensors")) continue;
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 8;
+                    char **nn = realloc(names, cap * sizeof *nn);
+                    if (!nn) { s = spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory"); break; }
+                    names = nn;
+                }
+                size_t len = strlen(path) + strlen(e->d_name) + 2;
+                names[n] = malloc(len);
+                if (!names[n]) { s = spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory"); break; }
+                snprintf(names[n], len, "%s/%s", path, e->d_name);
+                n++;
+            }
+            closedir(d);
+            if (s == SP_OK && n == 0)
+                s = spi_error_set(err, SP_EIO, path, 0, 0, "", "no *.safetensors files in the directory");
+            if (n) qsort(names, n, sizeof *names, cmp_str);
+            for (size_t i = 0; i < n; i++) {
+                if (s == SP_OK) s = add_file(st, names[i], err);
+                free(names[i]);
+            }
+            free(names);
+        }
+    } else {
+        s = add_file(st, path, err);
+    }
+    if (s != SP_OK) {
+        sp_safetensors_close(st);
+        return s;
+    }
+    *out = st;
+    return SP_OK;
+}
+
+void sp_safetensors_close(sp_safetensors *st)
+{
+    if (!st) return;
+    for (int i = 0; i < st->n; i++) free((char *)st->t[i].name);
+    for (int i = 0; i < st->nfiles; i++) {
+        if (st->files[i].map) munmap(st->files[i].map, st->files[i].size);
+        free(st->files[i].path);
+    }
+    free(st->t);
+    free(st->files);
+    free(st);
+}
+
+int sp_safetensors_count(const sp_safetensors *st) { return st ? st->n : 0; }
+
+const sp_st_tensor *sp_safetensors_at(const sp_safetensors *st, int i)
+{
+    return st && i >= 0 && i < st->n ? &st->t[i] : NULL;
+}
+
+const sp_st_tensor *sp_safetensors_find(const sp_safetensors *st, const char *name)
+{
+    for (int i = 0; st && i < st->n; i++)
+        if (!strcmp(st->t[i].name, name)) return &st->t[i];
+    return NULL;
+}
+
+static void st_dims(const sp_st_tensor *t, int64_t *R, int64_t *C)
+{
+    if (t->ndim == 0) { *R = 1; *C = 1; }
+    else if (t->ndim == 1) { *R = 1; *C = t->shape[0]; }
+    else { *R = t->shape[0]; *C = t->shape[1]; }
+}
+
+static float st_elem(const unsigned char *p, int dt)
+{
+    switch (dt) {
+    case SP_DT_F32: { float f; memcpy(&f, p, 4); return f; }
+    case SP_DT_F16: return sp_kern_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    case SP_DT_BF16: return sp_kern_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+    case SP_DT_FP8: return sp_kern_fp8_to_f32(p[0]);
+    default: return 0.0f;
+    }
+}
+
+sp_status sp_safetensors_read_rows_cols(const sp_safetensors *st, const sp_st_tensor *t, int64_t r0, int64_t r1,
+                                        int64_t c0, int64_t c1, int transpose, float *out, sp_error *err)
+{
+    if (!st || !t || !out) return spi_error_set(err, SP_EINVAL, "", 0, 0, "", "read_rows_cols: bad arguments");
+    const char *src = st->files[t->file].path;
+    if (t->dt < 0)
+        return spi_error_set(err, SP_ENOTSUP, src, 0, 0, t->name, "dtype %s cannot be converted to fp32", t->dtype);
+    if (t->ndim > 2)
+        return spi_error_set(err, SP_EPARSE, src, 0, 0, t->name, "tensor is %d-D, expected a matrix or vector", t->ndim);
+    int64_t R, C;
+    st_dims(t, &R, &C);
+    if (r0 < 0 || r1 > R || r0 > r1 || c0 < 0 || c1 > C || c0 > c1)
+        return spi_error_set(err, SP_EINVAL, src, 0, 0, t->name, "slice [%lld,%lld) x [%lld,%lld) outside (%lld, %lld)",
+                             (long long)r0, (long long)r1, (long long)c0, (long long)c1, (long long)R, (long long)C);
+    int eb = sp_dtype_bytes((sp_dtype)t->dt);
+    const unsigned char *base = st->files[t->file].map + t->offset;
+    int64_t nr = r1 - r0, nc = c1 - c0;
+    for (int64_t r = 0; r < nr; r++) {
+        const unsigned char *row = base + ((uint64_t)(r0 + r) * (uint64_t)C + (uint64_t)c0) * (uint64_t)eb;
+        if (!transpose && t->dt == SP_DT_F32) {
+            memcpy(out + r * nc, row, (size_t)nc * sizeof(float));
+            continue;
+        }
+        for (int64_t c = 0; c < nc; c++) {
+            float v = st_elem(row + c * eb, t->dt);
+            if (transpose) out[c * nr + r] = v;
+            else out[r * nc + c] = v;
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_safetensors_write(const char *path, const sp_st_entry *e, int n, sp_error *err)
+{
+    json_t *root = json_object();
+    uint64_t off = 0;
+    sp_status s = SP_OK;
+    char *hdr = NULL;
+    FILE *f = NULL;
+    if (!root) return spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (e[i].dt != SP_DT_F32 && e[i].dt != SP_DT_BF16 && e[i].dt != SP_DT_F16) {
+            s = spi_error_set(err, SP_EINVAL, path, 0, 0, e[i].name, "can only write F32, BF16 or F16");
+            goto out;
+        }
+        uint64_t numel = 1;
+        json_t *sh = json_array();
+        for (int d = 0; d < e[i].ndim; d++) {
+            numel *= (uint64_t)e[i].shape[d];
+            json_array_append_new(sh, json_integer(e[i].shape[d]));
+        }
+        uint64_t nb = numel * (uint64_t)sp_dtype_bytes(e[i].dt);
+        json_t *o = json_pack("{s:s, s:o, s:[I, I]}", "dtype",
+                              e[i].dt == SP_DT_F32 ? "F32" : e[i].dt == SP_DT_BF16 ? "BF16" : "F16", "shape", sh,
+                              "data_offsets", (json_int_t)off, (json_int_t)(off + nb));
+        if (!o || json_object_set_new(root, e[i].name, o)) {
+            s = spi_error_set(err, SP_ENOMEM, path, 0, 0, e[i].name, "cannot build header");
+            goto out;
+        }
+        off += nb;
+    }
+    hdr = json_dumps(root, JSON_COMPACT);
+    if (!hdr) {
+        s = spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "cannot dump header");
+        goto out;
+    }
+    size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
+    f = fopen(path, "wb");
+    if (!f) {
+        s = spi_error_set(err, SP_EIO, path, 0, 0, "", "cannot create: %s", strerror(errno));
+        goto out;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hl, f) == hl;
+    for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (int i = 0; ok && i < n; i++) {
+        uint64_t numel = 1;
+        for (int d = 0; d < e[i].ndim; d++) numel *= (uint64_t)e[i].shape[d];
+        for (uint64_t j = 0; ok && j < numel; j++) {
+            float v = e[i].data[j];
+            if (e[i].dt == SP_DT_F32) {
+                ok = fwrite(&v, 4, 1, f) == 1;   /* little-endian hosts only */
+            } else {
+                uint16_t h = e[i].dt == SP_DT_BF16 ? sp_kern_f32_to_bf16(v) : sp_kern_f32_to_f16(v);
+                unsigned char b[2] = {(unsigned char)(h & 0xff), (unsigned char)(h >> 8)};
+                ok = fwrite(b, 1, 2, f) == 2;
+            }
+        }
+    }
+    if (fclose(f) != 0) ok = 0;
+    f = NULL;
+    if (!ok) s = spi_error_set(err, SP_EIO, path, 0, 0, "", "write failed: %s", strerror(errno));
+out:
+    free(hdr);
+    json_decref(root);
+    return s;
+}
+
+/* ---- Hugging Face checkpoints -------------------------------------------------------- */
+
+typedef struct hf_ctx {
+    const sp_safetensors *st;
+    const char *dir;
+    const char *prefix;   /* GPT-2: "" or "transformer." */
+    sp_error *err;
+} hf_ctx;
+
+/* Reads tensor `name` into dst.  Expected stored shape (sr, sc) (sr = 0: a 1-D
+ * vector of sc); transpose writes (sc, sr).  Column range [c0, c1) of the stored
+ * tensor when c1 > 0 (fused c_attn), else all.  Missing and !required: leave dst. */
+static sp_status hf_read(const hf_ctx *h, const char *name, float *dst, int64_t sr, int64_t sc, int64_t c0,
+                         int64_t c1, int transpose, int required)
+{
+    const sp_st_tensor *t = sp_safetensors_find(h->st, name);
+    if (!t) {
+        if (!required) return SP_OK;
+        return spi_error_set(h->err, SP_EPARSE, h->dir, 0, 0, name, "missing tensor");
+    }
+    int ok = sr == 0 ? (t->ndim == 1 && t->shape[0] == sc) : (t->ndim == 2 && t->shape[0] == sr && t->shape[1] == sc);
+    if (!ok) {
+        char got[96] = "";
+        size_t n = 0;
+        for (int d = 0; d < t->ndim && n < sizeof got - 24; d++)
+            n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        if (sr == 0)
+            return spi_error_set(h->err, SP_EPARSE, h->st->files[t->file].path, 0, 0, name,
+                                 "wrong shape (%s), model needs (%lld)", got, (long long)sc);
+        return spi_error_set(h->err, SP_EPARSE, h->st->files[t->file].path, 0, 0, name,
+                             "wrong shape (%s), model needs (%lld, %lld)", got, (long long)sr, (long long)sc);
+    }
+    int64_t R = sr == 0 ? 1 : sr;
+    if (c1 <= 0) { c0 = 0; c1 = sc; }
+    return sp_safetensors_read_rows_cols(h->st, t, 0, R, c0, c1, transpose, dst, h->err);
+}
+
+static sp_status load_llama(const hf_ctx *h, const sp_model *m, sp_weights *w)
+{
+    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
+    int ln = m->norm == SP_NORM_LAYERNORM;
+    char nm[160];
+    SP_CHECK(hf_read(h, "model.embed_tokens.weight", w->embed, V, E, 0, 0, 0, 1));
+    SP_CHECK(hf_read(h, "model.norm.weight", w->final_norm, 0, E, 0, 0, 0, 1));
+    if (ln) SP_CHECK(hf_read(h, "model.norm.bias", w->final_norm_b, 0, E, 0, 0, 0, 1));
+    if (!m->tied_embeddings) SP_CHECK(hf_read(h, "lm_head.weight", w->lm_head, V, E, 0, 0, 0, 1));
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        sp_weights_layer *L = &w->layers[l];
+#define P_(fmt) (snprintf(nm, sizeof nm, "model.layers.%lld." fmt, (long long)l), nm)
+        SP_CHECK(hf_read(h, P_("input_layernorm.weight"), L->attn_norm, 0, E, 0, 0, 0, 1));
+        if (ln) SP_CHECK(hf_read(h, P_("input_layernorm.bias"), L->attn_norm_b, 0, E, 0, 0, 0, 1));
+        if (L->ffn_norm) {
+            SP_CHECK(hf_read(h, P_("post_attention_layernorm.weight"), L->ffn_norm, 0, E, 0, 0, 0, 1));
+            if (ln) SP_CHECK(hf_read(h, P_("post_attention_layernorm.bias"), L->ffn_norm_b, 0, E, 0, 0, 0, 1));
+        }
+        // HF Linear weights are (out, in): transpose into our (in, out)
+        SP_CHECK(hf_read(h, P_("self_attn.q_proj.weight"), L->wq, QD, E, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("self_attn.k_proj.weight"), L->wk, KD, E, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("self_attn.v_proj.weight"), L->wv, KD, E, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("self_attn.o_proj.weight"), L->wo, E, QD, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("mlp.gate_proj.weight"), L->w_in, F, E, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("mlp.up_proj.weight"), L->w_up, F, E, 0, 0, 1, 1));
+        SP_CHECK(hf_read(h, P_("mlp.down_proj.weight"), L->w_out, E, F, 0, 0, 1, 1));
+        if (m->bias) {   /* optional: Qwen2 has q/k/v biases only */
+            SP_CHECK(hf_read(h, P_("self_attn.q_proj.bias"), L->bq, 0, QD, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("self_attn.k_proj.bias"), L->bk, 0, KD, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("self_attn.v_proj.bias"), L->bv, 0, KD, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("self_attn.o_proj.bias"), L->bo, 0, E, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("mlp.gate_proj.bias"), L->b_in, 0, F, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("mlp.up_proj.bias"), L->b_up, 0, F, 0, 0, 0, 0));
+            SP_CHECK(hf_read(h, P_("mlp.down_proj.bias"), L->b_out, 0, E, 0, 0, 0, 0));
+        }
+#undef P_
+    }
+    return SP_OK;
+}
+
+static sp_status load_gpt2(const hf_ctx *h, const sp_model *m, sp_weights *w)
+{
+    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
+    const char *p = h->prefix;
+    char nm[160];
+#define G_(fmt, ...) (snprintf(nm, sizeof nm, "%s" fmt, p, __VA_ARGS__), nm)
+    SP_CHECK(hf_read(h, G_("wte.weight%s", ""), w->embed, V, E, 0, 0, 0, 1));
+    if (w->pos) SP_CHECK(hf_read(h, G_("wpe.weight%s", ""), w->pos, m->max_context, E, 0, 0, 0, 1));
+    SP_CHECK(hf_read(h, G_("ln_f.weight%s", ""), w->final_norm, 0, E, 0, 0, 0, 1));
+    if (w->final_norm_b) SP_CHECK(hf_read(h, G_("ln_f.bias%s", ""), w->final_norm_b, 0, E, 0, 0, 0, 1));
+    if (!m->tied_embeddings) SP_CHECK(hf_read(h, "lm_head.weight", w->lm_head, V, E, 0, 0, 0, 1));
+    int64_t QKV = QD + 2 * KD;
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        sp_weights_layer *L = &w->layers[l];
+        long long ll = (long long)l;
+        SP_CHECK(hf_read(h, G_("h.%lld.ln_1.weight", ll), L->attn_norm, 0, E, 0, 0, 0, 1));
+        if (L->attn_norm_b) SP_CHECK(hf_read(h, G_("h.%lld.ln_1.bias", ll), L->attn_norm_b, 0, E, 0, 0, 0, 1));
+        if (L->ffn_norm) {
+            SP_CHECK(hf_read(h, G_("h.%lld.ln_2.weight", ll), L->ffn_norm, 0, E, 0, 0, 0, 1));
+            if (L->ffn_norm_b) SP_CHECK(hf_read(h, G_("h.%lld.ln_2.bias", ll), L->ffn_norm_b, 0, E, 0, 0, 0, 1));
+        }
+        // Conv1D weights are already (in, out); c_attn fuses q | k | v along out
+        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wq, E, QKV, 0, QD, 0, 1));
+        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wk, E, QKV, QD, QD + KD, 0, 1));
+        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wv, E, QKV, QD + KD, QKV, 0, 1));
+        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_proj.weight", ll), L->wo, QD, E, 0, 0, 0, 1));
+        SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_fc.weight", ll), L->w_in, E, F, 0, 0, 0, 1));
+        SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_proj.weight", ll), L->w_out, F, E, 0, 0, 0, 1));
+        if (m->bias) {
+            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bq, 0, QKV, 0, QD, 0, 1));
+            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bk, 0, QKV, QD, QD + KD, 0, 1));
+            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bv, 0, QKV, QD + KD, QKV, 0, 1));
+            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_proj.bias", ll), L->bo, 0, E, 0, 0, 0, 1));
+            SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_fc.bias", ll), L->b_in, 0, F, 0, 0, 0, 1));
+            SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_proj.bias", ll), L->b_out, 0, E, 0, 0, 0, 1));
+        }
+    }
+#undef G_
+    return SP_OK;
+}
+
+sp_status sp_weights_load_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err)
+{
+    memset(w, 0, sizeof *w);
+    sp_safetensors *st = NULL;
+    SP_CHECK(sp_safetensors_open(dir, &st, err));
+    hf_ctx h = {st, dir, "", err};
+    sp_status s = sp_weights_alloc(m, w);
+    if (s != SP_OK) {
+        spi_error_set(err, s, dir, 0, 0, "", "%s", sp_last_error());
+        goto out;
+    }
+    if (sp_safetensors_find(st, "model.embed_tokens.weight")) {
+        if (m->ffn != SP_FFN_SWIGLU) {
+            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "Llama naming needs a SwiGLU model (gate/up/down)");
+            goto out;
+        }
+        s = load_llama(&h, m, w);
+    } else if (sp_safetensors_find(st, "wte.weight") || sp_safetensors_find(st, "transformer.wte.weight")) {
+        h.prefix = sp_safetensors_find(st, "wte.weight") ? "" : "transformer.";
+        if (m->ffn != SP_FFN_GELU) {
+            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "GPT-2 naming needs a GELU model (c_fc/c_proj)");
+            goto out;
+        }
+        s = load_gpt2(&h, m, w);
+    } else {
+        s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "",
+                          "neither Llama (model.embed_tokens.weight) nor GPT-2 (wte.weight) naming found");
+    }
+out:
+    sp_safetensors_close(st);
+    if (s != SP_OK) sp_weights_free(w);
+    return s;
+}

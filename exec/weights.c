@@ -1,0 +1,279 @@
+/* weights.c: the fp32 weight slab: sizes, random init, quantisation round trip. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <assert.h>
+#include "spi_common.h"
+#include "kernels/cpu/sp_kern.h"
+#include "exec/sp_weights.h"
+
+static const char *const wt_names[] = {
+    "embed", "pos", "lm_head", "final_norm", "final_norm_b", "attn_norm", "attn_norm_b",
+    "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ffn_norm", "ffn_norm_b",
+    "w_in", "b_in", "w_up", "b_up", "w_out", "b_out",
+};
+static_assert(SPI_ARRAY_LEN(wt_names) == SP_WT_COUNT, "one name per sp_wt");
+
+const char *sp_wt_name(sp_wt t)
+{
+    return (int)t >= 0 && t < SP_WT_COUNT ? wt_names[t] : "?";
+}
+
+int sp_wt_is_matrix(sp_wt t)
+{
+    return t == SP_WT_WQ || t == SP_WT_WK || t == SP_WT_WV || t == SP_WT_WO || t == SP_WT_W_IN ||
+           t == SP_WT_W_UP || t == SP_WT_W_OUT;
+}
+
+static int is_global(sp_wt t) { return t <= SP_WT_FINAL_NORM_B; }
+
+void sp_wt_shape(const sp_model *m, sp_wt t, int64_t *rows, int64_t *cols)
+{
+    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
+    int64_t r = 1, c = 0;
+    switch (t) {
+    case SP_WT_EMBED: case SP_WT_LM_HEAD: r = m->vocab; c = E; break;
+    case SP_WT_POS: r = m->max_context; c = E; break;
+    case SP_WT_WQ: r = E; c = QD; break;
+    case SP_WT_WK: case SP_WT_WV: r = E; c = KD; break;
+    case SP_WT_WO: r = QD; c = E; break;
+    case SP_WT_W_IN: case SP_WT_W_UP: r = E; c = F; break;
+    case SP_WT_W_OUT: r = F; c = E; break;
+    case SP_WT_BQ: c = QD; break;
+    case SP_WT_BK: case SP_WT_BV: c = KD; break;
+    case SP_WT_B_IN: case SP_WT_B_UP: c = F; break;
+    default: c = E; break;   /* norms and E-wide biases */
+    }
+    *rows = r;
+    *cols = c;
+}
+
+/* Does model m have tensor kind t? */
+static int wt_present(const sp_model *m, sp_wt t)
+{
+    int ln = m->norm == SP_NORM_LAYERNORM, serial = m->block == SP_BLOCK_SERIAL, swiglu = m->ffn == SP_FFN_SWIGLU;
+    switch (t) {
+    case SP_WT_POS: return m->positions == SP_POS_LEARNED;
+    case SP_WT_LM_HEAD: return !m->tied_embeddings;
+    case SP_WT_FINAL_NORM_B: case SP_WT_ATTN_NORM_B: return ln;
+    case SP_WT_BQ: case SP_WT_BK: case SP_WT_BV: case SP_WT_BO: case SP_WT_B_IN: case SP_WT_B_OUT: return m->bias;
+    case SP_WT_FFN_NORM: return serial;
+    case SP_WT_FFN_NORM_B: return serial && ln;
+    case SP_WT_W_UP: return swiglu;
+    case SP_WT_B_UP: return swiglu && m->bias;
+    default: return 1;
+    }
+}
+
+sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_t *total)
+{
+    if (!m || m->n_layers <= 0 || m->d_model <= 0 || m->d_ff <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 ||
+        m->d_head <= 0 || m->vocab <= 0 || m->n_heads % m->n_kv_heads)
+        return spi_fail(SP_EINVAL, "weights: model sizes must be positive and n_heads a multiple of n_kv_heads");
+    if (m->positions == SP_POS_LEARNED && m->max_context <= 0)
+        return spi_fail(SP_EINVAL, "weights: learned positions need max_context > 0");
+    uint64_t sum = 0;
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        uint64_t n = 0;
+        if (wt_present(m, (sp_wt)t)) {
+            int64_t r, c;
+            sp_wt_shape(m, (sp_wt)t, &r, &c);
+            if (!spi_mul_u64((uint64_t)r, (uint64_t)c, &n) ||
+                (!is_global((sp_wt)t) && !spi_mul_u64(n, (uint64_t)m->n_layers, &n)))
+                return spi_fail(SP_EINVAL, "weights: size of %s overflows", sp_wt_name((sp_wt)t));
+        }
+        if (n > (uint64_t)INT64_MAX / 8 || !spi_add_u64(sum, n, &sum))
+            return spi_fail(SP_EINVAL, "weights: total size overflows");
+        sizes[t] = (int64_t)n;
+    }
+    if (total) *total = (int64_t)sum;
+    return SP_OK;
+}
+
+sp_status sp_weights_alloc(const sp_model *m, sp_weights *w)
+{
+    memset(w, 0, sizeof *w);
+    int64_t total;
+    SP_CHECK(sp_weights_sizes(m, w->sizes, &total));
+    w->model = *m;
+    w->quant = SP_DT_F32;
+    w->bytes = (size_t)total * sizeof(float);
+    w->slab = calloc((size_t)total, sizeof(float));
+    w->layers = calloc((size_t)m->n_layers, sizeof *w->layers);
+    if (!w->slab || !w->layers) {
+        sp_weights_free(w);
+        return spi_fail(SP_ENOMEM, "weights: cannot allocate %zu bytes", (size_t)total * sizeof(float));
+    }
+    float *p = w->slab;
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        w->t[t] = w->sizes[t] ? p : NULL;
+        p += w->sizes[t];
+    }
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        sp_weights_layer *L = &w->layers[l];
+        float **dst[SP_WT_COUNT] = {0};
+        dst[SP_WT_ATTN_NORM] = &L->attn_norm; dst[SP_WT_ATTN_NORM_B] = &L->attn_norm_b;
+        dst[SP_WT_WQ] = &L->wq; dst[SP_WT_BQ] = &L->bq; dst[SP_WT_WK] = &L->wk; dst[SP_WT_BK] = &L->bk;
+        dst[SP_WT_WV] = &L->wv; dst[SP_WT_BV] = &L->bv; dst[SP_WT_WO] = &L->wo; dst[SP_WT_BO] = &L->bo;
+        dst[SP_WT_FFN_NORM] = &L->ffn_norm; dst[SP_WT_FFN_NORM_B] = &L->ffn_norm_b;
+        dst[SP_WT_W_IN] = &L->w_in; dst[SP_WT_B_IN] = &L->b_in; dst[SP_WT_W_UP] = &L->w_up;
+        dst[SP_WT_B_UP] = &L->b_up; dst[SP_WT_W_OUT] = &L->w_out; dst[SP_WT_B_OUT] = &L->b_out;
+        for (int t = SP_WT_ATTN_NORM; t < SP_WT_COUNT; t++)
+            *dst[t] = w->t[t] ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
+    }
+    w->embed = w->t[SP_WT_EMBED];
+    w->pos = w->t[SP_WT_POS];
+    w->lm_head = m->tied_embeddings ? w->embed : w->t[SP_WT_LM_HEAD];
+    w->final_norm = w->t[SP_WT_FINAL_NORM];
+    w->final_norm_b = w->t[SP_WT_FINAL_NORM_B];
+    return SP_OK;
+}
+
+static double randn(uint64_t *s)
+{
+    double u1 = ((double)(sp_kern_rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(sp_kern_rng_next(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+sp_status sp_weights_build_random(const sp_model *m, uint64_t seed, sp_weights *w)
+{
+    SP_CHECK(sp_weights_alloc(m, w));
+    double proj_std = 0.02 / sqrt(2.0 * (double)m->n_layers);
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        float *p = w->t[t];
+        if (!p) continue;
+        /* one stream per tensor kind, so adding a kind does not shift the others */
+        uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(t + 1));
+        int gain = t == SP_WT_FINAL_NORM || t == SP_WT_ATTN_NORM || t == SP_WT_FFN_NORM;
+        double std = (t == SP_WT_WO || t == SP_WT_W_OUT) ? proj_std : 0.02;
+        for (int64_t i = 0; i < w->sizes[t]; i++) p[i] = (float)((gain ? 1.0 : 0.0) + std * randn(&s));
+    }
+    return SP_OK;
+}
+
+void sp_weights_free(sp_weights *w)
+{
+    if (!w) return;
+    free(w->slab);
+    free(w->layers);
+    for (int t = 0; t < SP_WT_COUNT; t++) free(w->scales[t]);
+    memset(w, 0, sizeof *w);
+    w->quant = SP_DT_F32;
+}
+
+/* ---- quantisation ------------------------------------------------------------------ */
+
+static float col_scale(const float *W, int64_t K, int64_t ld, int64_t c, sp_dtype dt)
+{
+    float mx = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        float a = fabsf(W[k * ld + c]);
+        if (a > mx) mx = a;
+    }
+    return mx / (dt == SP_DT_FP8 ? 448.0f : 127.0f);
+}
+
+static int8_t q_int8(float x, float s)
+{
+    if (s == 0.0f) return 0;
+    float q = nearbyintf(x / s);
+    if (q > 127.0f) q = 127.0f;
+    if (q < -127.0f) q = -127.0f;
+    return (int8_t)q;
+}
+
+static uint8_t q_fp8(float x, float s)
+{
+    return s == 0.0f ? 0 : sp_kern_f32_to_fp8(x / s);
+}
+
+static int quant_dtype_ok(sp_dtype dt)
+{
+    return dt == SP_DT_F32 || dt == SP_DT_BF16 || dt == SP_DT_F16 || dt == SP_DT_INT8 || dt == SP_DT_FP8;
+}
+
+sp_status sp_weights_quant_block(const float *W, int64_t K, int64_t ld, int64_t r0, int64_t r1, int64_t c0,
+                                 int64_t c1, sp_dtype dt, const float *cs, void *out, float *scale_out)
+{
+    if (!W || !out || r0 < 0 || r1 > K || r0 > r1 || c0 < 0 || c1 > ld || c0 > c1)
+        return spi_fail(SP_EINVAL, "quant_block: block [%lld,%lld) x [%lld,%lld) outside (%lld, %lld)", (long long)r0,
+                        (long long)r1, (long long)c0, (long long)c1, (long long)K, (long long)ld);
+    if (!quant_dtype_ok(dt)) return spi_fail(SP_EINVAL, "quant_block: unknown dtype %d", (int)dt);
+    int scaled = dt == SP_DT_INT8 || dt == SP_DT_FP8;
+    if (scaled && !scale_out) return spi_fail(SP_EINVAL, "quant_block: %s needs scale_out", sp_dtype_name(dt));
+    int64_t nc = c1 - c0;
+    if (scaled)
+        for (int64_t c = 0; c < nc; c++) scale_out[c] = cs ? cs[c0 + c] : col_scale(W, K, ld, c0 + c, dt);
+    for (int64_t r = 0; r < r1 - r0; r++) {
+        const float *src = W + (r0 + r) * ld + c0;   // (nc)
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t o = r * nc + c;
+            switch (dt) {
+            case SP_DT_F32: ((float *)out)[o] = src[c]; break;
+            case SP_DT_BF16: ((uint16_t *)out)[o] = sp_kern_f32_to_bf16(src[c]); break;
+            case SP_DT_F16: ((uint16_t *)out)[o] = sp_kern_f32_to_f16(src[c]); break;
+            case SP_DT_INT8: ((int8_t *)out)[o] = q_int8(src[c], scale_out[c]); break;
+            case SP_DT_FP8: ((uint8_t *)out)[o] = q_fp8(src[c], scale_out[c]); break;
+            default: break;
+            }
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
+                           int64_t c1, sp_dtype dt, void *out, float *scale_out)
+{
+    if (!w || !w->slab || (int)t < 0 || t >= SP_WT_COUNT || !w->t[t])
+        return spi_fail(SP_EINVAL, "weights_block: tensor %s absent", sp_wt_name(t));
+    int64_t R, C;
+    sp_wt_shape(&w->model, t, &R, &C);
+    const float *base = w->t[t];
+    if (!is_global(t)) {
+        if (layer < 0 || layer >= w->model.n_layers)
+            return spi_fail(SP_EINVAL, "weights_block: layer %lld of %lld", (long long)layer, (long long)w->model.n_layers);
+        base += layer * R * C;
+    }
+    const float *cs = NULL;
+    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (is_global(t) ? 0 : layer * C);
+    return sp_weights_quant_block(base, R, C, r0, r1, c0, c1, dt, cs, out, scale_out);
+}
+
+sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt)
+{
+    if (!w || !w->slab) return spi_fail(SP_EINVAL, "weights_quantize: no weights");
+    if (!quant_dtype_ok(dt)) return spi_fail(SP_EINVAL, "weights_quantize: unknown dtype %d", (int)dt);
+    if (w->quant != SP_DT_F32) return spi_fail(SP_EINVAL, "weights_quantize: already quantised to %s", sp_dtype_name(w->quant));
+    if (dt == SP_DT_F32) return SP_OK;
+    int scaled = dt == SP_DT_INT8 || dt == SP_DT_FP8;
+    int64_t NL = w->model.n_layers;
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        if (!sp_wt_is_matrix((sp_wt)t) || !w->t[t]) continue;
+        int64_t R, C;
+        sp_wt_shape(&w->model, (sp_wt)t, &R, &C);
+        if (scaled) {
+            w->scales[t] = malloc((size_t)(NL * C) * sizeof(float));
+            if (!w->scales[t]) return spi_fail(SP_ENOMEM, "weights_quantize: no memory for scales");
+        }
+        for (int64_t l = 0; l < NL; l++) {
+            float *W = w->t[t] + l * R * C;   // (R, C)
+            float *s = scaled ? w->scales[t] + l * C : NULL;   // (C)
+            if (s)
+                for (int64_t c = 0; c < C; c++) s[c] = col_scale(W, R, C, c, dt);
+            for (int64_t i = 0; i < R * C; i++) {
+                float x = W[i];
+                switch (dt) {
+                case SP_DT_BF16: W[i] = sp_kern_bf16_to_f32(sp_kern_f32_to_bf16(x)); break;
+                case SP_DT_F16: W[i] = sp_kern_f16_to_f32(sp_kern_f32_to_f16(x)); break;
+                case SP_DT_INT8: W[i] = (float)q_int8(x, s[i % C]) * s[i % C]; break;
+                case SP_DT_FP8: W[i] = sp_kern_fp8_to_f32(q_fp8(x, s[i % C])) * s[i % C]; break;
+                default: break;
+                }
+            }
+        }
+    }
+    w->quant = dt;
+    return SP_OK;
+}
