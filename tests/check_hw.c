@@ -1,0 +1,146 @@
+/* check_hw.c: hardware descriptions, efficiency curve, defaults, dtypes. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "sp_hw.h"
+
+static const char *const bundled[] = {"tpu-v4", "a100-40g", "a100-80g", "h100", "h200"};
+
+START_TEST(test_bundled_loads)
+{
+    sp_hw hw;
+    sp_error err;
+    char buf[1024], rel[64], path[1024];
+    sp_error_init(&err);
+    ck_assert_msg(sp_hw_find(bundled[_i], &hw, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
+    ck_assert_str_eq(hw.name, bundled[_i]);
+    ck_assert_int_eq(sp_hw_validate(&hw, NULL), SP_OK);
+    ck_assert(hw.peak_flops[SP_DT_BF16] > 0);
+    snprintf(rel, sizeof rel, "hw/%s.json", bundled[_i]);
+    ck_assert_int_eq(sp_data_path(rel, path, sizeof path), SP_OK);
+    json_t *j = json_load_file(path, 0, NULL);
+    ck_assert(json_is_string(json_object_get(j, "source")));
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(test_figures)
+{
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    ck_assert_int_eq(hw.topo, SP_TOPO_TORUS);
+    ck_assert_double_eq(hw.peak_flops[SP_DT_BF16], 275e12);
+    ck_assert_double_eq(hw.link_bw * hw.links_per_chip, 270e9);
+    ck_assert_int_eq(hw.hbm_bytes, 32LL << 30);
+    ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);
+    ck_assert_int_eq(hw.topo, SP_TOPO_CLUSTER);
+    ck_assert_double_eq(hw.peak_flops[SP_DT_INT8], 624e12);
+    ck_assert_double_eq(hw.hbm_bw, 2039e9);
+    ck_assert_double_eq(hw.intra_bw, 300e9);
+    ck_assert_double_eq(hw.inter_bw, 25e9);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    ck_assert_double_eq(hw.peak_flops[SP_DT_FP8], 1979e12);
+    ck_assert_double_eq(hw.intra_bw, 450e9);
+    ck_assert_double_eq(hw.inter_bw, 50e9);
+    ck_assert_int_eq(sp_hw_find("h200", &hw, &err), SP_OK);
+    ck_assert_double_eq(hw.hbm_bw, 4.8e12);
+    ck_assert_double_eq(hw.peak_flops[SP_DT_BF16], 989e12);
+}
+END_TEST
+
+static const char minimal[] =
+    "{\"name\":\"m\",\"chip\":{\"peak_flops\":{\"bf16\":1e12},\"hbm_bytes\":1073741824,\"hbm_bw\":1e11},"
+    "\"topology\":{\"kind\":\"cluster\",\"chips_per_node\":4,\"intra_node_bw\":1e10,\"intra_node_latency\":1e-6,"
+    "\"inter_node_bw\":1e9,\"inter_node_latency\":1e-5}}";
+
+START_TEST(test_defaults)
+{
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_loads(minimal, 0, &hw, &err), SP_OK);
+    ck_assert_double_eq(hw.hbm_usable, 0.9);
+    ck_assert_double_eq(hw.hbm_bw_eff, 1.0);
+    ck_assert_int_eq(hw.overlap, SP_OVERLAP_FULL);
+    ck_assert_int_eq(hw.eff_points, 0);
+    ck_assert_double_eq(sp_hw_matmul_eff(&hw, 1e9), 1.0);
+    ck_assert_int_eq(hw.max_chips, 0);
+    ck_assert_double_eq(hw.peak_flops[SP_DT_F32], 0);
+}
+END_TEST
+
+START_TEST(test_curve)
+{
+    sp_hw hw;
+    sp_error err;
+    char text[2048];
+    snprintf(text, sizeof text, "%.*s,\"efficiency\":{\"matmul\":[[1e9,0.2],[1e11,0.6],[1e12,0.8]],"
+             "\"overlap\":{\"fraction\":0.5},\"hbm_bw\":0.8}}", (int)strlen(minimal) - 1, minimal);
+    ck_assert_int_eq(sp_hw_loads(text, 0, &hw, &err), SP_OK);
+    ck_assert_int_eq(hw.eff_points, 3);
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, 1e3), 0.2, 1e-12);   /* clamped */
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, 1e9), 0.2, 1e-12);
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, 1e10), 0.4, 1e-12);  /* log midpoint */
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, 1e11), 0.6, 1e-12);
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, sqrt(1e23)), 0.7, 1e-12);
+    ck_assert_double_eq_tol(sp_hw_matmul_eff(&hw, 1e15), 0.8, 1e-12);  /* clamped */
+    ck_assert_int_eq(hw.overlap, SP_OVERLAP_FRACTION);
+    ck_assert_double_eq(hw.overlap_fraction, 0.5);
+    ck_assert_double_eq(hw.hbm_bw_eff, 0.8);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    sp_hw hw;
+    sp_error err;
+    char text[2048];
+    /* drop inter_node_bw */
+    snprintf(text, sizeof text, "%s", minimal);
+    char *p = strstr(text, "\"inter_node_bw\":1e9,");
+    memmove(p, p + strlen("\"inter_node_bw\":1e9,"), strlen(p + strlen("\"inter_node_bw\":1e9,")) + 1);
+    ck_assert_int_eq(sp_hw_loads(text, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/topology/inter_node_bw");
+    ck_assert_ptr_nonnull(strstr(err.text, "missing field"));
+    ck_assert_int_eq(sp_hw_loads("{\"name\":", 0, &hw, &err), SP_EPARSE);
+    ck_assert_int_eq(err.line, 1);
+    ck_assert_int_eq(sp_hw_find("no-such-hw", &hw, &err), SP_EIO);
+    sp_hw_init(&hw);
+    ck_assert_int_eq(sp_hw_validate(&hw, &err), SP_EINVAL);
+}
+END_TEST
+
+START_TEST(test_dtypes)
+{
+    sp_dtype t;
+    ck_assert_int_eq(sp_dtype_parse("bf16", &t), SP_OK);
+    ck_assert_int_eq(t, SP_DT_BF16);
+    ck_assert_int_eq(sp_dtype_parse("fp32", &t), SP_OK);
+    ck_assert_int_eq(t, SP_DT_F32);
+    ck_assert_int_eq(sp_dtype_parse("int4", &t), SP_EINVAL);
+    ck_assert_int_eq(sp_dtype_bytes(SP_DT_F32), 4);
+    ck_assert_int_eq(sp_dtype_bytes(SP_DT_FP8), 1);
+    ck_assert_str_eq(sp_dtype_name(SP_DT_INT8), "int8");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hw");
+    TCase *tc = tcase_create("hw");
+    tcase_add_loop_test(tc, test_bundled_loads, 0, (int)(sizeof bundled / sizeof bundled[0]));
+    tcase_add_test(tc, test_figures);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_curve);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_dtypes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,328 @@
+/* check_model.c: model loading, HF configs, validation paths and derived quantities. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "sp_model.h"
+
+static const char *const bundled[] = {
+    "palm-8b", "palm-62b", "palm-540b", "gpt3-175b", "mt-nlg-530b", "bloom-176b", "gpt-j-6b",
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
+    "falcon-180b", "mixtral-8x7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
+};
+#define N_BUNDLED (int)(sizeof bundled / sizeof bundled[0])
+
+static void load(const char *name, sp_model *m, sp_model_stats *st)
+{
+    sp_error err;
+    char buf[1024];
+    sp_error_init(&err);
+    sp_status s = sp_model_find(name, m, &err);
+    ck_assert_msg(s == SP_OK, "%s: %s", name, sp_error_format(&err, buf, sizeof buf));
+    ck_assert_int_eq(sp_model_validate(m, NULL), SP_OK);
+    ck_assert_int_eq(sp_model_derive(m, m->max_context, st), SP_OK);
+}
+
+START_TEST(test_bundled_loads)
+{
+    sp_model m;
+    sp_model_stats st;
+    load(bundled[_i], &m, &st);
+    ck_assert_str_eq(m.name, bundled[_i]);
+    ck_assert_int_eq(st.params_total, st.params_embedding + st.params_attention + st.params_ffn + st.params_norm);
+    ck_assert_int_eq(st.weight_bytes_bf16, 2 * st.params_total);
+    /* bundled files cite a source */
+    char rel[128], path[1024];
+    snprintf(rel, sizeof rel, "models/%s.json", bundled[_i]);
+    ck_assert_int_eq(sp_data_path(rel, path, sizeof path), SP_OK);
+    json_t *j = json_load_file(path, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_t *src = json_object_get(j, "source");
+    ck_assert_msg(json_is_string(src) && strlen(json_string_value(src)) > 10, "%s has no source", path);
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(test_every_file_in_models_is_listed)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models", sp_data_dir());
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json")) continue;
+        int found = 0;
+        for (int i = 0; i < N_BUNDLED; i++)
+            if (strlen(bundled[i]) == l - 5 && !strncmp(bundled[i], e->d_name, l - 5)) found = 1;
+        ck_assert_msg(found, "data/models/%s is not covered by test_bundled_loads", e->d_name);
+    }
+    closedir(d);
+}
+END_TEST
+
+static void near(const char *name, double want, double rel)
+{
+    sp_model m;
+    sp_model_stats st;
+    load(name, &m, &st);
+    double got = (double)st.params_total;
+    ck_assert_msg(got > want * (1 - rel) && got < want * (1 + rel), "%s: %.6g params, want %.6g", name, got, want);
+}
+
+START_TEST(test_palm_totals)
+{
+    near("palm-540b", 540.35e9, 0.005);
+    near("palm-62b", 62.5e9, 0.005);
+    near("palm-8b", 8.63e9, 0.005);
+}
+END_TEST
+
+START_TEST(test_published_totals)
+{
+    near("llama2-7b", 6.74e9, 0.005);
+    near("llama2-13b", 13.02e9, 0.005);
+    near("llama3.1-8b", 8.03e9, 0.005);
+    near("llama3.1-70b", 70.55e9, 0.005);
+    near("llama3.1-405b", 405.85e9, 0.005);
+    near("gpt3-175b", 175e9, 0.01);
+    near("mt-nlg-530b", 530e9, 0.01);
+    near("bloom-176b", 176.2e9, 0.005);
+    near("gpt-j-6b", 6.05e9, 0.005);
+    near("mixtral-8x7b", 46.7e9, 0.005);
+    sp_model m;
+    sp_model_stats st;
+    load("mixtral-8x7b", &m, &st);
+    ck_assert_msg(st.params_active > 12.8e9 && st.params_active < 13.0e9, "active %lld", (long long)st.params_active);
+}
+END_TEST
+
+START_TEST(test_hf_llama2_70b)
+{
+    char path[1024];
+    sp_model m, b;
+    sp_model_stats st, sb;
+    sp_error err;
+    snprintf(path, sizeof path, "%s/hf/llama2-70b/config.json", sp_data_dir());
+    ck_assert_int_eq(sp_model_load_file(path, 0, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&m, 4096, &st), SP_OK);
+    ck_assert_msg(st.params_total > 68.98e9 * 0.995 && st.params_total < 68.98e9 * 1.005, "%lld",
+                  (long long)st.params_total);
+    ck_assert_int_eq(st.kv_bytes_per_token, 327680);
+    ck_assert_int_eq(m.n_kv_heads, 8);
+    ck_assert_int_eq(m.d_head, 128);
+    ck_assert_int_eq(m.ffn, SP_FFN_SWIGLU);
+    ck_assert_int_eq(m.norm, SP_NORM_RMSNORM);
+    ck_assert_int_eq(m.tied_embeddings, 0);
+    ck_assert_double_eq_tol(m.norm_eps, 1e-5, 1e-12);
+    /* the HF config and the bundled description agree */
+    load("llama2-70b", &b, &sb);
+    ck_assert_int_eq(st.params_total, sb.params_total);
+}
+END_TEST
+
+static sp_status loads(const char *text, sp_model *m, sp_error *err)
+{
+    sp_error_init(err);
+    return sp_model_loads(text, 0, m, err);
+}
+
+START_TEST(test_hf_families)
+{
+    sp_model m;
+    sp_model_stats st;
+    sp_error err;
+    /* GPT-2 small: 124.44M */
+    ck_assert_int_eq(loads("{\"model_type\":\"gpt2\",\"n_embd\":768,\"n_layer\":12,\"n_head\":12,"
+                           "\"n_positions\":1024,\"vocab_size\":50257,\"n_inner\":null}", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    ck_assert_int_eq(st.params_total, 124439808);
+    ck_assert_int_eq(m.d_ff, 3072);
+    ck_assert_int_eq(m.positions, SP_POS_LEARNED);
+    /* Mixtral */
+    ck_assert_int_eq(loads("{\"architectures\":[\"MixtralForCausalLM\"],\"hidden_size\":4096,\"intermediate_size\":14336,"
+                           "\"num_attention_heads\":32,\"num_key_value_heads\":8,\"num_hidden_layers\":32,"
+                           "\"vocab_size\":32000,\"num_local_experts\":8,\"num_experts_per_tok\":2}", &m, &err), SP_OK);
+    ck_assert_int_eq(m.n_experts, 8);
+    ck_assert_int_eq(m.top_k, 2);
+    /* Falcon-180B style */
+    ck_assert_int_eq(loads("{\"model_type\":\"falcon\",\"hidden_size\":14848,\"num_hidden_layers\":80,"
+                           "\"num_attention_heads\":232,\"num_kv_heads\":8,\"new_decoder_architecture\":true,"
+                           "\"vocab_size\":65024,\"parallel_attn\":true,\"bias\":false,\"alibi\":false}", &m, &err), SP_OK);
+    ck_assert_int_eq(m.n_kv_heads, 8);
+    ck_assert_int_eq(m.d_ff, 4 * 14848);
+    ck_assert_int_eq(m.block, SP_BLOCK_PARALLEL);
+    /* GPT-NeoX 20B: 20.55B with separate head */
+    ck_assert_int_eq(loads("{\"model_type\":\"gpt_neox\",\"hidden_size\":6144,\"num_hidden_layers\":44,"
+                           "\"num_attention_heads\":64,\"intermediate_size\":24576,\"vocab_size\":50432,"
+                           "\"max_position_embeddings\":2048,\"use_parallel_residual\":true}", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    ck_assert_msg(st.params_total > 20.5e9 && st.params_total < 20.6e9, "%lld", (long long)st.params_total);
+    /* BLOOM: ALiBi maps to rope */
+    ck_assert_int_eq(loads("{\"model_type\":\"bloom\",\"hidden_size\":14336,\"n_layer\":70,\"n_head\":112,"
+                           "\"vocab_size\":250880}", &m, &err), SP_OK);
+    ck_assert_int_eq(m.positions, SP_POS_ROPE);
+    /* Qwen2 */
+    ck_assert_int_eq(loads("{\"model_type\":\"qwen2\",\"hidden_size\":3584,\"intermediate_size\":18944,"
+                           "\"num_attention_heads\":28,\"num_key_value_heads\":4,\"num_hidden_layers\":28,"
+                           "\"vocab_size\":152064,\"tie_word_embeddings\":false}", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    ck_assert_msg(st.params_total > 7.60e9 && st.params_total < 7.63e9, "%lld", (long long)st.params_total);
+}
+END_TEST
+
+/* L=2 E=8 F=16 H=2 KVH=1 D=4 V=10, GELU, serial, LayerNorm, learned, untied, bias, ctx 5. */
+static const char tiny[] =
+    "{\"name\":\"hand\",\"n_layers\":2,\"d_model\":8,\"d_ff\":16,\"n_heads\":2,\"n_kv_heads\":1,\"d_head\":4,"
+    "\"vocab\":10,\"ffn\":\"gelu\",\"block\":\"serial\",\"norm\":\"layernorm\",\"positions\":\"learned\","
+    "\"tied_embeddings\":false,\"bias\":true,\"max_context\":5}";
+
+START_TEST(test_derive_by_hand)
+{
+    sp_model m;
+    sp_model_stats st;
+    sp_error err;
+    ck_assert_int_eq(loads(tiny, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&m, 3, &st), SP_OK);
+    /* attention/layer: Q 8*8 + K 8*4 + V 8*4 + O 8*8 = 192, biases 8 + 4 + 4 + 8 = 24 */
+    ck_assert_int_eq(st.params_attention, 2 * 216);
+    /* ffn/layer: 2*8*16 = 256, biases 16 + 8 */
+    ck_assert_int_eq(st.params_ffn, 2 * 280);
+    /* norms: 2 LayerNorms (16 each) per layer + final */
+    ck_assert_int_eq(st.params_norm, 2 * 32 + 16);
+    /* embedding: tokens 80 + positions 40 + untied head 80 */
+    ck_assert_int_eq(st.params_embedding, 200);
+    ck_assert_int_eq(st.params_total, 1272);
+    ck_assert_int_eq(st.params_active, 1272);
+    ck_assert_int_eq(st.params_per_layer, 528);
+    ck_assert_int_eq(st.weight_bytes_bf16, 2544);
+    ck_assert_int_eq(st.weight_bytes_int8, 1272);
+    ck_assert_int_eq(st.kv_bytes_per_token, 2 * 2 * 1 * 4 * 2);
+    /* matmul weights: total - norms - embedding lookup (120) - head (80) + head (80) */
+    ck_assert_int_eq(st.matmul_flops_per_token, 2 * (1272 - 80 - 200 + 80));
+    ck_assert_int_eq(st.attention_flops_per_token, 4 * 2 * 2 * 4 * 3);
+    ck_assert_int_eq(st.context, 3);
+
+    /* same with 4 experts, 2 active, router 8*4 */
+    m.n_experts = 4, m.top_k = 2, m.moe_every = 1;
+    ck_assert_int_eq(sp_model_derive(&m, 3, &st), SP_OK);
+    ck_assert_int_eq(st.params_ffn, 2 * (4 * 280 + 32));
+    ck_assert_int_eq(st.params_active, st.params_total - 2 * (2 * 280));
+    ck_assert_int_eq(st.params_per_layer, 216 + 4 * 280 + 32 + 32);
+
+    /* SwiGLU, parallel, RMSNorm, rope, tied, no bias */
+    m.n_experts = 0, m.ffn = SP_FFN_SWIGLU, m.block = SP_BLOCK_PARALLEL, m.norm = SP_NORM_RMSNORM;
+    m.positions = SP_POS_ROPE, m.tied_embeddings = 1, m.bias = 0;
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    ck_assert_int_eq(st.params_ffn, 2 * 3 * 8 * 16);
+    ck_assert_int_eq(st.params_norm, 2 * 8 + 8);
+    ck_assert_int_eq(st.params_embedding, 80);
+    ck_assert_int_eq(st.params_total, 80 + 2 * 192 + 2 * 384 + 24);
+    ck_assert_int_eq(st.context, 5);
+    ck_assert_int_eq(sp_model_ffn_matrices(&m), 3);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(loads("{\"name\":\"d\",\"n_layers\":1,\"d_model\":64,\"d_ff\":128,\"n_heads\":8,\"vocab\":16,"
+                           "\"ffn\":\"gelu\",\"block\":\"serial\",\"norm\":\"rmsnorm\",\"positions\":\"rope\","
+                           "\"tied_embeddings\":true,\"bias\":false,\"max_context\":32,\"notes\":\"ok\"}", &m, &err),
+                     SP_OK);
+    ck_assert_int_eq(m.n_kv_heads, 8);
+    ck_assert_int_eq(m.d_head, 8);
+    ck_assert_double_eq(m.rope_theta, 10000.0);
+    ck_assert_int_eq(m.n_experts, 0);
+}
+END_TEST
+
+/* Validation failures name the field. */
+static const struct { const char *edit_key, *edit_val, *path, *text; } bad[] = {
+    {"n_layers", "0", "/n_layers", "out of range"},
+    {"d_model", "-8", "/d_model", "out of range"},
+    {"n_kv_heads", "3", "/n_kv_heads", "multiple"},
+    {"ffn", "\"relu\"", "/ffn", "must be one of gelu, swiglu"},
+    {"d_ff", "\"16\"", "/d_ff", "must be an integer"},
+    {"vocab", "4611686018427387904", "/vocab", "overflows 64 bits"},
+    {"typo_key", "1", "/typo_key", "unknown key"},
+    {"bias", "null", "/bias", "missing field"},
+};
+
+START_TEST(test_validation_paths)
+{
+    char text[1024];
+    json_t *j = json_loads(tiny, 0, NULL);
+    json_object_set_new(j, bad[_i].edit_key, json_loads(bad[_i].edit_val, JSON_DECODE_ANY, NULL));
+    char *s = json_dumps(j, 0);
+    snprintf(text, sizeof text, "%s", s);
+    free(s);
+    json_decref(j);
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(loads(text, &m, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, bad[_i].path);
+    ck_assert_msg(strstr(err.text, bad[_i].text), "%s: '%s' lacks '%s'", bad[_i].path, err.text, bad[_i].text);
+    ck_assert_str_eq(err.source, "<string>");
+}
+END_TEST
+
+START_TEST(test_validate_struct)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(loads(tiny, &m, &err), SP_OK);
+    m.n_heads = 6, m.n_kv_heads = 4;
+    ck_assert_int_eq(sp_model_validate(&m, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/n_kv_heads");
+    ck_assert_int_eq(loads(tiny, &m, &err), SP_OK);
+    m.n_layers = INT64_MAX / 2;
+    ck_assert_int_eq(sp_model_validate(&m, &err), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.text, "overflows"));
+    sp_model_stats st;
+    ck_assert_int_eq(sp_model_derive(&m, 1, &st), SP_EINVAL);
+}
+END_TEST
+
+START_TEST(test_parse_errors)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(loads("{\"name\": \"x\",\n \"n_layers\": 2,\n}", &m, &err), SP_EPARSE);
+    ck_assert_int_eq(err.line, 3);
+    ck_assert_int_gt(err.column, 0);
+    ck_assert_int_eq(loads("", &m, &err), SP_EPARSE);
+    ck_assert_int_eq(loads("[]", &m, &err), SP_EINVAL);
+    ck_assert_int_eq(sp_model_load_file("/nonexistent/x.json", 0, &m, &err), SP_EIO);
+    ck_assert_int_eq(sp_model_find("no-such-model", &m, &err), SP_EIO);
+    ck_assert_str_eq(sp_ffn_name(SP_FFN_SWIGLU), "swiglu");
+    ck_assert_str_eq(sp_pos_name(SP_POS_LEARNED), "learned");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_add_loop_test(tc, test_bundled_loads, 0, N_BUNDLED);
+    tcase_add_test(tc, test_every_file_in_models_is_listed);
+    tcase_add_test(tc, test_palm_totals);
+    tcase_add_test(tc, test_published_totals);
+    tcase_add_test(tc, test_hf_llama2_70b);
+    tcase_add_test(tc, test_hf_families);
+    tcase_add_test(tc, test_derive_by_hand);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_loop_test(tc, test_validation_paths, 0, (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, test_validate_struct);
+    tcase_add_test(tc, test_parse_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
