@@ -3,5 +3,5 @@
 include bench/comm.mk
 include bench/kern.mk
 include bench/cost.mk
-bench: $(BENCH_PROGRAMS)
+bench: $(SP_BENCH_BINS)
 .PHONY: bench

@@ -8,7 +8,9 @@ libspcore_la_SOURCES = \
 	src/spi_json.h src/json_util.c \
 	src/sp_model.h src/model.c src/model_hf.c \
 	src/sp_hw.h src/hw.c \
-	src/sp_mesh.h src/mesh.c
+	src/sp_mesh.h src/mesh.c \
+	src/sp_layout.h src/layout.c \
+	src/sp_lower.h src/lower.c
 libspcore_la_LIBADD = $(SP_DEP_LIBS)
 
 lib_LTLIBRARIES += libshardplan.la
@@ -17,7 +19,7 @@ libshardplan_la_LIBADD = libspcore.la $(SP_DEP_LIBS)
 libshardplan_la_LDFLAGS = -no-undefined -export-symbols-regex '^sp_' -version-info $(SP_LT_VERSION)
 
 shardplanincludedir = $(includedir)/shardplan
-shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h
+shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h src/sp_layout.h src/sp_lower.h
 nodist_shardplaninclude_HEADERS = src/sp_version.h
 
 include src/cli/local.mk

@@ -1,0 +1,365 @@
+/* layout.c: the layout's text and JSON forms and its validity checks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "spi_common.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+
+static const char *const ffn_names[SP_FL_COUNT] = {"ws1d", "ws2d", "wg-x", "wg-xy", "wg-xyz"};
+static const char *const attn_names[SP_AL_COUNT] = {"heads", "batch"};
+static const char *const phase_names[SP_PHASE_COUNT] = {"prefill", "decode"};
+
+const char *sp_ffn_layout_name(sp_ffn_layout f) { return f < SP_FL_COUNT ? ffn_names[f] : "?"; }
+const char *sp_attn_layout_name(sp_attn_layout a) { return a < SP_AL_COUNT ? attn_names[a] : "?"; }
+const char *sp_phase_name(sp_phase p) { return p < SP_PHASE_COUNT ? phase_names[p] : "?"; }
+int sp_ffn_layout_is_1d(sp_ffn_layout f) { return f == SP_FL_WS1D; }
+
+void sp_layout_init(sp_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->stages = l->replicas = 1;
+    l->mesh[0] = l->mesh[1] = l->mesh[2] = 1;
+    l->weights = SP_DT_BF16;
+    l->kv = SP_DT_BF16;
+    l->microbatches = 1;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        l->phase[p].ffn = SP_FL_WS2D;
+        l->phase[p].attn = SP_AL_HEADS;
+    }
+    l->placement[0] = SP_AXIS_Z;
+    l->placement[1] = SP_AXIS_Y;
+    l->placement[2] = SP_AXIS_X;
+}
+
+int sp_layout_chips(const sp_layout *l) { return l->stages * l->replicas * l->mesh[0] * l->mesh[1] * l->mesh[2]; }
+
+void sp_layout_mesh(const sp_layout *l, sp_mesh *out)
+{
+    out->dims[SP_AXIS_STAGE] = l->stages;
+    out->dims[SP_AXIS_REPLICA] = l->replicas;
+    out->dims[SP_AXIS_X] = l->mesh[0];
+    out->dims[SP_AXIS_Y] = l->mesh[1];
+    out->dims[SP_AXIS_Z] = l->mesh[2];
+}
+
+static int lookup(const char *s, size_t len, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && !strncmp(s, names[i], len)) return i;
+    return -1;
+}
+
+static sp_status parse_phase(const char *v, size_t len, sp_phase_layout *out, const char *key, sp_error *err)
+{
+    const char *slash = memchr(v, '/', len);
+    size_t flen = slash ? (size_t)(slash - v) : len;
+    int f = lookup(v, flen, ffn_names, SP_FL_COUNT);
+    if (f < 0)
+        return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key,
+                             "unknown FFN layout '%.*s' (ws1d, ws2d, wg-x, wg-xy, wg-xyz)", (int)flen, v);
+    out->ffn = (sp_ffn_layout)f;
+    if (slash) {
+        int a = lookup(slash + 1, len - flen - 1, attn_names, SP_AL_COUNT);
+        if (a < 0)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "unknown attention layout '%.*s' (heads, batch)",
+                                 (int)(len - flen - 1), slash + 1);
+        out->attn = (sp_attn_layout)a;
+    }
+    return SP_OK;
+}
+
+static sp_status parse_int(const char *v, size_t len, int *out, const char *key, sp_error *err)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) goto bad;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    char *end;
+    long x = strtol(buf, &end, 10);
+    if (*end || x < 1 || x > 1 << 20) goto bad;
+    *out = (int)x;
+    return SP_OK;
+bad:
+    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a positive integer", (int)len, v);
+}
+
+static sp_status parse_placement(const char *v, size_t len, sp_layout *l, sp_error *err)
+{
+    int seen = 0;
+    if (len != 3) goto bad;
+    for (int i = 0; i < 3; i++) {
+        int a = v[i] == 'x' ? SP_AXIS_X : v[i] == 'y' ? SP_AXIS_Y : v[i] == 'z' ? SP_AXIS_Z : -1;
+        if (a < 0 || (seen & (1 << a))) goto bad;
+        seen |= 1 << a;
+        l->placement[i] = (sp_axis)a;
+    }
+    return SP_OK;
+bad:
+    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, "placement",
+                         "'%.*s' is not an order of the axes x, y, z (innermost first, e.g. zyx)", (int)len, v);
+}
+
+static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
+{
+    const char *p = text;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, "",
+                                 "expected key=value, got '%.*s'", (int)len, p);
+        size_t klen = (size_t)(eq - p);
+        const char *v = eq + 1;
+        size_t vlen = len - klen - 1;
+        char key[24];
+        snprintf(key, sizeof key, "%.*s", (int)(klen < 23 ? klen : 23), p);
+        sp_status st = SP_OK;
+        if (!strcmp(key, "stages")) st = parse_int(v, vlen, &l->stages, key, err);
+        else if (!strcmp(key, "replicas")) st = parse_int(v, vlen, &l->replicas, key, err);
+        else if (!strcmp(key, "microbatches")) st = parse_int(v, vlen, &l->microbatches, key, err);
+        else if (!strcmp(key, "mesh")) {
+            int dims[3] = {1, 1, 1}, nd = 0;
+            const char *q = v, *end = v + vlen;
+            while (q < end && nd < 3) {
+                const char *x = memchr(q, 'x', (size_t)(end - q));
+                size_t dl = x ? (size_t)(x - q) : (size_t)(end - q);
+                SP_CHECK(parse_int(q, dl, &dims[nd++], key, err));
+                q += dl + (x ? 1 : 0);
+                if (x && q == end) nd = 4;
+            }
+            if (q < end || nd > 3)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, "mesh",
+                                     "'%.*s' is not XxYxZ (1 to 3 positive integers joined by x)", (int)vlen, v);
+            memcpy(l->mesh, dims, sizeof dims);
+        } else if (!strcmp(key, "weights") || !strcmp(key, "kv")) {
+            char dt[16];
+            snprintf(dt, sizeof dt, "%.*s", (int)(vlen < 15 ? vlen : 15), v);
+            sp_dtype d;
+            if (sp_dtype_parse(dt, &d) != SP_OK)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key,
+                                     "unknown dtype '%.*s' (f32, bf16, f16, int8, fp8)", (int)vlen, v);
+            if (key[0] == 'w') l->weights = d;
+            else l->kv = d;
+        } else if (!strcmp(key, "prefill")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_PREFILL], key, err);
+        else if (!strcmp(key, "decode")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_DECODE], key, err);
+        else if (!strcmp(key, "placement")) st = parse_placement(v, vlen, l, err);
+        else
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
+                                 "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
+                                 "decode, placement)");
+        if (st != SP_OK) return st;
+        p += len + (comma ? 1 : 0);
+    }
+    return SP_OK;
+}
+
+static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp_error *err)
+{
+    char path[32];
+    snprintf(path, sizeof path, "/%s", key);
+    if (!json_is_object(o)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an object {\"ffn\":..., \"attn\":...}");
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!json_is_string(v)) {
+            snprintf(path, sizeof path, "/%s/%s", key, k);
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string");
+        }
+        const char *s = json_string_value(v);
+        if (!strcmp(k, "ffn")) {
+            int f = lookup(s, strlen(s), ffn_names, SP_FL_COUNT);
+            snprintf(path, sizeof path, "/%s/ffn", key);
+            if (f < 0) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "unknown FFN layout '%s' (ws1d, ws2d, wg-x, wg-xy, wg-xyz)", s);
+            out->ffn = (sp_ffn_layout)f;
+        } else if (!strcmp(k, "attn")) {
+            int a = lookup(s, strlen(s), attn_names, SP_AL_COUNT);
+            snprintf(path, sizeof path, "/%s/attn", key);
+            if (a < 0) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "unknown attention layout '%s' (heads, batch)", s);
+            out->attn = (sp_attn_layout)a;
+        } else {
+            snprintf(path, sizeof path, "/%s/%s", key, k);
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "unknown key (ffn, attn)");
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
+{
+    json_t *root = (json_t *)json;
+    sp_layout_init(l);
+    if (!json_is_object(root)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, "", "a layout must be a JSON object");
+    /* a plan's "chosen" object or {"layout": {...}} is accepted as well */
+    json_t *inner = json_object_get(root, "layout");
+    if (json_is_object(inner)) root = inner;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        char path[40];
+        snprintf(path, sizeof path, "/%s", k);
+        if (!strcmp(k, "stages") || !strcmp(k, "replicas") || !strcmp(k, "microbatches")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a positive integer");
+            int x = (int)json_integer_value(v);
+            if (k[0] == 's') l->stages = x;
+            else if (k[0] == 'r') l->replicas = x;
+            else l->microbatches = x;
+        } else if (!strcmp(k, "mesh")) {
+            if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > 3)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 1 to 3 positive integers [X, Y, Z]");
+            int dims[3] = {1, 1, 1};
+            for (size_t i = 0; i < json_array_size(v); i++) {
+                json_t *d = json_array_get(v, i);
+                if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > 1 << 20)
+                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 1 to 3 positive integers [X, Y, Z]");
+                dims[i] = (int)json_integer_value(d);
+            }
+            memcpy(l->mesh, dims, sizeof dims);
+        } else if (!strcmp(k, "weights") || !strcmp(k, "kv")) {
+            sp_dtype d;
+            if (!json_is_string(v) || sp_dtype_parse(json_string_value(v), &d) != SP_OK)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be one of f32, bf16, f16, int8, fp8");
+            if (k[0] == 'w') l->weights = d;
+            else l->kv = d;
+        } else if (!strcmp(k, "prefill")) {
+            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_PREFILL], err));
+        } else if (!strcmp(k, "decode")) {
+            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_DECODE], err));
+        } else if (!strcmp(k, "placement")) {
+            if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string such as \"zyx\"");
+            SP_CHECK(parse_placement(json_string_value(v), strlen(json_string_value(v)), l, err));
+        } else if (!strcmp(k, "text") || !strcmp(k, "chips")) {
+            /* informational keys written by sp_layout_to_json */
+        } else {
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
+                                 "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement)");
+        }
+    }
+    return SP_OK;
+}
+
+sp_status sp_layout_parse(const char *text, sp_layout *out, sp_error *err)
+{
+    if (!text) return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "", "no layout given");
+    while (*text == ' ' || *text == '\t' || *text == '\n') text++;
+    if (*text == '{') {
+        json_error_t je;
+        json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+        if (!root) return spi_error_set(err, SP_EPARSE, "<layout>", je.line, je.column, "", "%s", je.text);
+        sp_status st = sp_layout_from_json(root, out, err);
+        json_decref(root);
+        return st;
+    }
+    sp_layout_init(out);
+    return parse_text(text, out, err);
+}
+
+sp_status sp_layout_load_file(const char *path, sp_layout *out, sp_error *err)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        sp_status st = spi_error_set(err, SP_EPARSE, path, je.line, je.column, "", "%s", je.text);
+        if (err) snprintf(err->source, sizeof err->source, "%s", path);
+        return st;
+    }
+    sp_status st = sp_layout_from_json(root, out, err);
+    if (st != SP_OK && err) snprintf(err->source, sizeof err->source, "%s", path);
+    json_decref(root);
+    return st;
+}
+
+char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
+{
+    static const char ax[SP_AXIS_COUNT] = {'s', 'r', 'x', 'y', 'z'};
+    snprintf(buf, size,
+             "stages=%d,replicas=%d,mesh=%dx%dx%d,weights=%s,kv=%s,microbatches=%d,prefill=%s/%s,decode=%s/%s,"
+             "placement=%c%c%c",
+             l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], sp_dtype_name(l->weights),
+             sp_dtype_name(l->kv), l->microbatches, sp_ffn_layout_name(l->phase[0].ffn),
+             sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
+             sp_attn_layout_name(l->phase[1].attn), ax[l->placement[0]], ax[l->placement[1]], ax[l->placement[2]]);
+    return buf;
+}
+
+void *sp_layout_to_json(const sp_layout *l)
+{
+    static const char ax[SP_AXIS_COUNT] = {'s', 'r', 'x', 'y', 'z'};
+    char pl[4] = {ax[l->placement[0]], ax[l->placement[1]], ax[l->placement[2]], 0};
+    json_t *o = json_object();
+    json_object_set_new(o, "stages", json_integer(l->stages));
+    json_object_set_new(o, "replicas", json_integer(l->replicas));
+    json_object_set_new(o, "mesh", json_pack("[iii]", l->mesh[0], l->mesh[1], l->mesh[2]));
+    json_object_set_new(o, "weights", json_string(sp_dtype_name(l->weights)));
+    json_object_set_new(o, "kv", json_string(sp_dtype_name(l->kv)));
+    json_object_set_new(o, "microbatches", json_integer(l->microbatches));
+    for (int p = 0; p < SP_PHASE_COUNT; p++)
+        json_object_set_new(o, sp_phase_name((sp_phase)p),
+                            json_pack("{ssss}", "ffn", sp_ffn_layout_name(l->phase[p].ffn), "attn",
+                                      sp_attn_layout_name(l->phase[p].attn)));
+    json_object_set_new(o, "placement", json_string(pl));
+    return o;
+}
+
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int chips, int64_t batch,
+                          sp_error *err)
+{
+    char b[256];
+    int total = sp_layout_chips(l);
+    if (total != chips)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                             "stages (%d) × replicas (%d) × mesh %dx%dx%d = %d chips, but %d chips were asked for",
+                             l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], total, chips);
+    if (l->weights == SP_DT_F32 && hw && hw->peak_flops[SP_DT_F32] <= 0)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s has no f32 matmul peak", hw->name);
+    if (hw && hw->peak_flops[l->weights] <= 0 && l->weights != SP_DT_INT8)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s does not support %s weights",
+                             hw->name, sp_dtype_name(l->weights));
+    if (hw && hw->topo == SP_TOPO_TORUS) {
+        for (int i = 0; i < 3; i++)
+            if (l->mesh[i] > hw->torus_dims[i] && l->mesh[i] > 1) {
+                /* any axis may use any torus dimension: compare sorted shapes */
+                int a[3] = {l->mesh[0], l->mesh[1], l->mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
+                for (int x = 0; x < 3; x++)
+                    for (int y = x + 1; y < 3; y++) {
+                        if (a[y] > a[x]) { int s = a[x]; a[x] = a[y]; a[y] = s; }
+                        if (t[y] > t[x]) { int s = t[x]; t[x] = t[y]; t[y] = s; }
+                    }
+                for (int x = 0; x < 3; x++)
+                    if (a[x] > t[x])
+                        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                                             "mesh %dx%dx%d does not fit the %dx%dx%d torus of %s", l->mesh[0],
+                                             l->mesh[1], l->mesh[2], hw->torus_dims[0], hw->torus_dims[1],
+                                             hw->torus_dims[2], hw->name);
+                break;
+            }
+    }
+    if (hw && hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0) {
+        /* a mesh axis must either fit inside the node's remaining room or fill whole nodes */
+        int room = hw->chips_per_node;
+        for (int i = 0; i < 3; i++) {
+            int d = l->mesh[l->placement[i] - SP_AXIS_X];
+            if (room > 1) {
+                if (room % d == 0) room /= d;
+                else if (d % room == 0) room = 1;
+                else
+                    return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                                         "mesh axis of %d chips straddles %d-chip nodes unevenly", d, hw->chips_per_node);
+            }
+        }
+    }
+    if (l->stages > 1 && l->microbatches < l->stages)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches",
+                             "%d pipeline stages need at least %d micro-batches in flight (the generation schedule)",
+                             l->stages, l->stages);
+    sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        static _Thread_local sp_program prog;
+        if (sp_lower(m, l, (sp_phase)p, &sh, 0, &prog) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "", "%s", strncpy(b, sp_last_error(), sizeof b - 1));
+    }
+    return SP_OK;
+}

@@ -1,0 +1,970 @@
+/*
+ * lower.c: layout × phase × shapes → per-chip program (see sp_lower.h).
+ *
+ * Glossary: T rows of this chip (sequences × tokens), E d_model, F d_ff
+ * (padded Fp), H query heads (padded Hp), KVH key/value heads, D d_head,
+ * V vocab (padded Vp), n = X·Y·Z.
+ *
+ * K/V projections.  Case A (KVH % n == 0): K/V weights are sharded exactly
+ * like Q's and follow Q through every collective.  Case B (otherwise, e.g.
+ * multiquery): K/V weights keep their rows split like Q's rows but all
+ * KVH·D columns on every chip (replicated); head-sharded attention then
+ * computes every KV head (all-reducing over Rx when the contraction is
+ * split), and batch-sharded attention computes them for its own sequences
+ * only.  The KV cache always has the decode phase's layout; prefill writes
+ * it directly, by a local slice, or through one all-to-all (heads → batch);
+ * any other change of KV layout between phases is rejected.
+ */
+#include <string.h>
+#include <stdio.h>
+#include "spi_common.h"
+#include "sp_lower.h"
+
+static const char *const step_names[SP_STEP_COUNT] = {
+    "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
+    "add", "coll", "slice", "logits", "send", "recv", "kv-store"};
+static const char *const coll_names[SP_COLL_COUNT] = {
+    "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv"};
+static const char *const buf_names[SP_BUF_COUNT] = {
+    "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
+    "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
+    "wq", "wk", "wv", "wo", "win", "wup", "wout", "qp", "attg", "emb", "xf"};
+static const char *const weight_names[SP_W_COUNT] = {
+    "none", "wq", "wk", "wv", "wo", "w_in", "w_up", "w_out", "norm1", "norm2", "norm_f",
+    "embed", "lm_head", "pos"};
+_Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
+_Static_assert(SPI_ARRAY_LEN(coll_names) == SP_COLL_COUNT, "coll names");
+_Static_assert(SPI_ARRAY_LEN(buf_names) == SP_BUF_COUNT, "buf names");
+_Static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "weight names");
+
+const char *sp_step_kind_name(sp_step_kind k) { return k < SP_STEP_COUNT ? step_names[k] : "?"; }
+const char *sp_coll_kind_name(sp_coll_kind k) { return k < SP_COLL_COUNT ? coll_names[k] : "?"; }
+const char *sp_buf_name(sp_buf b) { return b < SP_BUF_COUNT ? buf_names[b] : "?"; }
+const char *sp_weight_name(sp_weight w) { return w < SP_W_COUNT ? weight_names[w] : "?"; }
+
+/* ---- axis sequences ---- */
+static int axis_dim(const sp_layout *l, char c)
+{
+    switch (c) {
+    case 'x': return l->mesh[0];
+    case 'y': return l->mesh[1];
+    case 'z': return l->mesh[2];
+    case 's': return l->stages;
+    case 'r': return l->replicas;
+    default: return 1;
+    }
+}
+
+int sp_lower_axes_size(const sp_layout *l, const char *axes)
+{
+    int n = 1;
+    for (; *axes; axes++) n *= axis_dim(l, *axes);
+    return n;
+}
+
+int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes)
+{
+    sp_mesh mesh;
+    int c[SP_AXIS_COUNT];
+    sp_layout_mesh(l, &mesh);
+    sp_mesh_coords(&mesh, rank, c);
+    int idx = 0;
+    for (; *axes; axes++) {
+        int a = *axes == 'x' ? SP_AXIS_X : *axes == 'y' ? SP_AXIS_Y : *axes == 'z' ? SP_AXIS_Z
+              : *axes == 's' ? SP_AXIS_STAGE : SP_AXIS_REPLICA;
+        idx = idx * mesh.dims[a] + c[a];
+    }
+    return idx;
+}
+
+/* letters of a in canonical x, y, z order */
+static void axes_sorted(const char *a, char *out)
+{
+    int n = 0;
+    for (const char *c = "xyz"; *c; c++)
+        if (strchr(a, *c)) out[n++] = *c;
+    out[n] = '\0';
+}
+/* letters of a that are (in) / are not (!in) in b, keeping a's order */
+static void axes_filter(const char *a, const char *b, int in, char *out)
+{
+    int n = 0;
+    for (; *a; a++)
+        if ((strchr(b, *a) != NULL) == in) out[n++] = *a;
+    out[n] = '\0';
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---- per-phase sharding (table in sp_lower.h) ---- */
+typedef struct shard {
+    char N[4], Rx[4], C[4], G[4], act[4];
+    int nN, nRx, nC, nG, nact;
+} shard;
+
+static void phase_shard(const sp_layout *l, sp_ffn_layout f, shard *s)
+{
+    static const char *const tab[SP_FL_COUNT][5] = {
+        /* N      Rx    C      G      act */
+        {"", "", "xyz", "xyz", "xyz"},   /* ws1d */
+        {"", "x", "yz", "yzx", "xyz"},   /* ws2d */
+        {"x", "", "yz", "yz", "yz"},     /* wg-x */
+        {"xy", "", "z", "z", "z"},       /* wg-xy */
+        {"xyz", "", "", "", ""},         /* wg-xyz */
+    };
+    strcpy(s->N, tab[f][0]);
+    strcpy(s->Rx, tab[f][1]);
+    strcpy(s->C, tab[f][2]);
+    strcpy(s->G, tab[f][3]);
+    strcpy(s->act, tab[f][4]);
+    s->nN = sp_lower_axes_size(l, s->N);
+    s->nRx = sp_lower_axes_size(l, s->Rx);
+    s->nC = sp_lower_axes_size(l, s->C);
+    s->nG = sp_lower_axes_size(l, s->G);
+    s->nact = sp_lower_axes_size(l, s->act);
+}
+
+/* ---- lowering context ---- */
+typedef struct ctx {
+    const sp_model *m;
+    const sp_layout *l;
+    sp_program *p;
+    shard sh;          /* this phase */
+    shard shd;         /* decode phase (KV cache layout) */
+    int one_d;         /* storage is 1D */
+    int case_a;        /* KV heads sharded like Q */
+    int64_t E, D, Hp, KVH, Fp, Vp, n;
+    int64_t T;         /* rows of this chip between layers: (mb / |N|) * L */
+    int64_t seqs;      /* sequences of this chip between layers: mb / |N| */
+    int act_b;         /* bytes per activation element */
+    int w_b;           /* bytes per weight element */
+} ctx;
+
+static sp_step *emit(sp_steps *ss, sp_step_kind k)
+{
+    sp_step *s = &ss->s[ss->n++];
+    memset(s, 0, sizeof *s);
+    s->kind = k;
+    return s;
+}
+
+/* A collective step.  rows × cols is this chip's block as described in sp_coll. */
+static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, sp_buf src, const char *row_axes,
+                          const char *col_axes, int64_t rows, int64_t cols, sp_dtype dt, int is_weight)
+{
+    char all[8];
+    snprintf(all, sizeof all, "%s%s", row_axes, col_axes);
+    int K = sp_lower_axes_size(c->l, all);
+    if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
+    sp_step *s = emit(ss, SP_STEP_COLL);
+    s->dst = dst;
+    s->src = src;
+    sp_coll *co = &s->coll;
+    co->kind = kind;
+    snprintf(co->row_axes, sizeof co->row_axes, "%s", row_axes);
+    snprintf(co->col_axes, sizeof co->col_axes, "%s", col_axes);
+    co->group = K;
+    co->rows = rows;
+    co->cols = cols;
+    co->dtype = dt;
+    co->is_weight = is_weight;
+    int64_t eb = sp_dtype_bytes(dt);
+    int64_t block = rows * cols;
+    switch (kind) {
+    case SP_COLL_ALLGATHER:
+    case SP_COLL_REDUCESCATTER:
+        co->elems = block;
+        co->bytes_sent = co->bytes_recv = (int64_t)(K - 1) * block * eb;
+        s->act_bytes = (int64_t)K * block * eb * (is_weight ? 0 : 1);
+        break;
+    case SP_COLL_ALLREDUCE:
+        /* padded so every chip's chunk is equal: ring reduce-scatter + all-gather */
+        co->elems = round_up(block, K);
+        co->bytes_sent = co->bytes_recv = 2 * (int64_t)(K - 1) * (co->elems / K) * eb;
+        s->act_bytes = 2 * co->elems * eb;
+        break;
+    case SP_COLL_ALLTOALL:
+        co->elems = block;
+        co->bytes_sent = co->bytes_recv = (int64_t)(K - 1) * (block / K) * eb;
+        co->overlappable = 1;
+        s->act_bytes = 2 * block * eb;
+        break;
+    default:
+        break;
+    }
+    if (is_weight) co->overlappable = 1;
+    return s;
+}
+
+static sp_step *emit_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_weight w, sp_buf wbuf, int64_t m,
+                            int64_t k, int64_t n, int acc)
+{
+    sp_step *s = emit(ss, SP_STEP_MATMUL);
+    s->dst = dst;
+    s->src = src;
+    s->weight = w;
+    s->wbuf = wbuf;
+    s->accumulate = acc;
+    s->m = m;
+    s->k = k;
+    s->n = n;
+    s->flops = 2 * m * k * n;
+    s->weight_bytes = k * n * c->w_b;
+    s->act_bytes = (m * k + m * n) * c->act_b;
+    return s;
+}
+
+static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t rows, int64_t cols,
+                      const char *col_axes, const char *reduce_axes)
+{
+    sp_step *s = emit(ss, SP_STEP_NORM_STATS);
+    s->dst = SP_BUF_STATS;
+    s->src = buf;
+    s->m = rows;
+    s->n = cols;
+    s->k = c->E;
+    s->act_bytes = rows * cols * c->act_b;
+    /* statistics are always fp32: 2 numbers per row */
+    emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_STATS, SP_BUF_STATS, "", reduce_axes, rows, 2, SP_DT_F32, 0);
+    s = emit(ss, SP_STEP_NORM_APPLY);
+    s->dst = buf;
+    s->src = buf;
+    s->weight = gain;
+    s->m = rows;
+    s->n = cols;
+    s->k = c->E;
+    snprintf(s->axes, sizeof s->axes, "%s", col_axes);
+    s->act_bytes = 2 * rows * cols * c->act_b;
+}
+
+static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t rows, int64_t cols, const char *col_axes)
+{
+    if (!c->m->bias) return;
+    sp_step *s = emit(ss, SP_STEP_BIAS);
+    s->dst = buf;
+    s->weight = w;
+    s->m = rows;
+    s->n = cols;
+    snprintf(s->axes, sizeof s->axes, "%s", col_axes);
+    s->act_bytes = 2 * rows * cols * c->act_b;
+}
+
+/* ---- weight storage ---- */
+static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t rows_real, int64_t cols_real,
+                     const char *ra, const char *ca, sp_dtype dt)
+{
+    sp_weight_spec *s = &c->p->wspec[w];
+    s->weight = w;
+    s->present = 1;
+    s->rows = rows;
+    s->cols = cols;
+    s->rows_real = rows_real;
+    s->cols_real = cols_real;
+    snprintf(s->row_axes, sizeof s->row_axes, "%s", ra);
+    snprintf(s->col_axes, sizeof s->col_axes, "%s", ca);
+    s->local_rows = rows / sp_lower_axes_size(c->l, ra);
+    s->local_cols = cols / sp_lower_axes_size(c->l, ca);
+    s->dtype = dt;
+    s->bytes = s->local_rows * s->local_cols * sp_dtype_bytes(dt);
+    /* weight-only int8/fp8 keep one fp32 scale per global output column */
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes += cols * 4;
+}
+
+static void storage_specs(ctx *c, int first_stage, int last_stage)
+{
+    const sp_model *m = c->m;
+    sp_dtype wd = c->l->weights;
+    const char *in_r = c->one_d ? "" : "x", *in_c = c->one_d ? "xyz" : "yz";
+    const char *out_r = c->one_d ? "xyz" : "yz", *out_c = c->one_d ? "" : "x";
+    int64_t HD = c->Hp * c->D, KD = c->KVH * c->D;
+    set_spec(c, SP_W_Q, c->E, HD, c->E, m->n_heads * c->D, in_r, in_c, wd);
+    set_spec(c, SP_W_K, c->E, KD, c->E, KD, in_r, c->case_a ? in_c : "", wd);
+    set_spec(c, SP_W_V, c->E, KD, c->E, KD, in_r, c->case_a ? in_c : "", wd);
+    set_spec(c, SP_W_O, HD, c->E, m->n_heads * c->D, c->E, out_r, out_c, wd);
+    set_spec(c, SP_W_IN, c->E, c->Fp, c->E, m->d_ff, in_r, in_c, wd);
+    if (m->ffn == SP_FFN_SWIGLU) set_spec(c, SP_W_UP, c->E, c->Fp, c->E, m->d_ff, in_r, in_c, wd);
+    set_spec(c, SP_W_OUT, c->Fp, c->E, m->d_ff, c->E, out_r, out_c, wd);
+    /* norm gains (and LayerNorm biases) are tiny: replicated, fp32 */
+    int nrm = m->norm == SP_NORM_LAYERNORM ? 2 : 1;
+    set_spec(c, SP_W_NORM1, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
+    if (m->block == SP_BLOCK_SERIAL) set_spec(c, SP_W_NORM2, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
+    if (last_stage) set_spec(c, SP_W_NORMF, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
+    /* the embedding table is vocab-sharded over the whole tensor mesh; a
+     * tied LM head is the same table (a copy when it lives on another stage) */
+    if (first_stage || (last_stage && m->tied_embeddings))
+        set_spec(c, SP_W_EMBED, c->Vp, c->E, m->vocab, c->E, "xyz", "", wd);
+    if (last_stage && !m->tied_embeddings) set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", wd);
+    if (first_stage && m->positions == SP_POS_LEARNED)
+        set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", wd);
+}
+
+/* gather a stored weight over the phase's weight-gathered axes N into a buffer;
+ * returns the buffer to multiply from (SP_BUF_NONE: use the stored shard) */
+static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
+{
+    if (!c->sh.N[0]) return SP_BUF_NONE;
+    const sp_weight_spec *s = &c->p->wspec[w];
+    char ra[8], ca[8];
+    axes_filter(s->row_axes, c->sh.N, 1, ra);
+    axes_filter(s->col_axes, c->sh.N, 1, ca);
+    if (!ra[0] && !ca[0]) return SP_BUF_NONE;
+    emit_coll(c, ss, SP_COLL_ALLGATHER, buf, SP_BUF_NONE, ra, ca, s->local_rows, s->local_cols, s->dtype, 1);
+    int64_t bytes = s->local_rows * sp_lower_axes_size(c->l, ra) * s->local_cols * sp_lower_axes_size(c->l, ca) *
+                    sp_dtype_bytes(s->dtype);
+    if (bytes > c->p->buf_bytes[buf]) c->p->buf_bytes[buf] = bytes;
+    return buf;
+}
+
+/* KV heads a chip keeps per sequence when KV is replicated (case B) and q
+ * heads are split over nG shards: the most any shard's q heads touch. */
+static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
+{
+    int64_t Hl = Hp / nG, grp = m->n_heads / m->n_kv_heads, best = 1;
+    for (int g = 0; g < nG; g++) {
+        int64_t q0 = g * Hl;
+        if (q0 >= m->n_heads) break;
+        int64_t q1 = q0 + Hl - 1 < m->n_heads - 1 ? q0 + Hl - 1 : m->n_heads - 1;
+        int64_t span = q1 / grp - q0 / grp + 1;
+        if (span > best) best = span;
+    }
+    return best;
+}
+
+/* ---- attention ----
+ * in: XG (T, E/|Rx|) normed.  out: Y (T, E/|Rx|) partial over C (accumulates if acc). */
+static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
+{
+    const shard *sh = &c->sh;
+    sp_phase phase = c->p->phase;
+    sp_attn_layout al = c->l->phase[phase].attn;
+    int64_t T = c->T, Ein = c->E / sh->nRx, D = c->D, L = c->p->shape.q_len;
+    int64_t Hl = c->Hp / sh->nG, KVl = c->case_a ? c->KVH / sh->nG : c->KVH;
+    char Gs[4];
+    axes_sorted(sh->G, Gs);
+    int64_t grp_rows = T / sh->nG;   /* rows per head-group member in batch mode */
+
+    /* Q: (T, Hp·D/|C|) [partial over Rx] -> (T, Hl·D) */
+    sp_buf wq = gather_weight(c, ss, SP_W_Q, SP_BUF_WQ);
+    if (sh->nRx > 1) {
+        emit_matmul(c, ss, SP_BUF_QP, SP_BUF_XG, SP_W_Q, wq, T, Ein, c->Hp * D / sh->nC, 0);
+        emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_Q, SP_BUF_QP, "", sh->Rx, T, Hl * D, c->p->shape.act_dtype, 0);
+    } else {
+        emit_matmul(c, ss, SP_BUF_Q, SP_BUF_XG, SP_W_Q, wq, T, Ein, Hl * D, 0);
+    }
+    char qaxes[8];
+    snprintf(qaxes, sizeof qaxes, "%s%s", sh->C, sh->Rx);
+    emit_bias(c, ss, SP_BUF_Q, SP_W_Q, T, Hl * D, qaxes);
+
+    /* K, V */
+    sp_buf wk = gather_weight(c, ss, SP_W_K, SP_BUF_WK);
+    sp_buf wv = gather_weight(c, ss, SP_W_V, SP_BUF_WV);
+    sp_buf kbuf = SP_BUF_K, vbuf = SP_BUF_V;
+    int64_t k_rows = T;   /* rows of K/V as computed */
+    int k_all_heads = !c->case_a;
+    if (c->case_a) {
+        if (sh->nRx > 1) {
+            emit_matmul(c, ss, SP_BUF_KP, SP_BUF_XG, SP_W_K, wk, T, Ein, c->KVH * D / sh->nC, 0);
+            emit_matmul(c, ss, SP_BUF_VP, SP_BUF_XG, SP_W_V, wv, T, Ein, c->KVH * D / sh->nC, 0);
+            emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_K, SP_BUF_KP, "", sh->Rx, T, KVl * D, c->p->shape.act_dtype, 0);
+            emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_V, SP_BUF_VP, "", sh->Rx, T, KVl * D, c->p->shape.act_dtype, 0);
+        } else {
+            emit_matmul(c, ss, SP_BUF_K, SP_BUF_XG, SP_W_K, wk, T, Ein, KVl * D, 0);
+            emit_matmul(c, ss, SP_BUF_V, SP_BUF_XG, SP_W_V, wv, T, Ein, KVl * D, 0);
+        }
+        emit_bias(c, ss, SP_BUF_K, SP_W_K, T, KVl * D, qaxes);
+        emit_bias(c, ss, SP_BUF_V, SP_W_V, T, KVl * D, qaxes);
+    } else if (al == SP_AL_HEADS) {
+        /* every KV head for all rows; contraction split over Rx -> all-reduce */
+        emit_matmul(c, ss, SP_BUF_K, SP_BUF_XG, SP_W_K, wk, T, Ein, c->KVH * D, 0);
+        emit_matmul(c, ss, SP_BUF_V, SP_BUF_XG, SP_W_V, wv, T, Ein, c->KVH * D, 0);
+        emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_K, SP_BUF_K, "", sh->Rx, T, c->KVH * D, c->p->shape.act_dtype, 0);
+        emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_V, SP_BUF_V, "", sh->Rx, T, c->KVH * D, c->p->shape.act_dtype, 0);
+        emit_bias(c, ss, SP_BUF_K, SP_W_K, T, c->KVH * D, "");
+        emit_bias(c, ss, SP_BUF_V, SP_W_V, T, c->KVH * D, "");
+    } else {
+        /* batch-sharded, replicated KV weights: compute K/V for this chip's
+         * sequences only.  Rows are blocks over sorted(G); keep the blocks
+         * matching this chip on C, then reduce-scatter rows over Rx. */
+        sp_step *s = emit(ss, SP_STEP_SLICE);
+        s->dst = SP_BUF_KVIN;
+        s->src = SP_BUF_XG;
+        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", Gs);
+        axes_sorted(sh->C, s->axes);
+        s->k = T;
+        s->m = T / sh->nC;
+        s->n = Ein;
+        s->act_bytes = 2 * s->m * Ein * c->act_b;
+        int64_t rows_in = T / sh->nC;
+        if (sh->nRx > 1) {
+            emit_matmul(c, ss, SP_BUF_KP, SP_BUF_KVIN, SP_W_K, wk, rows_in, Ein, c->KVH * D, 0);
+            emit_matmul(c, ss, SP_BUF_VP, SP_BUF_KVIN, SP_W_V, wv, rows_in, Ein, c->KVH * D, 0);
+            emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_KB, SP_BUF_KP, sh->Rx, "", grp_rows, c->KVH * D,
+                      c->p->shape.act_dtype, 0);
+            emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_VB, SP_BUF_VP, sh->Rx, "", grp_rows, c->KVH * D,
+                      c->p->shape.act_dtype, 0);
+        } else {
+            emit_matmul(c, ss, SP_BUF_KB, SP_BUF_KVIN, SP_W_K, wk, rows_in, Ein, c->KVH * D, 0);
+            emit_matmul(c, ss, SP_BUF_VB, SP_BUF_KVIN, SP_W_V, wv, rows_in, Ein, c->KVH * D, 0);
+        }
+        emit_bias(c, ss, SP_BUF_KB, SP_W_K, grp_rows, c->KVH * D, "");
+        emit_bias(c, ss, SP_BUF_VB, SP_W_V, grp_rows, c->KVH * D, "");
+        kbuf = SP_BUF_KB;
+        vbuf = SP_BUF_VB;
+        k_rows = grp_rows;
+    }
+
+    /* batch-sharded attention: heads -> batch */
+    sp_buf qsrc = SP_BUF_Q;
+    int64_t a_seqs = c->seqs, a_heads = Hl;
+    char a_head_axes[8], a_batch_axes[8];
+    snprintf(a_head_axes, sizeof a_head_axes, "%s", sh->G);
+    snprintf(a_batch_axes, sizeof a_batch_axes, "%s", sh->N);
+    if (al == SP_AL_BATCH) {
+        sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_QB, SP_BUF_Q, Gs, sh->G, T, Hl * D,
+                               c->p->shape.act_dtype, 0);
+        if (s) {
+            s->coll.a2a_to_batch = 1;
+            qsrc = SP_BUF_QB;
+        }
+        if (c->case_a) {
+            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
+            if (s) {
+                s->coll.a2a_to_batch = 1;
+                kbuf = SP_BUF_KB;
+            }
+            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
+            if (s) {
+                s->coll.a2a_to_batch = 1;
+                vbuf = SP_BUF_VB;
+            }
+            k_rows = grp_rows;
+        }
+        a_seqs = c->seqs / sh->nG;
+        a_heads = c->Hp;
+        k_all_heads = 1;
+        a_head_axes[0] = '\0';
+        snprintf(a_batch_axes, sizeof a_batch_axes, "%s%s", sh->N, Gs);
+    }
+    (void)k_rows;
+
+    /* KV cache store, in the decode phase's layout */
+    const shard *d = &c->shd;
+    sp_attn_layout dal = c->l->phase[SP_PHASE_DECODE].attn;
+    sp_buf kst = kbuf, vst = vbuf;
+    int64_t st_seqs = a_seqs;
+    if (phase == SP_PHASE_PREFILL) {
+        int same = (dal == al) && !strcmp(d->N, sh->N) && (al == SP_AL_BATCH || !strcmp(d->G, sh->G));
+        if (!same) {
+            if (dal == SP_AL_BATCH && al == SP_AL_HEADS && k_all_heads) {
+                /* keep this chip's decode sequences: blocks over the axes outside N */
+                char rest[8], rs[8];
+                axes_filter("xyz", sh->N, 0, rest);
+                axes_sorted(rest, rs);
+                int nrest = sp_lower_axes_size(c->l, rs);
+                sp_step *s = emit(ss, SP_STEP_SLICE);
+                s->dst = SP_BUF_KB;
+                s->src = kbuf;
+                snprintf(s->batch_axes, sizeof s->batch_axes, "%s", rs);
+                snprintf(s->axes, sizeof s->axes, "%s", rs);
+                s->k = T;
+                s->m = T / nrest;
+                s->n = c->KVH * D;
+                s = emit(ss, SP_STEP_SLICE);
+                s->dst = SP_BUF_VB;
+                s->src = vbuf;
+                snprintf(s->batch_axes, sizeof s->batch_axes, "%s", rs);
+                snprintf(s->axes, sizeof s->axes, "%s", rs);
+                s->k = T;
+                s->m = T / nrest;
+                s->n = c->KVH * D;
+                kst = SP_BUF_KB;
+                vst = SP_BUF_VB;
+                st_seqs = c->seqs / nrest;
+            } else if (dal == SP_AL_BATCH && al == SP_AL_HEADS && c->case_a) {
+                sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D,
+                                       c->p->shape.act_dtype, 0);
+                if (s) s->coll.a2a_to_batch = 1;
+                s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D,
+                              c->p->shape.act_dtype, 0);
+                if (s) s->coll.a2a_to_batch = 1;
+                kst = sh->nG > 1 ? SP_BUF_KB : SP_BUF_K;
+                vst = sh->nG > 1 ? SP_BUF_VB : SP_BUF_V;
+                st_seqs = c->seqs / sh->nG;
+            } else if (dal == SP_AL_HEADS && al == SP_AL_HEADS && !c->case_a && !strcmp(d->N, sh->N)) {
+                /* every KV head is here for the right sequences: keep decode's heads */
+            } else {
+                return spi_fail(SP_EINVAL,
+                                "the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) "
+                                "without a reshard, which is not supported",
+                                sp_ffn_layout_name(c->l->phase[0].ffn), sp_attn_layout_name(al),
+                                sp_ffn_layout_name(c->l->phase[1].ffn), sp_attn_layout_name(dal));
+            }
+        }
+    }
+    {
+        sp_step *s = emit(ss, SP_STEP_KV_STORE);
+        s->src2 = kst;
+        s->src3 = vst;
+        s->batch = st_seqs;
+        s->q_len = L;
+        s->kv_heads_src = (kst == SP_BUF_KB || k_all_heads) ? c->KVH : KVl;
+        s->kv_heads = c->p->kv_heads_cache;
+        s->kv_repl = c->p->kv_repl;
+        s->d_head = D;
+        s->pos0 = c->p->shape.context - L;
+        s->context = c->p->shape.context;
+        snprintf(s->axes, sizeof s->axes, "%s", c->p->kv_head_axes);
+        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", c->p->kv_batch_axes);
+        s->kv_bytes_written = 2 * st_seqs * L * s->kv_heads * D * sp_dtype_bytes(c->l->kv);
+    }
+
+    /* attention core */
+    {
+        sp_step *s = emit(ss, SP_STEP_ATTN);
+        sp_buf out = al == SP_AL_BATCH ? SP_BUF_ATTB : SP_BUF_ATT;
+        s->dst = out;
+        s->src = qsrc;
+        s->src2 = kbuf;
+        s->src3 = vbuf;
+        s->from_cache = phase == SP_PHASE_DECODE;
+        s->batch = a_seqs;
+        s->q_len = L;
+        s->heads = a_heads;
+        s->kv_heads_src = k_all_heads ? c->KVH : KVl;
+        s->kv_heads = s->from_cache ? c->p->kv_heads_cache : s->kv_heads_src;
+        s->kv_repl = s->from_cache ? c->p->kv_repl : (k_all_heads && al == SP_AL_HEADS);
+        s->d_head = D;
+        s->context = c->p->shape.context;
+        s->pos0 = c->p->shape.context - L;
+        snprintf(s->axes, sizeof s->axes, "%s", a_head_axes);
+        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", a_batch_axes);
+        /* QK^T and AV: 2 FLOPs per multiply-add each; causal prefill sums
+         * contexts pos0+1 .. pos0+L */
+        int64_t ctx_sum = L * s->pos0 + L * (L + 1) / 2;
+        s->flops = 4 * a_seqs * a_heads * D * ctx_sum;
+        if (s->from_cache)
+            s->kv_bytes_read = 2 * a_seqs * s->context * s->kv_heads * D * sp_dtype_bytes(c->l->kv);
+        s->act_bytes = 2 * a_seqs * L * a_heads * D * c->act_b;
+        if (al == SP_AL_BATCH) {
+            sp_step *b = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_ATT, SP_BUF_ATTB, Gs, sh->G, T, Hl * D,
+                                   c->p->shape.act_dtype, 0);
+            if (b) b->coll.a2a_to_batch = 0;
+            else s->dst = SP_BUF_ATT;
+        }
+    }
+
+    /* output projection: (T, Hl·D) -> [all-gather Rx] -> (T, Hp·D/|C|) · WO -> Y (T, Ein) partial over C */
+    sp_buf att = SP_BUF_ATT;
+    if (sh->nRx > 1) {
+        emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_ATTG, SP_BUF_ATT, "", sh->Rx, T, Hl * D, c->p->shape.act_dtype, 0);
+        att = SP_BUF_ATTG;
+    }
+    sp_buf wo = gather_weight(c, ss, SP_W_O, SP_BUF_WO);
+    emit_matmul(c, ss, SP_BUF_Y, att, SP_W_O, wo, T, c->Hp * D / sh->nC, Ein, acc);
+    return SP_OK;
+}
+
+/* ---- feed-forward ----
+ * in: XG (T, E/|Rx|) normed.  out: Y (T, E/|Rx|) partial over C (accumulates if acc). */
+static void emit_ffn(ctx *c, sp_steps *ss, int acc)
+{
+    const shard *sh = &c->sh;
+    int swiglu = c->m->ffn == SP_FFN_SWIGLU;
+    int64_t T = c->T, Ein = c->E / sh->nRx, FC = c->Fp / sh->nC;
+    sp_dtype ad = c->p->shape.act_dtype;
+    char haxes[8];
+    snprintf(haxes, sizeof haxes, "%s%s", sh->C, sh->Rx);
+
+    sp_buf win = gather_weight(c, ss, SP_W_IN, SP_BUF_WIN);
+    emit_matmul(c, ss, SP_BUF_H, SP_BUF_XG, SP_W_IN, win, T, Ein, FC, 0);
+    if (swiglu) {
+        sp_buf wup = gather_weight(c, ss, SP_W_UP, SP_BUF_WUP);
+        emit_matmul(c, ss, SP_BUF_H2, SP_BUF_XG, SP_W_UP, wup, T, Ein, FC, 0);
+    }
+    sp_buf h = SP_BUF_H, h2 = SP_BUF_H2;
+    int64_t hcols = FC;
+    if (sh->nRx > 1) {
+        /* partial over Rx: reduce-scatter into F_(C,Rx) before the nonlinearity */
+        hcols = FC / sh->nRx;
+        emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_HS, SP_BUF_H, "", sh->Rx, T, hcols, ad, 0);
+        if (swiglu) emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_HS2, SP_BUF_H2, "", sh->Rx, T, hcols, ad, 0);
+        h = SP_BUF_HS;
+        h2 = SP_BUF_HS2;
+    }
+    emit_bias(c, ss, h, SP_W_IN, T, hcols, haxes);
+    if (swiglu) emit_bias(c, ss, h2, SP_W_UP, T, hcols, haxes);
+    sp_step *s = emit(ss, SP_STEP_ACT);
+    s->dst = h;
+    s->src = h;
+    s->src2 = swiglu ? h2 : SP_BUF_NONE;
+    s->m = T;
+    s->n = hcols;
+    s->act_bytes = (swiglu ? 3 : 2) * T * hcols * c->act_b;
+    if (sh->nRx > 1) emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_H, SP_BUF_HS, "", sh->Rx, T, hcols, ad, 0);
+    sp_buf wout = gather_weight(c, ss, SP_W_OUT, SP_BUF_WOUT);
+    emit_matmul(c, ss, SP_BUF_Y, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc);
+}
+
+/* all-gather the layer input over C, normalise (statistics all-reduced over Rx) */
+static void emit_block_input(ctx *c, sp_steps *ss, sp_weight gain)
+{
+    const shard *sh = &c->sh;
+    int64_t T = c->T, Ec = c->E / sh->nact, Ein = c->E / sh->nRx;
+    if (sh->nC > 1)
+        emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_XG, SP_BUF_X, "", sh->C, T, Ec, c->p->shape.act_dtype, 0);
+    else {
+        sp_step *s = emit(ss, SP_STEP_SLICE);   /* a copy: XG = X */
+        s->dst = SP_BUF_XG;
+        s->src = SP_BUF_X;
+        s->k = T;
+        s->m = T;
+        s->n = Ein;
+        s->act_bytes = 2 * T * Ein * c->act_b;
+    }
+    emit_norm(c, ss, SP_BUF_XG, gain, T, Ein, sh->Rx, sh->Rx);
+}
+
+/* reduce-scatter the block's partial output over C and add it to the residual */
+static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of)
+{
+    const shard *sh = &c->sh;
+    int64_t T = c->T, Ec = c->E / sh->nact;
+    sp_buf y = SP_BUF_Y;
+    if (sh->nC > 1) {
+        emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_Y2, SP_BUF_Y, "", sh->C, T, Ec, c->p->shape.act_dtype, 0);
+        y = SP_BUF_Y2;
+    }
+    emit_bias(c, ss, y, bias_of, T, Ec, sh->act);
+    if (c->m->block == SP_BLOCK_PARALLEL && bias_of == SP_W_O) emit_bias(c, ss, y, SP_W_OUT, T, Ec, sh->act);
+    sp_step *s = emit(ss, SP_STEP_ADD);
+    s->dst = SP_BUF_X;
+    s->src = y;
+    s->m = T;
+    s->n = Ec;
+    s->act_bytes = 3 * T * Ec * c->act_b;
+}
+
+static sp_status emit_layer(ctx *c, sp_steps *ss)
+{
+    if (c->m->block == SP_BLOCK_PARALLEL) {
+        /* PaLM: one input all-gather and one output reduce-scatter for both */
+        emit_block_input(c, ss, SP_W_NORM1);
+        SP_CHECK(emit_attention(c, ss, 0));
+        emit_ffn(c, ss, 1);
+        emit_block_output(c, ss, SP_W_O);
+    } else {
+        emit_block_input(c, ss, SP_W_NORM1);
+        SP_CHECK(emit_attention(c, ss, 0));
+        emit_block_output(c, ss, SP_W_O);
+        emit_block_input(c, ss, SP_W_NORM2);
+        emit_ffn(c, ss, 0);
+        emit_block_output(c, ss, SP_W_OUT);
+    }
+    return SP_OK;
+}
+
+/* stage 0: embedding (vocab-sharded partial sums, reduce-scattered into X) */
+static void emit_embed(ctx *c, sp_steps *ss)
+{
+    const shard *sh = &c->sh;
+    int64_t L = c->p->shape.q_len, rows = c->p->micro_batch * L, Ec = c->E / sh->nact;
+    sp_step *s = emit(ss, SP_STEP_EMBED);
+    s->dst = SP_BUF_EMB;
+    s->weight = SP_W_EMBED;
+    s->m = rows;
+    s->n = c->E;
+    snprintf(s->axes, sizeof s->axes, "xyz");
+    s->weight_bytes = rows * c->E * c->w_b / (c->n > 0 ? c->n : 1);
+    s->act_bytes = rows * c->E * c->act_b;
+    if (c->n > 1) {
+        char Ns[4];
+        axes_sorted(sh->N, Ns);
+        emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_X, SP_BUF_EMB, Ns, sh->act, c->T, Ec, c->p->shape.act_dtype, 0);
+    } else {
+        s->dst = SP_BUF_X;
+    }
+    if (c->m->positions == SP_POS_LEARNED) {
+        s = emit(ss, SP_STEP_POS);
+        s->dst = SP_BUF_X;
+        s->weight = SP_W_POS;
+        s->m = c->T;
+        s->n = Ec;
+        s->pos0 = c->p->shape.context - L;
+        s->q_len = L;
+        snprintf(s->axes, sizeof s->axes, "%s", sh->act);
+        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", sh->N);
+        s->act_bytes = 2 * c->T * Ec * c->act_b;
+    }
+}
+
+/* last stage: last-token rows, gathered whole, final norm, vocab-sharded logits, gathered */
+static void emit_logits(ctx *c, sp_steps *ss)
+{
+    const shard *sh = &c->sh;
+    int64_t L = c->p->shape.q_len, Ec = c->E / sh->nact;
+    sp_dtype ad = c->p->shape.act_dtype;
+    sp_buf x = SP_BUF_X;
+    if (L > 1) {
+        sp_step *s = emit(ss, SP_STEP_SLICE);
+        s->dst = SP_BUF_LAST;
+        s->src = SP_BUF_X;
+        s->every = L;
+        s->k = c->T;
+        s->m = c->seqs;
+        s->n = Ec;
+        x = SP_BUF_LAST;
+    }
+    char Ns[4];
+    axes_sorted(sh->N, Ns);
+    if (c->n > 1) {
+        emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_XF, x, Ns, sh->act, c->seqs, Ec, ad, 0);
+    } else {
+        sp_step *s = emit(ss, SP_STEP_SLICE);
+        s->dst = SP_BUF_XF;
+        s->src = x;
+        s->k = c->seqs;
+        s->m = c->seqs;
+        s->n = c->E;
+    }
+    int64_t B = c->p->micro_batch;
+    emit_norm(c, ss, SP_BUF_XF, SP_W_NORMF, B, c->E, "", "");
+    sp_step *s = emit(ss, SP_STEP_LOGITS);
+    s->dst = SP_BUF_LOGITS;
+    s->src = SP_BUF_XF;
+    s->weight = c->m->tied_embeddings ? SP_W_EMBED : SP_W_LMHEAD;
+    s->m = B;
+    s->k = c->E;
+    s->n = c->Vp / c->n;
+    snprintf(s->axes, sizeof s->axes, "xyz");
+    s->flops = 2 * B * c->E * s->n;
+    s->weight_bytes = c->E * s->n * c->w_b;
+    s->act_bytes = (B * c->E + B * s->n) * c->act_b;
+    if (c->n > 1)
+        emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_LOGITS_ALL, SP_BUF_LOGITS, "", "xyz", B, c->Vp / c->n, ad, 0);
+}
+
+static sp_step *emit_p2p(ctx *c, sp_steps *ss, sp_step_kind k)
+{
+    sp_step *s = emit(ss, k);
+    int64_t Ec = c->E / c->sh.nact;
+    s->src = s->dst = SP_BUF_X;
+    s->m = c->T;
+    s->n = Ec;
+    s->coll.kind = SP_COLL_SENDRECV;
+    s->coll.group = 2;
+    s->coll.rows = c->T;
+    s->coll.cols = Ec;
+    s->coll.elems = c->T * Ec;
+    s->coll.dtype = c->p->shape.act_dtype;
+    int64_t bytes = c->T * Ec * c->act_b;
+    if (k == SP_STEP_SEND) s->coll.bytes_sent = bytes;
+    else s->coll.bytes_recv = bytes;
+    return s;
+}
+
+/* ---- buffer sizes: every buffer must hold the largest tensor any step puts in it ---- */
+static void need(sp_program *p, sp_buf b, int64_t elems, int eb)
+{
+    if (b == SP_BUF_NONE) return;
+    int64_t bytes = elems * eb;
+    if (bytes > p->buf_bytes[b]) p->buf_bytes[b] = bytes;
+}
+
+static void size_buffers(sp_program *p, const sp_steps *ss, int64_t E, int64_t Vp)
+{
+    int ab = sp_dtype_bytes(p->shape.act_dtype);
+    for (int i = 0; i < ss->n; i++) {
+        const sp_step *s = &ss->s[i];
+        const sp_coll *co = &s->coll;
+        switch (s->kind) {
+        case SP_STEP_MATMUL: need(p, s->dst, s->m * s->n, ab); need(p, s->src, s->m * s->k, ab); break;
+        case SP_STEP_NORM_STATS: need(p, s->dst, s->m * 2, 4); need(p, s->src, s->m * s->n, ab); break;
+        case SP_STEP_SLICE: need(p, s->dst, s->m * s->n, ab); need(p, s->src, s->k * s->n, ab); break;
+        case SP_STEP_EMBED: need(p, s->dst, s->m * E, ab); break;
+        case SP_STEP_LOGITS: need(p, s->dst, s->m * s->n, ab); break;
+        case SP_STEP_ACT: case SP_STEP_ADD: case SP_STEP_BIAS: case SP_STEP_POS:
+            need(p, s->dst, s->m * s->n, ab);
+            if (s->src) need(p, s->src, s->m * s->n, ab);
+            if (s->src2) need(p, s->src2, s->m * s->n, ab);
+            break;
+        case SP_STEP_ATTN:
+            need(p, s->dst, s->batch * s->q_len * s->heads * s->d_head, ab);
+            need(p, s->src, s->batch * s->q_len * s->heads * s->d_head, ab);
+            if (!s->from_cache) {
+                need(p, s->src2, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+                need(p, s->src3, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+            }
+            break;
+        case SP_STEP_KV_STORE:
+            need(p, s->src2, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+            need(p, s->src3, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+            break;
+        case SP_STEP_SEND: case SP_STEP_RECV: need(p, SP_BUF_X, co->elems, ab); break;
+        case SP_STEP_COLL: {
+            int eb = co->is_weight ? sp_dtype_bytes(co->dtype) : (co->dtype == SP_DT_F32 ? 4 : ab);
+            int64_t big = co->elems * co->group;
+            switch (co->kind) {
+            case SP_COLL_ALLGATHER: need(p, s->dst, big, eb); if (!co->is_weight) need(p, s->src, co->elems, eb); break;
+            case SP_COLL_REDUCESCATTER: need(p, s->dst, co->elems, eb); need(p, s->src, big, eb); break;
+            case SP_COLL_ALLREDUCE: need(p, s->dst, co->elems, eb); break;
+            case SP_COLL_ALLTOALL: need(p, s->dst, co->elems, eb); need(p, s->src, co->elems, eb); break;
+            default: break;
+            }
+            break;
+        }
+        default: break;
+        }
+    }
+    (void)Vp;
+}
+
+void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count)
+{
+    int64_t base = n_layers / stages, extra = n_layers % stages;
+    *count = base + (stage < extra ? 1 : 0);
+    *first = stage * base + (stage < extra ? stage : extra);
+}
+
+sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                   sp_program *p)
+{
+    if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) return spi_fail(SP_EINVAL, "sp_lower: bad arguments");
+    if (stage < 0 || stage >= l->stages) return spi_fail(SP_EINVAL, "stage %d outside 0..%d", stage, l->stages - 1);
+    if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
+        return spi_fail(SP_EINVAL, "shape: batch %lld, tokens %lld, context %lld is not a valid step",
+                        (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
+    /* callers that build sp_program on the stack pay only for what is written */
+    p->pre.n = p->layer.n = p->post.n = 0;
+    memset(p->buf_bytes, 0, sizeof p->buf_bytes);
+    memset(p->wspec, 0, sizeof p->wspec);
+    p->phase = phase;
+    p->layout = *l;
+    p->shape = *shape;
+    p->stage = stage;
+
+    ctx c;
+    c.m = m;
+    c.l = l;
+    c.p = p;
+    c.n = sp_layout_chips(l) / (l->stages * l->replicas);
+    phase_shard(l, l->phase[phase].ffn, &c.sh);
+    phase_shard(l, l->phase[SP_PHASE_DECODE].ffn, &c.shd);
+    c.one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
+    if (c.one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
+        return spi_fail(SP_EINVAL, "prefill %s and decode %s store weights differently (1D vs 2D); "
+                        "a reshard between phases is not supported",
+                        sp_ffn_layout_name(l->phase[0].ffn), sp_ffn_layout_name(l->phase[1].ffn));
+    c.E = m->d_model;
+    c.D = m->d_head;
+    c.KVH = m->n_kv_heads;
+    c.case_a = (c.KVH % c.n) == 0;
+    c.Hp = round_up(m->n_heads, c.n);
+    c.Fp = round_up(m->d_ff, c.n);
+    c.Vp = round_up(m->vocab, c.n);
+    if (c.E % c.n)
+        return spi_fail(SP_EINVAL, "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c.E,
+                        (long long)c.n);
+    if (!c.case_a && c.n % c.KVH)
+        return spi_fail(SP_EINVAL, "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
+                        (long long)c.KVH, (long long)c.n);
+    int64_t per_replica = shape->batch / l->replicas;
+    if (shape->batch % l->replicas || per_replica % l->microbatches)
+        return spi_fail(SP_EINVAL, "batch %lld does not split into %d replicas × %d micro-batches",
+                        (long long)shape->batch, l->replicas, l->microbatches);
+    p->micro_batch = per_replica / l->microbatches;
+    if (p->micro_batch % c.sh.nN)
+        return spi_fail(SP_EINVAL, "%s needs the micro-batch (%lld sequences) divisible by %d",
+                        sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c.sh.nN);
+    c.seqs = p->micro_batch / c.sh.nN;
+    c.T = c.seqs * shape->q_len;
+    /* attention batch sharding splits a chip's sequences over the head group */
+    for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
+        shard s2;
+        phase_shard(l, l->phase[ph].ffn, &s2);
+        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (s2.nN * s2.nG)))
+            return spi_fail(SP_EINVAL, "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
+                            sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
+                            (long long)p->micro_batch, s2.nN * s2.nG);
+    }
+    c.act_b = sp_dtype_bytes(shape->act_dtype);
+    c.w_b = sp_dtype_bytes(l->weights);
+    p->heads_padded = c.Hp;
+    p->ffn_padded = c.Fp;
+    p->vocab_padded = c.Vp;
+
+    /* KV cache geometry: the decode layout's */
+    {
+        sp_attn_layout dal = l->phase[SP_PHASE_DECODE].attn;
+        const shard *d = &c.shd;
+        p->kv_repl = 0;
+        p->kv_head_axes[0] = '\0';
+        if (dal == SP_AL_BATCH) {
+            snprintf(p->kv_batch_axes, sizeof p->kv_batch_axes, "xyz");
+            p->kv_seqs = p->micro_batch / c.n;
+            p->kv_heads_cache = c.KVH;
+        } else {
+            snprintf(p->kv_batch_axes, sizeof p->kv_batch_axes, "%s", d->N);
+            p->kv_seqs = p->micro_batch / d->nN;
+            snprintf(p->kv_head_axes, sizeof p->kv_head_axes, "%s", d->G);
+            if (c.case_a) {
+                p->kv_heads_cache = c.KVH / d->nG;
+            } else {
+                p->kv_heads_cache = kv_heads_needed(m, c.Hp, d->nG);
+                p->kv_repl = 1;
+            }
+        }
+    }
+
+    int64_t first;
+    sp_lower_stage_layers(m->n_layers, l->stages, stage, &first, &p->n_layers);
+    if (p->n_layers < 1)
+        return spi_fail(SP_EINVAL, "%d stages for %lld layers leaves stage %d empty", l->stages,
+                        (long long)m->n_layers, stage);
+    int first_stage = stage == 0, last_stage = stage == l->stages - 1;
+    storage_specs(&c, first_stage, last_stage);
+
+    if (first_stage) emit_embed(&c, &p->pre);
+    else emit_p2p(&c, &p->pre, SP_STEP_RECV);
+    SP_CHECK(emit_layer(&c, &p->layer));
+    if (last_stage) emit_logits(&c, &p->post);
+    else emit_p2p(&c, &p->post, SP_STEP_SEND);
+
+    size_buffers(p, &p->pre, c.E, c.Vp);
+    size_buffers(p, &p->layer, c.E, c.Vp);
+    size_buffers(p, &p->post, c.E, c.Vp);
+    return SP_OK;
+}
+
+/* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE
+ * columns of the tallest weight, fp32. */
+#define SP_DEQUANT_TILE 64
+
+sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
+{
+    memset(out, 0, sizeof *out);
+    const sp_program *any = pf ? pf : dc;
+    if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
+    const sp_layout *l = &any->layout;
+    int64_t kmax = 0;
+    for (int w = 1; w < SP_W_COUNT; w++) {
+        const sp_weight_spec *s = &any->wspec[w];
+        if (!s->present) continue;
+        int per_layer = w <= SP_W_NORM2;
+        out->weights += s->bytes * (per_layer ? any->n_layers : 1);
+        if (s->local_rows > kmax && s->rows > 2) kmax = s->local_rows;
+    }
+    for (int b = 1; b < SP_BUF_COUNT; b++) {
+        int64_t v = 0;
+        if (pf && pf->buf_bytes[b] > v) v = pf->buf_bytes[b];
+        if (dc && dc->buf_bytes[b] > v) v = dc->buf_bytes[b];
+        if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) out->gathered_weights += v;
+        else out->activations += v;
+    }
+    /* KV: every micro-batch's sequences stay resident, at full capacity */
+    out->kv = 2 * any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
+              (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
+              sp_dtype_bytes(l->kv) * any->n_layers;
+    if (l->weights != SP_DT_F32) out->workspace = kmax * SP_DEQUANT_TILE * 4;
+    out->total = out->weights + out->gathered_weights + out->kv + out->activations + out->workspace;
+    return SP_OK;
+}

@@ -1,0 +1,95 @@
+/*
+ * sp_layout.h: one point of the search space: how a model is split.
+ *
+ *   stages × replicas × tensor mesh X×Y×Z, weight and KV-cache precision,
+ *   micro-batches, and per phase (prefill, decode) an FFN layout and an
+ *   attention layout, plus the placement of mesh axes on the topology.
+ *
+ * Text form (omitted keys take the defaults shown):
+ *   stages=1,replicas=1,mesh=4x4x4,weights=bf16,kv=bf16,microbatches=1,
+ *   prefill=ws2d/heads,decode=ws2d/batch,placement=zyx
+ * JSON form:
+ *   {"stages":1,"replicas":1,"mesh":[4,4,4],"weights":"int8","kv":"bf16",
+ *    "microbatches":1,"prefill":{"ffn":"ws2d","attn":"heads"},
+ *    "decode":{"ffn":"ws2d","attn":"batch"},"placement":"zyx"}
+ *
+ * FFN layouts (design.md §4): ws1d, ws2d, wg-x, wg-xy, wg-xyz.  Weight
+ * storage is shared by both phases: ws1d stores `E F_xyz`; every other layout
+ * stores the 2D `E_x F_yz`.  Mixing ws1d with a 2D-storage layout across the
+ * two phases is rejected (a reshard would be needed; we do not price one).
+ *
+ * placement: the tensor axes from innermost (consecutive chips, same node)
+ * to outermost; replica and stage axes are always outside them.  On a GPU
+ * cluster it decides which axes stay inside a node; on a torus each mesh axis
+ * is a ring along its own torus dimension and placement does not matter.
+ */
+#ifndef SP_LAYOUT_H
+#define SP_LAYOUT_H
+#include "sp_common.h"
+#include "sp_hw.h"
+#include "sp_mesh.h"
+#include "sp_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sp_ffn_layout {
+    SP_FL_WS1D = 0, SP_FL_WS2D = 1, SP_FL_WG_X = 2, SP_FL_WG_XY = 3, SP_FL_WG_XYZ = 4, SP_FL_COUNT
+} sp_ffn_layout;
+typedef enum sp_attn_layout { SP_AL_HEADS = 0, SP_AL_BATCH = 1, SP_AL_COUNT } sp_attn_layout;
+typedef enum sp_phase { SP_PHASE_PREFILL = 0, SP_PHASE_DECODE = 1, SP_PHASE_COUNT } sp_phase;
+
+const char *sp_ffn_layout_name(sp_ffn_layout f);    /* "ws1d", ... */
+const char *sp_attn_layout_name(sp_attn_layout a);  /* "heads", "batch" */
+const char *sp_phase_name(sp_phase p);              /* "prefill", "decode" */
+
+typedef struct sp_phase_layout {
+    sp_ffn_layout ffn;
+    sp_attn_layout attn;
+} sp_phase_layout;
+
+typedef struct sp_layout {
+    int stages;              /* P >= 1 */
+    int replicas;            /* R >= 1 */
+    int mesh[3];             /* X, Y, Z >= 1 */
+    sp_dtype weights;        /* BF16, F16, INT8, FP8 (F32 for the executor's tests) */
+    sp_dtype kv;             /* KV-cache dtype */
+    int microbatches;        /* M >= 1; pipelines need M >= stages for the generation schedule */
+    sp_phase_layout phase[SP_PHASE_COUNT];
+    sp_axis placement[3];    /* tensor axes, innermost first; default z, y, x */
+} sp_layout;
+
+/* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,
+ * bf16 weights and KV, 1 micro-batch, prefill ws2d/heads, decode ws2d/heads,
+ * placement zyx. */
+void sp_layout_init(sp_layout *l);
+int sp_layout_chips(const sp_layout *l);            /* P * R * X * Y * Z */
+void sp_layout_mesh(const sp_layout *l, sp_mesh *out);
+/* 1 if the phase layout stores weights as 1D (E F_xyz), 0 for 2D (E_x F_yz). */
+int sp_ffn_layout_is_1d(sp_ffn_layout f);
+
+/* Parse the text or JSON form (a string starting with '{' is JSON).
+ * Unknown keys or names, malformed numbers: SP_EPARSE with err filled. */
+sp_status sp_layout_parse(const char *text, sp_layout *out, sp_error *err);
+sp_status sp_layout_load_file(const char *path, sp_layout *out, sp_error *err);
+/* Text form, every key written.  Returns buf. */
+char *sp_layout_format(const sp_layout *l, char *buf, size_t size);
+/* JSON form as a new Jansson reference (json_t *); caller json_decref()s.
+ * Declared as void* so this header does not need jansson.h. */
+void *sp_layout_to_json(const sp_layout *l);
+sp_status sp_layout_from_json(const void *json, sp_layout *out, sp_error *err);
+
+/* Checks the layout against a model, chip count and batch: mesh product =
+ * chips, storage compatibility, dimensions that must divide (E, F, vocab
+ * over the mesh; batch over replicas × micro-batches and over the batch
+ * axes of each phase; layers >= stages; KV heads vs head shards), on the
+ * given hardware (torus dims, node size).  hw may be NULL.  The reason goes
+ * to sp_last_error() and, when err is non-NULL, to err. */
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int chips, int64_t batch,
+                          sp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

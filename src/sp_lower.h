@@ -1,0 +1,250 @@
+/*
+ * sp_lower.h: the lowering.  A layout × phase × shapes becomes the per-chip
+ * program: an ordered list of steps that the cost model prices, the
+ * simulator schedules and the executor runs (design.md §2).  Nothing else in
+ * the project interprets a layout.
+ *
+ * A program has three parts: `pre` (embedding on stage 0, or receiving the
+ * activations from the previous stage), `layer` (one transformer layer,
+ * identical for every layer of the stage, run `n_layers` times) and `post`
+ * (sending to the next stage, or the final norm and the logits on the last).
+ *
+ * Tensors live in named buffers (sp_buf) as row-major (rows, cols) fp32
+ * matrices.  Rows are tokens (sequence-major: row = b*L + l) of the sequences
+ * this chip holds; cols are the chip's part of the hidden dimension.  A
+ * dimension split over several mesh axes is split in the order given by an
+ * axis sequence (major first, e.g. "yzx": block = (y*Z + z)*X + x).
+ *
+ * Sharding of each FFN layout (n = X*Y*Z; N = weight-gathered axes,
+ * Rx = axes the matmul's contraction is split over, C = axes the output
+ * columns are split over):
+ *   layout  storage        N     Rx   C     activations between layers
+ *   ws1d    E F_xyz        -     -    xyz   B L E_xyz
+ *   ws2d    E_x F_yz       -     x    yz    B L E_xyz
+ *   wg-x    E_x F_yz       x     -    yz    B_x L E_yz
+ *   wg-xy   E_x F_yz       xy    -    z     B_xy L E_z
+ *   wg-xyz  E_x F_yz       xyz   -    -     B_xyz L E
+ * One FFN: all-gather(C) of the input, matmul, [reduce-scatter(Rx), act,
+ * all-gather(Rx)] or act, matmul, reduce-scatter(C).  Weight-gathered layouts
+ * first all-gather their weights over N.  Attention projections follow the
+ * same pattern with heads in place of F; see lower.c for the K/V rules.
+ */
+#ifndef SP_LOWER_H
+#define SP_LOWER_H
+#include "sp_common.h"
+#include "sp_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sp_step_kind {
+    SP_STEP_EMBED = 0,       /* dst(rows, E_total) partial sums of this chip's vocab shard */
+    SP_STEP_POS = 1,         /* dst += learned position rows (replicated table) */
+    SP_STEP_NORM_STATS = 2,  /* stats(rows, 2) = per-row (sum, sumsq) of src's cols */
+    SP_STEP_NORM_APPLY = 3,  /* dst = norm(src) using stats over `k` global cols; weight = gain shard */
+    SP_STEP_MATMUL = 4,      /* dst(m, n) (+)= src(m, k) · W(k, n) */
+    SP_STEP_BIAS = 5,        /* dst(m, n) += bias shard (n) */
+    SP_STEP_ACT = 6,         /* dst = gelu(src) | silu(src) * src2 */
+    SP_STEP_ATTN = 7,        /* RoPE, KV-cache append, causal attention: dst = attn(Q=src, K=src2, V=src3) */
+    SP_STEP_ADD = 8,         /* dst += src (residual) */
+    SP_STEP_COLL = 9,        /* a collective over mesh axes, see sp_coll */
+    SP_STEP_SLICE = 10,      /* dst = a block of src's rows (local, no communication) */
+    SP_STEP_LOGITS = 11,     /* dst(m, V/n) = src(m, E) · LM-head shard(V/n, E)^T */
+    SP_STEP_SEND = 12,       /* send src to the same chip of the next stage */
+    SP_STEP_RECV = 13,       /* receive dst from the same chip of the previous stage */
+    SP_STEP_KV_STORE = 14,   /* write K=src2, V=src3 rows into the KV cache (decode's layout) */
+    SP_STEP_COUNT
+} sp_step_kind;
+const char *sp_step_kind_name(sp_step_kind k);
+
+typedef enum sp_coll_kind {
+    SP_COLL_ALLGATHER = 0, SP_COLL_REDUCESCATTER = 1, SP_COLL_ALLREDUCE = 2, SP_COLL_ALLTOALL = 3,
+    SP_COLL_SENDRECV = 4, SP_COLL_COUNT
+} sp_coll_kind;
+const char *sp_coll_kind_name(sp_coll_kind k);   /* "all-gather", ... */
+
+/* Named activation buffers.  Sizes: sp_lower_buffer_sizes(). */
+typedef enum sp_buf {
+    SP_BUF_NONE = 0,
+    SP_BUF_X = 1,       /* residual stream at layer boundary (rows, E cols of this chip) */
+    SP_BUF_XG = 2,      /* gathered / normed layer input */
+    SP_BUF_STATS = 3,   /* (rows, 2) norm statistics */
+    SP_BUF_Q = 4, SP_BUF_K = 5, SP_BUF_V = 6,
+    SP_BUF_QB = 7, SP_BUF_KB = 8, SP_BUF_VB = 9,   /* batch-sharded Q, K, V after all-to-all */
+    SP_BUF_ATT = 10,    /* attention output, heads-sharded */
+    SP_BUF_ATTB = 11,   /* attention output, batch-sharded */
+    SP_BUF_H = 12,      /* FFN hidden (gate / GELU input) */
+    SP_BUF_H2 = 13,     /* FFN hidden (SwiGLU up) */
+    SP_BUF_HS = 14,     /* FFN hidden after reduce-scatter (2D) */
+    SP_BUF_HS2 = 15,
+    SP_BUF_Y = 16,      /* partial-sum output of the block (rows, E cols of Rx part) */
+    SP_BUF_Y2 = 17,     /* second partial output (serial block: the FFN's) */
+    SP_BUF_LAST = 18,   /* last-token rows */
+    SP_BUF_LOGITS = 19, /* (rows, V/n) */
+    SP_BUF_LOGITS_ALL = 20, /* (rows, V) */
+    SP_BUF_KVIN = 21,   /* rows of the layer input used for K/V (batch slice) */
+    SP_BUF_KP = 22, SP_BUF_VP = 23,   /* K/V partial sums before their reduction */
+    /* gathered weights (weight-gathered layouts), reused across layers */
+    SP_BUF_WQ = 24, SP_BUF_WK = 25, SP_BUF_WV = 26, SP_BUF_WO = 27,
+    SP_BUF_WIN = 28, SP_BUF_WUP = 29, SP_BUF_WOUT = 30,
+    SP_BUF_QP = 31,     /* Q partial sums before the reduce-scatter over Rx */
+    SP_BUF_ATTG = 32,   /* attention output gathered over Rx before WO */
+    SP_BUF_EMB = 33,    /* (all rows of the micro-batch, E) embedding partial sums */
+    SP_BUF_XF = 34,     /* (sequences, E) final rows gathered whole for the LM head */
+    SP_BUF_COUNT
+} sp_buf;
+const char *sp_buf_name(sp_buf b);
+
+/* Weight matrices of a layer (and the model-level ones). */
+typedef enum sp_weight {
+    SP_W_NONE = 0,
+    SP_W_Q = 1, SP_W_K = 2, SP_W_V = 3, SP_W_O = 4,
+    SP_W_IN = 5, SP_W_UP = 6, SP_W_OUT = 7,
+    SP_W_NORM1 = 8, SP_W_NORM2 = 9, SP_W_NORMF = 10,
+    SP_W_EMBED = 11,    /* (V, E), vocab-sharded; the LM head when tied */
+    SP_W_LMHEAD = 12,   /* (V, E), vocab-sharded, untied models */
+    SP_W_POS = 13,      /* (max_context, E), replicated */
+    SP_W_COUNT
+} sp_weight;
+const char *sp_weight_name(sp_weight w);
+
+#define SP_AXSEQ_MAX 8
+/* A collective: the data of one chip is a (rows, cols) matrix; the group is
+ * row_axes ∪ col_axes.  All-gather: each chip contributes its (rows, cols)
+ * block; the result is (rows·|row_axes|, cols·|col_axes|) with the block of
+ * group member g at row block / col block given by g's coordinates on
+ * row_axes / col_axes (each in its axis-sequence order).  Reduce-scatter is
+ * the mirror: the input is the big matrix, the output one block, summed.
+ * All-reduce: same shape in and out, over row_axes∪col_axes.  All-to-all
+ * heads→batch (a2a_to_rows = 1): input (rows, cols·K) split by column chunk
+ * to peers, output (rows/K, cols·K) ... see lower.c. */
+typedef struct sp_coll {
+    sp_coll_kind kind;
+    char row_axes[SP_AXSEQ_MAX];     /* axis letters, major first; "" = none */
+    char col_axes[SP_AXSEQ_MAX];
+    int group;                       /* chips in the group (K) */
+    int64_t rows, cols;              /* this chip's block (all-gather input, RS output, a2a input) */
+    int64_t elems;                   /* elements of the operand: AG input, RS output, AR whole buffer
+                                        padded to a multiple of group, A2A input, send/recv */
+    int a2a_to_batch;                /* all-to-all: 1 heads→batch, 0 batch→heads */
+    sp_dtype dtype;                  /* element type moved (weights: storage dtype) */
+    int64_t bytes_sent;              /* per chip, exact, (K-1)/K factors included */
+    int64_t bytes_recv;
+    int is_weight;                   /* gathers a weight (weight-gathered layouts) */
+    int overlappable;                /* may overlap with compute (weight gathers, a2a) */
+} sp_coll;
+
+typedef struct sp_step {
+    sp_step_kind kind;
+    sp_buf dst, src, src2, src3;
+    sp_weight weight;        /* MATMUL, NORM_APPLY, BIAS, EMBED, LOGITS */
+    sp_buf wbuf;             /* MATMUL from a gathered weight buffer instead of the stored shard */
+    int accumulate;          /* MATMUL: dst += instead of = */
+    int64_t m, k, n;         /* MATMUL: local shapes.  NORM_*: m rows, n local cols, k global cols.
+                                ACT/ADD/BIAS/POS: m rows, n cols.  SLICE: m rows kept, n cols,
+                                k rows in src.  EMBED: m rows, n = E.  LOGITS: m rows, k = E, n = V/n */
+    /* Which block of a sharded dimension this chip holds, as an axis sequence
+     * (block index = sp_lower_axes_index(layout, rank, axes)):
+     *   NORM_APPLY, BIAS, POS: the column block of dst (gain/bias/positions columns)
+     *   SLICE: the row block kept (after taking every `every`-th row when every > 1)
+     *   ATTN, KV_STORE: the q-head block; batch_axes the sequence block */
+    char axes[SP_AXSEQ_MAX];
+    char batch_axes[SP_AXSEQ_MAX];
+    int64_t every;           /* SLICE: keep the last row of each group of `every` rows first (0 = all) */
+    /* ATTN / KV_STORE: sequences, query tokens, q heads, KV heads held in the
+     * K/V source (src2/src3), KV heads stored per sequence in the cache,
+     * head dim, tokens in context after this step, first cache position */
+    int64_t batch, q_len, heads, kv_heads_src, kv_heads, d_head, context, pos0;
+    int kv_repl;             /* K/V source holds every KV head; cache keeps those this chip's q heads use */
+    int from_cache;          /* ATTN: keys/values from the KV cache (decode) or from src2/src3 (prefill) */
+    int64_t flops;           /* MATMUL/ATTN/LOGITS: FLOPs on this chip */
+    int64_t weight_bytes;    /* weight bytes read from HBM */
+    int64_t kv_bytes_read;   /* ATTN: KV-cache bytes read */
+    int64_t kv_bytes_written;/* KV_STORE */
+    int64_t act_bytes;       /* activation bytes read + written */
+    sp_coll coll;            /* COLL, SEND, RECV */
+} sp_step;
+
+#define SP_PROG_MAX_STEPS 64
+
+typedef struct sp_steps {
+    int n;
+    sp_step s[SP_PROG_MAX_STEPS];
+} sp_steps;
+
+/* Shapes of one step of work. */
+typedef struct sp_shape {
+    int64_t batch;     /* sequences in the whole job (all replicas) */
+    int64_t q_len;     /* tokens per sequence this step: prompt for prefill, 1 for decode */
+    int64_t context;   /* tokens in the KV cache after this step */
+    int64_t max_context; /* KV cache capacity per sequence (prompt + generate) */
+    sp_dtype act_dtype;  /* activations moved and stored: BF16 on accelerators, F32 in our executor */
+} sp_shape;
+
+/* Global (padded) dimensions and the storage sharding of one weight. */
+typedef struct sp_weight_spec {
+    sp_weight weight;
+    int present;
+    int64_t rows, cols;                 /* global, padded */
+    int64_t rows_real, cols_real;       /* unpadded (extra rows/cols are zeros) */
+    char row_axes[SP_AXSEQ_MAX];        /* storage sharding (major first) */
+    char col_axes[SP_AXSEQ_MAX];
+    int64_t local_rows, local_cols;     /* this chip's block */
+    sp_dtype dtype;                     /* storage dtype */
+    int64_t bytes;                      /* local bytes incl. per-column scales for INT8/FP8 */
+} sp_weight_spec;
+
+typedef struct sp_program {
+    sp_phase phase;
+    sp_layout layout;
+    sp_shape shape;
+    int stage;
+    int64_t micro_batch;     /* sequences per micro-batch on one replica */
+    int64_t n_layers;        /* layers on this stage */
+    int64_t heads_padded, kv_heads_stored, ffn_padded, vocab_padded;
+    sp_steps pre, layer, post;
+    int64_t buf_bytes[SP_BUF_COUNT];   /* bytes each buffer must hold (act_dtype; weights: storage) */
+    sp_weight_spec wspec[SP_W_COUNT];  /* storage of every weight on this stage */
+    /* KV cache of this chip, in the decode layout (both phases write it so) */
+    int64_t kv_seqs;                   /* sequences per micro-batch whose KV this chip holds */
+    int64_t kv_heads_cache;            /* KV heads stored per sequence */
+    char kv_batch_axes[SP_AXSEQ_MAX];  /* sequence block axes */
+    char kv_head_axes[SP_AXSEQ_MAX];   /* q-head block axes (cache heads follow them) */
+    int kv_repl;                       /* KV heads replicated across head shards */
+} sp_program;
+
+/* Lowers one phase of a layout for pipeline stage `stage` (0..stages-1).
+ * The program describes one micro-batch on one chip; every chip of a stage
+ * runs the same program (only its coordinates differ).  Allocation-free.
+ * Fails with SP_EINVAL (message in sp_last_error()) if the layout does not
+ * apply to the model and shape. */
+sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                   sp_program *out);
+
+/* Layers held by stage s: contiguous blocks, the first (n_layers % stages) stages one more. */
+void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count);
+
+/* Pure size function shared by the cost model and the executor (llm.c style):
+ * bytes a chip of `stage` holds for weights, for the KV cache at
+ * `kv_context` tokens per sequence, and the fp32 activation buffers of the
+ * program (max over its buffers, counted once each). */
+typedef struct sp_mem_sizes {
+    int64_t weights;           /* stored weight shards (+ scales) */
+    int64_t gathered_weights;  /* weight-gathered buffers (one layer's worth) */
+    int64_t kv;                /* KV cache, this chip, its dtype */
+    int64_t activations;       /* activation buffers of the program */
+    int64_t workspace;         /* dequantisation and scratch */
+    int64_t total;
+} sp_mem_sizes;
+sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
+
+/* Utility: group size of an axis sequence under a layout ("yz" -> Y*Z). */
+int sp_lower_axes_size(const sp_layout *l, const char *axes);
+/* Block index of a chip (global rank under sp_layout_mesh) for an axis sequence. */
+int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
