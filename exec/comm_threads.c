@@ -1,0 +1,562 @@
+/*
+ * comm_threads.c: the threads backend.  Every chip is a thread of this
+ * process and all buffers are in one address space.
+ *
+ * Collectives (pull model).  Each group (canonical mask × group) owns one
+ * rendezvous: a mutex, a condvar and one slot per member.  A call
+ *   1. publishes {kind, count, dtype, send, recv} in its slot and arrives;
+ *   2. once all K members arrived, checks that they all called the same
+ *      thing, then copies / reduces what it needs straight out of the
+ *      peers' buffers (each chip reads, never writes, other chips' memory);
+ *   3. arrives again before returning, so no buffer is released while a
+ *      peer may still read it (all-reduce has one more step in between).
+ * The barrier is generation-less: slot g counts its member's arrivals a_g
+ * and the rendezvous the total; phase p is complete when total == K*p
+ * (no member can be at p+1 before every member reached p).
+ *
+ * Byte accounting is measured, not computed: the reader adds what it
+ * copies from a peer to its own recv count and to the peer slot's atomic
+ * `pulled`, which the peer reads as its sent count after the last phase.
+ *
+ * Send/recv: one mailbox per ordered pair (created on first use); the
+ * sender posts its buffer and waits until the receiver has copied it.
+ *
+ * Every wait is a pthread_cond_timedwait on CLOCK_MONOTONIC with the
+ * world's timeout; a timeout aborts the world (naming the missing ranks),
+ * and the abort wakes every rendezvous and mailbox.
+ */
+#include "config.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "exec/spi_comm.h"
+
+#define THREADS_MAX_CHIPS 4096
+#define KIND_BARRIER SP_COLL_COUNT   /* internal kind for the rendezvous check */
+#define REDUCE_TILE 1024             /* floats per accumulator tile (4 KiB) */
+
+typedef struct slot {
+    int kind;
+    int dt;
+    size_t count;
+    const void *send;
+    void *recv;
+    uint64_t arrivals;           /* under rdv.mu */
+    atomic_uint_fast64_t pulled; /* bytes peers copied out of this chip's buffers */
+} slot;
+
+typedef struct rdv {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int K;
+    unsigned mask;
+    uint64_t total;   /* arrivals of all members, under mu */
+    slot *slots;
+} rdv;
+
+typedef struct mbox {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted, taken, err;
+    const void *buf;
+    size_t count;
+    int dt;
+} mbox;
+
+typedef struct tworld {
+    rdv **by_mask[SPI_COMM_NMASKS]; /* [mask][leader global rank] */
+    rdv **all;
+    int nall;
+    pthread_mutex_t mbmu;           /* guards mb rows and mailbox creation */
+    mbox ***mb;                     /* [src][dst], rows and boxes created lazily */
+} tworld;
+
+/* ---- time and waiting ---------------------------------------------------------------- */
+
+static int cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    if (pthread_condattr_init(&a) != 0) return -1;
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+static struct timespec deadline_after(double s)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    time_t whole = (time_t)s;
+    long ns = (long)((s - (double)whole) * 1e9);
+    t.tv_sec += whole;
+    t.tv_nsec += ns;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+static const char *kind_name(int k)
+{
+    return k == KIND_BARRIER ? "barrier" : sp_coll_kind_name((sp_coll_kind)k);
+}
+
+/* ---- rendezvous ------------------------------------------------------------------------ */
+
+static rdv *rdv_new(int K, unsigned mask)
+{
+    rdv *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->slots = calloc((size_t)K, sizeof *r->slots);
+    if (!r->slots || pthread_mutex_init(&r->mu, NULL) != 0) goto fail;
+    if (cond_init_mono(&r->cv) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        goto fail;
+    }
+    r->K = K;
+    r->mask = mask;
+    for (int i = 0; i < K; i++) atomic_init(&r->slots[i].pulled, 0);
+    return r;
+fail:
+    free(r->slots);
+    free(r);
+    return NULL;
+}
+
+static void rdv_free(rdv *r)
+{
+    if (!r) return;
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r->slots);
+    free(r);
+}
+
+/* Arrives at the next phase of g's rendezvous (publishing pub first, if
+ * given) and waits until every member has arrived there. */
+static sp_status rdv_arrive(sp_comm *c, spi_comm_group *g, const slot *pub)
+{
+    sp_comm_world *w = c->world;
+    rdv *r = g->impl;
+    slot *me = &r->slots[g->rank];
+    pthread_mutex_lock(&r->mu);
+    if (spi_comm_world_is_aborted(w)) {
+        pthread_mutex_unlock(&r->mu);
+        return spi_comm_aborted_status(w);
+    }
+    if (pub) {
+        me->kind = pub->kind;
+        me->dt = pub->dt;
+        me->count = pub->count;
+        me->send = pub->send;
+        me->recv = pub->recv;
+        atomic_store_explicit(&me->pulled, 0, memory_order_relaxed);
+    }
+    uint64_t phase = ++me->arrivals;
+    uint64_t need = (uint64_t)r->K * phase;
+    if (++r->total == need) {
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        return SP_OK;
+    }
+    struct timespec dl = deadline_after(w->timeout_s);
+    while (r->total < need && !spi_comm_world_is_aborted(w)) {
+        int rc = pthread_cond_timedwait(&r->cv, &r->mu, &dl);
+        if (rc == ETIMEDOUT && r->total < need) {
+            char missing[160];
+            size_t n = 0;
+            missing[0] = '\0';
+            for (int h = 0; h < r->K && n < sizeof missing - 16; h++)
+                if (r->slots[h].arrivals < phase)
+                    n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", n ? ", " : "",
+                                          g->members[h]);
+            int kind = me->kind;
+            pthread_mutex_unlock(&r->mu);
+            char ax[8];
+            return spi_comm_world_abort(w,
+                                        "%s over axes %s: rank %d waited %.3g s (SHARDPLAN_COMM_TIMEOUT_S) "
+                                        "for rank(s) %s of its %d-chip group",
+                                        kind_name(kind), sp_axes_str(g->mask, ax, (int)sizeof ax),
+                                        c->rank, w->timeout_s, missing, r->K);
+        }
+    }
+    int done = r->total >= need;
+    pthread_mutex_unlock(&r->mu);
+    return done ? SP_OK : spi_comm_aborted_status(w);
+}
+
+/* Phase 1 of every collective: publish, meet, check that all members made
+ * the same call.  On a mismatch every member sees it, meets once more and
+ * fails with SP_EINVAL. */
+static sp_status coll_enter(sp_comm *c, spi_comm_group *g, int kind, const void *send, void *recv,
+                            size_t count, sp_dtype dt)
+{
+    slot pub = {.kind = kind, .dt = (int)dt, .count = count, .send = send, .recv = recv};
+    SP_CHECK(rdv_arrive(c, g, &pub));
+    rdv *r = g->impl;
+    for (int h = 0; h < r->K; h++) {
+        const slot *s = &r->slots[h];
+        if (s->kind != kind || s->count != count || s->dt != (int)dt) {
+            char ax[8];
+            sp_status st = spi_fail(SP_EINVAL,
+                                    "collective mismatch over axes %s: rank %d called %s(count %zu, %s) "
+                                    "but group member rank %d called %s(count %zu, %s)",
+                                    sp_axes_str(g->mask, ax, (int)sizeof ax), c->rank, kind_name(kind),
+                                    count, sp_dtype_name(dt), g->members[h], kind_name(s->kind), s->count,
+                                    sp_dtype_name((sp_dtype)s->dt));
+            SP_CHECK(rdv_arrive(c, g, NULL));
+            return st;
+        }
+    }
+    return SP_OK;
+}
+
+/* Last phase: meet so peers are done reading, then read what was pulled. */
+static sp_status coll_leave(sp_comm *c, spi_comm_group *g, spi_comm_xfer *x)
+{
+    SP_CHECK(rdv_arrive(c, g, NULL));
+    rdv *r = g->impl;
+    x->sent = atomic_load_explicit(&r->slots[g->rank].pulled, memory_order_relaxed);
+    return SP_OK;
+}
+
+/* Copies bytes from peer h's buffer src into dst, accounting both ends. */
+static void pull(rdv *r, int h, void *dst, const void *src, size_t bytes, spi_comm_xfer *x)
+{
+    if (!bytes) return;
+    memcpy(dst, src, bytes);
+    atomic_fetch_add_explicit(&r->slots[h].pulled, bytes, memory_order_relaxed);
+    x->recv += bytes;
+}
+
+/* dst[i] = ((src[0][i] + src[1][i]) + ...) + src[K-1][i], tile by tile, so
+ * dst may alias one of the sources elementwise (in place). */
+static void reduce_f32(float *dst, const float *const *src, int K, size_t n)
+{
+    float acc[REDUCE_TILE];
+    for (size_t off = 0; off < n; off += REDUCE_TILE) {
+        size_t m = (n - off < REDUCE_TILE) ? n - off : REDUCE_TILE;
+        memcpy(acc, src[0] + off, m * sizeof(float));
+        for (int j = 1; j < K; j++) {
+            const float *p = src[j] + off;
+            for (size_t i = 0; i < m; i++) acc[i] += p[i];
+        }
+        memcpy(dst + off, acc, m * sizeof(float));
+    }
+}
+
+/* Accounts the reads of a reduction over [off, off+n) of every peer's buffer. */
+static void account_reduce(rdv *r, int g, size_t bytes, spi_comm_xfer *x)
+{
+    if (!bytes) return;
+    for (int h = 0; h < r->K; h++)
+        if (h != g) {
+            atomic_fetch_add_explicit(&r->slots[h].pulled, bytes, memory_order_relaxed);
+            x->recv += bytes;
+        }
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static sp_status th_allgather(sp_comm *c, spi_comm_group *g, const void *send, void *recv, size_t count,
+                              sp_dtype dt, spi_comm_xfer *x)
+{
+    SP_CHECK(coll_enter(c, g, SP_COLL_ALLGATHER, send, recv, count, dt));
+    rdv *r = g->impl;
+    int K = r->K, me = g->rank;
+    size_t chunk = count * (size_t)sp_dtype_bytes(dt);
+    char *out = recv;
+    for (int k = 1; k < K; k++) {   /* start at the next peer, to spread the readers */
+        int h = (me + k) % K;
+        pull(r, h, out + (size_t)h * chunk, r->slots[h].send, chunk, x);
+    }
+    if (out + (size_t)me * chunk != (const char *)send && chunk) memcpy(out + (size_t)me * chunk, send, chunk);
+    return coll_leave(c, g, x);
+}
+
+static sp_status th_reducescatter(sp_comm *c, spi_comm_group *g, const void *send, void *recv,
+                                  size_t count, sp_dtype dt, spi_comm_xfer *x)
+{
+    SP_CHECK(coll_enter(c, g, SP_COLL_REDUCESCATTER, send, recv, count, dt));
+    rdv *r = g->impl;
+    int K = r->K, me = g->rank;
+    const float *src[K];
+    for (int h = 0; h < K; h++) src[h] = (const float *)r->slots[h].send + (size_t)me * count;
+    reduce_f32(recv, src, K, count);
+    account_reduce(r, me, count * sizeof(float), x);
+    return coll_leave(c, g, x);
+}
+
+/* Chunk h of n elements cut into K: [off, off+len). */
+static void chunk_of(size_t n, int K, int h, size_t *off, size_t *len)
+{
+    size_t q = n / (size_t)K, rem = n % (size_t)K, hh = (size_t)h;
+    *off = hh * q + (hh < rem ? hh : rem);
+    *len = q + (hh < rem ? 1 : 0);
+}
+
+static sp_status th_allreduce(sp_comm *c, spi_comm_group *g, const void *send, void *recv, size_t count,
+                              sp_dtype dt, spi_comm_xfer *x)
+{
+    SP_CHECK(coll_enter(c, g, SP_COLL_ALLREDUCE, send, recv, count, dt));
+    rdv *r = g->impl;
+    int K = r->K, me = g->rank;
+    size_t off, len;
+    /* 1. reduce-scatter: this chip sums its chunk of everyone's send into its recv. */
+    chunk_of(count, K, me, &off, &len);
+    const float *src[K];
+    for (int h = 0; h < K; h++) src[h] = (const float *)r->slots[h].send + off;
+    reduce_f32((float *)recv + off, src, K, len);
+    account_reduce(r, me, len * sizeof(float), x);
+    SP_CHECK(rdv_arrive(c, g, NULL));
+    /* 2. all-gather: copy every other chunk from its owner's recv. */
+    for (int k = 1; k < K; k++) {
+        int h = (me + k) % K;
+        chunk_of(count, K, h, &off, &len);
+        pull(r, h, (float *)recv + off, (const float *)r->slots[h].recv + off, len * sizeof(float), x);
+    }
+    return coll_leave(c, g, x);
+}
+
+static sp_status th_alltoall(sp_comm *c, spi_comm_group *g, const void *send, void *recv, size_t count,
+                             sp_dtype dt, spi_comm_xfer *x)
+{
+    SP_CHECK(coll_enter(c, g, SP_COLL_ALLTOALL, send, recv, count, dt));
+    rdv *r = g->impl;
+    int K = r->K, me = g->rank;
+    size_t chunk = count * (size_t)sp_dtype_bytes(dt);
+    char *out = recv;
+    for (int k = 1; k < K; k++) {
+        int h = (me + k) % K;
+        pull(r, h, out + (size_t)h * chunk, (const char *)r->slots[h].send + (size_t)me * chunk, chunk, x);
+    }
+    if (chunk) memcpy(out + (size_t)me * chunk, (const char *)send + (size_t)me * chunk, chunk);
+    return coll_leave(c, g, x);
+}
+
+static sp_status th_barrier(sp_comm *c, spi_comm_group *g)
+{
+    SP_CHECK(coll_enter(c, g, KIND_BARRIER, NULL, NULL, 0, SP_DT_F32));
+    return rdv_arrive(c, g, NULL);
+}
+
+/* ---- send / recv ------------------------------------------------------------------------ */
+
+static sp_status mbox_get(sp_comm_world *w, int src, int dst, mbox **out)
+{
+    tworld *tw = w->impl;
+    sp_status st = SP_OK;
+    pthread_mutex_lock(&tw->mbmu);
+    if (!tw->mb[src]) tw->mb[src] = calloc((size_t)w->nranks, sizeof(mbox *));
+    if (!tw->mb[src]) {
+        st = spi_fail(SP_ENOMEM, "out of memory for a mailbox");
+    } else if (!tw->mb[src][dst]) {
+        mbox *m = calloc(1, sizeof *m);
+        if (!m || pthread_mutex_init(&m->mu, NULL) != 0) {
+            free(m);
+            st = spi_fail(SP_ENOMEM, "out of memory for a mailbox");
+        } else if (cond_init_mono(&m->cv) != 0) {
+            pthread_mutex_destroy(&m->mu);
+            free(m);
+            st = spi_fail(SP_ENOMEM, "cannot create a condition variable");
+        } else {
+            tw->mb[src][dst] = m;
+        }
+    }
+    if (st == SP_OK) *out = tw->mb[src][dst];
+    pthread_mutex_unlock(&tw->mbmu);
+    return st;
+}
+
+static sp_status th_send(sp_comm *c, int peer, const void *buf, size_t count, sp_dtype dt,
+                         spi_comm_xfer *x)
+{
+    sp_comm_world *w = c->world;
+    mbox *m;
+    SP_CHECK(mbox_get(w, c->rank, peer, &m));
+    pthread_mutex_lock(&m->mu);
+    m->buf = buf;
+    m->count = count;
+    m->dt = (int)dt;
+    m->err = 0;
+    m->taken = 0;
+    m->posted = 1;
+    pthread_cond_broadcast(&m->cv);
+    struct timespec dl = deadline_after(w->timeout_s);
+    while (!m->taken && !spi_comm_world_is_aborted(w)) {
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &dl) == ETIMEDOUT && !m->taken) {
+            m->posted = 0;
+            pthread_mutex_unlock(&m->mu);
+            return spi_comm_world_abort(w, "send from rank %d to rank %d: no matching recv after %.3g s "
+                                           "(SHARDPLAN_COMM_TIMEOUT_S)", c->rank, peer, w->timeout_s);
+        }
+    }
+    int taken = m->taken, err = m->err;
+    size_t peer_count = m->count;
+    int peer_dt = m->dt;
+    m->posted = 0;
+    pthread_mutex_unlock(&m->mu);
+    if (!taken) return spi_comm_aborted_status(w);
+    if (err)
+        return spi_fail(SP_EINVAL, "send from rank %d to rank %d of %zu %s met a recv of %zu %s", c->rank,
+                        peer, count, sp_dtype_name(dt), peer_count, sp_dtype_name((sp_dtype)peer_dt));
+    x->sent = count * (size_t)sp_dtype_bytes(dt);
+    return SP_OK;
+}
+
+static sp_status th_recv(sp_comm *c, int peer, void *buf, size_t count, sp_dtype dt, spi_comm_xfer *x)
+{
+    sp_comm_world *w = c->world;
+    mbox *m;
+    SP_CHECK(mbox_get(w, peer, c->rank, &m));
+    pthread_mutex_lock(&m->mu);
+    struct timespec dl = deadline_after(w->timeout_s);
+    while (!(m->posted && !m->taken) && !spi_comm_world_is_aborted(w)) {
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &dl) == ETIMEDOUT && !(m->posted && !m->taken)) {
+            pthread_mutex_unlock(&m->mu);
+            return spi_comm_world_abort(w, "recv at rank %d from rank %d: no matching send after %.3g s "
+                                           "(SHARDPLAN_COMM_TIMEOUT_S)", c->rank, peer, w->timeout_s);
+        }
+    }
+    if (!(m->posted && !m->taken)) {
+        pthread_mutex_unlock(&m->mu);
+        return spi_comm_aborted_status(w);
+    }
+    sp_status st = SP_OK;
+    if (m->count != count || m->dt != (int)dt) {
+        st = spi_fail(SP_EINVAL, "recv at rank %d from rank %d of %zu %s met a send of %zu %s", c->rank, peer,
+                      count, sp_dtype_name(dt), m->count, sp_dtype_name((sp_dtype)m->dt));
+        m->err = 1;
+        m->count = count;   /* tell the sender what was posted here */
+        m->dt = (int)dt;
+    } else {
+        size_t bytes = count * (size_t)sp_dtype_bytes(dt);
+        if (bytes) memcpy(buf, m->buf, bytes);
+        x->recv = bytes;
+    }
+    m->taken = 1;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+/* ---- world and groups -------------------------------------------------------------------- */
+
+static void th_world_fini(sp_comm_world *w)
+{
+    tworld *tw = w->impl;
+    if (!tw) return;
+    for (int i = 0; i < tw->nall; i++) rdv_free(tw->all[i]);
+    free(tw->all);
+    for (unsigned m = 0; m < SPI_COMM_NMASKS; m++) free(tw->by_mask[m]);
+    if (tw->mb) {
+        for (int s = 0; s < w->nranks; s++) {
+            if (!tw->mb[s]) continue;
+            for (int d = 0; d < w->nranks; d++) {
+                mbox *b = tw->mb[s][d];
+                if (!b) continue;
+                pthread_cond_destroy(&b->cv);
+                pthread_mutex_destroy(&b->mu);
+                free(b);
+            }
+            free(tw->mb[s]);
+        }
+        free(tw->mb);
+    }
+    pthread_mutex_destroy(&tw->mbmu);
+    free(tw);
+    w->impl = NULL;
+}
+
+static sp_status th_world_init(sp_comm_world *w)
+{
+    if (w->nranks > THREADS_MAX_CHIPS)
+        return spi_fail(SP_EINVAL, "the threads backend runs at most %d chips (mesh has %d); use MPI",
+                        THREADS_MAX_CHIPS, w->nranks);
+    tworld *tw = calloc(1, sizeof *tw);
+    if (!tw || pthread_mutex_init(&tw->mbmu, NULL) != 0) {
+        free(tw);
+        return spi_fail(SP_ENOMEM, "out of memory for the threads communicator");
+    }
+    w->impl = tw;
+    w->first_local = 0;
+    w->nlocal = w->nranks;
+    size_t cap = 0;
+    for (unsigned m = 1; m < SPI_COMM_NMASKS; m++)
+        if (!(m & ~w->live_axes)) cap += (size_t)(w->nranks / sp_mesh_group_size(&w->mesh, m));
+    tw->all = calloc(cap ? cap : 1, sizeof *tw->all);
+    tw->mb = calloc((size_t)w->nranks, sizeof *tw->mb);
+    if (!tw->all || !tw->mb) goto oom;
+    for (unsigned m = 1; m < SPI_COMM_NMASKS; m++) {
+        if (m & ~w->live_axes) continue;
+        int K = sp_mesh_group_size(&w->mesh, m);
+        tw->by_mask[m] = calloc((size_t)w->nranks, sizeof(rdv *));
+        if (!tw->by_mask[m]) goto oom;
+        for (int r = 0; r < w->nranks; r++) {
+            if (sp_mesh_group_rank(&w->mesh, r, m) != 0) continue;   /* r leads its group */
+            rdv *x = rdv_new(K, m);
+            if (!x) goto oom;
+            tw->all[tw->nall++] = x;
+            tw->by_mask[m][r] = x;
+        }
+    }
+    return SP_OK;
+oom:
+    th_world_fini(w);
+    return spi_fail(SP_ENOMEM, "out of memory for the threads communicator (%d chips)", w->nranks);
+}
+
+static void th_wake(sp_comm_world *w)
+{
+    tworld *tw = w->impl;
+    for (int i = 0; i < tw->nall; i++) {
+        pthread_mutex_lock(&tw->all[i]->mu);
+        pthread_cond_broadcast(&tw->all[i]->cv);
+        pthread_mutex_unlock(&tw->all[i]->mu);
+    }
+    pthread_mutex_lock(&tw->mbmu);
+    for (int s = 0; s < w->nranks; s++) {
+        if (!tw->mb[s]) continue;
+        for (int d = 0; d < w->nranks; d++) {
+            mbox *b = tw->mb[s][d];
+            if (!b) continue;
+            pthread_mutex_lock(&b->mu);
+            pthread_cond_broadcast(&b->cv);
+            pthread_mutex_unlock(&b->mu);
+        }
+    }
+    pthread_mutex_unlock(&tw->mbmu);
+}
+
+static sp_status th_group_init(sp_comm *c, spi_comm_group *g)
+{
+    tworld *tw = c->world->impl;
+    rdv *r = tw->by_mask[g->mask] ? tw->by_mask[g->mask][g->members[0]] : NULL;
+    if (!r || r->K != g->size)
+        return spi_fail(SP_EINTERNAL, "threads communicator: no rendezvous for mask 0x%x leader %d", g->mask,
+                        g->members[0]);
+    g->impl = r;
+    return SP_OK;
+}
+
+const spi_comm_backend spi_comm_threads_backend = {
+    .name = "threads",
+    .world_init = th_world_init,
+    .world_fini = th_world_fini,
+    .comm_init = NULL,
+    .comm_fini = NULL,
+    .group_init = th_group_init,
+    .group_fini = NULL,
+    .wake = th_wake,
+    .allgather = th_allgather,
+    .reducescatter = th_reducescatter,
+    .allreduce = th_allreduce,
+    .alltoall = th_alltoall,
+    .send = th_send,
+    .recv = th_recv,
+    .barrier = th_barrier,
+};
