@@ -94,7 +94,8 @@ sp_status sp_model_find(const char *name_or_path, sp_model *out, sp_error *err);
 /* Checks sizes are positive, heads divide, products fit in 64 bits. */
 sp_status sp_model_validate(const sp_model *m, sp_error *err);
 
-/* Computes all derived quantities at the given context (tokens). */
+/* Computes all derived quantities at the given context (tokens; 0 means
+ * max_context).  Fails with SP_EINVAL on a model sp_model_validate rejects. */
 sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *out);
 
 /* Number of FFN weight matrices: 2 for GELU, 3 for SwiGLU. */
