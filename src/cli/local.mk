@@ -1,4 +1,5 @@
 # src/cli: the shardplan program.  One file per verb group.
 bin_PROGRAMS += shardplan
-shardplan_SOURCES = src/cli/cli.h src/cli/main.c src/cli/cli_util.c src/cli/cmd_describe.c
+shardplan_SOURCES = src/cli/cli.h src/cli/main.c src/cli/cli_util.c src/cli/cmd_describe.c \
+	src/cli/cmd_estimate.c
 shardplan_LDADD = libspcore.la $(SP_DEP_LIBS)

@@ -8,6 +8,7 @@ static const struct cli_verb verbs[] = {
     {"models", "list the bundled model descriptions", cli_cmd_models},
     {"model", "model show NAME|FILE: sizes, parameter counts, bytes and FLOPs of a model", cli_cmd_model},
     {"hw", "list bundled hardware; hw show NAME|FILE: one hardware description", cli_cmd_hw},
+    {"estimate", "price one layout: latency, throughput, MFU, cost, time and memory breakdown", cli_cmd_estimate},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,292 @@
+/* cost.c: prices lowered programs on a hardware description (rules in sp_cost.h). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "spi_common.h"
+#include "costmodel/sp_cost.h"
+
+void sp_cost_opts_init(sp_cost_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->act_dtype = SP_DT_BF16;
+}
+
+/* ---- placement: how many of a group's chips share a node ---- */
+static int axis_size(const sp_layout *l, sp_axis a)
+{
+    switch (a) {
+    case SP_AXIS_X: return l->mesh[0];
+    case SP_AXIS_Y: return l->mesh[1];
+    case SP_AXIS_Z: return l->mesh[2];
+    case SP_AXIS_REPLICA: return l->replicas;
+    default: return l->stages;
+    }
+}
+
+static unsigned axes_mask(const char *axes)
+{
+    unsigned m = 0;
+    for (; *axes; axes++)
+        m |= *axes == 'x' ? SP_AXES_X : *axes == 'y' ? SP_AXES_Y : *axes == 'z' ? SP_AXES_Z
+           : *axes == 'r' ? SP_AXES_REPLICA : *axes == 's' ? SP_AXES_STAGE : 0u;
+    return m;
+}
+
+static void group_tiers_mask(const sp_hw *hw, const sp_layout *l, unsigned mask, int *k_in, int *k_out)
+{
+    *k_in = 1;
+    *k_out = 1;
+    sp_axis order[SP_AXIS_COUNT] = {l->placement[0], l->placement[1], l->placement[2], SP_AXIS_REPLICA, SP_AXIS_STAGE};
+    int room = hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0 ? hw->chips_per_node : 1 << 30;
+    for (int i = 0; i < SP_AXIS_COUNT; i++) {
+        int s = axis_size(l, order[i]);
+        int in = s <= room ? s : room;   /* sp_layout_check keeps these divisible */
+        room = in > 0 ? room / in : 1;
+        if (room < 1) room = 1;
+        if (mask & (1u << order[i])) {
+            *k_in *= in;
+            *k_out *= s / in;
+        }
+    }
+}
+
+void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, int *k_in, int *k_out)
+{
+    group_tiers_mask(hw, l, axes_mask(axes), k_in, k_out);
+}
+
+double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
+{
+    if (c->kind == SP_COLL_SENDRECV) {
+        int64_t bytes = c->bytes_sent > c->bytes_recv ? c->bytes_sent : c->bytes_recv;
+        if (hw->topo == SP_TOPO_TORUS) return bytes / hw->link_bw + hw->hop_latency;
+        /* stages are the outermost axis: a hand-off crosses nodes when a stage fills one */
+        int per_stage = l->replicas * l->mesh[0] * l->mesh[1] * l->mesh[2];
+        int cross = per_stage >= hw->chips_per_node;
+        return bytes / (cross ? hw->inter_bw : hw->intra_bw) + (cross ? hw->inter_latency : hw->intra_latency);
+    }
+    char axes[16];
+    snprintf(axes, sizeof axes, "%s%s", c->row_axes, c->col_axes);
+    int K = c->group;
+    double bytes = (double)c->bytes_recv;
+    if (hw->topo == SP_TOPO_TORUS) {
+        int dims = 0, hops = 0, kmax = 1;
+        for (const char *a = axes; *a; a++) {
+            int d = *a == 'x' ? l->mesh[0] : *a == 'y' ? l->mesh[1] : *a == 'z' ? l->mesh[2] : 1;
+            if (d > 1) {
+                dims++;
+                hops += d - 1;
+                if (d > kmax) kmax = d;
+            }
+        }
+        if (dims == 0) return 0.0;
+        double bw = 2.0 * dims * hw->link_bw;
+        double t = bytes / bw;
+        if (c->kind == SP_COLL_ALLTOALL && kmax > 4) t *= kmax / 4.0;   /* mean ring distance */
+        if (c->kind == SP_COLL_ALLREDUCE) hops *= 2;
+        return t + hops * hw->hop_latency;
+    }
+    int kin, kout;
+    group_tiers_mask(hw, l, axes_mask(axes), &kin, &kout);
+    double t = 0.0;
+    switch (c->kind) {
+    case SP_COLL_ALLGATHER:
+    case SP_COLL_REDUCESCATTER:
+    case SP_COLL_ALLREDUCE: {
+        int rounds = c->kind == SP_COLL_ALLREDUCE ? 2 : 1;
+        double chunk = bytes / rounds / (K - 1);   /* c: one chip's block */
+        t = rounds * ((kout - 1) * chunk / hw->inter_bw + kout * (kin - 1) * chunk / hw->intra_bw +
+                      (kout - 1) * hw->inter_latency + (kin - 1) * hw->intra_latency);
+        break;
+    }
+    case SP_COLL_ALLTOALL: {
+        double chunk = bytes / (K - 1);
+        t = (K - kin) * chunk / hw->inter_bw + (kin - 1) * chunk / hw->intra_bw +
+            (kout > 1 ? hw->inter_latency : 0) + (kin > 1 ? hw->intra_latency : 0);
+        break;
+    }
+    default: break;
+    }
+    return t;
+}
+
+static double compute_peak(const sp_hw *hw, sp_dtype weights)
+{
+    /* weight-only quantisation dequantises to bf16 before the matmul */
+    if (weights == SP_DT_F32) return hw->peak_flops[SP_DT_F32] > 0 ? hw->peak_flops[SP_DT_F32] : hw->peak_flops[SP_DT_BF16];
+    return hw->peak_flops[SP_DT_BF16];
+}
+
+static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw, int64_t context, double peak,
+                        double hbm, int64_t times, sp_phase_cost *pc)
+{
+    const sp_layout *l = &p->layout;
+    for (int i = 0; i < ss->n; i++) {
+        const sp_step *s = &ss->s[i];
+        if (s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV) {
+            double t = sp_cost_coll_time(hw, l, &s->coll) * times;
+            pc->coll_s[s->coll.kind] += t;
+            pc->comm_s += t;
+            pc->comm_bytes += (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
+            if (s->kind == SP_STEP_COLL && s->act_bytes) {
+                double m = s->act_bytes / hbm * times;
+                pc->memory_s += m;
+                pc->roofline_s += m;
+            }
+            continue;
+        }
+        int64_t flops = s->flops, kvb = s->kv_bytes_read;
+        if (s->kind == SP_STEP_ATTN && s->from_cache && context > 0 && s->context > 0) {
+            /* decode: one query token, every term linear in the context */
+            flops = (int64_t)((double)flops * context / s->context);
+            kvb = (int64_t)((double)kvb * context / s->context);
+        }
+        double c = 0.0;
+        if (flops > 0) c = flops / (peak * sp_hw_matmul_eff(hw, (double)flops));
+        double m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
+        pc->compute_s += c * times;
+        pc->memory_s += m * times;
+        pc->roofline_s += (c > m ? c : m) * times;
+        pc->flops += flops * times;
+    }
+}
+
+static double overlap(const sp_hw *hw, double work, double comm)
+{
+    double hi = work > comm ? work : comm, lo = work > comm ? comm : work;
+    switch (hw->overlap) {
+    case SP_OVERLAP_NONE: return work + comm;
+    case SP_OVERLAP_FULL: return hi;
+    default: return hi + (1.0 - hw->overlap_fraction) * lo;
+    }
+}
+
+void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    double peak = compute_peak(hw, p->layout.weights);
+    double hbm = hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
+    price_steps(&p->pre, p, hw, context, peak, hbm, 1, out);
+    price_steps(&p->layer, p, hw, context, peak, hbm, p->n_layers, out);
+    price_steps(&p->post, p, hw, context, peak, hbm, 1, out);
+    out->time_s = overlap(hw, out->roofline_s, out->comm_s);
+}
+
+static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
+{
+    acc->time_s += x->time_s;
+    acc->compute_s += x->compute_s;
+    acc->memory_s += x->memory_s;
+    acc->roofline_s += x->roofline_s;
+    for (int k = 0; k < SP_COLL_COUNT; k++) acc->coll_s[k] += x->coll_s[k];
+    acc->comm_s += x->comm_s;
+    acc->comm_bytes += x->comm_bytes;
+    acc->flops += x->flops;
+}
+
+/* Pipeline timing over stages (sp_cost.h): returns the time; sums the breakdown. */
+sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                       const sp_cost_opts *opts, sp_cost *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
+    if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
+        return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
+                        (long long)w->batch, (long long)w->prompt, (long long)w->gen);
+    sp_cost_opts defaults;
+    if (!opts) {
+        sp_cost_opts_init(&defaults);
+        opts = &defaults;
+    }
+    memset(out, 0, sizeof *out);
+    out->chips = sp_layout_chips(l);
+    int64_t max_ctx = w->prompt + w->gen;
+    int M = l->microbatches, S = l->stages;
+    double pf_sum = 0, pf_max = 0, d1_sum = 0, d1_max = 0, dn_sum = 0, dn_max = 0;
+    out->capacity = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
+    int64_t worst = INT64_MIN;
+    static _Thread_local sp_program pf, dc;
+    for (int s = 0; s < S; s++) {
+        int have_pf = 0, have_dc = 0;
+        if (w->prompt > 0) {
+            sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
+            SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &pf));
+            sp_phase_cost c;
+            sp_cost_program(&pf, hw, 0, &c);
+            pf_sum += c.time_s;
+            if (c.time_s > pf_max) pf_max = c.time_s;
+            add_phase(&out->prefill, &c);
+            out->comm_bytes_prefill = c.comm_bytes * M > out->comm_bytes_prefill ? c.comm_bytes * M : out->comm_bytes_prefill;
+            have_pf = 1;
+        }
+        if (w->gen > 0) {
+            sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+            SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
+            sp_phase_cost first, last;
+            sp_cost_program(&dc, hw, w->prompt + 1, &first);
+            sp_cost_program(&dc, hw, max_ctx, &last);
+            d1_sum += first.time_s;
+            dn_sum += last.time_s;
+            if (first.time_s > d1_max) d1_max = first.time_s;
+            if (last.time_s > dn_max) dn_max = last.time_s;
+            add_phase(&out->decode, &last);
+            if (last.comm_bytes > out->comm_bytes_decode_step) out->comm_bytes_decode_step = last.comm_bytes;
+            have_dc = 1;
+        }
+        sp_mem_sizes ms;
+        SP_CHECK(sp_lower_mem_sizes(have_pf ? &pf : NULL, have_dc ? &dc : NULL, &ms));
+        if (ms.total > worst) {
+            worst = ms.total;
+            out->mem = ms;
+        }
+    }
+    out->comm_bytes_decode_step *= M;
+    out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
+    out->feasible = out->shortfall_bytes == 0;
+
+    if (w->prompt > 0) out->prefill_s = pf_sum + (M - 1) * pf_max;
+    if (w->gen > 0) {
+        double step1 = M * d1_max > d1_sum ? M * d1_max : d1_sum;
+        double stepn = M * dn_max > dn_sum ? M * dn_max : dn_sum;
+        out->decode_step_s = stepn;
+        out->decode_s = w->gen * 0.5 * (step1 + stepn);
+    }
+    out->total_s = out->prefill_s + out->decode_s;
+
+    sp_model_stats st;
+    SP_CHECK(sp_model_derive(m, max_ctx, &st));
+    double peak = compute_peak(hw, l->weights) * out->chips;
+    double n2 = 2.0 * (double)st.params_active;
+    if (w->gen > 0) {
+        double gen_tokens = (double)w->batch * w->gen;
+        out->tokens_per_s = gen_tokens / out->total_s;
+        out->cost_chip_s_per_token = out->chips * out->total_s / gen_tokens;
+        out->mfu_decode = n2 * gen_tokens / (peak * out->decode_s);
+    } else {
+        double tokens = (double)w->batch * w->prompt;
+        out->tokens_per_s = tokens / out->prefill_s;
+        out->cost_chip_s_per_token = out->chips * out->prefill_s / tokens;
+    }
+    if (w->prompt > 0) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
+    out->mfu = n2 * (double)w->batch * (w->prompt + w->gen) / (peak * out->total_s);
+    return SP_OK;
+}
+
+sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,
+                              double kv_budget, int64_t *out)
+{
+    if (kv_budget <= 0 || kv_budget > 1) return spi_fail(SP_EINVAL, "--kv-budget %g must be in (0, 1]", kv_budget);
+    /* KV bytes are linear in the capacity: price one token of context on every stage */
+    int64_t worst = 0;
+    static _Thread_local sp_program dc;
+    for (int s = 0; s < l->stages; s++) {
+        sp_shape sh = {batch, 1, 1, 1, SP_DT_BF16};
+        SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
+        sp_mem_sizes ms;
+        SP_CHECK(sp_lower_mem_sizes(NULL, &dc, &ms));
+        if (ms.kv > worst) worst = ms.kv;
+    }
+    double budget = (double)hw->hbm_bytes * kv_budget;
+    *out = worst > 0 ? (int64_t)(budget / (double)worst) : 0;
+    return SP_OK;
+}

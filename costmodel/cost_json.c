@@ -1,0 +1,52 @@
+/* cost_json.c: the machine-readable form of a priced layout. */
+#include <jansson.h>
+#include "costmodel/sp_cost.h"
+
+static json_t *phase_json(const sp_phase_cost *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "time_s", json_real(p->time_s));
+    json_object_set_new(o, "compute_s", json_real(p->compute_s));
+    json_object_set_new(o, "memory_s", json_real(p->memory_s));
+    json_object_set_new(o, "roofline_s", json_real(p->roofline_s));
+    json_object_set_new(o, "comm_s", json_real(p->comm_s));
+    for (int k = 0; k < SP_COLL_COUNT; k++)
+        json_object_set_new(o, sp_coll_kind_name((sp_coll_kind)k), json_real(p->coll_s[k]));
+    return o;
+}
+
+void *sp_cost_to_json(const sp_cost *c, const sp_layout *l)
+{
+    json_t *o = json_object();
+    char text[256];
+    json_object_set_new(o, "layout", l ? (json_t *)sp_layout_to_json(l) : json_null());
+    if (l) json_object_set_new(o, "layout_text", json_string(sp_layout_format(l, text, sizeof text)));
+    json_object_set_new(o, "chips", json_integer(c->chips));
+    json_object_set_new(o, "feasible", json_boolean(c->feasible));
+    json_object_set_new(o, "shortfall_bytes", json_integer(c->shortfall_bytes));
+    json_object_set_new(o, "prefill_s", json_real(c->prefill_s));
+    json_object_set_new(o, "decode_step_s", json_real(c->decode_step_s));
+    json_object_set_new(o, "decode_s", json_real(c->decode_s));
+    json_object_set_new(o, "total_s", json_real(c->total_s));
+    json_object_set_new(o, "tokens_per_s", json_real(c->tokens_per_s));
+    json_object_set_new(o, "mfu", json_real(c->mfu));
+    json_object_set_new(o, "mfu_prefill", json_real(c->mfu_prefill));
+    json_object_set_new(o, "mfu_decode", json_real(c->mfu_decode));
+    json_object_set_new(o, "cost_chip_s_per_token", json_real(c->cost_chip_s_per_token));
+    json_object_set_new(o, "comm_bytes_per_chip", json_pack("{sIsI}", "prefill", (json_int_t)c->comm_bytes_prefill,
+                                                            "decode_step", (json_int_t)c->comm_bytes_decode_step));
+    json_t *tb = json_object();
+    json_object_set_new(tb, "prefill", phase_json(&c->prefill));
+    json_object_set_new(tb, "decode_step", phase_json(&c->decode));
+    json_object_set_new(o, "time_breakdown", tb);
+    json_t *mem = json_object();
+    json_object_set_new(mem, "weights", json_integer(c->mem.weights));
+    json_object_set_new(mem, "gathered_weights", json_integer(c->mem.gathered_weights));
+    json_object_set_new(mem, "kv", json_integer(c->mem.kv));
+    json_object_set_new(mem, "activations", json_integer(c->mem.activations));
+    json_object_set_new(mem, "workspace", json_integer(c->mem.workspace));
+    json_object_set_new(mem, "total", json_integer(c->mem.total));
+    json_object_set_new(mem, "capacity", json_integer(c->capacity));
+    json_object_set_new(o, "memory_per_chip", mem);
+    return o;
+}

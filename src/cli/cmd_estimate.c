@@ -1,0 +1,194 @@
+/* cmd_estimate.c: `shardplan estimate`: price one given layout. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "cli.h"
+#include "costmodel/sp_cost.h"
+#include "sp_hw.h"
+#include "sp_layout.h"
+#include "sp_model.h"
+
+static const char usage[] =
+    "usage: shardplan estimate --model M --hw H --chips N --batch B --prompt P --gen G --layout L [--json]\n"
+    "       shardplan estimate --model M --hw H --chips N --batch B --layout L --max-context --kv-budget F [--json]\n"
+    "\n"
+    "Prices one layout with the cost model: prefill time, decode time per step (at\n"
+    "the last context), total latency, tokens/s, MFU, chip-seconds per generated\n"
+    "token, the time breakdown (compute, memory, each collective kind) and memory per\n"
+    "chip.\n"
+    "\n"
+    "  --model M       bundled model name or a model JSON / HF config.json file\n"
+    "  --hw H          bundled hardware name or a hardware JSON file\n"
+    "  --chips N       chips in the job (must equal stages*replicas*X*Y*Z)\n"
+    "  --batch B       sequences\n"
+    "  --prompt P      prompt tokens per sequence (default 0: decode only)\n"
+    "  --gen G         generated tokens per sequence (default 0: prefill only)\n"
+    "  --layout L      text form (stages=1,replicas=1,mesh=4x4x4,weights=int8,\n"
+    "                  prefill=ws2d/heads,decode=ws2d/batch), JSON text, or a JSON file\n"
+    "                  (a plan's chosen layout is accepted as is)\n"
+    "  --max-context   instead answer the longest context per sequence whose KV cache\n"
+    "                  fits in fraction F (--kv-budget, default 0.3) of each chip's HBM\n"
+    "  --kv-budget F   fraction of HBM for the KV cache (with --max-context)\n"
+    "  --json          machine-readable output\n"
+    "\n"
+    "Exit: 0 priced (even if it does not fit: see \"feasible\"), 2 bad input or a layout\n"
+    "that does not apply to the model, chips or batch.\n";
+
+int cli_load_layout(const char *arg, sp_layout *out, sp_error *err);
+
+/* A layout argument: an existing file holds JSON; anything else is text or JSON text. */
+int cli_load_layout(const char *arg, sp_layout *out, sp_error *err)
+{
+    struct stat st;
+    if (stat(arg, &st) == 0 && S_ISREG(st.st_mode)) return sp_layout_load_file(arg, out, err);
+    return sp_layout_parse(arg, out, err);
+}
+
+static void row(cli_table *t, const char *k, const char *v)
+{
+    const char *cells[2] = {k, v};
+    cli_table_add(t, cells);
+}
+
+static void print_human(const sp_cost *c, const sp_layout *l, const sp_hw *hw)
+{
+    char a[64], b[256];
+    printf("layout   %s\n", sp_layout_format(l, b, sizeof b));
+    if (!c->feasible)
+        printf("DOES NOT FIT: %s over the %s usable per chip\n", cli_fmt_bytes((double)c->shortfall_bytes, a, sizeof a),
+               cli_fmt_bytes((double)c->capacity, b, sizeof b));
+    static const char *const hdr[2] = {"metric", "value"};
+    cli_table *t = cli_table_new(2, hdr);
+    cli_table_left(t, 1);
+    row(t, "prefill", cli_fmt_seconds(c->prefill_s, a, sizeof a));
+    row(t, "decode step (last context)", cli_fmt_seconds(c->decode_step_s, a, sizeof a));
+    row(t, "decode (all tokens)", cli_fmt_seconds(c->decode_s, a, sizeof a));
+    row(t, "total", cli_fmt_seconds(c->total_s, a, sizeof a));
+    snprintf(a, sizeof a, "%.1f", c->tokens_per_s);
+    row(t, "tokens/s", a);
+    snprintf(a, sizeof a, "%.1f %% (prefill %.1f %%, decode %.1f %%)", 100 * c->mfu, 100 * c->mfu_prefill, 100 * c->mfu_decode);
+    row(t, "MFU", a);
+    snprintf(a, sizeof a, "%.4g", c->cost_chip_s_per_token);
+    row(t, "chip-seconds per token", a);
+    row(t, "comm per chip, prefill", cli_fmt_bytes((double)c->comm_bytes_prefill, a, sizeof a));
+    row(t, "comm per chip, decode step", cli_fmt_bytes((double)c->comm_bytes_decode_step, a, sizeof a));
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+
+    printf("\ntime breakdown (worst stage, one micro-batch; %s overlap)\n",
+           hw->overlap == SP_OVERLAP_NONE ? "no" : hw->overlap == SP_OVERLAP_FULL ? "full" : "partial");
+    static const char *const h2[3] = {"term", "prefill", "decode step"};
+    t = cli_table_new(3, h2);
+    const sp_phase_cost *p[2] = {&c->prefill, &c->decode};
+    const char *names[5] = {"time", "compute", "memory", "roofline (max per step)", "communication"};
+    for (int r = 0; r < 5 + SP_COLL_COUNT; r++) {
+        char v[2][32];
+        for (int i = 0; i < 2; i++) {
+            double x = r == 0 ? p[i]->time_s : r == 1 ? p[i]->compute_s : r == 2 ? p[i]->memory_s
+                     : r == 3 ? p[i]->roofline_s : r == 4 ? p[i]->comm_s : p[i]->coll_s[r - 5];
+            cli_fmt_seconds(x, v[i], sizeof v[i]);
+        }
+        char nm[40];
+        snprintf(nm, sizeof nm, "%s%s", r >= 5 ? "  " : "", r >= 5 ? sp_coll_kind_name((sp_coll_kind)(r - 5)) : names[r]);
+        const char *cells[3] = {nm, v[0], v[1]};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+
+    printf("\nmemory per chip (worst stage)\n");
+    static const char *const h3[2] = {"part", "bytes"};
+    t = cli_table_new(2, h3);
+    row(t, "weights", cli_fmt_bytes((double)c->mem.weights, a, sizeof a));
+    row(t, "gathered weights", cli_fmt_bytes((double)c->mem.gathered_weights, a, sizeof a));
+    row(t, "KV cache", cli_fmt_bytes((double)c->mem.kv, a, sizeof a));
+    row(t, "activations", cli_fmt_bytes((double)c->mem.activations, a, sizeof a));
+    row(t, "workspace", cli_fmt_bytes((double)c->mem.workspace, a, sizeof a));
+    row(t, "total", cli_fmt_bytes((double)c->mem.total, a, sizeof a));
+    row(t, "capacity (usable)", cli_fmt_bytes((double)c->capacity, a, sizeof a));
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+}
+
+int cli_cmd_estimate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"hw", required_argument, 0, 'w'},
+        {"chips", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
+        {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
+        {"layout", required_argument, 0, 'l'}, {"json", no_argument, 0, 'j'},
+        {"max-context", no_argument, 0, 'c'}, {"kv-budget", required_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model_arg = NULL, *hw_arg = NULL, *layout_arg = NULL, *budget_arg = NULL;
+    long long chips = 0, batch = 0, prompt = 0, gen = 0;
+    int json = 0, maxctx = 0, ch;
+    optind = 0;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'm': model_arg = optarg; break;
+        case 'w': hw_arg = optarg; break;
+        case 'n': if (cli_parse_long("estimate", "--chips", optarg, 1, 1 << 20, &chips)) return CLI_EXIT_USAGE; break;
+        case 'b': if (cli_parse_long("estimate", "--batch", optarg, 1, 1 << 24, &batch)) return CLI_EXIT_USAGE; break;
+        case 'p': if (cli_parse_long("estimate", "--prompt", optarg, 0, 1 << 24, &prompt)) return CLI_EXIT_USAGE; break;
+        case 'g': if (cli_parse_long("estimate", "--gen", optarg, 0, 1 << 24, &gen)) return CLI_EXIT_USAGE; break;
+        case 'l': layout_arg = optarg; break;
+        case 'j': json = 1; break;
+        case 'c': maxctx = 1; break;
+        case 'k': budget_arg = optarg; break;
+        case 'h': fputs(usage, stdout); return CLI_EXIT_OK;
+        default: return cli_usage("estimate", "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage("estimate", "unexpected argument '%s'", argv[optind]);
+    if (!model_arg || !hw_arg || !chips || !batch || !layout_arg)
+        return cli_usage("estimate", "--model, --hw, --chips, --batch and --layout are required");
+    if (!maxctx && prompt == 0 && gen == 0) return cli_usage("estimate", "give --prompt and/or --gen (tokens)");
+    if (budget_arg && !maxctx) return cli_usage("estimate", "--kv-budget goes with --max-context");
+    double budget = 0.3;
+    if (budget_arg) {
+        char *end;
+        budget = strtod(budget_arg, &end);
+        if (*end || !(budget > 0 && budget <= 1)) return cli_usage("estimate", "--kv-budget must be a fraction in (0, 1]");
+    }
+
+    sp_model m;
+    sp_hw hw;
+    sp_layout l;
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_model_find(model_arg, &m, &err);
+    if (st != SP_OK) return cli_report(st, &err);
+    sp_error_init(&err);
+    if ((st = sp_hw_find(hw_arg, &hw, &err)) != SP_OK) return cli_report(st, &err);
+    sp_error_init(&err);
+    if ((st = cli_load_layout(layout_arg, &l, &err)) != SP_OK) return cli_report(st, &err);
+    sp_error_init(&err);
+    if ((st = sp_layout_check(&l, &m, &hw, (int)chips, batch, &err)) != SP_OK) return cli_report(st, &err);
+
+    if (maxctx) {
+        int64_t ctx = 0;
+        if ((st = sp_cost_max_context(&m, &hw, &l, batch, budget, &ctx)) != SP_OK) return cli_report(st, NULL);
+        if (json) {
+            json_t *o = json_pack("{s:o,s:I,s:f,s:I}", "layout", (json_t *)sp_layout_to_json(&l), "batch",
+                                  (json_int_t)batch, "kv_budget", budget, "max_context", (json_int_t)ctx);
+            cli_print_json(o, stdout);
+            json_decref(o);
+        } else {
+            printf("max context: %lld tokens per sequence (batch %lld, KV cache in %.0f %% of HBM)\n", (long long)ctx,
+                   batch, budget * 100);
+        }
+        return CLI_EXIT_OK;
+    }
+    sp_workload w = {batch, prompt, gen};
+    sp_cost c;
+    if ((st = sp_cost_eval(&m, &hw, &l, &w, NULL, &c)) != SP_OK) return cli_report(st, NULL);
+    if (json) {
+        json_t *o = sp_cost_to_json(&c, &l);
+        cli_print_json(o, stdout);
+        json_decref(o);
+    } else {
+        print_human(&c, &l, &hw);
+    }
+    return CLI_EXIT_OK;
+}
