@@ -1,1 +1,8 @@
-# tests/cost.mk
+# tests/cost.mk: lowering volumes vs closed forms, cost model identities.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cost
+TESTS += tests/check_cost
+endif
+tests_check_cost_SOURCES = tests/check_cost.c
+tests_check_cost_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_cost_LDADD = $(SP_TEST_LIBS)
