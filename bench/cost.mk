@@ -1,1 +1,5 @@
-# bench/cost.mk
+# bench/cost.mk: cost-model evaluation rate (make bench).
+EXTRA_PROGRAMS += bench/bench_cost
+SP_BENCH_BINS += bench/bench_cost$(EXEEXT)
+bench_bench_cost_SOURCES = bench/bench_cost.c
+bench_bench_cost_LDADD = libspcore.la $(SP_DEP_LIBS)

@@ -66,8 +66,11 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
         int cross = per_stage >= hw->chips_per_node;
         return bytes / (cross ? hw->inter_bw : hw->intra_bw) + (cross ? hw->inter_latency : hw->intra_latency);
     }
-    char axes[16];
-    snprintf(axes, sizeof axes, "%s%s", c->row_axes, c->col_axes);
+    char axes[2 * SP_AXSEQ_MAX];
+    int na = 0;
+    for (const char *a = c->row_axes; *a; a++) axes[na++] = *a;
+    for (const char *a = c->col_axes; *a; a++) axes[na++] = *a;
+    axes[na] = '\0';
     int K = c->group;
     double bytes = (double)c->bytes_recv;
     if (hw->topo == SP_TOPO_TORUS) {

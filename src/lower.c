@@ -96,6 +96,24 @@ static void axes_filter(const char *a, const char *b, int in, char *out)
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* copy / concatenate axis sequences (at most SP_AXSEQ_MAX-1 letters) */
+static void axcpy(char *dst, const char *a)
+{
+    int n = 0;
+    while (a[n] && n < SP_AXSEQ_MAX - 1) {
+        dst[n] = a[n];
+        n++;
+    }
+    dst[n] = '\0';
+}
+static void axcat(char *dst, const char *a, const char *b)
+{
+    int n = 0;
+    for (; *a && n < SP_AXSEQ_MAX - 1; a++) dst[n++] = *a;
+    for (; *b && n < SP_AXSEQ_MAX - 1; b++) dst[n++] = *b;
+    dst[n] = '\0';
+}
+
 /* ---- per-phase sharding (table in sp_lower.h) ---- */
 typedef struct shard {
     char N[4], Rx[4], C[4], G[4], act[4];
@@ -153,7 +171,7 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
                           const char *col_axes, int64_t rows, int64_t cols, sp_dtype dt, int is_weight)
 {
     char all[8];
-    snprintf(all, sizeof all, "%s%s", row_axes, col_axes);
+    axcat(all, row_axes, col_axes);
     int K = sp_lower_axes_size(c->l, all);
     if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
     sp_step *s = emit(ss, SP_STEP_COLL);
@@ -161,8 +179,8 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
     s->src = src;
     sp_coll *co = &s->coll;
     co->kind = kind;
-    snprintf(co->row_axes, sizeof co->row_axes, "%s", row_axes);
-    snprintf(co->col_axes, sizeof co->col_axes, "%s", col_axes);
+    axcpy(co->row_axes, row_axes);
+    axcpy(co->col_axes, col_axes);
     co->group = K;
     co->rows = rows;
     co->cols = cols;
@@ -233,7 +251,7 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
     s->m = rows;
     s->n = cols;
     s->k = c->E;
-    snprintf(s->axes, sizeof s->axes, "%s", col_axes);
+    axcpy(s->axes, col_axes);
     s->act_bytes = 2 * rows * cols * c->act_b;
 }
 
@@ -245,7 +263,7 @@ static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t row
     s->weight = w;
     s->m = rows;
     s->n = cols;
-    snprintf(s->axes, sizeof s->axes, "%s", col_axes);
+    axcpy(s->axes, col_axes);
     s->act_bytes = 2 * rows * cols * c->act_b;
 }
 
@@ -260,8 +278,8 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     s->cols = cols;
     s->rows_real = rows_real;
     s->cols_real = cols_real;
-    snprintf(s->row_axes, sizeof s->row_axes, "%s", ra);
-    snprintf(s->col_axes, sizeof s->col_axes, "%s", ca);
+    axcpy(s->row_axes, ra);
+    axcpy(s->col_axes, ca);
     s->local_rows = rows / sp_lower_axes_size(c->l, ra);
     s->local_cols = cols / sp_lower_axes_size(c->l, ca);
     s->dtype = dt;
@@ -352,7 +370,7 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
         emit_matmul(c, ss, SP_BUF_Q, SP_BUF_XG, SP_W_Q, wq, T, Ein, Hl * D, 0);
     }
     char qaxes[8];
-    snprintf(qaxes, sizeof qaxes, "%s%s", sh->C, sh->Rx);
+    axcat(qaxes, sh->C, sh->Rx);
     emit_bias(c, ss, SP_BUF_Q, SP_W_Q, T, Hl * D, qaxes);
 
     /* K, V */
@@ -388,7 +406,7 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
         sp_step *s = emit(ss, SP_STEP_SLICE);
         s->dst = SP_BUF_KVIN;
         s->src = SP_BUF_XG;
-        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", Gs);
+        axcpy(s->batch_axes, Gs);
         axes_sorted(sh->C, s->axes);
         s->k = T;
         s->m = T / sh->nC;
@@ -417,8 +435,8 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
     sp_buf qsrc = SP_BUF_Q;
     int64_t a_seqs = c->seqs, a_heads = Hl;
     char a_head_axes[8], a_batch_axes[8];
-    snprintf(a_head_axes, sizeof a_head_axes, "%s", sh->G);
-    snprintf(a_batch_axes, sizeof a_batch_axes, "%s", sh->N);
+    axcpy(a_head_axes, sh->G);
+    axcpy(a_batch_axes, sh->N);
     if (al == SP_AL_BATCH) {
         sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_QB, SP_BUF_Q, Gs, sh->G, T, Hl * D,
                                c->p->shape.act_dtype, 0);
@@ -443,7 +461,7 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
         a_heads = c->Hp;
         k_all_heads = 1;
         a_head_axes[0] = '\0';
-        snprintf(a_batch_axes, sizeof a_batch_axes, "%s%s", sh->N, Gs);
+        axcat(a_batch_axes, sh->N, Gs);
     }
     (void)k_rows;
 
@@ -464,16 +482,16 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
                 sp_step *s = emit(ss, SP_STEP_SLICE);
                 s->dst = SP_BUF_KB;
                 s->src = kbuf;
-                snprintf(s->batch_axes, sizeof s->batch_axes, "%s", rs);
-                snprintf(s->axes, sizeof s->axes, "%s", rs);
+                axcpy(s->batch_axes, rs);
+                axcpy(s->axes, rs);
                 s->k = T;
                 s->m = T / nrest;
                 s->n = c->KVH * D;
                 s = emit(ss, SP_STEP_SLICE);
                 s->dst = SP_BUF_VB;
                 s->src = vbuf;
-                snprintf(s->batch_axes, sizeof s->batch_axes, "%s", rs);
-                snprintf(s->axes, sizeof s->axes, "%s", rs);
+                axcpy(s->batch_axes, rs);
+                axcpy(s->axes, rs);
                 s->k = T;
                 s->m = T / nrest;
                 s->n = c->KVH * D;
@@ -513,8 +531,8 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
         s->d_head = D;
         s->pos0 = c->p->shape.context - L;
         s->context = c->p->shape.context;
-        snprintf(s->axes, sizeof s->axes, "%s", c->p->kv_head_axes);
-        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", c->p->kv_batch_axes);
+        axcpy(s->axes, c->p->kv_head_axes);
+        axcpy(s->batch_axes, c->p->kv_batch_axes);
         s->kv_bytes_written = 2 * st_seqs * L * s->kv_heads * D * sp_dtype_bytes(c->l->kv);
     }
 
@@ -536,8 +554,8 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
         s->d_head = D;
         s->context = c->p->shape.context;
         s->pos0 = c->p->shape.context - L;
-        snprintf(s->axes, sizeof s->axes, "%s", a_head_axes);
-        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", a_batch_axes);
+        axcpy(s->axes, a_head_axes);
+        axcpy(s->batch_axes, a_batch_axes);
         /* QK^T and AV: 2 FLOPs per multiply-add each; causal prefill sums
          * contexts pos0+1 .. pos0+L */
         int64_t ctx_sum = L * s->pos0 + L * (L + 1) / 2;
@@ -573,7 +591,7 @@ static void emit_ffn(ctx *c, sp_steps *ss, int acc)
     int64_t T = c->T, Ein = c->E / sh->nRx, FC = c->Fp / sh->nC;
     sp_dtype ad = c->p->shape.act_dtype;
     char haxes[8];
-    snprintf(haxes, sizeof haxes, "%s%s", sh->C, sh->Rx);
+    axcat(haxes, sh->C, sh->Rx);
 
     sp_buf win = gather_weight(c, ss, SP_W_IN, SP_BUF_WIN);
     emit_matmul(c, ss, SP_BUF_H, SP_BUF_XG, SP_W_IN, win, T, Ein, FC, 0);
@@ -673,7 +691,7 @@ static void emit_embed(ctx *c, sp_steps *ss)
     s->weight = SP_W_EMBED;
     s->m = rows;
     s->n = c->E;
-    snprintf(s->axes, sizeof s->axes, "xyz");
+    axcpy(s->axes, "xyz");
     s->weight_bytes = rows * c->E * c->w_b / (c->n > 0 ? c->n : 1);
     s->act_bytes = rows * c->E * c->act_b;
     if (c->n > 1) {
@@ -691,8 +709,8 @@ static void emit_embed(ctx *c, sp_steps *ss)
         s->n = Ec;
         s->pos0 = c->p->shape.context - L;
         s->q_len = L;
-        snprintf(s->axes, sizeof s->axes, "%s", sh->act);
-        snprintf(s->batch_axes, sizeof s->batch_axes, "%s", sh->N);
+        axcpy(s->axes, sh->act);
+        axcpy(s->batch_axes, sh->N);
         s->act_bytes = 2 * c->T * Ec * c->act_b;
     }
 }
@@ -735,7 +753,7 @@ static void emit_logits(ctx *c, sp_steps *ss)
     s->m = B;
     s->k = c->E;
     s->n = c->Vp / c->n;
-    snprintf(s->axes, sizeof s->axes, "xyz");
+    axcpy(s->axes, "xyz");
     s->flops = 2 * B * c->E * s->n;
     s->weight_bytes = c->E * s->n * c->w_b;
     s->act_bytes = (B * c->E + B * s->n) * c->act_b;
@@ -899,13 +917,13 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
         p->kv_repl = 0;
         p->kv_head_axes[0] = '\0';
         if (dal == SP_AL_BATCH) {
-            snprintf(p->kv_batch_axes, sizeof p->kv_batch_axes, "xyz");
+            axcpy(p->kv_batch_axes, "xyz");
             p->kv_seqs = p->micro_batch / c.n;
             p->kv_heads_cache = c.KVH;
         } else {
-            snprintf(p->kv_batch_axes, sizeof p->kv_batch_axes, "%s", d->N);
+            axcpy(p->kv_batch_axes, d->N);
             p->kv_seqs = p->micro_batch / d->nN;
-            snprintf(p->kv_head_axes, sizeof p->kv_head_axes, "%s", d->G);
+            axcpy(p->kv_head_axes, d->G);
             if (c.case_a) {
                 p->kv_heads_cache = c.KVH / d->nG;
             } else {
