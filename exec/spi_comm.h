@@ -37,7 +37,7 @@
  * libspcore_la_SOURCES under `if HAVE_MPI` (resp. HAVE_CUDA); until then
  * comm.c returns SP_ENOTSUP for that backend even when configure found MPI. */
 #ifndef SPI_COMM_MPI_LINKED
-#define SPI_COMM_MPI_LINKED 0
+#define SPI_COMM_MPI_LINKED 1
 #endif
 #ifndef SPI_COMM_NCCL_LINKED
 #define SPI_COMM_NCCL_LINKED 0

@@ -1,1 +1,11 @@
-# tests/mpi.mk
+# tests/mpi.mk: multi-process tests of the MPI backend (under mpirun).
+# tests/check_comm_mpi is an MPI program run by tests/mpi_comm.sh and
+# tests/mpi_kill.sh; both exit 77 (skip) when configure found no MPI.
+TESTS += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
+EXTRA_DIST += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
+if HAVE_MPI
+check_PROGRAMS += tests/check_comm_mpi
+tests_check_comm_mpi_SOURCES = tests/check_comm_mpi.c
+tests_check_comm_mpi_CFLAGS = $(AM_CFLAGS)
+tests_check_comm_mpi_LDADD = libspcore.la $(SP_DEP_LIBS)
+endif
