@@ -6,3 +6,5 @@ endif
 tests_check_cost_SOURCES = tests/check_cost.c
 tests_check_cost_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_cost_LDADD = $(SP_TEST_LIBS)
+TESTS += tests/cli_estimate.sh
+EXTRA_DIST += tests/cli_estimate.sh

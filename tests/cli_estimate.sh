@@ -1,0 +1,64 @@
+#!/bin/sh
+# estimate answers for every bundled model on every bundled hardware profile,
+# its JSON has the documented keys, and bad layouts exit 2 with a reason.
+set -u
+SHARDPLAN=${SHARDPLAN:-./shardplan}
+fail=0
+ok=0
+check() { # name, expected exit, command...
+    name=$1; want=$2; shift 2
+    "$@" >/tmp/sp_est_out.$$ 2>/tmp/sp_est_err.$$
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL: $name: exit $rc, wanted $want"; sed 's/^/  /' /tmp/sp_est_err.$$ | head -5; fail=$((fail + 1))
+    else ok=$((ok + 1)); fi
+}
+models=$("$SHARDPLAN" models --json | python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(sys.stdin)))')
+hws=$("$SHARDPLAN" hw --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')
+[ -n "$models" ] && [ -n "$hws" ] || { echo "FAIL: could not list bundled models/hw"; exit 1; }
+for m in $models; do
+    for h in $hws; do
+        check "estimate $m on $h" 0 "$SHARDPLAN" estimate --model "$m" --hw "$h" --chips 8 --batch 8 --prompt 128 --gen 16 \
+            --layout mesh=1x1x8,prefill=ws1d/heads,decode=ws1d/heads --json
+        python3 - /tmp/sp_est_out.$$ <<'PY' || { echo "FAIL: $m $h: JSON keys"; fail=$((fail + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ["layout", "feasible", "prefill_s", "decode_step_s", "total_s", "tokens_per_s", "mfu",
+          "cost_chip_s_per_token", "time_breakdown"]:
+    assert k in d, k
+for k in ["prefill", "decode_step"]:
+    assert k in d["comm_bytes_per_chip"], k
+for k in ["weights", "kv", "activations", "total", "capacity"]:
+    assert k in d["memory_per_chip"], k
+assert d["total_s"] > 0 and d["prefill_s"] > 0 and d["decode_step_s"] > 0
+PY
+    done
+done
+# the paper's PaLM 540B layout on 64 TPU v4 chips, and its JSON accepted back as a layout
+check "palm-540b 2D" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
+    --layout mesh=4x4x4,weights=int8,prefill=ws2d/heads,decode=ws2d/batch --json
+python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["layout"]))' /tmp/sp_est_out.$$ >/tmp/sp_est_layout.$$
+check "layout JSON round trip" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
+    --layout /tmp/sp_est_layout.$$
+check "max context" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 \
+    --layout mesh=4x4x4,weights=int8,decode=ws2d/batch --max-context --kv-budget 0.3 --json
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["max_context"] > 1000, d' /tmp/sp_est_out.$$ \
+    || { echo "FAIL: max_context"; fail=$((fail + 1)); }
+# bad layouts: exit 2 with a reason
+bad() { # name, expected stderr fragment, layout
+    check "$1" 2 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 16 --gen 4 --layout "$3"
+    grep -q -- "$2" /tmp/sp_est_err.$$ || { echo "FAIL: $1: stderr lacks '$2'"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+}
+bad "mesh product" "32 chips" "mesh=4x4x2"
+bad "unknown ffn" "unknown FFN layout" "mesh=4x4x4,prefill=ws3d/heads"
+bad "unknown key" "unknown key" "mesh=4x4x4,tensor=4"
+bad "unknown attn" "unknown attention layout" "mesh=4x4x4,decode=ws2d/rows"
+bad "mixed storage" "store weights differently" "mesh=4x4x4,prefill=ws1d/heads,decode=ws2d/batch"
+check "batch split" 2 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 6 --prompt 16 --gen 4 \
+    --layout mesh=4x4x4,prefill=wg-xyz/heads,decode=ws2d/batch
+grep -q "divisible" /tmp/sp_est_err.$$ || { echo "FAIL: batch split: no reason"; fail=$((fail + 1)); }
+check "missing layout" 2 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 16
+check "help" 0 "$SHARDPLAN" estimate --help
+rm -f /tmp/sp_est_out.$$ /tmp/sp_est_err.$$ /tmp/sp_est_layout.$$
+echo "$ok passed, $fail failed"
+[ "$fail" -eq 0 ]
