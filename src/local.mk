@@ -22,4 +22,5 @@ shardplanincludedir = $(includedir)/shardplan
 shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h src/sp_layout.h src/sp_lower.h
 nodist_shardplaninclude_HEADERS = src/sp_version.h
 
+include src/plan.mk
 include src/cli/local.mk

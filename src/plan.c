@@ -1,0 +1,905 @@
+/*
+ * plan.c: the planner's mixed-integer program (GLPK) and what is built on it.
+ *
+ * NAME
+ *   the layout MILP
+ *
+ * DATA (precomputed by the cost model, plan_space.c)
+ *   C          candidates: every layout of the space (sp_plan.h) that
+ *              sp_cost_eval prices (SP_EINVAL ones are not in the space);
+ *              one candidate per combination of decision values.
+ *   D          decisions: instance (chips, batch), mesh (X, Y, Z, placement),
+ *              pipeline (stages, replicas, micro-batches), weight precision,
+ *              prefill (FFN, attention), decode (FFN, attention).
+ *   V_d        the values decision d takes over C; v(c, d) candidate c's value.
+ *   mem_c      ceil((worst-stage bytes per chip − capacity) / MiB) of c.
+ *   g_bc       the value of bound b for c (latency metric, −tokens/s), h_b its limit.
+ *   f1_c, f2_c the objective term and the tie-break term of c.
+ *
+ * VARIABLES
+ *   x_c ∈ {0,1}       candidate c is the layout            (c ∈ C)
+ *   y_dv ∈ {0,1}      decision d takes value v             (d ∈ D, v ∈ V_d)
+ *
+ * CONSTRAINTS
+ *   Σ_v y_dv = 1                          ∀d        exactly one value per decision
+ *   Σ_{c: v(c,d)=v} x_c − y_dv = 0        ∀d, v     links: with the rows above,
+ *                                                   Σ x_c = 1 and c is chosen iff
+ *                                                   all its decision values are
+ *                                                   (storage compatibility holds
+ *                                                   because incompatible
+ *                                                   combinations are not in C)
+ *   Σ_c mem_c x_c ≤ 0                               memory per chip fits
+ *   Σ_c ρ_b(c) x_c ≤ r_b                  ∀b        g_bc ≤ h_b (latency bound,
+ *                                                   throughput target, frontier ε)
+ *   Σ_{c ∈ F} x_c = 0                               forbidden set (rivals)
+ *
+ * OBJECTIVE
+ *   min Σ_c π_c x_c
+ *   π_c is c's position in the order of (f1_c, f2_c, c): an order-preserving
+ *   integer recoding of the cost-model terms, so the minimum of the program is
+ *   the lexicographic minimum of (f1, f2) exactly (no floating tolerance, a
+ *   unique optimum, ties broken by the fixed candidate order).  Likewise
+ *   ρ_b(c) is the rank of g_bc among the distinct values of g_b and r_b the
+ *   number of distinct values ≤ h_b, so a bound row admits exactly the
+ *   candidates with g_bc ≤ h_b.
+ *
+ * USES
+ *   objective      f1 = latency metric | cost metric | −tokens/s; f2 = cost or latency
+ *   frontier       epsilon-constraint: f1 = cost, f2 = latency, bound latency ≤ ε;
+ *                  ε starts at +∞ (or max_latency_s) and is set just below the
+ *                  latency of the point found; one glp_intopt per point; the
+ *                  (cost, latency) lexicographic minimum makes every point
+ *                  non-dominated and the sequence complete.
+ *   rivals         per kind: F = candidates sharing the chosen value of that
+ *                  kind, memory row and bounds dropped; the optimum is the best
+ *                  layout of another kind, and its costs say why it lost.
+ *
+ * SOLVER
+ *   glp_intopt with presolve = GLP_ON, tm_lim = opts.time_limit_ms, messages
+ *   off (glp_term_out(GLP_OFF)).  Its return code and glp_mip_status are both
+ *   checked: OPTIMAL, FEASIBLE (a solution, not proven optimal: time limit),
+ *   INFEASIBLE, TIME_LIMIT (no solution in time) go to sp_plan.result;
+ *   a GLPK failure is the sp_status SP_ESOLVER.
+ */
+#include <glpk.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "spi_common.h"
+#include "spi_plan.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- names ---- */
+static const char *const objective_names[] = {"latency", "cost", "throughput"};
+static const char *const latency_names[] = {"total", "decode", "prefill"};
+static const char *const weights_names[] = {"auto", "bf16", "int8", "fp8"};
+static const char *const result_names[] = {"optimal", "feasible", "infeasible", "time_limit"};
+static const char *const rival_names[] = {"ffn", "attention", "mesh", "precision", "pipeline"};
+static const char *const loss_names[] = {"memory", "bound", "objective"};
+_Static_assert(SPI_ARRAY_LEN(objective_names) == SP_PLAN_OBJECTIVE_COUNT, "objective names");
+_Static_assert(SPI_ARRAY_LEN(latency_names) == SP_PLAN_LAT_COUNT, "latency names");
+_Static_assert(SPI_ARRAY_LEN(weights_names) == SP_PLAN_W_COUNT, "weights names");
+_Static_assert(SPI_ARRAY_LEN(result_names) == SP_PLAN_RESULT_COUNT, "result names");
+_Static_assert(SPI_ARRAY_LEN(rival_names) == SP_RIVAL_KIND_COUNT, "rival names");
+_Static_assert(SPI_ARRAY_LEN(loss_names) == SP_LOSS_COUNT, "loss names");
+
+#define NAME_OF(tab, i) ((unsigned)(i) < SPI_ARRAY_LEN(tab) ? (tab)[i] : "?")
+const char *sp_plan_objective_name(sp_plan_objective o) { return NAME_OF(objective_names, o); }
+const char *sp_plan_latency_name(sp_plan_latency l) { return NAME_OF(latency_names, l); }
+const char *sp_plan_weights_name(sp_plan_weights w) { return NAME_OF(weights_names, w); }
+const char *sp_plan_result_name(sp_plan_result r) { return NAME_OF(result_names, r); }
+const char *sp_plan_rival_kind_name(sp_plan_rival_kind k) { return NAME_OF(rival_names, k); }
+
+static sp_status parse_name(const char *what, const char *s, const char *const *names, int n, int *out)
+{
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return SP_OK;
+        }
+    char list[128] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, names[i], sizeof list - strlen(list) - 1);
+        if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
+    }
+    return spi_fail(SP_EINVAL, "%s \"%s\": must be one of %s", what, s ? s : "(null)", list);
+}
+sp_status sp_plan_objective_parse(const char *s, sp_plan_objective *out)
+{
+    int v;
+    SP_CHECK(parse_name("objective", s, objective_names, SP_PLAN_OBJECTIVE_COUNT, &v));
+    *out = (sp_plan_objective)v;
+    return SP_OK;
+}
+sp_status sp_plan_latency_parse(const char *s, sp_plan_latency *out)
+{
+    int v;
+    SP_CHECK(parse_name("latency metric", s, latency_names, SP_PLAN_LAT_COUNT, &v));
+    *out = (sp_plan_latency)v;
+    return SP_OK;
+}
+sp_status sp_plan_weights_parse(const char *s, sp_plan_weights *out)
+{
+    int v;
+    SP_CHECK(parse_name("weights", s, weights_names, SP_PLAN_W_COUNT, &v));
+    *out = (sp_plan_weights)v;
+    return SP_OK;
+}
+
+void sp_plan_opts_init(sp_plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->objective = SP_PLAN_MIN_LATENCY;
+    o->latency_metric = SP_PLAN_LAT_TOTAL;
+    o->cost_metric = SP_PLAN_COST_TOTAL;
+    o->weights = SP_PLAN_W_AUTO;
+    o->kv = SP_DT_BF16;
+    o->time_limit_ms = 10000;
+    o->frontier = 1;
+    o->max_frontier_points = 256;
+    o->rivals = 1;
+    o->search_min_chips = 1;
+}
+
+/* ---- the MILP ---- */
+typedef struct order_ctx {
+    const double *k1, *k2;
+} order_ctx;
+static _Thread_local order_ctx g_ord;
+
+static int cmp_order(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_ord.k1[i] != g_ord.k1[j]) return g_ord.k1[i] < g_ord.k1[j] ? -1 : 1;
+    if (g_ord.k2 && g_ord.k2[i] != g_ord.k2[j]) return g_ord.k2[i] < g_ord.k2[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* rank[c] = 1 + number of distinct values below val[c]; *r_hi = distinct values <= hi. */
+static sp_status value_ranks(int n, const double *val, double hi, double *rank, double *r_hi)
+{
+    double *s = malloc((size_t)(n ? n : 1) * sizeof *s);
+    if (!s) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    memcpy(s, val, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_dbl);
+    int u = 0;
+    for (int i = 0; i < n; i++)
+        if (!u || s[i] != s[u - 1]) s[u++] = s[i];
+    for (int c = 0; c < n; c++) {
+        int lo = 0, hi2 = u;   /* first index with s[idx] >= val[c] */
+        while (lo < hi2) {
+            int mid = (lo + hi2) / 2;
+            if (s[mid] < val[c]) lo = mid + 1;
+            else hi2 = mid;
+        }
+        rank[c] = lo + 1;
+    }
+    int k = 0;
+    while (k < u && s[k] <= hi) k++;
+    *r_hi = k;
+    free(s);
+    return SP_OK;
+}
+
+sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_result *res, int *chosen,
+                         double *glpk_s)
+{
+    const int n = s->n;
+    *chosen = -1;
+    if (n == 0) {
+        *res = SP_PLAN_INFEASIBLE;
+        return SP_OK;
+    }
+    sp_status st = SP_OK;
+    int *ord = malloc((size_t)n * sizeof *ord);
+    double *pi = malloc((size_t)n * sizeof *pi);
+    double *rank = malloc((size_t)n * SPI_ARRAY_LEN(r->bounds) * sizeof *rank);
+    int *ind = malloc((size_t)(n + 32) * sizeof *ind);
+    double *coef = malloc((size_t)(n + 32) * sizeof *coef);
+    int ycol[SPI_DEC_COUNT];
+    double r_hi[SPI_ARRAY_LEN(r->bounds)];
+    glp_prob *P = NULL;
+    if (!ord || !pi || !rank || !ind || !coef) {
+        st = spi_fail(SP_ENOMEM, "planner: out of memory");
+        goto done;
+    }
+    for (int c = 0; c < n; c++) ord[c] = c;
+    g_ord.k1 = r->key1;
+    g_ord.k2 = r->key2;
+    qsort(ord, (size_t)n, sizeof *ord, cmp_order);
+    for (int i = 0; i < n; i++) pi[ord[i]] = i;
+    for (int b = 0; b < r->n_bounds; b++)
+        SP_CHECKGOTO(value_ranks(n, r->bounds[b].val, r->bounds[b].hi, rank + (size_t)b * n, &r_hi[b]), st, done);
+
+    double t0 = now_s();
+    int term = glp_term_out(GLP_OFF);
+    P = glp_create_prob();
+    glp_set_obj_dir(P, GLP_MIN);
+    /* columns: x_c, then y_dv per decision */
+    glp_add_cols(P, n);
+    for (int c = 0; c < n; c++) {
+        glp_set_col_kind(P, c + 1, GLP_BV);
+        glp_set_obj_coef(P, c + 1, pi[c]);
+    }
+    int ny = 0;
+    for (int d = 0; d < SPI_DEC_COUNT; d++) ny += s->nval[d];
+    int y0 = glp_add_cols(P, ny);
+    for (int d = 0, k = y0; d < SPI_DEC_COUNT; d++) {
+        ycol[d] = k;
+        for (int v = 0; v < s->nval[d]; v++, k++) glp_set_col_kind(P, k, GLP_BV);
+    }
+    /* exactly one value per decision */
+    for (int d = 0; d < SPI_DEC_COUNT; d++) {
+        int row = glp_add_rows(P, 1);
+        int m = 0;
+        for (int v = 0; v < s->nval[d]; v++) {
+            ind[m + 1] = ycol[d] + v;
+            coef[m + 1] = 1.0;
+            m++;
+        }
+        glp_set_row_bnds(P, row, GLP_FX, 1.0, 1.0);
+        glp_set_mat_row(P, row, m, ind, coef);
+    }
+    /* links: Σ_{c: v(c,d)=v} x_c − y_dv = 0, built column-wise */
+    {
+        int row0 = glp_add_rows(P, ny);
+        for (int k = 0; k < ny; k++) glp_set_row_bnds(P, row0 + k, GLP_FX, 0.0, 0.0);
+        int mrow = glp_add_rows(P, 1);   /* memory */
+        glp_set_row_bnds(P, mrow, GLP_UP, 0.0, 0.0);
+        int brow = r->n_bounds ? glp_add_rows(P, r->n_bounds) : 0;
+        for (int b = 0; b < r->n_bounds; b++) glp_set_row_bnds(P, brow + b, GLP_UP, 0.0, r_hi[b]);
+        int frow = 0;
+        if (r->forbid) {
+            frow = glp_add_rows(P, 1);
+            glp_set_row_bnds(P, frow, GLP_FX, 0.0, 0.0);
+        }
+        for (int c = 0; c < n; c++) {
+            const spi_cand *cd = &s->c[c];
+            int m = 0;
+            for (int d = 0; d < SPI_DEC_COUNT; d++) {
+                ind[++m] = row0 + (ycol[d] - y0) + cd->val[d];
+                coef[m] = 1.0;
+            }
+            if (!r->ignore_memory) {
+                double mib = ceil((double)cd->mem_over / 1048576.0);
+                if (mib != 0.0) {
+                    ind[++m] = mrow;
+                    coef[m] = mib;
+                }
+            }
+            for (int b = 0; b < r->n_bounds; b++) {
+                ind[++m] = brow + b;
+                coef[m] = rank[(size_t)b * n + c];
+            }
+            if (r->forbid && r->forbid[c]) {
+                ind[++m] = frow;
+                coef[m] = 1.0;
+            }
+            glp_set_mat_col(P, c + 1, m, ind, coef);
+        }
+        for (int k = 0; k < ny; k++) {
+            ind[1] = row0 + k;
+            coef[1] = -1.0;
+            glp_set_mat_col(P, y0 + k, 1, ind, coef);
+        }
+    }
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = r->time_limit_ms > 0 ? r->time_limit_ms : 10000;
+    int ret = glp_intopt(P, &parm);
+    int mst = glp_mip_status(P);
+    switch (ret) {
+    case 0:
+        if (mst == GLP_OPT) *res = SP_PLAN_OPTIMAL;
+        else if (mst == GLP_FEAS) *res = SP_PLAN_FEASIBLE;
+        else if (mst == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
+        else st = spi_fail(SP_ESOLVER, "glp_intopt returned 0 but the MIP status is %d", mst);
+        break;
+    case GLP_ENOPFS: *res = SP_PLAN_INFEASIBLE; break;
+    case GLP_ETMLIM:
+    case GLP_EMIPGAP:
+    case GLP_ESTOP: *res = mst == GLP_FEAS || mst == GLP_OPT ? SP_PLAN_FEASIBLE : SP_PLAN_TIME_LIMIT; break;
+    default: st = spi_fail(SP_ESOLVER, "glp_intopt failed (code %d, MIP status %d)", ret, mst); break;
+    }
+    if (st == SP_OK && (*res == SP_PLAN_OPTIMAL || *res == SP_PLAN_FEASIBLE)) {
+        int k = 0;
+        for (int c = 0; c < n; c++)
+            if (glp_mip_col_val(P, c + 1) > 0.5) {
+                *chosen = c;
+                k++;
+            }
+        if (k != 1) st = spi_fail(SP_EINTERNAL, "planner: the MILP chose %d candidates", k);
+    }
+    glp_delete_prob(P);
+    P = NULL;
+    glp_term_out(term);
+    if (glpk_s) *glpk_s += now_s() - t0;
+    /* the integer recoding makes this exact; check it anyway */
+    if (st == SP_OK && *chosen >= 0) {
+        const spi_cand *cd = &s->c[*chosen];
+        int ok = r->ignore_memory || cd->mem_over <= 0;
+        for (int b = 0; b < r->n_bounds; b++) ok = ok && r->bounds[b].val[*chosen] <= r->bounds[b].hi;
+        if (r->forbid) ok = ok && !r->forbid[*chosen];
+        if (!ok) st = spi_fail(SP_EINTERNAL, "planner: the MILP's layout breaks a constraint");
+    }
+done:
+    if (P) glp_delete_prob(P);
+    free(ord);
+    free(pi);
+    free(rank);
+    free(ind);
+    free(coef);
+    return st;
+}
+
+/* ---- plans ---- */
+typedef struct plan_ctx {
+    const spi_space *s;
+    const sp_plan_opts *o;
+    double *obj, *obj2, *lat, *cost, *ntps;
+    sp_plan *p;
+} plan_ctx;
+
+static sp_status point_fill(const plan_ctx *x, int c, sp_plan_point *pt)
+{
+    const spi_cand *cd = &x->s->c[c];
+    const spi_inst *in = &x->s->inst[cd->inst];
+    memset(pt, 0, sizeof *pt);
+    pt->layout = cd->layout;
+    pt->chips = in->chips;
+    pt->batch = in->batch;
+    pt->latency_s = x->lat[c];
+    pt->cost_s = x->cost[c];
+    double t0 = now_s();
+    sp_status st = sp_cost_eval(x->s->m, x->s->hw, &cd->layout, &in->w, NULL, &pt->cost);
+    x->p->stats.eval_s += now_s() - t0;
+    return st;
+}
+
+static void base_request(const plan_ctx *x, spi_milp_req *r)
+{
+    memset(r, 0, sizeof *r);
+    r->time_limit_ms = x->o->time_limit_ms;
+    if (x->o->max_latency_s > 0) {
+        r->bounds[r->n_bounds].val = x->lat;
+        r->bounds[r->n_bounds++].hi = x->o->max_latency_s;
+    }
+    if (x->o->min_tokens_per_s > 0) {
+        r->bounds[r->n_bounds].val = x->ntps;
+        r->bounds[r->n_bounds++].hi = -x->o->min_tokens_per_s;
+    }
+}
+
+static sp_status solve(plan_ctx *x, const spi_milp_req *r, sp_plan_result *res, int *chosen)
+{
+    x->p->stats.solves++;
+    return spi_milp_solve(x->s, r, res, chosen, &x->p->stats.glpk_s);
+}
+
+static sp_status trace_frontier(plan_ctx *x)
+{
+    sp_plan *p = x->p;
+    int cap = x->o->max_frontier_points > 0 ? x->o->max_frontier_points : 256;
+    p->frontier = calloc((size_t)cap, sizeof *p->frontier);
+    if (!p->frontier) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    spi_milp_req r;
+    base_request(x, &r);
+    r.key1 = x->cost;
+    r.key2 = x->lat;
+    int eps = r.n_bounds++;
+    r.bounds[eps].val = x->lat;
+    r.bounds[eps].hi = x->o->max_latency_s > 0 ? x->o->max_latency_s : INFINITY;
+    while (p->n_frontier < cap) {
+        sp_plan_result res;
+        int c;
+        SP_CHECK(solve(x, &r, &res, &c));
+        if (c < 0) break;
+        SP_CHECK(point_fill(x, c, &p->frontier[p->n_frontier++]));
+        r.bounds[eps].hi = nextafter(x->lat[c], -INFINITY);
+    }
+    return SP_OK;
+}
+
+/* The value a candidate takes in a rival kind, as a comparable integer. */
+static int64_t kind_value(const spi_cand *c, sp_plan_rival_kind k)
+{
+    const sp_layout *l = &c->layout;
+    switch (k) {
+    case SP_RIVAL_FFN: return l->phase[0].ffn * 16 + l->phase[1].ffn;
+    case SP_RIVAL_ATTN: return l->phase[0].attn * 16 + l->phase[1].attn;
+    case SP_RIVAL_MESH: return c->key[SPI_DEC_MESH];
+    case SP_RIVAL_PRECISION: return c->key[SPI_DEC_PREC];
+    default: return c->key[SPI_DEC_PIPE];
+    }
+}
+
+static void kind_text(const sp_layout *l, sp_plan_rival_kind k, char *buf, size_t n)
+{
+    static const char ax[] = "srxyz";
+    switch (k) {
+    case SP_RIVAL_FFN:
+        snprintf(buf, n, "ffn %s/%s", sp_ffn_layout_name(l->phase[0].ffn), sp_ffn_layout_name(l->phase[1].ffn));
+        break;
+    case SP_RIVAL_ATTN:
+        snprintf(buf, n, "attention %s/%s", sp_attn_layout_name(l->phase[0].attn),
+                 sp_attn_layout_name(l->phase[1].attn));
+        break;
+    case SP_RIVAL_MESH:
+        snprintf(buf, n, "mesh %dx%dx%d placement %c%c%c", l->mesh[0], l->mesh[1], l->mesh[2], ax[l->placement[0]],
+                 ax[l->placement[1]], ax[l->placement[2]]);
+        break;
+    case SP_RIVAL_PRECISION: snprintf(buf, n, "weights %s", sp_dtype_name(l->weights)); break;
+    default:
+        snprintf(buf, n, "stages %d replicas %d microbatches %d", l->stages, l->replicas, l->microbatches);
+        break;
+    }
+}
+
+/* The cost term that grew most from chosen to rival (decode terms weighted
+ * by the steps the latency metric counts). */
+static void worst_term(const sp_plan *p, const sp_cost *a, const sp_cost *b, sp_plan_rival *rv)
+{
+    double best = 0;
+    rv->term[0] = rv->term_phase[0] = '\0';
+    rv->term_delta_s = 0;
+    for (int ph = 0; ph < 2; ph++) {
+        sp_plan_latency lm = p->opts.latency_metric;
+        double wgt = ph == 0 ? 1.0 : (double)p->workload.gen;
+        if (p->opts.objective != SP_PLAN_MIN_LATENCY || lm == SP_PLAN_LAT_TOTAL) {
+            /* total_s counts both phases */
+        } else if ((lm == SP_PLAN_LAT_DECODE) != (ph == 1)) continue;
+        else wgt = 1.0;
+        const sp_phase_cost *x = ph ? &a->decode : &a->prefill, *y = ph ? &b->decode : &b->prefill;
+        double d[2 + SP_COLL_COUNT];
+        const char *nm[2 + SP_COLL_COUNT];
+        d[0] = y->compute_s - x->compute_s, nm[0] = "compute";
+        d[1] = y->memory_s - x->memory_s, nm[1] = "memory";
+        for (int k = 0; k < SP_COLL_COUNT; k++)
+            d[2 + k] = y->coll_s[k] - x->coll_s[k], nm[2 + k] = sp_coll_kind_name((sp_coll_kind)k);
+        for (int i = 0; i < 2 + SP_COLL_COUNT; i++)
+            if (d[i] * wgt > best) {
+                best = d[i] * wgt;
+                snprintf(rv->term, sizeof rv->term, "%s", nm[i]);
+                snprintf(rv->term_phase, sizeof rv->term_phase, "%s", ph ? "decode" : "prefill");
+                rv->term_delta_s = d[i];
+            }
+    }
+}
+
+static sp_status find_rivals(plan_ctx *x, int chosen)
+{
+    sp_plan *p = x->p;
+    const spi_space *s = x->s;
+    unsigned char *forbid = malloc((size_t)s->n);
+    p->rivals = calloc(SP_RIVAL_KIND_COUNT, sizeof *p->rivals);
+    if (!forbid || !p->rivals) {
+        free(forbid);
+        return spi_fail(SP_ENOMEM, "planner: out of memory");
+    }
+    sp_status st = SP_OK;
+    for (int k = 0; k < SP_RIVAL_KIND_COUNT && st == SP_OK; k++) {
+        int64_t mine = kind_value(&s->c[chosen], (sp_plan_rival_kind)k);
+        for (int c = 0; c < s->n; c++) forbid[c] = kind_value(&s->c[c], (sp_plan_rival_kind)k) == mine;
+        spi_milp_req r;
+        memset(&r, 0, sizeof r);
+        r.time_limit_ms = x->o->time_limit_ms;
+        r.key1 = x->obj;
+        r.key2 = x->obj2;
+        r.forbid = forbid;
+        r.ignore_memory = 1;
+        sp_plan_result res;
+        int c;
+        if ((st = solve(x, &r, &res, &c)) != SP_OK || c < 0) continue;
+        sp_plan_rival *rv = &p->rivals[p->n_rivals++];
+        rv->kind = (sp_plan_rival_kind)k;
+        if ((st = point_fill(x, c, &rv->point)) != SP_OK) break;
+        const spi_cand *cd = &s->c[c];
+        rv->objective_delta = x->obj[c] - x->obj[chosen];
+        if (p->opts.objective == SP_PLAN_MAX_THROUGHPUT) rv->objective_delta = -rv->objective_delta;
+        int breaks = (x->o->max_latency_s > 0 && x->lat[c] > x->o->max_latency_s) ||
+                     (x->o->min_tokens_per_s > 0 && cd->tokens_per_s < x->o->min_tokens_per_s);
+        rv->loss = cd->mem_over > 0 ? SP_LOSS_MEMORY : breaks ? SP_LOSS_BOUND : SP_LOSS_OBJECTIVE;
+        rv->shortfall_bytes = rv->point.cost.shortfall_bytes;
+        worst_term(p, &p->chosen.cost, &rv->point.cost, rv);
+        char what[96];
+        kind_text(&cd->layout, (sp_plan_rival_kind)k, what, sizeof what);
+        const char *unit = p->opts.objective == SP_PLAN_MIN_COST ? "chip-s/token"
+                         : p->opts.objective == SP_PLAN_MAX_THROUGHPUT ? "tokens/s" : "s";
+        double base = fabs(x->obj[chosen]) > 0 ? fabs(x->obj[chosen]) : 1.0;
+        if (rv->loss == SP_LOSS_MEMORY)
+            snprintf(rv->reason, sizeof rv->reason, "%s: does not fit: %.3f GiB per chip over capacity", what,
+                     (double)rv->shortfall_bytes / 1073741824.0);
+        else if (rv->loss == SP_LOSS_BOUND)
+            snprintf(rv->reason, sizeof rv->reason, "%s: breaks the %s (%s latency %.4g s, %.4g tokens/s)", what,
+                     x->lat[c] > x->o->max_latency_s && x->o->max_latency_s > 0 ? "latency bound"
+                                                                                 : "throughput target",
+                     sp_plan_latency_name(x->o->latency_metric), x->lat[c], cd->tokens_per_s);
+        else if (rv->term[0])
+            snprintf(rv->reason, sizeof rv->reason, "%s: %s by %.4g %s (%+.1f%%); %s %s +%.4g s", what,
+                     p->opts.objective == SP_PLAN_MAX_THROUGHPUT ? "lower" : "worse", rv->objective_delta, unit,
+                     100.0 * rv->objective_delta / base, rv->term_phase, rv->term, rv->term_delta_s);
+        else
+            snprintf(rv->reason, sizeof rv->reason, "%s: %s by %.4g %s (%+.1f%%)", what,
+                     p->opts.objective == SP_PLAN_MAX_THROUGHPUT ? "lower" : "worse", rv->objective_delta, unit,
+                     100.0 * rv->objective_delta / base);
+    }
+    free(forbid);
+    return st;
+}
+
+static int check_opts(const sp_plan_opts *o)
+{
+    return o->size == sizeof *o && (unsigned)o->objective < SP_PLAN_OBJECTIVE_COUNT &&
+           (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
+           (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
+           o->min_tokens_per_s >= 0;
+}
+
+/* Solves the space into p: chosen, frontier, rivals. */
+static sp_status plan_space(const spi_space *s, const sp_plan_opts *o, sp_plan *p, int want_rivals)
+{
+    plan_ctx x = {.s = s, .o = o, .p = p};
+    int n = s->n;
+    sp_status st = SP_OK;
+    double *buf = malloc((size_t)(n ? n : 1) * 5 * sizeof *buf);
+    if (!buf) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    x.obj = buf, x.obj2 = buf + n, x.lat = buf + 2 * n, x.cost = buf + 3 * n, x.ntps = buf + 4 * n;
+    for (int c = 0; c < n; c++) {
+        const spi_cand *cd = &s->c[c];
+        x.lat[c] = spi_cand_latency(s, cd, o->latency_metric);
+        x.cost[c] = spi_cand_cost(s, cd, o->latency_metric, o->cost_metric);
+        x.ntps[c] = -cd->tokens_per_s;
+        x.obj[c] = spi_cand_objective(s, cd, o);
+        x.obj2[c] = o->objective == SP_PLAN_MIN_COST ? x.lat[c] : x.cost[c];
+    }
+    int64_t best_short = -1;
+    for (int c = 0; c < n; c++) {
+        int64_t sf = s->c[c].mem_over > 0 ? s->c[c].mem_over : 0;
+        if (best_short < 0 || sf < best_short) best_short = sf;
+        p->stats.feasible += s->c[c].mem_over <= 0;
+    }
+    p->min_shortfall_bytes = best_short;
+    spi_milp_req r;
+    base_request(&x, &r);
+    r.key1 = x.obj;
+    r.key2 = x.obj2;
+    int chosen;
+    SP_CHECKGOTO(solve(&x, &r, &p->result, &chosen), st, out);
+    if (chosen >= 0) {
+        p->has_chosen = 1;
+        SP_CHECKGOTO(point_fill(&x, chosen, &p->chosen), st, out);
+        if (o->frontier) SP_CHECKGOTO(trace_frontier(&x), st, out);
+        if (want_rivals && o->rivals) SP_CHECKGOTO(find_rivals(&x, chosen), st, out);
+    }
+out:
+    free(buf);
+    return st;
+}
+
+static sp_status check_args(const sp_model *m, const sp_hw *hw, const sp_workload *w, sp_plan **out)
+{
+    if (!m || !hw || !w || !out) return spi_fail(SP_EINVAL, "planner: NULL argument");
+    *out = NULL;
+    if (w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
+        return spi_fail(SP_EINVAL, "workload: prompt %lld, gen %lld: need prompt >= 0, gen >= 0, not both 0",
+                        (long long)w->prompt, (long long)w->gen);
+    return SP_OK;
+}
+
+static sp_status plan_new(const sp_plan_opts *opts, const sp_workload *w, int chips, sp_plan_opts *o, sp_plan **out)
+{
+    if (opts) *o = *opts;
+    else sp_plan_opts_init(o);
+    if (!check_opts(o)) return spi_fail(SP_EINVAL, "planner: bad sp_plan_opts (not initialised with sp_plan_opts_init?)");
+    sp_plan *p = calloc(1, sizeof *p);
+    if (!p) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    p->opts = *o;
+    p->workload = *w;
+    p->chips = chips;
+    *out = p;
+    return SP_OK;
+}
+
+static int max_chips_of(const sp_hw *hw, const sp_plan_opts *o)
+{
+    if (o->max_chips > 0) return o->max_chips;
+    if (hw->max_chips > 0) return hw->max_chips;
+    if (hw->topo == SP_TOPO_TORUS) return hw->torus_dims[0] * hw->torus_dims[1] * hw->torus_dims[2];
+    return 4096;
+}
+
+/* Smallest chip count above `chips` with a layout that fits in memory. */
+static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
+                            const sp_plan_opts *o, sp_plan *p)
+{
+    int hi = max_chips_of(hw, o);
+    if (chips >= hi) return SP_OK;
+    int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
+    if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    int k = sp_plan_chip_counts(hw, chips + 1, hi, cnt, cap);
+    sp_status st = SP_OK;
+    for (int i = 0; i < k && st == SP_OK; i++) {
+        spi_space s;
+        spi_space_init(&s, m, hw);
+        st = spi_space_add(&s, cnt[i], w, o->weights, o->kv);
+        if (st == SP_OK) st = spi_space_finish(&s);
+        p->stats.eval_s += s.eval_s;
+        if (st == SP_OK && s.n) {
+            spi_milp_req r;
+            memset(&r, 0, sizeof r);
+            double *z = calloc((size_t)s.n, sizeof *z);
+            if (!z) st = spi_fail(SP_ENOMEM, "planner: out of memory");
+            else {
+                r.key1 = z;
+                r.time_limit_ms = o->time_limit_ms;
+                sp_plan_result res;
+                int c;
+                p->stats.solves++;
+                st = spi_milp_solve(&s, &r, &res, &c, &p->stats.glpk_s);
+                if (st == SP_OK && c >= 0) {
+                    p->min_chips_fit = cnt[i];
+                    free(z);
+                    spi_space_free(&s);
+                    break;
+                }
+                free(z);
+            }
+        }
+        spi_space_free(&s);
+    }
+    free(cnt);
+    return st;
+}
+
+sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
+                        const sp_plan_opts *opts, sp_plan **out)
+{
+    double t0 = now_s();
+    SP_CHECK(check_args(m, hw, w, out));
+    if (chips < 1) return spi_fail(SP_EINVAL, "chips must be >= 1 (got %d)", chips);
+    if (w->batch < 1) return spi_fail(SP_EINVAL, "batch must be >= 1 (got %lld)", (long long)w->batch);
+    sp_plan_opts o;
+    sp_plan *p;
+    SP_CHECK(plan_new(opts, w, chips, &o, &p));
+    spi_space s;
+    spi_space_init(&s, m, hw);
+    sp_status st;
+    SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
+    SP_CHECKGOTO(spi_space_finish(&s), st, fail);
+    p->stats.candidates = s.n;
+    p->stats.rejected = s.rejected;
+    p->stats.eval_s += s.eval_s;
+    SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
+    if (p->result == SP_PLAN_INFEASIBLE && o.search_min_chips && p->min_shortfall_bytes != 0)
+        SP_CHECKGOTO(search_fit(m, hw, chips, w, &o, p), st, fail);
+    spi_space_free(&s);
+    p->stats.total_s = now_s() - t0;
+    *out = p;
+    return SP_OK;
+fail:
+    spi_space_free(&s);
+    sp_plan_free(p);
+    return st;
+}
+
+sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
+                           const int64_t *batches, int n_batches, const sp_workload *w,
+                           const sp_plan_opts *opts, sp_plan **out)
+{
+    double t0 = now_s();
+    SP_CHECK(check_args(m, hw, w, out));
+    if (!chips || !batches || n_chips < 1 || n_batches < 1 || n_chips * n_batches > 128)
+        return spi_fail(SP_EINVAL, "frontier: need 1 to 128 (chips, batch) pairs (got %d × %d)", n_chips, n_batches);
+    sp_plan_opts o;
+    sp_plan *p;
+    SP_CHECK(plan_new(opts, w, chips[0], &o, &p));
+    o.frontier = 1;
+    p->opts.frontier = 1;
+    spi_space s;
+    spi_space_init(&s, m, hw);
+    sp_status st = SP_OK;
+    for (int i = 0; i < n_chips; i++)
+        for (int j = 0; j < n_batches; j++) {
+            if (chips[i] < 1 || batches[j] < 1) {
+                st = spi_fail(SP_EINVAL, "frontier: chips and batch must be >= 1");
+                goto fail;
+            }
+            sp_workload wi = *w;
+            wi.batch = batches[j];
+            SP_CHECKGOTO(spi_space_add(&s, chips[i], &wi, o.weights, o.kv), st, fail);
+        }
+    SP_CHECKGOTO(spi_space_finish(&s), st, fail);
+    p->stats.candidates = s.n;
+    p->stats.rejected = s.rejected;
+    p->stats.eval_s += s.eval_s;
+    SP_CHECKGOTO(plan_space(&s, &o, p, 0), st, fail);
+    if (p->n_frontier > 0) p->chosen = p->frontier[0];
+    spi_space_free(&s);
+    p->stats.total_s = now_s() - t0;
+    *out = p;
+    return SP_OK;
+fail:
+    spi_space_free(&s);
+    sp_plan_free(p);
+    return st;
+}
+
+int sp_plan_chip_counts(const sp_hw *hw, int lo, int hi, int *out, int cap)
+{
+    int k = 0;
+    if (lo < 1) lo = 1;
+    if (hw->topo == SP_TOPO_TORUS) {
+        int t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
+        for (int n = lo; n <= hi && k < cap; n++) {
+            int ok = 0;
+            for (int a = 1; a <= n && !ok; a++) {
+                if (n % a) continue;
+                for (int b = 1; b <= n / a && !ok; b++) {
+                    if ((n / a) % b) continue;
+                    int mesh[3] = {a, b, n / a / b};
+                    ok = mesh[0] <= t[0] && mesh[1] <= t[1] && mesh[2] <= t[2];
+                }
+            }
+            if (ok) out[k++] = n;
+        }
+        return k;
+    }
+    int g = hw->chips_per_node > 0 ? hw->chips_per_node : 1;
+    for (int n = 1; n < g && n <= hi && k < cap; n *= 2)
+        if (n >= lo && g % n == 0) out[k++] = n;
+    for (int n = g; n <= hi && k < cap; n += g)
+        if (n >= lo) out[k++] = n;
+    return k;
+}
+
+sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *opts,
+                            int *chips_out, sp_plan **out)
+{
+    if (!chips_out) return spi_fail(SP_EINVAL, "sp_plan_min_chips: NULL argument");
+    SP_CHECK(check_args(m, hw, w, out));
+    sp_plan_opts o;
+    if (opts) o = *opts;
+    else sp_plan_opts_init(&o);
+    if (!check_opts(&o)) return spi_fail(SP_EINVAL, "planner: bad sp_plan_opts");
+    int hi = max_chips_of(hw, &o);
+    int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
+    if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    int k = sp_plan_chip_counts(hw, 1, hi, cnt, cap);
+    sp_plan_opts oi = o;
+    oi.search_min_chips = 0;
+    for (int i = 0; i < k; i++) {
+        sp_plan *p = NULL;
+        sp_status st = sp_plan_solve(m, hw, cnt[i], w, &oi, &p);
+        if (st != SP_OK) {
+            free(cnt);
+            return st;
+        }
+        if (p->has_chosen) {
+            *chips_out = cnt[i];
+            *out = p;
+            free(cnt);
+            return SP_OK;
+        }
+        sp_plan_free(p);
+    }
+    free(cnt);
+    return spi_fail(SP_EINFEASIBLE, "no chip count up to %d meets the targets", hi);
+}
+
+sp_status sp_autoconfig(const sp_model *m, const sp_hw *hw, int chips, int64_t batch, const sp_workload *w,
+                        const sp_plan_opts *opts, sp_layout *out)
+{
+    if (!w || !out) return spi_fail(SP_EINVAL, "sp_autoconfig: NULL argument");
+    sp_plan_opts o;
+    if (opts) o = *opts;
+    else sp_plan_opts_init(&o);
+    o.frontier = 0;
+    o.rivals = 0;
+    o.search_min_chips = 0;
+    sp_workload wi = *w;
+    wi.batch = batch;
+    sp_plan *p;
+    SP_CHECK(sp_plan_solve(m, hw, chips, &wi, &o, &p));
+    sp_status st = SP_OK;
+    if (p->has_chosen) *out = p->chosen.layout;
+    else if (p->min_shortfall_bytes < 0)
+        st = spi_fail(SP_EINFEASIBLE, "no layout applies to %s on %d chips at batch %lld", m->name, chips,
+                      (long long)batch);
+    else if (p->min_shortfall_bytes > 0)
+        st = spi_fail(SP_EINFEASIBLE, "nothing fits: the best layout is %lld bytes per chip over capacity",
+                      (long long)p->min_shortfall_bytes);
+    else st = spi_fail(SP_EINFEASIBLE, "no layout meets the bounds (%s)", sp_plan_result_name(p->result));
+    sp_plan_free(p);
+    return st;
+}
+
+void sp_plan_free(sp_plan *p)
+{
+    if (!p) return;
+    free(p->frontier);
+    free(p->rivals);
+    free(p);
+}
+
+/* ---- JSON ---- */
+static json_t *point_json(const sp_plan_point *pt)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "chips", json_integer(pt->chips));
+    json_object_set_new(o, "batch", json_integer(pt->batch));
+    json_object_set_new(o, "latency_s", json_real(pt->latency_s));
+    json_object_set_new(o, "cost_chip_s_per_token", json_real(pt->cost_s));
+    json_object_set_new(o, "layout", (json_t *)sp_layout_to_json(&pt->layout));
+    json_object_set_new(o, "costs", (json_t *)sp_cost_to_json(&pt->cost, &pt->layout));
+    return o;
+}
+
+void *sp_plan_to_json(const sp_plan *p)
+{
+    if (!p) return NULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string(sp_plan_result_name(p->result)));
+    json_object_set_new(o, "objective", json_string(sp_plan_objective_name(p->opts.objective)));
+    json_object_set_new(o, "latency_metric", json_string(sp_plan_latency_name(p->opts.latency_metric)));
+    json_object_set_new(o, "cost_metric", json_string(p->opts.cost_metric == SP_PLAN_COST_PHASE ? "phase" : "total"));
+    if (p->opts.max_latency_s > 0) json_object_set_new(o, "max_latency_s", json_real(p->opts.max_latency_s));
+    if (p->opts.min_tokens_per_s > 0) json_object_set_new(o, "min_tokens_per_s", json_real(p->opts.min_tokens_per_s));
+    json_object_set_new(o, "chips", json_integer(p->chips));
+    json_object_set_new(o, "workload", json_pack("{sIsIsI}", "batch", (json_int_t)p->workload.batch, "prompt",
+                                                 (json_int_t)p->workload.prompt, "gen", (json_int_t)p->workload.gen));
+    if (p->has_chosen) {
+        json_t *ch = json_object();
+        json_object_set_new(ch, "layout", (json_t *)sp_layout_to_json(&p->chosen.layout));
+        char text[256];
+        json_object_set_new(ch, "layout_text", json_string(sp_layout_format(&p->chosen.layout, text, sizeof text)));
+        json_object_set_new(ch, "chips", json_integer(p->chosen.chips));
+        json_object_set_new(ch, "batch", json_integer(p->chosen.batch));
+        json_object_set_new(ch, "costs", (json_t *)sp_cost_to_json(&p->chosen.cost, &p->chosen.layout));
+        json_object_set_new(o, "chosen", ch);
+    } else json_object_set_new(o, "chosen", json_null());
+    json_t *fr = json_array();
+    for (int i = 0; i < p->n_frontier; i++) json_array_append_new(fr, point_json(&p->frontier[i]));
+    json_object_set_new(o, "frontier", fr);
+    json_t *rv = json_array();
+    for (int i = 0; i < p->n_rivals; i++) {
+        const sp_plan_rival *r = &p->rivals[i];
+        json_t *j = point_json(&r->point);
+        json_object_set_new(j, "kind", json_string(sp_plan_rival_kind_name(r->kind)));
+        json_object_set_new(j, "loss", json_string(NAME_OF(loss_names, r->loss)));
+        json_object_set_new(j, "reason", json_string(r->reason));
+        json_object_set_new(j, "shortfall_bytes", json_integer(r->shortfall_bytes));
+        json_object_set_new(j, "objective_delta", json_real(r->objective_delta));
+        json_object_set_new(j, "term", json_string(r->term));
+        json_object_set_new(j, "term_phase", json_string(r->term_phase));
+        json_object_set_new(j, "term_delta_s", json_real(r->term_delta_s));
+        json_array_append_new(rv, j);
+    }
+    json_object_set_new(o, "rivals", rv);
+    if (p->result == SP_PLAN_INFEASIBLE)
+        json_object_set_new(o, "infeasible", json_pack("{sIsi}", "min_shortfall_bytes",
+                                                       (json_int_t)p->min_shortfall_bytes, "min_chips_fit",
+                                                       p->min_chips_fit));
+    json_object_set_new(o, "stats", json_pack("{sisisisisfsfsf}", "candidates", p->stats.candidates, "rejected",
+                                              p->stats.rejected, "feasible", p->stats.feasible, "solves",
+                                              p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,
+                                              "total_s", p->stats.total_s));
+    return o;
+}

@@ -1,0 +1,254 @@
+/* plan_space.c: the planner's layout space (sp_plan.h) and its pricing. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "spi_common.h"
+#include "spi_plan.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->hw = hw;
+}
+
+void spi_space_free(spi_space *s)
+{
+    free(s->c);
+    s->c = NULL;
+    s->n = s->cap = 0;
+}
+
+/* Placements, innermost axis first; the default (z, y, x) first so that it
+ * is the one kept among equivalent ones. */
+static const sp_axis perms[6][3] = {
+    {SP_AXIS_Z, SP_AXIS_Y, SP_AXIS_X}, {SP_AXIS_Z, SP_AXIS_X, SP_AXIS_Y}, {SP_AXIS_Y, SP_AXIS_Z, SP_AXIS_X},
+    {SP_AXIS_Y, SP_AXIS_X, SP_AXIS_Z}, {SP_AXIS_X, SP_AXIS_Z, SP_AXIS_Y}, {SP_AXIS_X, SP_AXIS_Y, SP_AXIS_Z},
+};
+
+/* The same test as sp_layout_check: a mesh axis fits in the node's remaining
+ * room or fills whole nodes. */
+static int cluster_fits(const sp_hw *hw, const sp_layout *l)
+{
+    if (hw->topo != SP_TOPO_CLUSTER || hw->chips_per_node <= 0) return 1;
+    int room = hw->chips_per_node;
+    for (int i = 0; i < 3; i++) {
+        int d = l->mesh[l->placement[i] - SP_AXIS_X];
+        if (room > 1) {
+            if (room % d == 0) room /= d;
+            else if (d % room == 0) room = 1;
+            else return 0;
+        }
+    }
+    return 1;
+}
+
+static int torus_fits(const sp_hw *hw, const int mesh[3])
+{
+    if (hw->topo != SP_TOPO_TORUS) return 1;
+    int a[3] = {mesh[0], mesh[1], mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
+    for (int x = 0; x < 3; x++)
+        for (int y = x + 1; y < 3; y++) {
+            if (a[y] > a[x]) { int v = a[x]; a[x] = a[y]; a[y] = v; }
+            if (t[y] > t[x]) { int v = t[x]; t[x] = t[y]; t[y] = v; }
+        }
+    for (int x = 0; x < 3; x++)
+        if (a[x] > t[x]) return 0;
+    return 1;
+}
+
+/* Tiers (chips in a node, nodes) of every group over tensor axes: placements
+ * with equal signatures price every collective alike. */
+static void tier_signature(const sp_hw *hw, const sp_layout *l, int sig[14])
+{
+    for (unsigned mask = 1; mask < 8; mask++) {
+        char axes[4];
+        int k = 0;
+        if (mask & 1u) axes[k++] = 'x';
+        if (mask & 2u) axes[k++] = 'y';
+        if (mask & 4u) axes[k++] = 'z';
+        axes[k] = '\0';
+        sp_cost_group_tiers(hw, l, axes, &sig[2 * (mask - 1)], &sig[2 * (mask - 1) + 1]);
+    }
+}
+
+static sp_status push(spi_space *s, const spi_cand *c)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 1024;
+        spi_cand *p = realloc(s->c, (size_t)cap * sizeof *p);
+        if (!p) return spi_fail(SP_ENOMEM, "planner: out of memory for %d candidates", cap);
+        s->c = p;
+        s->cap = cap;
+    }
+    s->c[s->n++] = *c;
+    return SP_OK;
+}
+
+sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv)
+{
+    const sp_model *m = s->m;
+    const sp_hw *hw = s->hw;
+    if (chips < 1) return spi_fail(SP_EINVAL, "chips must be >= 1 (got %d)", chips);
+    if (s->n_inst >= (int)SPI_ARRAY_LEN(s->inst))
+        return spi_fail(SP_EINVAL, "planner: at most %d (chips, batch) instances", (int)SPI_ARRAY_LEN(s->inst));
+    int inst = s->n_inst++;
+    s->inst[inst].chips = chips;
+    s->inst[inst].batch = w->batch;
+    s->inst[inst].w = *w;
+
+    sp_dtype wts[3];
+    int nw = 0;
+    if (weights == SP_PLAN_W_AUTO || weights == SP_PLAN_W_BF16) wts[nw++] = SP_DT_BF16;
+    if (weights == SP_PLAN_W_AUTO || weights == SP_PLAN_W_INT8) wts[nw++] = SP_DT_INT8;
+    if ((weights == SP_PLAN_W_AUTO && hw->peak_flops[SP_DT_FP8] > 0) || weights == SP_PLAN_W_FP8) {
+        if (hw->peak_flops[SP_DT_FP8] <= 0)
+            return spi_fail(SP_EINVAL, "%s has no fp8 peak: fp8 weights are not supported there", hw->name);
+        wts[nw++] = SP_DT_FP8;
+    }
+    const int64_t B = w->batch;
+    double t0 = now_s();
+    for (int S = 1; S <= chips; S++) {
+        if (chips % S || S > m->n_layers) continue;
+        for (int R = 1; R <= chips / S; R++) {
+            if ((chips / S) % R || B % R) continue;
+            int T = chips / S / R;
+            int Ms[3], nm = 0;
+            if (S == 1) Ms[nm++] = 1;
+            else
+                for (int k = 1; k <= 4; k *= 2)
+                    if ((B / R) % (k * S) == 0) Ms[nm++] = k * S;
+            if (!nm) continue;
+            for (int X = 1; X <= T; X++) {
+                if (T % X) continue;
+                for (int Y = 1; Y <= T / X; Y++) {
+                    if ((T / X) % Y) continue;
+                    int mesh[3] = {X, Y, T / X / Y};
+                    if (!torus_fits(hw, mesh)) continue;
+                    int sigs[6][14], nsig = 0;
+                    int nperm = hw->topo == SP_TOPO_CLUSTER ? 6 : 1;
+                    for (int p = 0; p < nperm; p++) {
+                        spi_cand c;
+                        memset(&c, 0, sizeof c);
+                        sp_layout *l = &c.layout;
+                        sp_layout_init(l);
+                        l->stages = S;
+                        l->replicas = R;
+                        memcpy(l->mesh, mesh, sizeof mesh);
+                        memcpy(l->placement, perms[p], sizeof perms[p]);
+                        l->kv = kv;
+                        if (!cluster_fits(hw, l)) continue;
+                        if (hw->topo == SP_TOPO_CLUSTER) {
+                            int sig[14], dup = 0;
+                            tier_signature(hw, l, sig);
+                            for (int q = 0; q < nsig && !dup; q++) dup = !memcmp(sig, sigs[q], sizeof sig);
+                            if (dup) continue;
+                            memcpy(sigs[nsig++], sig, sizeof sig);
+                        }
+                        c.inst = inst;
+                        c.key[SPI_DEC_INST] = inst;
+                        c.key[SPI_DEC_MESH] = (int64_t)X | (int64_t)Y << 16 | (int64_t)mesh[2] << 32 | (int64_t)p << 48;
+                        for (int mi = 0; mi < nm; mi++) {
+                            l->microbatches = Ms[mi];
+                            c.key[SPI_DEC_PIPE] = (int64_t)S | (int64_t)R << 20 | (int64_t)Ms[mi] << 40;
+                            for (int wi = 0; wi < nw; wi++) {
+                                l->weights = wts[wi];
+                                c.key[SPI_DEC_PREC] = wts[wi];
+                                for (int pf = 0; pf < 2 * SP_FL_COUNT; pf++)
+                                    for (int dc = 0; dc < 2 * SP_FL_COUNT; dc++) {
+                                        sp_ffn_layout pff = (sp_ffn_layout)(pf / 2), dcf = (sp_ffn_layout)(dc / 2);
+                                        if (sp_ffn_layout_is_1d(pff) != sp_ffn_layout_is_1d(dcf)) continue;
+                                        l->phase[SP_PHASE_PREFILL].ffn = pff;
+                                        l->phase[SP_PHASE_PREFILL].attn = (sp_attn_layout)(pf % 2);
+                                        l->phase[SP_PHASE_DECODE].ffn = dcf;
+                                        l->phase[SP_PHASE_DECODE].attn = (sp_attn_layout)(dc % 2);
+                                        c.key[SPI_DEC_PF] = pf;
+                                        c.key[SPI_DEC_DC] = dc;
+                                        sp_cost cost;
+                                        sp_status st = sp_cost_eval(m, hw, l, w, NULL, &cost);
+                                        if (st == SP_EINVAL) {
+                                            s->rejected++;
+                                            continue;
+                                        }
+                                        if (st != SP_OK) return st;
+                                        c.mem_over = cost.mem.total - cost.capacity;
+                                        c.prefill_s = cost.prefill_s;
+                                        c.decode_step_s = cost.decode_step_s;
+                                        c.total_s = cost.total_s;
+                                        c.tokens_per_s = cost.tokens_per_s;
+                                        c.cost_total = cost.cost_chip_s_per_token;
+                                        SP_CHECK(push(s, &c));
+                                    }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    s->eval_s += now_s() - t0;
+    return SP_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+sp_status spi_space_finish(spi_space *s)
+{
+    int64_t *keys = malloc((size_t)(s->n ? s->n : 1) * sizeof *keys);
+    if (!keys) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    for (int d = 0; d < SPI_DEC_COUNT; d++) {
+        for (int i = 0; i < s->n; i++) keys[i] = s->c[i].key[d];
+        qsort(keys, (size_t)s->n, sizeof *keys, cmp_i64);
+        int u = 0;
+        for (int i = 0; i < s->n; i++)
+            if (!u || keys[i] != keys[u - 1]) keys[u++] = keys[i];
+        s->nval[d] = u;
+        for (int i = 0; i < s->n; i++) {
+            int64_t *f = bsearch(&s->c[i].key[d], keys, (size_t)u, sizeof *keys, cmp_i64);
+            s->c[i].val[d] = (int)(f - keys);
+        }
+    }
+    free(keys);
+    return SP_OK;
+}
+
+double spi_cand_latency(const spi_space *s, const spi_cand *c, sp_plan_latency lat)
+{
+    (void)s;
+    switch (lat) {
+    case SP_PLAN_LAT_DECODE: return c->decode_step_s;
+    case SP_PLAN_LAT_PREFILL: return c->prefill_s;
+    default: return c->total_s;
+    }
+}
+
+double spi_cand_cost(const spi_space *s, const spi_cand *c, sp_plan_latency lat, sp_plan_cost_metric cm)
+{
+    const spi_inst *in = &s->inst[c->inst];
+    if (cm == SP_PLAN_COST_PHASE) {
+        if (lat == SP_PLAN_LAT_DECODE) return in->chips * c->decode_step_s / (double)in->batch;
+        if (lat == SP_PLAN_LAT_PREFILL && in->w.prompt > 0)
+            return in->chips * c->prefill_s / ((double)in->batch * (double)in->w.prompt);
+    }
+    return c->cost_total;
+}
+
+double spi_cand_objective(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+{
+    switch (o->objective) {
+    case SP_PLAN_MIN_COST: return spi_cand_cost(s, c, o->latency_metric, o->cost_metric);
+    case SP_PLAN_MAX_THROUGHPUT: return -c->tokens_per_s;
+    default: return spi_cand_latency(s, c, o->latency_metric);
+    }
+}
