@@ -1,0 +1,314 @@
+/* kernels.cu: CUDA kernels of the executor (see sp_cuda.h). */
+#include "config.h"
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "kernels/cuda/sp_cuda.h"
+
+extern "C" sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+struct sp_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+};
+
+#define CU(call, what)                                                                          \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) return spi_fail(SP_ECUDA, "%s: %s", what, cudaGetErrorString(e_)); \
+    } while (0)
+
+static sp_status launched(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return spi_fail(SP_ECUDA, "%s launch: %s", what, cudaGetErrorString(e));
+    return SP_OK;
+}
+
+extern "C" int sp_cuda_available(char *why, size_t size)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why && size) snprintf(why, size, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return 0;
+    }
+    if (n < 1) {
+        if (why && size) snprintf(why, size, "no CUDA device visible (cudaGetDeviceCount = 0)");
+        return 0;
+    }
+    if (why && size) snprintf(why, size, "%d CUDA device%s", n, n == 1 ? "" : "s");
+    return 1;
+}
+
+extern "C" sp_status sp_cuda_ctx_create(int device, sp_cuda_ctx **out)
+{
+    if (!out) return spi_fail(SP_EINVAL, "sp_cuda_ctx_create: out is NULL");
+    *out = NULL;
+    char why[256];
+    if (!sp_cuda_available(why, sizeof why)) return spi_fail(SP_ECUDA, "%s", why);
+    sp_cuda_ctx *c = (sp_cuda_ctx *)calloc(1, sizeof *c);
+    if (!c) return spi_fail(SP_ENOMEM, "out of memory for a CUDA context");
+    c->device = device;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(c);
+        return spi_fail(SP_ECUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    }
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return spi_fail(SP_ECUDA, "cublasCreate failed on device %d", device);
+    }
+    *out = c;
+    return SP_OK;
+}
+
+extern "C" void sp_cuda_ctx_free(sp_cuda_ctx *c)
+{
+    if (!c) return;
+    cublasDestroy(c->blas);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" sp_status sp_cuda_sync(sp_cuda_ctx *c)
+{
+    CU(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    return SP_OK;
+}
+
+static unsigned blocks_for(int64_t n, unsigned t) { return (unsigned)((n + t - 1) / t); }
+
+__global__ void add_bias_k(float *out, const float *bias, int64_t T, int64_t N)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < T * N) out[i] += bias[i % N];
+}
+
+extern "C" sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in, const float *w,
+                                    const float *bias, int64_t T, int64_t K, int64_t N, int accumulate)
+{
+    if (T <= 0 || N <= 0 || K < 0 || T > INT32_MAX || K > INT32_MAX || N > INT32_MAX)
+        return spi_fail(SP_EINVAL, "sp_cuda_matmul: bad shape T=%lld K=%lld N=%lld", (long long)T,
+                        (long long)K, (long long)N);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    /* Row-major out = in @ w is column-major out^T = w^T in^T. */
+    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)T, (int)K, &alpha, w, (int)N,
+                                   in, (int)K, &beta, out, (int)N);
+    if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm failed (status %d)", (int)s);
+    if (bias) {
+        add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N);
+        return launched("add_bias");
+    }
+    return SP_OK;
+}
+
+/* One block per row; block reduction of sum and sum of squares in double. */
+__global__ void norm_k(float *out, const float *x, int64_t C, const float *gain, const float *bias, float eps,
+                       int layernorm)
+{
+    __shared__ double ssum[256], ssq[256];
+    const float *row = x + (int64_t)blockIdx.x * C;
+    float *orow = out + (int64_t)blockIdx.x * C;
+    double s = 0, q = 0;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        s += row[i];
+        q += (double)row[i] * row[i];
+    }
+    ssum[threadIdx.x] = s;
+    ssq[threadIdx.x] = q;
+    __syncthreads();
+    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) {
+            ssum[threadIdx.x] += ssum[threadIdx.x + st];
+            ssq[threadIdx.x] += ssq[threadIdx.x + st];
+        }
+        __syncthreads();
+    }
+    double mean = layernorm ? ssum[0] / (double)C : 0.0;
+    double var = ssq[0] / (double)C - mean * mean;
+    float inv = (float)(1.0 / sqrt(var + (double)eps));
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+        float y = (row[i] - (float)mean) * inv;
+        if (gain) y *= gain[i];
+        if (bias) y += bias[i];
+        orow[i] = y;
+    }
+}
+
+extern "C" sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, int64_t T, int64_t C,
+                                  const float *gain, const float *bias, float eps, int layernorm)
+{
+    if (T <= 0 || C <= 0 || T > INT32_MAX) return spi_fail(SP_EINVAL, "sp_cuda_norm: bad shape");
+    norm_k<<<(unsigned)T, 256, 0, c->stream>>>(out, x, C, gain, bias, eps, layernorm);
+    return launched("norm");
+}
+
+__global__ void rope_k(float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+{
+    int64_t half = D / 2, n = T * nh * half;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int64_t p = i % half, th = i / half, t = th / nh;
+    double inv = pow(theta, -2.0 * (double)p / (double)D);
+    double a = (double)pos[t] * inv;
+    float cs = (float)cos(a), sn = (float)sin(a);
+    float *v = x + th * D + 2 * p;
+    float x0 = v[0], x1 = v[1];
+    v[0] = x0 * cs - x1 * sn;
+    v[1] = x0 * sn + x1 * cs;
+}
+
+extern "C" sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,
+                                  double theta)
+{
+    if (T <= 0 || nh <= 0 || D <= 0 || D % 2) return spi_fail(SP_EINVAL, "sp_cuda_rope: bad shape (D must be even)");
+    int64_t n = T * nh * (D / 2);
+    rope_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, T, nh, D, pos, theta);
+    return launched("rope");
+}
+
+/* One block per (b, i, h): scores in shared memory, max / exp / sum, then P @ V. */
+__global__ void attention_k(float *out, const float *q, const float *k, const float *v, int64_t Lq, int64_t H,
+                            int64_t KVH, int64_t D, int64_t Lmax, int64_t pos0)
+{
+    extern __shared__ float sm[];
+    __shared__ float red[256];
+    int64_t h = blockIdx.x % H, bi = blockIdx.x / H, i = bi % Lq, b = bi / Lq;
+    int64_t kvh = h / (H / KVH), nk = pos0 + i + 1;
+    const float *qr = q + ((b * Lq + i) * H + h) * D;
+    const float *kb = k + (b * KVH + kvh) * Lmax * D, *vb = v + (b * KVH + kvh) * Lmax * D;
+    float scale = rsqrtf((float)D), mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+        float s = 0;
+        for (int64_t d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+        sm[j] = s * scale;
+        mx = fmaxf(mx, sm[j]);
+    }
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + st]);
+        __syncthreads();
+    }
+    mx = red[0];
+    __syncthreads();
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
+        sm[j] = expf(sm[j] - mx);
+        sum += sm[j];
+    }
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) red[threadIdx.x] += red[threadIdx.x + st];
+        __syncthreads();
+    }
+    float inv = 1.0f / red[0];
+    float *o = out + ((b * Lq + i) * H + h) * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0;
+        for (int64_t j = 0; j < nk; j++) acc += sm[j] * vb[j * D + d];
+        o[d] = acc * inv;
+    }
+}
+
+extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
+                                       int64_t B, int64_t Lq, int64_t H, int64_t KVH, int64_t D, int64_t Lmax,
+                                       int64_t pos0)
+{
+    if (B <= 0 || Lq <= 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || pos0 < 0 || pos0 + Lq > Lmax)
+        return spi_fail(SP_EINVAL, "sp_cuda_attention: bad shape");
+    size_t shm = (size_t)(pos0 + Lq) * sizeof(float);
+    if (shm > 48 * 1024)
+        return spi_fail(SP_ENOTSUP, "sp_cuda_attention: context %lld > 12288 positions not supported yet",
+                        (long long)(pos0 + Lq));
+    attention_k<<<(unsigned)(B * Lq * H), 256, shm, c->stream>>>(out, q, k, v, Lq, H, KVH, D, Lmax, pos0);
+    return launched("attention");
+}
+
+__global__ void gelu_k(float *out, const float *x, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float y = x[i];
+    out[i] = 0.5f * y * (1.0f + tanhf(0.7978845608f * (y + 0.044715f * y * y * y)));
+}
+
+__global__ void swiglu_k(float *out, const float *g, const float *u, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float a = g[i];
+    out[i] = a / (1.0f + expf(-a)) * u[i];
+}
+
+extern "C" sp_status sp_cuda_gelu(sp_cuda_ctx *c, float *out, const float *x, int64_t n)
+{
+    if (n <= 0) return SP_OK;
+    gelu_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, x, n);
+    return launched("gelu");
+}
+
+extern "C" sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n)
+{
+    if (n <= 0) return SP_OK;
+    swiglu_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
+    return launched("swiglu");
+}
+
+__global__ void embed_k(float *out, const int32_t *tok, int64_t T, const float *table, int64_t ld, int64_t E,
+                        int64_t v0, int64_t Vl)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * E) return;
+    int64_t t = i / E, e = i % E, r = (int64_t)tok[t] - v0;
+    out[i] = (r >= 0 && r < Vl) ? table[r * ld + e] : 0.0f;
+}
+
+extern "C" sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, const float *table,
+                                   int64_t ld, int64_t E, int64_t v0, int64_t Vl)
+{
+    if (T <= 0 || E <= 0 || ld < E) return spi_fail(SP_EINVAL, "sp_cuda_embed: bad shape");
+    embed_k<<<blocks_for(T * E, 256), 256, 0, c->stream>>>(out, tokens, T, table, ld, E, v0, Vl);
+    return launched("embed");
+}
+
+/* One block per row; lowest index wins ties. */
+__global__ void argmax_k(int32_t *tok, const float *logits, int64_t V)
+{
+    __shared__ float bv[256];
+    __shared__ int64_t bi[256];
+    const float *row = logits + (int64_t)blockIdx.x * V;
+    float best = -INFINITY;
+    int64_t idx = V;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+        if (row[j] > best || (row[j] == best && j < idx)) best = row[j], idx = j;
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) {
+            float ov = bv[threadIdx.x + st];
+            int64_t oi = bi[threadIdx.x + st];
+            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) {
+                bv[threadIdx.x] = ov;
+                bi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) tok[blockIdx.x] = (int32_t)(bi[0] < V ? bi[0] : 0);
+}
+
+extern "C" sp_status sp_cuda_argmax(sp_cuda_ctx *c, int32_t *tokens, const float *logits, int64_t T, int64_t V)
+{
+    if (T <= 0 || V <= 0 || T > INT32_MAX) return spi_fail(SP_EINVAL, "sp_cuda_argmax: bad shape");
+    argmax_k<<<(unsigned)T, 256, 0, c->stream>>>(tokens, logits, V);
+    return launched("argmax");
+}
