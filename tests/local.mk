@@ -16,3 +16,4 @@ include tests/comm.mk
 include tests/kern.mk
 include tests/plan.mk
 include tests/mpi.mk
+include tests/exec.mk

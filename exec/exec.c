@@ -1,0 +1,908 @@
+/*
+ * exec.c: the program interpreter (see sp_exec.h).  One thread per chip;
+ * each runs the steps of its stage's programs as lower.c defines them.
+ */
+#include "config.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "spi_common.h"
+#include "exec/sp_exec.h"
+
+struct sp_exec {
+    sp_model m;
+    sp_layout l;
+    sp_mesh mesh;
+    int64_t B, P, G;
+    const sp_weights *w;
+    sp_comm_world *world;
+    int nchips;
+    /* run */
+    const int32_t *prompt;
+    sp_kern_sample_opts samp;
+    int greedy;
+    int32_t *tokens;
+    float *last_logits;
+    pthread_mutex_t mu;
+    sp_exec_stats st;
+    sp_status err;
+    char errmsg[256];
+};
+
+typedef struct chip {
+    sp_exec *ex;
+    const sp_model *m;
+    const sp_layout *l;
+    int rank, stage, replica;
+    int coords[SP_AXIS_COUNT];
+    sp_comm *c;
+    sp_program *pf, *dc, *prog;
+    void *buf[SP_BUF_COUNT];
+    int64_t first_layer;
+    void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */
+    void **lw;                       /* (n_layers, SP_W_COUNT) per-layer shards */
+    float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales */
+    void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
+    int64_t ctx_max, kv_layer_elems, kv_mb_elems;
+    void *tmp1, *tmp2;               /* collective packing */
+    size_t tmp_bytes;
+    float *qs, *ks, *vs;             /* rope / pack scratch */
+    int64_t *pos;
+    void *mm_scr;
+    size_t mm_bytes;
+    void *at_scr;
+    size_t at_bytes;
+    void *sm_scr;
+    size_t sm_bytes;
+    const int32_t *in_tok;           /* input tokens of the current micro-batch */
+    int64_t li;                      /* current layer (stage-local) */
+    /* local stats */
+    uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
+    uint64_t token_bytes;
+    int64_t comm_steps, mismatches;
+    char first_mismatch[256];
+} chip;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int axis_of(char c)
+{
+    switch (c) {
+    case 'x': return SP_AXIS_X;
+    case 'y': return SP_AXIS_Y;
+    case 'z': return SP_AXIS_Z;
+    case 's': return SP_AXIS_STAGE;
+    default: return SP_AXIS_REPLICA;
+    }
+}
+static unsigned mask_of(const char *a)
+{
+    unsigned mk = 0;
+    for (; *a; a++) mk |= 1u << axis_of(*a);
+    return mk;
+}
+static int aidx(const chip *ch, const char *axes) { return sp_lower_axes_index(ch->l, ch->rank, axes); }
+static int asize(const chip *ch, const char *axes) { return sp_lower_axes_size(ch->l, axes); }
+
+/* coordinates of block `blk` of an axis sequence: 1 if they match this chip on every axis of `match` */
+static int block_matches(const chip *ch, const char *seq, int blk, const char *match)
+{
+    int n = (int)strlen(seq);
+    int c[8];
+    for (int i = n - 1; i >= 0; i--) {
+        int d = ch->ex->mesh.dims[axis_of(seq[i])];
+        c[i] = blk % d;
+        blk /= d;
+    }
+    for (int i = 0; i < n; i++)
+        if (strchr(match, seq[i]) && c[i] != ch->coords[axis_of(seq[i])]) return 0;
+    return 1;
+}
+
+static void copy_block(char *dst, int64_t dld, const char *src, int64_t sld, int64_t rows, int64_t cols, int eb)
+{
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dld * eb, src + r * sld * eb, (size_t)(cols * eb));
+}
+
+/* ---- weights ---------------------------------------------------------------- */
+static sp_wt wt_of(sp_weight w)
+{
+    switch (w) {
+    case SP_W_Q: return SP_WT_WQ;
+    case SP_W_K: return SP_WT_WK;
+    case SP_W_V: return SP_WT_WV;
+    case SP_W_O: return SP_WT_WO;
+    case SP_W_IN: return SP_WT_W_IN;
+    case SP_W_UP: return SP_WT_W_UP;
+    case SP_W_OUT: return SP_WT_W_OUT;
+    default: return SP_WT_COUNT;
+    }
+}
+
+static const float *bias_of(const chip *ch, sp_weight w, int64_t *len)
+{
+    const sp_weights_layer *L = &ch->ex->w->layers[ch->first_layer + ch->li];
+    const sp_model *m = ch->m;
+    int64_t HD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
+    switch (w) {
+    case SP_W_Q: *len = HD; return L->bq;
+    case SP_W_K: *len = KD; return L->bk;
+    case SP_W_V: *len = KD; return L->bv;
+    case SP_W_O: *len = m->d_model; return L->bo;
+    case SP_W_IN: *len = m->d_ff; return L->b_in;
+    case SP_W_UP: *len = m->d_ff; return L->b_up;
+    case SP_W_OUT: *len = m->d_model; return L->b_out;
+    default: *len = 0; return NULL;
+    }
+}
+
+static void norm_of(const chip *ch, sp_weight w, const float **g, const float **b)
+{
+    const sp_weights *W = ch->ex->w;
+    const sp_weights_layer *L = &W->layers[ch->first_layer + ch->li];
+    switch (w) {
+    case SP_W_NORM1: *g = L->attn_norm; *b = L->attn_norm_b; break;
+    case SP_W_NORM2: *g = L->ffn_norm; *b = L->ffn_norm_b; break;
+    default: *g = W->final_norm; *b = W->final_norm_b; break;
+    }
+}
+
+/* builds this chip's shard of one weight per its spec; padded rows/cols are zeros */
+static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out)
+{
+    int rb = aidx(ch, s->row_axes), cb = aidx(ch, s->col_axes);
+    int64_t r0 = rb * s->local_rows, c0 = cb * s->local_cols;
+    int64_t r1 = r0 + s->local_rows, c1 = c0 + s->local_cols;
+    if (r1 > s->rows_real) r1 = s->rows_real;
+    if (c1 > s->cols_real) c1 = s->cols_real;
+    sp_weight w = s->weight;
+    sp_wt t = wt_of(w);
+    sp_dtype dt = t == SP_WT_COUNT ? SP_DT_F32 : s->dtype;
+    int eb = sp_dtype_bytes(dt);
+    char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
+    float *scale = NULL;
+    if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
+    *out = shard;
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
+        scale = calloc((size_t)s->local_cols, sizeof *scale);
+        if (!scale) return spi_fail(SP_ENOMEM, "weight scales");
+        *scale_out = scale;
+    }
+    if (r1 <= r0 || c1 <= c0) return SP_OK;
+    if (t != SP_WT_COUNT) {
+        char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
+        if (!blk) return spi_fail(SP_ENOMEM, "weight block");
+        sp_status st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, scale);
+        if (st == SP_OK) copy_block(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
+        free(blk);
+        return st;
+    }
+    const float *g = NULL;
+    int64_t ld = ch->m->d_model;
+    if (w == SP_W_EMBED) g = ch->ex->w->embed;
+    else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
+    else return SP_OK;
+    copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
+    return SP_OK;
+}
+
+/* ---- collectives ------------------------------------------------------------ */
+static sp_status check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
+                             sp_coll_kind k)
+{
+    uint64_t sent = b->bytes_sent[k] - a->bytes_sent[k], recv = b->bytes_recv[k] - a->bytes_recv[k];
+    ch->meas[k] += sent;
+    ch->measr[k] += recv;
+    ch->pred[k] += (uint64_t)s->coll.bytes_sent;
+    ch->predr[k] += (uint64_t)s->coll.bytes_recv;
+    ch->comm_steps++;
+    if (sent != (uint64_t)s->coll.bytes_sent || recv != (uint64_t)s->coll.bytes_recv) {
+        if (!ch->mismatches)
+            snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
+                     "chip %d %s %s %s->%s: measured sent %llu recv %llu, predicted %lld / %lld", ch->rank,
+                     sp_step_kind_name(s->kind), sp_coll_kind_name(k), sp_buf_name(s->src), sp_buf_name(s->dst),
+                     (unsigned long long)sent, (unsigned long long)recv, (long long)s->coll.bytes_sent,
+                     (long long)s->coll.bytes_recv);
+        ch->mismatches++;
+    }
+    return SP_OK;
+}
+
+static sp_status run_coll(chip *ch, const sp_step *s)
+{
+    const sp_coll *co = &s->coll;
+    char all[16];
+    snprintf(all, sizeof all, "%s%s", co->row_axes, co->col_axes);
+    unsigned mask = mask_of(all);
+    int K = co->group;
+    int members[64];
+    if (K > 64) return spi_fail(SP_ENOTSUP, "group of %d chips", K);
+    sp_mesh_group_members(&ch->ex->mesh, ch->rank, mask, members);
+    int nra = asize(ch, co->row_axes), nca = asize(ch, co->col_axes);
+    int eb = sp_dtype_bytes(co->dtype);
+    int64_t rows = co->rows, cols = co->cols, blk = rows * cols;
+    char *t1 = ch->tmp1, *t2 = ch->tmp2;
+    if ((size_t)(K * co->elems * eb) > ch->tmp_bytes) return spi_fail(SP_EINVAL, "collective scratch too small");
+    sp_status st = SP_OK;
+    switch (co->kind) {
+    case SP_COLL_ALLGATHER: {
+        const void *src;
+        if (co->is_weight) {
+            sp_weight w = SP_W_NONE;
+            switch (s->dst) {
+            case SP_BUF_WQ: w = SP_W_Q; break;
+            case SP_BUF_WK: w = SP_W_K; break;
+            case SP_BUF_WV: w = SP_W_V; break;
+            case SP_BUF_WO: w = SP_W_O; break;
+            case SP_BUF_WIN: w = SP_W_IN; break;
+            case SP_BUF_WUP: w = SP_W_UP; break;
+            case SP_BUF_WOUT: w = SP_W_OUT; break;
+            default: return spi_fail(SP_EINVAL, "weight gather into %s", sp_buf_name(s->dst));
+            }
+            src = ch->lw[ch->li * SP_W_COUNT + w];
+        } else {
+            src = ch->buf[s->src];
+        }
+        st = sp_comm_allgather(ch->c, mask, src, t1, (size_t)blk, co->dtype);
+        if (st) return st;
+        char *dst = ch->buf[s->dst];
+        int64_t ld = cols * nca;
+        for (int g = 0; g < K; g++) {
+            int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
+            int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
+            copy_block(dst + (rb * rows * ld + cb * cols) * eb, ld, t1 + g * blk * eb, cols, rows, cols, eb);
+        }
+        (void)nra;
+        break;
+    }
+    case SP_COLL_REDUCESCATTER: {
+        const char *src = ch->buf[s->src];
+        int64_t ld = cols * nca;
+        for (int g = 0; g < K; g++) {
+            int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
+            int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
+            copy_block(t1 + g * blk * eb, cols, src + (rb * rows * ld + cb * cols) * eb, ld, rows, cols, eb);
+        }
+        st = sp_comm_reducescatter(ch->c, mask, t1, ch->buf[s->dst], (size_t)blk, co->dtype);
+        break;
+    }
+    case SP_COLL_ALLREDUCE: {
+        char *d = ch->buf[s->dst];
+        if (s->src != s->dst) memcpy(d, ch->buf[s->src], (size_t)(blk * eb));
+        if (co->elems > blk) memset(d + blk * eb, 0, (size_t)((co->elems - blk) * eb));
+        st = sp_comm_allreduce(ch->c, mask, d, d, (size_t)co->elems, co->dtype);
+        break;
+    }
+    case SP_COLL_ALLTOALL: {
+        int64_t rk = rows / K, chunk = rk * cols;
+        const char *src = ch->buf[s->src];
+        char *dst = ch->buf[s->dst];
+        if (co->a2a_to_batch) {
+            /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
+            for (int g = 0; g < K; g++) {
+                int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
+                memcpy(t1 + g * chunk * eb, src + rb * chunk * eb, (size_t)(chunk * eb));
+            }
+            st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
+            if (st) return st;
+            for (int g = 0; g < K; g++) {
+                int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
+                copy_block(dst + cb * cols * eb, cols * K, t2 + g * chunk * eb, cols, rk, cols, eb);
+            }
+        } else {
+            /* src (rows/K, cols·K): col block cb(g) to g; dst (rows, cols): g's rows at row block rb(g) */
+            for (int g = 0; g < K; g++) {
+                int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
+                copy_block(t1 + g * chunk * eb, cols, src + cb * cols * eb, cols * K, rk, cols, eb);
+            }
+            st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
+            if (st) return st;
+            for (int g = 0; g < K; g++) {
+                int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
+                memcpy(dst + rb * chunk * eb, t2 + g * chunk * eb, (size_t)(chunk * eb));
+            }
+        }
+        break;
+    }
+    default: return spi_fail(SP_EINVAL, "collective kind %d", (int)co->kind);
+    }
+    return st;
+}
+
+static int peer_stage(const chip *ch, int stage)
+{
+    int c[SP_AXIS_COUNT];
+    memcpy(c, ch->coords, sizeof c);
+    c[SP_AXIS_STAGE] = stage;
+    return sp_mesh_rank(&ch->ex->mesh, c);
+}
+
+/* ---- attention helpers --------------------------------------------------------- */
+/* first KV head of a chip whose q heads start at h0 and that keeps nkv KV heads */
+static int64_t kv_first(const sp_model *m, int64_t h0, int64_t nkv)
+{
+    if (nkv >= m->n_kv_heads) return 0;
+    int64_t grp = m->n_heads / m->n_kv_heads;
+    int64_t h = h0 < m->n_heads ? h0 : m->n_heads - 1;
+    int64_t f = h / grp;
+    if (f + nkv > m->n_kv_heads) f = m->n_kv_heads - nkv;
+    return f;
+}
+
+static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh, int64_t pos0)
+{
+    if (ch->m->positions != SP_POS_ROPE) return SP_OK;
+    for (int64_t r = 0; r < B * Lq; r++) ch->pos[r] = pos0 + r % Lq;
+    return sp_kern_rope(x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
+}
+
+static sp_kern_kv cache_view(chip *ch, int mb)
+{
+    const sp_program *p = ch->prog;
+    sp_kern_kv kv;
+    int eb = sp_dtype_bytes(ch->l->kv);
+    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems) * eb);
+    kv.dt = ch->l->kv;
+    kv.k = (char *)ch->kc + off;
+    kv.v = (char *)ch->vc + off;
+    kv.B = p->kv_seqs;
+    kv.ctx_max = ch->ctx_max;
+    kv.KVHl = p->kv_heads_cache;
+    kv.D = ch->m->d_head;
+    return kv;
+}
+
+static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, kvs = s->kv_heads_src, kvc = s->kv_heads;
+    if (Bq != ch->prog->kv_seqs)
+        return spi_fail(SP_EINVAL, "kv-store of %lld sequences into a cache of %lld", (long long)Bq,
+                        (long long)ch->prog->kv_seqs);
+    int64_t off = 0;
+    if (kvs != kvc) {
+        int na = asize(ch, s->axes);
+        int64_t h0 = (int64_t)aidx(ch, s->axes) * (ch->prog->heads_padded / na);
+        off = kv_first(m, h0, kvc);
+    }
+    const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
+    for (int64_t r = 0; r < Bq * Lq; r++) {
+        memcpy(ch->ks + r * kvc * D, k + (r * kvs + off) * D, (size_t)(kvc * D) * 4);
+        memcpy(ch->vs + r * kvc * D, v + (r * kvs + off) * D, (size_t)(kvc * D) * 4);
+    }
+    SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvc, s->pos0));
+    sp_kern_kv kv = cache_view(ch, mb);
+    return sp_kern_kv_append(&kv, ch->ks, ch->vs, Lq, s->pos0);
+}
+
+static sp_status run_attn(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, Hl = s->heads, H = m->n_heads;
+    int64_t h0 = (int64_t)aidx(ch, s->axes) * Hl;
+    int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
+    if (Hr < 0) Hr = 0;
+    float *out = ch->buf[s->dst];
+    memcpy(ch->qs, ch->buf[s->src], (size_t)(Bq * Lq * Hl * D) * 4);
+    SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
+    sp_kern_kv kv;
+    int64_t pos0 = s->pos0, kv0;
+    if (s->from_cache) {
+        if (Bq != ch->prog->kv_seqs)
+            return spi_fail(SP_EINVAL, "attention over %lld sequences, cache holds %lld", (long long)Bq,
+                            (long long)ch->prog->kv_seqs);
+        kv = cache_view(ch, mb);
+        kv0 = kv_first(m, h0, kv.KVHl);
+    } else {
+        if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
+        int64_t kvs = s->kv_heads_src;
+        memcpy(ch->ks, ch->buf[s->src2], (size_t)(Bq * Lq * kvs * D) * 4);
+        SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvs, 0));
+        kv.dt = SP_DT_F32;
+        kv.k = ch->ks;
+        kv.v = ch->buf[s->src3];
+        kv.B = Bq;
+        kv.ctx_max = Lq;
+        kv.KVHl = kvs;
+        kv.D = D;
+        kv0 = kv_first(m, h0, kvs);
+    }
+    if (Hr == Hl) {
+        /* the query heads of a chip are contiguous: compute in place of the copy's layout */
+        return sp_kern_attention(out, ch->qs, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0, ch->at_scr,
+                                 ch->at_bytes);
+    }
+    /* padded heads: compute the real ones densely, then spread */
+    memset(out, 0, (size_t)(Bq * Lq * Hl * D) * 4);
+    if (Hr == 0) return SP_OK;
+    float *qd = ch->vs, *od = ch->ks == kv.k ? NULL : ch->ks;
+    if (!od) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
+    for (int64_t r = 0; r < Bq * Lq; r++) memcpy(qd + r * Hr * D, ch->qs + r * Hl * D, (size_t)(Hr * D) * 4);
+    SP_CHECK(sp_kern_attention(od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0, ch->at_scr, ch->at_bytes));
+    for (int64_t r = 0; r < Bq * Lq; r++) memcpy(out + r * Hl * D, od + r * Hr * D, (size_t)(Hr * D) * 4);
+    return SP_OK;
+}
+
+/* ---- one step ----------------------------------------------------------------- */
+static sp_status run_slice(chip *ch, const sp_step *s)
+{
+    const float *src = ch->buf[s->src];
+    float *dst = ch->buf[s->dst];
+    int64_t n = s->n, every = s->every > 1 ? s->every : 1, vrows = s->k / every;
+#define VROW(j) (src + ((j) * every + every - 1) * n)
+    if (!s->batch_axes[0] && !s->axes[0]) {
+        for (int64_t i = 0; i < s->m; i++) memcpy(dst + i * n, VROW(i), (size_t)n * 4);
+        return SP_OK;
+    }
+    const char *seq = s->batch_axes[0] ? s->batch_axes : s->axes;
+    int nb = asize(ch, seq);
+    int64_t rb = vrows / nb, out = 0;
+    for (int b = 0; b < nb; b++) {
+        if (!block_matches(ch, seq, b, s->axes)) continue;
+        if (out + rb > s->m) return spi_fail(SP_EINVAL, "slice keeps more than %lld rows", (long long)s->m);
+        for (int64_t i = 0; i < rb; i++) memcpy(dst + (out + i) * n, VROW(b * rb + i), (size_t)n * 4);
+        out += rb;
+    }
+#undef VROW
+    if (out != s->m) return spi_fail(SP_EINVAL, "slice kept %lld rows, expected %lld", (long long)out, (long long)s->m);
+    return SP_OK;
+}
+
+static sp_status run_step(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    const sp_program *p = ch->prog;
+    switch (s->kind) {
+    case SP_STEP_EMBED: {
+        const sp_weight_spec *ws = &p->wspec[SP_W_EMBED];
+        int64_t Vl = ws->local_rows, v0 = (int64_t)aidx(ch, s->axes) * Vl;
+        return sp_kern_embed(ch->buf[s->dst], ch->in_tok, s->m, ch->wt[SP_W_EMBED], m->d_model, v0, Vl, 0, s->n);
+    }
+    case SP_STEP_POS: {
+        int64_t e0 = (int64_t)aidx(ch, s->axes) * s->n;
+        for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
+        sp_kern_pos_add(ch->buf[s->dst], s->m, s->n, ch->ex->w->pos + e0, m->d_model, ch->pos);
+        return SP_OK;
+    }
+    case SP_STEP_NORM_STATS:
+        sp_kern_norm_stats(ch->buf[s->src], s->m, s->n, ch->buf[s->dst]);
+        return SP_OK;
+    case SP_STEP_NORM_APPLY: {
+        const float *g, *b;
+        norm_of(ch, s->weight, &g, &b);
+        int64_t e0 = (int64_t)aidx(ch, s->axes) * s->n;
+        sp_kern_norm_apply(ch->buf[s->src], ch->buf[SP_BUF_STATS], s->k, s->m, s->n, g + e0, b ? b + e0 : NULL,
+                           (float)m->norm_eps, m->norm, ch->buf[s->dst]);
+        return SP_OK;
+    }
+    case SP_STEP_MATMUL: {
+        sp_kern_wview v;
+        const sp_weight_spec *ws = &p->wspec[s->weight];
+        v.dt = ws->dtype;
+        v.scale = NULL;
+        if (s->wbuf) {
+            v.data = ch->buf[s->wbuf];
+            v.ld = s->n;
+        } else {
+            if (ws->local_rows != s->k || ws->local_cols != s->n)
+                return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs shard (%lld, %lld)",
+                                sp_weight_name(s->weight), (long long)s->k, (long long)s->n,
+                                (long long)ws->local_rows, (long long)ws->local_cols);
+            v.data = ch->lw[ch->li * SP_W_COUNT + s->weight];
+            v.ld = ws->local_cols;
+            v.scale = ch->lscale[ch->li * SP_W_COUNT + s->weight];
+        }
+        return sp_kern_matmul(ch->buf[s->dst], ch->buf[s->src], &v, NULL, s->m, s->k, s->n,
+                              s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE, ch->mm_scr, ch->mm_bytes);
+    }
+    case SP_STEP_BIAS: {
+        int64_t len;
+        const float *b = bias_of(ch, s->weight, &len);
+        if (!b) return SP_OK;
+        int64_t c0 = (int64_t)aidx(ch, s->axes) * s->n;
+        float *d = ch->buf[s->dst];
+        for (int64_t r = 0; r < s->m; r++)
+            for (int64_t j = 0; j < s->n && c0 + j < len; j++) d[r * s->n + j] += b[c0 + j];
+        return SP_OK;
+    }
+    case SP_STEP_ACT:
+        if (s->src2) sp_kern_swiglu(ch->buf[s->dst], ch->buf[s->src], ch->buf[s->src2], s->m * s->n);
+        else sp_kern_gelu(ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
+        return SP_OK;
+    case SP_STEP_ATTN: return run_attn(ch, s, mb);
+    case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
+    case SP_STEP_ADD: sp_kern_add(ch->buf[s->dst], ch->buf[s->src], s->m * s->n); return SP_OK;
+    case SP_STEP_SLICE: return run_slice(ch, s);
+    case SP_STEP_LOGITS: {
+        sp_weight w = s->weight;
+        sp_kern_logits(ch->buf[s->dst], ch->buf[s->src], ch->wt[w], m->d_model, s->m, s->k, s->n);
+        return SP_OK;
+    }
+    case SP_STEP_COLL:
+    case SP_STEP_SEND:
+    case SP_STEP_RECV: {
+        sp_comm_counters a, b;
+        SP_CHECK(sp_comm_stats(ch->c, &a));
+        sp_status st;
+        if (s->kind == SP_STEP_COLL) st = run_coll(ch, s);
+        else if (s->kind == SP_STEP_SEND)
+            st = sp_comm_send(ch->c, peer_stage(ch, ch->stage + 1), ch->buf[s->src], (size_t)s->coll.elems,
+                              s->coll.dtype);
+        else
+            st = sp_comm_recv(ch->c, peer_stage(ch, ch->stage - 1), ch->buf[s->dst], (size_t)s->coll.elems,
+                              s->coll.dtype);
+        if (st) return st;
+        SP_CHECK(sp_comm_stats(ch->c, &b));
+        return check_bytes(ch, s, &a, &b, s->coll.kind);
+    }
+    default: return spi_fail(SP_EINVAL, "step kind %d", (int)s->kind);
+    }
+}
+
+static sp_status run_steps(chip *ch, const sp_steps *ss, int mb)
+{
+    for (int i = 0; i < ss->n; i++) {
+        sp_status st = run_step(ch, &ss->s[i], mb);
+        if (st)
+            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->rank, sp_phase_name(ch->prog->phase), i,
+                            sp_step_kind_name(ss->s[i].kind), sp_last_error());
+    }
+    return SP_OK;
+}
+
+/* ---- per-chip setup and main loop ------------------------------------------------ */
+static sp_shape shape_of(const sp_exec *ex, int decode, int64_t step)
+{
+    sp_shape sh;
+    sh.batch = ex->B;
+    sh.q_len = decode ? 1 : ex->P;
+    sh.context = decode ? ex->P + step : ex->P;
+    sh.max_context = ex->P + ex->G;
+    sh.act_dtype = SP_DT_F32;
+    return sh;
+}
+
+static int64_t max_coll_bytes(const sp_steps *ss)
+{
+    int64_t mx = 0;
+    for (int i = 0; i < ss->n; i++) {
+        const sp_step *s = &ss->s[i];
+        if (s->kind != SP_STEP_COLL) continue;
+        int64_t b = (int64_t)s->coll.group * s->coll.elems * sp_dtype_bytes(s->coll.dtype);
+        if (b > mx) mx = b;
+    }
+    return mx;
+}
+
+static sp_status chip_setup(chip *ch)
+{
+    sp_exec *ex = ch->ex;
+    sp_shape sp = shape_of(ex, 0, 0), sd = shape_of(ex, 1, ex->G);
+    ch->pf = malloc(sizeof *ch->pf);
+    ch->dc = malloc(sizeof *ch->dc);
+    if (!ch->pf || !ch->dc) return spi_fail(SP_ENOMEM, "programs");
+    SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
+    SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+    const sp_program *pf = ch->pf, *dc = ch->dc;
+    int64_t first, cnt;
+    sp_lower_stage_layers(ch->m->n_layers, ch->l->stages, ch->stage, &first, &cnt);
+    ch->first_layer = first;
+    /* buffers: the max over both programs, allocated once */
+    int64_t maxb = 0;
+    for (int b = 1; b < SP_BUF_COUNT; b++) {
+        int64_t v = pf->buf_bytes[b] > dc->buf_bytes[b] ? pf->buf_bytes[b] : dc->buf_bytes[b];
+        if (v > maxb) maxb = v;
+        if (v > 0 && !(ch->buf[b] = calloc(1, (size_t)v))) return spi_fail(SP_ENOMEM, "buffer %s", sp_buf_name(b));
+    }
+    int64_t tb = 0, v;
+    const sp_steps *all[6] = {&pf->pre, &pf->layer, &pf->post, &dc->pre, &dc->layer, &dc->post};
+    for (int i = 0; i < 6; i++)
+        if ((v = max_coll_bytes(all[i])) > tb) tb = v;
+    ch->tmp_bytes = (size_t)tb;
+    ch->tmp1 = malloc((size_t)tb + 64);
+    ch->tmp2 = malloc((size_t)tb + 64);
+    ch->qs = malloc((size_t)maxb + 64);
+    ch->ks = malloc((size_t)maxb + 64);
+    ch->vs = malloc((size_t)maxb + 64);
+    int64_t maxrows = ex->B * ex->P + 16;
+    ch->pos = malloc((size_t)maxrows * sizeof *ch->pos);
+    ch->mm_bytes = 256 * 512 * 4;
+    ch->mm_scr = malloc(ch->mm_bytes);
+    ch->ctx_max = ex->P + ex->G;
+    ch->at_bytes = sp_kern_attention_scratch_bytes(ch->ctx_max);
+    ch->at_scr = malloc(ch->at_bytes + 64);
+    ch->sm_bytes = sp_kern_sample_scratch_bytes(pf->vocab_padded);
+    ch->sm_scr = malloc(ch->sm_bytes + 64);
+    if (!ch->tmp1 || !ch->tmp2 || !ch->qs || !ch->ks || !ch->vs || !ch->pos || !ch->mm_scr || !ch->at_scr ||
+        !ch->sm_scr)
+        return spi_fail(SP_ENOMEM, "scratch");
+    /* KV cache */
+    int64_t D = ch->m->d_head;
+    ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * D;
+    ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
+    if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
+    size_t kvb = (size_t)(ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv));
+    ch->kc = calloc(1, kvb + 64);
+    ch->vc = calloc(1, kvb + 64);
+    if (!ch->kc || !ch->vc) return spi_fail(SP_ENOMEM, "KV cache");
+    /* weights */
+    ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
+    ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
+    if (!ch->lw || !ch->lscale) return spi_fail(SP_ENOMEM, "weights");
+    for (int w = SP_W_Q; w <= SP_W_OUT; w++) {
+        if (!pf->wspec[w].present) continue;
+        for (int64_t li = 0; li < cnt; li++)
+            SP_CHECK(build_shard(ch, &pf->wspec[w], first + li, &ch->lw[li * SP_W_COUNT + w],
+                                 &ch->lscale[li * SP_W_COUNT + w]));
+    }
+    float *dummy = NULL;
+    for (int w = SP_W_EMBED; w <= SP_W_LMHEAD; w++)
+        if (pf->wspec[w].present) SP_CHECK(build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
+    return SP_OK;
+}
+
+static void chip_teardown(chip *ch)
+{
+    int64_t cnt = ch->pf ? ch->pf->n_layers : 0;
+    for (int b = 0; b < SP_BUF_COUNT; b++) free(ch->buf[b]);
+    if (ch->lw)
+        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lw[i]);
+    if (ch->lscale)
+        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lscale[i]);
+    free(ch->lw);
+    free(ch->lscale);
+    for (int w = 0; w < SP_W_COUNT; w++) free(ch->wt[w]);
+    free(ch->kc);
+    free(ch->vc);
+    free(ch->tmp1);
+    free(ch->tmp2);
+    free(ch->qs);
+    free(ch->ks);
+    free(ch->vs);
+    free(ch->pos);
+    free(ch->mm_scr);
+    free(ch->at_scr);
+    free(ch->sm_scr);
+    free(ch->pf);
+    free(ch->dc);
+}
+
+static sp_status chip_run(chip *ch)
+{
+    sp_exec *ex = ch->ex;
+    const sp_layout *l = ch->l;
+    SP_CHECK(sp_comm_open(ex->world, ch->rank, &ch->c));
+    SP_CHECK(chip_setup(ch));
+    int64_t Br = ex->B / l->replicas, base = ch->replica * Br, mbs = ch->pf->micro_batch;
+    int64_t V = ch->m->vocab, Vp = ch->pf->vocab_padded, P = ex->P, G = ex->G;
+    int last = ch->stage == l->stages - 1;
+    int writer = last && ch->coords[SP_AXIS_X] == 0 && ch->coords[SP_AXIS_Y] == 0 && ch->coords[SP_AXIS_Z] == 0;
+    int32_t *cur = calloc((size_t)Br, sizeof *cur);
+    int32_t *in = malloc((size_t)(mbs * P) * sizeof *in);
+    uint64_t *rng = calloc((size_t)Br, sizeof *rng);
+    sp_program *dstep = malloc(sizeof *dstep);
+    sp_status st = SP_OK;
+    if (!cur || !in || !rng || !dstep) st = spi_fail(SP_ENOMEM, "run state");
+    for (int64_t b = 0; b < Br && !st; b++) rng[b] = ex->samp.seed + (uint64_t)(base + b);
+    double t0 = 0, t1 = 0;
+    if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
+    if (ch->rank == 0) t0 = now_s();
+    for (int64_t s = 0; s < G && !st; s++) {
+        if (s == 0) ch->prog = ch->pf;
+        else {
+            sp_shape sh = shape_of(ex, 1, s);
+            if ((st = sp_lower(ch->m, l, SP_PHASE_DECODE, &sh, ch->stage, dstep))) break;
+            ch->prog = dstep;
+        }
+        const sp_program *p = ch->prog;
+        int64_t L = p->shape.q_len;
+        if (s > 0 && ch->stage == 0 && l->stages > 1) {
+            sp_comm_counters a, b;
+            sp_comm_stats(ch->c, &a);
+            if ((st = sp_comm_recv(ch->c, peer_stage(ch, l->stages - 1), cur, (size_t)Br, SP_DT_F32))) break;
+            sp_comm_stats(ch->c, &b);
+            ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
+        }
+        for (int mb = 0; mb < l->microbatches && !st; mb++) {
+            int64_t r0 = (int64_t)mb * mbs;
+            for (int64_t b = 0; b < mbs; b++)
+                for (int64_t t = 0; t < L; t++)
+                    in[b * L + t] = s == 0 ? ex->prompt[(base + r0 + b) * P + t] : cur[r0 + b];
+            ch->in_tok = in;
+            if ((st = run_steps(ch, &p->pre, mb))) break;
+            for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = run_steps(ch, &p->layer, mb);
+            if (st) break;
+            ch->li = p->n_layers - 1;
+            if ((st = run_steps(ch, &p->post, mb))) break;
+            if (!last) continue;
+            const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
+                                                                                          : SP_BUF_LOGITS];
+            for (int64_t b = 0; b < mbs && !st; b++) {
+                const float *row = lg + b * Vp;
+                int32_t tok;
+                if (ex->greedy) tok = sp_kern_argmax(row, V);
+                else st = sp_kern_sample(row, V, &ex->samp, &rng[r0 + b], ch->sm_scr, ch->sm_bytes, &tok);
+                cur[r0 + b] = tok;
+                if (writer) {
+                    ex->tokens[(base + r0 + b) * G + s] = tok;
+                    if (s == G - 1 && ex->last_logits)
+                        memcpy(ex->last_logits + (base + r0 + b) * V, row, (size_t)V * sizeof(float));
+                }
+            }
+        }
+        if (st) break;
+        if (last && l->stages > 1 && s < G - 1) {
+            sp_comm_counters a, b;
+            sp_comm_stats(ch->c, &a);
+            if ((st = sp_comm_send(ch->c, peer_stage(ch, 0), cur, (size_t)Br, SP_DT_F32))) break;
+            sp_comm_stats(ch->c, &b);
+            ch->token_bytes += b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
+        }
+        if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
+        if (s == 0 && ch->rank == 0) t1 = now_s();
+    }
+    if (!st && ch->rank == 0) {
+        double t2 = now_s();
+        ex->st.prefill_s = t1 - t0;
+        ex->st.decode_step_s = G > 1 ? (t2 - t1) / (double)(G - 1) : 0;
+        ex->st.tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
+    }
+    free(cur);
+    free(in);
+    free(rng);
+    free(dstep);
+    return st;
+}
+
+static void *chip_thread(void *arg)
+{
+    chip *ch = arg;
+    sp_exec *ex = ch->ex;
+    sp_status st = chip_run(ch);
+    pthread_mutex_lock(&ex->mu);
+    if (st && !ex->err) {
+        ex->err = st;
+        snprintf(ex->errmsg, sizeof ex->errmsg, "%s", sp_last_error());
+    }
+    for (int k = 0; k < SP_COLL_COUNT; k++) {
+        ex->st.measured_bytes[k] += ch->meas[k];
+        ex->st.predicted_bytes[k] += ch->pred[k];
+        ex->st.measured_recv[k] += ch->measr[k];
+        ex->st.predicted_recv[k] += ch->predr[k];
+    }
+    ex->st.token_bytes += ch->token_bytes;
+    ex->st.comm_steps += ch->comm_steps;
+    if (ch->mismatches && !ex->st.mismatches)
+        snprintf(ex->st.first_mismatch, sizeof ex->st.first_mismatch, "%s", ch->first_mismatch);
+    ex->st.mismatches += ch->mismatches;
+    pthread_mutex_unlock(&ex->mu);
+    if (st) sp_comm_abort(ex->world, sp_last_error());
+    sp_comm_close(ch->c);
+    ch->c = NULL;
+    chip_teardown(ch);
+    return NULL;
+}
+
+/* ---- public ------------------------------------------------------------------ */
+sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                        const sp_weights *w, sp_comm_backend backend, sp_exec **out)
+{
+    if (!m || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_exec_build: bad arguments");
+    *out = NULL;
+    if (batch < 1 || prompt < 1 || gen < 1)
+        return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
+                        (long long)prompt, (long long)gen);
+    if (prompt + gen > m->max_context)
+        return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
+                        (long long)m->max_context);
+    if (backend != SP_COMM_BACKEND_THREADS)
+        return spi_fail(SP_ENOTSUP, "the executor runs on the threads backend only (asked: %s)",
+                        sp_comm_backend_name(backend));
+    if (l->weights != SP_DT_F32 && l->weights != SP_DT_BF16 && l->weights != SP_DT_F16) {
+        for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+            if (l->phase[ph].ffn != SP_FL_WS1D && l->phase[ph].ffn != SP_FL_WS2D)
+                return spi_fail(SP_ENOTSUP, "%s weights with the weight-gathered layout %s (per-column scales "
+                                "are not gathered)", sp_dtype_name(l->weights), sp_ffn_layout_name(l->phase[ph].ffn));
+    }
+    if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(l->kv));
+    if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");
+    sp_program *p = malloc(sizeof *p);
+    if (!p) return spi_fail(SP_ENOMEM, "program");
+    sp_status st = SP_OK;
+    for (int s = 0; s < l->stages && !st; s++) {
+        sp_shape sh = {batch, prompt, prompt, prompt + gen, SP_DT_F32};
+        st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, p);
+        sp_shape sd = {batch, 1, prompt + gen, prompt + gen, SP_DT_F32};
+        if (!st) st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s, p);
+    }
+    free(p);
+    if (st) return st;
+    sp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) return spi_fail(SP_ENOMEM, "executor");
+    ex->m = *m;
+    ex->l = *l;
+    ex->B = batch;
+    ex->P = prompt;
+    ex->G = gen;
+    ex->w = w;
+    sp_layout_mesh(l, &ex->mesh);
+    ex->nchips = sp_mesh_size(&ex->mesh);
+    pthread_mutex_init(&ex->mu, NULL);
+    st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
+    if (st) {
+        sp_exec_free(ex);
+        return st;
+    }
+    *out = ex;
+    return SP_OK;
+}
+
+void sp_exec_free(sp_exec *ex)
+{
+    if (!ex) return;
+    sp_comm_world_free(ex->world);
+    pthread_mutex_destroy(&ex->mu);
+    free(ex);
+}
+
+sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                      float *last_logits, sp_exec_stats *stats)
+{
+    if (!ex || !prompt || !tokens) return spi_fail(SP_EINVAL, "sp_exec_run: bad arguments");
+    if (sp_comm_world_aborted(ex->world, NULL, 0))
+        return spi_fail(SP_ECOMM, "sp_exec_run: the communicator was aborted by an earlier run");
+    ex->prompt = prompt;
+    if (sample) ex->samp = *sample;
+    else sp_kern_sample_opts_init(&ex->samp);
+    ex->greedy = ex->samp.temperature <= 0;
+    ex->tokens = tokens;
+    ex->last_logits = last_logits;
+    memset(&ex->st, 0, sizeof ex->st);
+    ex->err = SP_OK;
+    ex->errmsg[0] = '\0';
+    int n = ex->nchips;
+    chip *chips = calloc((size_t)n, sizeof *chips);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    if (!chips || !th) {
+        free(chips);
+        free(th);
+        return spi_fail(SP_ENOMEM, "threads");
+    }
+    sp_kern_set_blas_threads(1);
+    int started = 0;
+    for (int r = 0; r < n; r++) {
+        chip *ch = &chips[r];
+        ch->ex = ex;
+        ch->m = &ex->m;
+        ch->l = &ex->l;
+        ch->rank = r;
+        sp_mesh_coords(&ex->mesh, r, ch->coords);
+        ch->stage = ch->coords[SP_AXIS_STAGE];
+        ch->replica = ch->coords[SP_AXIS_REPLICA];
+        if (pthread_create(&th[r], NULL, chip_thread, ch)) {
+            sp_comm_abort(ex->world, "thread creation failed");
+            if (!ex->err) {
+                ex->err = SP_ENOMEM;
+                snprintf(ex->errmsg, sizeof ex->errmsg, "pthread_create failed");
+            }
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    free(chips);
+    free(th);
+    if (stats) *stats = ex->st;
+    if (ex->err) return spi_fail(ex->err, "%s", ex->errmsg);
+    return SP_OK;
+}

@@ -1,0 +1,77 @@
+/*
+ * sp_exec.h: the program interpreter (design.md §7).  Runs the per-chip
+ * programs of sp_lower (prefill, then one decode program per generated
+ * token) on a communicator backend, one thread per chip (THREADS backend).
+ *
+ *   sp_exec *ex;
+ *   SP_CHECK(sp_exec_build(&model, &layout, B, P, G, &weights, SP_COMM_BACKEND_THREADS, &ex));
+ *   sp_exec_stats st;
+ *   SP_CHECK(sp_exec_run(ex, prompt, NULL, tokens, last_logits, &st));   // prompt (B,P), tokens (B,G)
+ *   sp_exec_free(ex);
+ *
+ * Every chip builds its weight shards from the global fp32 weights per the
+ * program's wspec, allocates every buffer once (max over the prefill and the
+ * decode programs) and the KV cache at P+G tokens, and runs the steps exactly
+ * as lower.c defines them.  Around every COLL / SEND / RECV step the chip's
+ * measured bytes (sp_comm_stats) are compared with the step's prediction.
+ *
+ * Sequence order: replica r holds sequences [r·B/R, (r+1)·B/R), micro-batch
+ * j of it the next micro_batch of those.  Pipelines: the last stage sends the
+ * sampled tokens back to stage 0 (same tensor coordinates) after every step;
+ * those bytes are not in the program and are counted in token_bytes only.
+ *
+ * Supported: weights F32 (any layout), BF16 / INT8 for weight-stationary
+ * layouts (no weight gathers); KV cache F32 or BF16.
+ */
+#ifndef SP_EXEC_H
+#define SP_EXEC_H
+#include <stdint.h>
+#include "sp_common.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+#include "sp_model.h"
+#include "exec/sp_comm.h"
+#include "exec/sp_weights.h"
+#include "kernels/cpu/sp_kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_exec sp_exec;   /* opaque */
+
+typedef struct sp_exec_stats {
+    double prefill_s;          /* wall time of the prefill step (all chips) */
+    double decode_step_s;      /* mean wall time of one decode step (0 when gen == 1) */
+    double tokens_per_s;       /* B·G / (prefill + decode) */
+    /* bytes SENT, summed over all chips, per collective kind (SP_COLL_*) */
+    uint64_t measured_bytes[SP_COLL_COUNT];
+    uint64_t predicted_bytes[SP_COLL_COUNT];
+    uint64_t measured_recv[SP_COLL_COUNT];
+    uint64_t predicted_recv[SP_COLL_COUNT];
+    uint64_t token_bytes;      /* pipeline token hand-off (last stage -> stage 0), not in the program */
+    int64_t comm_steps;        /* COLL/SEND/RECV steps checked (all chips) */
+    int64_t mismatches;        /* steps whose measured bytes differ from the prediction */
+    char first_mismatch[256];
+} sp_exec_stats;
+
+/* Validates the layout against the model and the job (lowers every stage
+ * for both phases) and creates the communicator world.  weights are
+ * borrowed until sp_exec_free.  SP_EINVAL with the reason when the layout
+ * does not apply; SP_ENOTSUP for what the executor does not implement. */
+sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                        const sp_weights *w, sp_comm_backend backend, sp_exec **out);
+void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */
+
+/* Runs prefill on prompt (batch, prompt) and generates gen tokens per
+ * sequence into tokens (batch, gen).  sample NULL or temperature <= 0:
+ * greedy; else sp_kern_sample with one RNG per sequence seeded sample->seed + b
+ * (as sp_ref_generate).  last_logits (batch, vocab), may be NULL: the logits
+ * the last token was chosen from.  stats may be NULL. */
+sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                      float *last_logits, sp_exec_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

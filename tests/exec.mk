@@ -1,0 +1,8 @@
+# tests/exec.mk: the executor against the single-chip reference, every layout in the table.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_exec
+TESTS += tests/check_exec
+endif
+tests_check_exec_SOURCES = tests/check_exec.c
+tests_check_exec_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_exec_LDADD = $(SP_TEST_LIBS)
