@@ -236,6 +236,13 @@ sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_resu
     for (int c = 0; c < n; c++) {
         glp_set_col_kind(P, c + 1, GLP_BV);
         glp_set_obj_coef(P, c + 1, pi[c]);
+        /* implied bounds: the rows above choose exactly one candidate, so the
+         * memory, bound and forbid rows reduce to conditions on it alone; a
+         * candidate that breaks one on its own is fixed at 0 (presolve by the
+         * GUB structure, which GLPK's presolver does not see).  The rows stay. */
+        int out = (!r->ignore_memory && s->c[c].mem_over > 0) || (r->forbid && r->forbid[c]);
+        for (int b = 0; b < r->n_bounds && !out; b++) out = rank[(size_t)b * n + c] > r_hi[b];
+        if (out) glp_set_col_bnds(P, c + 1, GLP_FX, 0.0, 0.0);
     }
     int ny = 0;
     for (int d = 0; d < SPI_DEC_COUNT; d++) ny += s->nval[d];
@@ -245,17 +252,8 @@ sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_resu
         for (int v = 0; v < s->nval[d]; v++, k++) glp_set_col_kind(P, k, GLP_BV);
     }
     /* exactly one value per decision */
-    for (int d = 0; d < SPI_DEC_COUNT; d++) {
-        int row = glp_add_rows(P, 1);
-        int m = 0;
-        for (int v = 0; v < s->nval[d]; v++) {
-            ind[m + 1] = ycol[d] + v;
-            coef[m + 1] = 1.0;
-            m++;
-        }
-        glp_set_row_bnds(P, row, GLP_FX, 1.0, 1.0);
-        glp_set_mat_row(P, row, m, ind, coef);
-    }
+    glp_add_rows(P, SPI_DEC_COUNT);   /* rows 1..D; entries set with the y columns */
+    for (int d = 0; d < SPI_DEC_COUNT; d++) glp_set_row_bnds(P, 1 + d, GLP_FX, 1.0, 1.0);
     /* links: Σ_{c: v(c,d)=v} x_c − y_dv = 0, built column-wise */
     {
         int row0 = glp_add_rows(P, ny);
@@ -293,11 +291,15 @@ sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_resu
             }
             glp_set_mat_col(P, c + 1, m, ind, coef);
         }
-        for (int k = 0; k < ny; k++) {
-            ind[1] = row0 + k;
-            coef[1] = -1.0;
-            glp_set_mat_col(P, y0 + k, 1, ind, coef);
-        }
+        for (int d = 0; d < SPI_DEC_COUNT; d++)
+            for (int v = 0; v < s->nval[d]; v++) {
+                int k = ycol[d] - y0 + v;
+                ind[1] = 1 + d;   /* the exactly-one row of d */
+                coef[1] = 1.0;
+                ind[2] = row0 + k;
+                coef[2] = -1.0;
+                glp_set_mat_col(P, y0 + k, 2, ind, coef);
+            }
     }
     glp_iocp parm;
     glp_init_iocp(&parm);
@@ -532,6 +534,9 @@ static sp_status find_rivals(plan_ctx *x, int chosen)
                      x->lat[c] > x->o->max_latency_s && x->o->max_latency_s > 0 ? "latency bound"
                                                                                  : "throughput target",
                      sp_plan_latency_name(x->o->latency_metric), x->lat[c], cd->tokens_per_s);
+        else if (rv->objective_delta == 0)
+            snprintf(rv->reason, sizeof rv->reason, "%s: ties the chosen layout (%s); the fixed candidate order "
+                     "broke the tie", what, p->opts.objective == SP_PLAN_MIN_LATENCY ? "same latency" : "same objective");
         else if (rv->term[0])
             snprintf(rv->reason, sizeof rv->reason, "%s: %s by %.4g %s (%+.1f%%); %s %s +%.4g s", what,
                      p->opts.objective == SP_PLAN_MAX_THROUGHPUT ? "lower" : "worse", rv->objective_delta, unit,

@@ -1,1 +1,10 @@
-# tests/plan.mk
+# tests/plan.mk: the planner: MILP = exhaustive enumeration, frontier, CLI verbs.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_plan
+TESTS += tests/check_plan
+tests_check_plan_SOURCES = tests/check_plan.c
+tests_check_plan_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_plan_LDADD = $(SP_TEST_LIBS)
+endif
+TESTS += tests/cli_plan.sh
+EXTRA_DIST += tests/cli_plan.sh

@@ -1,0 +1,415 @@
+/* check_plan.c: the planner's MILP against exhaustive enumeration of the same
+ * space on many small random problems (torus and two-tier cluster, every
+ * objective, latency bounds, ties, infeasible cases), the frontier against the
+ * enumerated Pareto set, autoconfig determinism, min chips, JSON keys. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sp_plan.h"
+
+/* ---- random small problems ---- */
+static unsigned rng_state;
+static unsigned rnd(unsigned n)
+{
+    rng_state = rng_state * 1103515245u + 12345u;
+    return (rng_state >> 16) % n;
+}
+
+static void random_model(sp_model *m)
+{
+    sp_model_init(m);
+    snprintf(m->name, sizeof m->name, "rand");
+    static const int64_t E[] = {64, 128, 256};
+    m->n_layers = 1 + rnd(4);
+    m->d_model = E[rnd(3)];
+    m->n_heads = 16;
+    m->d_head = m->d_model / 16;
+    static const int64_t kvh[] = {1, 2, 4, 16};
+    m->n_kv_heads = kvh[rnd(4)];
+    m->d_ff = m->d_model * (2 + 2 * rnd(2));
+    m->vocab = 256;
+    m->ffn = rnd(2) ? SP_FFN_SWIGLU : SP_FFN_GELU;
+    m->block = rnd(2) ? SP_BLOCK_PARALLEL : SP_BLOCK_SERIAL;
+    m->norm = rnd(2) ? SP_NORM_RMSNORM : SP_NORM_LAYERNORM;
+    m->positions = rnd(2) ? SP_POS_ROPE : SP_POS_LEARNED;
+    m->max_context = 1024;
+    ck_assert_int_eq(sp_model_validate(m, NULL), SP_OK);
+}
+
+/* A torus (tpu-v4 figures, a 4x2x2 slice) or a cluster (h100 figures, 4 per
+ * node), with a small HBM so that memory matters. */
+static void small_hw(sp_hw *hw, int cluster, int64_t hbm)
+{
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find(cluster ? "h100" : "tpu-v4", hw, &err), SP_OK);
+    if (cluster) {
+        hw->chips_per_node = 4;
+    } else {
+        hw->torus_dims[0] = 4;
+        hw->torus_dims[1] = 2;
+        hw->torus_dims[2] = 2;
+    }
+    hw->hbm_bytes = hbm;
+}
+
+/* ---- exhaustive enumeration, written independently of plan_space.c ---- */
+typedef struct bf_cand {
+    sp_layout l;
+    sp_cost c;
+} bf_cand;
+typedef struct bf_space {
+    int n;
+    bf_cand *c;
+} bf_space;
+
+static const sp_axis perms[6][3] = {
+    {SP_AXIS_Z, SP_AXIS_Y, SP_AXIS_X}, {SP_AXIS_Z, SP_AXIS_X, SP_AXIS_Y}, {SP_AXIS_Y, SP_AXIS_Z, SP_AXIS_X},
+    {SP_AXIS_Y, SP_AXIS_X, SP_AXIS_Z}, {SP_AXIS_X, SP_AXIS_Z, SP_AXIS_Y}, {SP_AXIS_X, SP_AXIS_Y, SP_AXIS_Z},
+};
+
+static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w, sp_plan_weights wsel, bf_space *out)
+{
+    int cap = 1024;
+    out->n = 0;
+    out->c = malloc((size_t)cap * sizeof *out->c);
+    sp_dtype wts[3] = {SP_DT_BF16, SP_DT_INT8, SP_DT_FP8};
+    for (int S = 1; S <= N; S++)
+        for (int R = 1; R <= N; R++)
+            for (int X = 1; X <= N; X++)
+                for (int Y = 1; Y <= N; Y++)
+                    for (int Z = 1; Z <= N; Z++) {
+                        if (S * R * X * Y * Z != N) continue;
+                        for (int M = 1; M <= 4 * S; M++) {
+                            if (S == 1 ? M != 1 : (M != S && M != 2 * S && M != 4 * S)) continue;
+                            for (int p = 0; p < 6; p++)
+                                for (int wi = 0; wi < 3; wi++) {
+                                    if (wsel != SP_PLAN_W_AUTO && wsel != (sp_plan_weights)(wi + 1)) continue;
+                                    if (wi == 2 && hw->peak_flops[SP_DT_FP8] <= 0) continue;
+                                    for (int a = 0; a < 100; a++) {
+                                        sp_layout l;
+                                        sp_layout_init(&l);
+                                        l.stages = S, l.replicas = R, l.mesh[0] = X, l.mesh[1] = Y, l.mesh[2] = Z;
+                                        l.microbatches = M;
+                                        memcpy(l.placement, perms[p], sizeof perms[p]);
+                                        l.weights = wts[wi];
+                                        l.phase[0].ffn = (sp_ffn_layout)(a / 20);
+                                        l.phase[0].attn = (sp_attn_layout)(a / 10 % 2);
+                                        l.phase[1].ffn = (sp_ffn_layout)(a / 2 % 5);
+                                        l.phase[1].attn = (sp_attn_layout)(a % 2);
+                                        if (sp_layout_check(&l, m, hw, N, w->batch, NULL) != SP_OK) continue;
+                                        sp_cost c;
+                                        if (sp_cost_eval(m, hw, &l, w, NULL, &c) != SP_OK) continue;
+                                        if (out->n == cap) out->c = realloc(out->c, (size_t)(cap *= 2) * sizeof *out->c);
+                                        out->c[out->n].l = l;
+                                        out->c[out->n++].c = c;
+                                    }
+                                }
+                        }
+                    }
+}
+
+static double lat_of(const sp_cost *c, sp_plan_latency lm)
+{
+    return lm == SP_PLAN_LAT_DECODE ? c->decode_step_s : lm == SP_PLAN_LAT_PREFILL ? c->prefill_s : c->total_s;
+}
+static double obj_of(const sp_cost *c, const sp_plan_opts *o)
+{
+    return o->objective == SP_PLAN_MIN_COST ? c->cost_chip_s_per_token
+         : o->objective == SP_PLAN_MAX_THROUGHPUT ? -c->tokens_per_s : lat_of(c, o->latency_metric);
+}
+static int admissible(const sp_cost *c, const sp_plan_opts *o)
+{
+    return c->feasible && (o->max_latency_s <= 0 || lat_of(c, o->latency_metric) <= o->max_latency_s) &&
+           (o->min_tokens_per_s <= 0 || c->tokens_per_s >= o->min_tokens_per_s);
+}
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b)); }
+
+static int n_compared, n_infeasible, n_frontier_points, n_ties;
+
+/* One problem: every objective and metric, with and without a bound. */
+static void check_problem(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w)
+{
+    bf_space bf;
+    brute(m, hw, N, w, SP_PLAN_W_AUTO, &bf);
+    for (int obj = 0; obj < SP_PLAN_OBJECTIVE_COUNT; obj++)
+        for (int lm = 0; lm < SP_PLAN_LAT_COUNT; lm++)
+            for (int bound = 0; bound < 2; bound++) {
+                if (lm == SP_PLAN_LAT_DECODE && w->gen == 0) continue;
+                if (lm == SP_PLAN_LAT_PREFILL && w->prompt == 0) continue;
+                sp_plan_opts o;
+                sp_plan_opts_init(&o);
+                o.objective = (sp_plan_objective)obj;
+                o.latency_metric = (sp_plan_latency)lm;
+                o.search_min_chips = 0;
+                o.rivals = bound == 0 && obj == 0;
+                o.frontier = bound == 1;
+                /* enumerated optimum and bound */
+                double lo = INFINITY, hi = 0;
+                for (int i = 0; i < bf.n; i++)
+                    if (bf.c[i].c.feasible) {
+                        double l = lat_of(&bf.c[i].c, o.latency_metric);
+                        lo = fmin(lo, l), hi = fmax(hi, l);
+                    }
+                if (bound && isfinite(lo)) o.max_latency_s = lo + (hi - lo) * (rnd(3) / 3.0);
+                int best = -1, nbest = 0;
+                for (int i = 0; i < bf.n; i++) {
+                    if (!admissible(&bf.c[i].c, &o)) continue;
+                    double v = obj_of(&bf.c[i].c, &o);
+                    if (best < 0 || v < obj_of(&bf.c[best].c, &o)) best = i, nbest = 1;
+                    else if (v == obj_of(&bf.c[best].c, &o)) nbest++;
+                }
+                sp_plan *p = NULL;
+                ck_assert_int_eq(sp_plan_solve(m, hw, N, w, &o, &p), SP_OK);
+                n_compared++;
+                if (best < 0) {
+                    n_infeasible++;
+                    ck_assert_int_eq(p->result, SP_PLAN_INFEASIBLE);
+                    ck_assert(!p->has_chosen);
+                    int64_t sf = -1;
+                    for (int i = 0; i < bf.n; i++)
+                        if (sf < 0 || bf.c[i].c.shortfall_bytes < sf) sf = bf.c[i].c.shortfall_bytes;
+                    ck_assert_int_eq(p->min_shortfall_bytes, sf);
+                } else {
+                    ck_assert_msg(p->result == SP_PLAN_OPTIMAL, "result %s", sp_plan_result_name(p->result));
+                    ck_assert(p->has_chosen);
+                    if (nbest > 1) n_ties++;
+                    double got = obj_of(&p->chosen.cost, &o), want = obj_of(&bf.c[best].c, &o);
+                    ck_assert_msg(close_to(got, want), "objective %s/%s bound %g: MILP %.12g, enumeration %.12g",
+                                  sp_plan_objective_name(o.objective), sp_plan_latency_name(o.latency_metric),
+                                  o.max_latency_s, got, want);
+                    ck_assert(admissible(&p->chosen.cost, &o));
+                    ck_assert_int_eq(sp_layout_check(&p->chosen.layout, m, hw, N, w->batch, NULL), SP_OK);
+                }
+                if (o.frontier && best >= 0) {
+                    /* enumerated Pareto set of (cost, latency) over admissible layouts */
+                    int nf = 0;
+                    for (int i = 0; i < bf.n; i++) {
+                        if (!admissible(&bf.c[i].c, &o)) continue;
+                        double ci = bf.c[i].c.cost_chip_s_per_token, li = lat_of(&bf.c[i].c, o.latency_metric);
+                        int dominated = 0, dup = 0;
+                        for (int j = 0; j < bf.n && !dominated; j++) {
+                            if (!admissible(&bf.c[j].c, &o)) continue;
+                            double cj = bf.c[j].c.cost_chip_s_per_token, lj = lat_of(&bf.c[j].c, o.latency_metric);
+                            if (cj <= ci && lj <= li && (cj < ci || lj < li)) dominated = 1;
+                            if (cj == ci && lj == li && j < i) dup = 1;
+                        }
+                        if (dominated || dup) continue;
+                        nf++;
+                        int found = 0;
+                        for (int k = 0; k < p->n_frontier; k++)
+                            found |= close_to(p->frontier[k].cost_s, ci) && close_to(p->frontier[k].latency_s, li);
+                        ck_assert_msg(found, "enumerated frontier point (%.9g, %.9g) missing", ci, li);
+                    }
+                    ck_assert_int_eq(p->n_frontier, nf);
+                    n_frontier_points += nf;
+                    for (int k = 1; k < p->n_frontier; k++) {
+                        ck_assert(p->frontier[k].cost_s > p->frontier[k - 1].cost_s);
+                        ck_assert(p->frontier[k].latency_s < p->frontier[k - 1].latency_s);
+                    }
+                }
+                if (o.rivals && p->has_chosen)
+                    for (int k = 0; k < p->n_rivals; k++) {
+                        ck_assert(p->rivals[k].reason[0]);
+                        ck_assert(p->rivals[k].loss == SP_LOSS_MEMORY || p->rivals[k].objective_delta >= 0);
+                    }
+                sp_plan_free(p);
+            }
+    free(bf.c);
+}
+
+START_TEST(test_milp_equals_enumeration)
+{
+    rng_state = 1234u + 7919u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    sp_hw hw;
+    static const int chips[] = {1, 2, 4, 8, 16, 6, 12};
+    int N = chips[rnd((unsigned)(sizeof chips / sizeof chips[0]))];
+    int cluster = _i % 2;
+    /* memory from roomy to tight: some problems fit nowhere */
+    static const int64_t hbm[] = {1 << 20, 4 << 20, 16 << 20, 64 << 20, 1ll << 30};
+    small_hw(&hw, cluster, hbm[rnd(5)]);
+    static const int64_t batches[] = {1, 2, 4, 8, 16, 12};
+    sp_workload w = {batches[rnd(6)], 8 * (1 + rnd(4)), rnd(4) ? 4 : 0};
+    if (rnd(8) == 0) w.prompt = 0, w.gen = 4;
+    check_problem(&m, &hw, N, &w);
+}
+END_TEST
+
+START_TEST(test_equal_costs_tie)
+{
+    /* a symmetric torus: meshes 1x2x2 and 2x1x2 ... tie; the MILP returns one of them */
+    sp_model m;
+    rng_state = 42;
+    random_model(&m);
+    sp_hw hw;
+    small_hw(&hw, 0, 1ll << 30);
+    hw.torus_dims[0] = hw.torus_dims[1] = hw.torus_dims[2] = 4;
+    sp_workload w = {4, 16, 4};
+    check_problem(&m, &hw, 4, &w);
+    ck_assert_int_gt(n_ties, 0);
+}
+END_TEST
+
+START_TEST(test_autoconfig_deterministic)
+{
+    sp_model m;
+    rng_state = 99;
+    random_model(&m);
+    sp_hw hw;
+    small_hw(&hw, 1, 1ll << 30);
+    sp_workload w = {0, 32, 8};
+    sp_layout a, b;
+    ck_assert_int_eq(sp_autoconfig(&m, &hw, 8, 8, &w, NULL, &a), SP_OK);
+    ck_assert_int_eq(sp_autoconfig(&m, &hw, 8, 8, &w, NULL, &b), SP_OK);
+    ck_assert(!memcmp(&a, &b, sizeof a));
+    small_hw(&hw, 1, 1 << 10);
+    ck_assert_int_eq(sp_autoconfig(&m, &hw, 8, 8, &w, NULL, &a), SP_EINFEASIBLE);
+}
+END_TEST
+
+START_TEST(test_infeasible_reports_min_chips)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("palm-540b", &m, &err), SP_OK);
+    sp_hw hw;
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    sp_workload w = {8, 128, 8};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.frontier = 0;
+    o.rivals = 0;
+    sp_plan *p;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 4, &w, &o, &p), SP_OK);
+    ck_assert_int_eq(p->result, SP_PLAN_INFEASIBLE);
+    ck_assert_int_gt(p->min_shortfall_bytes, 0);
+    int fit = p->min_chips_fit;
+    ck_assert_int_gt(fit, 4);
+    sp_plan_free(p);
+    /* the count found fits, and the one below it (allowed by the torus) does not */
+    o.search_min_chips = 0;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, fit, &w, &o, &p), SP_OK);
+    ck_assert(p->has_chosen);
+    sp_plan_free(p);
+    int counts[4096];
+    int k = sp_plan_chip_counts(&hw, 5, fit - 1, counts, 4096);
+    for (int i = 0; i < k; i++) {
+        ck_assert_int_eq(sp_plan_solve(&m, &hw, counts[i], &w, &o, &p), SP_OK);
+        ck_assert(!p->has_chosen);
+        sp_plan_free(p);
+    }
+    /* the capacity query agrees */
+    int n = 0;
+    ck_assert_int_eq(sp_plan_min_chips(&m, &hw, &w, &o, &n, &p), SP_OK);
+    ck_assert_int_eq(n, fit);
+    sp_plan_free(p);
+}
+END_TEST
+
+START_TEST(test_chip_counts)
+{
+    sp_hw hw;
+    small_hw(&hw, 1, 1 << 30);
+    hw.chips_per_node = 8;
+    int c[16];
+    int k = sp_plan_chip_counts(&hw, 1, 40, c, 16);
+    static const int want[] = {1, 2, 4, 8, 16, 24, 32, 40};
+    ck_assert_int_eq(k, 8);
+    for (int i = 0; i < k; i++) ck_assert_int_eq(c[i], want[i]);
+    small_hw(&hw, 0, 1 << 30);   /* 4x2x2 torus */
+    k = sp_plan_chip_counts(&hw, 1, 16, c, 16);
+    static const int want2[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    ck_assert_int_eq(k, 8);
+    for (int i = 0; i < k; i++) ck_assert_int_eq(c[i], want2[i]);
+}
+END_TEST
+
+START_TEST(test_json_keys)
+{
+    sp_model m;
+    rng_state = 7;
+    random_model(&m);
+    sp_hw hw;
+    small_hw(&hw, 0, 1ll << 30);
+    sp_workload w = {8, 32, 8};
+    sp_plan *p;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 8, &w, NULL, &p), SP_OK);
+    json_t *j = sp_plan_to_json(p);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "status")), "optimal");
+    json_t *costs = json_object_get(json_object_get(j, "chosen"), "costs");
+    static const char *const keys[] = {"layout", "feasible", "prefill_s", "decode_step_s", "total_s", "tokens_per_s",
+                                       "mfu", "cost_chip_s_per_token", "comm_bytes_per_chip", "time_breakdown",
+                                       "memory_per_chip"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) ck_assert_ptr_nonnull(json_object_get(costs, keys[i]));
+    ck_assert(json_is_array(json_object_get(j, "frontier")));
+    ck_assert(json_is_array(json_object_get(j, "rivals")));
+    /* chosen.layout parses back to the chosen layout */
+    char *s = json_dumps(json_object_get(json_object_get(j, "chosen"), "layout"), 0);
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse(s, &l, NULL), SP_OK);
+    ck_assert(!memcmp(&l, &p->chosen.layout, sizeof l));
+    free(s);
+    json_decref(j);
+    sp_plan_free(p);
+}
+END_TEST
+
+START_TEST(test_bad_args)
+{
+    sp_model m;
+    rng_state = 5;
+    random_model(&m);
+    sp_hw hw;
+    small_hw(&hw, 0, 1ll << 30);
+    sp_workload w = {8, 0, 0};
+    sp_plan *p = NULL;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 8, &w, NULL, &p), SP_EINVAL);
+    w.prompt = 8;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 0, &w, NULL, &p), SP_EINVAL);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.weights = SP_PLAN_W_FP8;   /* tpu-v4 has no fp8 peak */
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 8, &w, &o, &p), SP_EINVAL);
+    sp_plan_objective ob;
+    ck_assert_int_eq(sp_plan_objective_parse("speed", &ob), SP_EINVAL);
+    ck_assert_int_eq(sp_plan_objective_parse("cost", &ob), SP_OK);
+    ck_assert_int_eq(ob, SP_PLAN_MIN_COST);
+}
+END_TEST
+
+START_TEST(test_summary)
+{
+    /* runs last in its case: the loop above must have compared real cases */
+    fprintf(stderr, "check_plan: %d MILP solves compared with enumeration (%d infeasible, %d with ties), "
+                    "%d frontier points\n", n_compared, n_infeasible, n_ties, n_frontier_points);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("plan");
+    TCase *tc = tcase_create("milp");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_milp_equals_enumeration, 0, 60);
+    tcase_add_test(tc, test_equal_costs_tie);
+    tcase_add_test(tc, test_summary);
+    suite_add_tcase(s, tc);
+    TCase *t2 = tcase_create("api");
+    tcase_set_timeout(t2, 600);
+    tcase_add_test(t2, test_autoconfig_deterministic);
+    tcase_add_test(t2, test_infeasible_reports_min_chips);
+    tcase_add_test(t2, test_chip_counts);
+    tcase_add_test(t2, test_json_keys);
+    tcase_add_test(t2, test_bad_args);
+    suite_add_tcase(s, t2);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
