@@ -222,7 +222,9 @@ static sp_status run_coll(chip *ch, const sp_step *s)
     char all[16];
     snprintf(all, sizeof all, "%s%s", co->row_axes, co->col_axes);
     unsigned mask = mask_of(all);
-    int K = co->group;
+    /* the group is row_axes ∪ col_axes as a set (all-to-all names the same
+     * axes twice); its size comes from the mesh, not from co->group */
+    int K = sp_mesh_group_size(&ch->ex->mesh, mask);
     int members[64];
     if (K > 64) return spi_fail(SP_ENOTSUP, "group of %d chips", K);
     sp_mesh_group_members(&ch->ex->mesh, ch->rank, mask, members);
@@ -705,13 +707,6 @@ static sp_status chip_run(chip *ch)
         }
         const sp_program *p = ch->prog;
         int64_t L = p->shape.q_len;
-        if (s > 0 && ch->stage == 0 && l->stages > 1) {
-            sp_comm_counters a, b;
-            sp_comm_stats(ch->c, &a);
-            if ((st = sp_comm_recv(ch->c, peer_stage(ch, l->stages - 1), cur, (size_t)Br, SP_DT_F32))) break;
-            sp_comm_stats(ch->c, &b);
-            ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
-        }
         for (int mb = 0; mb < l->microbatches && !st; mb++) {
             int64_t r0 = (int64_t)mb * mbs;
             for (int64_t b = 0; b < mbs; b++)
@@ -746,6 +741,13 @@ static sp_status chip_run(chip *ch)
             if ((st = sp_comm_send(ch->c, peer_stage(ch, 0), cur, (size_t)Br, SP_DT_F32))) break;
             sp_comm_stats(ch->c, &b);
             ch->token_bytes += b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
+        }
+        if (s < G - 1 && ch->stage == 0 && l->stages > 1) {
+            sp_comm_counters a, b;
+            sp_comm_stats(ch->c, &a);
+            if ((st = sp_comm_recv(ch->c, peer_stage(ch, l->stages - 1), cur, (size_t)Br, SP_DT_F32))) break;
+            sp_comm_stats(ch->c, &b);
+            ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
         }
         if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
         if (s == 0 && ch->rank == 0) t1 = now_s();
