@@ -3,5 +3,6 @@
 include bench/comm.mk
 include bench/kern.mk
 include bench/cost.mk
+include bench/plan.mk
 bench: $(SP_BENCH_BINS)
 .PHONY: bench

@@ -1,0 +1,98 @@
+/* bench_plan.c: planner time (make bench; ./bench/bench_plan [runs]).
+ *
+ * 1. plan: palm-540b on 64 tpu-v4, batch 64, prompt 2048, gen 64 (objective
+ *    total latency, frontier and rivals on), median of `runs` runs.
+ * 2. frontier: chips {8,...,256} x batch {1,2,4,...,1024}, decode and prefill.
+ * For each: wall time, time in sp_cost_eval, time in glp_* calls, candidates.
+ *
+ * Napkin math: 64 = 2^6 chips split into (S, R, X, Y, Z) is C(10,4) = 210
+ * ordered factorisations, fewer once the 4x4x4-fitting, stage <= 118 layers and
+ * micro-batch rules apply; x 2 precisions (tpu-v4 has no fp8) x up to 3
+ * micro-batch counts x 68 (prefill, decode) layout pairs = ~56k layouts, of
+ * which the cost model accepts ~12k.  sp_cost_eval lowers 2 programs per
+ * pipeline stage (~6 us each) and prices 3: ~13 us at S = 1, S times more at S
+ * stages: ~15-20 us on average => ~200 ms of pricing, against a 50 ms target.
+ * GLPK: ~12k binary columns, ~60 rows, ~8 nonzeros per column; the LP
+ * relaxation is integral after the GUB-implied fixings, so each glp_intopt
+ * is one presolved LP: ~20-40 ms at this size, x (1 + frontier points + 5 rivals).
+ * The frontier sweep prices every layout of 66 (chips, batch) pairs, ~10^5-10^6
+ * layouts: tens of seconds of sp_cost_eval against a 2 s target.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "sp_plan.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int runs = argc > 1 ? atoi(argv[1]) : 5;
+    int do_frontier = argc > 2 ? atoi(argv[2]) : 1;
+    if (runs < 1) runs = 1;
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    if (sp_model_find("palm-540b", &m, &err) != SP_OK || sp_hw_find("tpu-v4", &hw, &err) != SP_OK) {
+        fprintf(stderr, "bench_plan: cannot load palm-540b / tpu-v4: %s\n", sp_last_error());
+        return 1;
+    }
+    sp_workload w = {64, 2048, 64};
+    double *t = malloc((size_t)runs * sizeof *t), ev = 0, gl = 0;
+    sp_plan_stats st = {0};
+    for (int i = 0; i < runs; i++) {
+        sp_plan *p;
+        double t0 = now_s();
+        if (sp_plan_solve(&m, &hw, 64, &w, NULL, &p) != SP_OK || !p->has_chosen) {
+            fprintf(stderr, "bench_plan: plan failed: %s\n", sp_last_error());
+            return 1;
+        }
+        t[i] = now_s() - t0;
+        ev += p->stats.eval_s;
+        gl += p->stats.glpk_s;
+        st = p->stats;
+        sp_plan_free(p);
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmpd);
+    printf("%-10s %8s %10s %10s %10s %8s %8s %7s\n", "bench", "runs", "median_ms", "eval_ms", "glpk_ms", "glpk_%",
+           "layouts", "solves");
+    printf("%-10s %8d %10.1f %10.1f %10.1f %8.1f %8d %7d\n", "plan", runs, t[runs / 2] * 1e3, ev / runs * 1e3,
+           gl / runs * 1e3, 100 * gl / (ev + gl), st.candidates, st.solves);
+    free(t);
+    if (!do_frontier) return 0;
+    int chips[] = {8, 16, 32, 64, 128, 256};
+    int64_t batches[11];
+    for (int i = 0; i < 11; i++) batches[i] = (int64_t)1 << i;
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.cost_metric = SP_PLAN_COST_PHASE;
+    o.rivals = 0;
+    double t0 = now_s(), fe = 0, fg = 0;
+    int cand = 0, solves = 0, pts = 0;
+    for (int ph = 0; ph < 2; ph++) {
+        o.latency_metric = ph ? SP_PLAN_LAT_PREFILL : SP_PLAN_LAT_DECODE;
+        sp_plan *p;
+        if (sp_plan_frontier(&m, &hw, chips, 6, batches, 11, &w, &o, &p) != SP_OK) {
+            fprintf(stderr, "bench_plan: frontier failed: %s\n", sp_last_error());
+            return 1;
+        }
+        fe += p->stats.eval_s, fg += p->stats.glpk_s, cand += p->stats.candidates, solves += p->stats.solves;
+        pts += p->n_frontier;
+        sp_plan_free(p);
+    }
+    double tf = now_s() - t0;
+    printf("%-10s %8d %10.1f %10.1f %10.1f %8.1f %8d %7d  (%d points)\n", "frontier", 1, tf * 1e3, fe * 1e3, fg * 1e3,
+           100 * fg / (fe + fg), cand, solves, pts);
+    return 0;
+}
