@@ -170,8 +170,13 @@ static sp_step *emit(sp_steps *ss, sp_step_kind k)
 static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, sp_buf src, const char *row_axes,
                           const char *col_axes, int64_t rows, int64_t cols, sp_dtype dt, int is_weight)
 {
+    /* the group is the set of axes in either sequence (all-to-all names the
+     * same axes twice: once for the batch order, once for the head order) */
     char all[8];
-    axcat(all, row_axes, col_axes);
+    int na = 0;
+    for (const char *a = "xyz"; *a; a++)
+        if (strchr(row_axes, *a) || strchr(col_axes, *a)) all[na++] = *a;
+    all[na] = '\0';
     int K = sp_lower_axes_size(c->l, all);
     if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
     sp_step *s = emit(ss, SP_STEP_COLL);

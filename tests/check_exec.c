@@ -33,16 +33,16 @@ static const exec_case cases[] = {
     {"tiny-palm", "mesh=2x2x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-gpt2", "mesh=2x1x2," F32 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},
     {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 8, 5, 16},
+    /* all-to-all layouts: batch-sharded attention, prefill heads -> decode batch */
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-palm", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x1," F32 "prefill=ws2d/batch,decode=ws2d/batch", 4, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=ws1d/heads,decode=ws1d/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-x/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xyz/heads,decode=ws2d/batch", 8, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
-/* Left out until lower.c's all-to-all prediction is fixed: every layout with
- * an all-to-all (batch attention over a head group of >1 chip, or prefill
- * heads -> decode batch), e.g. ws2d/heads -> ws2d/batch, ws2d/batch,
- * ws1d/heads -> ws1d/batch, wg-x|wg-xy|wg-xyz/heads -> ws2d/batch.  Their
- * logits and tokens match the reference, but emit_coll sizes the group as
- * |row_axes|·|col_axes| (the all-to-all names the head group twice, e.g.
- * "xyz" and "yzx"), so the predicted bytes are (K²-1)/K² instead of
- * (K-1)/K of the block and the byte check fails.
+/*
  * Also left out: wg-xy with Y>1 and Z>1 for models with biases or GQA
  * (tiny-gpt2, tiny-llama): the gathered weight columns are the storage
  * blocks {y·Z+z : y} (interleaved), while the steps name the chip's
