@@ -37,7 +37,7 @@
 #include "sp_hw.h"
 #include "sp_layout.h"
 #include "sp_model.h"
-#include "costmodel/sp_cost.h"
+#include "sp_cost.h"
 
 #ifdef __cplusplus
 extern "C" {
