@@ -68,4 +68,13 @@ char *cli_fmt_seconds(double x, char *buf, size_t n);  /* 2.5 ms */
 char *cli_fmt_flops(double x, char *buf, size_t n);    /* 275 TFLOP/s */
 char *cli_fmt_rate(double x, char *buf, size_t n);     /* 1.2 TB/s (decimal: link figures are quoted so) */
 
+/* Shared by estimate, plan and run (cmd_estimate.c). */
+struct sp_cost;
+struct sp_hw;
+struct sp_layout;
+struct sp_error;
+/* A --layout argument: an existing file holds JSON; anything else is the text or JSON form. */
+int cli_load_layout(const char *arg, struct sp_layout *out, struct sp_error *err);
+/* The human form of a priced layout: headline figures, time breakdown, memory per chip. */
+void cli_print_cost(const struct sp_cost *c, const struct sp_hw *hw);
 #endif

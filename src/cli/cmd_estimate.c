@@ -35,8 +35,6 @@ static const char usage[] =
     "Exit: 0 priced (even if it does not fit: see \"feasible\"), 2 bad input or a layout\n"
     "that does not apply to the model, chips or batch.\n";
 
-int cli_load_layout(const char *arg, sp_layout *out, sp_error *err);
-
 /* A layout argument: an existing file holds JSON; anything else is text or JSON text. */
 int cli_load_layout(const char *arg, sp_layout *out, sp_error *err)
 {
@@ -51,10 +49,9 @@ static void row(cli_table *t, const char *k, const char *v)
     cli_table_add(t, cells);
 }
 
-static void print_human(const sp_cost *c, const sp_layout *l, const sp_hw *hw)
+void cli_print_cost(const sp_cost *c, const sp_hw *hw)
 {
-    char a[64], b[256];
-    printf("layout   %s\n", sp_layout_format(l, b, sizeof b));
+    char a[64], b[64];
     if (!c->feasible)
         printf("DOES NOT FIT: %s over the %s usable per chip\n", cli_fmt_bytes((double)c->shortfall_bytes, a, sizeof a),
                cli_fmt_bytes((double)c->capacity, b, sizeof b));
@@ -188,7 +185,9 @@ int cli_cmd_estimate(int argc, char **argv)
         cli_print_json(o, stdout);
         json_decref(o);
     } else {
-        print_human(&c, &l, &hw);
+        char text[256];
+        printf("layout   %s\n", sp_layout_format(&l, text, sizeof text));
+        cli_print_cost(&c, &hw);
     }
     return CLI_EXIT_OK;
 }

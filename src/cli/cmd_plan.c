@@ -98,65 +98,6 @@ static int parse_double(const char *verb, const char *opt, const char *s, double
     return 0;
 }
 
-static void kv(cli_table *t, const char *k, const char *v)
-{
-    const char *cells[2] = {k, v};
-    cli_table_add(t, cells);
-}
-
-static void print_costs(const sp_cost *c)
-{
-    char a[96];
-    static const char *const hdr[2] = {"metric", "value"};
-    cli_table *t = cli_table_new(2, hdr);
-    cli_table_left(t, 1);
-    kv(t, "prefill", cli_fmt_seconds(c->prefill_s, a, sizeof a));
-    kv(t, "decode step (last context)", cli_fmt_seconds(c->decode_step_s, a, sizeof a));
-    kv(t, "total", cli_fmt_seconds(c->total_s, a, sizeof a));
-    snprintf(a, sizeof a, "%.1f", c->tokens_per_s);
-    kv(t, "tokens/s", a);
-    snprintf(a, sizeof a, "%.1f %%", 100 * c->mfu);
-    kv(t, "MFU", a);
-    snprintf(a, sizeof a, "%.4g", c->cost_chip_s_per_token);
-    kv(t, "chip-seconds per token", a);
-    kv(t, "comm per chip, prefill", cli_fmt_bytes((double)c->comm_bytes_prefill, a, sizeof a));
-    kv(t, "comm per chip, decode step", cli_fmt_bytes((double)c->comm_bytes_decode_step, a, sizeof a));
-    cli_table_print(t, stdout);
-    cli_table_free(t);
-
-    printf("\ntime breakdown (worst stage, one micro-batch)\n");
-    static const char *const h2[3] = {"term", "prefill", "decode step"};
-    t = cli_table_new(3, h2);
-    const sp_phase_cost *p[2] = {&c->prefill, &c->decode};
-    static const char *const names[4] = {"time", "compute", "memory", "communication"};
-    for (int r = 0; r < 4 + SP_COLL_COUNT; r++) {
-        char v[2][32], nm[40];
-        for (int i = 0; i < 2; i++) {
-            double x = r == 0 ? p[i]->time_s : r == 1 ? p[i]->compute_s : r == 2 ? p[i]->memory_s
-                     : r == 3 ? p[i]->comm_s : p[i]->coll_s[r - 4];
-            cli_fmt_seconds(x, v[i], sizeof v[i]);
-        }
-        snprintf(nm, sizeof nm, "%s%s", r >= 4 ? "  " : "", r >= 4 ? sp_coll_kind_name((sp_coll_kind)(r - 4)) : names[r]);
-        const char *cells[3] = {nm, v[0], v[1]};
-        cli_table_add(t, cells);
-    }
-    cli_table_print(t, stdout);
-    cli_table_free(t);
-
-    printf("\nmemory per chip (worst stage)\n");
-    static const char *const h3[2] = {"part", "bytes"};
-    t = cli_table_new(2, h3);
-    kv(t, "weights", cli_fmt_bytes((double)c->mem.weights, a, sizeof a));
-    kv(t, "gathered weights", cli_fmt_bytes((double)c->mem.gathered_weights, a, sizeof a));
-    kv(t, "KV cache", cli_fmt_bytes((double)c->mem.kv, a, sizeof a));
-    kv(t, "activations", cli_fmt_bytes((double)c->mem.activations, a, sizeof a));
-    kv(t, "workspace", cli_fmt_bytes((double)c->mem.workspace, a, sizeof a));
-    kv(t, "total", cli_fmt_bytes((double)c->mem.total, a, sizeof a));
-    kv(t, "capacity (usable)", cli_fmt_bytes((double)c->capacity, a, sizeof a));
-    cli_table_print(t, stdout);
-    cli_table_free(t);
-}
-
 static void print_frontier(const sp_plan *p, int labels)
 {
     static const char *const hdr[6] = {"#", "chips:batch", "latency", "chip-s/token", "tokens/s", "layout"};
@@ -210,7 +151,7 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
         return;
     }
     printf("\nchosen layout: %s\n\n", sp_layout_format(&p->chosen.layout, b, sizeof b));
-    print_costs(&p->chosen.cost);
+    cli_print_cost(&p->chosen.cost, hw);
     if (p->n_frontier) {
         printf("\nfrontier: chip-seconds per token vs %s latency (%d points, non-dominated)\n",
                sp_plan_latency_name(p->opts.latency_metric), p->n_frontier);

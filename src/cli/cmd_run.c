@@ -48,7 +48,7 @@ int cli_cmd_run(int argc, char **argv)
     sp_status st = sp_model_find(model, &m, &err);
     if (st) return cli_report(st, &err);
     sp_layout l;
-    st = strchr(layout, '=') || layout[0] == '{' ? sp_layout_parse(layout, &l, &err) : sp_layout_load_file(layout, &l, &err);
+    st = cli_load_layout(layout, &l, &err);
     if (st) return cli_report(st, &err);
     if (wdt) {
         sp_dtype d;
