@@ -125,8 +125,8 @@ static void phase_shard(const sp_layout *l, sp_ffn_layout f, shard *s)
     static const char *const tab[SP_FL_COUNT][5] = {
         /* N      Rx    C      G      act */
         {"", "", "xyz", "xyz", "xyz"},   /* ws1d */
-        {"", "x", "yz", "yzx", "xyz"},   /* ws2d */
-        {"x", "", "yz", "yz", "yz"},     /* wg-x */
+        {"", "x", "zy", "zyx", "xzy"},   /* ws2d */
+        {"x", "", "zy", "zy", "zy"},     /* wg-x */
         {"xy", "", "z", "z", "z"},       /* wg-xy */
         {"xyz", "", "", "", ""},         /* wg-xyz */
     };
@@ -297,8 +297,10 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
 {
     const sp_model *m = c->m;
     sp_dtype wd = c->l->weights;
-    const char *in_r = c->one_d ? "" : "x", *in_c = c->one_d ? "xyz" : "yz";
-    const char *out_r = c->one_d ? "xyz" : "yz", *out_c = c->one_d ? "" : "x";
+    /* 2D storage splits F (and heads) z-major: gathering over y (wg-xy)
+     * then leaves each chip one contiguous z block */
+    const char *in_r = c->one_d ? "" : "x", *in_c = c->one_d ? "xyz" : "zy";
+    const char *out_r = c->one_d ? "xyz" : "zy", *out_c = c->one_d ? "" : "x";
     int64_t HD = c->Hp * c->D, KD = c->KVH * c->D;
     set_spec(c, SP_W_Q, c->E, HD, c->E, m->n_heads * c->D, in_r, in_c, wd);
     set_spec(c, SP_W_K, c->E, KD, c->E, KD, in_r, c->case_a ? in_c : "", wd);
@@ -330,8 +332,9 @@ static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
     char ra[8], ca[8];
     axes_filter(s->row_axes, c->sh.N, 1, ra);
     axes_filter(s->col_axes, c->sh.N, 1, ca);
-    if (!ra[0] && !ca[0]) return SP_BUF_NONE;
-    emit_coll(c, ss, SP_COLL_ALLGATHER, buf, SP_BUF_NONE, ra, ca, s->local_rows, s->local_cols, s->dtype, 1);
+    /* nothing to gather when the N axes this weight is split over are all of size 1 */
+    if (!emit_coll(c, ss, SP_COLL_ALLGATHER, buf, SP_BUF_NONE, ra, ca, s->local_rows, s->local_cols, s->dtype, 1))
+        return SP_BUF_NONE;
     int64_t bytes = s->local_rows * sp_lower_axes_size(c->l, ra) * s->local_cols * sp_lower_axes_size(c->l, ca) *
                     sp_dtype_bytes(s->dtype);
     if (bytes > c->p->buf_bytes[buf]) c->p->buf_bytes[buf] = bytes;

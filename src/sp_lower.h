@@ -20,10 +20,12 @@
  * columns are split over):
  *   layout  storage        N     Rx   C     activations between layers
  *   ws1d    E F_xyz        -     -    xyz   B L E_xyz
- *   ws2d    E_x F_yz       -     x    yz    B L E_xyz
- *   wg-x    E_x F_yz       x     -    yz    B_x L E_yz
- *   wg-xy   E_x F_yz       xy    -    z     B_xy L E_z
- *   wg-xyz  E_x F_yz       xyz   -    -     B_xyz L E
+ *   ws2d    E_x F_zy       -     x    zy    B L E_xzy
+ *   wg-x    E_x F_zy       x     -    zy    B_x L E_zy
+ *   wg-xy   E_x F_zy       xy    -    z     B_xy L E_z
+ *   wg-xyz  E_x F_zy       xyz   -    -     B_xyz L E
+ * (the paper's F_yz; we split z-major so that a gather over y leaves each
+ * chip a contiguous block of F and of the heads)
  * One FFN: all-gather(C) of the input, matmul, [reduce-scatter(Rx), act,
  * all-gather(Rx)] or act, matmul, reduce-scatter(C).  Weight-gathered layouts
  * first all-gather their weights over N.  Attention projections follow the

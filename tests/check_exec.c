@@ -33,6 +33,9 @@ static const exec_case cases[] = {
     {"tiny-palm", "mesh=2x2x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-gpt2", "mesh=2x1x2," F32 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},
     {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 8, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xy/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     /* all-to-all layouts: batch-sharded attention, prefill heads -> decode batch */
     {"tiny-llama", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
     {"tiny-palm", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
@@ -40,14 +43,17 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=ws1d/heads,decode=ws1d/batch", 8, 5, 16},
     {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-x/heads,decode=ws2d/batch", 8, 5, 16},
     {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xyz/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=ws2d/heads,decode=ws2d/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=wg-x/heads,decode=wg-x/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 8, 5, 16},
+    {"tiny-palm", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-gpt2", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=2x1x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=1x4x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
-/*
- * Also left out: wg-xy with Y>1 and Z>1 for models with biases or GQA
- * (tiny-gpt2, tiny-llama): the gathered weight columns are the storage
- * blocks {y·Z+z : y} (interleaved), while the steps name the chip's
- * head / bias column block by "z" (contiguous); MQA without biases
- * (tiny-palm) is insensitive and is in the table. */
+
 
 static void rand_tokens(int32_t *t, int64_t n, int64_t V, uint64_t seed)
 {
