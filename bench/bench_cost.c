@@ -35,7 +35,10 @@ static sp_layout cat[MAXL];
 
 int main(int argc, char **argv)
 {
-    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    /* bench_cost [SECONDS] | bench_cost --passes N (fixed work, for instruction
+     * counts under valgrind --tool=callgrind; prints no rate) */
+    int passes = argc > 2 && !strcmp(argv[1], "--passes") ? atoi(argv[2]) : 0;
+    double seconds = argc > 1 && !passes ? atof(argv[1]) : 2.0;
     sp_model m;
     sp_hw hw;
     sp_error err;
@@ -77,6 +80,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_cost: layout %d priced differently twice\n", i);
             return 1;
         }
+    }
+    if (passes > 0) {
+        double sum = 0;
+        for (int p = 0; p < passes; p++)
+            for (int i = 0; i < n; i++) {
+                sp_cost c;
+                sp_cost_eval(&m, &hw, &cat[i], &w, NULL, &c);
+                sum += c.total_s;
+            }
+        printf("%d layouts x %d passes, checksum %.9g\n", n, passes, sum);
+        return 0;
     }
     /* scalar peak of this core: dependent adds per second */
     volatile long sink = 0;

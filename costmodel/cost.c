@@ -66,17 +66,15 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
         int cross = per_stage >= hw->chips_per_node;
         return bytes / (cross ? hw->inter_bw : hw->intra_bw) + (cross ? hw->inter_latency : hw->intra_latency);
     }
-    char axes[2 * SP_AXSEQ_MAX];
-    int na = 0;
-    for (const char *a = c->row_axes; *a; a++) axes[na++] = *a;
-    for (const char *a = c->col_axes; *a; a++) axes[na++] = *a;
-    axes[na] = '\0';
     int K = c->group;
     double bytes = (double)c->bytes_recv;
+    unsigned xyz = 0;   /* bit 0 x, bit 1 y, bit 2 z */
+    for (const char *a = c->row_axes; *a; a++) xyz |= 1u << (*a - 'x');
+    for (const char *a = c->col_axes; *a; a++) xyz |= 1u << (*a - 'x');
     if (hw->topo == SP_TOPO_TORUS) {
         int dims = 0, hops = 0, kmax = 1;
-        for (const char *a = axes; *a; a++) {
-            int d = *a == 'x' ? l->mesh[0] : *a == 'y' ? l->mesh[1] : *a == 'z' ? l->mesh[2] : 1;
+        for (int a = 0; a < 3; a++) {
+            int d = (xyz >> a) & 1 ? l->mesh[a] : 1;
             if (d > 1) {
                 dims++;
                 hops += d - 1;
@@ -91,7 +89,7 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
         return t + hops * hw->hop_latency;
     }
     int kin, kout;
-    group_tiers_mask(hw, l, axes_mask(axes), &kin, &kout);
+    group_tiers_mask(hw, l, xyz << SP_AXIS_X, &kin, &kout);
     double t = 0.0;
     switch (c->kind) {
     case SP_COLL_ALLGATHER:
@@ -121,37 +119,47 @@ static double compute_peak(const sp_hw *hw, sp_dtype weights)
     return hw->peak_flops[SP_DT_BF16];
 }
 
-static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw, int64_t context, double peak,
-                        double hbm, int64_t times, sp_phase_cost *pc)
+/* Prices a step list at up to two contexts at once (decode's first and last
+ * step differ only in the attention terms); pc1 may be NULL. */
+static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw, const int64_t ctx[2], double peak,
+                        double hbm, int64_t times, sp_phase_cost *pc0, sp_phase_cost *pc1)
 {
     const sp_layout *l = &p->layout;
+    sp_phase_cost *pcs[2] = {pc0, pc1};
+    int npc = pc1 ? 2 : 1;
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
         if (s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV) {
             double t = sp_cost_coll_time(hw, l, &s->coll) * times;
-            pc->coll_s[s->coll.kind] += t;
-            pc->comm_s += t;
-            pc->comm_bytes += (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
-            if (s->kind == SP_STEP_COLL && s->act_bytes) {
-                double m = s->act_bytes / hbm * times;
-                pc->memory_s += m;
-                pc->roofline_s += m;
+            int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
+            double m = s->kind == SP_STEP_COLL ? s->act_bytes / hbm * times : 0.0;
+            for (int k = 0; k < npc; k++) {
+                pcs[k]->coll_s[s->coll.kind] += t;
+                pcs[k]->comm_s += t;
+                pcs[k]->comm_bytes += bytes;
+                pcs[k]->memory_s += m;
+                pcs[k]->roofline_s += m;
             }
             continue;
         }
-        int64_t flops = s->flops, kvb = s->kv_bytes_read;
-        if (s->kind == SP_STEP_ATTN && s->from_cache && context > 0 && s->context > 0) {
-            /* decode: one query token, every term linear in the context */
-            flops = (int64_t)((double)flops * context / s->context);
-            kvb = (int64_t)((double)kvb * context / s->context);
+        int rescale = s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0;
+        double c = 0.0, m = 0.0;
+        for (int k = 0; k < npc; k++) {
+            int64_t flops = s->flops, kvb = s->kv_bytes_read;
+            if (rescale && ctx[k] > 0) {
+                /* decode: one query token, every term linear in the context */
+                flops = (int64_t)((double)flops * ctx[k] / s->context);
+                kvb = (int64_t)((double)kvb * ctx[k] / s->context);
+            }
+            if (k == 0 || rescale) {
+                c = flops > 0 ? flops / (peak * sp_hw_matmul_eff(hw, (double)flops)) : 0.0;
+                m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
+            }
+            pcs[k]->compute_s += c * times;
+            pcs[k]->memory_s += m * times;
+            pcs[k]->roofline_s += (c > m ? c : m) * times;
+            pcs[k]->flops += flops * times;
         }
-        double c = 0.0;
-        if (flops > 0) c = flops / (peak * sp_hw_matmul_eff(hw, (double)flops));
-        double m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
-        pc->compute_s += c * times;
-        pc->memory_s += m * times;
-        pc->roofline_s += (c > m ? c : m) * times;
-        pc->flops += flops * times;
     }
 }
 
@@ -165,15 +173,24 @@ static double overlap(const sp_hw *hw, double work, double comm)
     }
 }
 
-void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
+static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], sp_phase_cost *out0,
+                          sp_phase_cost *out1)
 {
-    memset(out, 0, sizeof *out);
+    memset(out0, 0, sizeof *out0);
+    if (out1) memset(out1, 0, sizeof *out1);
     double peak = compute_peak(hw, p->layout.weights);
     double hbm = hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
-    price_steps(&p->pre, p, hw, context, peak, hbm, 1, out);
-    price_steps(&p->layer, p, hw, context, peak, hbm, p->n_layers, out);
-    price_steps(&p->post, p, hw, context, peak, hbm, 1, out);
-    out->time_s = overlap(hw, out->roofline_s, out->comm_s);
+    price_steps(&p->pre, p, hw, ctx, peak, hbm, 1, out0, out1);
+    price_steps(&p->layer, p, hw, ctx, peak, hbm, p->n_layers, out0, out1);
+    price_steps(&p->post, p, hw, ctx, peak, hbm, 1, out0, out1);
+    out0->time_s = overlap(hw, out0->roofline_s, out0->comm_s);
+    if (out1) out1->time_s = overlap(hw, out1->roofline_s, out1->comm_s);
+}
+
+void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
+{
+    int64_t ctx[2] = {context, 0};
+    price_program(p, hw, ctx, out, NULL);
 }
 
 static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
@@ -226,8 +243,8 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
             SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
             sp_phase_cost first, last;
-            sp_cost_program(&dc, hw, w->prompt + 1, &first);
-            sp_cost_program(&dc, hw, max_ctx, &last);
+            int64_t ctx[2] = {w->prompt + 1, max_ctx};
+            price_program(&dc, hw, ctx, &first, &last);
             d1_sum += first.time_s;
             dn_sum += last.time_s;
             if (first.time_s > d1_max) d1_max = first.time_s;

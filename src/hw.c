@@ -51,8 +51,8 @@ double sp_hw_matmul_eff(const sp_hw *hw, double flops)
     if (flops >= hw->eff_flops[n - 1]) return hw->eff_value[n - 1];
     for (int i = 1; i < n; i++) {
         if (flops <= hw->eff_flops[i]) {
-            double x0 = log(hw->eff_flops[i - 1]), x1 = log(hw->eff_flops[i]);
-            double t = (log(flops) - x0) / (x1 - x0);
+            /* linear in log(flops) between the two points */
+            double t = log(flops / hw->eff_flops[i - 1]) / log(hw->eff_flops[i] / hw->eff_flops[i - 1]);
             return hw->eff_value[i - 1] + t * (hw->eff_value[i] - hw->eff_value[i - 1]);
         }
     }

@@ -55,12 +55,14 @@ static int axis_dim(const sp_layout *l, char c)
     }
 }
 
-int sp_lower_axes_size(const sp_layout *l, const char *axes)
+static inline int axes_size(const sp_layout *l, const char *axes)
 {
     int n = 1;
     for (; *axes; axes++) n *= axis_dim(l, *axes);
     return n;
 }
+
+int sp_lower_axes_size(const sp_layout *l, const char *axes) { return axes_size(l, axes); }
 
 int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes)
 {
@@ -116,7 +118,7 @@ static void axcat(char *dst, const char *a, const char *b)
 
 /* ---- per-phase sharding (table in sp_lower.h) ---- */
 typedef struct shard {
-    char N[4], Rx[4], C[4], G[4], act[4];
+    const char *N, *Rx, *C, *G, *act;   /* static strings of the table below */
     int nN, nRx, nC, nG, nact;
 } shard;
 
@@ -130,16 +132,16 @@ static void phase_shard(const sp_layout *l, sp_ffn_layout f, shard *s)
         {"xy", "", "z", "z", "z"},       /* wg-xy */
         {"xyz", "", "", "", ""},         /* wg-xyz */
     };
-    strcpy(s->N, tab[f][0]);
-    strcpy(s->Rx, tab[f][1]);
-    strcpy(s->C, tab[f][2]);
-    strcpy(s->G, tab[f][3]);
-    strcpy(s->act, tab[f][4]);
-    s->nN = sp_lower_axes_size(l, s->N);
-    s->nRx = sp_lower_axes_size(l, s->Rx);
-    s->nC = sp_lower_axes_size(l, s->C);
-    s->nG = sp_lower_axes_size(l, s->G);
-    s->nact = sp_lower_axes_size(l, s->act);
+    s->N = tab[f][0];
+    s->Rx = tab[f][1];
+    s->C = tab[f][2];
+    s->G = tab[f][3];
+    s->act = tab[f][4];
+    s->nN = axes_size(l, s->N);
+    s->nRx = axes_size(l, s->Rx);
+    s->nC = axes_size(l, s->C);
+    s->nG = axes_size(l, s->G);
+    s->nact = axes_size(l, s->act);
 }
 
 /* ---- lowering context ---- */
@@ -172,12 +174,10 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
 {
     /* the group is the set of axes in either sequence (all-to-all names the
      * same axes twice: once for the batch order, once for the head order) */
-    char all[8];
-    int na = 0;
-    for (const char *a = "xyz"; *a; a++)
-        if (strchr(row_axes, *a) || strchr(col_axes, *a)) all[na++] = *a;
-    all[na] = '\0';
-    int K = sp_lower_axes_size(c->l, all);
+    unsigned mask = 0;
+    for (const char *a = row_axes; *a; a++) mask |= 1u << (*a - 'x');
+    for (const char *a = col_axes; *a; a++) mask |= 1u << (*a - 'x');
+    int K = (mask & 1 ? c->l->mesh[0] : 1) * (mask & 2 ? c->l->mesh[1] : 1) * (mask & 4 ? c->l->mesh[2] : 1);
     if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
     sp_step *s = emit(ss, SP_STEP_COLL);
     s->dst = dst;
@@ -285,8 +285,8 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     s->cols_real = cols_real;
     axcpy(s->row_axes, ra);
     axcpy(s->col_axes, ca);
-    s->local_rows = rows / sp_lower_axes_size(c->l, ra);
-    s->local_cols = cols / sp_lower_axes_size(c->l, ca);
+    s->local_rows = rows / axes_size(c->l, ra);
+    s->local_cols = cols / axes_size(c->l, ca);
     s->dtype = dt;
     s->bytes = s->local_rows * s->local_cols * sp_dtype_bytes(dt);
     /* weight-only int8/fp8 keep one fp32 scale per global output column */
@@ -346,6 +346,9 @@ static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
 static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
 {
     int64_t Hl = Hp / nG, grp = m->n_heads / m->n_kv_heads, best = 1;
+    /* aligned blocks: each block covers whole groups, or sits inside one */
+    if (Hl % grp == 0) return Hl / grp;
+    if (grp % Hl == 0) return 1;
     for (int g = 0; g < nG; g++) {
         int64_t q0 = g * Hl;
         if (q0 >= m->n_heads) break;
