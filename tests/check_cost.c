@@ -330,6 +330,29 @@ START_TEST(test_two_tier)
 }
 END_TEST
 
+START_TEST(test_torus)
+{
+    sp_hw hw = torus_hw();
+    sp_layout l = make_layout(4, 4, 8, SP_FL_WS2D, SP_AL_BATCH);
+    sp_coll c = {0};
+    /* all-gather over x: one ring, 2 links */
+    c.kind = SP_COLL_ALLGATHER;
+    strcpy(c.col_axes, "x");
+    c.group = 4;
+    c.bytes_recv = c.bytes_sent = 3 << 20;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (3 << 20) / (2 * 45e9) + 3 * 1e-6, 1e-15);
+    /* all-to-all over the whole mesh, batch order xyz and head order zyx: the
+     * group is three dimensions (6 links), not six; the 8-ring costs its mean
+     * distance 8/4 */
+    c.kind = SP_COLL_ALLTOALL;
+    strcpy(c.row_axes, "xyz");
+    strcpy(c.col_axes, "zyx");
+    c.group = 128;
+    c.bytes_recv = c.bytes_sent = 127 << 10;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (127 << 10) / (6 * 45e9) * 2 + (3 + 3 + 7) * 1e-6, 1e-15);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cost");
@@ -344,6 +367,7 @@ int main(void)
     tcase_add_test(tc, test_bad_layouts_rejected);
     tcase_add_test(tc, test_layout_round_trip);
     tcase_add_test(tc, test_two_tier);
+    tcase_add_test(tc, test_torus);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
