@@ -44,7 +44,12 @@ typedef struct chip {
     int64_t first_layer;
     void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */
     void **lw;                       /* (n_layers, SP_W_COUNT) per-layer shards */
-    float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales */
+    float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales of the WHOLE global
+                                        column range (spec cols, padded cols 0), replicated, never moved */
+    float *scl;                      /* (max cols) scales of one matmul's local columns */
+    /* gathered weight buffers: the storage column block of each gathered column block */
+    int wb_ncb[SP_BUF_COUNT];
+    int wb_cblk[SP_BUF_COUNT][64];
     void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
     int64_t ctx_max, kv_layer_elems, kv_mb_elems;
     void *tmp1, *tmp2;               /* collective packing */
@@ -155,7 +160,9 @@ static void norm_of(const chip *ch, sp_weight w, const float **g, const float **
     }
 }
 
-/* builds this chip's shard of one weight per its spec; padded rows/cols are zeros */
+/* builds this chip's shard of one weight per its spec; padded rows/cols are
+ * zeros.  INT8/FP8: *scale_out gets the scales of every global column
+ * (spec cols, padded ones 0): the lowering keeps them whole on every chip */
 static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out)
 {
     int rb = aidx(ch, s->row_axes), cb = aidx(ch, s->col_axes);
@@ -168,30 +175,59 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
     sp_dtype dt = t == SP_WT_COUNT ? SP_DT_F32 : s->dtype;
     int eb = sp_dtype_bytes(dt);
     char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
-    float *scale = NULL;
     if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
     *out = shard;
+    float *lsc = NULL;
     if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
-        scale = calloc((size_t)s->local_cols, sizeof *scale);
-        if (!scale) return spi_fail(SP_ENOMEM, "weight scales");
-        *scale_out = scale;
+        float *full = calloc((size_t)s->cols, sizeof *full);
+        lsc = malloc((size_t)s->local_cols * sizeof *lsc);
+        if (!full || !lsc) {
+            free(full);
+            free(lsc);
+            return spi_fail(SP_ENOMEM, "weight scales");
+        }
+        *scale_out = full;
+        /* zero rows: only the scales of the whole real column range */
+        int8_t none;
+        sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
+        if (st) {
+            free(lsc);
+            return st;
+        }
     }
-    if (r1 <= r0 || c1 <= c0) return SP_OK;
-    if (t != SP_WT_COUNT) {
+    sp_status st = SP_OK;
+    if (r1 > r0 && c1 > c0 && t != SP_WT_COUNT) {
         char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
-        if (!blk) return spi_fail(SP_ENOMEM, "weight block");
-        sp_status st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, scale);
-        if (st == SP_OK) copy_block(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
+        if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
+        else st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, lsc);
+        if (!st) copy_block(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
-        return st;
+    } else if (r1 > r0 && c1 > c0) {
+        const float *g = NULL;
+        int64_t ld = ch->m->d_model;
+        if (w == SP_W_EMBED) g = ch->ex->w->embed;
+        else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
+        if (g) copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
     }
-    const float *g = NULL;
-    int64_t ld = ch->m->d_model;
-    if (w == SP_W_EMBED) g = ch->ex->w->embed;
-    else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
-    else return SP_OK;
-    copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
-    return SP_OK;
+    free(lsc);
+    return st;
+}
+
+/* Scales of the n local columns of a matmul's weight into ch->scl: the stored
+ * shard holds global columns [cb·lc, cb·lc + lc); a gathered buffer holds, for
+ * each gathered column block, the storage block recorded at its gather. */
+static const float *matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws)
+{
+    const float *full = ch->lscale[ch->li * SP_W_COUNT + s->weight];
+    int64_t lc = ws->local_cols;
+    if (!s->wbuf) return full + (int64_t)aidx(ch, ws->col_axes) * lc;
+    int ncb = ch->wb_ncb[s->wbuf];
+    if (ncb * lc != s->n) return NULL;
+    for (int b = 0; b < ncb; b++) {
+        const float *src = full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc;
+        memcpy(ch->scl + b * lc, src, (size_t)lc * sizeof *src);
+    }
+    return ch->scl;
 }
 
 /* ---- collectives ------------------------------------------------------------ */
@@ -237,8 +273,8 @@ static sp_status run_coll(chip *ch, const sp_step *s)
     switch (co->kind) {
     case SP_COLL_ALLGATHER: {
         const void *src;
+        sp_weight w = SP_W_NONE;
         if (co->is_weight) {
-            sp_weight w = SP_W_NONE;
             switch (s->dst) {
             case SP_BUF_WQ: w = SP_W_Q; break;
             case SP_BUF_WK: w = SP_W_K; break;
@@ -257,6 +293,15 @@ static sp_status run_coll(chip *ch, const sp_step *s)
         if (st) return st;
         char *dst = ch->buf[s->dst];
         int64_t ld = cols * nca;
+        if (co->is_weight) {
+            /* gathered column block cb holds the storage column block of its source */
+            const sp_weight_spec *ws = &ch->prog->wspec[w];
+            if (nca > 64) return spi_fail(SP_EINVAL, "weight gather into %s", sp_buf_name(s->dst));
+            ch->wb_ncb[s->dst] = nca;
+            for (int g = 0; g < K; g++)
+                ch->wb_cblk[s->dst][sp_lower_axes_index(ch->l, members[g], co->col_axes)] =
+                    sp_lower_axes_index(ch->l, members[g], ws->col_axes);
+        }
         for (int g = 0; g < K; g++) {
             int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
             int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
@@ -493,6 +538,10 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         if (s->wbuf) {
             v.data = ch->buf[s->wbuf];
             v.ld = s->n;
+            if (s->n % ws->local_cols)
+                return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs gathered shards of (%lld, %lld)",
+                                sp_weight_name(s->weight), (long long)s->k, (long long)s->n,
+                                (long long)ws->local_rows, (long long)ws->local_cols);
         } else {
             if (ws->local_rows != s->k || ws->local_cols != s->n)
                 return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs shard (%lld, %lld)",
@@ -500,7 +549,11 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                                 (long long)ws->local_rows, (long long)ws->local_cols);
             v.data = ch->lw[ch->li * SP_W_COUNT + s->weight];
             v.ld = ws->local_cols;
-            v.scale = ch->lscale[ch->li * SP_W_COUNT + s->weight];
+        }
+        if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) {
+            if (!(v.scale = matmul_scales(ch, s, ws)))
+                return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
+                                sp_weight_name(s->weight), sp_buf_name(s->wbuf), ch->wb_ncb[s->wbuf], (long long)s->n);
         }
         return sp_kern_matmul(ch->buf[s->dst], ch->buf[s->src], &v, NULL, s->m, s->k, s->n,
                               s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE, ch->mm_scr, ch->mm_bytes);
@@ -646,6 +699,10 @@ static sp_status chip_setup(chip *ch)
             SP_CHECK(build_shard(ch, &pf->wspec[w], first + li, &ch->lw[li * SP_W_COUNT + w],
                                  &ch->lscale[li * SP_W_COUNT + w]));
     }
+    int64_t maxc = 1;
+    for (int w = SP_W_Q; w <= SP_W_OUT; w++)
+        if (pf->wspec[w].present && pf->wspec[w].cols > maxc) maxc = pf->wspec[w].cols;
+    if (!(ch->scl = malloc((size_t)maxc * sizeof *ch->scl))) return spi_fail(SP_ENOMEM, "scales");
     float *dummy = NULL;
     for (int w = SP_W_EMBED; w <= SP_W_LMHEAD; w++)
         if (pf->wspec[w].present) SP_CHECK(build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
@@ -662,6 +719,7 @@ static void chip_teardown(chip *ch)
         for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lscale[i]);
     free(ch->lw);
     free(ch->lscale);
+    free(ch->scl);
     for (int w = 0; w < SP_W_COUNT; w++) free(ch->wt[w]);
     free(ch->kc);
     free(ch->vc);
@@ -809,12 +867,9 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (backend != SP_COMM_BACKEND_THREADS)
         return spi_fail(SP_ENOTSUP, "the executor runs on the threads backend only (asked: %s)",
                         sp_comm_backend_name(backend));
-    if (l->weights != SP_DT_F32 && l->weights != SP_DT_BF16 && l->weights != SP_DT_F16) {
-        for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
-            if (l->phase[ph].ffn != SP_FL_WS1D && l->phase[ph].ffn != SP_FL_WS2D)
-                return spi_fail(SP_ENOTSUP, "%s weights with the weight-gathered layout %s (per-column scales "
-                                "are not gathered)", sp_dtype_name(l->weights), sp_ffn_layout_name(l->phase[ph].ffn));
-    }
+    if (l->weights != SP_DT_F32 && l->weights != SP_DT_BF16 && l->weights != SP_DT_F16 && l->weights != SP_DT_INT8 &&
+        l->weights != SP_DT_FP8)
+        return spi_fail(SP_ENOTSUP, "weights dtype %s", sp_dtype_name(l->weights));
     if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(l->kv));
     if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");

@@ -20,8 +20,13 @@
  * sampled tokens back to stage 0 (same tensor coordinates) after every step;
  * those bytes are not in the program and are counted in token_bytes only.
  *
- * Supported: weights F32 (any layout), BF16 / INT8 for weight-stationary
- * layouts (no weight gathers); KV cache F32 or BF16.
+ * Supported: weights F32, BF16, F16, INT8 and FP8 under every layout,
+ * weight-gathered ones included (gathers move the storage dtype's bytes; the
+ * INT8/FP8 per-column scales are fp32, kept for each matrix's whole global
+ * column range on every chip and never communicated, as the lowering's
+ * memory accounting says); KV cache F32 or BF16.  Pass weights already
+ * round-tripped with sp_weights_quantize(w, layout.weights) to get exactly
+ * the numbers the single-chip reference computes on them.
  */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H

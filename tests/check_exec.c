@@ -51,6 +51,31 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=2x1x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=1x4x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    /* quantised weights: the reference runs on the round-tripped weights;
+     * gathers move storage bytes, per-column scales stay whole on every chip */
+#define BF16 "weights=bf16,kv=f32,"
+#define INT8 "weights=int8,kv=f32,"
+#define FP8 "weights=fp8,kv=f32,"
+    {"tiny-llama", "mesh=2x2x2," BF16 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," BF16 "prefill=ws2d/heads,decode=ws2d/heads", 8, 5, 16},
+    {"tiny-palm", "mesh=2x2x1," BF16 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x2," BF16 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," BF16 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," BF16 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," BF16 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," INT8 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x2," INT8 "prefill=ws2d/heads,decode=ws2d/heads", 8, 5, 16},
+    {"tiny-palm", "mesh=2x2x1," INT8 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},
+    {"tiny-llama", "mesh=2x1x2," INT8 "prefill=wg-x/heads,decode=ws2d/batch", 4, 5, 16},
+    {"tiny-palm", "mesh=2x2x2," INT8 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-llama", "mesh=1x4x2," INT8 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x2," INT8 "prefill=wg-xyz/batch,decode=wg-xyz/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," INT8 "prefill=wg-xyz/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," INT8 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," INT8 "prefill=wg-x/heads,decode=ws2d/batch", 4, 5, 16},
+    {"tiny-gpt2", "stages=2,microbatches=2,mesh=1x2x1," INT8 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-llama", "mesh=2x2x2," FP8 "prefill=wg-xy/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-palm", "mesh=2x1x2," FP8 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -70,6 +95,7 @@ START_TEST(test_layout_matches_reference)
     ck_assert_msg(sp_layout_parse(c->layout, &l, &err) == SP_OK, "%s: %s", c->layout, err.text);
     sp_weights w;
     ck_assert_int_eq(sp_weights_build_random(&m, 1234 + (uint64_t)_i, &w), SP_OK);
+    ck_assert_int_eq(sp_weights_quantize(&w, l.weights), SP_OK);
     int64_t B = c->B, P = c->P, G = c->G, V = m.vocab;
     int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt);
     int32_t *rtok = malloc((size_t)(B * G) * sizeof *rtok), *etok = calloc((size_t)(B * G), sizeof *etok);
