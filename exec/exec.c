@@ -19,7 +19,9 @@ struct sp_exec {
     int64_t B, P, G;
     const sp_weights *w;
     sp_comm_world *world;
+    sp_comm_backend backend;
     int nchips;
+    int local_first, local_count;    /* chips this process hosts (MPI: one) */
     /* run */
     const int32_t *prompt;
     sp_kern_sample_opts samp;
@@ -69,6 +71,7 @@ typedef struct chip {
     uint64_t token_bytes;
     int64_t comm_steps, mismatches;
     char first_mismatch[256];
+    double prefill_s, decode_step_s, tokens_per_s;   /* chip 0 only */
 } chip;
 
 static double now_s(void)
@@ -736,6 +739,107 @@ static void chip_teardown(chip *ch)
     free(ch->dc);
 }
 
+/* ---- results across processes (MPI: one chip per process) -----------------------
+ * Every chip contributes its statistics and its replica's rows of the tokens
+ * and last logits (meaningful on the writer chips: last stage, x = y = z = 0);
+ * an all-gather over the whole mesh gives every process the job's totals and
+ * every sequence.  Bytes moved here are not part of any program step. */
+typedef struct xstats {
+    uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
+    uint64_t token_bytes;
+    int64_t comm_steps, mismatches;
+    double prefill_s, decode_step_s, tokens_per_s;
+    char first_mismatch[256];
+} xstats;
+
+static void chip_xstats(const chip *ch, xstats *x)
+{
+    memset(x, 0, sizeof *x);
+    memcpy(x->meas, ch->meas, sizeof x->meas);
+    memcpy(x->pred, ch->pred, sizeof x->pred);
+    memcpy(x->measr, ch->measr, sizeof x->measr);
+    memcpy(x->predr, ch->predr, sizeof x->predr);
+    x->token_bytes = ch->token_bytes;
+    x->comm_steps = ch->comm_steps;
+    x->mismatches = ch->mismatches;
+    x->prefill_s = ch->prefill_s;
+    x->decode_step_s = ch->decode_step_s;
+    x->tokens_per_s = ch->tokens_per_s;
+    memcpy(x->first_mismatch, ch->first_mismatch, sizeof x->first_mismatch);
+}
+
+/* adds chip totals x into st (the first mismatch text from the lowest rank) */
+static void add_xstats(sp_exec_stats *st, const xstats *x, int rank)
+{
+    for (int k = 0; k < SP_COLL_COUNT; k++) {
+        st->measured_bytes[k] += x->meas[k];
+        st->predicted_bytes[k] += x->pred[k];
+        st->measured_recv[k] += x->measr[k];
+        st->predicted_recv[k] += x->predr[k];
+    }
+    st->token_bytes += x->token_bytes;
+    st->comm_steps += x->comm_steps;
+    if (x->mismatches && !st->mismatches)
+        snprintf(st->first_mismatch, sizeof st->first_mismatch, "%s", x->first_mismatch);
+    st->mismatches += x->mismatches;
+    if (rank == 0) {
+        st->prefill_s = x->prefill_s;
+        st->decode_step_s = x->decode_step_s;
+        st->tokens_per_s = x->tokens_per_s;
+    }
+}
+
+static int is_writer(const sp_exec *ex, const int *c)
+{
+    return c[SP_AXIS_STAGE] == ex->l.stages - 1 && c[SP_AXIS_X] == 0 && c[SP_AXIS_Y] == 0 && c[SP_AXIS_Z] == 0;
+}
+
+static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
+{
+    sp_exec *ex = ch->ex;
+    int n = ex->nchips;
+    int64_t G = ex->G, V = ch->m->vocab, nl = ex->last_logits ? Br * V : 0;
+    size_t blk = sizeof(xstats) + (size_t)(Br * G) * sizeof(int32_t) + (size_t)nl * sizeof(float);
+    blk = (blk + 7) & ~(size_t)7;
+    char *send = calloc(1, blk), *recv = malloc(blk * (size_t)n);
+    int *members = malloc((size_t)n * sizeof *members);
+    sp_status st = SP_OK;
+    if (!send || !recv || !members) st = spi_fail(SP_ENOMEM, "result exchange");
+    if (!st) {
+        xstats x;
+        chip_xstats(ch, &x);
+        memcpy(send, &x, sizeof x);
+        memcpy(send + sizeof x, ex->tokens + base * G, (size_t)(Br * G) * sizeof(int32_t));
+        if (nl) memcpy(send + sizeof x + (size_t)(Br * G) * 4, ex->last_logits + base * V, (size_t)nl * sizeof(float));
+        st = sp_comm_allgather(ch->c, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
+    }
+    if (!st) {
+        sp_mesh_group_members(&ex->mesh, ch->rank, SP_AXES_ALL, members);
+        sp_exec_stats tot;
+        memset(&tot, 0, sizeof tot);
+        for (int g = 0; g < n; g++) {
+            const char *b = recv + (size_t)g * blk;
+            xstats x;
+            memcpy(&x, b, sizeof x);
+            add_xstats(&tot, &x, members[g]);
+            int c[SP_AXIS_COUNT];
+            sp_mesh_coords(&ex->mesh, members[g], c);
+            if (!is_writer(ex, c) || (members[g] >= ex->local_first && members[g] < ex->local_first + ex->local_count))
+                continue;
+            int64_t rb = c[SP_AXIS_REPLICA] * Br;
+            memcpy(ex->tokens + rb * G, b + sizeof x, (size_t)(Br * G) * sizeof(int32_t));
+            if (nl) memcpy(ex->last_logits + rb * V, b + sizeof x + (size_t)(Br * G) * 4, (size_t)nl * sizeof(float));
+        }
+        pthread_mutex_lock(&ex->mu);
+        ex->st = tot;
+        pthread_mutex_unlock(&ex->mu);
+    }
+    free(send);
+    free(recv);
+    free(members);
+    return st;
+}
+
 static sp_status chip_run(chip *ch)
 {
     sp_exec *ex = ch->ex;
@@ -812,10 +916,11 @@ static sp_status chip_run(chip *ch)
     }
     if (!st && ch->rank == 0) {
         double t2 = now_s();
-        ex->st.prefill_s = t1 - t0;
-        ex->st.decode_step_s = G > 1 ? (t2 - t1) / (double)(G - 1) : 0;
-        ex->st.tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
+        ch->prefill_s = t1 - t0;
+        ch->decode_step_s = G > 1 ? (t2 - t1) / (double)(G - 1) : 0;
+        ch->tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
     }
+    if (!st && ex->local_count < ex->nchips) st = exchange_results(ch, Br, base);
     free(cur);
     free(in);
     free(rng);
@@ -833,17 +938,12 @@ static void *chip_thread(void *arg)
         ex->err = st;
         snprintf(ex->errmsg, sizeof ex->errmsg, "%s", sp_last_error());
     }
-    for (int k = 0; k < SP_COLL_COUNT; k++) {
-        ex->st.measured_bytes[k] += ch->meas[k];
-        ex->st.predicted_bytes[k] += ch->pred[k];
-        ex->st.measured_recv[k] += ch->measr[k];
-        ex->st.predicted_recv[k] += ch->predr[k];
+    if (ex->local_count == ex->nchips) {
+        /* every chip is here: sum in place */
+        xstats x;
+        chip_xstats(ch, &x);
+        add_xstats(&ex->st, &x, ch->rank);
     }
-    ex->st.token_bytes += ch->token_bytes;
-    ex->st.comm_steps += ch->comm_steps;
-    if (ch->mismatches && !ex->st.mismatches)
-        snprintf(ex->st.first_mismatch, sizeof ex->st.first_mismatch, "%s", ch->first_mismatch);
-    ex->st.mismatches += ch->mismatches;
     pthread_mutex_unlock(&ex->mu);
     if (st) sp_comm_abort(ex->world, sp_last_error());
     sp_comm_close(ch->c);
@@ -864,9 +964,9 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);
-    if (backend != SP_COMM_BACKEND_THREADS)
-        return spi_fail(SP_ENOTSUP, "the executor runs on the threads backend only (asked: %s)",
-                        sp_comm_backend_name(backend));
+    if (backend != SP_COMM_BACKEND_THREADS && backend != SP_COMM_BACKEND_MPI)
+        return spi_fail(SP_ENOTSUP, "the executor runs on the threads and MPI backends (asked: %s): the CUDA "
+                        "executor is not built into run yet", sp_comm_backend_name(backend));
     if (l->weights != SP_DT_F32 && l->weights != SP_DT_BF16 && l->weights != SP_DT_F16 && l->weights != SP_DT_INT8 &&
         l->weights != SP_DT_FP8)
         return spi_fail(SP_ENOTSUP, "weights dtype %s", sp_dtype_name(l->weights));
@@ -895,7 +995,9 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     sp_layout_mesh(l, &ex->mesh);
     ex->nchips = sp_mesh_size(&ex->mesh);
     pthread_mutex_init(&ex->mu, NULL);
+    ex->backend = backend;
     st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
+    if (!st) st = sp_comm_world_local_ranks(ex->world, &ex->local_first, &ex->local_count);
     if (st) {
         sp_exec_free(ex);
         return st;
@@ -927,7 +1029,7 @@ sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_o
     memset(&ex->st, 0, sizeof ex->st);
     ex->err = SP_OK;
     ex->errmsg[0] = '\0';
-    int n = ex->nchips;
+    int n = ex->local_count;
     chip *chips = calloc((size_t)n, sizeof *chips);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     if (!chips || !th) {
@@ -937,8 +1039,9 @@ sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_o
     }
     sp_kern_set_blas_threads(1);
     int started = 0;
-    for (int r = 0; r < n; r++) {
-        chip *ch = &chips[r];
+    for (int i = 0; i < n; i++) {
+        chip *ch = &chips[i];
+        int r = ex->local_first + i;
         ch->ex = ex;
         ch->m = &ex->m;
         ch->l = &ex->l;
@@ -946,7 +1049,7 @@ sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_o
         sp_mesh_coords(&ex->mesh, r, ch->coords);
         ch->stage = ch->coords[SP_AXIS_STAGE];
         ch->replica = ch->coords[SP_AXIS_REPLICA];
-        if (pthread_create(&th[r], NULL, chip_thread, ch)) {
+        if (pthread_create(&th[i], NULL, chip_thread, ch)) {
             sp_comm_abort(ex->world, "thread creation failed");
             if (!ex->err) {
                 ex->err = SP_ENOMEM;

@@ -1,7 +1,8 @@
 /*
  * sp_exec.h: the program interpreter (design.md §7).  Runs the per-chip
  * programs of sp_lower (prefill, then one decode program per generated
- * token) on a communicator backend, one thread per chip (THREADS backend).
+ * token) on a communicator backend: one thread per chip this process hosts
+ * (THREADS: every chip; MPI: the one chip of this rank, sp_comm_world_local_ranks).
  *
  *   sp_exec *ex;
  *   SP_CHECK(sp_exec_build(&model, &layout, B, P, G, &weights, SP_COMM_BACKEND_THREADS, &ex));
@@ -61,7 +62,11 @@ typedef struct sp_exec_stats {
 } sp_exec_stats;
 
 /* Validates the layout against the model and the job (lowers every stage
- * for both phases) and creates the communicator world.  weights are
+ * for both phases) and creates the communicator world.  MPI: every process
+ * of the job calls it with the same arguments (the validation is the same
+ * pure function everywhere, so every rank accepts or rejects alike); the
+ * world size must equal the layout's chips.  NCCL: SP_ENOTSUP (the CUDA
+ * executor is not built into run yet).  weights are
  * borrowed until sp_exec_free.  SP_EINVAL with the reason when the layout
  * does not apply; SP_ENOTSUP for what the executor does not implement. */
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
