@@ -1,18 +1,253 @@
-/* cmd_run.c: `shardplan run`: run a model under a layout on the threads backend. */
+/* cmd_run.c: `shardplan run`: run a model under a layout (given, or planned
+ * with sp_autoconfig) on the threads backend, or one chip per rank under
+ * `mpirun -np N shardplan run --backend mpi`. */
 #include "config.h"
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "sp_plan.h"
 #include "exec/sp_exec.h"
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+#ifdef HAVE_CUDA
+#include "kernels/cuda/sp_cuda.h"
+#endif
 
 static void usage(void)
 {
-    printf("usage: shardplan run --model M --chips N --batch B --prompt P --gen G --layout FILE|STRING\n"
-           "                     [--backend threads] [--seed S] [--weights-dtype f32|bf16|int8] [--json]\n"
-           "Runs prefill + greedy decode with random weights (seed S) on N chips (threads).\n"
-           "--layout is required (auto is not available yet).  Exit 2: layout does not fit.\n");
+    printf("usage: shardplan run --model M --batch B --prompt P --gen G --layout FILE|STRING|auto\n"
+           "                     [--chips N] [--hw H] [--backend threads|mpi|cuda] [--seed S]\n"
+           "                     [--weights-dtype f32|bf16|f16|int8|fp8] [--logits FILE] [--json]\n"
+           "Runs prefill + greedy decode of M with random weights (seed S) under a layout and\n"
+           "checks that every collective moves the bytes the lowering predicts.\n"
+           "  --layout auto      plan the layout with sp_autoconfig (minimum total latency) for\n"
+           "                     --chips N chips of the hardware --hw H (required: the executor\n"
+           "                     runs on this CPU, so H only decides the split; there is no CPU\n"
+           "                     profile).  The chosen layout is printed.\n"
+           "  --backend threads  every chip is a thread of this process (default)\n"
+           "  --backend mpi      one chip per rank: mpirun -np N shardplan run --backend mpi ...\n"
+           "                     (rank 0 prints; every rank checks the inputs alike)\n"
+           "  --backend cuda     not available: the CUDA executor is not built into run yet\n"
+           "  --weights-dtype    storage of the layer matrices (default: the layout's)\n"
+           "  --logits FILE      write the last step's logits, (B, vocab) float32, raw\n"
+           "Exit 0: ran and bytes matched; 1: no layout fits (auto) or bytes differ;\n"
+           "2: bad usage, or the layout does not apply to the model and job (reason on stderr).\n");
+}
+
+typedef struct run_args {
+    const char *model, *layout, *wdt, *hw, *logits;
+    long long chips, B, P, G, seed;
+    int json, mpi;
+} run_args;
+
+static int is_root = 1;   /* prints (MPI: rank 0) */
+
+static int fail(sp_status st, const sp_error *err)
+{
+    if (is_root) return cli_report(st, err);
+    return cli_exit_for(st);
+}
+
+static json_t *bytes_obj(const uint64_t *v)
+{
+    json_t *o = json_object();
+    for (int k = 0; k < SP_COLL_COUNT; k++) json_object_set_new(o, sp_coll_kind_name(k), json_integer((json_int_t)v[k]));
+    return o;
+}
+
+static void print_report(const run_args *a, const sp_layout *l, int planned, const sp_model *m, const int32_t *tok,
+                         const sp_exec_stats *s)
+{
+    char lt[512];
+    sp_layout_format(l, lt, sizeof lt);
+    long long B = a->B, G = a->G;
+    if (a->json) {
+        json_t *toks = json_array();
+        for (long long b = 0; b < B; b++) {
+            json_t *row = json_array();
+            for (long long g = 0; g < G; g++) json_array_append_new(row, json_integer(tok[b * G + g]));
+            json_array_append_new(toks, row);
+        }
+        json_t *comm = json_object();
+        json_object_set_new(comm, "measured_bytes", bytes_obj(s->measured_bytes));
+        json_object_set_new(comm, "predicted_bytes", bytes_obj(s->predicted_bytes));
+        json_object_set_new(comm, "measured_recv", bytes_obj(s->measured_recv));
+        json_object_set_new(comm, "predicted_recv", bytes_obj(s->predicted_recv));
+        json_object_set_new(comm, "token_bytes", json_integer((json_int_t)s->token_bytes));
+        json_object_set_new(comm, "steps", json_integer(s->comm_steps));
+        json_object_set_new(comm, "mismatches", json_integer(s->mismatches));
+        if (s->mismatches) json_object_set_new(comm, "first_mismatch", json_string(s->first_mismatch));
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(m->name));
+        json_object_set_new(o, "layout", json_string(lt));
+        json_object_set_new(o, "layout_source", json_string(planned ? "auto" : "given"));
+        if (planned) json_object_set_new(o, "planned_for_hw", json_string(a->hw));
+        json_object_set_new(o, "backend", json_string(a->mpi ? "mpi" : "threads"));
+        json_object_set_new(o, "chips", json_integer(sp_layout_chips(l)));
+        json_object_set_new(o, "batch", json_integer(B));
+        json_object_set_new(o, "prompt", json_integer(a->P));
+        json_object_set_new(o, "gen", json_integer(G));
+        json_object_set_new(o, "tokens", toks);
+        json_object_set_new(o, "prefill_s", json_real(s->prefill_s));
+        json_object_set_new(o, "decode_step_s", json_real(s->decode_step_s));
+        json_object_set_new(o, "tokens_per_s", json_real(s->tokens_per_s));
+        json_object_set_new(o, "comm", comm);
+        cli_print_json(o, stdout);
+        json_decref(o);
+        return;
+    }
+    if (planned) printf("layout (auto: sp_autoconfig for %d x %s): %s\n", sp_layout_chips(l), a->hw, lt);
+    else printf("layout: %s\n", lt);
+    printf("backend: %s, %d chips\n", a->mpi ? "mpi" : "threads", sp_layout_chips(l));
+    for (long long b = 0; b < B; b++) {
+        printf("seq %lld:", b);
+        for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
+        printf("\n");
+    }
+    printf("prefill %.6f s, %.6f s/token, %.1f tokens/s\n", s->prefill_s, s->decode_step_s, s->tokens_per_s);
+    printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
+    for (int k = 0; k < SP_COLL_COUNT; k++)
+        printf("%-15s %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s->measured_bytes[k],
+               (unsigned long long)s->predicted_bytes[k]);
+    printf("pipeline token hand-off: %llu B; byte mismatches: %lld%s%s%s\n", (unsigned long long)s->token_bytes,
+           (long long)s->mismatches, s->mismatches ? " (first: " : "", s->mismatches ? s->first_mismatch : "",
+           s->mismatches ? ")" : "");
+}
+
+/* The layout: parsed, or planned for a->hw on a->chips chips. */
+static int get_layout(const run_args *a, const sp_model *m, sp_layout *l, int *planned)
+{
+    sp_error err;
+    memset(&err, 0, sizeof err);
+    sp_status st;
+    *planned = !strcmp(a->layout, "auto");
+    if (!*planned) {
+        if ((st = cli_load_layout(a->layout, l, &err))) return fail(st, &err);
+    } else {
+        sp_hw hw;
+        if ((st = sp_hw_find(a->hw, &hw, &err))) return fail(st, &err);
+        sp_plan_opts o;
+        sp_plan_opts_init(&o);
+        o.frontier = 0;
+        o.rivals = 0;
+        o.search_min_chips = 0;
+        if (a->wdt && strcmp(a->wdt, "f32") && strcmp(a->wdt, "f16")) {
+            sp_plan_weights pw;
+            if ((st = sp_plan_weights_parse(a->wdt, &pw))) return fail(st, NULL);
+            o.weights = pw;
+        }
+        sp_workload wl = {a->B, a->P, a->G};
+        if ((st = sp_autoconfig(m, &hw, (int)a->chips, a->B, &wl, &o, l))) return fail(st, NULL);
+    }
+    if (a->wdt) {
+        sp_dtype d;
+        if ((st = sp_dtype_parse(a->wdt, &d))) return fail(st, NULL);
+        l->weights = d;
+    }
+    if (a->chips && a->chips != sp_layout_chips(l)) {
+        if (is_root) cli_errorf("layout uses %d chips, --chips is %lld", sp_layout_chips(l), a->chips);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int write_logits(const char *path, const float *lg, long long n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(lg, sizeof *lg, (size_t)n, f) != (size_t)n) {
+        if (f) fclose(f);
+        cli_errorf("cannot write logits to %s", path);
+        return CLI_EXIT_USAGE;
+    }
+    if (fclose(f)) {
+        cli_errorf("cannot write logits to %s", path);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int run_job(const run_args *a)
+{
+    sp_error err;
+    memset(&err, 0, sizeof err);
+    sp_model m;
+    sp_status st = sp_model_find(a->model, &m, &err);
+    if (st) return fail(st, &err);
+    sp_layout l;
+    int planned = 0, rc = get_layout(a, &m, &l, &planned);
+    if (rc) return rc;
+    sp_weights w;
+    if ((st = sp_weights_build_random(&m, (uint64_t)a->seed, &w))) return fail(st, NULL);
+    if ((st = sp_weights_quantize(&w, l.weights))) {
+        sp_weights_free(&w);
+        return fail(st, NULL);
+    }
+    sp_exec *ex = NULL;
+    st = sp_exec_build(&m, &l, a->B, a->P, a->G, &w, a->mpi ? SP_COMM_BACKEND_MPI : SP_COMM_BACKEND_THREADS, &ex);
+    if (st) {
+        sp_weights_free(&w);
+        if (st == SP_EINVAL && is_root) {
+            char lt[512];
+            cli_errorf("layout %s does not apply: %s", sp_layout_format(&l, lt, sizeof lt), sp_last_error());
+            return CLI_EXIT_USAGE;
+        }
+        return fail(st, NULL);
+    }
+    long long B = a->B, P = a->P, G = a->G, V = m.vocab;
+    int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt), *tok = calloc((size_t)(B * G), sizeof *tok);
+    float *lg = a->logits ? calloc((size_t)(B * V), sizeof *lg) : NULL;
+    if (!prompt || !tok || (a->logits && !lg)) st = SP_ENOMEM;
+    uint64_t rs = (uint64_t)a->seed;
+    for (long long i = 0; !st && i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)V);
+    sp_exec_stats s;
+    memset(&s, 0, sizeof s);
+    if (!st) st = sp_exec_run(ex, prompt, NULL, tok, lg, &s);
+    if (st) {
+#ifdef HAVE_MPI
+        if (a->mpi) {
+            /* a peer may be waiting in a collective: end the whole job */
+            fprintf(stderr, "shardplan: run failed (%s): %s; aborting the MPI job\n", sp_status_str(st),
+                    sp_last_error());
+            MPI_Abort(MPI_COMM_WORLD, cli_exit_for(st) ? cli_exit_for(st) : 3);
+        }
+#endif
+        rc = fail(st, NULL);
+    } else if (is_root) {
+        print_report(a, &l, planned, &m, tok, &s);
+        if (a->logits) rc = write_logits(a->logits, lg, B * V);
+        if (!rc && s.mismatches) rc = CLI_EXIT_INFEASIBLE;
+        for (int k = 0; k < SP_COLL_COUNT && !rc; k++)
+            if (s.measured_bytes[k] != s.predicted_bytes[k] || s.measured_recv[k] != s.predicted_recv[k])
+                rc = CLI_EXIT_INFEASIBLE;
+        if (rc == CLI_EXIT_INFEASIBLE) cli_errorf("measured bytes differ from the lowering's prediction");
+    }
+    free(prompt);
+    free(tok);
+    free(lg);
+    sp_exec_free(ex);
+    sp_weights_free(&w);
+    return rc;
+}
+
+/* --backend cuda: says why it cannot run; always exit 2 */
+static int cuda_refusal(void)
+{
+#ifdef HAVE_CUDA
+    char why[256] = "";
+    if (!sp_cuda_available(why, sizeof why)) {
+        cli_errorf("--backend cuda: no GPU is visible (%s); besides, the CUDA executor is not built into run yet", why);
+        return CLI_EXIT_USAGE;
+    }
+    cli_errorf("--backend cuda: the CUDA executor is not built into run yet (a GPU is visible; use --backend "
+               "threads or mpi)");
+#else
+    cli_errorf("--backend cuda: the CUDA executor is not built into run yet (and this build has no CUDA: "
+               "configure --with-cuda)");
+#endif
+    return CLI_EXIT_USAGE;
 }
 
 int cli_cmd_run(int argc, char **argv)
@@ -20,97 +255,58 @@ int cli_cmd_run(int argc, char **argv)
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"chips", 1, 0, 'n'}, {"batch", 1, 0, 'b'}, {"prompt", 1, 0, 'p'},
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
-        {"weights-dtype", 1, 0, 'w'}, {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL, *layout = NULL, *wdt = NULL;
-    long long chips = 0, B = 1, P = 8, G = 8, seed = 1;
-    int json = 0, c;
+        {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    run_args a;
+    memset(&a, 0, sizeof a);
+    a.B = 1;
+    a.P = 8;
+    a.G = 8;
+    a.seed = 1;
+    int c, cuda = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case 'l': layout = optarg; break;
-        case 'w': wdt = optarg; break;
-        case 'k': if (strcmp(optarg, "threads")) return cli_usage("run", "backend %s: only threads", optarg); break;
-        case 'n': if (cli_parse_long("run", "--chips", optarg, 1, 4096, &chips)) return CLI_EXIT_USAGE; break;
-        case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &B)) return CLI_EXIT_USAGE; break;
-        case 'p': if (cli_parse_long("run", "--prompt", optarg, 1, 1 << 20, &P)) return CLI_EXIT_USAGE; break;
-        case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &G)) return CLI_EXIT_USAGE; break;
-        case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &seed)) return CLI_EXIT_USAGE; break;
-        case 'j': json = 1; break;
+        case 'm': a.model = optarg; break;
+        case 'l': a.layout = optarg; break;
+        case 'w': a.wdt = optarg; break;
+        case 'H': a.hw = optarg; break;
+        case 'L': a.logits = optarg; break;
+        case 'k':
+            if (!strcmp(optarg, "mpi")) a.mpi = 1;
+            else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl")) cuda = 1;
+            else if (strcmp(optarg, "threads")) return cli_usage("run", "--backend %s: threads, mpi or cuda", optarg);
+            break;
+        case 'n': if (cli_parse_long("run", "--chips", optarg, 1, 4096, &a.chips)) return CLI_EXIT_USAGE; break;
+        case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &a.B)) return CLI_EXIT_USAGE; break;
+        case 'p': if (cli_parse_long("run", "--prompt", optarg, 1, 1 << 20, &a.P)) return CLI_EXIT_USAGE; break;
+        case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; break;
+        case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &a.seed)) return CLI_EXIT_USAGE; break;
+        case 'j': a.json = 1; break;
         case 'h': usage(); return CLI_EXIT_OK;
         default: return cli_usage("run", "unknown option");
         }
     }
-    if (!model || !layout) return cli_usage("run", "--model and --layout are required");
-    sp_error err;
-    memset(&err, 0, sizeof err);
-    sp_model m;
-    sp_status st = sp_model_find(model, &m, &err);
-    if (st) return cli_report(st, &err);
-    sp_layout l;
-    st = cli_load_layout(layout, &l, &err);
-    if (st) return cli_report(st, &err);
-    if (wdt) {
-        sp_dtype d;
-        if ((st = sp_dtype_parse(wdt, &d))) return cli_report(st, NULL);
-        l.weights = d;
+    if (optind < argc) return cli_usage("run", "unexpected argument '%s'", argv[optind]);
+    if (cuda) return cuda_refusal();
+    if (!a.model || !a.layout) return cli_usage("run", "--model and --layout are required");
+    if (!strcmp(a.layout, "auto") && (!a.hw || !a.chips))
+        return cli_usage("run", "--layout auto needs --chips and --hw (the hardware the split is planned for; "
+                                "the run itself is on this CPU)");
+    if (!a.mpi) return run_job(&a);
+#ifdef HAVE_MPI
+    /* this program initialises MPI, so it also finalizes it (exec/comm_mpi.c) */
+    int provided = 0, rank = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        cli_errorf("--backend mpi: MPI_Init_thread failed");
+        return CLI_EXIT_INTERNAL;
     }
-    if (chips && chips != sp_layout_chips(&l)) {
-        cli_errorf("layout uses %d chips, --chips is %lld", sp_layout_chips(&l), chips);
-        return CLI_EXIT_USAGE;
-    }
-    sp_weights w;
-    if ((st = sp_weights_build_random(&m, (uint64_t)seed, &w))) return cli_report(st, NULL);
-    if (l.weights != SP_DT_F32 && (st = sp_weights_quantize(&w, l.weights))) return cli_report(st, NULL);
-    sp_exec *ex = NULL;
-    if ((st = sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex))) {
-        sp_weights_free(&w);
-        return cli_report(st, NULL);
-    }
-    int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt), *tok = calloc((size_t)(B * G), sizeof *tok);
-    uint64_t rs = (uint64_t)seed;
-    for (long long i = 0; i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)m.vocab);
-    sp_exec_stats s;
-    st = sp_exec_run(ex, prompt, NULL, tok, NULL, &s);
-    int rc = CLI_EXIT_OK;
-    char lt[512];
-    sp_layout_format(&l, lt, sizeof lt);
-    if (st) rc = cli_report(st, NULL);
-    else if (json) {
-        printf("{\"layout\": \"%s\", \"tokens\": [", lt);
-        for (long long b = 0; b < B; b++) {
-            printf("%s[", b ? ", " : "");
-            for (long long g = 0; g < G; g++) printf("%s%d", g ? ", " : "", tok[b * G + g]);
-            printf("]");
-        }
-        printf("], \"prefill_s\": %.6f, \"decode_step_s\": %.6f, \"tokens_per_s\": %.3f, \"comm\": {\"measured_bytes\": {",
-               s.prefill_s, s.decode_step_s, s.tokens_per_s);
-        for (int k = 0; k < SP_COLL_COUNT; k++)
-            printf("%s\"%s\": %llu", k ? ", " : "", sp_coll_kind_name(k), (unsigned long long)s.measured_bytes[k]);
-        printf("}, \"predicted_bytes\": {");
-        for (int k = 0; k < SP_COLL_COUNT; k++)
-            printf("%s\"%s\": %llu", k ? ", " : "", sp_coll_kind_name(k), (unsigned long long)s.predicted_bytes[k]);
-        printf("}, \"token_bytes\": %llu, \"mismatches\": %lld}}\n", (unsigned long long)s.token_bytes,
-               (long long)s.mismatches);
-    } else {
-        printf("layout: %s\n", lt);
-        for (long long b = 0; b < B; b++) {
-            printf("seq %lld:", b);
-            for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
-            printf("\n");
-        }
-        printf("prefill %.6f s, %.6f s/token, %.1f tokens/s\n", s.prefill_s, s.decode_step_s, s.tokens_per_s);
-        printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
-        for (int k = 0; k < SP_COLL_COUNT; k++)
-            printf("%-15s %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s.measured_bytes[k],
-                   (unsigned long long)s.predicted_bytes[k]);
-        printf("pipeline token hand-off: %llu B; byte mismatches: %lld%s%s\n", (unsigned long long)s.token_bytes,
-               (long long)s.mismatches, s.mismatches ? " (first: " : "", s.mismatches ? s.first_mismatch : "");
-        if (s.mismatches) printf(")\n");
-    }
-    free(prompt);
-    free(tok);
-    sp_exec_free(ex);
-    sp_weights_free(&w);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    is_root = rank == 0;
+    int rc = run_job(&a);
+    MPI_Finalize();
     return rc;
+#else
+    return cli_usage("run", "--backend mpi: this build has no MPI (configure --with-mpi)");
+#endif
 }
