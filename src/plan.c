@@ -152,6 +152,22 @@ void sp_plan_opts_init(sp_plan_opts *o)
 }
 
 /* ---- the MILP ---- */
+struct spi_milp {
+    glp_prob *P;
+    const spi_space *s;
+    int n;                       /* x_c columns 1..n */
+    int mrow, lrow, trow;        /* memory, latency (bound and ε), throughput rows */
+    int frow0, frow_of;          /* forbid rows (one per rival kind) and the candidate they forbid around */
+    const double *lat, *ntps;
+    double *ul, *ut;             /* distinct latency and −tokens/s values, ascending */
+    int nul, nut;
+    int *ord;
+    double *pi;
+    unsigned char *fixed;        /* column currently fixed at 0 */
+    int *ind;
+    double *coef;
+};
+
 typedef struct order_ctx {
     const double *k1, *k2;
 } order_ctx;
@@ -171,184 +187,265 @@ static int cmp_dbl(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* rank[c] = 1 + number of distinct values below val[c]; *r_hi = distinct values <= hi. */
-static sp_status value_ranks(int n, const double *val, double hi, double *rank, double *r_hi)
+/* Sorted distinct values of val[0..n) into *u (new), count in *nu. */
+static sp_status distinct(int n, const double *val, double **u, int *nu)
 {
     double *s = malloc((size_t)(n ? n : 1) * sizeof *s);
     if (!s) return spi_fail(SP_ENOMEM, "planner: out of memory");
     memcpy(s, val, (size_t)n * sizeof *s);
     qsort(s, (size_t)n, sizeof *s, cmp_dbl);
-    int u = 0;
-    for (int i = 0; i < n; i++)
-        if (!u || s[i] != s[u - 1]) s[u++] = s[i];
-    for (int c = 0; c < n; c++) {
-        int lo = 0, hi2 = u;   /* first index with s[idx] >= val[c] */
-        while (lo < hi2) {
-            int mid = (lo + hi2) / 2;
-            if (s[mid] < val[c]) lo = mid + 1;
-            else hi2 = mid;
-        }
-        rank[c] = lo + 1;
-    }
     int k = 0;
-    while (k < u && s[k] <= hi) k++;
-    *r_hi = k;
-    free(s);
+    for (int i = 0; i < n; i++)
+        if (!k || s[i] != s[k - 1]) s[k++] = s[i];
+    *u = s;
+    *nu = k;
     return SP_OK;
 }
 
-sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_result *res, int *chosen,
-                         double *glpk_s)
+/* Number of values in u[0..n) below v (strictly) or, with or_equal, <= v. */
+static int count_below(const double *u, int n, double v, int or_equal)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (u[mid] < v || (or_equal && u[mid] == v)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void spi_milp_free(spi_milp *q)
+{
+    if (!q) return;
+    if (q->P) glp_delete_prob(q->P);
+    free(q->ul);
+    free(q->ut);
+    free(q->ord);
+    free(q->pi);
+    free(q->fixed);
+    free(q->ind);
+    free(q->coef);
+    free(q);
+}
+
+sp_status spi_milp_new(const spi_space *s, const double *lat, const double *ntps, spi_milp **out, double *glpk_s)
 {
     const int n = s->n;
-    *chosen = -1;
-    if (n == 0) {
-        *res = SP_PLAN_INFEASIBLE;
-        return SP_OK;
-    }
+    *out = NULL;
+    spi_milp *q = calloc(1, sizeof *q);
+    if (!q) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    q->s = s;
+    q->n = n;
+    q->lat = lat;
+    q->ntps = ntps;
+    q->ord = malloc((size_t)(n ? n : 1) * sizeof *q->ord);
+    q->pi = malloc((size_t)(n ? n : 1) * sizeof *q->pi);
+    q->fixed = calloc((size_t)(n ? n : 1), 1);
+    q->ind = malloc((size_t)(n + 32) * sizeof *q->ind);
+    q->coef = malloc((size_t)(n + 32) * sizeof *q->coef);
     sp_status st = SP_OK;
-    int *ord = malloc((size_t)n * sizeof *ord);
-    double *pi = malloc((size_t)n * sizeof *pi);
-    double *rank = malloc((size_t)n * SPI_ARRAY_LEN(r->bounds) * sizeof *rank);
-    int *ind = malloc((size_t)(n + 32) * sizeof *ind);
-    double *coef = malloc((size_t)(n + 32) * sizeof *coef);
-    int ycol[SPI_DEC_COUNT];
-    double r_hi[SPI_ARRAY_LEN(r->bounds)];
-    glp_prob *P = NULL;
-    if (!ord || !pi || !rank || !ind || !coef) {
+    if (!q->ord || !q->pi || !q->fixed || !q->ind || !q->coef) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory");
-        goto done;
+        goto fail;
     }
-    for (int c = 0; c < n; c++) ord[c] = c;
-    g_ord.k1 = r->key1;
-    g_ord.k2 = r->key2;
-    qsort(ord, (size_t)n, sizeof *ord, cmp_order);
-    for (int i = 0; i < n; i++) pi[ord[i]] = i;
-    for (int b = 0; b < r->n_bounds; b++)
-        SP_CHECKGOTO(value_ranks(n, r->bounds[b].val, r->bounds[b].hi, rank + (size_t)b * n, &r_hi[b]), st, done);
-
+    SP_CHECKGOTO(distinct(n, lat, &q->ul, &q->nul), st, fail);
+    SP_CHECKGOTO(distinct(n, ntps, &q->ut, &q->nut), st, fail);
     double t0 = now_s();
     int term = glp_term_out(GLP_OFF);
-    P = glp_create_prob();
+    glp_prob *P = q->P = glp_create_prob();
     glp_set_obj_dir(P, GLP_MIN);
     /* columns: x_c, then y_dv per decision */
-    glp_add_cols(P, n);
-    for (int c = 0; c < n; c++) {
-        glp_set_col_kind(P, c + 1, GLP_BV);
-        glp_set_obj_coef(P, c + 1, pi[c]);
-        /* implied bounds: the rows above choose exactly one candidate, so the
-         * memory, bound and forbid rows reduce to conditions on it alone; a
-         * candidate that breaks one on its own is fixed at 0 (presolve by the
-         * GUB structure, which GLPK's presolver does not see).  The rows stay. */
-        int out = (!r->ignore_memory && s->c[c].mem_over > 0) || (r->forbid && r->forbid[c]);
-        for (int b = 0; b < r->n_bounds && !out; b++) out = rank[(size_t)b * n + c] > r_hi[b];
-        if (out) glp_set_col_bnds(P, c + 1, GLP_FX, 0.0, 0.0);
-    }
-    int ny = 0;
+    if (n) glp_add_cols(P, n);
+    for (int c = 0; c < n; c++) glp_set_col_kind(P, c + 1, GLP_BV);
+    int ycol[SPI_DEC_COUNT], ny = 0;
     for (int d = 0; d < SPI_DEC_COUNT; d++) ny += s->nval[d];
-    int y0 = glp_add_cols(P, ny);
+    int y0 = ny ? glp_add_cols(P, ny) : n + 1;
     for (int d = 0, k = y0; d < SPI_DEC_COUNT; d++) {
         ycol[d] = k;
         for (int v = 0; v < s->nval[d]; v++, k++) glp_set_col_kind(P, k, GLP_BV);
     }
     /* exactly one value per decision */
-    glp_add_rows(P, SPI_DEC_COUNT);   /* rows 1..D; entries set with the y columns */
+    glp_add_rows(P, SPI_DEC_COUNT);
     for (int d = 0; d < SPI_DEC_COUNT; d++) glp_set_row_bnds(P, 1 + d, GLP_FX, 1.0, 1.0);
-    /* links: Σ_{c: v(c,d)=v} x_c − y_dv = 0, built column-wise */
-    {
-        int row0 = glp_add_rows(P, ny);
-        for (int k = 0; k < ny; k++) glp_set_row_bnds(P, row0 + k, GLP_FX, 0.0, 0.0);
-        int mrow = glp_add_rows(P, 1);   /* memory */
-        glp_set_row_bnds(P, mrow, GLP_UP, 0.0, 0.0);
-        int brow = r->n_bounds ? glp_add_rows(P, r->n_bounds) : 0;
-        for (int b = 0; b < r->n_bounds; b++) glp_set_row_bnds(P, brow + b, GLP_UP, 0.0, r_hi[b]);
-        int frow = 0;
-        if (r->forbid) {
-            frow = glp_add_rows(P, 1);
-            glp_set_row_bnds(P, frow, GLP_FX, 0.0, 0.0);
+    /* links Σ_{c: v(c,d)=v} x_c − y_dv = 0, memory, latency, throughput rows, built column-wise */
+    int row0 = ny ? glp_add_rows(P, ny) : 0;
+    for (int k = 0; k < ny; k++) glp_set_row_bnds(P, row0 + k, GLP_FX, 0.0, 0.0);
+    q->mrow = glp_add_rows(P, 3);
+    q->lrow = q->mrow + 1;
+    q->trow = q->mrow + 2;
+    glp_set_row_bnds(P, q->mrow, GLP_UP, 0.0, 0.0);
+    glp_set_row_bnds(P, q->lrow, GLP_FR, 0.0, 0.0);
+    glp_set_row_bnds(P, q->trow, GLP_FR, 0.0, 0.0);
+    for (int c = 0; c < n; c++) {
+        const spi_cand *cd = &s->c[c];
+        int m = 0;
+        for (int d = 0; d < SPI_DEC_COUNT; d++) {
+            q->ind[++m] = row0 + (ycol[d] - y0) + cd->val[d];
+            q->coef[m] = 1.0;
         }
-        for (int c = 0; c < n; c++) {
-            const spi_cand *cd = &s->c[c];
-            int m = 0;
-            for (int d = 0; d < SPI_DEC_COUNT; d++) {
-                ind[++m] = row0 + (ycol[d] - y0) + cd->val[d];
-                coef[m] = 1.0;
+        double mib = ceil((double)cd->mem_over / 1048576.0);
+        if (mib != 0.0) {
+            q->ind[++m] = q->mrow;
+            q->coef[m] = mib;
+        }
+        q->ind[++m] = q->lrow;   /* ρ: rank among the distinct values */
+        q->coef[m] = 1 + count_below(q->ul, q->nul, lat[c], 0);
+        q->ind[++m] = q->trow;
+        q->coef[m] = 1 + count_below(q->ut, q->nut, ntps[c], 0);
+        glp_set_mat_col(P, c + 1, m, q->ind, q->coef);
+    }
+    for (int d = 0; d < SPI_DEC_COUNT; d++)
+        for (int v = 0; v < s->nval[d]; v++) {
+            int k = ycol[d] - y0 + v;
+            q->ind[1] = 1 + d;
+            q->coef[1] = 1.0;
+            q->ind[2] = row0 + k;
+            q->coef[2] = -1.0;
+            glp_set_mat_col(P, y0 + k, 2, q->ind, q->coef);
+        }
+    glp_adv_basis(P, 0);
+    glp_term_out(term);
+    if (glpk_s) *glpk_s += now_s() - t0;
+    *out = q;
+    return SP_OK;
+fail:
+    spi_milp_free(q);
+    return st;
+}
+
+/* The forbid rows: row k has x_c for the candidates sharing the value of
+ * rival kind k with candidate `of`. */
+static void set_forbid_rows(spi_milp *q, int of)
+{
+    const spi_space *s = q->s;
+    if (!q->frow0) {
+        q->frow0 = glp_add_rows(q->P, SP_RIVAL_KIND_COUNT);
+        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) glp_set_row_bnds(q->P, q->frow0 + k, GLP_FR, 0.0, 0.0);
+    } else if (q->frow_of == of) return;
+    for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
+        int64_t mine = spi_cand_kind_value(&s->c[of], (sp_plan_rival_kind)k);
+        int m = 0;
+        for (int c = 0; c < q->n; c++)
+            if (spi_cand_kind_value(&s->c[c], (sp_plan_rival_kind)k) == mine) {
+                q->ind[++m] = c + 1;
+                q->coef[m] = 1.0;
             }
-            if (!r->ignore_memory) {
-                double mib = ceil((double)cd->mem_over / 1048576.0);
-                if (mib != 0.0) {
-                    ind[++m] = mrow;
-                    coef[m] = mib;
+        glp_set_mat_row(q->P, q->frow0 + k, m, q->ind, q->coef);
+    }
+    q->frow_of = of;
+}
+
+static int forbidden(const spi_milp *q, const spi_milp_req *r, int c)
+{
+    return r->forbid_kind >= 0 && spi_cand_kind_value(&q->s->c[c], (sp_plan_rival_kind)r->forbid_kind) ==
+                                      spi_cand_kind_value(&q->s->c[r->forbid_of], (sp_plan_rival_kind)r->forbid_kind);
+}
+
+sp_status spi_milp_solve(spi_milp *q, const spi_milp_req *r, sp_plan_result *res, int *chosen, int *solved,
+                         double *glpk_s)
+{
+    const int n = q->n;
+    const spi_space *s = q->s;
+    glp_prob *P = q->P;
+    *chosen = -1;
+    *solved = 0;
+    /* objective: π_c = position in the order of (key1, key2, c) */
+    for (int c = 0; c < n; c++) q->ord[c] = c;
+    g_ord.k1 = r->key1;
+    g_ord.k2 = r->key2;
+    qsort(q->ord, (size_t)n, sizeof *q->ord, cmp_order);
+    for (int i = 0; i < n; i++) q->pi[q->ord[i]] = i;
+    /* the implied fixings: exactly one x_c is 1, so the memory, bound and
+     * forbid rows reduce to conditions on it alone */
+    int free_cols = 0;
+    for (int c = 0; c < n; c++) {
+        int out = (!r->ignore_memory && s->c[c].mem_over > 0) || q->lat[c] > r->max_lat || q->ntps[c] > r->max_ntps ||
+                  forbidden(q, r, c);
+        q->fixed[c] = (unsigned char)(out | 2 * q->fixed[c]);   /* bit 1: before */
+        free_cols += !out;
+    }
+    if (!free_cols) {
+        for (int c = 0; c < n; c++) q->fixed[c] = (unsigned char)(q->fixed[c] >> 1);
+        *res = SP_PLAN_INFEASIBLE;
+        return SP_OK;
+    }
+    double t0 = now_s();
+    int term = glp_term_out(GLP_OFF);
+    sp_status st = SP_OK;
+    for (int c = 0; c < n; c++) {
+        glp_set_obj_coef(P, c + 1, q->pi[c]);
+        int now = q->fixed[c] & 1, before = q->fixed[c] >> 1;
+        if (now != before) {
+            if (now) glp_set_col_bnds(P, c + 1, GLP_FX, 0.0, 0.0);
+            else glp_set_col_bnds(P, c + 1, GLP_DB, 0.0, 1.0);
+        }
+        q->fixed[c] = (unsigned char)now;
+    }
+    glp_set_row_bnds(P, q->mrow, r->ignore_memory ? GLP_FR : GLP_UP, 0.0, 0.0);
+    if (isinf(r->max_lat)) glp_set_row_bnds(P, q->lrow, GLP_FR, 0.0, 0.0);
+    else glp_set_row_bnds(P, q->lrow, GLP_UP, 0.0, count_below(q->ul, q->nul, r->max_lat, 1));
+    if (isinf(r->max_ntps)) glp_set_row_bnds(P, q->trow, GLP_FR, 0.0, 0.0);
+    else glp_set_row_bnds(P, q->trow, GLP_UP, 0.0, count_below(q->ut, q->nut, r->max_ntps, 1));
+    if (r->forbid_kind >= 0) set_forbid_rows(q, r->forbid_of);
+    if (q->frow0)
+        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++)
+            glp_set_row_bnds(P, q->frow0 + k, k == r->forbid_kind ? GLP_FX : GLP_FR, 0.0, 0.0);
+    /* the LP from the last basis (warm start), then branch and bound on it */
+    glp_smcp sm;
+    glp_init_smcp(&sm);
+    sm.msg_lev = GLP_MSG_OFF;
+    sm.meth = GLP_DUALP;
+    sm.presolve = GLP_OFF;
+    int ret = glp_simplex(P, &sm);
+    if (ret == GLP_EBADB || ret == GLP_ESING || ret == GLP_ECOND || ret == GLP_EFAIL) {
+        glp_adv_basis(P, 0);   /* the basis did not survive: start afresh */
+        ret = glp_simplex(P, &sm);
+    }
+    *solved = 1;
+    int lps = glp_get_status(P);
+    if (ret != 0) st = spi_fail(SP_ESOLVER, "glp_simplex failed (code %d)", ret);
+    else if (lps == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
+    else if (lps != GLP_OPT) st = spi_fail(SP_ESOLVER, "glp_simplex: LP status %d", lps);
+    else {
+        glp_iocp parm;
+        glp_init_iocp(&parm);
+        parm.presolve = GLP_OFF;   /* the LP basis above is optimal */
+        parm.msg_lev = GLP_MSG_OFF;
+        parm.tm_lim = r->time_limit_ms > 0 ? r->time_limit_ms : 10000;
+        ret = glp_intopt(P, &parm);
+        int mst = glp_mip_status(P);
+        switch (ret) {
+        case 0:
+            if (mst == GLP_OPT) *res = SP_PLAN_OPTIMAL;
+            else if (mst == GLP_FEAS) *res = SP_PLAN_FEASIBLE;
+            else if (mst == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
+            else st = spi_fail(SP_ESOLVER, "glp_intopt returned 0 but the MIP status is %d", mst);
+            break;
+        case GLP_ENOPFS: *res = SP_PLAN_INFEASIBLE; break;
+        case GLP_ETMLIM:
+        case GLP_EMIPGAP:
+        case GLP_ESTOP: *res = mst == GLP_FEAS || mst == GLP_OPT ? SP_PLAN_FEASIBLE : SP_PLAN_TIME_LIMIT; break;
+        default: st = spi_fail(SP_ESOLVER, "glp_intopt failed (code %d, MIP status %d)", ret, mst); break;
+        }
+        if (st == SP_OK && (*res == SP_PLAN_OPTIMAL || *res == SP_PLAN_FEASIBLE)) {
+            int k = 0;
+            for (int c = 0; c < n; c++)
+                if (glp_mip_col_val(P, c + 1) > 0.5) {
+                    *chosen = c;
+                    k++;
                 }
-            }
-            for (int b = 0; b < r->n_bounds; b++) {
-                ind[++m] = brow + b;
-                coef[m] = rank[(size_t)b * n + c];
-            }
-            if (r->forbid && r->forbid[c]) {
-                ind[++m] = frow;
-                coef[m] = 1.0;
-            }
-            glp_set_mat_col(P, c + 1, m, ind, coef);
+            if (k != 1) st = spi_fail(SP_EINTERNAL, "planner: the MILP chose %d candidates", k);
         }
-        for (int d = 0; d < SPI_DEC_COUNT; d++)
-            for (int v = 0; v < s->nval[d]; v++) {
-                int k = ycol[d] - y0 + v;
-                ind[1] = 1 + d;   /* the exactly-one row of d */
-                coef[1] = 1.0;
-                ind[2] = row0 + k;
-                coef[2] = -1.0;
-                glp_set_mat_col(P, y0 + k, 2, ind, coef);
-            }
     }
-    glp_iocp parm;
-    glp_init_iocp(&parm);
-    parm.presolve = GLP_ON;
-    parm.msg_lev = GLP_MSG_OFF;
-    parm.tm_lim = r->time_limit_ms > 0 ? r->time_limit_ms : 10000;
-    int ret = glp_intopt(P, &parm);
-    int mst = glp_mip_status(P);
-    switch (ret) {
-    case 0:
-        if (mst == GLP_OPT) *res = SP_PLAN_OPTIMAL;
-        else if (mst == GLP_FEAS) *res = SP_PLAN_FEASIBLE;
-        else if (mst == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
-        else st = spi_fail(SP_ESOLVER, "glp_intopt returned 0 but the MIP status is %d", mst);
-        break;
-    case GLP_ENOPFS: *res = SP_PLAN_INFEASIBLE; break;
-    case GLP_ETMLIM:
-    case GLP_EMIPGAP:
-    case GLP_ESTOP: *res = mst == GLP_FEAS || mst == GLP_OPT ? SP_PLAN_FEASIBLE : SP_PLAN_TIME_LIMIT; break;
-    default: st = spi_fail(SP_ESOLVER, "glp_intopt failed (code %d, MIP status %d)", ret, mst); break;
-    }
-    if (st == SP_OK && (*res == SP_PLAN_OPTIMAL || *res == SP_PLAN_FEASIBLE)) {
-        int k = 0;
-        for (int c = 0; c < n; c++)
-            if (glp_mip_col_val(P, c + 1) > 0.5) {
-                *chosen = c;
-                k++;
-            }
-        if (k != 1) st = spi_fail(SP_EINTERNAL, "planner: the MILP chose %d candidates", k);
-    }
-    glp_delete_prob(P);
-    P = NULL;
     glp_term_out(term);
     if (glpk_s) *glpk_s += now_s() - t0;
     /* the integer recoding makes this exact; check it anyway */
     if (st == SP_OK && *chosen >= 0) {
-        const spi_cand *cd = &s->c[*chosen];
-        int ok = r->ignore_memory || cd->mem_over <= 0;
-        for (int b = 0; b < r->n_bounds; b++) ok = ok && r->bounds[b].val[*chosen] <= r->bounds[b].hi;
-        if (r->forbid) ok = ok && !r->forbid[*chosen];
+        int c = *chosen;
+        int ok = (r->ignore_memory || s->c[c].mem_over <= 0) && q->lat[c] <= r->max_lat &&
+                 q->ntps[c] <= r->max_ntps && !forbidden(q, r, c);
         if (!ok) st = spi_fail(SP_EINTERNAL, "planner: the MILP's layout breaks a constraint");
     }
-done:
-    if (P) glp_delete_prob(P);
-    free(ord);
-    free(pi);
-    free(rank);
-    free(ind);
-    free(coef);
     return st;
 }
 
@@ -357,6 +454,7 @@ typedef struct plan_ctx {
     const spi_space *s;
     const sp_plan_opts *o;
     double *obj, *obj2, *lat, *cost, *ntps;
+    spi_milp *q;
     sp_plan *p;
 } plan_ctx;
 
@@ -380,22 +478,21 @@ static void base_request(const plan_ctx *x, spi_milp_req *r)
 {
     memset(r, 0, sizeof *r);
     r->time_limit_ms = x->o->time_limit_ms;
-    if (x->o->max_latency_s > 0) {
-        r->bounds[r->n_bounds].val = x->lat;
-        r->bounds[r->n_bounds++].hi = x->o->max_latency_s;
-    }
-    if (x->o->min_tokens_per_s > 0) {
-        r->bounds[r->n_bounds].val = x->ntps;
-        r->bounds[r->n_bounds++].hi = -x->o->min_tokens_per_s;
-    }
+    r->max_lat = x->o->max_latency_s > 0 ? x->o->max_latency_s : INFINITY;
+    r->max_ntps = x->o->min_tokens_per_s > 0 ? -x->o->min_tokens_per_s : INFINITY;
+    r->forbid_kind = -1;
 }
 
 static sp_status solve(plan_ctx *x, const spi_milp_req *r, sp_plan_result *res, int *chosen)
 {
-    x->p->stats.solves++;
-    return spi_milp_solve(x->s, r, res, chosen, &x->p->stats.glpk_s);
+    int solved;
+    sp_status st = spi_milp_solve(x->q, r, res, chosen, &solved, &x->p->stats.glpk_s);
+    x->p->stats.solves += solved;
+    return st;
 }
 
+/* epsilon-constraint: (cost, latency) lexicographically under latency <= ε,
+ * ε lowered below each point found (one row bound changed per solve) */
 static sp_status trace_frontier(plan_ctx *x)
 {
     sp_plan *p = x->p;
@@ -406,31 +503,15 @@ static sp_status trace_frontier(plan_ctx *x)
     base_request(x, &r);
     r.key1 = x->cost;
     r.key2 = x->lat;
-    int eps = r.n_bounds++;
-    r.bounds[eps].val = x->lat;
-    r.bounds[eps].hi = x->o->max_latency_s > 0 ? x->o->max_latency_s : INFINITY;
     while (p->n_frontier < cap) {
         sp_plan_result res;
         int c;
         SP_CHECK(solve(x, &r, &res, &c));
         if (c < 0) break;
         SP_CHECK(point_fill(x, c, &p->frontier[p->n_frontier++]));
-        r.bounds[eps].hi = nextafter(x->lat[c], -INFINITY);
+        r.max_lat = nextafter(x->lat[c], -INFINITY);
     }
     return SP_OK;
-}
-
-/* The value a candidate takes in a rival kind, as a comparable integer. */
-static int64_t kind_value(const spi_cand *c, sp_plan_rival_kind k)
-{
-    const sp_layout *l = &c->layout;
-    switch (k) {
-    case SP_RIVAL_FFN: return l->phase[0].ffn * 16 + l->phase[1].ffn;
-    case SP_RIVAL_ATTN: return l->phase[0].attn * 16 + l->phase[1].attn;
-    case SP_RIVAL_MESH: return c->key[SPI_DEC_MESH];
-    case SP_RIVAL_PRECISION: return c->key[SPI_DEC_PREC];
-    default: return c->key[SPI_DEC_PIPE];
-    }
 }
 
 static void kind_text(const sp_layout *l, sp_plan_rival_kind k, char *buf, size_t n)
@@ -490,22 +571,18 @@ static sp_status find_rivals(plan_ctx *x, int chosen)
 {
     sp_plan *p = x->p;
     const spi_space *s = x->s;
-    unsigned char *forbid = malloc((size_t)s->n);
     p->rivals = calloc(SP_RIVAL_KIND_COUNT, sizeof *p->rivals);
-    if (!forbid || !p->rivals) {
-        free(forbid);
-        return spi_fail(SP_ENOMEM, "planner: out of memory");
-    }
+    if (!p->rivals) return spi_fail(SP_ENOMEM, "planner: out of memory");
     sp_status st = SP_OK;
     for (int k = 0; k < SP_RIVAL_KIND_COUNT && st == SP_OK; k++) {
-        int64_t mine = kind_value(&s->c[chosen], (sp_plan_rival_kind)k);
-        for (int c = 0; c < s->n; c++) forbid[c] = kind_value(&s->c[c], (sp_plan_rival_kind)k) == mine;
         spi_milp_req r;
         memset(&r, 0, sizeof r);
         r.time_limit_ms = x->o->time_limit_ms;
         r.key1 = x->obj;
         r.key2 = x->obj2;
-        r.forbid = forbid;
+        r.max_lat = r.max_ntps = INFINITY;
+        r.forbid_kind = k;
+        r.forbid_of = chosen;
         r.ignore_memory = 1;
         sp_plan_result res;
         int c;
@@ -546,7 +623,6 @@ static sp_status find_rivals(plan_ctx *x, int chosen)
                      p->opts.objective == SP_PLAN_MAX_THROUGHPUT ? "lower" : "worse", rv->objective_delta, unit,
                      100.0 * rv->objective_delta / base);
     }
-    free(forbid);
     return st;
 }
 
@@ -558,13 +634,22 @@ static int check_opts(const sp_plan_opts *o)
            o->min_tokens_per_s >= 0;
 }
 
-/* Solves the space into p: chosen, frontier, rivals. */
+/* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
 static sp_status plan_space(const spi_space *s, const sp_plan_opts *o, sp_plan *p, int want_rivals)
 {
     plan_ctx x = {.s = s, .o = o, .p = p};
     int n = s->n;
     sp_status st = SP_OK;
-    double *buf = malloc((size_t)(n ? n : 1) * 5 * sizeof *buf);
+    p->stats.candidates = s->priced;
+    p->stats.rejected = s->rejected;
+    p->stats.feasible = s->feasible;
+    p->stats.columns = n;
+    p->min_shortfall_bytes = s->min_short;
+    if (n == 0) {
+        p->result = SP_PLAN_INFEASIBLE;
+        return SP_OK;
+    }
+    double *buf = malloc((size_t)n * 5 * sizeof *buf);
     if (!buf) return spi_fail(SP_ENOMEM, "planner: out of memory");
     x.obj = buf, x.obj2 = buf + n, x.lat = buf + 2 * n, x.cost = buf + 3 * n, x.ntps = buf + 4 * n;
     for (int c = 0; c < n; c++) {
@@ -573,15 +658,9 @@ static sp_status plan_space(const spi_space *s, const sp_plan_opts *o, sp_plan *
         x.cost[c] = spi_cand_cost(s, cd, o->latency_metric, o->cost_metric);
         x.ntps[c] = -cd->tokens_per_s;
         x.obj[c] = spi_cand_objective(s, cd, o);
-        x.obj2[c] = o->objective == SP_PLAN_MIN_COST ? x.lat[c] : x.cost[c];
+        x.obj2[c] = spi_cand_objective2(s, cd, o);
     }
-    int64_t best_short = -1;
-    for (int c = 0; c < n; c++) {
-        int64_t sf = s->c[c].mem_over > 0 ? s->c[c].mem_over : 0;
-        if (best_short < 0 || sf < best_short) best_short = sf;
-        p->stats.feasible += s->c[c].mem_over <= 0;
-    }
-    p->min_shortfall_bytes = best_short;
+    SP_CHECKGOTO(spi_milp_new(s, x.lat, x.ntps, &x.q, &p->stats.glpk_s), st, out);
     spi_milp_req r;
     base_request(&x, &r);
     r.key1 = x.obj;
@@ -595,6 +674,7 @@ static sp_status plan_space(const spi_space *s, const sp_plan_opts *o, sp_plan *
         if (want_rivals && o->rivals) SP_CHECKGOTO(find_rivals(&x, chosen), st, out);
     }
 out:
+    spi_milp_free(x.q);
     free(buf);
     return st;
 }
@@ -640,36 +720,38 @@ static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const
     int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
     if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
     int k = sp_plan_chip_counts(hw, chips + 1, hi, cnt, cap);
+    /* memory only: no bounds, a constant objective */
+    sp_plan_opts of = *o;
+    of.max_latency_s = 0;
+    of.min_tokens_per_s = 0;
+    spi_reduce red = {.o = &of, .main = 1, .fit_only = 1};
     sp_status st = SP_OK;
+    spi_space s;
+    spi_space_init(&s, m, hw);
     for (int i = 0; i < k && st == SP_OK; i++) {
-        spi_space s;
+        spi_space_free(&s);
         spi_space_init(&s, m, hw);
         st = spi_space_add(&s, cnt[i], w, o->weights, o->kv);
-        if (st == SP_OK) st = spi_space_finish(&s);
         p->stats.eval_s += s.eval_s;
-        if (st == SP_OK && s.n) {
-            spi_milp_req r;
-            memset(&r, 0, sizeof r);
-            double *z = calloc((size_t)s.n, sizeof *z);
-            if (!z) st = spi_fail(SP_ENOMEM, "planner: out of memory");
-            else {
-                r.key1 = z;
-                r.time_limit_ms = o->time_limit_ms;
-                sp_plan_result res;
-                int c;
-                p->stats.solves++;
-                st = spi_milp_solve(&s, &r, &res, &c, &p->stats.glpk_s);
-                if (st == SP_OK && c >= 0) {
-                    p->min_chips_fit = cnt[i];
-                    free(z);
-                    spi_space_free(&s);
-                    break;
-                }
-                free(z);
-            }
+        if (st == SP_OK) st = spi_space_reduce(&s, 0, &red);
+        if (st == SP_OK) st = spi_space_finish(&s);
+        if (st != SP_OK || !s.n) continue;
+        double z[1] = {0.0}, lat[1] = {0.0}, ntps[1] = {0.0};
+        spi_milp *q;
+        if ((st = spi_milp_new(&s, lat, ntps, &q, &p->stats.glpk_s)) != SP_OK) break;
+        spi_milp_req r = {.key1 = z, .key2 = z, .max_lat = INFINITY, .max_ntps = INFINITY, .forbid_kind = -1,
+                          .time_limit_ms = o->time_limit_ms};
+        sp_plan_result res;
+        int c, solved;
+        st = spi_milp_solve(q, &r, &res, &c, &solved, &p->stats.glpk_s);
+        p->stats.solves += solved;
+        spi_milp_free(q);
+        if (st == SP_OK && c >= 0) {
+            p->min_chips_fit = cnt[i];
+            break;
         }
-        spi_space_free(&s);
     }
+    spi_space_free(&s);
     free(cnt);
     return st;
 }
@@ -687,10 +769,10 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     spi_space s;
     spi_space_init(&s, m, hw);
     sp_status st;
+    spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
+    SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
-    p->stats.candidates = s.n;
-    p->stats.rejected = s.rejected;
     p->stats.eval_s += s.eval_s;
     SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
     if (p->result == SP_PLAN_INFEASIBLE && o.search_min_chips && p->min_shortfall_bytes != 0)
@@ -721,6 +803,9 @@ sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips,
     spi_space s;
     spi_space_init(&s, m, hw);
     sp_status st = SP_OK;
+    /* each instance is reduced as soon as it is priced (only its candidates
+     * that may be the optimum or a frontier point stay), then the union */
+    spi_reduce red = {.o = &o, .main = 1, .frontier = 1};
     for (int i = 0; i < n_chips; i++)
         for (int j = 0; j < n_batches; j++) {
             if (chips[i] < 1 || batches[j] < 1) {
@@ -729,11 +814,12 @@ sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips,
             }
             sp_workload wi = *w;
             wi.batch = batches[j];
+            int from = s.n;
             SP_CHECKGOTO(spi_space_add(&s, chips[i], &wi, o.weights, o.kv), st, fail);
+            SP_CHECKGOTO(spi_space_reduce(&s, from, &red), st, fail);
         }
+    SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
-    p->stats.candidates = s.n;
-    p->stats.rejected = s.rejected;
     p->stats.eval_s += s.eval_s;
     SP_CHECKGOTO(plan_space(&s, &o, p, 0), st, fail);
     if (p->n_frontier > 0) p->chosen = p->frontier[0];

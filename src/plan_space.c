@@ -1,4 +1,6 @@
-/* plan_space.c: the planner's layout space (sp_plan.h) and its pricing. */
+/* plan_space.c: the planner's layout space (sp_plan.h), its pricing and the
+ * exact pre-solve reductions (doc/planner.md). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,13 +19,22 @@ void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
     memset(s, 0, sizeof *s);
     s->m = m;
     s->hw = hw;
+    s->min_short = -1;
 }
 
 void spi_space_free(spi_space *s)
 {
     free(s->c);
+    free(s->sidx);
+    free(s->sk1);
+    free(s->sk2);
+    free(s->sk3);
+    free(s->skeep);
     s->c = NULL;
-    s->n = s->cap = 0;
+    s->sidx = NULL;
+    s->sk1 = s->sk2 = s->sk3 = NULL;
+    s->skeep = NULL;
+    s->n = s->cap = s->scap = 0;
 }
 
 /* Placements, innermost axis first; the default (z, y, x) first so that it
@@ -89,6 +100,10 @@ static sp_status push(spi_space *s, const spi_cand *c)
         s->cap = cap;
     }
     s->c[s->n++] = *c;
+    s->priced++;
+    int64_t sf = c->mem_over > 0 ? c->mem_over : 0;
+    if (s->min_short < 0 || sf < s->min_short) s->min_short = sf;
+    s->feasible += c->mem_over <= 0;
     return SP_OK;
 }
 
@@ -251,4 +266,149 @@ double spi_cand_objective(const spi_space *s, const spi_cand *c, const sp_plan_o
     case SP_PLAN_MAX_THROUGHPUT: return -c->tokens_per_s;
     default: return spi_cand_latency(s, c, o->latency_metric);
     }
+}
+
+double spi_cand_objective2(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+{
+    return o->objective == SP_PLAN_MIN_COST ? spi_cand_latency(s, c, o->latency_metric)
+                                            : spi_cand_cost(s, c, o->latency_metric, o->cost_metric);
+}
+
+int64_t spi_cand_kind_value(const spi_cand *c, sp_plan_rival_kind k)
+{
+    const sp_layout *l = &c->layout;
+    switch (k) {
+    case SP_RIVAL_FFN: return l->phase[0].ffn * 16 + l->phase[1].ffn;
+    case SP_RIVAL_ATTN: return l->phase[0].attn * 16 + l->phase[1].attn;
+    case SP_RIVAL_MESH: return c->key[SPI_DEC_MESH];
+    case SP_RIVAL_PRECISION: return c->key[SPI_DEC_PREC];
+    default: return c->key[SPI_DEC_PIPE];
+    }
+}
+
+/* ---- exact pre-solve reductions ---- */
+
+/* (k1, k2, i) lexicographically, i the candidate order. */
+static int rank_less(const double *k1, const double *k2, int i, int j)
+{
+    if (k1[i] != k1[j]) return k1[i] < k1[j];
+    if (k2[i] != k2[j]) return k2[i] < k2[j];
+    return i < j;
+}
+
+static _Thread_local const double *g_cost, *g_lat;
+static int cmp_cost_lat(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_cost[i] != g_cost[j]) return g_cost[i] < g_cost[j] ? -1 : 1;
+    if (g_lat[i] != g_lat[j]) return g_lat[i] < g_lat[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static sp_status scratch(spi_space *s, int m)
+{
+    if (m <= s->scap) return SP_OK;
+    int cap = s->scap ? s->scap : 1024;
+    while (cap < m) cap *= 2;
+    int *ix = realloc(s->sidx, (size_t)cap * sizeof *ix);
+    if (ix) s->sidx = ix;
+    double *a = realloc(s->sk1, (size_t)cap * sizeof *a);
+    if (a) s->sk1 = a;
+    double *b = realloc(s->sk2, (size_t)cap * sizeof *b);
+    if (b) s->sk2 = b;
+    double *c = realloc(s->sk3, (size_t)cap * sizeof *c);
+    if (c) s->sk3 = c;
+    unsigned char *k = realloc(s->skeep, (size_t)cap);
+    if (k) s->skeep = k;
+    if (!ix || !a || !b || !c || !k) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    s->scap = cap;
+    return SP_OK;
+}
+
+sp_status spi_space_reduce(spi_space *s, int from, const spi_reduce *r)
+{
+    const sp_plan_opts *o = r->o;
+    const int m = s->n - from;
+    if (m <= 0) return SP_OK;
+    SP_CHECK(scratch(s, m));
+    const spi_cand *C = s->c + from;
+    double *k1 = s->sk1, *k2 = s->sk2, *lat = s->sk3;
+    int *idx = s->sidx;
+    unsigned char *keep = s->skeep;
+    int n_adm = 0;
+    for (int i = 0; i < m; i++) {
+        const spi_cand *c = &C[i];
+        keep[i] = 0;
+        k1[i] = r->fit_only ? 0.0 : spi_cand_objective(s, c, o);
+        k2[i] = r->fit_only ? 0.0 : spi_cand_objective2(s, c, o);
+        lat[i] = spi_cand_latency(s, c, o->latency_metric);
+        int adm = c->mem_over <= 0 && (o->max_latency_s <= 0 || lat[i] <= o->max_latency_s) &&
+                  (o->min_tokens_per_s <= 0 || -c->tokens_per_s <= -o->min_tokens_per_s);
+        if (adm) idx[n_adm++] = i;   /* ascending */
+    }
+    if (r->main) {
+        int best = -1;
+        for (int a = 0; a < n_adm; a++)
+            if (best < 0 || rank_less(k1, k2, idx[a], best)) best = idx[a];
+        if (best >= 0) keep[best] = 1;
+    }
+    if (r->frontier && n_adm) {
+        /* k2 is free again once main is done: reuse it for the cost metric */
+        for (int a = 0; a < n_adm; a++)
+            k2[idx[a]] = spi_cand_cost(s, &C[idx[a]], o->latency_metric, o->cost_metric);
+        g_cost = k2;
+        g_lat = lat;
+        qsort(idx, (size_t)n_adm, sizeof *idx, cmp_cost_lat);
+        double run = INFINITY;
+        for (int a = 0; a < n_adm; a++)
+            if (lat[idx[a]] < run) {
+                keep[idx[a]] = 1;
+                run = lat[idx[a]];
+            }
+        if (r->rivals)   /* k2 back to the tie-break term */
+            for (int a = 0; a < n_adm; a++) k2[idx[a]] = spi_cand_objective2(s, &C[idx[a]], o);
+    }
+    if (r->rivals) {
+        /* per kind, the rank-minimum of each value: an open-addressing table
+         * of (value, best candidate) in idx (free again) */
+        int hcap = 1;
+        while (hcap < 2 * m) hcap *= 2;
+        int64_t *hv = malloc((size_t)hcap * sizeof *hv);
+        int *hb = malloc((size_t)hcap * sizeof *hb);
+        if (!hv || !hb) {
+            free(hv);
+            free(hb);
+            return spi_fail(SP_ENOMEM, "planner: out of memory");
+        }
+        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
+            for (int h = 0; h < hcap; h++) hb[h] = -1;
+            for (int i = 0; i < m; i++) {
+                int64_t v = spi_cand_kind_value(&C[i], (sp_plan_rival_kind)k);
+                uint64_t h = ((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 20;
+                for (;; h++) {
+                    int b = (int)(h & (uint64_t)(hcap - 1));
+                    if (hb[b] < 0) {
+                        hv[b] = v, hb[b] = i;
+                        break;
+                    }
+                    if (hv[b] == v) {
+                        if (rank_less(k1, k2, i, hb[b])) hb[b] = i;
+                        break;
+                    }
+                }
+            }
+            for (int h = 0; h < hcap; h++)
+                if (hb[h] >= 0) keep[hb[h]] = 1;
+        }
+        free(hv);
+        free(hb);
+    }
+    int w = from;
+    for (int i = 0; i < m; i++)
+        if (keep[i]) {
+            if (from + i != w) s->c[w] = s->c[from + i];
+            w++;
+        }
+    s->n = w;
+    return SP_OK;
 }

@@ -165,6 +165,8 @@ typedef struct sp_plan_stats {
     double eval_s;                   /* seconds in sp_cost_eval */
     double glpk_s;                   /* seconds in glp_* calls */
     double total_s;                  /* seconds in sp_plan_solve */
+    int columns;                     /* candidates left in the MILP after the exact reductions
+                                        (doc/planner.md) */
 } sp_plan_stats;
 
 typedef struct sp_plan {

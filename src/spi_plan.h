@@ -39,39 +39,77 @@ typedef struct spi_space {
     int n_inst;
     spi_inst inst[128];
     int nval[SPI_DEC_COUNT];      /* values per decision (after spi_space_finish) */
-    int rejected;
+    int rejected;                 /* layouts sp_cost_eval rejected (SP_EINVAL) */
+    int priced;                   /* layouts priced (in the space), before any reduction */
+    int feasible;                 /* of those, the ones that fit in memory */
+    int64_t min_short;            /* smallest shortfall over the priced layouts (-1: none) */
     double eval_s;
+    /* scratch reused by spi_space_reduce (grown on demand, freed by spi_space_free) */
+    int scap;
+    int *sidx;
+    double *sk1, *sk2, *sk3;
+    unsigned char *skeep;
 } spi_space;
 
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw);
 void spi_space_free(spi_space *s);
 /* Adds every layout of (chips, w) to the space (w->batch is the batch). */
 sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv);
-/* Numbers the decision values; call once after the last spi_space_add. */
+/* Numbers the decision values; call once after the last spi_space_add (and
+ * spi_space_reduce). */
 sp_status spi_space_finish(spi_space *s);
 
 /* Latency, cost and the objective's value (smaller is better) of a candidate. */
 double spi_cand_latency(const spi_space *s, const spi_cand *c, sp_plan_latency lat);
 double spi_cand_cost(const spi_space *s, const spi_cand *c, sp_plan_latency lat, sp_plan_cost_metric cm);
 double spi_cand_objective(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
+/* The tie-break term: latency for the cost objective, else cost. */
+double spi_cand_objective2(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
+/* The value a candidate takes in a rival kind, as a comparable integer. */
+int64_t spi_cand_kind_value(const spi_cand *c, sp_plan_rival_kind k);
 
-/* One MILP solve.  Minimises key1 then key2 (then candidate order) over the
- * candidates, subject to: the memory row (unless ignore_memory), every bound
- * val[c] <= hi, and no chosen candidate in `forbid` (a mask, may be NULL).
- * The result goes to *res; *chosen is the candidate index (-1 if none). */
-typedef struct spi_bound {
-    const double *val;
-    double hi;
-} spi_bound;
+/* Exact pre-solve reductions (doc/planner.md, "Reductions"), applied to the
+ * candidates [from, n) in place (order kept, so the fixed candidate order
+ * breaks ties as before).  A candidate is kept when it may be the optimum of
+ * one of the programs the plan solves:
+ *   main      the rank-minimum of (objective, tie-break, order) among the
+ *             candidates that fit and meet opts' bounds; with fit_only the
+ *             objective is constant (the first candidate that fits);
+ *   frontier  a candidate that fits and meets the bounds and that no such
+ *             candidate with latency <= its latency precedes in the order of
+ *             (cost, latency, order): the non-dominated (cost, latency) set;
+ *   rivals    for each rival kind and each value of it, the rank-minimum of
+ *             (objective, tie-break, order) among the candidates taking that
+ *             value (memory and bounds ignored, as the rival programs do).
+ * Candidates are counted into s->feasible / s->min_short the first time they
+ * are reduced (from >= the previous reduction's end). */
+typedef struct spi_reduce {
+    const sp_plan_opts *o;
+    int main, frontier, rivals, fit_only;
+} spi_reduce;
+sp_status spi_space_reduce(spi_space *s, int from, const spi_reduce *r);
+
+/* The MILP over a (reduced) space: built once, re-solved with changed
+ * objective, row bounds (latency/ε, throughput, memory, forbidden rival
+ * value) and GUB-implied column fixings, warm-started from the last basis. */
+typedef struct spi_milp spi_milp;
+/* lat and ntps (−tokens/s) give the bound rows' coefficients (ranks). */
+sp_status spi_milp_new(const spi_space *s, const double *lat, const double *ntps, spi_milp **out, double *glpk_s);
+void spi_milp_free(spi_milp *q);
+/* One solve: minimises key1 then key2 (then candidate order) over the
+ * candidates that fit (unless ignore_memory), have lat[c] <= max_lat and
+ * ntps[c] <= max_ntps (INFINITY: no bound), and do
+ * not share the value of rival kind forbid_kind with candidate forbid_of
+ * (forbid_kind < 0: none).  The result goes to *res; *chosen is the candidate
+ * index (-1 if none); *solved is 1 when glp_intopt ran. */
 typedef struct spi_milp_req {
     const double *key1, *key2;
-    int n_bounds;
-    spi_bound bounds[4];
-    const unsigned char *forbid;
+    double max_lat, max_ntps;
     int ignore_memory;
+    int forbid_kind, forbid_of;
     int time_limit_ms;
 } spi_milp_req;
-sp_status spi_milp_solve(const spi_space *s, const spi_milp_req *r, sp_plan_result *res, int *chosen,
+sp_status spi_milp_solve(spi_milp *q, const spi_milp_req *r, sp_plan_result *res, int *chosen, int *solved,
                          double *glpk_s);
 
 #endif
