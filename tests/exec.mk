@@ -6,3 +6,7 @@ endif
 tests_check_exec_SOURCES = tests/check_exec.c
 tests_check_exec_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_exec_LDADD = $(SP_TEST_LIBS)
+# shardplan run: fixed layouts and --layout auto (threads); the MPI backend
+# against the threads backend under mpirun (skips without MPI).
+TESTS += tests/cli_run.sh tests/mpi_exec.sh
+EXTRA_DIST += tests/cli_run.sh tests/mpi_exec.sh

@@ -1,0 +1,66 @@
+#!/bin/sh
+# cli_run.sh: `shardplan run` with fixed layouts and with --layout auto on the
+# tiny models: JSON keys present, measured bytes == predicted bytes; a layout
+# that does not apply exits 2 with the reason; --help exits 0; --backend cuda
+# exits 2 saying why.
+set -u
+SHARDPLAN=${SHARDPLAN:-./shardplan}
+out=/tmp/sp_run_out.$$
+errf=/tmp/sp_run_err.$$
+trap 'rm -f $out $errf' EXIT
+fail=0
+check() { # name, expected exit, command...
+    name=$1; want=$2; shift 2
+    "$@" >$out 2>$errf
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL: $name: exit $rc, wanted $want"; sed 's/^/  /' $errf | head -5; fail=$((fail + 1)); return 1
+    fi
+    return 0
+}
+json_ok() { # name: the JSON in $out has the keys and measured == predicted
+    python3 - $out <<'PY' || { echo "FAIL: $1: JSON"; fail=$((fail + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ["layout", "tokens", "prefill_s", "decode_step_s", "tokens_per_s", "comm"]:
+    assert k in d, k
+for k in ["measured_bytes", "predicted_bytes"]:
+    assert k in d["comm"], k
+assert d["comm"]["measured_bytes"] == d["comm"]["predicted_bytes"], d["comm"]
+assert d["comm"]["mismatches"] == 0
+assert len(d["tokens"]) == d["batch"] and all(len(t) == d["gen"] for t in d["tokens"])
+assert d["prefill_s"] > 0 and d["tokens_per_s"] > 0
+PY
+}
+run="$SHARDPLAN run --batch 4 --prompt 5 --gen 4 --json"
+for case in \
+    "tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch" \
+    "tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads" \
+    "tiny-palm mesh=2x1x2,weights=bf16,kv=bf16,prefill=wg-x/heads,decode=wg-x/heads" \
+    "tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"; do
+    set -- $case
+    check "run $1 $2" 0 $run --model "$1" --layout "$2" && json_ok "run $1 $2"
+done
+# auto: planned for a GPU profile, run here; the chosen layout is printed
+for m in tiny-llama tiny-gpt2 tiny-palm; do
+    for n in 1 4 8; do
+        check "auto $m $n" 0 $run --model $m --layout auto --chips $n --hw a100-80g && json_ok "auto $m $n"
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["layout_source"] == "auto" and d["chips"] == int(sys.argv[2]), d' \
+            $out $n || { echo "FAIL: auto $m $n: layout_source/chips"; fail=$((fail + 1)); }
+    done
+done
+check "auto human" 0 $SHARDPLAN run --model tiny-llama --batch 2 --prompt 4 --gen 2 --layout auto --chips 2 --hw h100
+grep -q "^layout (auto" $out || { echo "FAIL: auto does not print the chosen layout"; fail=$((fail + 1)); }
+# errors
+check "auto without --hw" 2 $SHARDPLAN run --model tiny-llama --layout auto --chips 4
+grep -q -- "--hw" $errf || { echo "FAIL: auto without --hw: no reason"; fail=$((fail + 1)); }
+check "layout does not apply" 2 $SHARDPLAN run --model tiny-llama --batch 3 --prompt 4 --gen 2 \
+    --layout mesh=3x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+grep -q "does not apply" $errf || { echo "FAIL: bad layout: no reason"; cat $errf; fail=$((fail + 1)); }
+check "chips differ" 2 $SHARDPLAN run --model tiny-llama --chips 2 --layout mesh=2x2x1,prefill=ws1d/heads,decode=ws1d/heads
+check "--help" 0 $SHARDPLAN run --help
+grep -q "layout" $out || { echo "FAIL: --help prints no usage"; fail=$((fail + 1)); }
+check "cuda" 2 $SHARDPLAN run --backend cuda --model tiny-llama --layout mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads
+grep -q "CUDA executor is not built into run yet" $errf || { echo "FAIL: cuda: no reason"; cat $errf; fail=$((fail + 1)); }
+[ $fail -eq 0 ] && echo "cli_run: all passed" || echo "cli_run: $fail failed"
+[ $fail -eq 0 ]

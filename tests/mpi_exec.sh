@@ -1,0 +1,72 @@
+#!/bin/sh
+# mpi_exec.sh: `mpirun -np N shardplan run --backend mpi` against the threads
+# backend on the same layout, on 2, 4 and 8 ranks: identical tokens, equal
+# measured bytes (and equal to the prediction), bit-identical last logits.
+# A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
+# without MPI.
+set -u
+SHARDPLAN=${SHARDPLAN:-./shardplan}
+if test -z "${MPIRUN:-}" || ! "$SHARDPLAN" run --help | grep -q "backend mpi"; then
+    echo "mpi_exec: SKIP: no MPI (MPIRUN='${MPIRUN:-}')"
+    exit 77
+fi
+OMPI_ALLOW_RUN_AS_ROOT=1; export OMPI_ALLOW_RUN_AS_ROOT
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+OMPI_MCA_btl=self,vader; export OMPI_MCA_btl
+OMPI_MCA_rmaps_base_oversubscribe=1; export OMPI_MCA_rmaps_base_oversubscribe
+SHARDPLAN_COMM_TIMEOUT_S=${SHARDPLAN_COMM_TIMEOUT_S:-60}; export SHARDPLAN_COMM_TIMEOUT_S
+tmp=/tmp/sp_mpi_exec.$$
+mkdir -p $tmp
+trap 'rm -rf $tmp' EXIT
+mpi() { # np, args...
+    np=$1; shift
+    timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$SHARDPLAN" run --backend mpi "$@" </dev/null
+}
+fail=0
+n=0
+while read -r np model layout; do
+    case "$np" in ''|'#'*) continue ;; esac
+    n=$((n + 1))
+    args="--model $model --batch 8 --prompt 5 --gen 6 --seed 7 --layout $layout --json"
+    if ! "$SHARDPLAN" run $args --logits $tmp/t.bin >$tmp/t.json 2>$tmp/t.err; then
+        echo "FAIL: threads $model $layout"; head -5 $tmp/t.err; fail=$((fail + 1)); continue
+    fi
+    if ! mpi "$np" $args --logits $tmp/m.bin >$tmp/m.json 2>$tmp/m.err; then
+        echo "FAIL: mpi -np $np $model $layout"; head -5 $tmp/m.err; fail=$((fail + 1)); continue
+    fi
+    python3 - $tmp/t.json $tmp/m.json <<'PY' || { echo "FAIL: -np $np $model $layout: results differ"; fail=$((fail + 1)); }
+import json, sys
+t, m = (json.load(open(p)) for p in sys.argv[1:3])
+assert m["backend"] == "mpi" and t["backend"] == "threads"
+assert t["tokens"] == m["tokens"], (t["tokens"], m["tokens"])
+for k in ["measured_bytes", "predicted_bytes", "measured_recv", "predicted_recv"]:
+    assert t["comm"][k] == m["comm"][k], (k, t["comm"][k], m["comm"][k])
+assert m["comm"]["measured_bytes"] == m["comm"]["predicted_bytes"] and m["comm"]["mismatches"] == 0
+assert t["comm"]["token_bytes"] == m["comm"]["token_bytes"]
+PY
+    cmp -s $tmp/t.bin $tmp/m.bin || { echo "FAIL: -np $np $model $layout: last logits not bit-identical"; fail=$((fail + 1)); }
+done <<'EOF2'
+2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+2 tiny-gpt2 replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+2 tiny-llama stages=2,microbatches=2,mesh=1x1x1,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+4 tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch
+4 tiny-palm mesh=2x2x1,weights=int8,kv=f32,prefill=wg-x/heads,decode=wg-x/heads
+4 tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=bf16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+8 tiny-llama mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
+8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
+8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
+8 tiny-llama mesh=2x2x2,weights=fp8,kv=bf16,prefill=wg-xyz/heads,decode=ws2d/batch
+EOF2
+# every rank rejects a layout alike: exit 2, one message, no hang
+mpi 2 --model tiny-llama --batch 3 --prompt 4 --gen 2 --layout mesh=3x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+    >$tmp/b.out 2>$tmp/b.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: bad layout under mpi: exit $rc"; fail=$((fail + 1)); }
+# the world size must match the layout
+mpi 2 --model tiny-llama --batch 4 --prompt 4 --gen 2 --layout mesh=2x2x1,prefill=ws1d/heads,decode=ws1d/heads \
+    >$tmp/b.out 2>$tmp/b.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: world size mismatch under mpi: exit $rc"; fail=$((fail + 1)); }
+grep -q "4" $tmp/b.err || { echo "FAIL: world size mismatch: no reason"; cat $tmp/b.err; fail=$((fail + 1)); }
+[ $fail -eq 0 ] && echo "mpi_exec: $n layouts passed" || echo "mpi_exec: $fail failed"
+[ $fail -eq 0 ]
