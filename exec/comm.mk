@@ -6,3 +6,6 @@ shardplaninclude_HEADERS += exec/sp_comm.h
 if HAVE_MPI
 libspcore_la_SOURCES += exec/comm_mpi.c
 endif
+if HAVE_CUDA
+libspcore_la_SOURCES += exec/comm_nccl.c
+endif

@@ -40,7 +40,7 @@
 #define SPI_COMM_MPI_LINKED 1
 #endif
 #ifndef SPI_COMM_NCCL_LINKED
-#define SPI_COMM_NCCL_LINKED 0
+#define SPI_COMM_NCCL_LINKED 1
 #endif
 
 #define SPI_COMM_NMASKS (1u << SP_AXIS_COUNT)

@@ -467,7 +467,14 @@ START_TEST(test_args)
     ck_assert_ptr_nonnull(strstr(sp_last_error(), "--with-mpi"));
 #endif
 #endif
-#if !(defined(HAVE_CUDA) && SPI_COMM_NCCL_LINKED)
+#if defined(HAVE_CUDA) && SPI_COMM_NCCL_LINKED
+    /* no GPU: SP_ECUDA saying so; a GPU: a 2-chip mesh in a singleton needs mpirun */
+    st = sp_comm_world_create(SP_COMM_BACKEND_NCCL, &m, &w);
+    ck_assert_ptr_null(w);
+    ck_assert_msg(st == SP_ECUDA ? strstr(sp_last_error(), "GPU") != NULL
+                                 : st == SP_EINVAL && strstr(sp_last_error(), "mpirun -np") != NULL,
+                  "NCCL world: %d %s", (int)st, sp_last_error());
+#else
     ck_assert_int_eq(sp_comm_world_create(SP_COMM_BACKEND_NCCL, &m, &w), SP_ENOTSUP);
     ck_assert_ptr_nonnull(strstr(sp_last_error(), "NCCL"));
 #endif

@@ -9,3 +9,14 @@ tests_check_comm_mpi_SOURCES = tests/check_comm_mpi.c
 tests_check_comm_mpi_CFLAGS = $(AM_CFLAGS)
 tests_check_comm_mpi_LDADD = libspcore.la $(SP_DEP_LIBS)
 endif
+# The NCCL backend: tests/check_comm_nccl (an MPI program on device buffers)
+# run by tests/nccl_comm.sh, which skips (77) without the CUDA build or
+# with fewer than 2 GPUs.
+TESTS += tests/nccl_comm.sh
+EXTRA_DIST += tests/nccl_comm.sh
+if HAVE_CUDA
+check_PROGRAMS += tests/check_comm_nccl
+tests_check_comm_nccl_SOURCES = tests/check_comm_nccl.c
+tests_check_comm_nccl_CFLAGS = $(AM_CFLAGS)
+tests_check_comm_nccl_LDADD = libspcore.la $(SP_DEP_LIBS)
+endif
