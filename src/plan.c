@@ -787,25 +787,38 @@ fail:
     return st;
 }
 
-sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
-                           const int64_t *batches, int n_batches, const sp_workload *w,
-                           const sp_plan_opts *opts, sp_plan **out)
+/* The frontiers of n_lm latency metrics over one pricing of the union of
+ * the (chips, batch) spaces.  Each instance is priced into `raw` (its buffer
+ * reused from one instance to the next) and reduced into each metric's space
+ * as soon as it is priced, so only candidates that may be that metric's
+ * optimum or frontier points are kept; the union is reduced once more. */
+static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
+                               const int64_t *batches, int n_batches, const sp_workload *w,
+                               const sp_plan_opts *opts, const sp_plan_latency *lms, int n_lm, sp_plan **out)
 {
     double t0 = now_s();
-    SP_CHECK(check_args(m, hw, w, out));
+    if (!out) return spi_fail(SP_EINVAL, "planner: NULL argument");
+    for (int k = 0; k < n_lm; k++) out[k] = NULL;
+    SP_CHECK(check_args(m, hw, w, &out[0]));
     if (!chips || !batches || n_chips < 1 || n_batches < 1 || n_chips * n_batches > 128)
         return spi_fail(SP_EINVAL, "frontier: need 1 to 128 (chips, batch) pairs (got %d × %d)", n_chips, n_batches);
-    sp_plan_opts o;
-    sp_plan *p;
-    SP_CHECK(plan_new(opts, w, chips[0], &o, &p));
-    o.frontier = 1;
-    p->opts.frontier = 1;
-    spi_space s;
-    spi_space_init(&s, m, hw);
+    if (!lms || n_lm < 1 || n_lm > SP_PLAN_LAT_COUNT)
+        return spi_fail(SP_EINVAL, "frontier: need 1 to %d latency metrics (got %d)", SP_PLAN_LAT_COUNT, n_lm);
+    for (int k = 0; k < n_lm; k++)
+        if ((unsigned)lms[k] >= SP_PLAN_LAT_COUNT) return spi_fail(SP_EINVAL, "frontier: bad latency metric %d", lms[k]);
+    sp_plan_opts o[SP_PLAN_LAT_COUNT];
+    spi_space s[SP_PLAN_LAT_COUNT], raw;
+    spi_reduce red[SP_PLAN_LAT_COUNT];
+    spi_space_init(&raw, m, hw);
+    for (int k = 0; k < n_lm; k++) spi_space_init(&s[k], m, hw);
     sp_status st = SP_OK;
-    /* each instance is reduced as soon as it is priced (only its candidates
-     * that may be the optimum or a frontier point stay), then the union */
-    spi_reduce red = {.o = &o, .main = 1, .frontier = 1};
+    for (int k = 0; k < n_lm; k++) {
+        SP_CHECKGOTO(plan_new(opts, w, chips[0], &o[k], &out[k]), st, fail);
+        o[k].frontier = 1;
+        o[k].latency_metric = lms[k];
+        out[k]->opts = o[k];
+        red[k] = (spi_reduce){.o = &o[k], .main = 1, .frontier = 1};
+    }
     for (int i = 0; i < n_chips; i++)
         for (int j = 0; j < n_batches; j++) {
             if (chips[i] < 1 || batches[j] < 1) {
@@ -814,23 +827,52 @@ sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips,
             }
             sp_workload wi = *w;
             wi.batch = batches[j];
-            int from = s.n;
-            SP_CHECKGOTO(spi_space_add(&s, chips[i], &wi, o.weights, o.kv), st, fail);
-            SP_CHECKGOTO(spi_space_reduce(&s, from, &red), st, fail);
+            raw.n = 0;
+            SP_CHECKGOTO(spi_space_add(&raw, chips[i], &wi, o[0].weights, o[0].kv), st, fail);
+            for (int k = 0; k < n_lm; k++) SP_CHECKGOTO(spi_space_append(&s[k], &raw, &red[k]), st, fail);
         }
-    SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
-    SP_CHECKGOTO(spi_space_finish(&s), st, fail);
-    p->stats.eval_s += s.eval_s;
-    SP_CHECKGOTO(plan_space(&s, &o, p, 0), st, fail);
-    if (p->n_frontier > 0) p->chosen = p->frontier[0];
-    spi_space_free(&s);
-    p->stats.total_s = now_s() - t0;
-    *out = p;
+    for (int k = 0; k < n_lm; k++) {
+        sp_plan *p = out[k];
+        SP_CHECKGOTO(spi_space_reduce(&s[k], 0, &red[k]), st, fail);
+        SP_CHECKGOTO(spi_space_finish(&s[k]), st, fail);
+        s[k].priced = raw.priced;
+        s[k].rejected = raw.rejected;
+        s[k].feasible = raw.feasible;
+        s[k].min_short = raw.min_short;
+        p->stats.eval_s += raw.eval_s;
+        SP_CHECKGOTO(plan_space(&s[k], &o[k], p, 0), st, fail);
+        if (p->n_frontier > 0) p->chosen = p->frontier[0];
+        p->stats.total_s = now_s() - t0;
+    }
+    for (int k = 0; k < n_lm; k++) spi_space_free(&s[k]);
+    spi_space_free(&raw);
     return SP_OK;
 fail:
-    spi_space_free(&s);
-    sp_plan_free(p);
+    for (int k = 0; k < n_lm; k++) {
+        spi_space_free(&s[k]);
+        sp_plan_free(out[k]);
+        out[k] = NULL;
+    }
+    spi_space_free(&raw);
     return st;
+}
+
+sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
+                           const int64_t *batches, int n_batches, const sp_workload *w,
+                           const sp_plan_opts *opts, sp_plan **out)
+{
+    sp_plan_opts o;
+    if (opts) o = *opts;
+    else sp_plan_opts_init(&o);
+    if (!check_opts(&o)) return spi_fail(SP_EINVAL, "planner: bad sp_plan_opts (not initialised with sp_plan_opts_init?)");
+    return frontier_impl(m, hw, chips, n_chips, batches, n_batches, w, &o, &o.latency_metric, 1, out);
+}
+
+sp_status sp_plan_frontiers(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
+                            const int64_t *batches, int n_batches, const sp_workload *w, const sp_plan_opts *opts,
+                            const sp_plan_latency *metrics, int n_metrics, sp_plan **out)
+{
+    return frontier_impl(m, hw, chips, n_chips, batches, n_batches, w, opts, metrics, n_metrics, out);
 }
 
 int sp_plan_chip_counts(const sp_hw *hw, int lo, int hi, int *out, int cap)

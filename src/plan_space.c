@@ -412,3 +412,21 @@ sp_status spi_space_reduce(spi_space *s, int from, const spi_reduce *r)
     s->n = w;
     return SP_OK;
 }
+
+sp_status spi_space_append(spi_space *dst, const spi_space *src, const spi_reduce *r)
+{
+    if (dst->n + src->n > dst->cap) {
+        int cap = dst->cap ? dst->cap : 1024;
+        while (cap < dst->n + src->n) cap *= 2;
+        spi_cand *p = realloc(dst->c, (size_t)cap * sizeof *p);
+        if (!p) return spi_fail(SP_ENOMEM, "planner: out of memory for %d candidates", cap);
+        dst->c = p;
+        dst->cap = cap;
+    }
+    if (src->n) memcpy(dst->c + dst->n, src->c, (size_t)src->n * sizeof *src->c);
+    int from = dst->n;
+    dst->n += src->n;
+    dst->n_inst = src->n_inst;
+    memcpy(dst->inst, src->inst, (size_t)src->n_inst * sizeof *src->inst);
+    return spi_space_reduce(dst, from, r);
+}

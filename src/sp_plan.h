@@ -230,6 +230,22 @@ sp_status sp_plan_frontier(const sp_model *m, const sp_hw *hw, const int *chips,
 
 /*
  * NAME
+ *   sp_plan_frontiers - sp_plan_frontier for several latency metrics at once
+ * DESCRIPTION
+ *   out[k] is what sp_plan_frontier gives with opts->latency_metric =
+ *   metrics[k] (1 <= n_metrics <= SP_PLAN_LAT_COUNT), but every layout is
+ *   priced once for all of them (the CLI's `frontier` verb: decode and
+ *   prefill).  Each plan's stats.eval_s, candidates and rejected describe
+ *   that one shared pricing.
+ * RETURNS
+ *   As sp_plan_solve; on an error every out[k] is NULL.
+ */
+sp_status sp_plan_frontiers(const sp_model *m, const sp_hw *hw, const int *chips, int n_chips,
+                            const int64_t *batches, int n_batches, const sp_workload *w, const sp_plan_opts *opts,
+                            const sp_plan_latency *metrics, int n_metrics, sp_plan **out);
+
+/*
+ * NAME
  *   sp_plan_min_chips - capacity query: the fewest chips that meet the targets
  * DESCRIPTION
  *   Tries the chip counts the topology allows in increasing order (torus:

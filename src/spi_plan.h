@@ -88,6 +88,10 @@ typedef struct spi_reduce {
     int main, frontier, rivals, fit_only;
 } spi_reduce;
 sp_status spi_space_reduce(spi_space *s, int from, const spi_reduce *r);
+/* Appends src's candidates to dst (dst takes src's instance table: src holds
+ * the instances added so far, dst's candidates refer to them) and reduces
+ * the appended ones with r.  Pricing statistics stay with src. */
+sp_status spi_space_append(spi_space *dst, const spi_space *src, const spi_reduce *r);
 
 /* The MILP over a (reduced) space: built once, re-solved with changed
  * objective, row bounds (latency/ε, throughput, memory, forbidden rival

@@ -143,9 +143,11 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
            sp_plan_latency_name(p->opts.latency_metric));
     if (p->opts.max_latency_s > 0) printf(", latency <= %s", cli_fmt_seconds(p->opts.max_latency_s, b, sizeof b));
     if (p->opts.min_tokens_per_s > 0) printf(", >= %.4g tokens/s", p->opts.min_tokens_per_s);
-    printf("\nstatus: %s (%d layouts priced, %d fit, %d rejected; %d GLPK solves; cost model %.1f ms, GLPK %.1f ms)\n",
-           sp_plan_result_name(p->result), p->stats.candidates, p->stats.feasible, p->stats.rejected, p->stats.solves,
-           p->stats.eval_s * 1e3, p->stats.glpk_s * 1e3);
+    double ev = p->stats.eval_s, gl = p->stats.glpk_s;
+    printf("\nstatus: %s (%d layouts priced, %d fit, %d rejected, %d left after exact reductions; %d GLPK solves; "
+           "cost model %.1f ms, GLPK %.1f ms = %.1f%% of the two)\n",
+           sp_plan_result_name(p->result), p->stats.candidates, p->stats.feasible, p->stats.rejected, p->stats.columns,
+           p->stats.solves, ev * 1e3, gl * 1e3, ev + gl > 0 ? 100 * gl / (ev + gl) : 0.0);
     if (!p->has_chosen) {
         print_infeasible(p);
         return;
@@ -359,17 +361,20 @@ int cli_cmd_frontier(int argc, char **argv)
     }
     json_t *root = json ? json_object() : NULL;
     int points = 0;
-    static const sp_plan_latency phases[2] = {SP_PLAN_LAT_DECODE, SP_PLAN_LAT_PREFILL};
-    for (int k = 0; k < 2; k++) {
-        if ((phases[k] == SP_PLAN_LAT_DECODE && gen == 0) || (phases[k] == SP_PLAN_LAT_PREFILL && prompt == 0)) continue;
-        o.latency_metric = phases[k];
-        sp_plan *p = NULL;
-        sp_status st = sp_plan_frontier(&m, &hw, chips, nc, batches, nb, &w, &o, &p);
-        if (st != SP_OK) {
-            if (cf) fclose(cf);
-            json_decref(root);
-            return cli_report(st, NULL);
-        }
+    /* both phases from one pricing of every layout */
+    sp_plan_latency phases[2];
+    sp_plan *plans[2] = {NULL, NULL};
+    int nph = 0;
+    if (gen > 0) phases[nph++] = SP_PLAN_LAT_DECODE;
+    if (prompt > 0) phases[nph++] = SP_PLAN_LAT_PREFILL;
+    sp_status st = sp_plan_frontiers(&m, &hw, chips, nc, batches, nb, &w, &o, phases, nph, plans);
+    if (st != SP_OK) {
+        if (cf) fclose(cf);
+        json_decref(root);
+        return cli_report(st, NULL);
+    }
+    for (int k = 0; k < nph; k++) {
+        sp_plan *p = plans[k];
         const char *ph = sp_plan_latency_name(phases[k]);
         points += p->n_frontier;
         if (cf)
@@ -381,10 +386,13 @@ int cli_cmd_frontier(int argc, char **argv)
             }
         if (root) json_object_set_new(root, ph, (json_t *)sp_plan_to_json(p));
         else {
+            double g = p->stats.glpk_s, e = k == 0 ? p->stats.eval_s : 0.0;
             printf("%s frontier: %s on %s, prompt %lld, gen %lld: %s latency vs chip-seconds per %s token\n"
-                   "(%d points; %d layouts priced over %d chips:batch pairs; cost model %.0f ms, GLPK %.0f ms in %d solves)\n",
-                   ph, m.name, hw.name, prompt, gen, ph, k == 0 ? "generated" : "prompt", p->n_frontier,
-                   p->stats.candidates, nc * nb, p->stats.eval_s * 1e3, p->stats.glpk_s * 1e3, p->stats.solves);
+                   "(%d points; %d layouts priced over %d chips:batch pairs%s, %d left after exact reductions; "
+                   "cost model %.0f ms, GLPK %.1f ms in %d solves, %.1f%% of the two)\n",
+                   ph, m.name, hw.name, prompt, gen, ph, phases[k] == SP_PLAN_LAT_DECODE ? "generated" : "prompt",
+                   p->n_frontier, p->stats.candidates, nc * nb, k ? " (shared with the frontier above)" : "",
+                   p->stats.columns, e * 1e3, g * 1e3, p->stats.solves, e + g > 0 ? 100 * g / (e + g) : 0.0);
             if (p->n_frontier) print_frontier(p, 1);
             else printf("nothing fits at any chips:batch pair\n");
             printf("\n");
