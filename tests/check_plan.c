@@ -239,6 +239,92 @@ START_TEST(test_milp_equals_enumeration)
 }
 END_TEST
 
+/* The frontier over a union of (chips, batch) instances (each instance
+ * reduced as it is priced, then the union) against the enumerated Pareto set
+ * of the union, for the phase cost metric and both phases; sp_plan_frontiers
+ * gives what sp_plan_frontier gives for each metric alone. */
+START_TEST(test_union_frontier_equals_enumeration)
+{
+    rng_state = 4321u + 104729u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    sp_hw hw;
+    int cluster = _i % 2;
+    static const int64_t hbm[] = {4 << 20, 16 << 20, 64 << 20, 1ll << 30};
+    small_hw(&hw, cluster, hbm[rnd(4)]);
+    static const int chips[] = {2, 4, 8};
+    static const int64_t batches[] = {1, 4, 8};
+    sp_workload w = {1, 8 * (1 + rnd(4)), 4};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.cost_metric = SP_PLAN_COST_PHASE;
+    o.rivals = 0;
+    o.search_min_chips = 0;
+    sp_plan_latency lms[2] = {SP_PLAN_LAT_DECODE, SP_PLAN_LAT_PREFILL};
+    sp_plan *both[2];
+    ck_assert_int_eq(sp_plan_frontiers(&m, &hw, chips, 3, batches, 3, &w, &o, lms, 2, both), SP_OK);
+    /* the enumerated union */
+    bf_space bf[9];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            sp_workload wi = w;
+            wi.batch = batches[j];
+            brute(&m, &hw, chips[i], &wi, SP_PLAN_W_AUTO, &bf[3 * i + j]);
+        }
+    for (int k = 0; k < 2; k++) {
+        o.latency_metric = lms[k];
+        sp_plan *p;
+        ck_assert_int_eq(sp_plan_frontier(&m, &hw, chips, 3, batches, 3, &w, &o, &p), SP_OK);
+        ck_assert_int_eq(p->n_frontier, both[k]->n_frontier);
+        ck_assert_int_eq(p->stats.candidates, both[k]->stats.candidates);
+        for (int f = 0; f < p->n_frontier; f++) {
+            ck_assert(p->frontier[f].cost_s == both[k]->frontier[f].cost_s);
+            ck_assert(p->frontier[f].latency_s == both[k]->frontier[f].latency_s);
+            ck_assert(!memcmp(&p->frontier[f].layout, &both[k]->frontier[f].layout, sizeof p->frontier[f].layout));
+        }
+        /* enumerated Pareto set of (phase cost, phase latency) over layouts that fit */
+        int nf = 0, total = 0;
+        for (int a = 0; a < 9; a++) total += bf[a].n;
+        ck_assert_int_gt(total, 0);   /* every placement: more than the planner's merged space */
+        for (int a = 0; a < 9; a++)
+            for (int i = 0; i < bf[a].n; i++) {
+                const sp_cost *ci = &bf[a].c[i].c;
+                if (!ci->feasible) continue;
+                double N = chips[a / 3], B = (double)batches[a % 3];
+                double cc = k == 0 ? N * ci->decode_step_s / B : N * ci->prefill_s / (B * (double)w.prompt);
+                double li = lat_of(ci, lms[k]);
+                int dominated = 0;
+                for (int b = 0; b < 9 && !dominated; b++)
+                    for (int j = 0; j < bf[b].n && !dominated; j++) {
+                        const sp_cost *cj = &bf[b].c[j].c;
+                        if (!cj->feasible) continue;
+                        double Nb = chips[b / 3], Bb = (double)batches[b % 3];
+                        double cb = k == 0 ? Nb * cj->decode_step_s / Bb : Nb * cj->prefill_s / (Bb * (double)w.prompt);
+                        double lb = lat_of(cj, lms[k]);
+                        if (cb <= cc && lb <= li && (cb < cc || lb < li)) dominated = 1;
+                        if (cb == cc && lb == li && (b < a || (b == a && j < i))) dominated = 1;   /* duplicate */
+                    }
+                if (dominated) continue;
+                nf++;
+                int found = 0;
+                for (int f = 0; f < p->n_frontier; f++)
+                    found |= close_to(p->frontier[f].cost_s, cc) && close_to(p->frontier[f].latency_s, li) &&
+                             p->frontier[f].chips == (int)N && p->frontier[f].batch == (int64_t)B;
+                ck_assert_msg(found, "union frontier point %d:%d (%.9g, %.9g) missing", (int)N, (int)B, cc, li);
+            }
+        ck_assert_int_eq(p->n_frontier, nf);
+        n_frontier_points += nf;
+        if (nf) {
+            ck_assert_int_eq(p->result, SP_PLAN_OPTIMAL);
+            ck_assert_int_eq(p->chosen.chips, p->frontier[0].chips);
+        } else ck_assert_int_eq(p->result, SP_PLAN_INFEASIBLE);
+        sp_plan_free(p);
+        sp_plan_free(both[k]);
+    }
+    for (int a = 0; a < 9; a++) free(bf[a].c);
+}
+END_TEST
+
 START_TEST(test_equal_costs_tie)
 {
     /* a symmetric torus: meshes 1x2x2 and 2x1x2 ... tie; the MILP returns one of them */
@@ -395,6 +481,7 @@ int main(void)
     TCase *tc = tcase_create("milp");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_milp_equals_enumeration, 0, 60);
+    tcase_add_loop_test(tc, test_union_frontier_equals_enumeration, 0, 8);
     tcase_add_test(tc, test_equal_costs_tie);
     tcase_add_test(tc, test_summary);
     suite_add_tcase(s, tc);
