@@ -138,6 +138,114 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
     }
 }
 
+/* ---- fused small-T path (decode) --------------------------------------------
+ * For T <= SPI_SMALL_T the product is memory bound: 2T FLOPs per weight
+ * against 1-2 bytes of it.  The tile path dequantises every weight into a
+ * 512 KiB scratch tile first (a write and a re-read of 4 bytes per weight:
+ * 3-5x the traffic of the int8/bf16 weight itself) and then calls sgemm on
+ * a skinny product.  Here each weight row is read once, in column blocks of
+ * SPI_NB, SPI_KU rows at a time: the rows are widened to fp32 in a small L1
+ * buffer and accumulated into T fp32 rows (acc, L1) with SPI_KU FMAs per
+ * load/store of acc; int8/fp8 column scales are applied once per output at
+ * the end (w = q * s[n], so sum_k x_k q_kn s_n = s_n sum_k x_k q_kn).
+ * Compiled for AVX2+FMA and AVX-512 too where the compiler can (target
+ * clones, chosen at load time), else baseline. */
+#define SPI_SMALL_T 8
+#define SPI_NB 256
+#define SPI_KU 8
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define SPI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef SPI_CLONES
+#define SPI_CLONES
+#endif
+
+static float spi_fp8_lut[256];
+static int spi_fp8_lut_ready;
+
+SPI_CLONES __attribute__((optimize("tree-vectorize", "no-math-errno"))) static void
+matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview *w, int64_t T, int64_t K,
+             int64_t N, int mode)
+{
+    float acc[SPI_SMALL_T][SPI_NB] __attribute__((aligned(64)));   // (T, nb)
+    float wb[SPI_KU][SPI_NB] __attribute__((aligned(64)));         // (ku, nb) widened rows
+    const int64_t ld = w->ld;
+    for (int64_t n0 = 0; n0 < N; n0 += SPI_NB) {
+        const int64_t nb = N - n0 < SPI_NB ? N - n0 : SPI_NB;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t n = 0; n < nb; n++) acc[t][n] = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += SPI_KU) {
+            const int64_t ku = K - k0 < SPI_KU ? K - k0 : SPI_KU;
+            // widen rows k0 .. k0+ku of W[:, n0:n0+nb] to fp32 (no scale yet)
+            for (int64_t j = 0; j < SPI_KU; j++) {
+                float *d = wb[j];
+                if (j >= ku) {
+                    for (int64_t n = 0; n < nb; n++) d[n] = 0.0f;
+                    continue;
+                }
+                const int64_t off = (k0 + j) * ld + n0;
+                switch (w->dt) {
+                case SP_DT_BF16: {
+                    const uint16_t *src = (const uint16_t *)w->data + off;
+                    uint32_t *du = (uint32_t *)(void *)d;
+                    for (int64_t n = 0; n < nb; n++) du[n] = (uint32_t)src[n] << 16;
+                    break;
+                }
+                case SP_DT_INT8: {
+                    const int8_t *src = (const int8_t *)w->data + off;
+                    for (int64_t n = 0; n < nb; n++) d[n] = (float)src[n];
+                    break;
+                }
+                case SP_DT_FP8: {
+                    const uint8_t *src = (const uint8_t *)w->data + off;
+                    for (int64_t n = 0; n < nb; n++) d[n] = spi_fp8_lut[src[n]];
+                    break;
+                }
+                case SP_DT_F16: {
+                    const uint16_t *src = (const uint16_t *)w->data + off;
+                    for (int64_t n = 0; n < nb; n++) d[n] = sp_kern_f16_to_f32(src[n]);
+                    break;
+                }
+                default: {
+                    const float *src = (const float *)w->data + off;
+                    for (int64_t n = 0; n < nb; n++) d[n] = src[n];
+                    break;
+                }
+                }
+            }
+            // acc[t] += sum_j x[t][k0+j] * wb[j]
+            for (int64_t t = 0; t < T; t++) {
+                const float *x = in + t * K + k0;
+                float a[SPI_KU];
+                for (int64_t j = 0; j < SPI_KU; j++) a[j] = j < ku ? x[j] : 0.0f;
+                float *o = acc[t];
+                for (int64_t n = 0; n < nb; n++)
+                    o[n] += ((a[0] * wb[0][n] + a[1] * wb[1][n]) + (a[2] * wb[2][n] + a[3] * wb[3][n])) +
+                            ((a[4] * wb[4][n] + a[5] * wb[5][n]) + (a[6] * wb[6][n] + a[7] * wb[7][n]));
+            }
+        }
+        const float *sc = (w->dt == SP_DT_INT8 || w->dt == SP_DT_FP8) ? w->scale + n0 : NULL;
+        for (int64_t t = 0; t < T; t++) {
+            float *o = out + t * N + n0;
+            const float *a = acc[t];
+            if (sc) {
+                if (mode == SP_KERN_ACCUMULATE)
+                    for (int64_t n = 0; n < nb; n++) o[n] += a[n] * sc[n];
+                else
+                    for (int64_t n = 0; n < nb; n++) o[n] = a[n] * sc[n];
+            } else {
+                if (mode == SP_KERN_ACCUMULATE)
+                    for (int64_t n = 0; n < nb; n++) o[n] += a[n];
+                else
+                    for (int64_t n = 0; n < nb; n++) o[n] = a[n];
+            }
+        }
+    }
+}
+
 sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, const float *bias,
                          int64_t T, int64_t K, int64_t N, int mode, void *scratch, size_t scratch_bytes)
 {
@@ -150,14 +258,22 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
         return spi_fail(SP_EINVAL, "sp_kern_matmul: %s weights need per-column scales", sp_dtype_name(w->dt));
     if (T == 0) return SP_OK;
     float beta0 = mode == SP_KERN_ACCUMULATE ? 1.0f : 0.0f;
+    /* the scratch contract holds whichever path runs */
+    size_t need = sp_kern_matmul_scratch_bytes(w, K, N);
+    if (w->dt != SP_DT_F32 && (!scratch || scratch_bytes < need))
+        return spi_fail(SP_EINVAL, "sp_kern_matmul: scratch of %zu bytes given, %zu needed", scratch_bytes, need);
     if (w->dt == SP_DT_F32) {
         // out (T, N) = in (T, K) . W (K, N)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)N, (int)K, 1.0f, in, (int)K,
                     (const float *)w->data, (int)w->ld, beta0, out, (int)N);
+    } else if (T <= SPI_SMALL_T) {
+        if (w->dt == SP_DT_FP8 && !__atomic_load_n(&spi_fp8_lut_ready, __ATOMIC_ACQUIRE)) {
+            /* idempotent: racing threads write the same values */
+            for (int b = 0; b < 256; b++) spi_fp8_lut[b] = sp_kern_fp8_to_f32((uint8_t)b);
+            __atomic_store_n(&spi_fp8_lut_ready, 1, __ATOMIC_RELEASE);
+        }
+        matmul_small(out, in, w, T, K, N, mode);
     } else {
-        size_t need = sp_kern_matmul_scratch_bytes(w, K, N);
-        if (!scratch || scratch_bytes < need)
-            return spi_fail(SP_EINVAL, "sp_kern_matmul: scratch of %zu bytes given, %zu needed", scratch_bytes, need);
         float *tile = scratch;   // (kb, nb)
         for (int64_t n0 = 0; n0 < N; n0 += SPI_NT) {
             int64_t nb = N - n0 < SPI_NT ? N - n0 : SPI_NT;
