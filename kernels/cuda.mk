@@ -23,3 +23,11 @@ check_PROGRAMS += kernels/cuda/cuda_probe
 kernels_cuda_cuda_probe_SOURCES = kernels/cuda/cuda_probe.c
 kernels_cuda_cuda_probe_LDADD = libspcore.la $(SP_DEP_LIBS)
 endif
+# check_cuda_kern: every CUDA kernel vs its CPU kernel (NMSE per op); exits
+# 77 (skip) without a GPU.  Listed only in the CUDA build.
+if HAVE_CUDA
+check_PROGRAMS += kernels/cuda/check_cuda_kern
+TESTS += kernels/cuda/check_cuda_kern
+kernels_cuda_check_cuda_kern_SOURCES = kernels/cuda/check_cuda_kern.c
+kernels_cuda_check_cuda_kern_LDADD = libspcore.la $(SP_DEP_LIBS)
+endif

@@ -158,10 +158,11 @@ __global__ void rope_k(float *x, int64_t T, int64_t nh, int64_t D, const int64_t
     double inv = pow(theta, -2.0 * (double)p / (double)D);
     double a = (double)pos[t] * inv;
     float cs = (float)cos(a), sn = (float)sin(a);
-    float *v = x + th * D + 2 * p;
-    float x0 = v[0], x1 = v[1];
+    /* HF rotate_half, as sp_kern_rope: pairs (p, p + D/2) */
+    float *v = x + th * D + p;
+    float x0 = v[0], x1 = v[half];
     v[0] = x0 * cs - x1 * sn;
-    v[1] = x0 * sn + x1 * cs;
+    v[half] = x1 * cs + x0 * sn;
 }
 
 extern "C" sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,

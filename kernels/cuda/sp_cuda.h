@@ -35,10 +35,12 @@ sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in, const floa
 /* RMSNorm (layernorm = 0) or LayerNorm over rows of C; gain/bias may be NULL. */
 sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, int64_t T, int64_t C, const float *gain,
                        const float *bias, float eps, int layernorm);
-/* Rotary embedding in place on x (T, nh, D), pairs (2i, 2i+1), pos (T) int64. */
+/* Rotary embedding in place on x (T, nh, D), pos (T) int64: HF "rotate_half"
+ * pairs (i, i + D/2), angle pos * theta^(-2i/D), as sp_kern_rope. */
 sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,
                        double theta);
-/* Causal attention over a KV cache k/v (B, KVH, Lmax, D): q/out (B, Lq, H, D);
+/* Causal attention over a KV cache k/v (B, KVH, Lmax, D) -- head-major, unlike
+ * the CPU cache (B, ctx_max, KVHl, D) of sp_kern.h: q/out (B, Lq, H, D);
  * query i attends keys 0 .. pos0+i; head h reads kv head h / (H / KVH). */
 sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
                             int64_t B, int64_t Lq, int64_t H, int64_t KVH, int64_t D, int64_t Lmax,

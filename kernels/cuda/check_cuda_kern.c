@@ -1,0 +1,237 @@
+/* check_cuda_kern.c: every CUDA kernel of sp_cuda.h against its CPU kernel
+ * of kernels/cpu/sp_kern.h on random data (fixed seed), by normalised mean
+ * squared error NMSE = sum (gpu - cpu)^2 / sum cpu^2 with a threshold per op
+ * (fp32 on both sides: only the summation order differs; cuBLAS may use
+ * TF32 only if the environment forces it, NVIDIA_TF32_OVERRIDE=1, which
+ * this check reports as a failure of the matmul threshold).  Index results
+ * (embed, argmax) must match exactly.  Exits 77 (skip) with the reason when
+ * no GPU is visible, 1 on any failure, 0 otherwise. */
+#include "config.h"
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/cpu/sp_kern.h"
+#include "kernels/cuda/sp_cuda.h"
+
+static int g_fails;
+static uint64_t g_rng = 0x5eed5eedULL;
+
+static float rnd(void) { return 2.0f * sp_kern_rng_float(&g_rng) - 1.0f; }   /* [-1, 1) */
+
+static float *rnd_vec(size_t n, float scale)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = scale * rnd();
+    return v;
+}
+
+static void die(const char *what, const char *why)
+{
+    printf("check_cuda_kern: FAIL: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void *dev(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) die("cudaMalloc", cudaGetErrorString(cudaGetLastError()));
+    if (h && bytes && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+        die("cudaMemcpy H2D", cudaGetErrorString(cudaGetLastError()));
+    return d;
+}
+
+static void host(void *h, const void *d, size_t bytes)
+{
+    if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        die("cudaMemcpy D2H", cudaGetErrorString(cudaGetLastError()));
+}
+
+#define OK(call)                                                     \
+    do {                                                             \
+        sp_status st_ = (call);                                      \
+        if (st_ != SP_OK) die(#call, sp_last_error());               \
+    } while (0)
+
+static void compare(const char *op, const float *gpu, const float *cpu, size_t n, double thresh)
+{
+    double num = 0, den = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)gpu[i] - (double)cpu[i];
+        num += d * d;
+        den += (double)cpu[i] * cpu[i];
+        finite &= isfinite(gpu[i]) != 0;
+    }
+    double nmse = den > 0 ? num / den : num;
+    int bad = !finite || !(nmse <= thresh);
+    printf("  %-26s n=%-8zu nmse %.3e (threshold %.0e)%s\n", op, n, nmse, thresh, bad ? "  FAIL" : "");
+    g_fails += bad;
+}
+
+static void t_matmul(sp_cuda_ctx *c)
+{
+    enum { T = 37, K = 129, N = 70 };
+    float *in = rnd_vec(T * K, 1), *w = rnd_vec(K * N, 1), *bias = rnd_vec(N, 1), *cpu = rnd_vec(T * N, 1);
+    float *gpu = malloc(T * N * sizeof *gpu);
+    float *din = dev(in, sizeof(float) * T * K), *dw = dev(w, sizeof(float) * K * N), *db = dev(bias, sizeof(float) * N);
+    float *dout = dev(cpu, sizeof(float) * T * N);   /* same start for the accumulate pass */
+    sp_kern_wview wv = {SP_DT_F32, w, N, NULL};
+    for (int acc = 0; acc < 2; acc++) {
+        OK(sp_kern_matmul(cpu, in, &wv, acc ? NULL : bias, T, K, N, acc ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE,
+                          NULL, 0));
+        OK(sp_cuda_matmul(c, dout, din, dw, acc ? NULL : db, T, K, N, acc));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * T * N);
+        compare(acc ? "matmul (accumulate)" : "matmul (+bias)", gpu, cpu, T * N, 1e-10);
+    }
+    cudaFree(din), cudaFree(dw), cudaFree(db), cudaFree(dout);
+    free(in), free(w), free(bias), free(cpu), free(gpu);
+}
+
+static void t_norm(sp_cuda_ctx *c)
+{
+    enum { T = 9, C = 1000 };
+    float *x = rnd_vec(T * C, 3), *gain = rnd_vec(C, 1), *bias = rnd_vec(C, 1);
+    for (int i = 0; i < T * C; i++) x[i] += 0.5f;   /* non-zero mean */
+    float *cpu = malloc(T * C * sizeof *cpu), *gpu = malloc(T * C * sizeof *gpu), stats[2 * T];
+    float *dx = dev(x, sizeof(float) * T * C), *dg = dev(gain, sizeof(float) * C), *db = dev(bias, sizeof(float) * C);
+    float *dout = dev(NULL, sizeof(float) * T * C);
+    for (int ln = 0; ln < 2; ln++) {
+        sp_kern_norm(x, T, C, gain, ln ? bias : NULL, 1e-5f, ln ? SP_NORM_LAYERNORM : SP_NORM_RMSNORM, stats, cpu);
+        OK(sp_cuda_norm(c, dout, dx, T, C, dg, ln ? db : NULL, 1e-5f, ln));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * T * C);
+        compare(ln ? "layernorm" : "rmsnorm", gpu, cpu, T * C, 1e-11);
+    }
+    cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dout);
+    free(x), free(gain), free(bias), free(cpu), free(gpu);
+}
+
+static void t_rope(sp_cuda_ctx *c)
+{
+    enum { T = 5, NH = 3, D = 64 };
+    float *x = rnd_vec(T * NH * D, 1), *gpu = malloc(T * NH * D * sizeof *gpu);
+    int64_t pos[T] = {0, 1, 17, 300, 4095};
+    float *dx = dev(x, sizeof(float) * T * NH * D);
+    int64_t *dp = dev(pos, sizeof pos);
+    OK(sp_kern_rope(x, T, NH, D, pos, 10000.0));
+    OK(sp_cuda_rope(c, dx, T, NH, D, dp, 10000.0));
+    OK(sp_cuda_sync(c));
+    host(gpu, dx, sizeof(float) * T * NH * D);
+    compare("rope (rotate_half)", gpu, x, T * NH * D, 1e-11);
+    cudaFree(dx), cudaFree(dp);
+    free(x), free(gpu);
+}
+
+static void t_attention(sp_cuda_ctx *c)
+{
+    enum { B = 2, LQ = 3, H = 4, KVH = 2, D = 32, LMAX = 40, POS0 = 17 };
+    size_t nq = (size_t)B * LQ * H * D, nkv = (size_t)B * LMAX * KVH * D;
+    float *q = rnd_vec(nq, 1), *kc = rnd_vec(nkv, 1), *vc = rnd_vec(nkv, 1);   /* CPU: (B, LMAX, KVH, D) */
+    float *kg = malloc(nkv * sizeof *kg), *vg = malloc(nkv * sizeof *vg);        /* GPU: (B, KVH, LMAX, D) */
+    for (int b = 0; b < B; b++)
+        for (int l = 0; l < LMAX; l++)
+            for (int h = 0; h < KVH; h++)
+                for (int d = 0; d < D; d++) {
+                    size_t ci = (((size_t)b * LMAX + l) * KVH + h) * D + d, gi = (((size_t)b * KVH + h) * LMAX + l) * D + d;
+                    kg[gi] = kc[ci];
+                    vg[gi] = vc[ci];
+                }
+    float *cpu = malloc(nq * sizeof *cpu), *gpu = malloc(nq * sizeof *gpu);
+    sp_kern_kv kv = {SP_DT_F32, kc, vc, B, LMAX, KVH, D};
+    size_t sb = sp_kern_attention_scratch_bytes(LMAX);
+    void *scr = malloc(sb ? sb : 1);
+    OK(sp_kern_attention(cpu, q, &kv, LQ, POS0, H, KVH, 0, H, 0, scr, sb));
+    float *dq = dev(q, nq * sizeof(float)), *dk = dev(kg, nkv * sizeof(float)), *dv = dev(vg, nkv * sizeof(float));
+    float *dout = dev(NULL, nq * sizeof(float));
+    OK(sp_cuda_attention(c, dout, dq, dk, dv, B, LQ, H, KVH, D, LMAX, POS0));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, nq * sizeof(float));
+    compare("attention (GQA, KV cache)", gpu, cpu, nq, 1e-10);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout);
+    free(q), free(kc), free(vc), free(kg), free(vg), free(cpu), free(gpu), free(scr);
+}
+
+static void t_elementwise(sp_cuda_ctx *c)
+{
+    enum { N = 10007 };
+    float *x = rnd_vec(N, 6), *u = rnd_vec(N, 2), *cpu = malloc(N * sizeof *cpu), *gpu = malloc(N * sizeof *gpu);
+    float *dx = dev(x, N * sizeof(float)), *du = dev(u, N * sizeof(float)), *dout = dev(NULL, N * sizeof(float));
+    sp_kern_gelu(cpu, x, N);
+    OK(sp_cuda_gelu(c, dout, dx, N));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, N * sizeof(float));
+    compare("gelu (tanh)", gpu, cpu, N, 1e-11);
+    sp_kern_swiglu(cpu, x, u, N);
+    OK(sp_cuda_swiglu(c, dout, dx, du, N));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, N * sizeof(float));
+    compare("swiglu", gpu, cpu, N, 1e-11);
+    cudaFree(dx), cudaFree(du), cudaFree(dout);
+    free(x), free(u), free(cpu), free(gpu);
+}
+
+static void t_embed(sp_cuda_ctx *c)
+{
+    enum { T = 7, E = 33, LD = 36, VL = 50, V0 = 10 };
+    int32_t tok[T] = {10, 59, 9, 60, 35, 10, 1000};   /* rows 0, 49, below, above, 25, 0, far */
+    float *table = rnd_vec(VL * LD, 1), cpu[T * E], gpu[T * E];
+    OK(sp_kern_embed(cpu, tok, T, table, LD, V0, VL, 0, E));
+    float *dt = dev(table, sizeof(float) * VL * LD), *dout = dev(NULL, sizeof gpu);
+    int32_t *dtok = dev(tok, sizeof tok);
+    OK(sp_cuda_embed(c, dout, dtok, T, dt, LD, E, V0, VL));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, sizeof gpu);
+    int bad = memcmp(cpu, gpu, sizeof gpu) != 0;
+    printf("  %-26s n=%-8d %s\n", "embed (vocab shard)", T * E, bad ? "differs  FAIL" : "bit-identical");
+    g_fails += bad;
+    cudaFree(dt), cudaFree(dout), cudaFree(dtok);
+    free(table);
+}
+
+static void t_argmax(sp_cuda_ctx *c)
+{
+    enum { T = 4, V = 3001 };
+    float *lg = rnd_vec(T * V, 10);
+    lg[0 * V + 2999] = 50.0f;                           /* near the end */
+    lg[1 * V + 7] = 50.0f, lg[1 * V + 2000] = 50.0f;    /* tie: lowest wins */
+    lg[2 * V + 0] = 50.0f;                              /* first */
+    lg[3 * V + 5] = NAN, lg[3 * V + 6] = 50.0f;         /* NaN never wins */
+    int32_t cpu[T], gpu[T];
+    for (int t = 0; t < T; t++) cpu[t] = sp_kern_argmax(lg + (size_t)t * V, V);
+    float *dl = dev(lg, sizeof(float) * T * V);
+    int32_t *dt = dev(NULL, sizeof gpu);
+    OK(sp_cuda_argmax(c, dt, dl, T, V));
+    OK(sp_cuda_sync(c));
+    host(gpu, dt, sizeof gpu);
+    int bad = memcmp(cpu, gpu, sizeof gpu) != 0;
+    printf("  %-26s rows=%-5d cpu %d %d %d %d gpu %d %d %d %d%s\n", "argmax", T, cpu[0], cpu[1], cpu[2], cpu[3],
+           gpu[0], gpu[1], gpu[2], gpu[3], bad ? "  FAIL" : "");
+    g_fails += bad;
+    cudaFree(dl), cudaFree(dt);
+    free(lg);
+}
+
+int main(void)
+{
+    char why[256];
+    if (!sp_cuda_available(why, sizeof why)) {
+        printf("check_cuda_kern: SKIP: %s\n", why);
+        return 77;
+    }
+    sp_cuda_ctx *c;
+    OK(sp_cuda_ctx_create(0, &c));
+    printf("check_cuda_kern: CUDA kernels vs CPU kernels (%s)\n", why);
+    t_matmul(c);
+    t_norm(c);
+    t_rope(c);
+    t_attention(c);
+    t_elementwise(c);
+    t_embed(c);
+    t_argmax(c);
+    sp_cuda_ctx_free(c);
+    printf("check_cuda_kern: %s (%d failure%s)\n", g_fails ? "FAIL" : "PASS", g_fails, g_fails == 1 ? "" : "s");
+    return g_fails ? 1 : 0;
+}
