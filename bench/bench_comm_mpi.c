@@ -66,7 +66,7 @@
  * all-gather / all-to-all at parity, ~9-10 GB/s busbw at 1-4 MiB with 2
  * ranks (about a fifth of cpyN: CMA's per-page process_vm_readv cost);
  * reduce-scatter 3-5x FASTER than Open MPI's MPI_Reduce_scatter_block
- * (whose default for these sizes reduces through a root and scatters);
+ * (Open MPI 4.1's default algorithm for it is far slower here);
  * all-reduce 20-40% slower than MPI_Allreduce's ring (the extra local pass
  * and two synchronisations), within the napkin estimate above.
  */
