@@ -4,6 +4,7 @@ include bench/comm.mk
 include bench/kern.mk
 include bench/cost.mk
 include bench/plan.mk
+include bench/exec.mk
 include bench/mpi.mk
 bench: $(SP_BENCH_BINS)
 .PHONY: bench
