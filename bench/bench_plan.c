@@ -2,7 +2,8 @@
  *
  * 1. plan: palm-540b on 64 tpu-v4, batch 64, prompt 2048, gen 64 (objective
  *    total latency, frontier and rivals on), median of `runs` runs.
- * 2. frontier: chips {8,...,256} x batch {1,2,4,...,1024}, decode and prefill.
+ * 2. frontier: chips {8,...,256} x batch {1,2,4,...,1024}, decode and prefill
+ *    (sp_plan_frontiers: every layout priced once for both).
  * For each: wall time, time in sp_cost_eval, time in glp_* calls, candidates.
  *
  * Napkin math: 64 = 2^6 chips split into (S, R, X, Y, Z) is C(10,4) = 210
@@ -12,9 +13,9 @@
  * which the cost model accepts ~12k.  sp_cost_eval lowers 2 programs per
  * pipeline stage (~6 us each) and prices 3: ~13 us at S = 1, S times more at S
  * stages: ~15-20 us on average => ~200 ms of pricing, against a 50 ms target.
- * GLPK: ~12k binary columns, ~60 rows, ~8 nonzeros per column; the LP
- * relaxation is integral after the GUB-implied fixings, so each glp_intopt
- * is one presolved LP: ~20-40 ms at this size, x (1 + frontier points + 5 rivals).
+ * GLPK: the exact reductions (doc/planner.md) leave ~140 columns of the 12k
+ * (the admissible rank-minimum, the non-dominated frontier set, one per value
+ * of each rival kind); one problem, warm-started: ~0.2 ms per solve.
  * The frontier sweep prices every layout of 66 (chips, batch) pairs, ~10^5-10^6
  * layouts: tens of seconds of sp_cost_eval against a 2 s target.
  */

@@ -47,19 +47,29 @@
  *   objective      f1 = latency metric | cost metric | −tokens/s; f2 = cost or latency
  *   frontier       epsilon-constraint: f1 = cost, f2 = latency, bound latency ≤ ε;
  *                  ε starts at +∞ (or max_latency_s) and is set just below the
- *                  latency of the point found; one glp_intopt per point; the
+ *                  latency of the point found; one solve per point; the
  *                  (cost, latency) lexicographic minimum makes every point
  *                  non-dominated and the sequence complete.
  *   rivals         per kind: F = candidates sharing the chosen value of that
  *                  kind, memory row and bounds dropped; the optimum is the best
  *                  layout of another kind, and its costs say why it lost.
  *
+ * REDUCTIONS (exact; doc/planner.md, plan_space.c spi_space_reduce)
+ *   Before the program is built, only candidates that may be the optimum of
+ *   one of the plan's solves stay: the admissible rank-minimum (main), the
+ *   non-dominated admissible (cost, latency) set (frontier), one candidate
+ *   per value of each rival kind (rivals); frontier instances are reduced as
+ *   they are priced.  Candidate order is kept, so ties break as before.
+ *
  * SOLVER
- *   glp_intopt with presolve = GLP_ON, tm_lim = opts.time_limit_ms, messages
- *   off (glp_term_out(GLP_OFF)).  Its return code and glp_mip_status are both
- *   checked: OPTIMAL, FEASIBLE (a solution, not proven optimal: time limit),
- *   INFEASIBLE, TIME_LIMIT (no solution in time) go to sp_plan.result;
- *   a GLPK failure is the sp_status SP_ESOLVER.
+ *   One glp_prob per plan (spi_milp_new) re-solved per use: objective
+ *   coefficients, row bounds (glp_set_row_bnds: ε / bounds / memory / forbid
+ *   rows) and implied column fixings change; glp_simplex (presolve off) from
+ *   the last basis, then glp_intopt with presolve off on that optimal basis,
+ *   tm_lim = opts.time_limit_ms, messages off.  Its return code and
+ *   glp_mip_status are both checked: OPTIMAL, FEASIBLE (a solution, not proven
+ *   optimal: time limit), INFEASIBLE, TIME_LIMIT (no solution in time) go to
+ *   sp_plan.result; a GLPK failure is the sp_status SP_ESOLVER.
  */
 #include <glpk.h>
 #include <jansson.h>
