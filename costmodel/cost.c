@@ -292,6 +292,25 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     return SP_OK;
 }
 
+sp_status sp_cost_applies(const sp_model *m, const sp_layout *l, const sp_workload *w, const sp_cost_opts *opts)
+{
+    if (!m || !l || !w || w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
+        return SP_EINVAL;
+    sp_dtype ad = opts ? opts->act_dtype : SP_DT_BF16;
+    int64_t max_ctx = w->prompt + w->gen;
+    for (int s = 0; s < l->stages; s++) {
+        if (w->prompt > 0) {
+            sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, ad};
+            if (sp_lower_check(m, l, SP_PHASE_PREFILL, &sh, s) != SP_OK) return SP_EINVAL;
+        }
+        if (w->gen > 0) {
+            sp_shape sh = {w->batch, 1, max_ctx, max_ctx, ad};
+            if (sp_lower_check(m, l, SP_PHASE_DECODE, &sh, s) != SP_OK) return SP_EINVAL;
+        }
+    }
+    return SP_OK;
+}
+
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,
                               double kv_budget, int64_t *out)
 {

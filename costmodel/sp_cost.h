@@ -95,6 +95,10 @@ void sp_cost_opts_init(sp_cost_opts *o);
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
 
+/* SP_OK if sp_cost_eval would price this layout, SP_EINVAL (no message) if
+ * it does not apply to the model, batch or shapes: a cheap probe for searches. */
+sp_status sp_cost_applies(const sp_model *m, const sp_layout *l, const sp_workload *w, const sp_cost_opts *opts);
+
 /* Prices one program; context > 0 re-prices decode attention at that context. */
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out);
 

@@ -156,9 +156,30 @@ typedef struct ctx {
     int64_t E, D, Hp, KVH, Fp, Vp, n;
     int64_t T;         /* rows of this chip between layers: (mb / |N|) * L */
     int64_t seqs;      /* sequences of this chip between layers: mb / |N| */
+    int kv;            /* how prefill's K/V reach the cache (kv_mode) */
     int act_b;         /* bytes per activation element */
     int w_b;           /* bytes per weight element */
 } ctx;
+
+/* How prefill's K/V reach a KV cache laid out for decode. */
+typedef enum kv_mode {
+    KV_DIRECT = 0,   /* same layout (and always in decode) */
+    KV_SLICE = 1,    /* prefill holds every KV head of more sequences: keep decode's rows */
+    KV_A2A = 2,      /* heads-sharded K/V to batch-sharded: one all-to-all over the head group */
+    KV_BAD = 3       /* would need a reshard we do not do */
+} kv_mode;
+
+static kv_mode kv_transition(const ctx *c)
+{
+    if (c->p->phase != SP_PHASE_PREFILL) return KV_DIRECT;
+    const shard *sh = &c->sh, *d = &c->shd;
+    sp_attn_layout al = c->l->phase[SP_PHASE_PREFILL].attn, dal = c->l->phase[SP_PHASE_DECODE].attn;
+    if (dal == al && !strcmp(d->N, sh->N) && (al == SP_AL_BATCH || !strcmp(d->G, sh->G))) return KV_DIRECT;
+    if (dal == SP_AL_BATCH && al == SP_AL_HEADS) return c->case_a ? KV_A2A : KV_SLICE;
+    /* both head-sharded, KV replicated: every KV head is here for the right sequences */
+    if (dal == SP_AL_HEADS && al == SP_AL_HEADS && !c->case_a && !strcmp(d->N, sh->N)) return KV_DIRECT;
+    return KV_BAD;
+}
 
 static sp_step *emit(sp_steps *ss, sp_step_kind k)
 {
@@ -361,7 +382,7 @@ static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
 
 /* ---- attention ----
  * in: XG (T, E/|Rx|) normed.  out: Y (T, E/|Rx|) partial over C (accumulates if acc). */
-static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
+static void emit_attention(ctx *c, sp_steps *ss, int acc)
 {
     const shard *sh = &c->sh;
     sp_phase phase = c->p->phase;
@@ -477,58 +498,36 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
     (void)k_rows;
 
     /* KV cache store, in the decode phase's layout */
-    const shard *d = &c->shd;
-    sp_attn_layout dal = c->l->phase[SP_PHASE_DECODE].attn;
     sp_buf kst = kbuf, vst = vbuf;
     int64_t st_seqs = a_seqs;
-    if (phase == SP_PHASE_PREFILL) {
-        int same = (dal == al) && !strcmp(d->N, sh->N) && (al == SP_AL_BATCH || !strcmp(d->G, sh->G));
-        if (!same) {
-            if (dal == SP_AL_BATCH && al == SP_AL_HEADS && k_all_heads) {
-                /* keep this chip's decode sequences: blocks over the axes outside N */
-                char rest[8], rs[8];
-                axes_filter("xyz", sh->N, 0, rest);
-                axes_sorted(rest, rs);
-                int nrest = sp_lower_axes_size(c->l, rs);
-                sp_step *s = emit(ss, SP_STEP_SLICE);
-                s->dst = SP_BUF_KB;
-                s->src = kbuf;
-                axcpy(s->batch_axes, rs);
-                axcpy(s->axes, rs);
-                s->k = T;
-                s->m = T / nrest;
-                s->n = c->KVH * D;
-                s = emit(ss, SP_STEP_SLICE);
-                s->dst = SP_BUF_VB;
-                s->src = vbuf;
-                axcpy(s->batch_axes, rs);
-                axcpy(s->axes, rs);
-                s->k = T;
-                s->m = T / nrest;
-                s->n = c->KVH * D;
-                kst = SP_BUF_KB;
-                vst = SP_BUF_VB;
-                st_seqs = c->seqs / nrest;
-            } else if (dal == SP_AL_BATCH && al == SP_AL_HEADS && c->case_a) {
-                sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D,
-                                       c->p->shape.act_dtype, 0);
-                if (s) s->coll.a2a_to_batch = 1;
-                s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D,
-                              c->p->shape.act_dtype, 0);
-                if (s) s->coll.a2a_to_batch = 1;
-                kst = sh->nG > 1 ? SP_BUF_KB : SP_BUF_K;
-                vst = sh->nG > 1 ? SP_BUF_VB : SP_BUF_V;
-                st_seqs = c->seqs / sh->nG;
-            } else if (dal == SP_AL_HEADS && al == SP_AL_HEADS && !c->case_a && !strcmp(d->N, sh->N)) {
-                /* every KV head is here for the right sequences: keep decode's heads */
-            } else {
-                return spi_fail(SP_EINVAL,
-                                "the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) "
-                                "without a reshard, which is not supported",
-                                sp_ffn_layout_name(c->l->phase[0].ffn), sp_attn_layout_name(al),
-                                sp_ffn_layout_name(c->l->phase[1].ffn), sp_attn_layout_name(dal));
-            }
+    if (c->kv == KV_SLICE) {
+        /* keep this chip's decode sequences: blocks over the axes outside N */
+        char rest[8], rs[8];
+        axes_filter("xyz", sh->N, 0, rest);
+        axes_sorted(rest, rs);
+        int nrest = axes_size(c->l, rs);
+        for (int kvi = 0; kvi < 2; kvi++) {
+            sp_step *s = emit(ss, SP_STEP_SLICE);
+            s->dst = kvi ? SP_BUF_VB : SP_BUF_KB;
+            s->src = kvi ? vbuf : kbuf;
+            axcpy(s->batch_axes, rs);
+            axcpy(s->axes, rs);
+            s->k = T;
+            s->m = T / nrest;
+            s->n = c->KVH * D;
         }
+        kst = SP_BUF_KB;
+        vst = SP_BUF_VB;
+        st_seqs = c->seqs / nrest;
+    } else if (c->kv == KV_A2A) {
+        sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D,
+                               c->p->shape.act_dtype, 0);
+        if (s) s->coll.a2a_to_batch = 1;
+        s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
+        if (s) s->coll.a2a_to_batch = 1;
+        kst = sh->nG > 1 ? SP_BUF_KB : SP_BUF_K;
+        vst = sh->nG > 1 ? SP_BUF_VB : SP_BUF_V;
+        st_seqs = c->seqs / sh->nG;
     }
     {
         sp_step *s = emit(ss, SP_STEP_KV_STORE);
@@ -590,7 +589,6 @@ static sp_status emit_attention(ctx *c, sp_steps *ss, int acc)
     }
     sp_buf wo = gather_weight(c, ss, SP_W_O, SP_BUF_WO);
     emit_matmul(c, ss, SP_BUF_Y, att, SP_W_O, wo, T, c->Hp * D / sh->nC, Ein, acc);
-    return SP_OK;
 }
 
 /* ---- feed-forward ----
@@ -673,23 +671,22 @@ static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of)
     s->act_bytes = 3 * T * Ec * c->act_b;
 }
 
-static sp_status emit_layer(ctx *c, sp_steps *ss)
+static void emit_layer(ctx *c, sp_steps *ss)
 {
     if (c->m->block == SP_BLOCK_PARALLEL) {
         /* PaLM: one input all-gather and one output reduce-scatter for both */
         emit_block_input(c, ss, SP_W_NORM1);
-        SP_CHECK(emit_attention(c, ss, 0));
+        emit_attention(c, ss, 0);
         emit_ffn(c, ss, 1);
         emit_block_output(c, ss, SP_W_O);
     } else {
         emit_block_input(c, ss, SP_W_NORM1);
-        SP_CHECK(emit_attention(c, ss, 0));
+        emit_attention(c, ss, 0);
         emit_block_output(c, ss, SP_W_O);
         emit_block_input(c, ss, SP_W_NORM2);
         emit_ffn(c, ss, 0);
         emit_block_output(c, ss, SP_W_OUT);
     }
-    return SP_OK;
 }
 
 /* stage 0: embedding (vocab-sharded partial sums, reduce-scattered into X) */
@@ -854,13 +851,17 @@ void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *fir
     *first = stage * base + (stage < extra ? stage : extra);
 }
 
-sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
-                   sp_program *p)
+/* Fills the context and the program's scalar fields and checks that the
+ * layout applies; emits nothing.  quiet: no message (the planner probes
+ * many layouts that do not apply). */
+#define BAD(...) return quiet ? SP_EINVAL : spi_fail(SP_EINVAL, __VA_ARGS__)
+static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                       int stage, sp_program *p, int quiet)
 {
-    if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) return spi_fail(SP_EINVAL, "sp_lower: bad arguments");
-    if (stage < 0 || stage >= l->stages) return spi_fail(SP_EINVAL, "stage %d outside 0..%d", stage, l->stages - 1);
+    if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) BAD( "sp_lower: bad arguments");
+    if (stage < 0 || stage >= l->stages) BAD( "stage %d outside 0..%d", stage, l->stages - 1);
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
-        return spi_fail(SP_EINVAL, "shape: batch %lld, tokens %lld, context %lld is not a valid step",
+        BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
                         (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
     /* callers that build sp_program on the stack pay only for what is written */
     p->pre.n = p->layer.n = p->post.n = 0;
@@ -872,6 +873,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
     p->stage = stage;
 
     ctx c;
+    memset(&c, 0, sizeof c);
     c.m = m;
     c.l = l;
     c.p = p;
@@ -880,7 +882,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
     phase_shard(l, l->phase[SP_PHASE_DECODE].ffn, &c.shd);
     c.one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
     if (c.one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
-        return spi_fail(SP_EINVAL, "prefill %s and decode %s store weights differently (1D vs 2D); "
+        BAD( "prefill %s and decode %s store weights differently (1D vs 2D); "
                         "a reshard between phases is not supported",
                         sp_ffn_layout_name(l->phase[0].ffn), sp_ffn_layout_name(l->phase[1].ffn));
     c.E = m->d_model;
@@ -891,18 +893,18 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
     c.Fp = round_up(m->d_ff, c.n);
     c.Vp = round_up(m->vocab, c.n);
     if (c.E % c.n)
-        return spi_fail(SP_EINVAL, "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c.E,
+        BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c.E,
                         (long long)c.n);
     if (!c.case_a && c.n % c.KVH)
-        return spi_fail(SP_EINVAL, "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
+        BAD( "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
                         (long long)c.KVH, (long long)c.n);
     int64_t per_replica = shape->batch / l->replicas;
     if (shape->batch % l->replicas || per_replica % l->microbatches)
-        return spi_fail(SP_EINVAL, "batch %lld does not split into %d replicas × %d micro-batches",
+        BAD( "batch %lld does not split into %d replicas × %d micro-batches",
                         (long long)shape->batch, l->replicas, l->microbatches);
     p->micro_batch = per_replica / l->microbatches;
     if (p->micro_batch % c.sh.nN)
-        return spi_fail(SP_EINVAL, "%s needs the micro-batch (%lld sequences) divisible by %d",
+        BAD( "%s needs the micro-batch (%lld sequences) divisible by %d",
                         sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c.sh.nN);
     c.seqs = p->micro_batch / c.sh.nN;
     c.T = c.seqs * shape->q_len;
@@ -911,7 +913,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
         shard s2;
         phase_shard(l, l->phase[ph].ffn, &s2);
         if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (s2.nN * s2.nG)))
-            return spi_fail(SP_EINVAL, "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
+            BAD( "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
                             sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
                             (long long)p->micro_batch, s2.nN * s2.nG);
     }
@@ -947,14 +949,36 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
     int64_t first;
     sp_lower_stage_layers(m->n_layers, l->stages, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
-        return spi_fail(SP_EINVAL, "%d stages for %lld layers leaves stage %d empty", l->stages,
-                        (long long)m->n_layers, stage);
+        BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
+    c.kv = kv_transition(&c);
+    if (c.kv == KV_BAD)
+        BAD("the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) without a reshard, "
+            "which is not supported",
+            sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
+            sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
+    *cp = c;
+    return SP_OK;
+}
+#undef BAD
+
+sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage)
+{
+    static _Thread_local sp_program scratch;   /* setup writes only its scalar fields */
+    ctx c;
+    return setup(&c, m, l, phase, shape, stage, &scratch, 1);
+}
+
+sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                   sp_program *p)
+{
+    ctx c;
+    SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
     int first_stage = stage == 0, last_stage = stage == l->stages - 1;
     storage_specs(&c, first_stage, last_stage);
 
     if (first_stage) emit_embed(&c, &p->pre);
     else emit_p2p(&c, &p->pre, SP_STEP_RECV);
-    SP_CHECK(emit_layer(&c, &p->layer));
+    emit_layer(&c, &p->layer);
     if (last_stage) emit_logits(&c, &p->post);
     else emit_p2p(&c, &p->post, SP_STEP_SEND);
 

@@ -224,6 +224,11 @@ typedef struct sp_program {
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
                    sp_program *out);
 
+/* The checks of sp_lower alone: SP_OK if the layout applies to the model
+ * and shape, SP_EINVAL otherwise, without a message (cheap; for searches
+ * that probe many layouts).  Call sp_lower for the reason. */
+sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage);
+
 /* Layers held by stage s: contiguous blocks, the first (n_layers % stages) stages one more. */
 void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count);
 
