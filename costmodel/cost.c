@@ -226,38 +226,58 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->capacity = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
     int64_t worst = INT64_MIN;
     static _Thread_local sp_program pf, dc;
+    /* A stage's program depends on the stage only through (first, last,
+     * layers): price each distinct kind once (at most four) and reuse it. */
+    typedef struct stage_kind {
+        int first, last;
+        int64_t layers;
+        sp_phase_cost pf, d1, dn;
+        sp_mem_sizes mem;
+    } stage_kind;
+    stage_kind kinds[4];
+    int nkinds = 0;
     for (int s = 0; s < S; s++) {
-        int have_pf = 0, have_dc = 0;
+        int64_t l0, nl;
+        sp_lower_stage_layers(m->n_layers, S, s, &l0, &nl);
+        stage_kind *k = NULL;
+        for (int i = 0; i < nkinds && !k; i++)
+            if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl) k = &kinds[i];
+        if (!k) {
+            k = &kinds[nkinds++];
+            memset(k, 0, sizeof *k);
+            k->first = s == 0;
+            k->last = s == S - 1;
+            k->layers = nl;
+            if (w->prompt > 0) {
+                sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
+                SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &pf));
+                sp_cost_program(&pf, hw, 0, &k->pf);
+            }
+            if (w->gen > 0) {
+                sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+                SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
+                int64_t ctx[2] = {w->prompt + 1, max_ctx};
+                price_program(&dc, hw, ctx, &k->d1, &k->dn);
+            }
+            SP_CHECK(sp_lower_mem_sizes(w->prompt > 0 ? &pf : NULL, w->gen > 0 ? &dc : NULL, &k->mem));
+        }
         if (w->prompt > 0) {
-            sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
-            SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &pf));
-            sp_phase_cost c;
-            sp_cost_program(&pf, hw, 0, &c);
-            pf_sum += c.time_s;
-            if (c.time_s > pf_max) pf_max = c.time_s;
-            add_phase(&out->prefill, &c);
-            out->comm_bytes_prefill = c.comm_bytes * M > out->comm_bytes_prefill ? c.comm_bytes * M : out->comm_bytes_prefill;
-            have_pf = 1;
+            pf_sum += k->pf.time_s;
+            if (k->pf.time_s > pf_max) pf_max = k->pf.time_s;
+            add_phase(&out->prefill, &k->pf);
+            if (k->pf.comm_bytes * M > out->comm_bytes_prefill) out->comm_bytes_prefill = k->pf.comm_bytes * M;
         }
         if (w->gen > 0) {
-            sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
-            SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
-            sp_phase_cost first, last;
-            int64_t ctx[2] = {w->prompt + 1, max_ctx};
-            price_program(&dc, hw, ctx, &first, &last);
-            d1_sum += first.time_s;
-            dn_sum += last.time_s;
-            if (first.time_s > d1_max) d1_max = first.time_s;
-            if (last.time_s > dn_max) dn_max = last.time_s;
-            add_phase(&out->decode, &last);
-            if (last.comm_bytes > out->comm_bytes_decode_step) out->comm_bytes_decode_step = last.comm_bytes;
-            have_dc = 1;
+            d1_sum += k->d1.time_s;
+            dn_sum += k->dn.time_s;
+            if (k->d1.time_s > d1_max) d1_max = k->d1.time_s;
+            if (k->dn.time_s > dn_max) dn_max = k->dn.time_s;
+            add_phase(&out->decode, &k->dn);
+            if (k->dn.comm_bytes > out->comm_bytes_decode_step) out->comm_bytes_decode_step = k->dn.comm_bytes;
         }
-        sp_mem_sizes ms;
-        SP_CHECK(sp_lower_mem_sizes(have_pf ? &pf : NULL, have_dc ? &dc : NULL, &ms));
-        if (ms.total > worst) {
-            worst = ms.total;
-            out->mem = ms;
+        if (k->mem.total > worst) {
+            worst = k->mem.total;
+            out->mem = k->mem;
         }
     }
     out->comm_bytes_decode_step *= M;
@@ -298,15 +318,16 @@ sp_status sp_cost_applies(const sp_model *m, const sp_layout *l, const sp_worklo
         return SP_EINVAL;
     sp_dtype ad = opts ? opts->act_dtype : SP_DT_BF16;
     int64_t max_ctx = w->prompt + w->gen;
-    for (int s = 0; s < l->stages; s++) {
-        if (w->prompt > 0) {
-            sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, ad};
-            if (sp_lower_check(m, l, SP_PHASE_PREFILL, &sh, s) != SP_OK) return SP_EINVAL;
-        }
-        if (w->gen > 0) {
-            sp_shape sh = {w->batch, 1, max_ctx, max_ctx, ad};
-            if (sp_lower_check(m, l, SP_PHASE_DECODE, &sh, s) != SP_OK) return SP_EINVAL;
-        }
+    /* the checks depend on the stage only through its layer count, which is
+     * smallest on the last stage */
+    int s = l->stages > 0 ? l->stages - 1 : 0;
+    if (w->prompt > 0) {
+        sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, ad};
+        if (sp_lower_check(m, l, SP_PHASE_PREFILL, &sh, s) != SP_OK) return SP_EINVAL;
+    }
+    if (w->gen > 0) {
+        sp_shape sh = {w->batch, 1, max_ctx, max_ctx, ad};
+        if (sp_lower_check(m, l, SP_PHASE_DECODE, &sh, s) != SP_OK) return SP_EINVAL;
     }
     return SP_OK;
 }

@@ -73,8 +73,8 @@ typedef struct sp_cost {
     double mfu;                   /* 2·params·tokens / (chips · peak · total_s) */
     double mfu_prefill, mfu_decode;
     double cost_chip_s_per_token; /* chips · total_s / generated tokens */
-    sp_phase_cost prefill;        /* one micro-batch, worst stage, per layer × layers summed */
-    sp_phase_cost decode;         /* one step at the last context, same convention */
+    sp_phase_cost prefill;        /* one micro-batch through every stage (terms summed over stages) */
+    sp_phase_cost decode;         /* one micro-batch's step at the last context, same convention */
     int64_t comm_bytes_prefill;   /* per chip, whole prefill (all layers, micro-batches) */
     int64_t comm_bytes_decode_step;
     sp_mem_sizes mem;             /* worst stage */

@@ -863,10 +863,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
                         (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
-    /* callers that build sp_program on the stack pay only for what is written */
     p->pre.n = p->layer.n = p->post.n = 0;
-    memset(p->buf_bytes, 0, sizeof p->buf_bytes);
-    memset(p->wspec, 0, sizeof p->wspec);
     p->phase = phase;
     p->layout = *l;
     p->shape = *shape;
@@ -973,6 +970,9 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
+    /* callers that keep sp_program in static storage pay only for what is written */
+    memset(p->buf_bytes, 0, sizeof p->buf_bytes);
+    memset(p->wspec, 0, sizeof p->wspec);
     int first_stage = stage == 0, last_stage = stage == l->stages - 1;
     storage_specs(&c, first_stage, last_stage);
 

@@ -186,6 +186,11 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         l->phase[SP_PHASE_DECODE].attn = (sp_attn_layout)(dc % 2);
                                         c.key[SPI_DEC_PF] = pf;
                                         c.key[SPI_DEC_DC] = dc;
+                                        /* cheap, silent probe first: most of the space does not apply */
+                                        if (sp_cost_applies(m, l, w, NULL) != SP_OK) {
+                                            s->rejected++;
+                                            continue;
+                                        }
                                         sp_cost cost;
                                         sp_status st = sp_cost_eval(m, hw, l, w, NULL, &cost);
                                         if (st == SP_EINVAL) {

@@ -353,6 +353,39 @@ START_TEST(test_torus)
 }
 END_TEST
 
+/* the pipeline formulas, from each stage's own program: prefill
+ * Σ t_s + (M-1)·max t_s, decode step max(M·max t_s, Σ t_s) */
+START_TEST(test_pipeline_stages)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 7;   /* 3 stages: 3, 2, 2 layers */
+    sp_hw hw = torus_hw();
+    sp_layout l = make_layout(2, 1, 2, SP_FL_WS2D, SP_AL_HEADS);
+    l.stages = 3;
+    l.microbatches = 4;
+    sp_workload w = {16, 64, 8};
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+    double pf_sum = 0, pf_max = 0, d_sum = 0, d_max = 0;
+    static sp_program p;
+    for (int s = 0; s < 3; s++) {
+        sp_phase_cost pc;
+        sp_shape pf = {16, 64, 64, 72, SP_DT_BF16}, dc = {16, 1, 72, 72, SP_DT_BF16};
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, s, &p), SP_OK);
+        ck_assert_int_eq(p.n_layers, s == 0 ? 3 : 2);
+        sp_cost_program(&p, &hw, 0, &pc);
+        pf_sum += pc.time_s;
+        if (pc.time_s > pf_max) pf_max = pc.time_s;
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, s, &p), SP_OK);
+        sp_cost_program(&p, &hw, 72, &pc);
+        d_sum += pc.time_s;
+        if (pc.time_s > d_max) d_max = pc.time_s;
+    }
+    ck_assert_double_eq_tol(c.prefill_s, pf_sum + 3 * pf_max, 1e-12 * c.prefill_s);
+    ck_assert_double_eq_tol(c.decode_step_s, 4 * d_max > d_sum ? 4 * d_max : d_sum, 1e-12 * c.decode_step_s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cost");
@@ -368,6 +401,7 @@ int main(void)
     tcase_add_test(tc, test_layout_round_trip);
     tcase_add_test(tc, test_two_tier);
     tcase_add_test(tc, test_torus);
+    tcase_add_test(tc, test_pipeline_stages);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

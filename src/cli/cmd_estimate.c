@@ -73,7 +73,7 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     cli_table_print(t, stdout);
     cli_table_free(t);
 
-    printf("\ntime breakdown (worst stage, one micro-batch; %s overlap)\n",
+    printf("\ntime breakdown (one micro-batch through every stage; %s overlap)\n",
            hw->overlap == SP_OVERLAP_NONE ? "no" : hw->overlap == SP_OVERLAP_FULL ? "full" : "partial");
     static const char *const h2[3] = {"term", "prefill", "decode step"};
     t = cli_table_new(3, h2);
