@@ -112,6 +112,31 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
     return t;
 }
 
+/* Matmul efficiency memoised per FLOPs: programs of neighbouring layouts
+ * repeat the same local shapes, and the curve costs two logs.  The memo
+ * belongs to one curve; a different curve (compared by value, so a profile
+ * edited in place is noticed) empties it. */
+static double matmul_eff(const sp_hw *hw, int64_t flops)
+{
+    enum { SLOTS = 512 };
+    static _Thread_local struct { int64_t flops; double eff; } memo[SLOTS];
+    static _Thread_local struct { int points; double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS]; } curve;
+    if (curve.points != hw->eff_points || memcmp(curve.f, hw->eff_flops, sizeof curve.f) ||
+        memcmp(curve.v, hw->eff_value, sizeof curve.v)) {
+        curve.points = hw->eff_points;
+        memcpy(curve.f, hw->eff_flops, sizeof curve.f);
+        memcpy(curve.v, hw->eff_value, sizeof curve.v);
+        memset(memo, 0, sizeof memo);
+    }
+    uint64_t h = (uint64_t)flops * 0x9E3779B97F4A7C15ull;
+    unsigned i = (unsigned)(h >> 55) & (SLOTS - 1);
+    if (memo[i].flops != flops) {
+        memo[i].flops = flops;
+        memo[i].eff = sp_hw_matmul_eff(hw, (double)flops);
+    }
+    return memo[i].eff;
+}
+
 static double compute_peak(const sp_hw *hw, sp_dtype weights)
 {
     /* weight-only quantisation dequantises to bf16 before the matmul */
@@ -152,7 +177,7 @@ static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw
                 kvb = (int64_t)((double)kvb * ctx[k] / s->context);
             }
             if (k == 0 || rescale) {
-                c = flops > 0 ? flops / (peak * sp_hw_matmul_eff(hw, (double)flops)) : 0.0;
+                c = flops > 0 ? flops / (peak * matmul_eff(hw, flops)) : 0.0;
                 m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
             }
             pcs[k]->compute_s += c * times;
