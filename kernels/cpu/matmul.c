@@ -262,7 +262,12 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
     size_t need = sp_kern_matmul_scratch_bytes(w, K, N);
     if (w->dt != SP_DT_F32 && (!scratch || scratch_bytes < need))
         return spi_fail(SP_EINVAL, "sp_kern_matmul: scratch of %zu bytes given, %zu needed", scratch_bytes, need);
-    if (w->dt == SP_DT_F32) {
+    if (w->dt == SP_DT_F32 && T == 1) {
+        // out (N) = W (K, N)^T . in (K): OpenBLAS's gemv streams W at close to
+        // memory bandwidth, where a one-row gemm runs at less than half of it
+        cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)N, 1.0f, (const float *)w->data, (int)w->ld, in, 1,
+                    beta0, out, 1);
+    } else if (w->dt == SP_DT_F32) {
         // out (T, N) = in (T, K) . W (K, N)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)N, (int)K, 1.0f, in, (int)K,
                     (const float *)w->data, (int)w->ld, beta0, out, (int)N);
