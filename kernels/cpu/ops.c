@@ -99,7 +99,11 @@ sp_status sp_kern_embed(float *out, const int32_t *tokens, int64_t T, const floa
 void sp_kern_logits(float *logits, const float *x, const float *table, int64_t ld, int64_t T, int64_t E, int64_t Vl)
 {
     if (T <= 0 || Vl <= 0) return;
-    // logits (T, Vl) = x (T, E) . table (Vl, E)^T
+    // logits (T, Vl) = x (T, E) . table (Vl, E)^T; one row: gemv streams the table
+    if (T == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)Vl, (int)E, 1.0f, table, (int)ld, x, 1, 0.0f, logits, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)Vl, (int)E, 1.0f, x, (int)E, table, (int)ld,
                 0.0f, logits, (int)Vl);
 }
