@@ -79,7 +79,7 @@ static const sp_dtype qdts[] = {SP_DT_BF16, SP_DT_INT8, SP_DT_F16, SP_DT_FP8};
 START_TEST(test_matmul_quant)
 {
     sp_dtype dt = qdts[_i];
-    int64_t GK = 600, GN = 1100, r0 = 40, c0 = 70, K = 530, N = 1030;
+    int64_t GK = 600, GN = 2300, r0 = 40, c0 = 70, K = 530, N = 2150;   /* N past one 2048-column block */
     float *Wg = rand_buf(GK * GN);   // (GK, GN) global
     int64_t Ts[] = {1, 5, 64};
     int eb = sp_dtype_bytes(dt);
@@ -121,6 +121,11 @@ START_TEST(test_matmul_quant)
         naive_mm(ref, in, Wr, N, bias, T, K, N, 0);
         char what[64];
         snprintf(what, sizeof what, "%s T=%lld", sp_dtype_name(dt), (long long)T);
+        ck_assert(rel_err(out, ref, T * N, what) < 1e-5);
+        /* accumulate: out (already in * W + bias) gains in * W + bias again */
+        for (int64_t i = 0; i < T * N; i++) ref[i] *= 2.0f;
+        ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_ACCUMULATE, scr, sb), SP_OK);
+        snprintf(what, sizeof what, "%s T=%lld accumulate", sp_dtype_name(dt), (long long)T);
         ck_assert(rel_err(out, ref, T * N, what) < 1e-5);
         /* too little scratch is refused */
         ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_OVERWRITE, scr, sb - 4), SP_EINVAL);
