@@ -110,7 +110,8 @@ static void validate(const char *wdt)
     snprintf(ls, sizeof ls, "mesh=1x1x1,weights=%s,kv=f32,prefill=ws1d/heads,decode=ws1d/heads", wdt);
     DIE_IF(sp_model_find("tiny-llama", &m, &err) || sp_layout_parse(ls, &l, &err), "validate setup");
     sp_weights w;
-    DIE_IF(sp_weights_build_random(&m, 5, &w) || sp_weights_quantize(&w, l.weights), "weights");
+    DIE_IF(sp_weights_build_random(&m, 5, &w) || sp_weights_quantize(&w, l.weights) ||
+               sp_weights_round_tables(&w, sp_lower_table_dtype(l.weights)), "weights");
     int64_t B = 2, P = 8, G = 8, V = m.vocab;
     int32_t prompt[16], et[16], rt[16], cur[2];
     float *rl = malloc((size_t)(B * V) * 4);
@@ -154,7 +155,8 @@ int main(int argc, char **argv)
     double t = now();
     sp_weights w;
     DIE_IF(sp_weights_build_random(&m, 1, &w), "weights");
-    DIE_IF(sp_weights_quantize(&w, l.weights), "quantize");
+    DIE_IF(sp_weights_quantize(&w, l.weights) || sp_weights_round_tables(&w, sp_lower_table_dtype(l.weights)),
+           "quantize");
     printf("# %s: %.2f GB of fp32 weights built (and round-tripped through %s) in %.1f s\n", model,
            (double)w.bytes * 1e-9, wdt, now() - t);
 

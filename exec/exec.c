@@ -63,6 +63,8 @@ typedef struct chip {
     void *at_scr;
     size_t at_bytes;
     void *sm_scr;
+    void *lg_scr;       /* logits dequantisation tile (16-bit vocab tables) */
+    size_t lg_bytes;
     size_t sm_bytes;
     const int32_t *in_tok;           /* input tokens of the current micro-batch */
     int64_t li;                      /* current layer (stage-local) */
@@ -175,7 +177,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
     if (c1 > s->cols_real) c1 = s->cols_real;
     sp_weight w = s->weight;
     sp_wt t = wt_of(w);
-    sp_dtype dt = t == SP_WT_COUNT ? SP_DT_F32 : s->dtype;
+    sp_dtype dt = s->dtype;   /* norms are fp32 in the spec; vocab tables f32, bf16 or f16 */
     int eb = sp_dtype_bytes(dt);
     char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
     if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
@@ -210,7 +212,21 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         int64_t ld = ch->m->d_model;
         if (w == SP_W_EMBED) g = ch->ex->w->embed;
         else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
-        if (g) copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
+        else if (w == SP_W_POS) g = ch->ex->w->pos;
+        if (g && dt == SP_DT_F32) {
+            copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
+        } else if (g && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
+            uint16_t *h = (uint16_t *)(void *)shard;   // (local_rows, local_cols)
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) {
+                    float v = g[r * ld + c];
+                    h[(r - r0) * s->local_cols + (c - c0)] =
+                        dt == SP_DT_BF16 ? sp_kern_f32_to_bf16(v) : sp_kern_f32_to_f16(v);
+                }
+        } else if (g) {
+            st = spi_fail(SP_ENOTSUP, "%s stored as %s: vocabulary tables are f32, bf16 or f16", sp_weight_name(w),
+                          sp_dtype_name(dt));
+        }
     }
     free(lsc);
     return st;
@@ -514,13 +530,14 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     case SP_STEP_EMBED: {
         const sp_weight_spec *ws = &p->wspec[SP_W_EMBED];
         int64_t Vl = ws->local_rows, v0 = (int64_t)aidx(ch, s->axes) * Vl;
-        return sp_kern_embed(ch->buf[s->dst], ch->in_tok, s->m, ch->wt[SP_W_EMBED], m->d_model, v0, Vl, 0, s->n);
+        sp_kern_wview tv = {ws->dtype, ch->wt[SP_W_EMBED], m->d_model, NULL};
+        return sp_kern_embed_wv(ch->buf[s->dst], ch->in_tok, s->m, &tv, v0, Vl, 0, s->n);
     }
     case SP_STEP_POS: {
         int64_t e0 = (int64_t)aidx(ch, s->axes) * s->n;
         for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
-        sp_kern_pos_add(ch->buf[s->dst], s->m, s->n, ch->ex->w->pos + e0, m->d_model, ch->pos);
-        return SP_OK;
+        sp_kern_wview tv = {p->wspec[SP_W_POS].dtype, ch->wt[SP_W_POS], m->d_model, NULL};
+        return sp_kern_pos_add_wv(ch->buf[s->dst], s->m, s->n, &tv, e0, ch->pos);
     }
     case SP_STEP_NORM_STATS:
         sp_kern_norm_stats(ch->buf[s->src], s->m, s->n, ch->buf[s->dst]);
@@ -581,8 +598,8 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     case SP_STEP_SLICE: return run_slice(ch, s);
     case SP_STEP_LOGITS: {
         sp_weight w = s->weight;
-        sp_kern_logits(ch->buf[s->dst], ch->buf[s->src], ch->wt[w], m->d_model, s->m, s->k, s->n);
-        return SP_OK;
+        sp_kern_wview tv = {p->wspec[w].dtype, ch->wt[w], m->d_model, NULL};
+        return sp_kern_logits_wv(ch->buf[s->dst], ch->buf[s->src], &tv, s->m, s->k, s->n, ch->lg_scr, ch->lg_bytes);
     }
     case SP_STEP_COLL:
     case SP_STEP_SEND:
@@ -707,8 +724,14 @@ static sp_status chip_setup(chip *ch)
         if (pf->wspec[w].present && pf->wspec[w].cols > maxc) maxc = pf->wspec[w].cols;
     if (!(ch->scl = malloc((size_t)maxc * sizeof *ch->scl))) return spi_fail(SP_ENOMEM, "scales");
     float *dummy = NULL;
-    for (int w = SP_W_EMBED; w <= SP_W_LMHEAD; w++)
+    for (int w = SP_W_EMBED; w <= SP_W_POS; w++)
         if (pf->wspec[w].present) SP_CHECK(build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
+    int vocab_w = pf->wspec[SP_W_LMHEAD].present ? SP_W_LMHEAD : SP_W_EMBED;
+    if (pf->wspec[vocab_w].present) {
+        sp_kern_wview tv = {pf->wspec[vocab_w].dtype, NULL, ch->m->d_model, NULL};
+        ch->lg_bytes = sp_kern_logits_scratch_bytes(&tv, ch->m->d_model);
+        if (ch->lg_bytes && !(ch->lg_scr = malloc(ch->lg_bytes))) return spi_fail(SP_ENOMEM, "logits scratch");
+    }
     return SP_OK;
 }
 
@@ -723,6 +746,7 @@ static void chip_teardown(chip *ch)
     free(ch->lw);
     free(ch->lscale);
     free(ch->scl);
+    free(ch->lg_scr);
     for (int w = 0; w < SP_W_COUNT; w++) free(ch->wt[w]);
     free(ch->kc);
     free(ch->vc);

@@ -117,6 +117,11 @@ void sp_weights_free(sp_weights *w);   /* safe on a zeroed or freed struct */
  * scales kept in w->scales.  Embeddings, LM head, norms and biases stay fp32.
  * F32: no-op.  May be called once. */
 sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt);
+/* Round-trips the embedding, LM head and learned positions through dt (F32:
+ * no-op; BF16 or F16), the storage the lowering gives those tables
+ * (sp_lower_table_dtype), so a single-chip reference computes what the
+ * executor does. */
+sp_status sp_weights_round_tables(sp_weights *w, sp_dtype dt);
 
 /* Quantised storage of the block rows [r0, r1) x cols [c0, c1) of layer l's
  * matrix kind t, for one chip's shard: out (r1-r0, c1-c0) row-major in dt

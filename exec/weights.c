@@ -241,6 +241,26 @@ sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t 
     return sp_weights_quant_block(base, R, C, r0, r1, c0, c1, dt, cs, out, scale_out);
 }
 
+sp_status sp_weights_round_tables(sp_weights *w, sp_dtype dt)
+{
+    if (!w || !w->slab) return spi_fail(SP_EINVAL, "weights_round_tables: no weights");
+    if (dt == SP_DT_F32) return SP_OK;
+    if (dt != SP_DT_BF16 && dt != SP_DT_F16)
+        return spi_fail(SP_EINVAL, "weights_round_tables: tables are f32, bf16 or f16, not %s", sp_dtype_name(dt));
+    const sp_model *m = &w->model;
+    struct { float *t; int64_t n; } tabs[3] = {
+        {w->embed, m->vocab * m->d_model},
+        {w->lm_head != w->embed ? w->lm_head : NULL, m->vocab * m->d_model},
+        {w->pos, m->max_context * m->d_model}};
+    for (int i = 0; i < 3; i++)
+        for (int64_t j = 0; tabs[i].t && j < tabs[i].n; j++) {
+            float x = tabs[i].t[j];
+            tabs[i].t[j] = dt == SP_DT_BF16 ? sp_kern_bf16_to_f32(sp_kern_f32_to_bf16(x))
+                                            : sp_kern_f16_to_f32(sp_kern_f32_to_f16(x));
+        }
+    return SP_OK;
+}
+
 sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt)
 {
     if (!w || !w->slab) return spi_fail(SP_EINVAL, "weights_quantize: no weights");

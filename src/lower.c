@@ -314,6 +314,11 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes += cols * 4;
 }
 
+sp_dtype sp_lower_table_dtype(sp_dtype weights)
+{
+    return weights == SP_DT_INT8 || weights == SP_DT_FP8 ? SP_DT_BF16 : weights;
+}
+
 static void storage_specs(ctx *c, int first_stage, int last_stage)
 {
     const sp_model *m = c->m;
@@ -338,10 +343,11 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
     /* the embedding table is vocab-sharded over the whole tensor mesh; a
      * tied LM head is the same table (a copy when it lives on another stage) */
     if (first_stage || (last_stage && m->tied_embeddings))
-        set_spec(c, SP_W_EMBED, c->Vp, c->E, m->vocab, c->E, "xyz", "", wd);
-    if (last_stage && !m->tied_embeddings) set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", wd);
+        set_spec(c, SP_W_EMBED, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
+    if (last_stage && !m->tied_embeddings)
+        set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
     if (first_stage && m->positions == SP_POS_LEARNED)
-        set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", wd);
+        set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", sp_lower_table_dtype(wd));
 }
 
 /* gather a stored weight over the phase's weight-gathered axes N into a buffer;
@@ -700,7 +706,8 @@ static void emit_embed(ctx *c, sp_steps *ss)
     s->m = rows;
     s->n = c->E;
     axcpy(s->axes, "xyz");
-    s->weight_bytes = rows * c->E * c->w_b / (c->n > 0 ? c->n : 1);
+    /* rows read from the table: at most one per token */
+    s->weight_bytes = rows * c->E * sp_dtype_bytes(sp_lower_table_dtype(c->l->weights)) / (c->n > 0 ? c->n : 1);
     s->act_bytes = rows * c->E * c->act_b;
     if (c->n > 1) {
         char Ns[4];
@@ -763,7 +770,7 @@ static void emit_logits(ctx *c, sp_steps *ss)
     s->n = c->Vp / c->n;
     axcpy(s->axes, "xyz");
     s->flops = 2 * B * c->E * s->n;
-    s->weight_bytes = c->E * s->n * c->w_b;
+    s->weight_bytes = c->E * s->n * sp_dtype_bytes(sp_lower_table_dtype(c->l->weights));
     s->act_bytes = (B * c->E + B * s->n) * c->act_b;
     if (c->n > 1)
         emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_LOGITS_ALL, SP_BUF_LOGITS, "", "xyz", B, c->Vp / c->n, ad, 0);
@@ -1004,7 +1011,7 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
         if (!s->present) continue;
         int per_layer = w <= SP_W_NORM2;
         out->weights += s->bytes * (per_layer ? any->n_layers : 1);
-        if (s->local_rows > kmax && s->rows > 2) kmax = s->local_rows;
+        if (w >= SP_W_Q && w <= SP_W_OUT && s->local_rows > kmax) kmax = s->local_rows;
     }
     for (int b = 1; b < SP_BUF_COUNT; b++) {
         int64_t v = 0;

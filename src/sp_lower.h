@@ -229,6 +229,11 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
  * that probe many layouts).  Call sp_lower for the reason. */
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage);
 
+/* Storage of the vocabulary tables (embedding, LM head) and learned
+ * positions for a layout's weight dtype: weight-only int8/fp8 covers the
+ * layers' matmuls, the tables stay at bf16; otherwise the weights' dtype. */
+sp_dtype sp_lower_table_dtype(sp_dtype weights);
+
 /* Layers held by stage s: contiguous blocks, the first (n_layers % stages) stages one more. */
 void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count);
 

@@ -96,6 +96,7 @@ START_TEST(test_layout_matches_reference)
     sp_weights w;
     ck_assert_int_eq(sp_weights_build_random(&m, 1234 + (uint64_t)_i, &w), SP_OK);
     ck_assert_int_eq(sp_weights_quantize(&w, l.weights), SP_OK);
+    ck_assert_int_eq(sp_weights_round_tables(&w, sp_lower_table_dtype(l.weights)), SP_OK);
     int64_t B = c->B, P = c->P, G = c->G, V = m.vocab;
     int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt);
     int32_t *rtok = malloc((size_t)(B * G) * sizeof *rtok), *etok = calloc((size_t)(B * G), sizeof *etok);

@@ -436,6 +436,31 @@ START_TEST(test_corrupt_files)
 }
 END_TEST
 
+/* tables round-tripped through bf16 / f16 hold exactly representable values;
+ * layer matrices are untouched; int8 is refused for tables */
+START_TEST(test_round_tables)
+{
+    sp_dtype dt = _i ? SP_DT_F16 : SP_DT_BF16;
+    sp_model m = make_model(M_GPT2);   /* learned positions, tied head */
+    m.tied_embeddings = 0;
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 7, &w), SP_OK);
+    float wq0 = w.layers[0].wq[3];
+    ck_assert_int_eq(sp_weights_round_tables(&w, dt), SP_OK);
+    float *tabs[3] = {w.embed, w.lm_head, w.pos};
+    int64_t n[3] = {m.vocab * m.d_model, m.vocab * m.d_model, m.max_context * m.d_model};
+    for (int t = 0; t < 3; t++)
+        for (int64_t i = 0; i < n[t]; i++) {
+            float x = tabs[t][i];
+            float back = dt == SP_DT_BF16 ? sp_kern_bf16_to_f32(sp_kern_f32_to_bf16(x)) : sp_kern_f16_to_f32(sp_kern_f32_to_f16(x));
+            ck_assert_msg(back == x, "table %d element %lld not representable", t, (long long)i);
+        }
+    ck_assert(w.layers[0].wq[3] == wq0);
+    ck_assert_int_eq(sp_weights_round_tables(&w, SP_DT_INT8), SP_EINVAL);
+    sp_weights_free(&w);
+}
+END_TEST
+
 static Suite *weights_suite(void)
 {
     Suite *s = suite_create("weights");
@@ -446,6 +471,7 @@ static Suite *weights_suite(void)
     tcase_add_test(tc, test_roundtrip_llama);
     tcase_add_loop_test(tc, test_roundtrip_gpt2, 0, 2);
     tcase_add_test(tc, test_corrupt_files);
+    tcase_add_loop_test(tc, test_round_tables, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -71,27 +71,106 @@ sp_status sp_kern_rope(float *x, int64_t T, int64_t nh, int64_t D, const int64_t
     return SP_OK;
 }
 
-void sp_kern_pos_add(float *x, int64_t T, int64_t El, const float *table, int64_t ld, const int64_t *pos)
+/* dst (n) = fp32 of row `row`, columns [c0, c0 + n) of a table view */
+static sp_status table_row(float *dst, const sp_kern_wview *t, int64_t row, int64_t c0, int64_t n)
 {
-    for (int64_t t = 0; t < T; t++) {
-        const float *p = table + pos[t] * ld;   // (El)
-        float *r = x + t * El;
-        for (int64_t j = 0; j < El; j++) r[j] += p[j];
+    int64_t off = row * t->ld + c0;
+    switch (t->dt) {
+    case SP_DT_F32: memcpy(dst, (const float *)t->data + off, (size_t)n * sizeof *dst); return SP_OK;
+    case SP_DT_BF16: {
+        const uint16_t *h = (const uint16_t *)t->data + off;
+        for (int64_t j = 0; j < n; j++) dst[j] = sp_kern_bf16_to_f32(h[j]);
+        return SP_OK;
+    }
+    case SP_DT_F16: {
+        const uint16_t *h = (const uint16_t *)t->data + off;
+        for (int64_t j = 0; j < n; j++) dst[j] = sp_kern_f16_to_f32(h[j]);
+        return SP_OK;
+    }
+    default: return spi_fail(SP_ENOTSUP, "tables are stored f32, bf16 or f16, not %s", sp_dtype_name(t->dt));
     }
 }
 
-sp_status sp_kern_embed(float *out, const int32_t *tokens, int64_t T, const float *table, int64_t ld,
-                        int64_t v0, int64_t Vl, int64_t e0, int64_t El)
+sp_status sp_kern_pos_add_wv(float *x, int64_t T, int64_t El, const sp_kern_wview *table, int64_t e0,
+                             const int64_t *pos)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *r = x + t * El;   // (El)
+        if (table->dt == SP_DT_F32) {
+            const float *p = (const float *)table->data + pos[t] * table->ld + e0;
+            for (int64_t j = 0; j < El; j++) r[j] += p[j];
+        } else {
+            for (int64_t j = 0; j < El; j++) {
+                float v;
+                SP_CHECK(table_row(&v, table, pos[t], e0 + j, 1));
+                r[j] += v;
+            }
+        }
+    }
+    return SP_OK;
+}
+
+void sp_kern_pos_add(float *x, int64_t T, int64_t El, const float *table, int64_t ld, const int64_t *pos)
+{
+    sp_kern_wview t = {SP_DT_F32, table, ld, NULL};
+    (void)sp_kern_pos_add_wv(x, T, El, &t, 0, pos);
+}
+
+sp_status sp_kern_embed_wv(float *out, const int32_t *tokens, int64_t T, const sp_kern_wview *table, int64_t v0,
+                           int64_t Vl, int64_t e0, int64_t El)
 {
     for (int64_t t = 0; t < T; t++) {
         float *o = out + t * El;   // (El)
         int64_t tok = tokens[t];
         if (tok < 0) return spi_fail(SP_EINVAL, "sp_kern_embed: token %lld at %lld is negative", (long long)tok, (long long)t);
-        if (tok < v0 || tok >= v0 + Vl) {
-            memset(o, 0, (size_t)El * sizeof *o);
-        } else {
-            memcpy(o, table + (tok - v0) * ld + e0, (size_t)El * sizeof *o);
-        }
+        if (tok < v0 || tok >= v0 + Vl) memset(o, 0, (size_t)El * sizeof *o);
+        else SP_CHECK(table_row(o, table, tok - v0, e0, El));
+    }
+    return SP_OK;
+}
+
+sp_status sp_kern_embed(float *out, const int32_t *tokens, int64_t T, const float *table, int64_t ld,
+                        int64_t v0, int64_t Vl, int64_t e0, int64_t El)
+{
+    sp_kern_wview t = {SP_DT_F32, table, ld, NULL};
+    return sp_kern_embed_wv(out, tokens, T, &t, v0, Vl, e0, El);
+}
+
+size_t sp_kern_logits_scratch_bytes(const sp_kern_wview *table, int64_t E)
+{
+    return table->dt == SP_DT_F32 ? 0 : (size_t)SP_KERN_LOGITS_TILE * (size_t)E * sizeof(float);
+}
+
+static void logits_f32(float *logits, const float *x, const float *table, int64_t ld, int64_t T, int64_t E,
+                       int64_t Vl, int64_t ldo)
+{
+    // logits (T, Vl) (row stride ldo) = x (T, E) . table (Vl, E)^T; one row: gemv streams the table
+    if (T == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)Vl, (int)E, 1.0f, table, (int)ld, x, 1, 0.0f, logits, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)Vl, (int)E, 1.0f, x, (int)E, table,
+                    (int)ld, 0.0f, logits, (int)ldo);
+}
+
+sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *table, int64_t T, int64_t E,
+                            int64_t Vl, void *scratch, size_t scratch_bytes)
+{
+    if (T <= 0 || Vl <= 0) return SP_OK;
+    if (table->dt == SP_DT_F32) {
+        logits_f32(logits, x, (const float *)table->data, table->ld, T, E, Vl, Vl);
+        return SP_OK;
+    }
+    if (!scratch || scratch_bytes < sp_kern_logits_scratch_bytes(table, E))
+        return spi_fail(SP_EINVAL, "sp_kern_logits_wv: scratch of %zu bytes, %zu needed", scratch_bytes,
+                        sp_kern_logits_scratch_bytes(table, E));
+    float *tile = scratch;   // (SP_KERN_LOGITS_TILE, E)
+    for (int64_t v0 = 0; v0 < Vl; v0 += SP_KERN_LOGITS_TILE) {
+        int64_t vb = Vl - v0 < SP_KERN_LOGITS_TILE ? Vl - v0 : SP_KERN_LOGITS_TILE;
+        for (int64_t r = 0; r < vb; r++) SP_CHECK(table_row(tile + r * E, table, v0 + r, 0, E));
+        if (T == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)vb, (int)E, 1.0f, tile, (int)E, x, 1, 0.0f, logits + v0, 1);
+        else
+            logits_f32(logits + v0, x, tile, E, T, E, vb, Vl);
     }
     return SP_OK;
 }
@@ -99,13 +178,7 @@ sp_status sp_kern_embed(float *out, const int32_t *tokens, int64_t T, const floa
 void sp_kern_logits(float *logits, const float *x, const float *table, int64_t ld, int64_t T, int64_t E, int64_t Vl)
 {
     if (T <= 0 || Vl <= 0) return;
-    // logits (T, Vl) = x (T, E) . table (Vl, E)^T; one row: gemv streams the table
-    if (T == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)Vl, (int)E, 1.0f, table, (int)ld, x, 1, 0.0f, logits, 1);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)Vl, (int)E, 1.0f, x, (int)E, table, (int)ld,
-                0.0f, logits, (int)Vl);
+    logits_f32(logits, x, table, ld, T, E, Vl, Vl);
 }
 
 void sp_kern_gelu(float *out, const float *x, int64_t n)

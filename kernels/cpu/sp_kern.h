@@ -100,6 +100,19 @@ sp_status sp_kern_embed(float *out, const int32_t *tokens, int64_t T, const floa
 void sp_kern_logits(float *logits, const float *x, const float *table, int64_t ld, int64_t T, int64_t E,
                     int64_t Vl);
 
+/* The same for tables stored F32, BF16 or F16 (a view with no scales): the
+ * vocabulary tables and learned positions stay 16-bit under weight-only
+ * int8/fp8 quantisation.  pos_add reads columns [e0, e0 + El) of the table. */
+sp_status sp_kern_embed_wv(float *out, const int32_t *tokens, int64_t T, const sp_kern_wview *table, int64_t v0,
+                           int64_t Vl, int64_t e0, int64_t El);
+sp_status sp_kern_pos_add_wv(float *x, int64_t T, int64_t El, const sp_kern_wview *table, int64_t e0,
+                             const int64_t *pos);
+/* Scratch for sp_kern_logits_wv: 0 for F32, else SP_KERN_LOGITS_TILE rows of E fp32. */
+#define SP_KERN_LOGITS_TILE 64
+size_t sp_kern_logits_scratch_bytes(const sp_kern_wview *table, int64_t E);
+sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *table, int64_t T, int64_t E,
+                            int64_t Vl, void *scratch, size_t scratch_bytes);
+
 /* ---- attention ---------------------------------------------------------------- */
 /* KV cache of the local kv heads of one layer: k, v (B, ctx_max, KVHl, D),
  * F32 or BF16 elements. */
