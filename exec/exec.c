@@ -49,6 +49,8 @@ typedef struct chip {
     float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales of the WHOLE global
                                         column range (spec cols, padded cols 0), replicated, never moved */
     float *scl;                      /* (max cols) scales of one matmul's local columns */
+    float **lb;                      /* (n_layers, SP_W_COUNT) biases, whole, fp32 (bias models) */
+    int64_t alloc_weights, alloc_gathered, alloc_kv, alloc_act;   /* bytes, vs sp_lower_mem_sizes */
     /* gathered weight buffers: the storage column block of each gathered column block */
     int wb_ncb[SP_BUF_COUNT];
     int wb_cblk[SP_BUF_COUNT][64];
@@ -137,9 +139,10 @@ static sp_wt wt_of(sp_weight w)
     }
 }
 
-static const float *bias_of(const chip *ch, sp_weight w, int64_t *len)
+/* the global bias of a matrix and its length (NULL when the model has none) */
+static const float *global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len)
 {
-    const sp_weights_layer *L = &ch->ex->w->layers[ch->first_layer + ch->li];
+    const sp_weights_layer *L = &ch->ex->w->layers[layer];
     const sp_model *m = ch->m;
     int64_t HD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
     switch (w) {
@@ -154,15 +157,19 @@ static const float *bias_of(const chip *ch, sp_weight w, int64_t *len)
     }
 }
 
+/* this chip's copy of the current layer's bias of a matrix */
+static const float *bias_of(const chip *ch, sp_weight w, int64_t *len)
+{
+    global_bias(ch, ch->first_layer + ch->li, w, len);
+    return ch->lb ? ch->lb[ch->li * SP_W_COUNT + w] : NULL;
+}
+
+/* this chip's copy of a norm: (1 or 2, E) fp32, gain row then LayerNorm bias row */
 static void norm_of(const chip *ch, sp_weight w, const float **g, const float **b)
 {
-    const sp_weights *W = ch->ex->w;
-    const sp_weights_layer *L = &W->layers[ch->first_layer + ch->li];
-    switch (w) {
-    case SP_W_NORM1: *g = L->attn_norm; *b = L->attn_norm_b; break;
-    case SP_W_NORM2: *g = L->ffn_norm; *b = L->ffn_norm_b; break;
-    default: *g = W->final_norm; *b = W->final_norm_b; break;
-    }
+    const float *n = w == SP_W_NORMF ? (const float *)ch->wt[w] : (const float *)ch->lw[ch->li * SP_W_COUNT + w];
+    *g = n;
+    *b = ch->m->norm == SP_NORM_LAYERNORM ? n + ch->m->d_model : NULL;
 }
 
 /* builds this chip's shard of one weight per its spec; padded rows/cols are
@@ -181,6 +188,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
     int eb = sp_dtype_bytes(dt);
     char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
     if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
+    ch->alloc_weights += s->local_rows * s->local_cols * eb;
     *out = shard;
     float *lsc = NULL;
     if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
@@ -192,6 +200,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
             return spi_fail(SP_ENOMEM, "weight scales");
         }
         *scale_out = full;
+        ch->alloc_weights += s->cols * (int64_t)sizeof *full;
         /* zero rows: only the scales of the whole real column range */
         int8_t none;
         sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
@@ -213,6 +222,15 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         if (w == SP_W_EMBED) g = ch->ex->w->embed;
         else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
         else if (w == SP_W_POS) g = ch->ex->w->pos;
+        else if (w == SP_W_NORM1 || w == SP_W_NORM2 || w == SP_W_NORMF) {
+            /* gain row, then the LayerNorm bias row */
+            const sp_weights *W = ch->ex->w;
+            const sp_weights_layer *L = w == SP_W_NORMF ? NULL : &W->layers[layer];
+            const float *rowv[2] = {w == SP_W_NORMF ? W->final_norm : w == SP_W_NORM1 ? L->attn_norm : L->ffn_norm,
+                                    w == SP_W_NORMF ? W->final_norm_b : w == SP_W_NORM1 ? L->attn_norm_b : L->ffn_norm_b};
+            for (int64_t r = r0; r < r1; r++)
+                if (rowv[r]) memcpy(shard + (r - r0) * s->local_cols * eb, rowv[r] + c0, (size_t)((c1 - c0) * eb));
+        }
         if (g && dt == SP_DT_F32) {
             copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
         } else if (g && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
@@ -676,6 +694,8 @@ static sp_status chip_setup(chip *ch)
         int64_t v = pf->buf_bytes[b] > dc->buf_bytes[b] ? pf->buf_bytes[b] : dc->buf_bytes[b];
         if (v > maxb) maxb = v;
         if (v > 0 && !(ch->buf[b] = calloc(1, (size_t)v))) return spi_fail(SP_ENOMEM, "buffer %s", sp_buf_name(b));
+        if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) ch->alloc_gathered += v;
+        else ch->alloc_act += v;
     }
     int64_t tb = 0, v;
     const sp_steps *all[6] = {&pf->pre, &pf->layer, &pf->post, &dc->pre, &dc->layer, &dc->post};
@@ -709,28 +729,57 @@ static sp_status chip_setup(chip *ch)
     ch->kc = calloc(1, kvb + 64);
     ch->vc = calloc(1, kvb + 64);
     if (!ch->kc || !ch->vc) return spi_fail(SP_ENOMEM, "KV cache");
+    ch->alloc_kv = 2 * (int64_t)kvb;
     /* weights */
     ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
     ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
     if (!ch->lw || !ch->lscale) return spi_fail(SP_ENOMEM, "weights");
-    for (int w = SP_W_Q; w <= SP_W_OUT; w++) {
+    for (int w = SP_W_Q; w <= SP_W_NORM2; w++) {
         if (!pf->wspec[w].present) continue;
         for (int64_t li = 0; li < cnt; li++)
             SP_CHECK(build_shard(ch, &pf->wspec[w], first + li, &ch->lw[li * SP_W_COUNT + w],
                                  &ch->lscale[li * SP_W_COUNT + w]));
+    }
+    if (ch->m->bias) {
+        if (!(ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb))) return spi_fail(SP_ENOMEM, "biases");
+        for (int w = SP_W_Q; w <= SP_W_OUT; w++)
+            for (int64_t li = 0; pf->wspec[w].present && li < cnt; li++) {
+                int64_t len;
+                const float *g = global_bias(ch, first + li, w, &len);
+                if (!g) continue;
+                float *b = malloc((size_t)len * sizeof *b);
+                if (!b) return spi_fail(SP_ENOMEM, "biases");
+                memcpy(b, g, (size_t)len * sizeof *b);
+                ch->lb[li * SP_W_COUNT + w] = b;
+                ch->alloc_weights += len * (int64_t)sizeof *b;
+            }
     }
     int64_t maxc = 1;
     for (int w = SP_W_Q; w <= SP_W_OUT; w++)
         if (pf->wspec[w].present && pf->wspec[w].cols > maxc) maxc = pf->wspec[w].cols;
     if (!(ch->scl = malloc((size_t)maxc * sizeof *ch->scl))) return spi_fail(SP_ENOMEM, "scales");
     float *dummy = NULL;
-    for (int w = SP_W_EMBED; w <= SP_W_POS; w++)
+    for (int w = SP_W_NORMF; w <= SP_W_POS; w++)
         if (pf->wspec[w].present) SP_CHECK(build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
     int vocab_w = pf->wspec[SP_W_LMHEAD].present ? SP_W_LMHEAD : SP_W_EMBED;
     if (pf->wspec[vocab_w].present) {
         sp_kern_wview tv = {pf->wspec[vocab_w].dtype, NULL, ch->m->d_model, NULL};
         ch->lg_bytes = sp_kern_logits_scratch_bytes(&tv, ch->m->d_model);
         if (ch->lg_bytes && !(ch->lg_scr = malloc(ch->lg_bytes))) return spi_fail(SP_ENOMEM, "logits scratch");
+    }
+    /* what this chip holds must be what the cost model's pure size function says */
+    sp_mem_sizes ms;
+    SP_CHECK(sp_lower_mem_sizes(pf, dc, &ms));
+    if (ms.weights != ch->alloc_weights || ms.gathered_weights != ch->alloc_gathered || ms.kv != ch->alloc_kv ||
+        ms.activations != ch->alloc_act) {
+        if (!ch->mismatches)
+            snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
+                     "chip %d memory: weights %lld/%lld, gathered %lld/%lld, kv %lld/%lld, activations %lld/%lld "
+                     "(allocated/predicted)",
+                     ch->rank, (long long)ch->alloc_weights, (long long)ms.weights, (long long)ch->alloc_gathered,
+                     (long long)ms.gathered_weights, (long long)ch->alloc_kv, (long long)ms.kv,
+                     (long long)ch->alloc_act, (long long)ms.activations);
+        ch->mismatches++;
     }
     return SP_OK;
 }
@@ -743,6 +792,9 @@ static void chip_teardown(chip *ch)
         for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lw[i]);
     if (ch->lscale)
         for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lscale[i]);
+    if (ch->lb)
+        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lb[i]);
+    free(ch->lb);
     free(ch->lw);
     free(ch->lscale);
     free(ch->scl);

@@ -57,7 +57,9 @@ typedef struct sp_exec_stats {
     uint64_t predicted_recv[SP_COLL_COUNT];
     uint64_t token_bytes;      /* pipeline token hand-off (last stage -> stage 0), not in the program */
     int64_t comm_steps;        /* COLL/SEND/RECV steps checked (all chips) */
-    int64_t mismatches;        /* steps whose measured bytes differ from the prediction */
+    int64_t mismatches;        /* steps whose measured bytes differ from the prediction, and chips
+                                  whose weights, gathered-weight buffers, KV cache or activation
+                                  buffers differ from sp_lower_mem_sizes */
     char first_mismatch[256];
 } sp_exec_stats;
 

@@ -346,6 +346,10 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
         set_spec(c, SP_W_EMBED, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
     if (last_stage && !m->tied_embeddings)
         set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
+    /* biases are small: fp32, replicated whole (unpadded) on every chip, with their matrix */
+    if (m->bias)
+        for (int w = SP_W_Q; w <= SP_W_OUT; w++)
+            if (c->p->wspec[w].present) c->p->wspec[w].bytes += c->p->wspec[w].cols_real * 4;
     if (first_stage && m->positions == SP_POS_LEARNED)
         set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", sp_lower_table_dtype(wd));
 }

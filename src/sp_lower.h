@@ -194,7 +194,8 @@ typedef struct sp_weight_spec {
     char col_axes[SP_AXSEQ_MAX];
     int64_t local_rows, local_cols;     /* this chip's block */
     sp_dtype dtype;                     /* storage dtype */
-    int64_t bytes;                      /* local bytes incl. per-column scales for INT8/FP8 */
+    int64_t bytes;                      /* local bytes incl. per-column scales for INT8/FP8 (fp32,
+                                           every global column) and the bias (fp32, whole) */
 } sp_weight_spec;
 
 typedef struct sp_program {
