@@ -8,5 +8,5 @@ tests_check_exec_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_exec_LDADD = $(SP_TEST_LIBS)
 # shardplan run: fixed layouts and --layout auto (threads); the MPI backend
 # against the threads backend under mpirun (skips without MPI).
-TESTS += tests/cli_run.sh tests/mpi_exec.sh
-EXTRA_DIST += tests/cli_run.sh tests/mpi_exec.sh
+TESTS += tests/cli_run.sh tests/cli_run_hf.sh tests/mpi_exec.sh
+EXTRA_DIST += tests/cli_run.sh tests/cli_run_hf.sh tests/mpi_exec.sh

@@ -20,9 +20,15 @@ static void usage(void)
 {
     printf("usage: shardplan run --model M --batch B --prompt P --gen G --layout FILE|STRING|auto\n"
            "                     [--chips N] [--hw H] [--backend threads|mpi|cuda] [--seed S]\n"
-           "                     [--weights-dtype f32|bf16|f16|int8|fp8] [--logits FILE] [--json]\n"
-           "Runs prefill + greedy decode of M with random weights (seed S) under a layout and\n"
-           "checks that every collective moves the bytes the lowering predicts.\n"
+           "                     [--weights DIR] [--weights-dtype f32|bf16|f16|int8|fp8]\n"
+           "                     [--temperature T [--top-k K] [--top-p P]] [--logits FILE] [--json]\n"
+           "Runs prefill + decode of M under a layout and checks that every collective moves\n"
+           "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
+           "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed.\n"
+           "  --weights DIR      config.json + *.safetensors (Llama or GPT-2 tensor names);\n"
+           "                     --model may then be omitted (DIR/config.json is read)\n"
+           "  --temperature T    sample (top-k / top-p, seeded per sequence by S) instead of\n"
+           "                     greedy decoding; T <= 0 is greedy (default)\n"
            "  --layout auto      plan the layout with sp_autoconfig (minimum total latency) for\n"
            "                     --chips N chips of the hardware --hw H (required: the executor\n"
            "                     runs on this CPU, so H only decides the split; there is no CPU\n"
@@ -38,8 +44,9 @@ static void usage(void)
 }
 
 typedef struct run_args {
-    const char *model, *layout, *wdt, *hw, *logits;
-    long long chips, B, P, G, seed;
+    const char *model, *layout, *wdt, *hw, *logits, *weights;
+    long long chips, B, P, G, seed, top_k;
+    double temperature, top_p;
     int json, mpi;
 } run_args;
 
@@ -174,13 +181,23 @@ static int run_job(const run_args *a)
     sp_error err;
     memset(&err, 0, sizeof err);
     sp_model m;
-    sp_status st = sp_model_find(a->model, &m, &err);
+    char cfg[4096];
+    const char *model = a->model;
+    if (!model) {
+        snprintf(cfg, sizeof cfg, "%s/config.json", a->weights);
+        model = cfg;
+    }
+    sp_status st = sp_model_find(model, &m, &err);
     if (st) return fail(st, &err);
     sp_layout l;
     int planned = 0, rc = get_layout(a, &m, &l, &planned);
     if (rc) return rc;
     sp_weights w;
-    if ((st = sp_weights_build_random(&m, (uint64_t)a->seed, &w))) return fail(st, NULL);
+    if (a->weights) {
+        if ((st = sp_weights_load_hf(a->weights, &m, &w, &err))) return fail(st, &err);
+    } else if ((st = sp_weights_build_random(&m, (uint64_t)a->seed, &w))) {
+        return fail(st, NULL);
+    }
     if ((st = sp_weights_quantize(&w, l.weights))) {
         sp_weights_free(&w);
         return fail(st, NULL);
@@ -204,7 +221,13 @@ static int run_job(const run_args *a)
     for (long long i = 0; !st && i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)V);
     sp_exec_stats s;
     memset(&s, 0, sizeof s);
-    if (!st) st = sp_exec_run(ex, prompt, NULL, tok, lg, &s);
+    sp_kern_sample_opts so;
+    sp_kern_sample_opts_init(&so);
+    so.temperature = (float)a->temperature;
+    so.top_k = (int)a->top_k;
+    so.top_p = a->top_p > 0 ? (float)a->top_p : 1.0f;
+    so.seed = (uint64_t)a->seed;
+    if (!st) st = sp_exec_run(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, &s);
     if (st) {
 #ifdef HAVE_MPI
         if (a->mpi) {
@@ -256,6 +279,7 @@ int cli_cmd_run(int argc, char **argv)
         {"model", 1, 0, 'm'}, {"chips", 1, 0, 'n'}, {"batch", 1, 0, 'b'}, {"prompt", 1, 0, 'p'},
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'},
+        {"weights", 1, 0, 'W'}, {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'K'}, {"top-p", 1, 0, 'P'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     run_args a;
     memset(&a, 0, sizeof a);
@@ -283,13 +307,28 @@ int cli_cmd_run(int argc, char **argv)
         case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; break;
         case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &a.seed)) return CLI_EXIT_USAGE; break;
         case 'j': a.json = 1; break;
+        case 'W': a.weights = optarg; break;
+        case 'K': if (cli_parse_long("run", "--top-k", optarg, 0, 1 << 24, &a.top_k)) return CLI_EXIT_USAGE; break;
+        case 'T':
+        case 'P': {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || end == optarg || v != v || (c == 'P' && (v <= 0 || v > 1)))
+                return cli_usage("run", "%s must be a number%s", c == 'T' ? "--temperature" : "--top-p",
+                                 c == 'P' ? " in (0, 1]" : "");
+            if (c == 'T') a.temperature = v;
+            else a.top_p = v;
+            break;
+        }
         case 'h': usage(); return CLI_EXIT_OK;
         default: return cli_usage("run", "unknown option");
         }
     }
     if (optind < argc) return cli_usage("run", "unexpected argument '%s'", argv[optind]);
     if (cuda) return cuda_refusal();
-    if (!a.model || !a.layout) return cli_usage("run", "--model and --layout are required");
+    if ((!a.model && !a.weights) || !a.layout)
+        return cli_usage("run", "--layout and --model (or --weights DIR) are required");
+    if ((a.top_k || a.top_p) && a.temperature <= 0) return cli_usage("run", "--top-k and --top-p need --temperature > 0");
     if (!strcmp(a.layout, "auto") && (!a.hw || !a.chips))
         return cli_usage("run", "--layout auto needs --chips and --hw (the hardware the split is planned for; "
                                 "the run itself is on this CPU)");
