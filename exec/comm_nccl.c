@@ -68,11 +68,7 @@
 #include "config.h"
 #include <cuda_runtime.h>
 #include <mpi.h>
-/* nccl.h declares ncclGroupStart() etc. without (void) */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <nccl.h>
-#pragma GCC diagnostic pop
+#include "kernels/cuda/spi_cuda_dl.h"   /* nccl.h, with the entry points loaded at first use */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +318,7 @@ static sp_status nccl_world_init(sp_comm_world *w)
                       lsize, ndev, ndev == 1 ? "" : "s");
         goto fail;
     }
+    if ((st = spi_cuda_dl_load(0, 1)) != SP_OK) goto fail;
     nw->device = lrank;
     e = cudaSetDevice(nw->device);
     if (e != cudaSuccess) {

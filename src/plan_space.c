@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <unistd.h>
 #include "spi_common.h"
 #include "spi_plan.h"
 
@@ -25,6 +27,11 @@ void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
 void spi_space_free(spi_space *s)
 {
     free(s->c);
+    free(s->pend);
+    free(s->pst);
+    s->pend = NULL;
+    s->pst = NULL;
+    s->npend = s->pcap = 0;
     free(s->sidx);
     free(s->sk1);
     free(s->sk2);
@@ -107,6 +114,78 @@ static sp_status push(spi_space *s, const spi_cand *c)
     return SP_OK;
 }
 
+static sp_status pend(spi_space *s, const spi_cand *c)
+{
+    if (s->npend == s->pcap) {
+        int cap = s->pcap ? 2 * s->pcap : 1024;
+        spi_cand *p = realloc(s->pend, (size_t)cap * sizeof *p);
+        sp_status *q = realloc(s->pst, (size_t)cap * sizeof *q);
+        if (p) s->pend = p;
+        if (q) s->pst = q;
+        if (!p || !q) return spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", cap);
+        s->pcap = cap;
+    }
+    s->pend[s->npend++] = *c;
+    return SP_OK;
+}
+
+typedef struct pricer {
+    spi_space *s;
+    const sp_workload *w;
+    int next;                 /* next pending layout, taken under mu */
+    pthread_mutex_t mu;
+} pricer;
+
+static void price_one(spi_space *s, const sp_workload *w, int i)
+{
+    spi_cand *c = &s->pend[i];
+    /* a cheap, silent probe first: most of the space does not apply */
+    if (sp_cost_applies(s->m, &c->layout, w, NULL) != SP_OK) {
+        s->pst[i] = SP_EINVAL;
+        return;
+    }
+    sp_cost cost;
+    s->pst[i] = sp_cost_eval(s->m, s->hw, &c->layout, w, NULL, &cost);
+    if (s->pst[i] != SP_OK) return;
+    c->mem_over = cost.mem.total - cost.capacity;
+    c->prefill_s = cost.prefill_s;
+    c->decode_step_s = cost.decode_step_s;
+    c->total_s = cost.total_s;
+    c->tokens_per_s = cost.tokens_per_s;
+    c->cost_total = cost.cost_chip_s_per_token;
+}
+
+static void *pricer_main(void *arg)
+{
+    pricer *p = arg;
+    enum { CHUNK = 64 };
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int i0 = p->next;
+        p->next += CHUNK;
+        pthread_mutex_unlock(&p->mu);
+        if (i0 >= p->s->npend) return NULL;
+        int i1 = i0 + CHUNK < p->s->npend ? i0 + CHUNK : p->s->npend;
+        for (int i = i0; i < i1; i++) price_one(p->s, p->w, i);
+    }
+}
+
+static sp_status price_pending(spi_space *s, const sp_workload *w)
+{
+    long nt = sp_env_long(SP_ENV_THREADS);
+    if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt > 64) nt = 64;
+    if (nt > s->npend / 256) nt = s->npend / 256;   /* threads only pay off on enough work */
+    pricer p = {s, w, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th[64];
+    int started = 0;
+    for (long t = 1; t < nt; t++)
+        if (pthread_create(&th[started], NULL, pricer_main, &p) == 0) started++;
+    pricer_main(&p);   /* this thread works too; with no helper it does everything */
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    return SP_OK;
+}
+
 sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv)
 {
     const sp_model *m = s->m;
@@ -186,25 +265,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         l->phase[SP_PHASE_DECODE].attn = (sp_attn_layout)(dc % 2);
                                         c.key[SPI_DEC_PF] = pf;
                                         c.key[SPI_DEC_DC] = dc;
-                                        /* cheap, silent probe first: most of the space does not apply */
-                                        if (sp_cost_applies(m, l, w, NULL) != SP_OK) {
-                                            s->rejected++;
-                                            continue;
-                                        }
-                                        sp_cost cost;
-                                        sp_status st = sp_cost_eval(m, hw, l, w, NULL, &cost);
-                                        if (st == SP_EINVAL) {
-                                            s->rejected++;
-                                            continue;
-                                        }
-                                        if (st != SP_OK) return st;
-                                        c.mem_over = cost.mem.total - cost.capacity;
-                                        c.prefill_s = cost.prefill_s;
-                                        c.decode_step_s = cost.decode_step_s;
-                                        c.total_s = cost.total_s;
-                                        c.tokens_per_s = cost.tokens_per_s;
-                                        c.cost_total = cost.cost_chip_s_per_token;
-                                        SP_CHECK(push(s, &c));
+                                        SP_CHECK(pend(s, &c));
                                     }
                             }
                         }
@@ -213,8 +274,17 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
             }
         }
     }
+    /* price the pending layouts on worker threads, then keep them in
+     * enumeration order so the space (and every tie) is deterministic */
+    sp_status st = price_pending(s, w);
+    for (int i = 0; st == SP_OK && i < s->npend; i++) {
+        if (s->pst[i] == SP_EINVAL) s->rejected++;
+        else if (s->pst[i] != SP_OK) st = s->pst[i];
+        else st = push(s, &s->pend[i]);
+    }
+    s->npend = 0;
     s->eval_s += now_s() - t0;
-    return SP_OK;
+    return st;
 }
 
 static int cmp_i64(const void *a, const void *b)

@@ -84,7 +84,8 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
       "directory holding models/ and hw/; overrides the installed and build-tree data")  \
     X(COMM_TIMEOUT_S, "SHARDPLAN_COMM_TIMEOUT_S", "60",                                   \
       "seconds a collective may wait for its peers before the run fails")               \
-    X(BLAS_THREADS, "SHARDPLAN_BLAS_THREADS", "1", "BLAS threads per chip thread")
+    X(BLAS_THREADS, "SHARDPLAN_BLAS_THREADS", "1", "BLAS threads per chip thread")                 \
+    X(THREADS, "SHARDPLAN_THREADS", "0", "threads the planner prices layouts on (0: one per online CPU)")
 
 typedef enum sp_env_knob {
 #define SP_ENV_ENUM_(id, var, def, doc) SP_ENV_##id,

@@ -44,6 +44,10 @@ typedef struct spi_space {
     int feasible;                 /* of those, the ones that fit in memory */
     int64_t min_short;            /* smallest shortfall over the priced layouts (-1: none) */
     double eval_s;
+    /* layouts waiting to be priced by spi_space_add's worker threads */
+    int npend, pcap;
+    spi_cand *pend;
+    sp_status *pst;
     /* scratch reused by spi_space_reduce (grown on demand, freed by spi_space_free) */
     int scap;
     int *sidx;

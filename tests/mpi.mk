@@ -18,5 +18,5 @@ if HAVE_CUDA
 check_PROGRAMS += tests/check_comm_nccl
 tests_check_comm_nccl_SOURCES = tests/check_comm_nccl.c
 tests_check_comm_nccl_CFLAGS = $(AM_CFLAGS)
-tests_check_comm_nccl_LDADD = libspcore.la $(SP_DEP_LIBS)
+tests_check_comm_nccl_LDADD = libspcore.la $(SP_DEP_LIBS) $(NCCL_LIBS)
 endif

@@ -1,6 +1,6 @@
 /* kernels.cu: CUDA kernels of the executor (see sp_cuda.h). */
 #include "config.h"
-#include <cublas_v2.h>
+#include "kernels/cuda/spi_cuda_dl.h"
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +58,11 @@ extern "C" sp_status sp_cuda_ctx_create(int device, sp_cuda_ctx **out)
     if (e != cudaSuccess) {
         free(c);
         return spi_fail(SP_ECUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    }
+    if (spi_cuda_dl_load(1, 0) != SP_OK) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return SP_ECUDA;
     }
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         cudaStreamDestroy(c->stream);
