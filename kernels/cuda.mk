@@ -9,6 +9,7 @@ SUFFIXES = .cu
 SP_NVCC_FLAGS = -std=c++17 -O2 $(DEFS) -I$(top_builddir) $(AM_CPPFLAGS) $(CUDA_CFLAGS) \
 	-Xcompiler -fPIC -Xcompiler -Wall -Xcompiler -Wextra -Xcompiler -Wno-unused-parameter
 libspcore_la_LIBADD += kernels/cuda/kernels.lo -lstdc++
+libspcore_la_SOURCES += kernels/cuda/spi_cuda_dl.h kernels/cuda/cuda_dl.c
 CLEANFILES += kernels/cuda/kernels.lo kernels/cuda/kernels.o kernels/cuda/.libs/kernels.o
 .cu.lo:
 	$(AM_V_GEN)$(MKDIR_P) $(@D)/.libs && \
