@@ -230,6 +230,48 @@ static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
     acc->flops += x->flops;
 }
 
+/* Decode programs do not depend on the prefill layout, and a search prices
+ * each decode layout with many prefill layouts: decode's prices and buffer
+ * sizes are memoised per (layout without its prefill part, workload,
+ * stage kind).  The memo belongs to one model and one hardware profile,
+ * compared by value, and is emptied when either changes. */
+typedef struct dc_key {
+    sp_layout layout;      /* prefill part cleared */
+    sp_workload w;
+    sp_dtype act;
+    int first, last;
+    int64_t layers;
+} dc_key;
+typedef struct dc_val {
+    sp_phase_cost d1, dn;
+    int64_t buf_bytes[SP_BUF_COUNT];
+} dc_val;
+enum { DC_SLOTS = 64 };
+static _Thread_local struct {
+    sp_model m;
+    sp_hw hw;
+    int used[DC_SLOTS];
+    dc_key key[DC_SLOTS];
+    dc_val val[DC_SLOTS];
+} dc_memo;
+
+static void dc_memo_bind(const sp_model *m, const sp_hw *hw)
+{
+    if (memcmp(&dc_memo.m, m, sizeof *m) || memcmp(&dc_memo.hw, hw, sizeof *hw)) {
+        memset(dc_memo.used, 0, sizeof dc_memo.used);
+        dc_memo.m = *m;
+        dc_memo.hw = *hw;
+    }
+}
+
+static unsigned dc_slot(const dc_key *k)
+{
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a over the key's bytes */
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return (unsigned)(h % DC_SLOTS);
+}
+
 /* Pipeline timing over stages (sp_cost.h): returns the time; sums the breakdown. */
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
@@ -261,6 +303,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     } stage_kind;
     stage_kind kinds[4];
     int nkinds = 0;
+    dc_memo_bind(m, hw);
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
         sp_lower_stage_layers(m->n_layers, S, s, &l0, &nl);
@@ -278,13 +321,39 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &pf));
                 sp_cost_program(&pf, hw, 0, &k->pf);
             }
-            if (w->gen > 0) {
-                sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
-                SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
-                int64_t ctx[2] = {w->prompt + 1, max_ctx};
-                price_program(&dc, hw, ctx, &k->d1, &k->dn);
+            if (w->gen > 0 && w->prompt > 0) {
+                dc_key key;
+                memset(&key, 0, sizeof key);   /* padding bytes too: the key is hashed and compared whole */
+                key.layout = *l;
+                memset(&key.layout.phase[SP_PHASE_PREFILL], 0, sizeof key.layout.phase[SP_PHASE_PREFILL]);
+                key.w = *w;
+                key.act = opts->act_dtype;
+                key.first = k->first;
+                key.last = k->last;
+                key.layers = nl;
+                unsigned slot = dc_slot(&key);
+                if (!dc_memo.used[slot] || memcmp(&dc_memo.key[slot], &key, sizeof key)) {
+                    sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+                    SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
+                    int64_t ctx[2] = {w->prompt + 1, max_ctx};
+                    dc_val *v = &dc_memo.val[slot];
+                    price_program(&dc, hw, ctx, &v->d1, &v->dn);
+                    memcpy(v->buf_bytes, dc.buf_bytes, sizeof v->buf_bytes);
+                    dc_memo.key[slot] = key;
+                    dc_memo.used[slot] = 1;
+                }
+                k->d1 = dc_memo.val[slot].d1;
+                k->dn = dc_memo.val[slot].dn;
+                SP_CHECK(sp_lower_mem_sizes_bufs(&pf, dc_memo.val[slot].buf_bytes, &k->mem));
+            } else {
+                if (w->gen > 0) {
+                    sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+                    SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
+                    int64_t ctx[2] = {w->prompt + 1, max_ctx};
+                    price_program(&dc, hw, ctx, &k->d1, &k->dn);
+                }
+                SP_CHECK(sp_lower_mem_sizes(w->prompt > 0 ? &pf : NULL, w->gen > 0 ? &dc : NULL, &k->mem));
             }
-            SP_CHECK(sp_lower_mem_sizes(w->prompt > 0 ? &pf : NULL, w->gen > 0 ? &dc : NULL, &k->mem));
         }
         if (w->prompt > 0) {
             pf_sum += k->pf.time_s;

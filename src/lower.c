@@ -1003,11 +1003,11 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
  * columns of the tallest weight, fp32. */
 #define SP_DEQUANT_TILE 64
 
-sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
+/* any: a program of the stage (weights, KV geometry); bufs_a/bufs_b: the
+ * buffer sizes of the two phases' programs (either may be NULL) */
+static void mem_sizes(const sp_program *any, const int64_t *bufs_a, const int64_t *bufs_b, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
-    const sp_program *any = pf ? pf : dc;
-    if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
     const sp_layout *l = &any->layout;
     int64_t kmax = 0;
     for (int w = 1; w < SP_W_COUNT; w++) {
@@ -1019,8 +1019,8 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     }
     for (int b = 1; b < SP_BUF_COUNT; b++) {
         int64_t v = 0;
-        if (pf && pf->buf_bytes[b] > v) v = pf->buf_bytes[b];
-        if (dc && dc->buf_bytes[b] > v) v = dc->buf_bytes[b];
+        if (bufs_a && bufs_a[b] > v) v = bufs_a[b];
+        if (bufs_b && bufs_b[b] > v) v = bufs_b[b];
         if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) out->gathered_weights += v;
         else out->activations += v;
     }
@@ -1030,5 +1030,19 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
               sp_dtype_bytes(l->kv) * any->n_layers;
     if (l->weights != SP_DT_F32) out->workspace = kmax * SP_DEQUANT_TILE * 4;
     out->total = out->weights + out->gathered_weights + out->kv + out->activations + out->workspace;
+}
+
+sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
+{
+    const sp_program *any = pf ? pf : dc;
+    if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
+    mem_sizes(any, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
+    return SP_OK;
+}
+
+sp_status sp_lower_mem_sizes_bufs(const sp_program *p, const int64_t other_buf_bytes[SP_BUF_COUNT], sp_mem_sizes *out)
+{
+    if (!p) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes_bufs: no program");
+    mem_sizes(p, p->buf_bytes, other_buf_bytes, out);
     return SP_OK;
 }

@@ -251,6 +251,9 @@ typedef struct sp_mem_sizes {
     int64_t total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
+/* The same from one program of the stage and the other phase's buf_bytes
+ * (for callers that keep only that much of the other program). */
+sp_status sp_lower_mem_sizes_bufs(const sp_program *p, const int64_t other_buf_bytes[SP_BUF_COUNT], sp_mem_sizes *out);
 
 /* Utility: group size of an axis sequence under a layout ("yz" -> Y*Z). */
 int sp_lower_axes_size(const sp_layout *l, const char *axes);

@@ -3,6 +3,7 @@
  * bytes, the MFU identity holds, infeasible layouts are reported, and two-tier
  * pricing differs from single-tier exactly where a group crosses nodes. */
 #include <check.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +387,49 @@ START_TEST(test_pipeline_stages)
 }
 END_TEST
 
+/* decode prices are memoised per thread: every layout priced after others
+ * that share its decode part must equal the same layout priced first, in a
+ * thread of its own */
+static sp_model memo_m;
+static sp_hw memo_hw;
+static sp_layout memo_l;
+static sp_workload memo_w = {16, 64, 8};
+static sp_cost memo_out;
+static void *price_fresh(void *arg)
+{
+    (void)arg;
+    sp_cost_eval(&memo_m, &memo_hw, &memo_l, &memo_w, NULL, &memo_out);
+    return NULL;
+}
+
+START_TEST(test_decode_memo)
+{
+    memo_m = make_model(512, 2048, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    memo_hw = torus_hw();
+    int priced = 0;
+    for (int pf = 0; pf < SP_FL_COUNT; pf++)
+        for (int df = 0; df < SP_FL_COUNT; df++)
+            for (int pa = 0; pa < SP_AL_COUNT; pa++)
+                for (int st = 1; st <= 2; st++) {
+                    sp_layout l = make_layout(2, 2, 2, (sp_ffn_layout)df, SP_AL_BATCH);
+                    l.phase[0].ffn = (sp_ffn_layout)pf;
+                    l.phase[0].attn = (sp_attn_layout)pa;
+                    l.stages = st;
+                    l.microbatches = st;
+                    sp_cost c;
+                    if (sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, NULL, &c) != SP_OK) continue;
+                    memo_l = l;
+                    pthread_t t;
+                    ck_assert_int_eq(pthread_create(&t, NULL, price_fresh, NULL), 0);
+                    pthread_join(t, NULL);
+                    ck_assert(c.total_s == memo_out.total_s && c.decode_step_s == memo_out.decode_step_s);
+                    ck_assert_int_eq(c.mem.total, memo_out.mem.total);
+                    priced++;
+                }
+    ck_assert_int_gt(priced, 20);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cost");
@@ -402,6 +446,7 @@ int main(void)
     tcase_add_test(tc, test_two_tier);
     tcase_add_test(tc, test_torus);
     tcase_add_test(tc, test_pipeline_stages);
+    tcase_add_test(tc, test_decode_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
