@@ -18,6 +18,10 @@
  * of each rival kind); one problem, warm-started: ~0.2 ms per solve.
  * The frontier sweep prices every layout of 66 (chips, batch) pairs, ~10^5-10^6
  * layouts: tens of seconds of sp_cost_eval against a 2 s target.
+ * Since then the cost model prices each stage kind once and memoises decode
+ * (~2-3 us per layout), and the planner prices on one thread per CPU.
+ * Measured on this 2-core VM (load ~1): plan median 39-50 ms in process,
+ * 54.6 ms whole process (perf stat -r 20); frontier 1.68-1.90 s.
  */
 #include <stdio.h>
 #include <stdlib.h>
