@@ -114,6 +114,10 @@ static sp_status push(spi_space *s, const spi_cand *c)
     return SP_OK;
 }
 
+/* Layouts are priced in chunks: a small pending buffer stays in cache and
+ * is reused, instead of one buffer for the whole space. */
+enum { PEND_CHUNK = 4096 };
+
 static sp_status pend(spi_space *s, const spi_cand *c)
 {
     if (s->npend == s->pcap) {
@@ -176,6 +180,7 @@ static sp_status price_pending(spi_space *s, const sp_workload *w)
     if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > 64) nt = 64;
     if (nt > s->npend / 256) nt = s->npend / 256;   /* threads only pay off on enough work */
+    if (nt < 1) nt = 1;
     pricer p = {s, w, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[64];
     int started = 0;
@@ -184,6 +189,20 @@ static sp_status price_pending(spi_space *s, const sp_workload *w)
     pricer_main(&p);   /* this thread works too; with no helper it does everything */
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     return SP_OK;
+}
+
+/* price the pending layouts on worker threads, then keep them in
+ * enumeration order so the space (and every tie) is deterministic */
+static sp_status flush_pending(spi_space *s, const sp_workload *w)
+{
+    sp_status st = price_pending(s, w);
+    for (int i = 0; st == SP_OK && i < s->npend; i++) {
+        if (s->pst[i] == SP_EINVAL) s->rejected++;
+        else if (s->pst[i] != SP_OK) st = s->pst[i];
+        else st = push(s, &s->pend[i]);
+    }
+    s->npend = 0;
+    return st;
 }
 
 sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv)
@@ -266,6 +285,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         c.key[SPI_DEC_PF] = pf;
                                         c.key[SPI_DEC_DC] = dc;
                                         SP_CHECK(pend(s, &c));
+                                        if (s->npend == PEND_CHUNK) SP_CHECK(flush_pending(s, w));
                                     }
                             }
                         }
@@ -274,15 +294,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
             }
         }
     }
-    /* price the pending layouts on worker threads, then keep them in
-     * enumeration order so the space (and every tie) is deterministic */
-    sp_status st = price_pending(s, w);
-    for (int i = 0; st == SP_OK && i < s->npend; i++) {
-        if (s->pst[i] == SP_EINVAL) s->rejected++;
-        else if (s->pst[i] != SP_OK) st = s->pst[i];
-        else st = push(s, &s->pend[i]);
-    }
-    s->npend = 0;
+    sp_status st = flush_pending(s, w);
     s->eval_s += now_s() - t0;
     return st;
 }
