@@ -114,10 +114,6 @@ static sp_status push(spi_space *s, const spi_cand *c)
     return SP_OK;
 }
 
-/* Layouts are priced in chunks: a small pending buffer stays in cache and
- * is reused, instead of one buffer for the whole space. */
-enum { PEND_CHUNK = 4096 };
-
 static sp_status pend(spi_space *s, const spi_cand *c)
 {
     if (s->npend == s->pcap) {
@@ -285,7 +281,6 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         c.key[SPI_DEC_PF] = pf;
                                         c.key[SPI_DEC_DC] = dc;
                                         SP_CHECK(pend(s, &c));
-                                        if (s->npend == PEND_CHUNK) SP_CHECK(flush_pending(s, w));
                                     }
                             }
                         }

@@ -2,13 +2,10 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include <cblas.h>
+#include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
 
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-void openblas_set_num_threads(int num_threads);
-#endif
 
 /* Dequantised tile: KT rows x NT columns of W. */
 #define SPI_KT 256
@@ -292,6 +289,7 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
     if ((w->dt == SP_DT_INT8 || w->dt == SP_DT_FP8) && !w->scale)
         return spi_fail(SP_EINVAL, "sp_kern_matmul: %s weights need per-column scales", sp_dtype_name(w->dt));
     if (T == 0) return SP_OK;
+    SP_CHECK(spi_blas_load());
     float beta0 = mode == SP_KERN_ACCUMULATE ? 1.0f : 0.0f;
     /* the scratch contract holds whichever path runs */
     size_t need = sp_kern_matmul_scratch_bytes(w, K, N);
@@ -340,10 +338,9 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
 sp_status sp_kern_set_blas_threads(int n)
 {
     if (n < 1) return spi_fail(SP_EINVAL, "sp_kern_set_blas_threads: n = %d must be >= 1", n);
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    openblas_set_num_threads(n);
+    SP_CHECK(spi_blas_load());
+    if (!spi_blas_dl_table.set_num_threads)
+        return spi_fail(SP_ENOTSUP, "BLAS thread count cannot be set: the CBLAS library has no openblas_set_num_threads");
+    spi_blas_dl_table.set_num_threads(n);
     return SP_OK;
-#else
-    return spi_fail(SP_ENOTSUP, "BLAS thread count cannot be set: configure did not find openblas_set_num_threads");
-#endif
 }

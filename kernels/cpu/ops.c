@@ -2,7 +2,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include <cblas.h>
+#include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
 
@@ -156,6 +156,7 @@ sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *
                             int64_t Vl, void *scratch, size_t scratch_bytes)
 {
     if (T <= 0 || Vl <= 0) return SP_OK;
+    SP_CHECK(spi_blas_load());
     if (table->dt == SP_DT_F32) {
         logits_f32(logits, x, (const float *)table->data, table->ld, T, E, Vl, Vl);
         return SP_OK;
@@ -178,6 +179,16 @@ sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *
 void sp_kern_logits(float *logits, const float *x, const float *table, int64_t ld, int64_t T, int64_t E, int64_t Vl)
 {
     if (T <= 0 || Vl <= 0) return;
+    if (spi_blas_load() != SP_OK) {
+        /* no BLAS to be had: the plain loops (this function cannot report) */
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t v = 0; v < Vl; v++) {
+                float acc = 0.0f;
+                for (int64_t e = 0; e < E; e++) acc += x[t * E + e] * table[v * ld + e];
+                logits[t * Vl + v] = acc;
+            }
+        return;
+    }
     logits_f32(logits, x, table, ld, T, E, Vl, Vl);
 }
 
