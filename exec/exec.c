@@ -217,12 +217,29 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         if (!st) copy_block(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
     } else if (r1 > r0 && c1 > c0) {
-        const float *g = NULL;
-        int64_t ld = ch->m->d_model;
-        if (w == SP_W_EMBED) g = ch->ex->w->embed;
-        else if (w == SP_W_LMHEAD) g = ch->ex->w->lm_head;
-        else if (w == SP_W_POS) g = ch->ex->w->pos;
-        else if (w == SP_W_NORM1 || w == SP_W_NORM2 || w == SP_W_NORMF) {
+        if (w == SP_W_EMBED || w == SP_W_LMHEAD || w == SP_W_POS) {
+            /* the chip's rows of a vocabulary / positions table, read as fp32
+             * (from the checkpoint's slice when the weights are opened lazily) */
+            sp_wt vt = w == SP_W_POS ? SP_WT_POS : w == SP_W_EMBED || ch->m->tied_embeddings ? SP_WT_EMBED : SP_WT_LM_HEAD;
+            int64_t nr = r1 - r0, nc = c1 - c0;
+            float *blk = malloc((size_t)(nr * nc) * sizeof *blk);   // (nr, nc)
+            if (!blk) st = spi_fail(SP_ENOMEM, "table block");
+            else st = sp_weights_block(ch->ex->w, vt, 0, r0, r1, c0, c1, SP_DT_F32, blk, NULL);
+            if (!st && dt == SP_DT_F32) {
+                copy_block(shard, s->local_cols, (const char *)blk, nc, nr, nc, 4);
+            } else if (!st && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
+                uint16_t *h = (uint16_t *)(void *)shard;   // (local_rows, local_cols)
+                for (int64_t r = 0; r < nr; r++)
+                    for (int64_t c = 0; c < nc; c++) {
+                        float v = blk[r * nc + c];
+                        h[r * s->local_cols + c] = dt == SP_DT_BF16 ? sp_kern_f32_to_bf16(v) : sp_kern_f32_to_f16(v);
+                    }
+            } else if (!st) {
+                st = spi_fail(SP_ENOTSUP, "%s stored as %s: vocabulary tables are f32, bf16 or f16",
+                              sp_weight_name(w), sp_dtype_name(dt));
+            }
+            free(blk);
+        } else if (w == SP_W_NORM1 || w == SP_W_NORM2 || w == SP_W_NORMF) {
             /* gain row, then the LayerNorm bias row */
             const sp_weights *W = ch->ex->w;
             const sp_weights_layer *L = w == SP_W_NORMF ? NULL : &W->layers[layer];
@@ -230,20 +247,6 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
                                     w == SP_W_NORMF ? W->final_norm_b : w == SP_W_NORM1 ? L->attn_norm_b : L->ffn_norm_b};
             for (int64_t r = r0; r < r1; r++)
                 if (rowv[r]) memcpy(shard + (r - r0) * s->local_cols * eb, rowv[r] + c0, (size_t)((c1 - c0) * eb));
-        }
-        if (g && dt == SP_DT_F32) {
-            copy_block(shard, s->local_cols, (const char *)(g + r0 * ld + c0), ld, r1 - r0, c1 - c0, 4);
-        } else if (g && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
-            uint16_t *h = (uint16_t *)(void *)shard;   // (local_rows, local_cols)
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++) {
-                    float v = g[r * ld + c];
-                    h[(r - r0) * s->local_cols + (c - c0)] =
-                        dt == SP_DT_BF16 ? sp_kern_f32_to_bf16(v) : sp_kern_f32_to_f16(v);
-                }
-        } else if (g) {
-            st = spi_fail(SP_ENOTSUP, "%s stored as %s: vocabulary tables are f32, bf16 or f16", sp_weight_name(w),
-                          sp_dtype_name(dt));
         }
     }
     free(lsc);

@@ -18,6 +18,7 @@
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
 #include "exec/sp_weights.h"
+#include "exec/spi_hf.h"
 
 #define SPI_ST_MAX_HEADER (100u << 20)
 
@@ -373,152 +374,208 @@ out:
 
 /* ---- Hugging Face checkpoints -------------------------------------------------------- */
 
-typedef struct hf_ctx {
-    const sp_safetensors *st;
-    const char *dir;
+/* One source of HF tensors: the open files and their naming. */
+struct spi_hf_src {
+    sp_safetensors *st;
+    char dir[512];
+    int gpt2;             /* 0: Llama naming, 1: GPT-2 naming */
     const char *prefix;   /* GPT-2: "" or "transformer." */
-    sp_error *err;
-} hf_ctx;
+};
 
-/* Reads tensor `name` into dst.  Expected stored shape (sr, sc) (sr = 0: a 1-D
- * vector of sc); transpose writes (sc, sr).  Column range [c0, c1) of the stored
- * tensor when c1 > 0 (fused c_attn), else all.  Missing and !required: leave dst. */
-static sp_status hf_read(const hf_ctx *h, const char *name, float *dst, int64_t sr, int64_t sc, int64_t c0,
-                         int64_t c1, int transpose, int required)
-{
-    const sp_st_tensor *t = sp_safetensors_find(h->st, name);
-    if (!t) {
-        if (!required) return SP_OK;
-        return spi_error_set(h->err, SP_EPARSE, h->dir, 0, 0, name, "missing tensor");
-    }
-    int ok = sr == 0 ? (t->ndim == 1 && t->shape[0] == sc) : (t->ndim == 2 && t->shape[0] == sr && t->shape[1] == sc);
-    if (!ok) {
-        char got[96] = "";
-        size_t n = 0;
-        for (int d = 0; d < t->ndim && n < sizeof got - 24; d++)
-            n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        if (sr == 0)
-            return spi_error_set(h->err, SP_EPARSE, h->st->files[t->file].path, 0, 0, name,
-                                 "wrong shape (%s), model needs (%lld)", got, (long long)sc);
-        return spi_error_set(h->err, SP_EPARSE, h->st->files[t->file].path, 0, 0, name,
-                             "wrong shape (%s), model needs (%lld, %lld)", got, (long long)sr, (long long)sc);
-    }
-    int64_t R = sr == 0 ? 1 : sr;
-    if (c1 <= 0) { c0 = 0; c1 = sc; }
-    return sp_safetensors_read_rows_cols(h->st, t, 0, R, c0, c1, transpose, dst, h->err);
-}
+/* Where our tensor kind t of layer l lives: tensor name, its stored shape
+ * (sr, sc; sr = 0 for a vector), the stored column range [c0, c1) it
+ * occupies (fused c_attn), whether it is stored transposed ((out, in), as
+ * HF Linear weights are), and whether a checkpoint must have it.  Returns 0
+ * when the naming has no such tensor for this model. */
+typedef struct hf_loc {
+    char name[160];
+    int64_t sr, sc, c0, c1;
+    int transpose, required;
+} hf_loc;
 
-static sp_status load_llama(const hf_ctx *h, const sp_model *m, sp_weights *w)
+static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
 {
     int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
     int ln = m->norm == SP_NORM_LAYERNORM;
-    char nm[160];
-    SP_CHECK(hf_read(h, "model.embed_tokens.weight", w->embed, V, E, 0, 0, 0, 1));
-    SP_CHECK(hf_read(h, "model.norm.weight", w->final_norm, 0, E, 0, 0, 0, 1));
-    if (ln) SP_CHECK(hf_read(h, "model.norm.bias", w->final_norm_b, 0, E, 0, 0, 0, 1));
-    if (!m->tied_embeddings) SP_CHECK(hf_read(h, "lm_head.weight", w->lm_head, V, E, 0, 0, 0, 1));
-    for (int64_t l = 0; l < m->n_layers; l++) {
-        sp_weights_layer *L = &w->layers[l];
-#define P_(fmt) (snprintf(nm, sizeof nm, "model.layers.%lld." fmt, (long long)l), nm)
-        SP_CHECK(hf_read(h, P_("input_layernorm.weight"), L->attn_norm, 0, E, 0, 0, 0, 1));
-        if (ln) SP_CHECK(hf_read(h, P_("input_layernorm.bias"), L->attn_norm_b, 0, E, 0, 0, 0, 1));
-        if (L->ffn_norm) {
-            SP_CHECK(hf_read(h, P_("post_attention_layernorm.weight"), L->ffn_norm, 0, E, 0, 0, 0, 1));
-            if (ln) SP_CHECK(hf_read(h, P_("post_attention_layernorm.bias"), L->ffn_norm_b, 0, E, 0, 0, 0, 1));
+    long long ll = (long long)l;
+    memset(o, 0, sizeof *o);
+    o->required = 1;
+#define LOC(sr_, sc_, c0_, c1_, tr_, fmt, ...) \
+    (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = (c0_), \
+     o->c1 = (c1_), o->transpose = (tr_), 1)
+    if (!h->gpt2) {
+        switch (t) {
+        case SP_WT_EMBED: return LOC(V, E, 0, E, 0, "%s", "model.embed_tokens.weight");
+        case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
+        case SP_WT_FINAL_NORM: return LOC(0, E, 0, E, 0, "%s", "model.norm.weight");
+        case SP_WT_FINAL_NORM_B: return ln && LOC(0, E, 0, E, 0, "%s", "model.norm.bias");
+        case SP_WT_ATTN_NORM: return LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.weight", ll);
+        case SP_WT_ATTN_NORM_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.bias", ll);
+        case SP_WT_FFN_NORM: return LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.weight", ll);
+        case SP_WT_FFN_NORM_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.bias", ll);
+        /* HF Linear weights are (out, in): transposed into our (in, out) */
+        case SP_WT_WQ: return LOC(QD, E, 0, E, 1, "model.layers.%lld.self_attn.q_proj.weight", ll);
+        case SP_WT_WK: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.k_proj.weight", ll);
+        case SP_WT_WV: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.v_proj.weight", ll);
+        case SP_WT_WO: return LOC(E, QD, 0, QD, 1, "model.layers.%lld.self_attn.o_proj.weight", ll);
+        case SP_WT_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.gate_proj.weight", ll);
+        case SP_WT_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.up_proj.weight", ll);
+        case SP_WT_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
+        default: break;
         }
-        // HF Linear weights are (out, in): transpose into our (in, out)
-        SP_CHECK(hf_read(h, P_("self_attn.q_proj.weight"), L->wq, QD, E, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("self_attn.k_proj.weight"), L->wk, KD, E, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("self_attn.v_proj.weight"), L->wv, KD, E, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("self_attn.o_proj.weight"), L->wo, E, QD, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("mlp.gate_proj.weight"), L->w_in, F, E, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("mlp.up_proj.weight"), L->w_up, F, E, 0, 0, 1, 1));
-        SP_CHECK(hf_read(h, P_("mlp.down_proj.weight"), L->w_out, E, F, 0, 0, 1, 1));
-        if (m->bias) {   /* optional: Qwen2 has q/k/v biases only */
-            SP_CHECK(hf_read(h, P_("self_attn.q_proj.bias"), L->bq, 0, QD, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("self_attn.k_proj.bias"), L->bk, 0, KD, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("self_attn.v_proj.bias"), L->bv, 0, KD, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("self_attn.o_proj.bias"), L->bo, 0, E, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("mlp.gate_proj.bias"), L->b_in, 0, F, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("mlp.up_proj.bias"), L->b_up, 0, F, 0, 0, 0, 0));
-            SP_CHECK(hf_read(h, P_("mlp.down_proj.bias"), L->b_out, 0, E, 0, 0, 0, 0));
+        /* biases are optional in Llama naming: Qwen2 has q/k/v biases only */
+        o->required = 0;
+        switch (t) {
+        case SP_WT_BQ: return LOC(0, QD, 0, QD, 0, "model.layers.%lld.self_attn.q_proj.bias", ll);
+        case SP_WT_BK: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.k_proj.bias", ll);
+        case SP_WT_BV: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.v_proj.bias", ll);
+        case SP_WT_BO: return LOC(0, E, 0, E, 0, "model.layers.%lld.self_attn.o_proj.bias", ll);
+        case SP_WT_B_IN: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.gate_proj.bias", ll);
+        case SP_WT_B_UP: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.up_proj.bias", ll);
+        case SP_WT_B_OUT: return LOC(0, E, 0, E, 0, "model.layers.%lld.mlp.down_proj.bias", ll);
+        default: return 0;
         }
-#undef P_
     }
+    const char *p = h->prefix;
+    int64_t QKV = QD + 2 * KD;
+    /* GPT-2 Conv1D weights are already (in, out); c_attn fuses q | k | v along out */
+    switch (t) {
+    case SP_WT_EMBED: return LOC(V, E, 0, E, 0, "%swte.weight", p);
+    case SP_WT_POS: return LOC(m->max_context, E, 0, E, 0, "%swpe.weight", p);
+    case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
+    case SP_WT_FINAL_NORM: return LOC(0, E, 0, E, 0, "%sln_f.weight", p);
+    case SP_WT_FINAL_NORM_B: return LOC(0, E, 0, E, 0, "%sln_f.bias", p);
+    case SP_WT_ATTN_NORM: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.weight", p, ll);
+    case SP_WT_ATTN_NORM_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.bias", p, ll);
+    case SP_WT_FFN_NORM: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.weight", p, ll);
+    case SP_WT_FFN_NORM_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.bias", p, ll);
+    case SP_WT_WQ: return LOC(E, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_WT_WK: return LOC(E, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_WT_WV: return LOC(E, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_WT_WO: return LOC(QD, E, 0, E, 0, "%sh.%lld.attn.c_proj.weight", p, ll);
+    case SP_WT_W_IN: return LOC(E, F, 0, F, 0, "%sh.%lld.mlp.c_fc.weight", p, ll);
+    case SP_WT_W_OUT: return LOC(F, E, 0, E, 0, "%sh.%lld.mlp.c_proj.weight", p, ll);
+    case SP_WT_BQ: return LOC(0, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_WT_BK: return LOC(0, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_WT_BV: return LOC(0, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_WT_BO: return LOC(0, E, 0, E, 0, "%sh.%lld.attn.c_proj.bias", p, ll);
+    case SP_WT_B_IN: return LOC(0, F, 0, F, 0, "%sh.%lld.mlp.c_fc.bias", p, ll);
+    case SP_WT_B_OUT: return LOC(0, E, 0, E, 0, "%sh.%lld.mlp.c_proj.bias", p, ll);
+    default: return 0;
+    }
+#undef LOC
+}
+
+/* Checks the stored tensor's shape against the model's. */
+static sp_status hf_tensor(const spi_hf_src *h, const hf_loc *o, const sp_st_tensor **out, sp_error *err)
+{
+    const sp_st_tensor *t = sp_safetensors_find(h->st, o->name);
+    *out = t;
+    if (!t) return o->required ? spi_error_set(err, SP_EPARSE, h->dir, 0, 0, o->name, "missing tensor") : SP_OK;
+    int ok = o->sr == 0 ? (t->ndim == 1 && t->shape[0] == o->sc)
+                        : (t->ndim == 2 && t->shape[0] == o->sr && t->shape[1] == o->sc);
+    if (ok) return SP_OK;
+    char got[96] = "";
+    size_t n = 0;
+    for (int d = 0; d < t->ndim && n < sizeof got - 24; d++)
+        n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (o->sr == 0)
+        return spi_error_set(err, SP_EPARSE, h->st->files[t->file].path, 0, 0, o->name,
+                             "wrong shape (%s), model needs (%lld)", got, (long long)o->sc);
+    return spi_error_set(err, SP_EPARSE, h->st->files[t->file].path, 0, 0, o->name,
+                         "wrong shape (%s), model needs (%lld, %lld)", got, (long long)o->sr, (long long)o->sc);
+}
+
+/* Block [r0, r1) x [c0, c1) of our (rows, cols) view of tensor kind t,
+ * layer l, read from the checkpoint into out (r1-r0, c1-c0).  *absent is
+ * set (and out left alone) for an optional tensor the checkpoint lacks. */
+sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, int64_t r0, int64_t r1,
+                            int64_t c0, int64_t c1, float *out, int *absent, sp_error *err)
+{
+    hf_loc o;
+    *absent = 0;
+    if (!hf_where(h, m, t, l, &o)) return spi_fail(SP_EINVAL, "%s naming has no %s", h->gpt2 ? "GPT-2" : "Llama", sp_wt_name(t));
+    const sp_st_tensor *ts;
+    SP_CHECK(hf_tensor(h, &o, &ts, err));
+    if (!ts) {
+        *absent = 1;
+        return SP_OK;
+    }
+    if (o.transpose)   /* stored (out, in): our rows are its columns */
+        return sp_safetensors_read_rows_cols(h->st, ts, c0, c1, r0, r1, 1, out, err);
+    if (o.sr == 0) return sp_safetensors_read_rows_cols(h->st, ts, 0, 1, o.c0 + c0, o.c0 + c1, 0, out, err);
+    return sp_safetensors_read_rows_cols(h->st, ts, r0, r1, o.c0 + c0, o.c0 + c1, 0, out, err);
+}
+
+sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_error *err)
+{
+    *out = NULL;
+    spi_hf_src *h = calloc(1, sizeof *h);
+    if (!h) return spi_fail(SP_ENOMEM, "out of memory");
+    snprintf(h->dir, sizeof h->dir, "%s", dir);
+    sp_status s = sp_safetensors_open(dir, &h->st, err);
+    if (s != SP_OK) {
+        free(h);
+        return s;
+    }
+    if (sp_safetensors_find(h->st, "model.embed_tokens.weight")) {
+        if (m->ffn != SP_FFN_SWIGLU)
+            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "Llama naming needs a SwiGLU model (gate/up/down)");
+    } else if (sp_safetensors_find(h->st, "wte.weight") || sp_safetensors_find(h->st, "transformer.wte.weight")) {
+        h->gpt2 = 1;
+        h->prefix = sp_safetensors_find(h->st, "wte.weight") ? "" : "transformer.";
+        if (m->ffn != SP_FFN_GELU)
+            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "GPT-2 naming needs a GELU model (c_fc/c_proj)");
+    } else {
+        s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "",
+                          "neither Llama (model.embed_tokens.weight) nor GPT-2 (wte.weight) naming found");
+    }
+    if (s != SP_OK) {
+        spi_hf_close(h);
+        return s;
+    }
+    *out = h;
     return SP_OK;
 }
 
-static sp_status load_gpt2(const hf_ctx *h, const sp_model *m, sp_weights *w)
+void spi_hf_close(spi_hf_src *h)
 {
-    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
-    const char *p = h->prefix;
-    char nm[160];
-#define G_(fmt, ...) (snprintf(nm, sizeof nm, "%s" fmt, p, __VA_ARGS__), nm)
-    SP_CHECK(hf_read(h, G_("wte.weight%s", ""), w->embed, V, E, 0, 0, 0, 1));
-    if (w->pos) SP_CHECK(hf_read(h, G_("wpe.weight%s", ""), w->pos, m->max_context, E, 0, 0, 0, 1));
-    SP_CHECK(hf_read(h, G_("ln_f.weight%s", ""), w->final_norm, 0, E, 0, 0, 0, 1));
-    if (w->final_norm_b) SP_CHECK(hf_read(h, G_("ln_f.bias%s", ""), w->final_norm_b, 0, E, 0, 0, 0, 1));
-    if (!m->tied_embeddings) SP_CHECK(hf_read(h, "lm_head.weight", w->lm_head, V, E, 0, 0, 0, 1));
-    int64_t QKV = QD + 2 * KD;
-    for (int64_t l = 0; l < m->n_layers; l++) {
-        sp_weights_layer *L = &w->layers[l];
-        long long ll = (long long)l;
-        SP_CHECK(hf_read(h, G_("h.%lld.ln_1.weight", ll), L->attn_norm, 0, E, 0, 0, 0, 1));
-        if (L->attn_norm_b) SP_CHECK(hf_read(h, G_("h.%lld.ln_1.bias", ll), L->attn_norm_b, 0, E, 0, 0, 0, 1));
-        if (L->ffn_norm) {
-            SP_CHECK(hf_read(h, G_("h.%lld.ln_2.weight", ll), L->ffn_norm, 0, E, 0, 0, 0, 1));
-            if (L->ffn_norm_b) SP_CHECK(hf_read(h, G_("h.%lld.ln_2.bias", ll), L->ffn_norm_b, 0, E, 0, 0, 0, 1));
-        }
-        // Conv1D weights are already (in, out); c_attn fuses q | k | v along out
-        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wq, E, QKV, 0, QD, 0, 1));
-        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wk, E, QKV, QD, QD + KD, 0, 1));
-        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.weight", ll), L->wv, E, QKV, QD + KD, QKV, 0, 1));
-        SP_CHECK(hf_read(h, G_("h.%lld.attn.c_proj.weight", ll), L->wo, QD, E, 0, 0, 0, 1));
-        SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_fc.weight", ll), L->w_in, E, F, 0, 0, 0, 1));
-        SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_proj.weight", ll), L->w_out, F, E, 0, 0, 0, 1));
-        if (m->bias) {
-            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bq, 0, QKV, 0, QD, 0, 1));
-            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bk, 0, QKV, QD, QD + KD, 0, 1));
-            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_attn.bias", ll), L->bv, 0, QKV, QD + KD, QKV, 0, 1));
-            SP_CHECK(hf_read(h, G_("h.%lld.attn.c_proj.bias", ll), L->bo, 0, E, 0, 0, 0, 1));
-            SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_fc.bias", ll), L->b_in, 0, F, 0, 0, 0, 1));
-            SP_CHECK(hf_read(h, G_("h.%lld.mlp.c_proj.bias", ll), L->b_out, 0, E, 0, 0, 0, 1));
+    if (!h) return;
+    sp_safetensors_close(h->st);
+    free(h);
+}
+
+/* Reads every tensor the weights hold (w->t[kind] non-NULL), whole, and
+ * checks every tensor the model needs is in the checkpoint. */
+sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_error *err)
+{
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        if (!w->sizes[t]) continue;
+        int global = t <= SP_WT_FINAL_NORM_B;
+        int64_t R, C;
+        sp_wt_shape(m, (sp_wt)t, &R, &C);
+        for (int64_t l = 0; l < (global ? 1 : m->n_layers); l++) {
+            hf_loc o;
+            if (!hf_where(h, m, (sp_wt)t, l, &o)) continue;
+            const sp_st_tensor *ts;
+            SP_CHECK(hf_tensor(h, &o, &ts, err));   /* shape and presence, even when read later */
+            if (!w->t[t] || !ts) continue;
+            int absent;
+            SP_CHECK(spi_hf_read_block(h, m, (sp_wt)t, l, 0, R, 0, C, w->t[t] + (global ? 0 : l * R * C), &absent, err));
         }
     }
-#undef G_
     return SP_OK;
 }
 
 sp_status sp_weights_load_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err)
 {
     memset(w, 0, sizeof *w);
-    sp_safetensors *st = NULL;
-    SP_CHECK(sp_safetensors_open(dir, &st, err));
-    hf_ctx h = {st, dir, "", err};
+    spi_hf_src *h = NULL;
+    SP_CHECK(spi_hf_open(dir, m, &h, err));
     sp_status s = sp_weights_alloc(m, w);
-    if (s != SP_OK) {
-        spi_error_set(err, s, dir, 0, 0, "", "%s", sp_last_error());
-        goto out;
-    }
-    if (sp_safetensors_find(st, "model.embed_tokens.weight")) {
-        if (m->ffn != SP_FFN_SWIGLU) {
-            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "Llama naming needs a SwiGLU model (gate/up/down)");
-            goto out;
-        }
-        s = load_llama(&h, m, w);
-    } else if (sp_safetensors_find(st, "wte.weight") || sp_safetensors_find(st, "transformer.wte.weight")) {
-        h.prefix = sp_safetensors_find(st, "wte.weight") ? "" : "transformer.";
-        if (m->ffn != SP_FFN_GELU) {
-            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "GPT-2 naming needs a GELU model (c_fc/c_proj)");
-            goto out;
-        }
-        s = load_gpt2(&h, m, w);
-    } else {
-        s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "",
-                          "neither Llama (model.embed_tokens.weight) nor GPT-2 (wte.weight) naming found");
-    }
-out:
-    sp_safetensors_close(st);
+    if (s != SP_OK) spi_error_set(err, s, dir, 0, 0, "", "%s", sp_last_error());
+    else s = spi_hf_fill(h, m, w, err);
+    spi_hf_close(h);
     if (s != SP_OK) sp_weights_free(w);
     return s;
 }

@@ -96,6 +96,9 @@ typedef struct sp_weights {
      * matrix kind, (NL, cols) each, owned. */
     sp_dtype quant;
     float *scales[SP_WT_COUNT];
+    /* sp_weights_open_hf: the checkpoint the layer matrices and vocabulary
+     * tables are read from, block by block (their t[] are NULL); owned */
+    struct spi_hf_src *src;
 } sp_weights;
 
 /* Elements per tensor kind into sizes[SP_WT_COUNT]; *total (may be NULL) gets
@@ -147,6 +150,13 @@ sp_status sp_weights_quant_block(const float *W, int64_t K, int64_t ld, int64_t 
  * and tensor name: SP_EIO (open/read), SP_EPARSE (malformed, wrong shape,
  * missing tensor). */
 sp_status sp_weights_load_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err);
+/* The same checkpoint opened for slices: norms, biases and learned positions
+ * are read whole; the layer matrices and the vocabulary tables stay in the
+ * mmapped files, and sp_weights_block reads just the rows and columns asked
+ * for, so each chip of the executor reads its own slice.  (INT8/FP8 blocks
+ * read whole columns, for their per-column scales.)  Free with
+ * sp_weights_free. */
+sp_status sp_weights_open_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err);
 
 typedef struct sp_safetensors sp_safetensors;     /* opaque */
 typedef struct sp_st_tensor {

@@ -7,6 +7,7 @@
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
 #include "exec/sp_weights.h"
+#include "exec/spi_hf.h"
 
 static const char *const wt_names[] = {
     "embed", "pos", "lm_head", "final_norm", "final_norm_b", "attn_norm", "attn_norm_b",
@@ -91,11 +92,17 @@ sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_
     return SP_OK;
 }
 
-sp_status sp_weights_alloc(const sp_model *m, sp_weights *w)
+/* slab holds the kinds `keep` says (NULL: all); the others get t[] = NULL */
+static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_wt))
 {
     memset(w, 0, sizeof *w);
     int64_t total;
     SP_CHECK(sp_weights_sizes(m, w->sizes, &total));
+    if (keep) {
+        total = 0;
+        for (int t = 0; t < SP_WT_COUNT; t++)
+            if (keep((sp_wt)t)) total += w->sizes[t];
+    }
     w->model = *m;
     w->quant = SP_DT_F32;
     w->bytes = (size_t)total * sizeof(float);
@@ -107,8 +114,9 @@ sp_status sp_weights_alloc(const sp_model *m, sp_weights *w)
     }
     float *p = w->slab;
     for (int t = 0; t < SP_WT_COUNT; t++) {
-        w->t[t] = w->sizes[t] ? p : NULL;
-        p += w->sizes[t];
+        int kept = !keep || keep((sp_wt)t);
+        w->t[t] = w->sizes[t] && kept ? p : NULL;
+        if (kept) p += w->sizes[t];
     }
     for (int64_t l = 0; l < m->n_layers; l++) {
         sp_weights_layer *L = &w->layers[l];
@@ -127,6 +135,32 @@ sp_status sp_weights_alloc(const sp_model *m, sp_weights *w)
     w->lm_head = m->tied_embeddings ? w->embed : w->t[SP_WT_LM_HEAD];
     w->final_norm = w->t[SP_WT_FINAL_NORM];
     w->final_norm_b = w->t[SP_WT_FINAL_NORM_B];
+    return SP_OK;
+}
+
+sp_status sp_weights_alloc(const sp_model *m, sp_weights *w) { return alloc_kinds(m, w, NULL); }
+
+
+/* kinds read whole when a checkpoint is opened for slices */
+static int small_kind(sp_wt t)
+{
+    return !sp_wt_is_matrix(t) && t != SP_WT_EMBED && t != SP_WT_LM_HEAD;
+}
+
+sp_status sp_weights_open_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err)
+{
+    memset(w, 0, sizeof *w);
+    struct spi_hf_src *h = NULL;
+    SP_CHECK(spi_hf_open(dir, m, &h, err));
+    sp_status s = alloc_kinds(m, w, small_kind);
+    if (s != SP_OK) spi_error_set(err, s, dir, 0, 0, "", "%s", sp_last_error());
+    else s = spi_hf_fill(h, m, w, err);
+    if (s != SP_OK) {
+        spi_hf_close(h);
+        sp_weights_free(w);
+        return s;
+    }
+    w->src = h;
     return SP_OK;
 }
 
@@ -159,6 +193,7 @@ void sp_weights_free(sp_weights *w)
     free(w->slab);
     free(w->layers);
     for (int t = 0; t < SP_WT_COUNT; t++) free(w->scales[t]);
+    spi_hf_close(w->src);
     memset(w, 0, sizeof *w);
     w->quant = SP_DT_F32;
 }
@@ -226,10 +261,31 @@ sp_status sp_weights_quant_block(const float *W, int64_t K, int64_t ld, int64_t 
 sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
                            int64_t c1, sp_dtype dt, void *out, float *scale_out)
 {
-    if (!w || !w->slab || (int)t < 0 || t >= SP_WT_COUNT || !w->t[t])
+    if (!w || (int)t < 0 || t >= SP_WT_COUNT || !w->sizes[t] || (!w->t[t] && !w->src))
         return spi_fail(SP_EINVAL, "weights_block: tensor %s absent", sp_wt_name(t));
     int64_t R, C;
     sp_wt_shape(&w->model, t, &R, &C);
+    if (!w->t[t]) {
+        /* from the checkpoint: just these rows, or whole columns when the
+         * per-column scales need them */
+        if (r0 < 0 || r1 > R || r0 > r1 || c0 < 0 || c1 > C || c0 > c1)
+            return spi_fail(SP_EINVAL, "weights_block: [%lld,%lld) x [%lld,%lld) outside (%lld, %lld)", (long long)r0,
+                            (long long)r1, (long long)c0, (long long)c1, (long long)R, (long long)C);
+        int whole = dt == SP_DT_INT8 || dt == SP_DT_FP8;
+        int64_t a0 = whole ? 0 : r0, a1 = whole ? R : r1;
+        if (c1 == c0 || (a1 == a0 && !whole)) return SP_OK;
+        float *tmp = malloc((size_t)((a1 - a0) * (c1 - c0)) * sizeof *tmp);   // (a1-a0, c1-c0)
+        if (!tmp) return spi_fail(SP_ENOMEM, "weights_block: %lld x %lld", (long long)(a1 - a0), (long long)(c1 - c0));
+        int absent;
+        sp_error err;
+        sp_error_init(&err);
+        sp_status st = spi_hf_read_block(w->src, &w->model, t, layer, a0, a1, c0, c1, tmp, &absent, &err);
+        if (st == SP_OK && absent) st = spi_fail(SP_EINVAL, "weights_block: %s absent from the checkpoint", sp_wt_name(t));
+        if (st == SP_OK)
+            st = sp_weights_quant_block(tmp, a1 - a0, c1 - c0, r0 - a0, r1 - a0, 0, c1 - c0, dt, NULL, out, scale_out);
+        free(tmp);
+        return st;
+    }
     const float *base = w->t[t];
     if (!is_global(t)) {
         if (layer < 0 || layer >= w->model.n_layers)

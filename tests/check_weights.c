@@ -249,6 +249,43 @@ static void gpt2_entries(st_list *l, const sp_model *m, const sp_weights *w, con
 #undef G_
 }
 
+/* A checkpoint opened for slices gives the same blocks (and per-column
+ * scales) as the whole checkpoint loaded, for every matrix and table. */
+static void check_lazy_equals(const char *path, const sp_model *m, const sp_weights *eager)
+{
+    sp_weights lz;
+    sp_error err;
+    sp_error_init(&err);
+    ck_assert_msg(sp_weights_open_hf(path, m, &lz, &err) == SP_OK, "open_hf: %s", err.text);
+    ck_assert_ptr_null(lz.t[SP_WT_WQ]);   /* matrices stay in the file */
+    static const sp_dtype dts[] = {SP_DT_F32, SP_DT_BF16, SP_DT_INT8};
+    int blocks = 0;
+    for (int t = 0; t < SP_WT_COUNT; t++) {
+        if (!eager->t[t] || !(sp_wt_is_matrix((sp_wt)t) || t == SP_WT_EMBED || t == SP_WT_LM_HEAD || t == SP_WT_POS))
+            continue;
+        int64_t R, C;
+        sp_wt_shape(m, (sp_wt)t, &R, &C);
+        int64_t cuts[3][4] = {{0, R, 0, C}, {1, R / 2 + 1, C / 3, C - 1}, {R - 1, R, 0, 2}};
+        for (int64_t l = 0; l < (t <= SP_WT_FINAL_NORM_B ? 1 : m->n_layers); l++)
+            for (int k = 0; k < 3; k++)
+                for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+                    int64_t r0 = cuts[k][0], r1 = cuts[k][1], c0 = cuts[k][2], c1 = cuts[k][3];
+                    size_t n = (size_t)((r1 - r0) * (c1 - c0)) * 4;
+                    unsigned char *a = calloc(n + 1, 1), *b = calloc(n + 1, 1);
+                    float *sa = calloc((size_t)C + 1, 4), *sb = calloc((size_t)C + 1, 4);
+                    ck_assert_int_eq(sp_weights_block(eager, (sp_wt)t, l, r0, r1, c0, c1, dts[d], a, sa), SP_OK);
+                    ck_assert_int_eq(sp_weights_block(&lz, (sp_wt)t, l, r0, r1, c0, c1, dts[d], b, sb), SP_OK);
+                    ck_assert_msg(!memcmp(a, b, n) && !memcmp(sa, sb, (size_t)(c1 - c0) * 4),
+                                  "%s layer %lld block %d %s differs", sp_wt_name((sp_wt)t), (long long)l, k,
+                                  sp_dtype_name(dts[d]));
+                    free(a); free(b); free(sa); free(sb);
+                    blocks++;
+                }
+    }
+    ck_assert_int_gt(blocks, 30);
+    sp_weights_free(&lz);
+}
+
 START_TEST(test_roundtrip_llama)
 {
     setup_tmp();
@@ -269,6 +306,7 @@ START_TEST(test_roundtrip_llama)
     ck_assert_int_eq(sp_weights_load_hf(tmpdir, &m, &r, &err), SP_OK);
     ck_assert_uint_eq(r.bytes, w.bytes);
     ck_assert(memcmp(r.slab, w.slab, w.bytes) == 0);
+    check_lazy_equals(tmpdir, &m, &r);
     sp_weights_free(&r);
     /* slice API: rows 2..5, cols 1..7 of q_proj, and transposed */
     sp_safetensors *st;
@@ -333,6 +371,7 @@ START_TEST(test_roundtrip_gpt2)
     sp_error err;
     ck_assert_int_eq(sp_safetensors_write(p, l->e, l->n, &err), SP_OK);
     ck_assert_int_eq(sp_weights_load_hf(p, &m, &r, &err), SP_OK);   /* a file path works too */
+    check_lazy_equals(p, &m, &r);
     ck_assert(memcmp(r.slab, w.slab, w.bytes) == 0);
     sp_weights_free(&r);
     /* missing tensor: drop h.1.mlp.c_fc.bias */

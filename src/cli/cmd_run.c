@@ -25,8 +25,10 @@ static void usage(void)
            "Runs prefill + decode of M under a layout and checks that every collective moves\n"
            "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
            "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed.\n"
-           "  --weights DIR      config.json + *.safetensors (Llama or GPT-2 tensor names);\n"
-           "                     --model may then be omitted (DIR/config.json is read)\n"
+           "  --weights DIR      config.json + *.safetensors (Llama or GPT-2 tensor names),\n"
+           "                     mmapped: each chip reads only its slice of every matrix\n"
+           "                     (int8/fp8: whole columns, for the scales); --model may then be\n"
+           "                     omitted (DIR/config.json is read)\n"
            "  --temperature T    sample (top-k / top-p, seeded per sequence by S) instead of\n"
            "                     greedy decoding; T <= 0 is greedy (default)\n"
            "  --layout auto      plan the layout with sp_autoconfig (minimum total latency) for\n"
@@ -194,7 +196,8 @@ static int run_job(const run_args *a)
     if (rc) return rc;
     sp_weights w;
     if (a->weights) {
-        if ((st = sp_weights_load_hf(a->weights, &m, &w, &err))) return fail(st, &err);
+        /* opened for slices: each chip reads its own rows of the checkpoint */
+        if ((st = sp_weights_open_hf(a->weights, &m, &w, &err))) return fail(st, &err);
     } else if ((st = sp_weights_build_random(&m, (uint64_t)a->seed, &w))) {
         return fail(st, NULL);
     }
