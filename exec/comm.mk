@@ -4,7 +4,7 @@
 libspcore_la_SOURCES += exec/sp_comm.h exec/spi_comm.h exec/comm.c exec/comm_threads.c
 shardplaninclude_HEADERS += exec/sp_comm.h
 if HAVE_MPI
-libspcore_la_SOURCES += exec/comm_mpi.c
+libspcore_la_SOURCES += exec/comm_mpi.c exec/spi_mpi.h
 endif
 if HAVE_CUDA
 libspcore_la_SOURCES += exec/comm_nccl.c

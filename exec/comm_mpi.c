@@ -52,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 #include "exec/spi_comm.h"
+#include "exec/spi_mpi.h"
 
 #define P2P_TAG 7001
 #define SPIN_TESTS 2000
@@ -76,8 +77,9 @@ static void finalize_at_exit(void)
     if (!fin && !atomic_load(&g_any_aborted)) MPI_Finalize();
 }
 
-/* SP_EMPI with MPI's text, after aborting the world. */
-static sp_status mpi_fail(sp_comm_world *w, int rc, const char *what)
+void spi_mpi_mark_aborted(void) { atomic_store(&g_any_aborted, 1); }
+
+sp_status spi_mpi_fail(sp_comm_world *w, int rc, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING + 1];
     int len = 0;
@@ -106,7 +108,7 @@ static sp_status wait_all(sp_comm *c, int n, MPI_Request *req, const char *what,
     for (unsigned long it = 0;; it++) {
         int done = 0;
         int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(w, rc, what);
+        if (rc != MPI_SUCCESS) return spi_mpi_fail(w, rc, what);
         if (done) return SP_OK;
         if (spi_comm_world_is_aborted(w)) {
             atomic_store(&g_any_aborted, 1);
@@ -150,37 +152,64 @@ static sp_status scratch(sp_comm *c, size_t bytes, void **out)
 
 /* ---- world / handle / groups ------------------------------------------------------ */
 
-static sp_status mpi_world_init(sp_comm_world *w)
+sp_status spi_mpi_bootstrap(sp_comm_world *w, const char *backend, MPI_Comm *comm, int *rank)
 {
     int inited = 0, fin = 0;
     MPI_Finalized(&fin);
-    if (fin) return spi_fail(SP_EMPI, "MPI backend: MPI was already finalized in this process");
+    if (fin) return spi_fail(SP_EMPI, "%s backend: MPI was already finalized in this process", backend);
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "MPI_Init_thread");
+        if (rc != MPI_SUCCESS) return spi_mpi_fail(NULL, rc, "MPI_Init_thread");
         atomic_store(&g_we_initialised, 1);
         if (!atomic_exchange(&g_atexit_registered, 1)) atexit(finalize_at_exit);
     }
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, comm);
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(NULL, rc, "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+    int size = 0;
+    MPI_Comm_size(*comm, &size);
+    MPI_Comm_rank(*comm, rank);
+    if (size != w->nranks) {
+        MPI_Comm_free(comm);
+        return spi_fail(SP_EINVAL,
+                        "%s backend: the MPI job has %d process%s but the mesh has %d chips "
+                        "(one process per chip: mpirun -np %d)",
+                        backend, size, size == 1 ? "" : "es", w->nranks, w->nranks);
+    }
+    return SP_OK;
+}
+
+sp_status spi_mpi_group_comm(sp_comm_world *w, MPI_Comm parent, const spi_comm_group *g, MPI_Comm *out)
+{
+    int rc = MPI_Comm_split(parent, g->members[0], g->rank, out);
+    if (rc != MPI_SUCCESS) {
+        *out = MPI_COMM_NULL;
+        return spi_mpi_fail(w, rc, "MPI_Comm_split");
+    }
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    int r = -1, n = 0;
+    MPI_Comm_rank(*out, &r);
+    MPI_Comm_size(*out, &n);
+    if (r != g->rank || n != g->size) {
+        MPI_Comm_free(out);
+        *out = MPI_COMM_NULL;
+        return spi_fail(SP_EINTERNAL, "MPI_Comm_split gave rank %d of %d, expected %d of %d (mask 0x%x)", r, n,
+                        g->rank, g->size, g->mask);
+    }
+    return SP_OK;
+}
+
+static sp_status mpi_world_init(sp_comm_world *w)
+{
     mpi_world *mw = calloc(1, sizeof *mw);
     if (!mw) return spi_fail(SP_ENOMEM, "out of memory for the MPI world");
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &mw->comm);
-    if (rc != MPI_SUCCESS) {
+    int rank = 0;
+    sp_status st = spi_mpi_bootstrap(w, "MPI", &mw->comm, &rank);
+    if (st != SP_OK) {
         free(mw);
-        return mpi_fail(NULL, rc, "MPI_Comm_dup");
-    }
-    MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
-    int size = 0, rank = 0;
-    MPI_Comm_size(mw->comm, &size);
-    MPI_Comm_rank(mw->comm, &rank);
-    if (size != w->nranks) {
-        MPI_Comm_free(&mw->comm);
-        free(mw);
-        return spi_fail(SP_EINVAL,
-                        "MPI backend: the MPI job has %d process%s but the mesh has %d chips "
-                        "(one process per chip: mpirun -np %d)",
-                        size, size == 1 ? "" : "es", w->nranks, w->nranks);
+        return st;
     }
     w->first_local = rank;
     w->nlocal = 1;
@@ -221,20 +250,10 @@ static sp_status mpi_group_init(sp_comm *c, spi_comm_group *g)
     mpi_world *mw = c->world->impl;
     MPI_Comm *gc = malloc(sizeof *gc);
     if (!gc) return spi_fail(SP_ENOMEM, "out of memory for an MPI group");
-    int rc = MPI_Comm_split(mw->comm, g->members[0], g->rank, gc);
-    if (rc != MPI_SUCCESS) {
+    sp_status st = spi_mpi_group_comm(c->world, mw->comm, g, gc);
+    if (st != SP_OK) {
         free(gc);
-        return mpi_fail(c->world, rc, "MPI_Comm_split");
-    }
-    MPI_Comm_set_errhandler(*gc, MPI_ERRORS_RETURN);
-    int r = -1, n = 0;
-    MPI_Comm_rank(*gc, &r);
-    MPI_Comm_size(*gc, &n);
-    if (r != g->rank || n != g->size) {
-        MPI_Comm_free(gc);
-        free(gc);
-        return spi_fail(SP_EINTERNAL, "MPI_Comm_split gave rank %d of %d, expected %d of %d (mask 0x%x)", r,
-                        n, g->rank, g->size, g->mask);
+        return st;
     }
     g->impl = gc;
     return SP_OK;
@@ -265,7 +284,7 @@ static sp_status mpi_allgather(sp_comm *c, spi_comm_group *g, const void *send, 
     MPI_Request req;
     int rc = MPI_Iallgather(send == own ? MPI_IN_PLACE : send, (int)chunk, MPI_BYTE, recv, (int)chunk,
                             MPI_BYTE, gcomm(g), &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Iallgather");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Iallgather");
     SP_CHECK(wait_all(c, 1, &req, "allgather", g->size));
     x->sent = x->recv = (uint64_t)(g->size - 1) * chunk;
     return SP_OK;
@@ -279,7 +298,7 @@ static sp_status mpi_alltoall(sp_comm *c, spi_comm_group *g, const void *send, v
     if (!chunk) return SP_OK;
     MPI_Request req;
     int rc = MPI_Ialltoall(send, (int)chunk, MPI_BYTE, recv, (int)chunk, MPI_BYTE, gcomm(g), &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Ialltoall");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Ialltoall");
     SP_CHECK(wait_all(c, 1, &req, "alltoall", g->size));
     x->sent = x->recv = (uint64_t)(g->size - 1) * chunk;
     return SP_OK;
@@ -312,7 +331,7 @@ static sp_status mpi_reducescatter(sp_comm *c, spi_comm_group *g, const void *se
     SP_CHECK(scratch(c, chunk * (size_t)g->size, &t));
     MPI_Request req;
     int rc = MPI_Ialltoall(send, (int)chunk, MPI_BYTE, t, (int)chunk, MPI_BYTE, gcomm(g), &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Ialltoall");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Ialltoall");
     SP_CHECK(wait_all(c, 1, &req, "reducescatter", g->size));
     sum_rank_order(recv, t, g->size, count);
     x->sent = x->recv = (uint64_t)(g->size - 1) * chunk;
@@ -349,14 +368,14 @@ static sp_status mpi_allreduce(sp_comm *c, spi_comm_group *g, const void *send, 
     int rc = MPI_Ialltoallv(send, scnt, sdsp, MPI_FLOAT, t, rcnt, rdsp, MPI_FLOAT, gcomm(g),
                             &req);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(c->world, rc, "MPI_Ialltoallv");
+        st = spi_mpi_fail(c->world, rc, "MPI_Ialltoallv");
         goto out;
     }
     SP_CHECKGOTO(wait_all(c, 1, &req, "allreduce (reduce-scatter phase)", K), st, out);
     if (mine) sum_rank_order((float *)recv + myoff, t, K, mine);
     rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, recv, gcnt, gdsp, MPI_FLOAT, gcomm(g), &req);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(c->world, rc, "MPI_Iallgatherv");
+        st = spi_mpi_fail(c->world, rc, "MPI_Iallgatherv");
         goto out;
     }
     SP_CHECKGOTO(wait_all(c, 1, &req, "allreduce (all-gather phase)", K), st, out);
@@ -374,7 +393,7 @@ static sp_status mpi_send(sp_comm *c, int peer, const void *buf, size_t count, s
     mpi_world *mw = c->world->impl;
     MPI_Request req;
     int rc = MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, P2P_TAG, mw->comm, &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Issend");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Issend");
     SP_CHECK(wait_all(c, 1, &req, "send", 2));
     x->sent = bytes;
     return SP_OK;
@@ -387,7 +406,7 @@ static sp_status mpi_recv(sp_comm *c, int peer, void *buf, size_t count, sp_dtyp
     mpi_world *mw = c->world->impl;
     MPI_Request req;
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, P2P_TAG, mw->comm, &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Irecv");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Irecv");
     /* wait_all ignores statuses; check the size with a status here. */
     sp_comm_world *w = c->world;
     double deadline = now_s() + w->timeout_s;
@@ -396,7 +415,7 @@ static sp_status mpi_recv(sp_comm *c, int peer, void *buf, size_t count, sp_dtyp
     for (unsigned long it = 0;; it++) {
         int done = 0;
         rc = MPI_Test(&req, &done, &stt);
-        if (rc != MPI_SUCCESS) return mpi_fail(w, rc, "recv");
+        if (rc != MPI_SUCCESS) return spi_mpi_fail(w, rc, "recv");
         if (done) break;
         if (spi_comm_world_is_aborted(w)) return spi_comm_aborted_status(w);
         if (it >= SPIN_TESTS) {
@@ -425,7 +444,7 @@ static sp_status mpi_barrier(sp_comm *c, spi_comm_group *g)
 {
     MPI_Request req;
     int rc = MPI_Ibarrier(gcomm(g), &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Ibarrier");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Ibarrier");
     return wait_all(c, 1, &req, "barrier", g->size);
 }
 

@@ -74,6 +74,7 @@
 #include <string.h>
 #include <time.h>
 #include "exec/spi_comm.h"
+#include "exec/spi_mpi.h"
 #include "kernels/cuda/sp_cuda.h"
 
 #define SPIN_POLLS 2000
@@ -92,17 +93,6 @@ typedef struct nccl_group {
     ncclComm_t nccl;   /* NULL until initialised */
     int dead;          /* aborted: must not be used or destroyed again */
 } nccl_group;
-
-static atomic_int g_we_initialised;
-static atomic_int g_any_aborted;
-static atomic_int g_atexit_registered;
-
-static void finalize_at_exit(void)
-{
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin && !atomic_load(&g_any_aborted)) MPI_Finalize();
-}
 
 static double now_s(void)
 {
@@ -137,7 +127,7 @@ static sp_status nccl_fail(sp_comm_world *w, nccl_group *ng, ncclResult_t r, con
     snprintf(msg, sizeof msg, "%s%s%s", ncclGetErrorString(r), (last && *last) ? ": " : "", last ? last : "");
     kill_group(ng);
     if (w) {
-        atomic_store(&g_any_aborted, 1);
+        spi_mpi_mark_aborted();
         (void)spi_comm_world_abort(w, "NCCL error in %s: %s", what, msg);
     }
     return spi_fail(SP_ECUDA, "NCCL error in %s: %s", what, msg);
@@ -147,29 +137,17 @@ static sp_status cuda_fail(sp_comm_world *w, nccl_group *ng, cudaError_t e, cons
 {
     kill_group(ng);
     if (w) {
-        atomic_store(&g_any_aborted, 1);
+        spi_mpi_mark_aborted();
         (void)spi_comm_world_abort(w, "CUDA error in %s: %s", what, cudaGetErrorString(e));
     }
     return spi_fail(SP_ECUDA, "CUDA error in %s: %s", what, cudaGetErrorString(e));
 }
 
-static sp_status mpi_fail(sp_comm_world *w, int rc, const char *what)
-{
-    char msg[MPI_MAX_ERROR_STRING + 1];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error code %d", rc);
-    msg[len < 0 ? 0 : (len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len)] = '\0';
-    if (w) {
-        atomic_store(&g_any_aborted, 1);
-        (void)spi_comm_world_abort(w, "MPI error in %s (NCCL bootstrap): %s", what, msg);
-    }
-    return spi_fail(SP_EMPI, "MPI error in %s (NCCL bootstrap): %s", what, msg);
-}
 
 static sp_status timed_out(sp_comm *c, nccl_group *ng, const char *what, int gsize)
 {
     kill_group(ng);
-    atomic_store(&g_any_aborted, 1);
+    spi_mpi_mark_aborted();
     return spi_comm_world_abort(c->world,
                                 "%s on rank %d (group of %d) timed out after %.0f s "
                                 "(SHARDPLAN_COMM_TIMEOUT_S): a peer is dead or stuck",
@@ -179,7 +157,7 @@ static sp_status timed_out(sp_comm *c, nccl_group *ng, const char *what, int gsi
 static sp_status aborted(sp_comm *c, nccl_group *ng)
 {
     kill_group(ng);   /* stops kernels still waiting for peers */
-    atomic_store(&g_any_aborted, 1);
+    spi_mpi_mark_aborted();
     return spi_comm_aborted_status(c->world);
 }
 
@@ -230,7 +208,7 @@ static sp_status wait_mpi(sp_comm *c, MPI_Request *req, const char *what, int gs
     for (unsigned long it = 0;; it++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, what);
+        if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, what);
         if (done) return SP_OK;
         if (spi_comm_world_is_aborted(c->world)) return aborted(c, NULL);
         if (it >= SPIN_POLLS && now_s() > deadline) return timed_out(c, NULL, what, gsize);
@@ -265,41 +243,19 @@ static sp_status nccl_world_init(sp_comm_world *w)
                         "NCCL backend needs one CUDA GPU per process: %s "
                         "(use the threads or MPI backend on CPUs)",
                         why);
-    int inited = 0, fin = 0;
-    MPI_Finalized(&fin);
-    if (fin) return spi_fail(SP_EMPI, "NCCL backend: MPI was already finalized in this process");
-    MPI_Initialized(&inited);
-    if (!inited) {
-        int provided = 0;
-        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "MPI_Init_thread");
-        atomic_store(&g_we_initialised, 1);
-        if (!atomic_exchange(&g_atexit_registered, 1)) atexit(finalize_at_exit);
-    }
     nccl_world *nw = calloc(1, sizeof *nw);
     if (!nw) return spi_fail(SP_ENOMEM, "out of memory for the NCCL world");
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &nw->comm);
-    if (rc != MPI_SUCCESS) {
-        free(nw);
-        return mpi_fail(NULL, rc, "MPI_Comm_dup");
-    }
-    MPI_Comm_set_errhandler(nw->comm, MPI_ERRORS_RETURN);
-    int size = 0, rank = 0;
-    MPI_Comm_size(nw->comm, &size);
-    MPI_Comm_rank(nw->comm, &rank);
-    sp_status st = SP_OK;
+    int rank = 0, rc;
     MPI_Comm node = MPI_COMM_NULL;
-    if (size != w->nranks) {
-        st = spi_fail(SP_EINVAL,
-                      "NCCL backend: the MPI job has %d process%s but the mesh has %d chips "
-                      "(one process per chip and GPU: mpirun -np %d)",
-                      size, size == 1 ? "" : "es", w->nranks, w->nranks);
-        goto fail;
+    sp_status st = spi_mpi_bootstrap(w, "NCCL", &nw->comm, &rank);
+    if (st != SP_OK) {
+        free(nw);
+        return st;
     }
     /* Device = rank among the processes of this node. */
     rc = MPI_Comm_split_type(nw->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(NULL, rc, "MPI_Comm_split_type");
+        st = spi_mpi_fail(NULL, rc, "MPI_Comm_split_type");
         goto fail;
     }
     int lrank = 0, lsize = 1, ndev = 0;
@@ -384,22 +340,8 @@ static sp_status nccl_group_init(sp_comm *c, spi_comm_group *g)
     nccl_group *ng = calloc(1, sizeof *ng);
     if (!ng) return spi_fail(SP_ENOMEM, "out of memory for an NCCL group");
     ng->mpi = MPI_COMM_NULL;
-    sp_status st = SP_OK;
-    int rc = MPI_Comm_split(nw->comm, g->members[0], g->rank, &ng->mpi);
-    if (rc != MPI_SUCCESS) {
-        ng->mpi = MPI_COMM_NULL;
-        st = mpi_fail(c->world, rc, "MPI_Comm_split");
-        goto fail;
-    }
-    MPI_Comm_set_errhandler(ng->mpi, MPI_ERRORS_RETURN);
-    int r = -1, n = 0;
-    MPI_Comm_rank(ng->mpi, &r);
-    MPI_Comm_size(ng->mpi, &n);
-    if (r != g->rank || n != g->size) {
-        st = spi_fail(SP_EINTERNAL, "MPI_Comm_split gave rank %d of %d, expected %d of %d (mask 0x%x)", r, n,
-                      g->rank, g->size, g->mask);
-        goto fail;
-    }
+    sp_status st = spi_mpi_group_comm(c->world, nw->comm, g, &ng->mpi);
+    if (st != SP_OK) goto fail;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (g->rank == 0) {
@@ -411,9 +353,9 @@ static sp_status nccl_group_init(sp_comm *c, spi_comm_group *g)
         }
     }
     MPI_Request req;
-    rc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, ng->mpi, &req);
+    int rc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, ng->mpi, &req);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(c->world, rc, "MPI_Ibcast of the NCCL unique id");
+        st = spi_mpi_fail(c->world, rc, "MPI_Ibcast of the NCCL unique id");
         goto fail;
     }
     SP_CHECKGOTO(wait_mpi(c, &req, "NCCL unique id broadcast", g->size), st, fail);
@@ -572,7 +514,7 @@ static sp_status nccl_barrier(sp_comm *c, spi_comm_group *g)
 {
     MPI_Request req;
     int rc = MPI_Ibarrier(ngroup(g)->mpi, &req);
-    if (rc != MPI_SUCCESS) return mpi_fail(c->world, rc, "MPI_Ibarrier");
+    if (rc != MPI_SUCCESS) return spi_mpi_fail(c->world, rc, "MPI_Ibarrier");
     return wait_mpi(c, &req, "barrier", g->size);
 }
 
