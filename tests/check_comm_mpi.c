@@ -24,37 +24,8 @@
 #include <unistd.h>
 #include "exec/sp_comm.h"
 
-static int g_rank, g_size, g_fails;
-static long g_checks;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
-{
-    if (g_fails++ >= 10) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "check_comm_mpi rank %d: FAIL: ", g_rank);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-}
-
-#define EXPECT(cond, ...)                \
-    do {                                 \
-        g_checks++;                      \
-        if (!(cond)) fail(__VA_ARGS__);  \
-    } while (0)
-
-#define OK(call)                                                                                    \
-    do {                                                                                            \
-        sp_status st_ = (call);                                                                     \
-        g_checks++;                                                                                 \
-        if (st_ != SP_OK) {                                                                         \
-            fprintf(stderr, "check_comm_mpi rank %d: %s -> %d: %s\n", g_rank, #call, (int)st_,      \
-                    sp_last_error());                                                               \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                           \
-        }                                                                                           \
-    } while (0)
+#define HARNESS_NAME "check_comm_mpi"
+#include "tests/mpi_harness.h"
 
 /* Non-integer data: rounding makes the sum order visible. */
 static float val(int grank, size_t i, int salt)

@@ -5,7 +5,7 @@ TESTS += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
 EXTRA_DIST += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
 if HAVE_MPI
 check_PROGRAMS += tests/check_comm_mpi
-tests_check_comm_mpi_SOURCES = tests/check_comm_mpi.c
+tests_check_comm_mpi_SOURCES = tests/check_comm_mpi.c tests/mpi_harness.h
 tests_check_comm_mpi_CFLAGS = $(AM_CFLAGS)
 tests_check_comm_mpi_LDADD = libspcore.la $(SP_DEP_LIBS)
 endif
@@ -16,7 +16,7 @@ TESTS += tests/nccl_comm.sh
 EXTRA_DIST += tests/nccl_comm.sh
 if HAVE_CUDA
 check_PROGRAMS += tests/check_comm_nccl
-tests_check_comm_nccl_SOURCES = tests/check_comm_nccl.c
+tests_check_comm_nccl_SOURCES = tests/check_comm_nccl.c tests/mpi_harness.h
 tests_check_comm_nccl_CFLAGS = $(AM_CFLAGS)
 tests_check_comm_nccl_LDADD = libspcore.la $(SP_DEP_LIBS) $(NCCL_LIBS)
 endif
