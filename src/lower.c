@@ -897,6 +897,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c.D = m->d_head;
     c.KVH = m->n_kv_heads;
     c.case_a = (c.KVH % c.n) == 0;
+    /* the commonest reason a layout does not apply: decided first */
+    c.kv = kv_transition(&c);
+    if (c.kv == KV_BAD)
+        BAD("the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) without a reshard, "
+            "which is not supported",
+            sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
+            sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
     c.Hp = round_up(m->n_heads, c.n);
     c.Fp = round_up(m->d_ff, c.n);
     c.Vp = round_up(m->vocab, c.n);
@@ -958,12 +965,6 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     sp_lower_stage_layers(m->n_layers, l->stages, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
         BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
-    c.kv = kv_transition(&c);
-    if (c.kv == KV_BAD)
-        BAD("the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) without a reshard, "
-            "which is not supported",
-            sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
-            sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
     *cp = c;
     return SP_OK;
 }
