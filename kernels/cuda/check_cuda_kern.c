@@ -129,29 +129,91 @@ static void t_attention(sp_cuda_ctx *c)
 {
     enum { B = 2, LQ = 3, H = 4, KVH = 2, D = 32, LMAX = 40, POS0 = 17 };
     size_t nq = (size_t)B * LQ * H * D, nkv = (size_t)B * LMAX * KVH * D;
-    float *q = rnd_vec(nq, 1), *kc = rnd_vec(nkv, 1), *vc = rnd_vec(nkv, 1);   /* CPU: (B, LMAX, KVH, D) */
-    float *kg = malloc(nkv * sizeof *kg), *vg = malloc(nkv * sizeof *vg);        /* GPU: (B, KVH, LMAX, D) */
-    for (int b = 0; b < B; b++)
-        for (int l = 0; l < LMAX; l++)
-            for (int h = 0; h < KVH; h++)
-                for (int d = 0; d < D; d++) {
-                    size_t ci = (((size_t)b * LMAX + l) * KVH + h) * D + d, gi = (((size_t)b * KVH + h) * LMAX + l) * D + d;
-                    kg[gi] = kc[ci];
-                    vg[gi] = vc[ci];
-                }
+    float *q = rnd_vec(nq, 1), *kc = rnd_vec(nkv, 1), *vc = rnd_vec(nkv, 1);   /* both: (B, LMAX, KVH, D) */
     float *cpu = malloc(nq * sizeof *cpu), *gpu = malloc(nq * sizeof *gpu);
-    sp_kern_kv kv = {SP_DT_F32, kc, vc, B, LMAX, KVH, D};
     size_t sb = sp_kern_attention_scratch_bytes(LMAX);
     void *scr = malloc(sb ? sb : 1);
-    OK(sp_kern_attention(cpu, q, &kv, LQ, POS0, H, KVH, 0, H, 0, scr, sb));
-    float *dq = dev(q, nq * sizeof(float)), *dk = dev(kg, nkv * sizeof(float)), *dv = dev(vg, nkv * sizeof(float));
+    float *dq = dev(q, nq * sizeof(float)), *dk = dev(kc, nkv * sizeof(float)), *dv = dev(vc, nkv * sizeof(float));
     float *dout = dev(NULL, nq * sizeof(float));
-    OK(sp_cuda_attention(c, dout, dq, dk, dv, B, LQ, H, KVH, D, LMAX, POS0));
-    OK(sp_cuda_sync(c));
-    host(gpu, dout, nq * sizeof(float));
-    compare("attention (GQA, KV cache)", gpu, cpu, nq, 1e-10);
+    /* all heads; then a chip's share: query heads [2, 4) over kv head 1 only (cache of one head) */
+    for (int part = 0; part < 2; part++) {
+        int64_t h0 = part ? 2 : 0, hl = part ? 2 : H, kv0 = part ? 1 : 0, kvhl = part ? 1 : KVH;
+        float *k1 = kc, *v1 = vc;
+        if (part) {   /* (B, LMAX, 1, D): kv head 1 of every position */
+            k1 = malloc(nkv / 2 * sizeof *k1), v1 = malloc(nkv / 2 * sizeof *v1);
+            for (size_t r = 0; r < (size_t)B * LMAX; r++)
+                for (int d = 0; d < D; d++) {
+                    k1[r * D + d] = kc[(r * KVH + 1) * D + d];
+                    v1[r * D + d] = vc[(r * KVH + 1) * D + d];
+                }
+            cudaMemcpy(dk, k1, nkv / 2 * sizeof(float), cudaMemcpyHostToDevice);
+            cudaMemcpy(dv, v1, nkv / 2 * sizeof(float), cudaMemcpyHostToDevice);
+        }
+        sp_kern_kv kv = {SP_DT_F32, k1, v1, B, LMAX, kvhl, D};
+        OK(sp_kern_attention(cpu, q, &kv, LQ, POS0, H, KVH, h0, hl, kv0, scr, sb));   /* q read as (B, LQ, hl, D) */
+        OK(sp_cuda_attention(c, dout, dq, dk, dv, B, LMAX, kvhl, D, LQ, POS0, H, KVH, h0, hl, kv0));
+        OK(sp_cuda_sync(c));
+        size_t n = (size_t)B * LQ * hl * D;
+        host(gpu, dout, n * sizeof(float));
+        compare(part ? "attention (heads 2..3)" : "attention (GQA, KV cache)", gpu, cpu, n, 1e-10);
+        if (part) free(k1), free(v1);
+    }
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout);
-    free(q), free(kc), free(vc), free(kg), free(vg), free(cpu), free(gpu), free(scr);
+    free(q), free(kc), free(vc), free(cpu), free(gpu), free(scr);
+}
+
+/* the executor's split forms: norm stats / apply, bias on valid columns, residual add, positions, LM head */
+static void t_exec_ops(sp_cuda_ctx *c)
+{
+    enum { T = 6, C = 300, CL = 100, N = 40, NV = 33, V = 70, LD = 310 };
+    float *x = rnd_vec(T * C, 2), *gain = rnd_vec(C, 1), *bias = rnd_vec(C, 1), *table = rnd_vec(V * LD, 1);
+    float *cpu = malloc(T * V * sizeof *cpu), *gpu = malloc(T * V * sizeof *gpu), st[2 * T], gst[2 * T];
+    float *dx = dev(x, sizeof(float) * T * C), *dg = dev(gain, sizeof(float) * C), *db = dev(bias, sizeof(float) * C);
+    float *dt = dev(table, sizeof(float) * V * LD), *dout = dev(NULL, sizeof(float) * T * V);
+    float *dst = dev(NULL, sizeof st);
+    sp_kern_norm_stats(x, T, CL, st);   /* the first CL columns, viewed as rows of CL: stride CL */
+    OK(sp_cuda_norm_stats(c, dx, T, CL, dst));
+    OK(sp_cuda_sync(c));
+    host(gst, dst, sizeof gst);
+    compare("norm stats (local cols)", gst, st, 2 * T, 1e-12);
+    for (int ln = 0; ln < 2; ln++) {
+        sp_kern_norm_apply(x, st, C, T, CL, gain, ln ? bias : NULL, 1e-5f, ln ? SP_NORM_LAYERNORM : SP_NORM_RMSNORM,
+                           cpu);
+        OK(cudaMemcpy(dst, st, sizeof st, cudaMemcpyHostToDevice) == cudaSuccess ? SP_OK : SP_ECUDA);
+        OK(sp_cuda_norm_apply(c, dx, dst, C, T, CL, dg, ln ? db : NULL, 1e-5f, ln, dout));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * T * CL);
+        compare(ln ? "layernorm apply (split)" : "rmsnorm apply (split)", gpu, cpu, T * CL, 1e-12);
+    }
+    memcpy(cpu, x, sizeof(float) * T * N);
+    for (int r = 0; r < T; r++)
+        for (int j = 0; j < NV; j++) cpu[r * N + j] += bias[j];
+    for (int i = 0; i < T * N; i++) cpu[i] += x[i];
+    OK(cudaMemcpy(dout, x, sizeof(float) * T * N, cudaMemcpyHostToDevice) == cudaSuccess ? SP_OK : SP_ECUDA);
+    OK(sp_cuda_bias_add(c, dout, db, T, N, NV));
+    OK(sp_cuda_add(c, dout, dx, T * N));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, sizeof(float) * T * N);
+    compare("bias (valid cols) + add", gpu, cpu, T * N, 1e-14);
+    int64_t pos[T] = {0, 5, 9, 1, 69, 3};
+    int64_t *dp = dev(pos, sizeof pos);
+    memcpy(cpu, x, sizeof(float) * T * N);
+    sp_kern_pos_add(cpu, T, N, table + 7, LD, pos);
+    OK(cudaMemcpy(dout, x, sizeof(float) * T * N, cudaMemcpyHostToDevice) == cudaSuccess ? SP_OK : SP_ECUDA);
+    OK(sp_cuda_pos_add(c, dout, T, N, dt + 7, LD, dp));
+    OK(sp_cuda_sync(c));
+    host(gpu, dout, sizeof(float) * T * N);
+    compare("learned positions", gpu, cpu, T * N, 1e-14);
+    for (int t = 1; t >= 0; t--) {   /* one row (gemv on the CPU), then T rows */
+        int64_t rows = t ? 1 : T;
+        sp_kern_logits(cpu, x, table, LD, rows, C, V);
+        OK(sp_cuda_logits(c, dout, dx, dt, LD, rows, C, V));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * (size_t)(rows * V));
+        compare(t ? "logits (one row)" : "logits", gpu, cpu, (size_t)(rows * V), 1e-10);
+    }
+    cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dt), cudaFree(dout), cudaFree(dst), cudaFree(dp);
+    free(x), free(gain), free(bias), free(table), free(cpu), free(gpu);
 }
 
 static void t_elementwise(sp_cuda_ctx *c)
@@ -228,6 +290,7 @@ int main(void)
     t_norm(c);
     t_rope(c);
     t_attention(c);
+    t_exec_ops(c);
     t_elementwise(c);
     t_embed(c);
     t_argmax(c);

@@ -1,6 +1,8 @@
-/* cuda_probe.c: run by tests/cuda_skip.sh.  Exits 77 (skip) with the reason
- * when no GPU is visible; otherwise checks cuBLAS GEMM and argmax against a
- * host computation on small exact data and exits 0 / 1. */
+/* cuda_probe.c: run by tests/cuda_skip.sh (and by cuda_run.sh / cli_run.sh to
+ * learn whether, and how many, GPUs are visible).  Exits 77 (skip) with the
+ * reason when no GPU is visible; otherwise prints the device count, checks
+ * cuBLAS GEMM and argmax against a host computation on small exact data and
+ * exits 0 / 1. */
 #include "config.h"
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@ int main(void)
         printf("cuda_probe: SKIP: %s\n", why);
         return 77;
     }
+    printf("cuda_probe: %s\n", why);   /* "N CUDA device(s)": tests/cuda_run.sh reads N */
     enum { T = 3, K = 4, N = 5 };
     float a[T * K], w[K * N], want[T * N], got[T * N];
     for (int i = 0; i < T * K; i++) a[i] = (float)(i % 7) - 3.0f;

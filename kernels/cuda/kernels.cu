@@ -52,8 +52,9 @@ extern "C" sp_status sp_cuda_ctx_create(int device, sp_cuda_ctx **out)
     if (!sp_cuda_available(why, sizeof why)) return spi_fail(SP_ECUDA, "%s", why);
     sp_cuda_ctx *c = (sp_cuda_ctx *)calloc(1, sizeof *c);
     if (!c) return spi_fail(SP_ENOMEM, "out of memory for a CUDA context");
+    cudaError_t e = device < 0 ? cudaGetDevice(&device) : cudaSuccess;
     c->device = device;
-    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(c);
@@ -89,10 +90,11 @@ extern "C" sp_status sp_cuda_sync(sp_cuda_ctx *c)
 
 static unsigned blocks_for(int64_t n, unsigned t) { return (unsigned)((n + t - 1) / t); }
 
-__global__ void add_bias_k(float *out, const float *bias, int64_t T, int64_t N)
+/* out (T, N) += bias (nvalid) on columns j < nvalid */
+__global__ void add_bias_k(float *out, const float *bias, int64_t T, int64_t N, int64_t nvalid)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < T * N) out[i] += bias[i % N];
+    if (i < T * N && i % N < nvalid) out[i] += bias[i % N];
 }
 
 extern "C" sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in, const float *w,
@@ -107,7 +109,7 @@ extern "C" sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in,
                                    in, (int)K, &beta, out, (int)N);
     if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm failed (status %d)", (int)s);
     if (bias) {
-        add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N);
+        add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N, N);
         return launched("add_bias");
     }
     return SP_OK;
@@ -179,20 +181,24 @@ extern "C" sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t n
     return launched("rope");
 }
 
-/* One block per (b, i, h): scores in shared memory, max / exp / sum, then P @ V. */
-__global__ void attention_k(float *out, const float *q, const float *k, const float *v, int64_t Lq, int64_t H,
-                            int64_t KVH, int64_t D, int64_t Lmax, int64_t pos0)
+/* One block per (b, i, hl): scores in shared memory, max / exp / sum, then P @ V.
+ * Cache (B, ctx_max, KVHl, D) as the CPU's; global query head h0 + hl reads
+ * local kv head (h0 + hl) / (H / KVH) - kv0. */
+__global__ void attention_k(float *out, const float *q, const float *k, const float *v, int64_t ctx_max,
+                            int64_t KVHl, int64_t D, int64_t Lq, int64_t pos0, int64_t kv_mul, int64_t h0,
+                            int64_t Hl, int64_t kv0)
 {
     extern __shared__ float sm[];
     __shared__ float red[256];
-    int64_t h = blockIdx.x % H, bi = blockIdx.x / H, i = bi % Lq, b = bi / Lq;
-    int64_t kvh = h / (H / KVH), nk = pos0 + i + 1;
-    const float *qr = q + ((b * Lq + i) * H + h) * D;
-    const float *kb = k + (b * KVH + kvh) * Lmax * D, *vb = v + (b * KVH + kvh) * Lmax * D;
-    float scale = rsqrtf((float)D), mx = -INFINITY;
+    int64_t hl = blockIdx.x % Hl, bi = blockIdx.x / Hl, i = bi % Lq, b = bi / Lq;
+    int64_t kvl = (h0 + hl) / kv_mul - kv0, nk = pos0 + i + 1;
+    const float *qr = q + ((b * Lq + i) * Hl + hl) * D;   // (D)
+    const float *kb = k + (b * ctx_max * KVHl + kvl) * D, *vb = v + (b * ctx_max * KVHl + kvl) * D;
+    int64_t kst = KVHl * D;                                 // stride between positions
+    float scale = 1.0f / sqrtf((float)D), mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
         float s = 0;
-        for (int64_t d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+        for (int64_t d = 0; d < D; d++) s += qr[d] * kb[j * kst + d];
         sm[j] = s * scale;
         mx = fmaxf(mx, sm[j]);
     }
@@ -216,25 +222,35 @@ __global__ void attention_k(float *out, const float *q, const float *k, const fl
         __syncthreads();
     }
     float inv = 1.0f / red[0];
-    float *o = out + ((b * Lq + i) * H + h) * D;
+    float *o = out + ((b * Lq + i) * Hl + hl) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0;
-        for (int64_t j = 0; j < nk; j++) acc += sm[j] * vb[j * D + d];
+        for (int64_t j = 0; j < nk; j++) acc += sm[j] * vb[j * kst + d];
         o[d] = acc * inv;
     }
 }
 
 extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
-                                       int64_t B, int64_t Lq, int64_t H, int64_t KVH, int64_t D, int64_t Lmax,
-                                       int64_t pos0)
+                                       int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq,
+                                       int64_t pos0, int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0)
 {
-    if (B <= 0 || Lq <= 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || pos0 < 0 || pos0 + Lq > Lmax)
-        return spi_fail(SP_EINVAL, "sp_cuda_attention: bad shape");
+    if (B <= 0 || Lq <= 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || KVHl <= 0 || pos0 < 0 ||
+        pos0 + Lq > ctx_max || h0 < 0 || Hl <= 0 || h0 + Hl > H || kv0 < 0 || kv0 + KVHl > KVH)
+        return spi_fail(SP_EINVAL, "sp_cuda_attention: bad shape (B %lld, Lq %lld at %lld of %lld, heads [%lld, "
+                        "%lld) of %lld, kv heads [%lld, %lld) of %lld)", (long long)B, (long long)Lq,
+                        (long long)pos0, (long long)ctx_max, (long long)h0, (long long)(h0 + Hl), (long long)H,
+                        (long long)kv0, (long long)(kv0 + KVHl), (long long)KVH);
+    int64_t kv_mul = H / KVH;
+    if (h0 / kv_mul < kv0 || (h0 + Hl - 1) / kv_mul >= kv0 + KVHl)
+        return spi_fail(SP_EINVAL, "sp_cuda_attention: query heads [%lld, %lld) need kv heads the cache lacks",
+                        (long long)h0, (long long)(h0 + Hl));
     size_t shm = (size_t)(pos0 + Lq) * sizeof(float);
     if (shm > 48 * 1024)
         return spi_fail(SP_ENOTSUP, "sp_cuda_attention: context %lld > 12288 positions not supported yet",
                         (long long)(pos0 + Lq));
-    attention_k<<<(unsigned)(B * Lq * H), 256, shm, c->stream>>>(out, q, k, v, Lq, H, KVH, D, Lmax, pos0);
+    if (B * Lq * Hl > INT32_MAX) return spi_fail(SP_ENOTSUP, "sp_cuda_attention: grid too large");
+    attention_k<<<(unsigned)(B * Lq * Hl), 256, shm, c->stream>>>(out, q, k, v, ctx_max, KVHl, D, Lq, pos0, kv_mul,
+                                                                  h0, Hl, kv0);
     return launched("attention");
 }
 
@@ -317,4 +333,166 @@ extern "C" sp_status sp_cuda_argmax(sp_cuda_ctx *c, int32_t *tokens, const float
     if (T <= 0 || V <= 0 || T > INT32_MAX) return spi_fail(SP_EINVAL, "sp_cuda_argmax: bad shape");
     argmax_k<<<(unsigned)T, 256, 0, c->stream>>>(tokens, logits, V);
     return launched("argmax");
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+extern "C" sp_status sp_cuda_alloc(sp_cuda_ctx *c, size_t bytes, void **out)
+{
+    *out = NULL;
+    CU(cudaMalloc(out, bytes ? bytes : 1), "cudaMalloc");
+    cudaError_t e = cudaMemsetAsync(*out, 0, bytes ? bytes : 1, c->stream);
+    if (e != cudaSuccess) {
+        cudaFree(*out);
+        *out = NULL;
+        return spi_fail(SP_ECUDA, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+    }
+    return SP_OK;
+}
+
+extern "C" void sp_cuda_free(sp_cuda_ctx *c, void *p)
+{
+    (void)c;
+    if (p) cudaFree(p);
+}
+
+extern "C" sp_status sp_cuda_upload(sp_cuda_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "cudaMemcpyAsync H2D");
+    return SP_OK;
+}
+
+extern "C" sp_status sp_cuda_download(sp_cuda_ctx *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "cudaMemcpyAsync D2H");
+    return sp_cuda_sync(c);
+}
+
+extern "C" sp_status sp_cuda_copy2d(sp_cuda_ctx *c, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                    size_t width, size_t rows)
+{
+    if (!width || !rows) return SP_OK;
+    CU(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, c->stream),
+       "cudaMemcpy2DAsync");
+    return SP_OK;
+}
+
+extern "C" sp_status sp_cuda_zero(sp_cuda_ctx *c, void *p, size_t bytes)
+{
+    if (bytes) CU(cudaMemsetAsync(p, 0, bytes, c->stream), "cudaMemsetAsync");
+    return SP_OK;
+}
+
+/* ---- the split norm, bias, residual, positions, LM head --------------------------- */
+/* One block per row: (sum, sumsq) of the row's Cl columns, in double, stored as float. */
+__global__ void norm_stats_k(const float *x, int64_t Cl, float *stats)
+{
+    __shared__ double ssum[256], ssq[256];
+    const float *row = x + (int64_t)blockIdx.x * Cl;
+    double s = 0, q = 0;
+    for (int64_t i = threadIdx.x; i < Cl; i += blockDim.x) {
+        s += row[i];
+        q += (double)row[i] * row[i];
+    }
+    ssum[threadIdx.x] = s;
+    ssq[threadIdx.x] = q;
+    __syncthreads();
+    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (threadIdx.x < st) {
+            ssum[threadIdx.x] += ssum[threadIdx.x + st];
+            ssq[threadIdx.x] += ssq[threadIdx.x + st];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * blockIdx.x] = (float)ssum[0];
+        stats[2 * blockIdx.x + 1] = (float)ssq[0];
+    }
+}
+
+extern "C" sp_status sp_cuda_norm_stats(sp_cuda_ctx *c, const float *x, int64_t T, int64_t Cl, float *stats)
+{
+    if (T <= 0) return SP_OK;
+    if (Cl <= 0 || T > INT32_MAX) return spi_fail(SP_EINVAL, "sp_cuda_norm_stats: bad shape");
+    norm_stats_k<<<(unsigned)T, 256, 0, c->stream>>>(x, Cl, stats);
+    return launched("norm_stats");
+}
+
+/* As sp_kern_norm_apply: mean and variance from the summed stats in double. */
+__global__ void norm_apply_k(const float *x, const float *stats, int64_t C, int64_t T, int64_t Cl, const float *gain,
+                             const float *bias, float eps, int layernorm, float *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * Cl) return;
+    int64_t t = i / Cl, j = i % Cl;
+    double sumsq = stats[2 * t + 1] / (double)C, mean = 0.0, var = sumsq;
+    if (layernorm) {
+        mean = stats[2 * t] / (double)C;
+        var = sumsq - mean * mean;
+        if (var < 0.0) var = 0.0;
+    }
+    float rstd = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+    float y = (x[i] - m) * rstd * gain[j];
+    out[i] = bias ? y + bias[j] : y;
+}
+
+extern "C" sp_status sp_cuda_norm_apply(sp_cuda_ctx *c, const float *x, const float *stats, int64_t C, int64_t T,
+                                        int64_t Cl, const float *gain, const float *bias, float eps, int layernorm,
+                                        float *out)
+{
+    if (T <= 0 || Cl <= 0) return SP_OK;
+    norm_apply_k<<<blocks_for(T * Cl, 256), 256, 0, c->stream>>>(x, stats, C, T, Cl, gain, bias, eps, layernorm,
+                                                                   out);
+    return launched("norm_apply");
+}
+
+extern "C" sp_status sp_cuda_bias_add(sp_cuda_ctx *c, float *out, const float *bias, int64_t T, int64_t N,
+                                      int64_t nvalid)
+{
+    if (T <= 0 || N <= 0 || nvalid <= 0) return SP_OK;
+    add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N, nvalid);
+    return launched("bias_add");
+}
+
+__global__ void add_k(float *out, const float *x, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += x[i];
+}
+
+extern "C" sp_status sp_cuda_add(sp_cuda_ctx *c, float *out, const float *x, int64_t n)
+{
+    if (n <= 0) return SP_OK;
+    add_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, x, n);
+    return launched("add");
+}
+
+__global__ void pos_add_k(float *x, int64_t T, int64_t El, const float *table, int64_t ld, const int64_t *pos)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * El) return;
+    int64_t t = i / El, j = i % El;
+    x[i] += table[pos[t] * ld + j];
+}
+
+extern "C" sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, const float *table, int64_t ld,
+                                     const int64_t *pos)
+{
+    if (T <= 0 || El <= 0) return SP_OK;
+    pos_add_k<<<blocks_for(T * El, 256), 256, 0, c->stream>>>(x, T, El, table, ld, pos);
+    return launched("pos_add");
+}
+
+extern "C" sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, const float *table, int64_t ld,
+                                    int64_t T, int64_t E, int64_t Vl)
+{
+    if (T <= 0 || Vl <= 0) return SP_OK;
+    if (E <= 0 || T > INT32_MAX || E > INT32_MAX || Vl > INT32_MAX || ld > INT32_MAX)
+        return spi_fail(SP_EINVAL, "sp_cuda_logits: bad shape");
+    const float alpha = 1.0f, beta = 0.0f;
+    /* row-major logits (T, Vl) = x (T, E) . table (Vl, E)^T is column-major
+     * logits^T (Vl, T) = table^T' (Vl, E) x^T (E, T), table read as (E, Vl) ld */
+    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Vl, (int)T, (int)E, &alpha, table, (int)ld,
+                                   x, (int)E, &beta, logits, (int)Vl);
+    if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm (logits) failed (status %d)", (int)s);
+    return SP_OK;
 }

@@ -25,6 +25,7 @@ extern "C" {
 int sp_cuda_available(char *why, size_t size);
 
 typedef struct sp_cuda_ctx sp_cuda_ctx;   /* one device, one stream, one cuBLAS handle */
+/* device < 0: the calling thread's current device (cudaGetDevice). */
 sp_status sp_cuda_ctx_create(int device, sp_cuda_ctx **out);
 void sp_cuda_ctx_free(sp_cuda_ctx *c);
 sp_status sp_cuda_sync(sp_cuda_ctx *c);
@@ -39,12 +40,14 @@ sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, int64_t T, in
  * pairs (i, i + D/2), angle pos * theta^(-2i/D), as sp_kern_rope. */
 sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,
                        double theta);
-/* Causal attention over a KV cache k/v (B, KVH, Lmax, D) -- head-major, unlike
- * the CPU cache (B, ctx_max, KVHl, D) of sp_kern.h: q/out (B, Lq, H, D);
- * query i attends keys 0 .. pos0+i; head h reads kv head h / (H / KVH). */
+/* Causal attention as sp_kern_attention, fp32 cache in the CPU's layout:
+ * k/v (B, ctx_max, KVHl, D) holding kv heads [kv0, kv0 + KVHl) of KVH; q/out
+ * (B, Lq, Hl, D), local query heads [h0, h0 + Hl) of H; query i sits at
+ * pos0 + i and attends keys 0 .. pos0+i; global head h reads kv head
+ * h / (H / KVH), which must be local.  Context up to 12288 positions. */
 sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
-                            int64_t B, int64_t Lq, int64_t H, int64_t KVH, int64_t D, int64_t Lmax,
-                            int64_t pos0);
+                            int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq, int64_t pos0,
+                            int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0);
 sp_status sp_cuda_gelu(sp_cuda_ctx *c, float *out, const float *x, int64_t n);
 sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);
 /* out (T, E) = rows tokens[t] - v0 of table (Vl rows, stride ld); zero rows outside [v0, v0+Vl). */
@@ -52,6 +55,37 @@ sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64
                         int64_t ld, int64_t E, int64_t v0, int64_t Vl);
 /* Greedy sampling: tokens[t] = argmax over V of logits (T, V) (lowest index on ties). */
 sp_status sp_cuda_argmax(sp_cuda_ctx *c, int32_t *tokens, const float *logits, int64_t T, int64_t V);
+
+
+/* ---- device memory on the context's stream ------------------------------------- */
+/* Zeroed allocation (cudaMalloc + memset on the stream); free with sp_cuda_free. */
+sp_status sp_cuda_alloc(sp_cuda_ctx *c, size_t bytes, void **out);
+void sp_cuda_free(sp_cuda_ctx *c, void *p);   /* NULL is a no-op */
+/* Host -> device, queued on the stream (the host buffer may be reused at return). */
+sp_status sp_cuda_upload(sp_cuda_ctx *c, void *dst, const void *src, size_t bytes);
+/* Device -> host: waits for the stream, so dst holds the result at return. */
+sp_status sp_cuda_download(sp_cuda_ctx *c, void *dst, const void *src, size_t bytes);
+/* Device -> device block copy: rows of width bytes, pitches in bytes. */
+sp_status sp_cuda_copy2d(sp_cuda_ctx *c, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t rows);
+sp_status sp_cuda_zero(sp_cuda_ctx *c, void *p, size_t bytes);
+
+/* ---- the executor's split kernels (same semantics as sp_kern.h) ------------------- */
+/* stats (T, 2) = (sum, sumsq) of each row of x (T, Cl), accumulated in double. */
+sp_status sp_cuda_norm_stats(sp_cuda_ctx *c, const float *x, int64_t T, int64_t Cl, float *stats);
+/* out (T, Cl) from summed stats over the global width C, as sp_kern_norm_apply;
+ * gain required, bias may be NULL; out may equal x. */
+sp_status sp_cuda_norm_apply(sp_cuda_ctx *c, const float *x, const float *stats, int64_t C, int64_t T, int64_t Cl,
+                             const float *gain, const float *bias, float eps, int layernorm, float *out);
+/* out (T, N) += bias[j] on the columns j < nvalid. */
+sp_status sp_cuda_bias_add(sp_cuda_ctx *c, float *out, const float *bias, int64_t T, int64_t N, int64_t nvalid);
+sp_status sp_cuda_add(sp_cuda_ctx *c, float *out, const float *x, int64_t n);   /* out += x */
+/* x (T, El) += table[pos[t] * ld + j] (table offset by the first column); pos (T) device int64. */
+sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, const float *table, int64_t ld,
+                          const int64_t *pos);
+/* logits (T, Vl) = x (T, E) . table (Vl, E)^T, table rows of stride ld. */
+sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, const float *table, int64_t ld, int64_t T,
+                         int64_t E, int64_t Vl);
 
 #ifdef __cplusplus
 }
