@@ -334,9 +334,14 @@ static void account(sp_comm *c, sp_coll_kind k, const spi_comm_xfer *x, sp_statu
     if (st == SP_OK) c->stats.calls[k]++;
 }
 
-static void local_copy(void *dst, const void *src, size_t bytes)
+/* A group of one chip: send to recv in this chip's memory (the backend's
+ * copy where its buffers are not host memory, e.g. NCCL's device buffers). */
+static sp_status local_copy(sp_comm *c, void *dst, const void *src, size_t bytes)
 {
-    if (bytes && dst != src) memmove(dst, src, bytes);
+    if (!bytes || dst == src) return SP_OK;
+    if (c->world->be->local_copy) return c->world->be->local_copy(c, dst, src, bytes);
+    memmove(dst, src, bytes);
+    return SP_OK;
 }
 
 /* ---- collectives ------------------------------------------------------------------- */
@@ -354,7 +359,7 @@ sp_status sp_comm_allgather(sp_comm *c, unsigned axes, const void *send, void *r
     spi_comm_xfer x = {0, 0};
     sp_status st = SP_OK;
     if (K == 1)
-        local_copy(recv, send, chunk);
+        st = local_copy(c, recv, send, chunk);
     else
         st = c->world->be->allgather(c, g, send, recv, count, dt, &x);
     account(c, SP_COLL_ALLGATHER, &x, st);
@@ -375,7 +380,7 @@ sp_status sp_comm_reducescatter(sp_comm *c, unsigned axes, const void *send, voi
     spi_comm_xfer x = {0, 0};
     sp_status st = SP_OK;
     if (K == 1)
-        local_copy(recv, send, chunk);
+        st = local_copy(c, recv, send, chunk);
     else
         st = c->world->be->reducescatter(c, g, send, recv, count, dt, &x);
     account(c, SP_COLL_REDUCESCATTER, &x, st);
@@ -394,7 +399,7 @@ sp_status sp_comm_allreduce(sp_comm *c, unsigned axes, const void *send, void *r
     spi_comm_xfer x = {0, 0};
     sp_status st = SP_OK;
     if (g->size == 1)
-        local_copy(recv, send, bytes);
+        st = local_copy(c, recv, send, bytes);
     else
         st = c->world->be->allreduce(c, g, send, recv, count, dt, &x);
     account(c, SP_COLL_ALLREDUCE, &x, st);
@@ -413,7 +418,7 @@ sp_status sp_comm_alltoall(sp_comm *c, unsigned axes, const void *send, void *re
     spi_comm_xfer x = {0, 0};
     sp_status st = SP_OK;
     if (g->size == 1)
-        local_copy(recv, send, bytes);
+        st = local_copy(c, recv, send, bytes);
     else
         st = c->world->be->alltoall(c, g, send, recv, count, dt, &x);
     account(c, SP_COLL_ALLTOALL, &x, st);

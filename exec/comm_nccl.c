@@ -61,9 +61,8 @@
  * MPI_Abort or exits: after SP_ECOMM / SP_ECUDA / SP_EMPI the buffers of
  * the failed call are undefined and the program should end the job.
  *
- * Known gap (comm.c, not this file): for a group of ONE chip the front
- * copies send to recv with memmove, which is wrong for device pointers;
- * with this backend use the in-place forms on groups that may be trivial.
+ * Groups of one chip move no data: the front asks local_copy for the
+ * send -> recv copy, a cudaMemcpyAsync device to device on the chip's stream.
  */
 #include "config.h"
 #include <cuda_runtime.h>
@@ -510,6 +509,18 @@ static sp_status nccl_recv(sp_comm *c, int peer, void *buf, size_t count, sp_dty
     return SP_OK;
 }
 
+/* Groups of one chip: a device-to-device copy on the chip's stream (the
+ * front would otherwise memmove, which is wrong for device pointers). */
+static sp_status nccl_local_copy(sp_comm *c, void *dst, const void *src, size_t bytes)
+{
+    SP_CHECK(set_device(c));
+    cudaStream_t s = stream_of(c);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return cuda_fail(NULL, NULL, e, "copy within a group of one chip");
+    return SP_OK;
+}
+
 static sp_status nccl_barrier(sp_comm *c, spi_comm_group *g)
 {
     MPI_Request req;
@@ -534,4 +545,5 @@ const spi_comm_backend spi_comm_nccl_backend = {
     .send = nccl_send,
     .recv = nccl_recv,
     .barrier = nccl_barrier,
+    .local_copy = nccl_local_copy,
 };

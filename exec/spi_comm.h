@@ -5,7 +5,7 @@
  *
  * Split of work.  comm.c checks arguments, resolves the group of an axis
  * mask (spi_comm_group: size, group rank, members in group-rank order),
- * handles groups of one chip itself, keeps the abort flag and the byte
+ * handles groups of one chip itself (local_copy), keeps the abort flag and the byte
  * counters, and calls the backend through spi_comm_backend.  A backend only
  * moves data, for groups of 2 chips or more, and reports the bytes it
  * actually moved in an spi_comm_xfer.
@@ -109,6 +109,9 @@ struct spi_comm_backend {
                       spi_comm_xfer *x);
     sp_status (*recv)(sp_comm *c, int peer, void *buf, size_t count, sp_dtype dt, spi_comm_xfer *x);
     sp_status (*barrier)(sp_comm *c, spi_comm_group *g);
+    /* Copies bytes within this chip's memory (groups of one chip; may be NULL:
+     * memmove, for backends on host memory).  Not counted as moved. */
+    sp_status (*local_copy)(sp_comm *c, void *dst, const void *src, size_t bytes);
 };
 
 extern const spi_comm_backend spi_comm_threads_backend;
