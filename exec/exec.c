@@ -1,6 +1,8 @@
 /*
  * exec.c: the program interpreter (see sp_exec.h).  One thread per chip;
  * each runs the steps of its stage's programs as lower.c defines them.
+ * Tensor data is touched only through the chip's device (spi_xdev.h): the
+ * CPU kernels in host memory, or CUDA kernels in the GPU's memory.
  */
 #include "config.h"
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <time.h>
 #include "spi_common.h"
 #include "exec/sp_exec.h"
+#include "exec/spi_xdev.h"
 
 struct sp_exec {
     sp_model m;
@@ -20,6 +23,7 @@ struct sp_exec {
     const sp_weights *w;
     sp_comm_world *world;
     sp_comm_backend backend;
+    const spi_xops *ops;             /* the chips' device: CPU, or CUDA under NCCL */
     int nchips;
     int local_first, local_count;    /* chips this process hosts (MPI: one) */
     /* run */
@@ -41,6 +45,8 @@ typedef struct chip {
     int rank, stage, replica;
     int coords[SP_AXIS_COUNT];
     sp_comm *c;
+    spi_xdev dev;                    /* where buffers, weights and the KV cache live */
+    const spi_xops *ops;             /* dev.ops, NULL until the device is open */
     sp_program *pf, *dc, *prog;
     void *buf[SP_BUF_COUNT];
     int64_t first_layer;
@@ -59,15 +65,11 @@ typedef struct chip {
     void *tmp1, *tmp2;               /* collective packing */
     size_t tmp_bytes;
     float *qs, *ks, *vs;             /* rope / pack scratch */
-    int64_t *pos;
-    void *mm_scr;
-    size_t mm_bytes;
-    void *at_scr;
-    size_t at_bytes;
-    void *sm_scr;
-    void *lg_scr;       /* logits dequantisation tile (16-bit vocab tables) */
-    size_t lg_bytes;
+    int64_t *pos;                    /* host */
+    void *sm_scr;                    /* host: sampling */
     size_t sm_bytes;
+    float *hrow;                     /* host copy of one logits row (device backends) */
+    int32_t *dtok;                   /* device copy of the token hand-off (device backends) */
     const int32_t *in_tok;           /* input tokens of the current micro-batch */
     int64_t li;                      /* current layer (stage-local) */
     /* local stats */
@@ -119,9 +121,42 @@ static int block_matches(const chip *ch, const char *seq, int blk, const char *m
     return 1;
 }
 
-static void copy_block(char *dst, int64_t dld, const char *src, int64_t sld, int64_t rows, int64_t cols, int eb)
+/* dst (rows, cols) of leading dimension dld <- src of sld; elements of eb bytes, on the chip's device */
+static sp_status copy_block(chip *ch, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows,
+                            int64_t cols, int eb)
 {
-    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dld * eb, src + r * sld * eb, (size_t)(cols * eb));
+    return ch->ops->copy2d(&ch->dev, dst, (size_t)(dld * eb), src, (size_t)(sld * eb), (size_t)(cols * eb),
+                           (size_t)rows);
+}
+
+/* n contiguous elements */
+static sp_status copy_flat(chip *ch, void *dst, const void *src, int64_t n, int eb)
+{
+    return copy_block(ch, dst, n, src, n, 1, n, eb);
+}
+
+/* the same in host memory (weight shards are built on the host) */
+static void copy_block_host(char *dst, int64_t dld, const char *src, int64_t sld, int64_t rows, int64_t cols, int eb)
+{
+    (void)spi_xops_cpu.copy2d(NULL, dst, (size_t)(dld * eb), src, (size_t)(sld * eb), (size_t)(cols * eb),
+                              (size_t)rows);
+}
+
+/* a block built in host memory, moved to the chip's device (the CPU's: stays);
+ * on failure *p is NULL and nothing is held */
+static sp_status to_device(chip *ch, void **p, size_t bytes)
+{
+    if (ch->ops->host_memory || !*p) return SP_OK;
+    void *d = NULL;
+    sp_status st = ch->ops->alloc(&ch->dev, bytes, &d);
+    if (!st) st = ch->ops->upload(&ch->dev, d, *p, bytes);
+    free(*p);   /* an upload has read the host block when it returns */
+    if (st) {
+        ch->ops->release(&ch->dev, d);
+        d = NULL;
+    }
+    *p = d;
+    return st;
 }
 
 /* ---- weights ---------------------------------------------------------------- */
@@ -186,10 +221,10 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
     sp_wt t = wt_of(w);
     sp_dtype dt = s->dtype;   /* norms are fp32 in the spec; vocab tables f32, bf16 or f16 */
     int eb = sp_dtype_bytes(dt);
+    size_t bytes = (size_t)(s->local_rows * s->local_cols * eb);
     char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
     if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
     ch->alloc_weights += s->local_rows * s->local_cols * eb;
-    *out = shard;
     float *lsc = NULL;
     if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
         float *full = calloc((size_t)s->cols, sizeof *full);
@@ -197,6 +232,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         if (!full || !lsc) {
             free(full);
             free(lsc);
+            free(shard);
             return spi_fail(SP_ENOMEM, "weight scales");
         }
         *scale_out = full;
@@ -206,6 +242,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
         if (st) {
             free(lsc);
+            free(shard);
             return st;
         }
     }
@@ -214,7 +251,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
         if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
         else st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, lsc);
-        if (!st) copy_block(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
+        if (!st) copy_block_host(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
     } else if (r1 > r0 && c1 > c0) {
         if (w == SP_W_EMBED || w == SP_W_LMHEAD || w == SP_W_POS) {
@@ -226,7 +263,7 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
             if (!blk) st = spi_fail(SP_ENOMEM, "table block");
             else st = sp_weights_block(ch->ex->w, vt, 0, r0, r1, c0, c1, SP_DT_F32, blk, NULL);
             if (!st && dt == SP_DT_F32) {
-                copy_block(shard, s->local_cols, (const char *)blk, nc, nr, nc, 4);
+                copy_block_host(shard, s->local_cols, (const char *)blk, nc, nr, nc, 4);
             } else if (!st && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
                 uint16_t *h = (uint16_t *)(void *)shard;   // (local_rows, local_cols)
                 for (int64_t r = 0; r < nr; r++)
@@ -250,7 +287,12 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
         }
     }
     free(lsc);
-    return st;
+    if (st) {
+        free(shard);
+        return st;
+    }
+    *out = shard;
+    return to_device(ch, out, bytes);
 }
 
 /* Scales of the n local columns of a matmul's weight into ch->scl: the stored
@@ -329,6 +371,7 @@ static sp_status run_coll(chip *ch, const sp_step *s)
         } else {
             src = ch->buf[s->src];
         }
+        SP_CHECK(ch->ops->sync(&ch->dev));
         st = sp_comm_allgather(ch->c, mask, src, t1, (size_t)blk, co->dtype);
         if (st) return st;
         char *dst = ch->buf[s->dst];
@@ -345,7 +388,8 @@ static sp_status run_coll(chip *ch, const sp_step *s)
         for (int g = 0; g < K; g++) {
             int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
             int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-            copy_block(dst + (rb * rows * ld + cb * cols) * eb, ld, t1 + g * blk * eb, cols, rows, cols, eb);
+            SP_CHECK(copy_block(ch, dst + (rb * rows * ld + cb * cols) * eb, ld, t1 + g * blk * eb, cols, rows, cols,
+                                eb));
         }
         (void)nra;
         break;
@@ -356,15 +400,18 @@ static sp_status run_coll(chip *ch, const sp_step *s)
         for (int g = 0; g < K; g++) {
             int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
             int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-            copy_block(t1 + g * blk * eb, cols, src + (rb * rows * ld + cb * cols) * eb, ld, rows, cols, eb);
+            SP_CHECK(copy_block(ch, t1 + g * blk * eb, cols, src + (rb * rows * ld + cb * cols) * eb, ld, rows, cols,
+                                eb));
         }
+        SP_CHECK(ch->ops->sync(&ch->dev));
         st = sp_comm_reducescatter(ch->c, mask, t1, ch->buf[s->dst], (size_t)blk, co->dtype);
         break;
     }
     case SP_COLL_ALLREDUCE: {
         char *d = ch->buf[s->dst];
-        if (s->src != s->dst) memcpy(d, ch->buf[s->src], (size_t)(blk * eb));
-        if (co->elems > blk) memset(d + blk * eb, 0, (size_t)((co->elems - blk) * eb));
+        if (s->src != s->dst) SP_CHECK(copy_flat(ch, d, ch->buf[s->src], blk, eb));
+        if (co->elems > blk) SP_CHECK(ch->ops->zero(&ch->dev, d + blk * eb, (size_t)((co->elems - blk) * eb)));
+        SP_CHECK(ch->ops->sync(&ch->dev));
         st = sp_comm_allreduce(ch->c, mask, d, d, (size_t)co->elems, co->dtype);
         break;
     }
@@ -376,25 +423,27 @@ static sp_status run_coll(chip *ch, const sp_step *s)
             /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
             for (int g = 0; g < K; g++) {
                 int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-                memcpy(t1 + g * chunk * eb, src + rb * chunk * eb, (size_t)(chunk * eb));
+                SP_CHECK(copy_flat(ch, t1 + g * chunk * eb, src + rb * chunk * eb, chunk, eb));
             }
+            SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
             for (int g = 0; g < K; g++) {
                 int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-                copy_block(dst + cb * cols * eb, cols * K, t2 + g * chunk * eb, cols, rk, cols, eb);
+                SP_CHECK(copy_block(ch, dst + cb * cols * eb, cols * K, t2 + g * chunk * eb, cols, rk, cols, eb));
             }
         } else {
             /* src (rows/K, cols·K): col block cb(g) to g; dst (rows, cols): g's rows at row block rb(g) */
             for (int g = 0; g < K; g++) {
                 int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-                copy_block(t1 + g * chunk * eb, cols, src + cb * cols * eb, cols * K, rk, cols, eb);
+                SP_CHECK(copy_block(ch, t1 + g * chunk * eb, cols, src + cb * cols * eb, cols * K, rk, cols, eb));
             }
+            SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
             for (int g = 0; g < K; g++) {
                 int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-                memcpy(dst + rb * chunk * eb, t2 + g * chunk * eb, (size_t)(chunk * eb));
+                SP_CHECK(copy_flat(ch, dst + rb * chunk * eb, t2 + g * chunk * eb, chunk, eb));
             }
         }
         break;
@@ -428,7 +477,7 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
 {
     if (ch->m->positions != SP_POS_ROPE) return SP_OK;
     for (int64_t r = 0; r < B * Lq; r++) ch->pos[r] = pos0 + r % Lq;
-    return sp_kern_rope(x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
+    return ch->ops->rope(&ch->dev, x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
 }
 
 static sp_kern_kv cache_view(chip *ch, int mb)
@@ -461,13 +510,12 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
         off = kv_first(m, h0, kvc);
     }
     const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
-    for (int64_t r = 0; r < Bq * Lq; r++) {
-        memcpy(ch->ks + r * kvc * D, k + (r * kvs + off) * D, (size_t)(kvc * D) * 4);
-        memcpy(ch->vs + r * kvc * D, v + (r * kvs + off) * D, (size_t)(kvc * D) * 4);
-    }
+    /* the cached heads [off, off + kvc) of every row of k, v (Bq·Lq, kvs, D) */
+    SP_CHECK(copy_block(ch, ch->ks, kvc * D, k + off * D, kvs * D, Bq * Lq, kvc * D, 4));
+    SP_CHECK(copy_block(ch, ch->vs, kvc * D, v + off * D, kvs * D, Bq * Lq, kvc * D, 4));
     SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvc, s->pos0));
     sp_kern_kv kv = cache_view(ch, mb);
-    return sp_kern_kv_append(&kv, ch->ks, ch->vs, Lq, s->pos0);
+    return ch->ops->kv_append(&ch->dev, &kv, ch->ks, ch->vs, Lq, s->pos0);
 }
 
 static sp_status run_attn(chip *ch, const sp_step *s, int mb)
@@ -478,7 +526,7 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
     if (Hr < 0) Hr = 0;
     float *out = ch->buf[s->dst];
-    memcpy(ch->qs, ch->buf[s->src], (size_t)(Bq * Lq * Hl * D) * 4);
+    SP_CHECK(copy_flat(ch, ch->qs, ch->buf[s->src], Bq * Lq * Hl * D, 4));
     SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
     sp_kern_kv kv;
     int64_t pos0 = s->pos0, kv0;
@@ -491,7 +539,7 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     } else {
         if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
         int64_t kvs = s->kv_heads_src;
-        memcpy(ch->ks, ch->buf[s->src2], (size_t)(Bq * Lq * kvs * D) * 4);
+        SP_CHECK(copy_flat(ch, ch->ks, ch->buf[s->src2], Bq * Lq * kvs * D, 4));
         SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvs, 0));
         kv.dt = SP_DT_F32;
         kv.k = ch->ks;
@@ -504,18 +552,16 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     }
     if (Hr == Hl) {
         /* the query heads of a chip are contiguous: compute in place of the copy's layout */
-        return sp_kern_attention(out, ch->qs, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0, ch->at_scr,
-                                 ch->at_bytes);
+        return ch->ops->attention(&ch->dev, out, ch->qs, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0);
     }
     /* padded heads: compute the real ones densely, then spread */
-    memset(out, 0, (size_t)(Bq * Lq * Hl * D) * 4);
+    SP_CHECK(ch->ops->zero(&ch->dev, out, (size_t)(Bq * Lq * Hl * D) * 4));
     if (Hr == 0) return SP_OK;
     float *qd = ch->vs, *od = ch->ks == kv.k ? NULL : ch->ks;
     if (!od) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
-    for (int64_t r = 0; r < Bq * Lq; r++) memcpy(qd + r * Hr * D, ch->qs + r * Hl * D, (size_t)(Hr * D) * 4);
-    SP_CHECK(sp_kern_attention(od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0, ch->at_scr, ch->at_bytes));
-    for (int64_t r = 0; r < Bq * Lq; r++) memcpy(out + r * Hl * D, od + r * Hr * D, (size_t)(Hr * D) * 4);
-    return SP_OK;
+    SP_CHECK(copy_block(ch, qd, Hr * D, ch->qs, Hl * D, Bq * Lq, Hr * D, 4));
+    SP_CHECK(ch->ops->attention(&ch->dev, od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0));
+    return copy_block(ch, out, Hl * D, od, Hr * D, Bq * Lq, Hr * D, 4);
 }
 
 /* ---- one step ----------------------------------------------------------------- */
@@ -524,18 +570,16 @@ static sp_status run_slice(chip *ch, const sp_step *s)
     const float *src = ch->buf[s->src];
     float *dst = ch->buf[s->dst];
     int64_t n = s->n, every = s->every > 1 ? s->every : 1, vrows = s->k / every;
+    /* visible row j of src (every `every`-th row, the last of each group); rows of dst follow on */
 #define VROW(j) (src + ((j) * every + every - 1) * n)
-    if (!s->batch_axes[0] && !s->axes[0]) {
-        for (int64_t i = 0; i < s->m; i++) memcpy(dst + i * n, VROW(i), (size_t)n * 4);
-        return SP_OK;
-    }
+    if (!s->batch_axes[0] && !s->axes[0]) return copy_block(ch, dst, n, VROW(0), every * n, s->m, n, 4);
     const char *seq = s->batch_axes[0] ? s->batch_axes : s->axes;
     int nb = asize(ch, seq);
     int64_t rb = vrows / nb, out = 0;
     for (int b = 0; b < nb; b++) {
         if (!block_matches(ch, seq, b, s->axes)) continue;
         if (out + rb > s->m) return spi_fail(SP_EINVAL, "slice keeps more than %lld rows", (long long)s->m);
-        for (int64_t i = 0; i < rb; i++) memcpy(dst + (out + i) * n, VROW(b * rb + i), (size_t)n * 4);
+        SP_CHECK(copy_block(ch, dst + out * n, n, VROW(b * rb), every * n, rb, n, 4));
         out += rb;
     }
 #undef VROW
@@ -552,24 +596,21 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         const sp_weight_spec *ws = &p->wspec[SP_W_EMBED];
         int64_t Vl = ws->local_rows, v0 = (int64_t)aidx(ch, s->axes) * Vl;
         sp_kern_wview tv = {ws->dtype, ch->wt[SP_W_EMBED], m->d_model, NULL};
-        return sp_kern_embed_wv(ch->buf[s->dst], ch->in_tok, s->m, &tv, v0, Vl, 0, s->n);
+        return ch->ops->embed(&ch->dev, ch->buf[s->dst], ch->in_tok, s->m, &tv, v0, Vl, 0, s->n);
     }
     case SP_STEP_POS: {
         int64_t e0 = (int64_t)aidx(ch, s->axes) * s->n;
         for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
         sp_kern_wview tv = {p->wspec[SP_W_POS].dtype, ch->wt[SP_W_POS], m->d_model, NULL};
-        return sp_kern_pos_add_wv(ch->buf[s->dst], s->m, s->n, &tv, e0, ch->pos);
+        return ch->ops->pos_add(&ch->dev, ch->buf[s->dst], s->m, s->n, &tv, e0, ch->pos);
     }
-    case SP_STEP_NORM_STATS:
-        sp_kern_norm_stats(ch->buf[s->src], s->m, s->n, ch->buf[s->dst]);
-        return SP_OK;
+    case SP_STEP_NORM_STATS: return ch->ops->norm_stats(&ch->dev, ch->buf[s->src], s->m, s->n, ch->buf[s->dst]);
     case SP_STEP_NORM_APPLY: {
         const float *g, *b;
         norm_of(ch, s->weight, &g, &b);
         int64_t e0 = (int64_t)aidx(ch, s->axes) * s->n;
-        sp_kern_norm_apply(ch->buf[s->src], ch->buf[SP_BUF_STATS], s->k, s->m, s->n, g + e0, b ? b + e0 : NULL,
-                           (float)m->norm_eps, m->norm, ch->buf[s->dst]);
-        return SP_OK;
+        return ch->ops->norm_apply(&ch->dev, ch->buf[s->src], ch->buf[SP_BUF_STATS], s->k, s->m, s->n, g + e0,
+                                   b ? b + e0 : NULL, (float)m->norm_eps, m->norm, ch->buf[s->dst]);
     }
     case SP_STEP_MATMUL: {
         sp_kern_wview v;
@@ -596,31 +637,28 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                 return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
                                 sp_weight_name(s->weight), sp_buf_name(s->wbuf), ch->wb_ncb[s->wbuf], (long long)s->n);
         }
-        return sp_kern_matmul(ch->buf[s->dst], ch->buf[s->src], &v, NULL, s->m, s->k, s->n,
-                              s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE, ch->mm_scr, ch->mm_bytes);
+        return ch->ops->matmul(&ch->dev, ch->buf[s->dst], ch->buf[s->src], &v, s->m, s->k, s->n,
+                               s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE);
     }
     case SP_STEP_BIAS: {
         int64_t len;
         const float *b = bias_of(ch, s->weight, &len);
         if (!b) return SP_OK;
         int64_t c0 = (int64_t)aidx(ch, s->axes) * s->n;
-        float *d = ch->buf[s->dst];
-        for (int64_t r = 0; r < s->m; r++)
-            for (int64_t j = 0; j < s->n && c0 + j < len; j++) d[r * s->n + j] += b[c0 + j];
-        return SP_OK;
+        if (c0 >= len) return SP_OK;   /* padded columns only */
+        return ch->ops->bias_add(&ch->dev, ch->buf[s->dst], b + c0, s->m, s->n, len - c0);
     }
     case SP_STEP_ACT:
-        if (s->src2) sp_kern_swiglu(ch->buf[s->dst], ch->buf[s->src], ch->buf[s->src2], s->m * s->n);
-        else sp_kern_gelu(ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
-        return SP_OK;
+        if (s->src2) return ch->ops->swiglu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], ch->buf[s->src2], s->m * s->n);
+        return ch->ops->gelu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
     case SP_STEP_ATTN: return run_attn(ch, s, mb);
     case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
-    case SP_STEP_ADD: sp_kern_add(ch->buf[s->dst], ch->buf[s->src], s->m * s->n); return SP_OK;
+    case SP_STEP_ADD: return ch->ops->add(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
     case SP_STEP_SLICE: return run_slice(ch, s);
     case SP_STEP_LOGITS: {
         sp_weight w = s->weight;
         sp_kern_wview tv = {p->wspec[w].dtype, ch->wt[w], m->d_model, NULL};
-        return sp_kern_logits_wv(ch->buf[s->dst], ch->buf[s->src], &tv, s->m, s->k, s->n, ch->lg_scr, ch->lg_bytes);
+        return ch->ops->logits(&ch->dev, ch->buf[s->dst], ch->buf[s->src], &tv, s->m, s->k, s->n);
     }
     case SP_STEP_COLL:
     case SP_STEP_SEND:
@@ -628,6 +666,7 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         sp_comm_counters a, b;
         SP_CHECK(sp_comm_stats(ch->c, &a));
         sp_status st;
+        if (s->kind != SP_STEP_COLL) SP_CHECK(ch->ops->sync(&ch->dev));   /* run_coll syncs after packing */
         if (s->kind == SP_STEP_COLL) st = run_coll(ch, s);
         else if (s->kind == SP_STEP_SEND)
             st = sp_comm_send(ch->c, peer_stage(ch, ch->stage + 1), ch->buf[s->src], (size_t)s->coll.elems,
@@ -688,6 +727,11 @@ static sp_status chip_setup(chip *ch)
     SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
     SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
     const sp_program *pf = ch->pf, *dc = ch->dc;
+    ch->dev.ops = ex->ops;
+    SP_CHECK(ex->ops->open(&ch->dev));
+    ch->ops = ex->ops;
+    const spi_xops *o = ch->ops;
+    spi_xdev *d = &ch->dev;
     int64_t first, cnt;
     sp_lower_stage_layers(ch->m->n_layers, ch->l->stages, ch->stage, &first, &cnt);
     ch->first_layer = first;
@@ -696,7 +740,7 @@ static sp_status chip_setup(chip *ch)
     for (int b = 1; b < SP_BUF_COUNT; b++) {
         int64_t v = pf->buf_bytes[b] > dc->buf_bytes[b] ? pf->buf_bytes[b] : dc->buf_bytes[b];
         if (v > maxb) maxb = v;
-        if (v > 0 && !(ch->buf[b] = calloc(1, (size_t)v))) return spi_fail(SP_ENOMEM, "buffer %s", sp_buf_name(b));
+        if (v > 0 && o->alloc(d, (size_t)v, &ch->buf[b])) return spi_fail(SP_ENOMEM, "buffer %s: %s", sp_buf_name(b), sp_last_error());
         if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) ch->alloc_gathered += v;
         else ch->alloc_act += v;
     }
@@ -705,23 +749,26 @@ static sp_status chip_setup(chip *ch)
     for (int i = 0; i < 6; i++)
         if ((v = max_coll_bytes(all[i])) > tb) tb = v;
     ch->tmp_bytes = (size_t)tb;
-    ch->tmp1 = malloc((size_t)tb + 64);
-    ch->tmp2 = malloc((size_t)tb + 64);
-    ch->qs = malloc((size_t)maxb + 64);
-    ch->ks = malloc((size_t)maxb + 64);
-    ch->vs = malloc((size_t)maxb + 64);
+    if (o->alloc(d, (size_t)tb + 64, &ch->tmp1) || o->alloc(d, (size_t)tb + 64, &ch->tmp2) ||
+        o->alloc(d, (size_t)maxb + 64, (void **)&ch->qs) || o->alloc(d, (size_t)maxb + 64, (void **)&ch->ks) ||
+        o->alloc(d, (size_t)maxb + 64, (void **)&ch->vs))
+        return spi_fail(SP_ENOMEM, "scratch: %s", sp_last_error());
     int64_t maxrows = ex->B * ex->P + 16;
     ch->pos = malloc((size_t)maxrows * sizeof *ch->pos);
-    ch->mm_bytes = 256 * 512 * 4;
-    ch->mm_scr = malloc(ch->mm_bytes);
+    d->mm_bytes = 256 * 512 * 4;
+    d->mm_scr = malloc(d->mm_bytes);
     ch->ctx_max = ex->P + ex->G;
-    ch->at_bytes = sp_kern_attention_scratch_bytes(ch->ctx_max);
-    ch->at_scr = malloc(ch->at_bytes + 64);
+    d->at_bytes = sp_kern_attention_scratch_bytes(ch->ctx_max);
+    d->at_scr = malloc(d->at_bytes + 64);
     ch->sm_bytes = sp_kern_sample_scratch_bytes(pf->vocab_padded);
     ch->sm_scr = malloc(ch->sm_bytes + 64);
-    if (!ch->tmp1 || !ch->tmp2 || !ch->qs || !ch->ks || !ch->vs || !ch->pos || !ch->mm_scr || !ch->at_scr ||
-        !ch->sm_scr)
-        return spi_fail(SP_ENOMEM, "scratch");
+    if (!ch->pos || !d->mm_scr || !d->at_scr || !ch->sm_scr) return spi_fail(SP_ENOMEM, "scratch");
+    if (!o->host_memory) {
+        /* host side of the device's logits rows and token hand-off */
+        ch->hrow = malloc((size_t)pf->vocab_padded * sizeof *ch->hrow);
+        if (!ch->hrow || o->alloc(d, (size_t)ex->B * sizeof *ch->dtok, (void **)&ch->dtok))
+            return spi_fail(SP_ENOMEM, "logits row / token buffers");
+    }
     /* KV cache */
     int64_t D = ch->m->d_head;
     ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * D;
@@ -729,9 +776,8 @@ static sp_status chip_setup(chip *ch)
     if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
     size_t kvb = (size_t)(ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv));
-    ch->kc = calloc(1, kvb + 64);
-    ch->vc = calloc(1, kvb + 64);
-    if (!ch->kc || !ch->vc) return spi_fail(SP_ENOMEM, "KV cache");
+    if (o->alloc(d, kvb + 64, &ch->kc) || o->alloc(d, kvb + 64, &ch->vc))
+        return spi_fail(SP_ENOMEM, "KV cache: %s", sp_last_error());
     ch->alloc_kv = 2 * (int64_t)kvb;
     /* weights */
     ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
@@ -755,6 +801,7 @@ static sp_status chip_setup(chip *ch)
                 memcpy(b, g, (size_t)len * sizeof *b);
                 ch->lb[li * SP_W_COUNT + w] = b;
                 ch->alloc_weights += len * (int64_t)sizeof *b;
+                SP_CHECK(to_device(ch, (void **)&ch->lb[li * SP_W_COUNT + w], (size_t)len * sizeof *b));
             }
     }
     int64_t maxc = 1;
@@ -767,8 +814,8 @@ static sp_status chip_setup(chip *ch)
     int vocab_w = pf->wspec[SP_W_LMHEAD].present ? SP_W_LMHEAD : SP_W_EMBED;
     if (pf->wspec[vocab_w].present) {
         sp_kern_wview tv = {pf->wspec[vocab_w].dtype, NULL, ch->m->d_model, NULL};
-        ch->lg_bytes = sp_kern_logits_scratch_bytes(&tv, ch->m->d_model);
-        if (ch->lg_bytes && !(ch->lg_scr = malloc(ch->lg_bytes))) return spi_fail(SP_ENOMEM, "logits scratch");
+        d->lg_bytes = sp_kern_logits_scratch_bytes(&tv, ch->m->d_model);
+        if (d->lg_bytes && !(d->lg_scr = malloc(d->lg_bytes))) return spi_fail(SP_ENOMEM, "logits scratch");
     }
     /* what this chip holds must be what the cost model's pure size function says */
     sp_mem_sizes ms;
@@ -790,32 +837,78 @@ static sp_status chip_setup(chip *ch)
 static void chip_teardown(chip *ch)
 {
     int64_t cnt = ch->pf ? ch->pf->n_layers : 0;
-    for (int b = 0; b < SP_BUF_COUNT; b++) free(ch->buf[b]);
-    if (ch->lw)
-        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lw[i]);
+    if (ch->ops) {
+        /* what lives on the device (nothing was placed there before it opened) */
+        const spi_xops *o = ch->ops;
+        spi_xdev *d = &ch->dev;
+        for (int b = 0; b < SP_BUF_COUNT; b++) o->release(d, ch->buf[b]);
+        if (ch->lw)
+            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lw[i]);
+        if (ch->lb)
+            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lb[i]);
+        for (int w = 0; w < SP_W_COUNT; w++) o->release(d, ch->wt[w]);
+        o->release(d, ch->kc);
+        o->release(d, ch->vc);
+        o->release(d, ch->tmp1);
+        o->release(d, ch->tmp2);
+        o->release(d, ch->qs);
+        o->release(d, ch->ks);
+        o->release(d, ch->vs);
+        o->release(d, ch->dtok);
+        o->close(d);
+    } else if (ch->dev.ops) {
+        ch->dev.ops->close(&ch->dev);   /* open failed part way */
+    }
     if (ch->lscale)
         for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lscale[i]);
-    if (ch->lb)
-        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lb[i]);
     free(ch->lb);
     free(ch->lw);
     free(ch->lscale);
     free(ch->scl);
-    free(ch->lg_scr);
-    for (int w = 0; w < SP_W_COUNT; w++) free(ch->wt[w]);
-    free(ch->kc);
-    free(ch->vc);
-    free(ch->tmp1);
-    free(ch->tmp2);
-    free(ch->qs);
-    free(ch->ks);
-    free(ch->vs);
+    free(ch->dev.lg_scr);
     free(ch->pos);
-    free(ch->mm_scr);
-    free(ch->at_scr);
+    free(ch->dev.mm_scr);
+    free(ch->dev.at_scr);
     free(ch->sm_scr);
+    free(ch->hrow);
     free(ch->pf);
     free(ch->dc);
+}
+
+/* ---- host data through the communicator -------------------------------------------
+ * The token hand-off and the result exchange move host data; where the
+ * communicator moves device memory (NCCL) it goes through a device buffer.
+ * Bytes are counted (4-byte elements, as the programs' hand-off) either way. */
+static sp_status send_host(chip *ch, int peer, const void *buf, size_t bytes)
+{
+    if (ch->ops->host_memory) return sp_comm_send(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    SP_CHECK(ch->ops->upload(&ch->dev, ch->dtok, buf, bytes));
+    SP_CHECK(ch->ops->sync(&ch->dev));
+    return sp_comm_send(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32);
+}
+
+static sp_status recv_host(chip *ch, int peer, void *buf, size_t bytes)
+{
+    if (ch->ops->host_memory) return sp_comm_recv(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    SP_CHECK(sp_comm_recv(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32));
+    return ch->ops->download(&ch->dev, buf, ch->dtok, bytes);
+}
+
+/* all-gather of blk bytes per chip over every chip */
+static sp_status allgather_host(chip *ch, const void *send, void *recv, size_t blk)
+{
+    if (ch->ops->host_memory) return sp_comm_allgather(ch->c, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
+    size_t n = (size_t)ch->ex->nchips;
+    void *ds = NULL, *dr = NULL;
+    sp_status st = ch->ops->alloc(&ch->dev, blk, &ds);
+    if (!st) st = ch->ops->alloc(&ch->dev, blk * n, &dr);
+    if (!st) st = ch->ops->upload(&ch->dev, ds, send, blk);
+    if (!st) st = ch->ops->sync(&ch->dev);
+    if (!st) st = sp_comm_allgather(ch->c, SP_AXES_ALL, ds, dr, blk, SP_DT_INT8);
+    if (!st) st = ch->ops->download(&ch->dev, recv, dr, blk * n);
+    ch->ops->release(&ch->dev, ds);
+    ch->ops->release(&ch->dev, dr);
+    return st;
 }
 
 /* ---- results across processes (MPI: one chip per process) -----------------------
@@ -890,7 +983,7 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
         memcpy(send, &x, sizeof x);
         memcpy(send + sizeof x, ex->tokens + base * G, (size_t)(Br * G) * sizeof(int32_t));
         if (nl) memcpy(send + sizeof x + (size_t)(Br * G) * 4, ex->last_logits + base * V, (size_t)nl * sizeof(float));
-        st = sp_comm_allgather(ch->c, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
+        st = allgather_host(ch, send, recv, blk);
     }
     if (!st) {
         sp_mesh_group_members(&ex->mesh, ch->rank, SP_AXES_ALL, members);
@@ -963,15 +1056,20 @@ static sp_status chip_run(chip *ch)
             const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
                                                                                           : SP_BUF_LOGITS];
             for (int64_t b = 0; b < mbs && !st; b++) {
-                const float *row = lg + b * Vp;
-                int32_t tok;
-                if (ex->greedy) tok = sp_kern_argmax(row, V);
+                const float *row = lg + b * Vp;   /* on the device */
+                int keep = writer && s == G - 1 && ex->last_logits;
+                int32_t tok = 0;
+                if ((!ex->greedy || keep) && !ch->ops->host_memory) {
+                    /* sampling and the kept logits read the row on the host */
+                    if ((st = ch->ops->download(&ch->dev, ch->hrow, row, (size_t)V * sizeof(float)))) break;
+                    row = ch->hrow;
+                }
+                if (ex->greedy) st = ch->ops->argmax(&ch->dev, lg + b * Vp, V, &tok);
                 else st = sp_kern_sample(row, V, &ex->samp, &rng[r0 + b], ch->sm_scr, ch->sm_bytes, &tok);
                 cur[r0 + b] = tok;
                 if (writer) {
                     ex->tokens[(base + r0 + b) * G + s] = tok;
-                    if (s == G - 1 && ex->last_logits)
-                        memcpy(ex->last_logits + (base + r0 + b) * V, row, (size_t)V * sizeof(float));
+                    if (keep) memcpy(ex->last_logits + (base + r0 + b) * V, row, (size_t)V * sizeof(float));
                 }
             }
         }
@@ -979,14 +1077,14 @@ static sp_status chip_run(chip *ch)
         if (last && l->stages > 1 && s < G - 1) {
             sp_comm_counters a, b;
             sp_comm_stats(ch->c, &a);
-            if ((st = sp_comm_send(ch->c, peer_stage(ch, 0), cur, (size_t)Br, SP_DT_F32))) break;
+            if ((st = send_host(ch, peer_stage(ch, 0), cur, (size_t)Br * sizeof *cur))) break;
             sp_comm_stats(ch->c, &b);
             ch->token_bytes += b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
         }
         if (s < G - 1 && ch->stage == 0 && l->stages > 1) {
             sp_comm_counters a, b;
             sp_comm_stats(ch->c, &a);
-            if ((st = sp_comm_recv(ch->c, peer_stage(ch, l->stages - 1), cur, (size_t)Br, SP_DT_F32))) break;
+            if ((st = recv_host(ch, peer_stage(ch, l->stages - 1), cur, (size_t)Br * sizeof *cur))) break;
             sp_comm_stats(ch->c, &b);
             ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
         }
@@ -1043,9 +1141,21 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);
-    if (backend != SP_COMM_BACKEND_THREADS && backend != SP_COMM_BACKEND_MPI)
-        return spi_fail(SP_ENOTSUP, "the executor runs on the threads and MPI backends (asked: %s): the CUDA "
-                        "executor is not built into run yet", sp_comm_backend_name(backend));
+    const spi_xops *ops = &spi_xops_cpu;
+    if (backend == SP_COMM_BACKEND_NCCL) {
+        /* GPUs: buffers in device memory, moved by NCCL */
+        if (!(ops = spi_xops_cuda()))
+            return spi_fail(SP_ENOTSUP, "the CUDA executor is not in this build: reconfigure with --with-cuda=DIR "
+                                        "(needs nvcc, cuBLAS, NCCL and MPI)");
+        if (l->weights != SP_DT_F32)
+            return spi_fail(SP_ENOTSUP, "weights dtype %s on the CUDA executor (supported there: f32; the threads "
+                                        "and MPI backends run bf16, f16, int8 and fp8)", sp_dtype_name(l->weights));
+        if (l->kv != SP_DT_F32)
+            return spi_fail(SP_ENOTSUP, "KV cache dtype %s on the CUDA executor (supported there: f32; the threads "
+                                        "and MPI backends also keep bf16)", sp_dtype_name(l->kv));
+    } else if (backend != SP_COMM_BACKEND_THREADS && backend != SP_COMM_BACKEND_MPI) {
+        return spi_fail(SP_EINVAL, "unknown communicator backend %d", (int)backend);
+    }
     if (l->weights != SP_DT_F32 && l->weights != SP_DT_BF16 && l->weights != SP_DT_F16 && l->weights != SP_DT_INT8 &&
         l->weights != SP_DT_FP8)
         return spi_fail(SP_ENOTSUP, "weights dtype %s", sp_dtype_name(l->weights));
@@ -1075,6 +1185,7 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     ex->nchips = sp_mesh_size(&ex->mesh);
     pthread_mutex_init(&ex->mu, NULL);
     ex->backend = backend;
+    ex->ops = ops;
     st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
     if (!st) st = sp_comm_world_local_ranks(ex->world, &ex->local_first, &ex->local_count);
     if (st) {

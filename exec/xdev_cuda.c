@@ -1,0 +1,231 @@
+/* xdev_cuda.c: the executor's CUDA device (spi_xdev.h): device memory on the
+ * chip's GPU, one stream and one cuBLAS handle per chip (sp_cuda_ctx), the
+ * kernels of kernels/cuda.  Used with the NCCL communicator.
+ *
+ * Supported: fp32 weights and vocabulary / position tables, fp32 KV cache
+ * (the interpreter refuses other dtypes before it builds anything).  The KV
+ * cache has the CPU's layout (B, ctx_max, KVHl, D): append is two strided
+ * copies, attention reads it as sp_kern_attention does.  Token ids and
+ * positions come from the host and are staged into device buffers that grow
+ * on demand; greedy picks run sp_cuda_argmax on the device. */
+#include "config.h"
+#include <stdlib.h>
+#include "spi_common.h"
+#include "exec/spi_xdev.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/sp_cuda.h"
+
+typedef struct cuda_dev {
+    sp_cuda_ctx *ctx;
+    int32_t *tok;      /* staged token ids (ntok) */
+    int64_t *pos;      /* staged positions (npos) */
+    int32_t *pick;     /* argmax result (1) */
+    size_t ntok, npos;
+} cuda_dev;
+
+static sp_cuda_ctx *ctx_of(const spi_xdev *d) { return ((cuda_dev *)d->impl)->ctx; }
+
+static sp_status need_f32(const sp_kern_wview *w, const char *what)
+{
+    if (w->dt != SP_DT_F32)
+        return spi_fail(SP_ENOTSUP, "CUDA executor: %s stored as %s (supported: f32)", what, sp_dtype_name(w->dt));
+    return SP_OK;
+}
+
+static sp_status cu_open(spi_xdev *d)
+{
+    cuda_dev *c = calloc(1, sizeof *c);
+    if (!c) return spi_fail(SP_ENOMEM, "CUDA device state");
+    sp_status st = sp_cuda_ctx_create(-1, &c->ctx);
+    if (!st) st = sp_cuda_alloc(c->ctx, sizeof *c->pick, (void **)&c->pick);
+    d->impl = c;
+    return st;
+}
+
+static void cu_close(spi_xdev *d)
+{
+    cuda_dev *c = d->impl;
+    if (!c) return;
+    if (c->ctx) {
+        (void)sp_cuda_sync(c->ctx);
+        sp_cuda_free(c->ctx, c->tok);
+        sp_cuda_free(c->ctx, c->pos);
+        sp_cuda_free(c->ctx, c->pick);
+        sp_cuda_ctx_free(c->ctx);
+    }
+    free(c);
+    d->impl = NULL;
+}
+
+static sp_status cu_alloc(spi_xdev *d, size_t bytes, void **out) { return sp_cuda_alloc(ctx_of(d), bytes, out); }
+
+static void cu_release(spi_xdev *d, void *p)
+{
+    if (p && d->impl) sp_cuda_free(ctx_of(d), p);
+}
+
+static sp_status cu_upload(spi_xdev *d, void *dst, const void *host, size_t bytes)
+{
+    return sp_cuda_upload(ctx_of(d), dst, host, bytes);
+}
+
+static sp_status cu_download(spi_xdev *d, void *host, const void *src, size_t bytes)
+{
+    return sp_cuda_download(ctx_of(d), host, src, bytes);
+}
+
+static sp_status cu_copy2d(spi_xdev *d, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t rows)
+{
+    return sp_cuda_copy2d(ctx_of(d), dst, dpitch, src, spitch, width, rows);
+}
+
+static sp_status cu_zero(spi_xdev *d, void *p, size_t bytes) { return sp_cuda_zero(ctx_of(d), p, bytes); }
+static sp_status cu_sync(spi_xdev *d) { return sp_cuda_sync(ctx_of(d)); }
+
+/* host values into a device buffer that grows to n elements of es bytes */
+static sp_status stage(spi_xdev *d, void **buf, size_t *have, const void *host, size_t n, size_t es)
+{
+    if (n > *have) {
+        /* the old buffer may still be read by queued kernels */
+        SP_CHECK(cu_sync(d));
+        sp_cuda_free(ctx_of(d), *buf);
+        *buf = NULL;
+        *have = 0;
+        SP_CHECK(sp_cuda_alloc(ctx_of(d), n * es, buf));
+        *have = n;
+    }
+    return sp_cuda_upload(ctx_of(d), *buf, host, n * es);
+}
+
+static sp_status cu_embed(spi_xdev *d, float *out, const int32_t *tok, int64_t T, const sp_kern_wview *table,
+                          int64_t v0, int64_t Vl, int64_t e0, int64_t El)
+{
+    cuda_dev *c = d->impl;
+    SP_CHECK(need_f32(table, "embedding table"));
+    SP_CHECK(stage(d, (void **)&c->tok, &c->ntok, tok, (size_t)T, sizeof *tok));
+    return sp_cuda_embed(c->ctx, out, c->tok, T, (const float *)table->data + e0, table->ld, El, v0, Vl);
+}
+
+static sp_status cu_pos_add(spi_xdev *d, float *x, int64_t T, int64_t El, const sp_kern_wview *table, int64_t e0,
+                            const int64_t *pos)
+{
+    cuda_dev *c = d->impl;
+    SP_CHECK(need_f32(table, "position table"));
+    SP_CHECK(stage(d, (void **)&c->pos, &c->npos, pos, (size_t)T, sizeof *pos));
+    return sp_cuda_pos_add(c->ctx, x, T, El, (const float *)table->data + e0, table->ld, c->pos);
+}
+
+static sp_status cu_norm_stats(spi_xdev *d, const float *x, int64_t T, int64_t Cl, float *stats)
+{
+    return sp_cuda_norm_stats(ctx_of(d), x, T, Cl, stats);
+}
+
+static sp_status cu_norm_apply(spi_xdev *d, const float *x, const float *stats, int64_t C, int64_t T, int64_t Cl,
+                               const float *gain, const float *bias, float eps, sp_norm_kind kind, float *out)
+{
+    return sp_cuda_norm_apply(ctx_of(d), x, stats, C, T, Cl, gain, bias, eps, kind == SP_NORM_LAYERNORM, out);
+}
+
+static sp_status cu_matmul(spi_xdev *d, float *out, const float *in, const sp_kern_wview *w, int64_t T, int64_t K,
+                           int64_t N, int mode)
+{
+    SP_CHECK(need_f32(w, "matmul weight"));
+    if (w->ld != N)
+        return spi_fail(SP_ENOTSUP, "CUDA executor: weight view of row stride %lld for %lld columns", (long long)w->ld,
+                        (long long)N);
+    if (T <= 0) return SP_OK;
+    return sp_cuda_matmul(ctx_of(d), out, in, w->data, NULL, T, K, N, mode == SP_KERN_ACCUMULATE);
+}
+
+static sp_status cu_bias_add(spi_xdev *d, float *out, const float *b, int64_t T, int64_t N, int64_t nvalid)
+{
+    return sp_cuda_bias_add(ctx_of(d), out, b, T, N, nvalid);
+}
+
+static sp_status cu_swiglu(spi_xdev *d, float *out, const float *gate, const float *up, int64_t n)
+{
+    return sp_cuda_swiglu(ctx_of(d), out, gate, up, n);
+}
+
+static sp_status cu_gelu(spi_xdev *d, float *out, const float *x, int64_t n) { return sp_cuda_gelu(ctx_of(d), out, x, n); }
+static sp_status cu_add(spi_xdev *d, float *out, const float *x, int64_t n) { return sp_cuda_add(ctx_of(d), out, x, n); }
+
+static sp_status cu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+{
+    cuda_dev *c = d->impl;
+    if (T <= 0) return SP_OK;
+    SP_CHECK(stage(d, (void **)&c->pos, &c->npos, pos, (size_t)T, sizeof *pos));
+    return sp_cuda_rope(c->ctx, x, T, nh, D, c->pos, theta);
+}
+
+static sp_status cu_kv_append(spi_xdev *d, sp_kern_kv *kv, const float *k, const float *v, int64_t Lq, int64_t pos0)
+{
+    if (kv->dt != SP_DT_F32)
+        return spi_fail(SP_ENOTSUP, "CUDA executor: KV cache %s (supported: f32)", sp_dtype_name(kv->dt));
+    if (Lq < 0 || pos0 < 0 || pos0 + Lq > kv->ctx_max)
+        return spi_fail(SP_EINVAL, "KV append of %lld tokens at %lld overflows the cache of %lld", (long long)Lq,
+                        (long long)pos0, (long long)kv->ctx_max);
+    /* (B, Lq, KVHl, D) into positions pos0.. of (B, ctx_max, KVHl, D): one block of rows per sequence */
+    size_t row = (size_t)(kv->KVHl * kv->D) * sizeof(float), off = (size_t)pos0 * row;
+    SP_CHECK(cu_copy2d(d, (char *)kv->k + off, (size_t)kv->ctx_max * row, k, (size_t)Lq * row, (size_t)Lq * row,
+                       (size_t)kv->B));
+    return cu_copy2d(d, (char *)kv->v + off, (size_t)kv->ctx_max * row, v, (size_t)Lq * row, (size_t)Lq * row,
+                     (size_t)kv->B);
+}
+
+static sp_status cu_attention(spi_xdev *d, float *out, const float *q, const sp_kern_kv *kv, int64_t Lq, int64_t pos0,
+                              int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0)
+{
+    if (kv->dt != SP_DT_F32)
+        return spi_fail(SP_ENOTSUP, "CUDA executor: KV cache %s (supported: f32)", sp_dtype_name(kv->dt));
+    return sp_cuda_attention(ctx_of(d), out, q, kv->k, kv->v, kv->B, kv->ctx_max, kv->KVHl, kv->D, Lq, pos0, H, KVH,
+                             h0, Hl, kv0);
+}
+
+static sp_status cu_logits(spi_xdev *d, float *logits, const float *x, const sp_kern_wview *table, int64_t T,
+                           int64_t E, int64_t Vl)
+{
+    SP_CHECK(need_f32(table, "LM head table"));
+    return sp_cuda_logits(ctx_of(d), logits, x, table->data, table->ld, T, E, Vl);
+}
+
+static sp_status cu_argmax(spi_xdev *d, const float *logits, int64_t V, int32_t *tok)
+{
+    cuda_dev *c = d->impl;
+    SP_CHECK(sp_cuda_argmax(c->ctx, c->pick, logits, 1, V));
+    return sp_cuda_download(c->ctx, tok, c->pick, sizeof *tok);
+}
+
+static const spi_xops cuda_ops = {
+    .name = "cuda",
+    .host_memory = 0,
+    .open = cu_open,
+    .close = cu_close,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy2d = cu_copy2d,
+    .zero = cu_zero,
+    .sync = cu_sync,
+    .embed = cu_embed,
+    .pos_add = cu_pos_add,
+    .norm_stats = cu_norm_stats,
+    .norm_apply = cu_norm_apply,
+    .matmul = cu_matmul,
+    .bias_add = cu_bias_add,
+    .swiglu = cu_swiglu,
+    .gelu = cu_gelu,
+    .add = cu_add,
+    .rope = cu_rope,
+    .kv_append = cu_kv_append,
+    .attention = cu_attention,
+    .logits = cu_logits,
+    .argmax = cu_argmax,
+};
+
+const spi_xops *spi_xops_cuda(void) { return &cuda_ops; }
+#else
+const spi_xops *spi_xops_cuda(void) { return NULL; }
+#endif
