@@ -10,3 +10,7 @@ tests_check_exec_LDADD = $(SP_TEST_LIBS)
 # against the threads backend under mpirun (skips without MPI).
 TESTS += tests/cli_run.sh tests/cli_run_hf.sh tests/mpi_exec.sh
 EXTRA_DIST += tests/cli_run.sh tests/cli_run_hf.sh tests/mpi_exec.sh
+# shardplan run --backend cuda against the threads backend (1 chip; 2+ under
+# mpirun with as many GPUs); skips (77) without the CUDA build or a GPU.
+TESTS += tests/cuda_run.sh
+EXTRA_DIST += tests/cuda_run.sh

@@ -1,6 +1,7 @@
 /* cmd_run.c: `shardplan run`: run a model under a layout (given, or planned
  * with sp_autoconfig) on the threads backend, or one chip per rank under
- * `mpirun -np N shardplan run --backend mpi`. */
+ * `mpirun -np N shardplan run --backend mpi` (CPUs) or `--backend cuda` (one
+ * GPU per rank, NCCL). */
 #include "config.h"
 #include <getopt.h>
 #include <stdio.h>
@@ -38,7 +39,10 @@ static void usage(void)
            "  --backend threads  every chip is a thread of this process (default)\n"
            "  --backend mpi      one chip per rank: mpirun -np N shardplan run --backend mpi ...\n"
            "                     (rank 0 prints; every rank checks the inputs alike)\n"
-           "  --backend cuda     not available: the CUDA executor is not built into run yet\n"
+           "  --backend cuda     one chip per rank on its own GPU (cuBLAS + CUDA kernels, NCCL\n"
+           "                     collectives): mpirun -np N shardplan run --backend cuda ...,\n"
+           "                     or without mpirun for 1 chip; f32 weights and KV cache only.\n"
+           "                     No visible GPU (or a build without CUDA): exit 2 with the reason\n"
            "  --weights-dtype    storage of the layer matrices (default: the layout's)\n"
            "  --logits FILE      write the last step's logits, (B, vocab) float32, raw\n"
            "Exit 0: ran and bytes matched; 1: no layout fits (auto) or bytes differ;\n"
@@ -49,10 +53,13 @@ typedef struct run_args {
     const char *model, *layout, *wdt, *hw, *logits, *weights;
     long long chips, B, P, G, seed, top_k;
     double temperature, top_p;
-    int json, mpi;
+    int json, mpi;   /* mpi: one chip per MPI rank (--backend mpi or cuda) */
+    int cuda;        /* --backend cuda: the chips are GPUs, the collectives NCCL's */
 } run_args;
 
 static int is_root = 1;   /* prints (MPI: rank 0) */
+
+static const char *backend_label(const run_args *a) { return a->cuda ? "cuda" : a->mpi ? "mpi" : "threads"; }
 
 static int fail(sp_status st, const sp_error *err)
 {
@@ -94,7 +101,7 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(o, "layout", json_string(lt));
         json_object_set_new(o, "layout_source", json_string(planned ? "auto" : "given"));
         if (planned) json_object_set_new(o, "planned_for_hw", json_string(a->hw));
-        json_object_set_new(o, "backend", json_string(a->mpi ? "mpi" : "threads"));
+        json_object_set_new(o, "backend", json_string(backend_label(a)));
         json_object_set_new(o, "chips", json_integer(sp_layout_chips(l)));
         json_object_set_new(o, "batch", json_integer(B));
         json_object_set_new(o, "prompt", json_integer(a->P));
@@ -110,7 +117,7 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
     }
     if (planned) printf("layout (auto: sp_autoconfig for %d x %s): %s\n", sp_layout_chips(l), a->hw, lt);
     else printf("layout: %s\n", lt);
-    printf("backend: %s, %d chips\n", a->mpi ? "mpi" : "threads", sp_layout_chips(l));
+    printf("backend: %s, %d chips\n", backend_label(a), sp_layout_chips(l));
     for (long long b = 0; b < B; b++) {
         printf("seq %lld:", b);
         for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
@@ -206,7 +213,8 @@ static int run_job(const run_args *a)
         return fail(st, NULL);
     }
     sp_exec *ex = NULL;
-    st = sp_exec_build(&m, &l, a->B, a->P, a->G, &w, a->mpi ? SP_COMM_BACKEND_MPI : SP_COMM_BACKEND_THREADS, &ex);
+    sp_comm_backend be = a->cuda ? SP_COMM_BACKEND_NCCL : a->mpi ? SP_COMM_BACKEND_MPI : SP_COMM_BACKEND_THREADS;
+    st = sp_exec_build(&m, &l, a->B, a->P, a->G, &w, be, &ex);
     if (st) {
         sp_weights_free(&w);
         if (st == SP_EINVAL && is_root) {
@@ -258,20 +266,16 @@ static int run_job(const run_args *a)
     return rc;
 }
 
-/* --backend cuda: says why it cannot run; always exit 2 */
+/* --backend cuda: 0 when a GPU is visible; else says why it cannot run (exit 2) */
 static int cuda_refusal(void)
 {
 #ifdef HAVE_CUDA
     char why[256] = "";
-    if (!sp_cuda_available(why, sizeof why)) {
-        cli_errorf("--backend cuda: no GPU is visible (%s); besides, the CUDA executor is not built into run yet", why);
-        return CLI_EXIT_USAGE;
-    }
-    cli_errorf("--backend cuda: the CUDA executor is not built into run yet (a GPU is visible; use --backend "
-               "threads or mpi)");
+    if (sp_cuda_available(why, sizeof why)) return CLI_EXIT_OK;
+    cli_errorf("--backend cuda: no GPU is visible (%s); use --backend threads or mpi to run on CPUs", why);
 #else
-    cli_errorf("--backend cuda: the CUDA executor is not built into run yet (and this build has no CUDA: "
-               "configure --with-cuda)");
+    cli_errorf("--backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR; needs nvcc, cuBLAS, NCCL and "
+               "MPI); use --backend threads or mpi to run on CPUs");
 #endif
     return CLI_EXIT_USAGE;
 }
@@ -290,7 +294,7 @@ int cli_cmd_run(int argc, char **argv)
     a.P = 8;
     a.G = 8;
     a.seed = 1;
-    int c, cuda = 0;
+    int c, rc;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -300,9 +304,10 @@ int cli_cmd_run(int argc, char **argv)
         case 'H': a.hw = optarg; break;
         case 'L': a.logits = optarg; break;
         case 'k':
-            if (!strcmp(optarg, "mpi")) a.mpi = 1;
-            else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl")) cuda = 1;
-            else if (strcmp(optarg, "threads")) return cli_usage("run", "--backend %s: threads, mpi or cuda", optarg);
+            if (!strcmp(optarg, "mpi")) a.mpi = 1, a.cuda = 0;
+            else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl")) a.mpi = a.cuda = 1;
+            else if (!strcmp(optarg, "threads")) a.mpi = a.cuda = 0;
+            else return cli_usage("run", "--backend %s: threads, mpi or cuda", optarg);
             break;
         case 'n': if (cli_parse_long("run", "--chips", optarg, 1, 4096, &a.chips)) return CLI_EXIT_USAGE; break;
         case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &a.B)) return CLI_EXIT_USAGE; break;
@@ -328,7 +333,7 @@ int cli_cmd_run(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("run", "unexpected argument '%s'", argv[optind]);
-    if (cuda) return cuda_refusal();
+    if (a.cuda && (rc = cuda_refusal())) return rc;
     if ((!a.model && !a.weights) || !a.layout)
         return cli_usage("run", "--layout and --model (or --weights DIR) are required");
     if ((a.top_k || a.top_p) && a.temperature <= 0) return cli_usage("run", "--top-k and --top-p need --temperature > 0");
@@ -345,10 +350,10 @@ int cli_cmd_run(int argc, char **argv)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     is_root = rank == 0;
-    int rc = run_job(&a);
+    rc = run_job(&a);
     MPI_Finalize();
     return rc;
 #else
-    return cli_usage("run", "--backend mpi: this build has no MPI (configure --with-mpi)");
+    return cli_usage("run", "--backend %s: this build has no MPI (configure --with-mpi)", backend_label(&a));
 #endif
 }
