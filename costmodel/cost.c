@@ -114,27 +114,33 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
 
 /* Matmul efficiency memoised per FLOPs: programs of neighbouring layouts
  * repeat the same local shapes, and the curve costs two logs.  The memo
- * belongs to one curve; a different curve (compared by value, so a profile
- * edited in place is noticed) empties it. */
+ * belongs to one curve; eff_bind (once per program priced) empties it when
+ * the curve differs (compared by value, so a profile edited in place is
+ * noticed). */
+enum { EFF_SLOTS = 512 };
+static _Thread_local struct { int64_t flops; double eff; } eff_memo[EFF_SLOTS];
+static _Thread_local struct { int points; double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS]; } eff_curve;
+
+static void eff_bind(const sp_hw *hw)
+{
+    if (eff_curve.points != hw->eff_points || memcmp(eff_curve.f, hw->eff_flops, sizeof eff_curve.f) ||
+        memcmp(eff_curve.v, hw->eff_value, sizeof eff_curve.v)) {
+        eff_curve.points = hw->eff_points;
+        memcpy(eff_curve.f, hw->eff_flops, sizeof eff_curve.f);
+        memcpy(eff_curve.v, hw->eff_value, sizeof eff_curve.v);
+        memset(eff_memo, 0, sizeof eff_memo);
+    }
+}
+
 static double matmul_eff(const sp_hw *hw, int64_t flops)
 {
-    enum { SLOTS = 512 };
-    static _Thread_local struct { int64_t flops; double eff; } memo[SLOTS];
-    static _Thread_local struct { int points; double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS]; } curve;
-    if (curve.points != hw->eff_points || memcmp(curve.f, hw->eff_flops, sizeof curve.f) ||
-        memcmp(curve.v, hw->eff_value, sizeof curve.v)) {
-        curve.points = hw->eff_points;
-        memcpy(curve.f, hw->eff_flops, sizeof curve.f);
-        memcpy(curve.v, hw->eff_value, sizeof curve.v);
-        memset(memo, 0, sizeof memo);
-    }
     uint64_t h = (uint64_t)flops * 0x9E3779B97F4A7C15ull;
-    unsigned i = (unsigned)(h >> 55) & (SLOTS - 1);
-    if (memo[i].flops != flops) {
-        memo[i].flops = flops;
-        memo[i].eff = sp_hw_matmul_eff(hw, (double)flops);
+    unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
+    if (eff_memo[i].flops != flops) {
+        eff_memo[i].flops = flops;
+        eff_memo[i].eff = sp_hw_matmul_eff(hw, (double)flops);
     }
-    return memo[i].eff;
+    return eff_memo[i].eff;
 }
 
 static double compute_peak(const sp_hw *hw, sp_dtype weights)
@@ -150,40 +156,41 @@ static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw
                         double hbm, int64_t times, sp_phase_cost *pc0, sp_phase_cost *pc1)
 {
     const sp_layout *l = &p->layout;
-    sp_phase_cost *pcs[2] = {pc0, pc1};
-    int npc = pc1 ? 2 : 1;
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
         if (s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV) {
             double t = sp_cost_coll_time(hw, l, &s->coll) * times;
             int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
             double m = s->kind == SP_STEP_COLL ? s->act_bytes / hbm * times : 0.0;
-            for (int k = 0; k < npc; k++) {
-                pcs[k]->coll_s[s->coll.kind] += t;
-                pcs[k]->comm_s += t;
-                pcs[k]->comm_bytes += bytes;
-                pcs[k]->memory_s += m;
-                pcs[k]->roofline_s += m;
+            for (sp_phase_cost *pc = pc0; pc; pc = pc == pc0 ? pc1 : NULL) {
+                pc->coll_s[s->coll.kind] += t;
+                pc->comm_s += t;
+                pc->comm_bytes += bytes;
+                pc->memory_s += m;
+                pc->roofline_s += m;
             }
             continue;
         }
+        /* decode attention: one query token, every term linear in the context */
         int rescale = s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0;
         double c = 0.0, m = 0.0;
-        for (int k = 0; k < npc; k++) {
-            int64_t flops = s->flops, kvb = s->kv_bytes_read;
-            if (rescale && ctx[k] > 0) {
-                /* decode: one query token, every term linear in the context */
-                flops = (int64_t)((double)flops * ctx[k] / s->context);
-                kvb = (int64_t)((double)kvb * ctx[k] / s->context);
-            }
+        for (int k = 0; k < 2; k++) {
+            sp_phase_cost *pc = k ? pc1 : pc0;
+            if (!pc) break;
+            int64_t flops = s->flops;
             if (k == 0 || rescale) {
+                int64_t kvb = s->kv_bytes_read;
+                if (rescale && ctx[k] > 0) {
+                    flops = (int64_t)((double)flops * ctx[k] / s->context);
+                    kvb = (int64_t)((double)kvb * ctx[k] / s->context);
+                }
                 c = flops > 0 ? flops / (peak * matmul_eff(hw, flops)) : 0.0;
                 m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
             }
-            pcs[k]->compute_s += c * times;
-            pcs[k]->memory_s += m * times;
-            pcs[k]->roofline_s += (c > m ? c : m) * times;
-            pcs[k]->flops += flops * times;
+            pc->compute_s += c * times;
+            pc->memory_s += m * times;
+            pc->roofline_s += (c > m ? c : m) * times;
+            pc->flops += flops * times;
         }
     }
 }
@@ -203,6 +210,7 @@ static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ct
 {
     memset(out0, 0, sizeof *out0);
     if (out1) memset(out1, 0, sizeof *out1);
+    eff_bind(hw);
     double peak = compute_peak(hw, p->layout.weights);
     double hbm = hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
     price_steps(&p->pre, p, hw, ctx, peak, hbm, 1, out0, out1);
@@ -230,46 +238,95 @@ static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
     acc->flops += x->flops;
 }
 
-/* Decode programs do not depend on the prefill layout, and a search prices
- * each decode layout with many prefill layouts: decode's prices and buffer
- * sizes are memoised per (layout without its prefill part, workload,
- * stage kind).  The memo belongs to one model and one hardware profile,
- * compared by value, and is emptied when either changes. */
-typedef struct dc_key {
-    sp_layout layout;      /* prefill part cleared */
-    sp_workload w;
-    sp_dtype act;
-    int first, last;
-    int64_t layers;
-} dc_key;
-typedef struct dc_val {
-    sp_phase_cost d1, dn;
+/* Phase prices are memoised per thread.  A search prices each phase's
+ * layout with many layouts of the other phase, and a phase's program
+ * depends on the other phase only through the KV cache (sp_lower_key):
+ * every evaluation still runs both phases' checks (sp_lower_check_key),
+ * then lowers and prices only the phases whose key it has not seen.  The
+ * memo belongs to one model and one hardware profile, compared by value,
+ * and is emptied when either changes; a slot holds the last key hashed to
+ * it.  opts->fresh bypasses it. */
+typedef struct phase_key {
+    sp_lower_key lk;
+    int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
+} phase_key;
+typedef struct phase_val {
+    sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
     int64_t buf_bytes[SP_BUF_COUNT];
-} dc_val;
-enum { DC_SLOTS = 64 };
+    sp_mem_sizes mem;           /* this program alone: weights, KV and workspace are the stage's */
+} phase_val;
+enum { MEMO_SLOTS = 256 };
 static _Thread_local struct {
     sp_model m;
     sp_hw hw;
-    int used[DC_SLOTS];
-    dc_key key[DC_SLOTS];
-    dc_val val[DC_SLOTS];
-} dc_memo;
+    int64_t params_ctx, params_active;   /* sp_model_derive at params_ctx (0: none yet) */
+    unsigned char used[MEMO_SLOTS];
+    phase_key key[MEMO_SLOTS];
+    phase_val val[MEMO_SLOTS];
+} memo;
 
-static void dc_memo_bind(const sp_model *m, const sp_hw *hw)
+static void memo_bind(const sp_model *m, const sp_hw *hw)
 {
-    if (memcmp(&dc_memo.m, m, sizeof *m) || memcmp(&dc_memo.hw, hw, sizeof *hw)) {
-        memset(dc_memo.used, 0, sizeof dc_memo.used);
-        dc_memo.m = *m;
-        dc_memo.hw = *hw;
+    if (memcmp(&memo.m, m, sizeof *m) || memcmp(&memo.hw, hw, sizeof *hw)) {
+        memset(memo.used, 0, sizeof memo.used);
+        memcpy(&memo.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
+        memcpy(&memo.hw, hw, sizeof *hw);
+        memo.params_ctx = 0;
     }
 }
 
-static unsigned dc_slot(const dc_key *k)
+static unsigned memo_slot(const phase_key *k)
 {
+    /* multiplicative hash over the key's 8-byte words (the key is zero-padded) */
+    _Static_assert(sizeof(phase_key) % 8 == 0, "phase_key is hashed by words");
+    uint64_t h = 0x9E3779B97F4A7C15ull, w;
     const unsigned char *b = (const unsigned char *)k;
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a over the key's bytes */
-    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return (unsigned)(h % DC_SLOTS);
+    for (size_t i = 0; i < sizeof *k; i += 8) {
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    return (unsigned)(h >> 40) % MEMO_SLOTS;
+}
+
+static _Thread_local sp_program prog;   /* the program being priced (large: kept out of the stack) */
+
+/* Lowers and prices one phase of stage s (key already checked). */
+static sp_status price_phase(const sp_model *m, const sp_hw *hw, const sp_layout *l, sp_phase phase,
+                             const sp_shape *sh, int s, int64_t first_ctx, phase_val *v)
+{
+    SP_CHECK(sp_lower(m, l, phase, sh, s, &prog));
+    int64_t ctx[2] = {first_ctx, sh->max_context};
+    if (phase == SP_PHASE_PREFILL) sp_cost_program(&prog, hw, 0, &v->c0);
+    else price_program(&prog, hw, ctx, &v->c0, &v->c1);
+    memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
+    return sp_lower_mem_sizes(&prog, NULL, &v->mem);
+}
+
+/* The prices of one phase of stage s: from the memo, or lowered now. */
+static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layout *l, sp_phase phase,
+                              const sp_shape *sh, int s, int64_t first_ctx, int fresh, const phase_val **out)
+{
+    static _Thread_local phase_val scratch;
+    phase_key key;
+    memset(&key, 0, sizeof key);
+    if (sp_lower_check_key(m, l, phase, sh, s, &key.lk) != SP_OK)
+        return sp_lower(m, l, phase, sh, s, &prog);   /* fails again, with the reason */
+    key.first_ctx = phase == SP_PHASE_DECODE ? first_ctx : 0;
+    if (fresh) {
+        SP_CHECK(price_phase(m, hw, l, phase, sh, s, first_ctx, &scratch));
+        *out = &scratch;
+        return SP_OK;
+    }
+    unsigned i = memo_slot(&key);
+    if (!memo.used[i] || memcmp(&memo.key[i], &key, sizeof key)) {
+        memo.used[i] = 0;
+        SP_CHECK(price_phase(m, hw, l, phase, sh, s, first_ctx, &memo.val[i]));
+        memo.key[i] = key;
+        memo.used[i] = 1;
+    }
+    *out = &memo.val[i];
+    return SP_OK;
 }
 
 /* Pipeline timing over stages (sp_cost.h): returns the time; sums the breakdown. */
@@ -292,7 +349,6 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     double pf_sum = 0, pf_max = 0, d1_sum = 0, d1_max = 0, dn_sum = 0, dn_max = 0;
     out->capacity = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
     int64_t worst = INT64_MIN;
-    static _Thread_local sp_program pf, dc;
     /* A stage's program depends on the stage only through (first, last,
      * layers): price each distinct kind once (at most four) and reuse it. */
     typedef struct stage_kind {
@@ -303,58 +359,45 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     } stage_kind;
     stage_kind kinds[4];
     int nkinds = 0;
-    dc_memo_bind(m, hw);
+    if (!opts->fresh) memo_bind(m, hw);
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
         sp_lower_stage_layers(m->n_layers, S, s, &l0, &nl);
         stage_kind *k = NULL;
         for (int i = 0; i < nkinds && !k; i++)
             if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl) k = &kinds[i];
-        if (!k) {
-            k = &kinds[nkinds++];
-            memset(k, 0, sizeof *k);
-            k->first = s == 0;
-            k->last = s == S - 1;
-            k->layers = nl;
+        if (k) goto accumulate;
+        k = &kinds[nkinds++];
+        memset(k, 0, sizeof *k);
+        k->first = s == 0;
+        k->last = s == S - 1;
+        k->layers = nl;
+        {
+            const phase_val *pv = NULL, *dv = NULL;
+            const int64_t *pf_bufs = NULL;
             if (w->prompt > 0) {
-                sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
-                SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &pf));
-                sp_cost_program(&pf, hw, 0, &k->pf);
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts->fresh, &pv));
+                k->pf = pv->c0;
+                k->mem = pv->mem;
+                pf_bufs = pv->buf_bytes;
             }
-            if (w->gen > 0 && w->prompt > 0) {
-                dc_key key;
-                memset(&key, 0, sizeof key);   /* padding bytes too: the key is hashed and compared whole */
-                key.layout = *l;
-                memset(&key.layout.phase[SP_PHASE_PREFILL], 0, sizeof key.layout.phase[SP_PHASE_PREFILL]);
-                key.w = *w;
-                key.act = opts->act_dtype;
-                key.first = k->first;
-                key.last = k->last;
-                key.layers = nl;
-                unsigned slot = dc_slot(&key);
-                if (!dc_memo.used[slot] || memcmp(&dc_memo.key[slot], &key, sizeof key)) {
-                    sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
-                    SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
-                    int64_t ctx[2] = {w->prompt + 1, max_ctx};
-                    dc_val *v = &dc_memo.val[slot];
-                    price_program(&dc, hw, ctx, &v->d1, &v->dn);
-                    memcpy(v->buf_bytes, dc.buf_bytes, sizeof v->buf_bytes);
-                    dc_memo.key[slot] = key;
-                    dc_memo.used[slot] = 1;
+            if (w->gen > 0) {
+                /* the prefill memo slot may be reused by decode's: keep what we need of it */
+                int64_t keep[SP_BUF_COUNT];
+                if (pf_bufs) {
+                    memcpy(keep, pf_bufs, sizeof keep);
+                    pf_bufs = keep;
                 }
-                k->d1 = dc_memo.val[slot].d1;
-                k->dn = dc_memo.val[slot].dn;
-                SP_CHECK(sp_lower_mem_sizes_bufs(&pf, dc_memo.val[slot].buf_bytes, &k->mem));
-            } else {
-                if (w->gen > 0) {
-                    sp_shape sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
-                    SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
-                    int64_t ctx[2] = {w->prompt + 1, max_ctx};
-                    price_program(&dc, hw, ctx, &k->d1, &k->dn);
-                }
-                SP_CHECK(sp_lower_mem_sizes(w->prompt > 0 ? &pf : NULL, w->gen > 0 ? &dc : NULL, &k->mem));
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts->fresh, &dv));
+                k->d1 = dv->c0;
+                k->dn = dv->c1;
+                if (!pv) k->mem = dv->mem;
+                sp_lower_mem_sizes_merge(&k->mem, pf_bufs, dv->buf_bytes, &k->mem);
             }
         }
+    accumulate:
         if (w->prompt > 0) {
             pf_sum += k->pf.time_s;
             if (k->pf.time_s > pf_max) pf_max = k->pf.time_s;
@@ -387,10 +430,20 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     }
     out->total_s = out->prefill_s + out->decode_s;
 
-    sp_model_stats st;
-    SP_CHECK(sp_model_derive(m, max_ctx, &st));
+    int64_t params_active;
+    if (!opts->fresh && memo.params_ctx == max_ctx) {
+        params_active = memo.params_active;
+    } else {
+        sp_model_stats st;
+        SP_CHECK(sp_model_derive(m, max_ctx, &st));
+        params_active = st.params_active;
+        if (!opts->fresh) {
+            memo.params_ctx = max_ctx;
+            memo.params_active = params_active;
+        }
+    }
     double peak = compute_peak(hw, l->weights) * out->chips;
-    double n2 = 2.0 * (double)st.params_active;
+    double n2 = 2.0 * (double)params_active;
     if (w->gen > 0) {
         double gen_tokens = (double)w->batch * w->gen;
         out->tokens_per_s = gen_tokens / out->total_s;

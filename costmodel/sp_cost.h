@@ -86,6 +86,9 @@ typedef struct sp_cost {
 typedef struct sp_cost_opts {
     size_t size;           /* sizeof(sp_cost_opts) */
     sp_dtype act_dtype;    /* activations: BF16 by default */
+    int fresh;             /* 1: lower and price every phase afresh instead of reusing this
+                              thread's memoised phase prices (same figures; for tests and
+                              benchmarks) */
 } sp_cost_opts;
 void sp_cost_opts_init(sp_cost_opts *o);
 

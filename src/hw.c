@@ -10,14 +10,12 @@
 #include "sp_hw.h"
 
 static const char *const dtype_names[] = {"f32", "bf16", "f16", "int8", "fp8"};
-static const int dtype_bytes[] = {4, 2, 2, 1, 1};
 static_assert(SPI_ARRAY_LEN(dtype_names) == SP_DT_COUNT, "one name per sp_dtype");
-static_assert(SPI_ARRAY_LEN(dtype_bytes) == SP_DT_COUNT, "one size per sp_dtype");
+static_assert(SP_DT_COUNT == 5, "sp_dtype_bytes (sp_hw.h) knows five dtypes");
 static const char *const topo_names[] = {"torus", "cluster"};
 static_assert(SPI_ARRAY_LEN(topo_names) == SP_TOPO_COUNT, "one name per sp_topo_kind");
 
 const char *sp_dtype_name(sp_dtype t) { return (unsigned)t < SP_DT_COUNT ? dtype_names[t] : "?"; }
-int sp_dtype_bytes(sp_dtype t) { return (unsigned)t < SP_DT_COUNT ? dtype_bytes[t] : 0; }
 
 sp_status sp_dtype_parse(const char *s, sp_dtype *out)
 {

@@ -79,20 +79,35 @@ int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes)
     return idx;
 }
 
+/* tensor axes of a sequence as a bit set: bit 0 x, bit 1 y, bit 2 z */
+static inline unsigned xyz_mask(const char *a)
+{
+    unsigned m = 0;
+    for (; *a; a++)
+        if (*a >= 'x' && *a <= 'z') m |= 1u << (*a - 'x');
+    return m;
+}
+/* chips in the group of a tensor-axis set */
+static inline int mask_size(const sp_layout *l, unsigned m)
+{
+    return (m & 1 ? l->mesh[0] : 1) * (m & 2 ? l->mesh[1] : 1) * (m & 4 ? l->mesh[2] : 1);
+}
 /* letters of a in canonical x, y, z order */
 static void axes_sorted(const char *a, char *out)
 {
+    unsigned m = xyz_mask(a);
     int n = 0;
-    for (const char *c = "xyz"; *c; c++)
-        if (strchr(a, *c)) out[n++] = *c;
+    for (int i = 0; i < 3; i++)
+        if (m & (1u << i)) out[n++] = (char)('x' + i);
     out[n] = '\0';
 }
 /* letters of a that are (in) / are not (!in) in b, keeping a's order */
 static void axes_filter(const char *a, const char *b, int in, char *out)
 {
+    unsigned mb = xyz_mask(b);
     int n = 0;
     for (; *a; a++)
-        if ((strchr(b, *a) != NULL) == in) out[n++] = *a;
+        if (((mb >> (*a - 'x')) & 1) == (unsigned)in) out[n++] = *a;
     out[n] = '\0';
 }
 
@@ -132,16 +147,20 @@ static void phase_shard(const sp_layout *l, sp_ffn_layout f, shard *s)
         {"xy", "", "z", "z", "z"},       /* wg-xy */
         {"xyz", "", "", "", ""},         /* wg-xyz */
     };
+    /* the same table as axis bit sets (x 1, y 2, z 4), for the sizes */
+    static const unsigned char mtab[SP_FL_COUNT][5] = {
+        {0, 0, 7, 7, 7}, {0, 1, 6, 7, 7}, {1, 0, 6, 6, 6}, {3, 0, 4, 4, 4}, {7, 0, 0, 0, 0},
+    };
     s->N = tab[f][0];
     s->Rx = tab[f][1];
     s->C = tab[f][2];
     s->G = tab[f][3];
     s->act = tab[f][4];
-    s->nN = axes_size(l, s->N);
-    s->nRx = axes_size(l, s->Rx);
-    s->nC = axes_size(l, s->C);
-    s->nG = axes_size(l, s->G);
-    s->nact = axes_size(l, s->act);
+    s->nN = mask_size(l, mtab[f][0]);
+    s->nRx = mask_size(l, mtab[f][1]);
+    s->nC = mask_size(l, mtab[f][2]);
+    s->nG = mask_size(l, mtab[f][3]);
+    s->nact = mask_size(l, mtab[f][4]);
 }
 
 /* ---- lowering context ---- */
@@ -195,10 +214,7 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
 {
     /* the group is the set of axes in either sequence (all-to-all names the
      * same axes twice: once for the batch order, once for the head order) */
-    unsigned mask = 0;
-    for (const char *a = row_axes; *a; a++) mask |= 1u << (*a - 'x');
-    for (const char *a = col_axes; *a; a++) mask |= 1u << (*a - 'x');
-    int K = (mask & 1 ? c->l->mesh[0] : 1) * (mask & 2 ? c->l->mesh[1] : 1) * (mask & 4 ? c->l->mesh[2] : 1);
+    int K = mask_size(c->l, xyz_mask(row_axes) | xyz_mask(col_axes));
     if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
     sp_step *s = emit(ss, SP_STEP_COLL);
     s->dst = dst;
@@ -886,8 +902,10 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c.l = l;
     c.p = p;
     c.n = sp_layout_chips(l) / (l->stages * l->replicas);
-    phase_shard(l, l->phase[phase].ffn, &c.sh);
-    phase_shard(l, l->phase[SP_PHASE_DECODE].ffn, &c.shd);
+    shard both[SP_PHASE_COUNT];
+    for (int ph = 0; ph < SP_PHASE_COUNT; ph++) phase_shard(l, l->phase[ph].ffn, &both[ph]);
+    c.sh = both[phase];
+    c.shd = both[SP_PHASE_DECODE];
     c.one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
     if (c.one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
         BAD( "prefill %s and decode %s store weights differently (1D vs 2D); "
@@ -924,14 +942,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c.seqs = p->micro_batch / c.sh.nN;
     c.T = c.seqs * shape->q_len;
     /* attention batch sharding splits a chip's sequences over the head group */
-    for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
-        shard s2;
-        phase_shard(l, l->phase[ph].ffn, &s2);
-        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (s2.nN * s2.nG)))
+    for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph].nN * both[ph].nG)))
             BAD( "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
                             sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
-                            (long long)p->micro_batch, s2.nN * s2.nG);
-    }
+                            (long long)p->micro_batch, both[ph].nN * both[ph].nG);
     c.act_b = sp_dtype_bytes(shape->act_dtype);
     c.w_b = sp_dtype_bytes(l->weights);
     p->heads_padded = c.Hp;
@@ -972,9 +987,34 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
 
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage)
 {
+    return sp_lower_check_key(m, l, phase, shape, stage, NULL);
+}
+
+sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                             sp_lower_key *key)
+{
     static _Thread_local sp_program scratch;   /* setup writes only its scalar fields */
     ctx c;
-    return setup(&c, m, l, phase, shape, stage, &scratch, 1);
+    if (setup(&c, m, l, phase, shape, stage, &scratch, 1) != SP_OK) return SP_EINVAL;
+    if (!key) return SP_OK;
+    memset(key, 0, sizeof *key);
+    key->layout = *l;
+    memset(&key->layout.phase[!phase], 0, sizeof key->layout.phase[!phase]);
+    key->shape.batch = shape->batch;   /* field by field: the key's padding stays zero */
+    key->shape.q_len = shape->q_len;
+    key->shape.context = shape->context;
+    key->shape.max_context = shape->max_context;
+    key->shape.act_dtype = shape->act_dtype;
+    key->first_stage = stage == 0;
+    key->last_stage = stage == l->stages - 1;
+    key->n_layers = scratch.n_layers;
+    key->kv_mode = c.kv;
+    key->kv_repl = scratch.kv_repl;
+    key->kv_seqs = scratch.kv_seqs;
+    key->kv_heads_cache = scratch.kv_heads_cache;
+    axcpy(key->kv_batch_axes, scratch.kv_batch_axes);
+    axcpy(key->kv_head_axes, scratch.kv_head_axes);
+    return SP_OK;
 }
 
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
@@ -1006,6 +1046,24 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 
 /* any: a program of the stage (weights, KV geometry); bufs_a/bufs_b: the
  * buffer sizes of the two phases' programs (either may be NULL) */
+void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
+                              sp_mem_sizes *out)
+{
+    static const int64_t none[SP_BUF_COUNT];
+    const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
+    sp_mem_sizes r = *stage_sizes;
+    int64_t sum = 0, gathered = 0;   /* every buffer; the weight buffers WQ..WOUT */
+    for (int i = 1; i < SP_BUF_COUNT; i++) {
+        int64_t v = a[i] > b[i] ? a[i] : b[i];
+        sum += v;
+        if (i >= SP_BUF_WQ && i <= SP_BUF_WOUT) gathered += v;
+    }
+    r.gathered_weights = gathered;
+    r.activations = sum - gathered;
+    r.total = r.weights + r.gathered_weights + r.kv + r.activations + r.workspace;
+    *out = r;
+}
+
 static void mem_sizes(const sp_program *any, const int64_t *bufs_a, const int64_t *bufs_b, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
@@ -1018,19 +1076,12 @@ static void mem_sizes(const sp_program *any, const int64_t *bufs_a, const int64_
         out->weights += s->bytes * (per_layer ? any->n_layers : 1);
         if (w >= SP_W_Q && w <= SP_W_OUT && s->local_rows > kmax) kmax = s->local_rows;
     }
-    for (int b = 1; b < SP_BUF_COUNT; b++) {
-        int64_t v = 0;
-        if (bufs_a && bufs_a[b] > v) v = bufs_a[b];
-        if (bufs_b && bufs_b[b] > v) v = bufs_b[b];
-        if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) out->gathered_weights += v;
-        else out->activations += v;
-    }
     /* KV: every micro-batch's sequences stay resident, at full capacity */
     out->kv = 2 * any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
               sp_dtype_bytes(l->kv) * any->n_layers;
     if (l->weights != SP_DT_F32) out->workspace = kmax * SP_DEQUANT_TILE * 4;
-    out->total = out->weights + out->gathered_weights + out->kv + out->activations + out->workspace;
+    sp_lower_mem_sizes_merge(out, bufs_a, bufs_b, out);
 }
 
 sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
@@ -1041,9 +1092,3 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     return SP_OK;
 }
 
-sp_status sp_lower_mem_sizes_bufs(const sp_program *p, const int64_t other_buf_bytes[SP_BUF_COUNT], sp_mem_sizes *out)
-{
-    if (!p) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes_bufs: no program");
-    mem_sizes(p, p->buf_bytes, other_buf_bytes, out);
-    return SP_OK;
-}

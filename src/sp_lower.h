@@ -230,6 +230,27 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
  * that probe many layouts).  Call sp_lower for the reason. */
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage);
 
+/* Everything one phase's program depends on.  Two (layout, phase, shape,
+ * stage) whose keys are equal (memcmp: padding is zeroed) lower to the same
+ * steps, buffer sizes and weight storage, so a price of one serves the
+ * other.  A phase depends on the other phase's layout only through the KV
+ * cache: prefill writes it in decode's layout (the transition and the cache
+ * geometry are in the key); decode depends on prefill not at all once the
+ * pair is valid (both phases' checks run in either phase's sp_lower_check). */
+typedef struct sp_lower_key {
+    sp_layout layout;        /* the other phase's FFN and attention cleared */
+    sp_shape shape;
+    int first_stage, last_stage;
+    int64_t n_layers;
+    int kv_mode;             /* prefill: how K/V reach the cache (0 in decode) */
+    int kv_repl;
+    int64_t kv_seqs, kv_heads_cache;
+    char kv_batch_axes[SP_AXSEQ_MAX], kv_head_axes[SP_AXSEQ_MAX];
+} sp_lower_key;
+/* sp_lower_check, and on SP_OK the program's key. */
+sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                             sp_lower_key *key);
+
 /* Storage of the vocabulary tables (embedding, LM head) and learned
  * positions for a layout's weight dtype: weight-only int8/fp8 covers the
  * layers' matmuls, the tables stay at bf16; otherwise the weights' dtype. */
@@ -251,9 +272,11 @@ typedef struct sp_mem_sizes {
     int64_t total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
-/* The same from one program of the stage and the other phase's buf_bytes
- * (for callers that keep only that much of the other program). */
-sp_status sp_lower_mem_sizes_bufs(const sp_program *p, const int64_t other_buf_bytes[SP_BUF_COUNT], sp_mem_sizes *out);
+/* The same for callers that keep only sizes: weights, KV and workspace
+ * from `stage_sizes` (sp_lower_mem_sizes of either phase's program of the
+ * stage: they agree), buffers from both phases' buf_bytes (either may be NULL). */
+void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
+                              sp_mem_sizes *out);
 
 /* Utility: group size of an axis sequence under a layout ("yz" -> Y*Z). */
 int sp_lower_axes_size(const sp_layout *l, const char *axes);

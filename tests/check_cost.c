@@ -387,9 +387,9 @@ START_TEST(test_pipeline_stages)
 }
 END_TEST
 
-/* decode prices are memoised per thread: every layout priced after others
- * that share its decode part must equal the same layout priced first, in a
- * thread of its own */
+/* phase prices are memoised per thread (sp_lower_key): every layout priced
+ * after others that share one of its phases must equal the same layout
+ * priced first, in a thread of its own, and priced with opts.fresh */
 static sp_model memo_m;
 static sp_hw memo_hw;
 static sp_layout memo_l;
@@ -402,31 +402,58 @@ static void *price_fresh(void *arg)
     return NULL;
 }
 
-START_TEST(test_decode_memo)
+static void assert_same_cost(const sp_cost *a, const sp_cost *b)
 {
-    memo_m = make_model(512, 2048, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    ck_assert(a->total_s == b->total_s && a->prefill_s == b->prefill_s && a->decode_step_s == b->decode_step_s);
+    ck_assert(a->decode.time_s == b->decode.time_s && a->prefill.comm_s == b->prefill.comm_s);
+    ck_assert_int_eq(a->comm_bytes_prefill, b->comm_bytes_prefill);
+    ck_assert_int_eq(a->comm_bytes_decode_step, b->comm_bytes_decode_step);
+    ck_assert_int_eq(a->mem.total, b->mem.total);
+    ck_assert_int_eq(a->mem.kv, b->mem.kv);
+    ck_assert_int_eq(a->mem.activations, b->mem.activations);
+    ck_assert_int_eq(a->mem.gathered_weights, b->mem.gathered_weights);
+}
+
+START_TEST(test_phase_memo)
+{
     memo_hw = torus_hw();
-    int priced = 0;
-    for (int pf = 0; pf < SP_FL_COUNT; pf++)
-        for (int df = 0; df < SP_FL_COUNT; df++)
-            for (int pa = 0; pa < SP_AL_COUNT; pa++)
-                for (int st = 1; st <= 2; st++) {
-                    sp_layout l = make_layout(2, 2, 2, (sp_ffn_layout)df, SP_AL_BATCH);
-                    l.phase[0].ffn = (sp_ffn_layout)pf;
-                    l.phase[0].attn = (sp_attn_layout)pa;
-                    l.stages = st;
-                    l.microbatches = st;
-                    sp_cost c;
-                    if (sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, NULL, &c) != SP_OK) continue;
-                    memo_l = l;
-                    pthread_t t;
-                    ck_assert_int_eq(pthread_create(&t, NULL, price_fresh, NULL), 0);
-                    pthread_join(t, NULL);
-                    ck_assert(c.total_s == memo_out.total_s && c.decode_step_s == memo_out.decode_step_s);
-                    ck_assert_int_eq(c.mem.total, memo_out.mem.total);
-                    priced++;
-                }
-    ck_assert_int_gt(priced, 20);
+    sp_cost_opts fresh;
+    sp_cost_opts_init(&fresh);
+    fresh.fresh = 1;
+    int priced = 0, kv_modes_seen = 0;
+    /* 16 KV heads are sharded with Q on 8 chips; 2 are replicated (the slice transition) */
+    for (int kvh = 16; kvh >= 2; kvh /= 8)
+        for (int pf = 0; pf < SP_FL_COUNT; pf++)
+            for (int df = 0; df < SP_FL_COUNT; df++)
+                for (int pa = 0; pa < SP_AL_COUNT; pa++)
+                    for (int da = 0; da < SP_AL_COUNT; da++)
+                        for (int st = 1; st <= 2; st++) {
+                            memo_m = make_model(512, 2048, 16, kvh, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+                            sp_layout l = make_layout(2, 2, 2, (sp_ffn_layout)df, (sp_attn_layout)da);
+                            l.phase[0].ffn = (sp_ffn_layout)pf;
+                            l.phase[0].attn = (sp_attn_layout)pa;
+                            l.stages = st;
+                            l.microbatches = st;
+                            sp_cost c, f;
+                            if (sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, NULL, &c) != SP_OK) continue;
+                            ck_assert_int_eq(sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, &fresh, &f), SP_OK);
+                            assert_same_cost(&c, &f);
+                            memo_l = l;
+                            pthread_t t;
+                            ck_assert_int_eq(pthread_create(&t, NULL, price_fresh, NULL), 0);
+                            pthread_join(t, NULL);
+                            assert_same_cost(&c, &memo_out);
+                            /* prefill keys differ by the decode layout's KV cache alone */
+                            sp_shape sh = {memo_w.batch, memo_w.prompt, memo_w.prompt, memo_w.prompt + memo_w.gen,
+                                           SP_DT_BF16};
+                            sp_lower_key k;
+                            ck_assert_int_eq(sp_lower_check_key(&memo_m, &l, SP_PHASE_PREFILL, &sh, 0, &k), SP_OK);
+                            kv_modes_seen |= 1 << k.kv_mode;
+                            ck_assert_int_eq(k.layout.phase[SP_PHASE_DECODE].ffn, 0);
+                            priced++;
+                        }
+    ck_assert_int_gt(priced, 40);
+    ck_assert_int_eq(kv_modes_seen, 7);   /* direct, slice and all-to-all transitions all covered */
 }
 END_TEST
 
@@ -446,7 +473,7 @@ int main(void)
     tcase_add_test(tc, test_two_tier);
     tcase_add_test(tc, test_torus);
     tcase_add_test(tc, test_pipeline_stages);
-    tcase_add_test(tc, test_decode_memo);
+    tcase_add_test(tc, test_phase_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
