@@ -2,7 +2,8 @@
  * sp_exec.h: the program interpreter (design.md §7).  Runs the per-chip
  * programs of sp_lower (prefill, then one decode program per generated
  * token) on a communicator backend: one thread per chip this process hosts
- * (THREADS: every chip; MPI: the one chip of this rank, sp_comm_world_local_ranks).
+ * (THREADS: every chip; MPI and NCCL: the one chip of this rank,
+ * sp_comm_world_local_ranks).
  *
  *   sp_exec *ex;
  *   SP_CHECK(sp_exec_build(&model, &layout, B, P, G, &weights, SP_COMM_BACKEND_THREADS, &ex));
@@ -21,13 +22,23 @@
  * sampled tokens back to stage 0 (same tensor coordinates) after every step;
  * those bytes are not in the program and are counted in token_bytes only.
  *
- * Supported: weights F32, BF16, F16, INT8 and FP8 under every layout,
+ * Devices.  THREADS and MPI run the chips on the CPU (kernels/cpu, host
+ * memory); NCCL runs each chip on its process's GPU (kernels/cuda and cuBLAS,
+ * device memory, one MPI rank per GPU, see exec/comm_nccl.c).  Both go
+ * through the same interpreter (exec.c) and a per-chip device table
+ * (exec/spi_xdev.h); weight shards are built on the host and uploaded once.
+ * GPU results match the CPU within float tolerance, not bit for bit.  On
+ * GPUs greedy picks run on the device; sampling and last_logits copy the
+ * logits rows to the host (sp_kern_sample).
+ *
+ * Supported on the CPU: weights F32, BF16, F16, INT8 and FP8 under every layout,
  * weight-gathered ones included (gathers move the storage dtype's bytes; the
  * INT8/FP8 per-column scales are fp32, kept for each matrix's whole global
  * column range on every chip and never communicated, as the lowering's
  * memory accounting says); KV cache F32 or BF16.  Pass weights already
  * round-tripped with sp_weights_quantize(w, layout.weights) to get exactly
- * the numbers the single-chip reference computes on them.
+ * the numbers the single-chip reference computes on them.  On GPUs (NCCL):
+ * every layout, weights and KV cache F32 only (SP_ENOTSUP otherwise).
  */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
@@ -67,8 +78,9 @@ typedef struct sp_exec_stats {
  * for both phases) and creates the communicator world.  MPI: every process
  * of the job calls it with the same arguments (the validation is the same
  * pure function everywhere, so every rank accepts or rejects alike); the
- * world size must equal the layout's chips.  NCCL: SP_ENOTSUP (the CUDA
- * executor is not built into run yet).  weights are
+ * world size must equal the layout's chips.  NCCL: the same under mpirun,
+ * one GPU per process; SP_ENOTSUP for weights or KV cache other than F32 and
+ * in a build without CUDA, SP_ECUDA when no GPU is visible.  weights are
  * borrowed until sp_exec_free.  SP_EINVAL with the reason when the layout
  * does not apply; SP_ENOTSUP for what the executor does not implement. */
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
