@@ -115,13 +115,11 @@ extern "C" sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in,
     return SP_OK;
 }
 
-/* One block per row; block reduction of sum and sum of squares in double. */
-__global__ void norm_k(float *out, const float *x, int64_t C, const float *gain, const float *bias, float eps,
-                       int layernorm)
+/* Sum and sum of squares of row (C) in double, by the whole block (256 threads);
+ * every thread gets the totals. */
+__device__ void row_stats(const float *row, int64_t C, double *sum, double *sumsq)
 {
     __shared__ double ssum[256], ssq[256];
-    const float *row = x + (int64_t)blockIdx.x * C;
-    float *orow = out + (int64_t)blockIdx.x * C;
     double s = 0, q = 0;
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         s += row[i];
@@ -137,8 +135,20 @@ __global__ void norm_k(float *out, const float *x, int64_t C, const float *gain,
         }
         __syncthreads();
     }
-    double mean = layernorm ? ssum[0] / (double)C : 0.0;
-    double var = ssq[0] / (double)C - mean * mean;
+    *sum = ssum[0];
+    *sumsq = ssq[0];
+}
+
+/* One block per row. */
+__global__ void norm_k(float *out, const float *x, int64_t C, const float *gain, const float *bias, float eps,
+                       int layernorm)
+{
+    const float *row = x + (int64_t)blockIdx.x * C;
+    float *orow = out + (int64_t)blockIdx.x * C;
+    double sum, sumsq;
+    row_stats(row, C, &sum, &sumsq);
+    double mean = layernorm ? sum / (double)C : 0.0;
+    double var = sumsq / (double)C - mean * mean;
     float inv = (float)(1.0 / sqrt(var + (double)eps));
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
         float y = (row[i] - (float)mean) * inv;
@@ -386,26 +396,11 @@ extern "C" sp_status sp_cuda_zero(sp_cuda_ctx *c, void *p, size_t bytes)
 /* One block per row: (sum, sumsq) of the row's Cl columns, in double, stored as float. */
 __global__ void norm_stats_k(const float *x, int64_t Cl, float *stats)
 {
-    __shared__ double ssum[256], ssq[256];
-    const float *row = x + (int64_t)blockIdx.x * Cl;
-    double s = 0, q = 0;
-    for (int64_t i = threadIdx.x; i < Cl; i += blockDim.x) {
-        s += row[i];
-        q += (double)row[i] * row[i];
-    }
-    ssum[threadIdx.x] = s;
-    ssq[threadIdx.x] = q;
-    __syncthreads();
-    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
-        if (threadIdx.x < st) {
-            ssum[threadIdx.x] += ssum[threadIdx.x + st];
-            ssq[threadIdx.x] += ssq[threadIdx.x + st];
-        }
-        __syncthreads();
-    }
+    double sum, sumsq;
+    row_stats(x + (int64_t)blockIdx.x * Cl, Cl, &sum, &sumsq);
     if (threadIdx.x == 0) {
-        stats[2 * blockIdx.x] = (float)ssum[0];
-        stats[2 * blockIdx.x + 1] = (float)ssq[0];
+        stats[2 * blockIdx.x] = (float)sum;
+        stats[2 * blockIdx.x + 1] = (float)sumsq;
     }
 }
 
