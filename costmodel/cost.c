@@ -305,18 +305,23 @@ static sp_status price_phase(const sp_model *m, const sp_hw *hw, const sp_layout
 
 /* The prices of one phase of stage s: from the memo, or lowered now. */
 static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layout *l, sp_phase phase,
-                              const sp_shape *sh, int s, int64_t first_ctx, int fresh, const phase_val **out)
+                              const sp_shape *sh, int s, int64_t first_ctx, const sp_cost_opts *opts,
+                              int *bound, const phase_val **out)
 {
     static _Thread_local phase_val scratch;
     phase_key key;
     memset(&key, 0, sizeof key);
     if (sp_lower_check_key(m, l, phase, sh, s, &key.lk) != SP_OK)
-        return sp_lower(m, l, phase, sh, s, &prog);   /* fails again, with the reason */
+        return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &prog);   /* fails again, with the reason */
     key.first_ctx = phase == SP_PHASE_DECODE ? first_ctx : 0;
-    if (fresh) {
+    if (opts->fresh) {
         SP_CHECK(price_phase(m, hw, l, phase, sh, s, first_ctx, &scratch));
         *out = &scratch;
         return SP_OK;
+    }
+    if (!*bound) {   /* after the check: most layouts a search tries do not apply */
+        memo_bind(m, hw);
+        *bound = 1;
     }
     unsigned i = memo_slot(&key);
     if (!memo.used[i] || memcmp(&memo.key[i], &key, sizeof key)) {
@@ -359,7 +364,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     } stage_kind;
     stage_kind kinds[4];
     int nkinds = 0;
-    if (!opts->fresh) memo_bind(m, hw);
+    int bound = 0;   /* memo_bind done */
     sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
     sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
     for (int s = 0; s < S; s++) {
@@ -378,7 +383,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             const phase_val *pv = NULL, *dv = NULL;
             const int64_t *pf_bufs = NULL;
             if (w->prompt > 0) {
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts->fresh, &pv));
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &pv));
                 k->pf = pv->c0;
                 k->mem = pv->mem;
                 pf_bufs = pv->buf_bytes;
@@ -390,7 +395,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                     memcpy(keep, pf_bufs, sizeof keep);
                     pf_bufs = keep;
                 }
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts->fresh, &dv));
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &dv));
                 k->d1 = dv->c0;
                 k->dn = dv->c1;
                 if (!pv) k->mem = dv->mem;
@@ -431,13 +436,13 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->total_s = out->prefill_s + out->decode_s;
 
     int64_t params_active;
-    if (!opts->fresh && memo.params_ctx == max_ctx) {
+    if (bound && memo.params_ctx == max_ctx) {
         params_active = memo.params_active;
     } else {
         sp_model_stats st;
         SP_CHECK(sp_model_derive(m, max_ctx, &st));
         params_active = st.params_active;
-        if (!opts->fresh) {
+        if (bound) {
             memo.params_ctx = max_ctx;
             memo.params_active = params_active;
         }
@@ -456,26 +461,6 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     }
     if (w->prompt > 0) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
     out->mfu = n2 * (double)w->batch * (w->prompt + w->gen) / (peak * out->total_s);
-    return SP_OK;
-}
-
-sp_status sp_cost_applies(const sp_model *m, const sp_layout *l, const sp_workload *w, const sp_cost_opts *opts)
-{
-    if (!m || !l || !w || w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
-        return SP_EINVAL;
-    sp_dtype ad = opts ? opts->act_dtype : SP_DT_BF16;
-    int64_t max_ctx = w->prompt + w->gen;
-    /* the checks depend on the stage only through its layer count, which is
-     * smallest on the last stage */
-    int s = l->stages > 0 ? l->stages - 1 : 0;
-    if (w->prompt > 0) {
-        sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, ad};
-        if (sp_lower_check(m, l, SP_PHASE_PREFILL, &sh, s) != SP_OK) return SP_EINVAL;
-    }
-    if (w->gen > 0) {
-        sp_shape sh = {w->batch, 1, max_ctx, max_ctx, ad};
-        if (sp_lower_check(m, l, SP_PHASE_DECODE, &sh, s) != SP_OK) return SP_EINVAL;
-    }
     return SP_OK;
 }
 

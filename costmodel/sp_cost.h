@@ -89,6 +89,8 @@ typedef struct sp_cost_opts {
     int fresh;             /* 1: lower and price every phase afresh instead of reusing this
                               thread's memoised phase prices (same figures; for tests and
                               benchmarks) */
+    int quiet;             /* 1: a layout that does not apply is SP_EINVAL without a message
+                              (searches that probe many layouts) */
 } sp_cost_opts;
 void sp_cost_opts_init(sp_cost_opts *o);
 
@@ -98,9 +100,6 @@ void sp_cost_opts_init(sp_cost_opts *o);
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
 
-/* SP_OK if sp_cost_eval would price this layout, SP_EINVAL (no message) if
- * it does not apply to the model, batch or shapes: a cheap probe for searches. */
-sp_status sp_cost_applies(const sp_model *m, const sp_layout *l, const sp_workload *w, const sp_cost_opts *opts);
 
 /* Prices one program; context > 0 re-prices decode attention at that context. */
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out);

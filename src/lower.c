@@ -896,81 +896,81 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     p->shape = *shape;
     p->stage = stage;
 
-    ctx c;
-    memset(&c, 0, sizeof c);
-    c.m = m;
-    c.l = l;
-    c.p = p;
-    c.n = sp_layout_chips(l) / (l->stages * l->replicas);
+    ctx *c = cp;   /* filled in place: the checks run for every layout a search tries */
+    memset(c, 0, sizeof *c);
+    c->m = m;
+    c->l = l;
+    c->p = p;
+    c->n = sp_layout_chips(l) / (l->stages * l->replicas);
     shard both[SP_PHASE_COUNT];
     for (int ph = 0; ph < SP_PHASE_COUNT; ph++) phase_shard(l, l->phase[ph].ffn, &both[ph]);
-    c.sh = both[phase];
-    c.shd = both[SP_PHASE_DECODE];
-    c.one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
-    if (c.one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
+    c->sh = both[phase];
+    c->shd = both[SP_PHASE_DECODE];
+    c->one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
+    if (c->one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
         BAD( "prefill %s and decode %s store weights differently (1D vs 2D); "
                         "a reshard between phases is not supported",
                         sp_ffn_layout_name(l->phase[0].ffn), sp_ffn_layout_name(l->phase[1].ffn));
-    c.E = m->d_model;
-    c.D = m->d_head;
-    c.KVH = m->n_kv_heads;
-    c.case_a = (c.KVH % c.n) == 0;
+    c->E = m->d_model;
+    c->D = m->d_head;
+    c->KVH = m->n_kv_heads;
+    c->case_a = (c->KVH % c->n) == 0;
     /* the commonest reason a layout does not apply: decided first */
-    c.kv = kv_transition(&c);
-    if (c.kv == KV_BAD)
+    c->kv = kv_transition(c);
+    if (c->kv == KV_BAD)
         BAD("the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) without a reshard, "
             "which is not supported",
             sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
             sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
-    c.Hp = round_up(m->n_heads, c.n);
-    c.Fp = round_up(m->d_ff, c.n);
-    c.Vp = round_up(m->vocab, c.n);
-    if (c.E % c.n)
-        BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c.E,
-                        (long long)c.n);
-    if (!c.case_a && c.n % c.KVH)
+    c->Hp = round_up(m->n_heads, c->n);
+    c->Fp = round_up(m->d_ff, c->n);
+    c->Vp = round_up(m->vocab, c->n);
+    if (c->E % c->n)
+        BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c->E,
+                        (long long)c->n);
+    if (!c->case_a && c->n % c->KVH)
         BAD( "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
-                        (long long)c.KVH, (long long)c.n);
+                        (long long)c->KVH, (long long)c->n);
     int64_t per_replica = shape->batch / l->replicas;
     if (shape->batch % l->replicas || per_replica % l->microbatches)
         BAD( "batch %lld does not split into %d replicas × %d micro-batches",
                         (long long)shape->batch, l->replicas, l->microbatches);
     p->micro_batch = per_replica / l->microbatches;
-    if (p->micro_batch % c.sh.nN)
+    if (p->micro_batch % c->sh.nN)
         BAD( "%s needs the micro-batch (%lld sequences) divisible by %d",
-                        sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c.sh.nN);
-    c.seqs = p->micro_batch / c.sh.nN;
-    c.T = c.seqs * shape->q_len;
+                        sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c->sh.nN);
+    c->seqs = p->micro_batch / c->sh.nN;
+    c->T = c->seqs * shape->q_len;
     /* attention batch sharding splits a chip's sequences over the head group */
     for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
         if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph].nN * both[ph].nG)))
             BAD( "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
                             sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
                             (long long)p->micro_batch, both[ph].nN * both[ph].nG);
-    c.act_b = sp_dtype_bytes(shape->act_dtype);
-    c.w_b = sp_dtype_bytes(l->weights);
-    p->heads_padded = c.Hp;
-    p->ffn_padded = c.Fp;
-    p->vocab_padded = c.Vp;
+    c->act_b = sp_dtype_bytes(shape->act_dtype);
+    c->w_b = sp_dtype_bytes(l->weights);
+    p->heads_padded = c->Hp;
+    p->ffn_padded = c->Fp;
+    p->vocab_padded = c->Vp;
 
     /* KV cache geometry: the decode layout's */
     {
         sp_attn_layout dal = l->phase[SP_PHASE_DECODE].attn;
-        const shard *d = &c.shd;
+        const shard *d = &c->shd;
         p->kv_repl = 0;
         p->kv_head_axes[0] = '\0';
         if (dal == SP_AL_BATCH) {
             axcpy(p->kv_batch_axes, "xyz");
-            p->kv_seqs = p->micro_batch / c.n;
-            p->kv_heads_cache = c.KVH;
+            p->kv_seqs = p->micro_batch / c->n;
+            p->kv_heads_cache = c->KVH;
         } else {
             axcpy(p->kv_batch_axes, d->N);
             p->kv_seqs = p->micro_batch / d->nN;
             axcpy(p->kv_head_axes, d->G);
-            if (c.case_a) {
-                p->kv_heads_cache = c.KVH / d->nG;
+            if (c->case_a) {
+                p->kv_heads_cache = c->KVH / d->nG;
             } else {
-                p->kv_heads_cache = kv_heads_needed(m, c.Hp, d->nG);
+                p->kv_heads_cache = kv_heads_needed(m, c->Hp, d->nG);
                 p->kv_repl = 1;
             }
         }
@@ -980,7 +980,6 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     sp_lower_stage_layers(m->n_layers, l->stages, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
         BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
-    *cp = c;
     return SP_OK;
 }
 #undef BAD
@@ -1053,11 +1052,8 @@ void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bu
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
     int64_t sum = 0, gathered = 0;   /* every buffer; the weight buffers WQ..WOUT */
-    for (int i = 1; i < SP_BUF_COUNT; i++) {
-        int64_t v = a[i] > b[i] ? a[i] : b[i];
-        sum += v;
-        if (i >= SP_BUF_WQ && i <= SP_BUF_WOUT) gathered += v;
-    }
+    for (int i = 1; i < SP_BUF_COUNT; i++) sum += a[i] > b[i] ? a[i] : b[i];
+    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += a[i] > b[i] ? a[i] : b[i];
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
     r.total = r.weights + r.gathered_weights + r.kv + r.activations + r.workspace;

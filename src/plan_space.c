@@ -139,13 +139,12 @@ typedef struct pricer {
 static void price_one(spi_space *s, const sp_workload *w, int i)
 {
     spi_cand *c = &s->pend[i];
-    /* a cheap, silent probe first: most of the space does not apply */
-    if (sp_cost_applies(s->m, &c->layout, w, NULL) != SP_OK) {
-        s->pst[i] = SP_EINVAL;
-        return;
-    }
+    /* quiet: most of the space does not apply, and a message costs more than the check */
+    sp_cost_opts quiet;
+    sp_cost_opts_init(&quiet);
+    quiet.quiet = 1;
     sp_cost cost;
-    s->pst[i] = sp_cost_eval(s->m, s->hw, &c->layout, w, NULL, &cost);
+    s->pst[i] = sp_cost_eval(s->m, s->hw, &c->layout, w, &quiet, &cost);
     if (s->pst[i] != SP_OK) return;
     c->mem_over = cost.mem.total - cost.capacity;
     c->prefill_s = cost.prefill_s;
