@@ -33,9 +33,9 @@ static void usage(void)
            "  --temperature T    sample (top-k / top-p, seeded per sequence by S) instead of\n"
            "                     greedy decoding; T <= 0 is greedy (default)\n"
            "  --layout auto      plan the layout with sp_autoconfig (minimum total latency) for\n"
-           "                     --chips N chips of the hardware --hw H (required: the executor\n"
-           "                     runs on this CPU, so H only decides the split; there is no CPU\n"
-           "                     profile).  The chosen layout is printed.\n"
+           "                     --chips N chips of the hardware --hw H (required: H only decides\n"
+           "                     the split; the run is on this machine's CPUs, or GPUs with\n"
+           "                     --backend cuda).  The chosen layout is printed.\n"
            "  --backend threads  every chip is a thread of this process (default)\n"
            "  --backend mpi      one chip per rank: mpirun -np N shardplan run --backend mpi ...\n"
            "                     (rank 0 prints; every rank checks the inputs alike)\n"
@@ -339,7 +339,7 @@ int cli_cmd_run(int argc, char **argv)
     if ((a.top_k || a.top_p) && a.temperature <= 0) return cli_usage("run", "--top-k and --top-p need --temperature > 0");
     if (!strcmp(a.layout, "auto") && (!a.hw || !a.chips))
         return cli_usage("run", "--layout auto needs --chips and --hw (the hardware the split is planned for; "
-                                "the run itself is on this CPU)");
+                                "the run itself is on this machine)");
     if (!a.mpi) return run_job(&a);
 #ifdef HAVE_MPI
     /* this program initialises MPI, so it also finalizes it (exec/comm_mpi.c) */
