@@ -153,7 +153,7 @@ static double compute_peak(const sp_hw *hw, sp_dtype weights)
 /* Prices a step list at up to two contexts at once (decode's first and last
  * step differ only in the attention terms); pc1 may be NULL. */
 static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw, const int64_t ctx[2], double peak,
-                        double hbm, int64_t times, sp_phase_cost *pc0, sp_phase_cost *pc1)
+                        double s_per_byte, int64_t times, sp_phase_cost *pc0, sp_phase_cost *pc1)
 {
     const sp_layout *l = &p->layout;
     for (int i = 0; i < ss->n; i++) {
@@ -161,7 +161,7 @@ static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw
         if (s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV) {
             double t = sp_cost_coll_time(hw, l, &s->coll) * times;
             int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
-            double m = s->kind == SP_STEP_COLL ? s->act_bytes / hbm * times : 0.0;
+            double m = s->kind == SP_STEP_COLL ? s->act_bytes * s_per_byte * times : 0.0;
             for (sp_phase_cost *pc = pc0; pc; pc = pc == pc0 ? pc1 : NULL) {
                 pc->coll_s[s->coll.kind] += t;
                 pc->comm_s += t;
@@ -185,7 +185,7 @@ static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw
                     kvb = (int64_t)((double)kvb * ctx[k] / s->context);
                 }
                 c = flops > 0 ? flops / (peak * matmul_eff(hw, flops)) : 0.0;
-                m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) / hbm;
+                m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) * s_per_byte;
             }
             pc->compute_s += c * times;
             pc->memory_s += m * times;
@@ -212,10 +212,11 @@ static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ct
     if (out1) memset(out1, 0, sizeof *out1);
     eff_bind(hw);
     double peak = compute_peak(hw, p->layout.weights);
-    double hbm = hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
-    price_steps(&p->pre, p, hw, ctx, peak, hbm, 1, out0, out1);
-    price_steps(&p->layer, p, hw, ctx, peak, hbm, p->n_layers, out0, out1);
-    price_steps(&p->post, p, hw, ctx, peak, hbm, 1, out0, out1);
+    /* HBM seconds per byte: one division per program, not one per step */
+    double s_per_byte = 1.0 / (hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0));
+    price_steps(&p->pre, p, hw, ctx, peak, s_per_byte, 1, out0, out1);
+    price_steps(&p->layer, p, hw, ctx, peak, s_per_byte, p->n_layers, out0, out1);
+    price_steps(&p->post, p, hw, ctx, peak, s_per_byte, 1, out0, out1);
     out0->time_s = overlap(hw, out0->roofline_s, out0->comm_s);
     if (out1) out1->time_s = overlap(hw, out1->roofline_s, out1->comm_s);
 }

@@ -901,11 +901,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->m = m;
     c->l = l;
     c->p = p;
-    c->n = sp_layout_chips(l) / (l->stages * l->replicas);
-    shard both[SP_PHASE_COUNT];
-    for (int ph = 0; ph < SP_PHASE_COUNT; ph++) phase_shard(l, l->phase[ph].ffn, &both[ph]);
-    c->sh = both[phase];
-    c->shd = both[SP_PHASE_DECODE];
+    c->n = l->mesh[0] * l->mesh[1] * l->mesh[2];   /* chips of one stage of one replica */
+    /* written in place, not copied: a copy of just-written fields stalls the loads */
+    phase_shard(l, l->phase[phase].ffn, &c->sh);
+    phase_shard(l, l->phase[SP_PHASE_DECODE].ffn, &c->shd);
+    shard prefill_sh;
+    if (phase != SP_PHASE_PREFILL) phase_shard(l, l->phase[SP_PHASE_PREFILL].ffn, &prefill_sh);
+    const shard *both[SP_PHASE_COUNT] = {phase == SP_PHASE_PREFILL ? &c->sh : &prefill_sh, &c->shd};
     c->one_d = sp_ffn_layout_is_1d(l->phase[phase].ffn);
     if (c->one_d != sp_ffn_layout_is_1d(l->phase[!phase].ffn))
         BAD( "prefill %s and decode %s store weights differently (1D vs 2D); "
@@ -943,10 +945,10 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->T = c->seqs * shape->q_len;
     /* attention batch sharding splits a chip's sequences over the head group */
     for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
-        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph].nN * both[ph].nG)))
+        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph]->nN * both[ph]->nG)))
             BAD( "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
                             sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
-                            (long long)p->micro_batch, both[ph].nN * both[ph].nG);
+                            (long long)p->micro_batch, both[ph]->nN * both[ph]->nG);
     c->act_b = sp_dtype_bytes(shape->act_dtype);
     c->w_b = sp_dtype_bytes(l->weights);
     p->heads_padded = c->Hp;
