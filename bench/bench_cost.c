@@ -9,19 +9,22 @@
  * model's phase memo is per thread).  A pass is what one planner query
  * over this space does: every layout is checked (both phases), and each
  * distinct phase program (sp_lower_key) is lowered and priced once.  The
- * catalogue's 1512 layouts share about 250 distinct phase programs, so a
- * pass lowers ~0.17 programs per layout.  Printed beside it: the same
- * passes with opts.fresh = 1 (every evaluation lowers and prices both
- * phases, no memo), and this core's rate of a plain dependent-add loop
+ * catalogue's layouts share few phases: a cold pass lowers ~1430 programs
+ * for 1512 layouts (0.95 each, against 2 without the memo).  Printed beside
+ * it: the same passes with opts.fresh = 1 (every evaluation lowers and
+ * prices both phases), and this core's rate of a plain dependent-add loop
  * (its measured peak for scalar work).
  *
- * Napkin math: an evaluation runs the checks of both phases (~1k
- * instructions each), one memo probe per phase (hash + compare of a
- * 168-byte key) and the pipeline arithmetic, ~4k instructions; a lowering
- * + pricing of ~56 steps is ~15k instructions, paid for ~0.17 of them:
- * ~6.5k instructions, ~2.5k cycles at IPC ~2.5, ~0.8 us at 3 GHz: ~1.2e6
- * evaluations/s.  Fresh: two lowerings per evaluation, ~35k instructions,
- * ~4 us.
+ * Napkin math: a lowering + pricing emits, sizes and prices ~56 steps of
+ * 272 bytes at ~200 instructions a step (~11k), paid 0.95 times; the two
+ * phases' checks, two memo probes (hash + compare of a 176-byte key) and
+ * the pipeline arithmetic add ~4k: ~15k instructions, ~1 us at this VM's
+ * ~4 instructions per cycle and ~3.5 GHz: ~1e6 evaluations/s, so the
+ * target leaves no slack for slow constant factors (e.g. GCC's generic
+ * `rep stos` for the step zeroing, see configure.ac).
+ * Measured on the 2-core development VM (load ~1-2), five runs of
+ * `bench_cost 2`: 1.08-1.16M evaluations/s (0.86-0.93 us each); fresh
+ * ~0.5M/s; dependent adds ~1.2e9/s.
  *
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if

@@ -18,10 +18,11 @@
  * of each rival kind); one problem, warm-started: ~0.2 ms per solve.
  * The frontier sweep prices every layout of 66 (chips, batch) pairs, ~10^5-10^6
  * layouts: tens of seconds of sp_cost_eval against a 2 s target.
- * Since then the cost model prices each stage kind once and memoises decode
- * (~2-3 us per layout), and the planner prices on one thread per CPU.
- * Measured on this 2-core VM (load ~1): plan median 39-50 ms in process,
- * 54.6 ms whole process (perf stat -r 20); frontier 1.68-1.90 s.
+ * Since then the cost model prices each stage kind once and memoises each
+ * phase's prices by its sp_lower_key (~1-1.5 us per layout), and the planner
+ * prices on one thread per CPU.  Measured on this 2-core VM (load ~1): plan
+ * median 23-24 ms in process, GLPK 1.3 ms (5.5 %); whole process (sh
+ * bench/plan_process.sh) median 36-37 ms; frontier 0.92 s.
  */
 #include <stdio.h>
 #include <stdlib.h>

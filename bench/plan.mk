@@ -1,6 +1,8 @@
-# bench/plan.mk: planner benchmarks (make bench; ./bench/bench_plan [runs] [frontier 0|1]).
+# bench/plan.mk: planner benchmarks (make bench; ./bench/bench_plan [runs] [frontier 0|1];
+# whole process: sh bench/plan_process.sh [runs] from the build directory).
 EXTRA_PROGRAMS += bench/bench_plan
 SP_BENCH_BINS += bench/bench_plan$(EXEEXT)
 bench_bench_plan_SOURCES = bench/bench_plan.c
 bench_bench_plan_LDADD = libspcore.la $(SP_DEP_LIBS)
 CLEANFILES += bench/bench_plan$(EXEEXT)
+EXTRA_DIST += bench/plan_process.sh

@@ -292,11 +292,10 @@ static unsigned memo_slot(const phase_key *k)
 
 static _Thread_local sp_program prog;   /* the program being priced (large: kept out of the stack) */
 
-/* Lowers and prices one phase of stage s (key already checked). */
-static sp_status price_phase(const sp_model *m, const sp_hw *hw, const sp_layout *l, sp_phase phase,
-                             const sp_shape *sh, int s, int64_t first_ctx, phase_val *v)
+/* Lowers (sp_lower_begin done on prog) and prices one phase. */
+static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx, phase_val *v)
 {
-    SP_CHECK(sp_lower(m, l, phase, sh, s, &prog));
+    SP_CHECK(sp_lower_finish(&prog));
     int64_t ctx[2] = {first_ctx, sh->max_context};
     if (phase == SP_PHASE_PREFILL) sp_cost_program(&prog, hw, 0, &v->c0);
     else price_program(&prog, hw, ctx, &v->c0, &v->c1);
@@ -312,11 +311,11 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
     static _Thread_local phase_val scratch;
     phase_key key;
     memset(&key, 0, sizeof key);
-    if (sp_lower_check_key(m, l, phase, sh, s, &key.lk) != SP_OK)
+    if (sp_lower_begin(m, l, phase, sh, s, &key.lk, &prog) != SP_OK)
         return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &prog);   /* fails again, with the reason */
     key.first_ctx = phase == SP_PHASE_DECODE ? first_ctx : 0;
     if (opts->fresh) {
-        SP_CHECK(price_phase(m, hw, l, phase, sh, s, first_ctx, &scratch));
+        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &scratch));
         *out = &scratch;
         return SP_OK;
     }
@@ -327,7 +326,7 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
     unsigned i = memo_slot(&key);
     if (!memo.used[i] || memcmp(&memo.key[i], &key, sizeof key)) {
         memo.used[i] = 0;
-        SP_CHECK(price_phase(m, hw, l, phase, sh, s, first_ctx, &memo.val[i]));
+        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &memo.val[i]));
         memo.key[i] = key;
         memo.used[i] = 1;
     }

@@ -349,8 +349,8 @@ static sp_status local_copy(sp_comm *c, void *dst, const void *src, size_t bytes
 sp_status sp_comm_allgather(sp_comm *c, unsigned axes, const void *send, void *recv, size_t count,
                             sp_dtype dt)
 {
-    spi_comm_group *g;
-    size_t s;
+    spi_comm_group *g = NULL;
+    size_t s = 0;
     SP_CHECK(check_coll(c, "allgather", axes, send, recv, count, dt, 0, &g, &s));
     size_t chunk = count * s, K = (size_t)g->size;
     const char *own = (const char *)recv + (size_t)g->rank * chunk;
@@ -369,8 +369,8 @@ sp_status sp_comm_allgather(sp_comm *c, unsigned axes, const void *send, void *r
 sp_status sp_comm_reducescatter(sp_comm *c, unsigned axes, const void *send, void *recv, size_t count,
                                 sp_dtype dt)
 {
-    spi_comm_group *g;
-    size_t s;
+    spi_comm_group *g = NULL;
+    size_t s = 0;
     SP_CHECK(check_coll(c, "reducescatter", axes, send, recv, count, dt, 1, &g, &s));
     size_t chunk = count * s, K = (size_t)g->size;
     const char *own = (const char *)send + (size_t)g->rank * chunk;
@@ -390,8 +390,8 @@ sp_status sp_comm_reducescatter(sp_comm *c, unsigned axes, const void *send, voi
 sp_status sp_comm_allreduce(sp_comm *c, unsigned axes, const void *send, void *recv, size_t count,
                             sp_dtype dt)
 {
-    spi_comm_group *g;
-    size_t s;
+    spi_comm_group *g = NULL;
+    size_t s = 0;
     SP_CHECK(check_coll(c, "allreduce", axes, send, recv, count, dt, 1, &g, &s));
     size_t bytes = count * s;
     if (send != recv && ranges_overlap(send, bytes, recv, bytes))
@@ -409,8 +409,8 @@ sp_status sp_comm_allreduce(sp_comm *c, unsigned axes, const void *send, void *r
 sp_status sp_comm_alltoall(sp_comm *c, unsigned axes, const void *send, void *recv, size_t count,
                            sp_dtype dt)
 {
-    spi_comm_group *g;
-    size_t s;
+    spi_comm_group *g = NULL;
+    size_t s = 0;
     SP_CHECK(check_coll(c, "alltoall", axes, send, recv, count, dt, 0, &g, &s));
     size_t bytes = count * s * (size_t)g->size;
     if (ranges_overlap(send, bytes, recv, bytes))

@@ -483,8 +483,8 @@ static sp_status nccl_send(sp_comm *c, int peer, const void *buf, size_t count, 
 {
     size_t bytes = count * (size_t)sp_dtype_bytes(dt);
     if (!bytes) return SP_OK;
-    spi_comm_group *g;
-    int pr;
+    spi_comm_group *g = NULL;
+    int pr = 0;
     SP_CHECK(p2p_group(c, peer, &g, &pr));
     SP_CHECK(set_device(c));
     nccl_group *ng = ngroup(g);
@@ -498,8 +498,8 @@ static sp_status nccl_recv(sp_comm *c, int peer, void *buf, size_t count, sp_dty
 {
     size_t bytes = count * (size_t)sp_dtype_bytes(dt);
     if (!bytes) return SP_OK;
-    spi_comm_group *g;
-    int pr;
+    spi_comm_group *g = NULL;
+    int pr = 0;
     SP_CHECK(p2p_group(c, peer, &g, &pr));
     SP_CHECK(set_device(c));
     nccl_group *ng = ngroup(g);

@@ -991,12 +991,19 @@ sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, 
     return sp_lower_check_key(m, l, phase, shape, stage, NULL);
 }
 
-sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
-                             sp_lower_key *key)
-{
-    static _Thread_local sp_program scratch;   /* setup writes only its scalar fields */
+/* the context of this thread's last sp_lower_begin, for sp_lower_finish */
+static _Thread_local struct {
+    const sp_program *p;   /* NULL: none pending */
     ctx c;
-    if (setup(&c, m, l, phase, shape, stage, &scratch, 1) != SP_OK) return SP_EINVAL;
+} begun;
+
+sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                         sp_lower_key *key, sp_program *p)
+{
+    begun.p = NULL;
+    ctx *c = &begun.c;
+    if (setup(c, m, l, phase, shape, stage, p, 1) != SP_OK) return SP_EINVAL;
+    begun.p = p;
     if (!key) return SP_OK;
     memset(key, 0, sizeof *key);
     key->layout = *l;
@@ -1008,13 +1015,50 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
     key->shape.act_dtype = shape->act_dtype;
     key->first_stage = stage == 0;
     key->last_stage = stage == l->stages - 1;
-    key->n_layers = scratch.n_layers;
-    key->kv_mode = c.kv;
-    key->kv_repl = scratch.kv_repl;
-    key->kv_seqs = scratch.kv_seqs;
-    key->kv_heads_cache = scratch.kv_heads_cache;
-    axcpy(key->kv_batch_axes, scratch.kv_batch_axes);
-    axcpy(key->kv_head_axes, scratch.kv_head_axes);
+    key->n_layers = p->n_layers;
+    key->kv_mode = c->kv;
+    key->kv_repl = p->kv_repl;
+    key->kv_seqs = p->kv_seqs;
+    key->kv_heads_cache = p->kv_heads_cache;
+    axcpy(key->kv_batch_axes, p->kv_batch_axes);
+    axcpy(key->kv_head_axes, p->kv_head_axes);
+    return SP_OK;
+}
+
+sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                             sp_lower_key *key)
+{
+    static _Thread_local sp_program scratch;   /* the checks write only its scalar fields */
+    return sp_lower_begin(m, l, phase, shape, stage, key, &scratch);
+}
+
+/* emits the steps of the program the context was set up for */
+static void emit_program(ctx *c)
+{
+    sp_program *p = c->p;
+    /* callers that keep sp_program in static storage pay only for what is written */
+    memset(p->buf_bytes, 0, sizeof p->buf_bytes);
+    memset(p->wspec, 0, sizeof p->wspec);
+    int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
+    storage_specs(c, first_stage, last_stage);
+
+    if (first_stage) emit_embed(c, &p->pre);
+    else emit_p2p(c, &p->pre, SP_STEP_RECV);
+    emit_layer(c, &p->layer);
+    if (last_stage) emit_logits(c, &p->post);
+    else emit_p2p(c, &p->post, SP_STEP_SEND);
+
+    size_buffers(p, &p->pre, c->E, c->Vp);
+    size_buffers(p, &p->layer, c->E, c->Vp);
+    size_buffers(p, &p->post, c->E, c->Vp);
+}
+
+sp_status sp_lower_finish(sp_program *p)
+{
+    if (!p || begun.p != p)
+        return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program on this thread");
+    begun.p = NULL;
+    emit_program(&begun.c);
     return SP_OK;
 }
 
@@ -1023,21 +1067,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
-    /* callers that keep sp_program in static storage pay only for what is written */
-    memset(p->buf_bytes, 0, sizeof p->buf_bytes);
-    memset(p->wspec, 0, sizeof p->wspec);
-    int first_stage = stage == 0, last_stage = stage == l->stages - 1;
-    storage_specs(&c, first_stage, last_stage);
-
-    if (first_stage) emit_embed(&c, &p->pre);
-    else emit_p2p(&c, &p->pre, SP_STEP_RECV);
-    emit_layer(&c, &p->layer);
-    if (last_stage) emit_logits(&c, &p->post);
-    else emit_p2p(&c, &p->post, SP_STEP_SEND);
-
-    size_buffers(p, &p->pre, c.E, c.Vp);
-    size_buffers(p, &p->layer, c.E, c.Vp);
-    size_buffers(p, &p->post, c.E, c.Vp);
+    emit_program(&c);
     return SP_OK;
 }
 

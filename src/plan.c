@@ -125,21 +125,21 @@ static sp_status parse_name(const char *what, const char *s, const char *const *
 }
 sp_status sp_plan_objective_parse(const char *s, sp_plan_objective *out)
 {
-    int v;
+    int v = 0;
     SP_CHECK(parse_name("objective", s, objective_names, SP_PLAN_OBJECTIVE_COUNT, &v));
     *out = (sp_plan_objective)v;
     return SP_OK;
 }
 sp_status sp_plan_latency_parse(const char *s, sp_plan_latency *out)
 {
-    int v;
+    int v = 0;
     SP_CHECK(parse_name("latency metric", s, latency_names, SP_PLAN_LAT_COUNT, &v));
     *out = (sp_plan_latency)v;
     return SP_OK;
 }
 sp_status sp_plan_weights_parse(const char *s, sp_plan_weights *out)
 {
-    int v;
+    int v = 0;
     SP_CHECK(parse_name("weights", s, weights_names, SP_PLAN_W_COUNT, &v));
     *out = (sp_plan_weights)v;
     return SP_OK;

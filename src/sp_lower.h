@@ -250,6 +250,15 @@ typedef struct sp_lower_key {
 /* sp_lower_check, and on SP_OK the program's key. */
 sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
                              sp_lower_key *key);
+/* sp_lower in two halves, for callers that look a program up by its key
+ * before deciding to lower it.  sp_lower_begin runs the checks quietly (as
+ * sp_lower_check), fills *key (may be NULL) and p's scalar fields;
+ * sp_lower_finish then emits p's steps exactly as sp_lower would.  Call
+ * finish on the same thread before the next begin, with m and l unchanged
+ * (they are borrowed until then); otherwise it fails with SP_EINVAL. */
+sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
+                         sp_lower_key *key, sp_program *p);
+sp_status sp_lower_finish(sp_program *p);
 
 /* Storage of the vocabulary tables (embedding, LM head) and learned
  * positions for a layout's weight dtype: weight-only int8/fp8 covers the

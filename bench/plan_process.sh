@@ -1,0 +1,37 @@
+#!/bin/sh
+# plan_process.sh: `shardplan plan` for palm-540b on 64 tpu-v4 chips, batch
+# 64, prompt 2048, gen 64, as a whole process (start-up, data loading,
+# pricing on SHARDPLAN_THREADS workers, GLPK, printing): median, min and max
+# wall time over RUNS runs (default 21), against the 50 ms target.  Beside it,
+# the same for `shardplan --version`: the floor any run of this binary pays
+# (exec, dynamic linking, start-up), this machine's own peak for the task.
+#
+# Usage (from the build directory): sh bench/plan_process.sh [RUNS]
+#
+# Napkin math: bench_plan's in-process figure (~24 ms: ~12k layouts priced of
+# ~56k tried, ~33k phase programs lowered at ~1.5 us, split over 2 cores,
+# plus GLPK ~1.3 ms) + the process floor (~3 ms) + printing the frontier
+# and rivals (~1 ms): ~30 ms.
+# Measured on the 2-core development VM (load ~1): median 34-38 ms, floor ~3 ms.
+set -eu
+runs=${1:-21}
+bin=${SHARDPLAN:-./shardplan}
+test -x "$bin" || { echo "plan_process: $bin not found (run from the build directory)" >&2; exit 1; }
+# median/min/max in ms of RUNS wall times of a command
+wall_ms() {
+    i=0
+    while [ "$i" -lt "$runs" ]; do
+        t0=$(date +%s%N)
+        "$@" >/dev/null
+        t1=$(date +%s%N)
+        echo $(( (t1 - t0) / 1000 ))
+        i=$((i + 1))
+    done | sort -n | awk '{a[NR] = $1} END {printf "%10.1f %10.1f %10.1f", a[int((NR + 1) / 2)] / 1000, a[1] / 1000, a[NR] / 1000}'
+}
+plan=$(wall_ms "$bin" plan --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64)
+floor=$(wall_ms "$bin" --version)
+printf '%-34s %10s %10s %10s\n' "# $runs runs, wall ms" median min max
+printf '%-34s %s\n' "plan palm-540b, 64 tpu-v4" "$plan"
+printf '%-34s %s\n' "floor: shardplan --version" "$floor"
+median=$(echo "$plan" | awk '{print $1}')
+awk -v m="$median" 'BEGIN {printf "# target: median < 50 ms: %s\n", (m < 50 ? "met" : "NOT met")}'
