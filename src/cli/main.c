@@ -11,7 +11,7 @@ static const struct cli_verb verbs[] = {
     {"estimate", "price one layout: latency, throughput, MFU, cost, time and memory breakdown", cli_cmd_estimate},
     {"plan", "best layout for a model on N chips (GLPK MILP): breakdown, cost-vs-latency frontier, rivals", cli_cmd_plan},
     {"frontier", "cost-vs-latency frontier across chip counts and batch sizes, decode and prefill", cli_cmd_frontier},
-    {"run", "run a model under a layout (threads backend): tokens, timings, bytes vs prediction", cli_cmd_run},
+    {"run", "run a model under a layout (threads, MPI or CUDA backend): tokens, timings, bytes vs prediction", cli_cmd_run},
 };
 
 static void usage(FILE *f)
