@@ -254,7 +254,7 @@ typedef struct phase_key {
 typedef struct phase_val {
     sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
     int64_t buf_bytes[SP_BUF_COUNT];
-    sp_mem_sizes mem;           /* this program alone: weights, KV and workspace are the stage's */
+    sp_mem_sizes mem;           /* the stage's weights, KV and workspace (sp_lower_mem_stage) */
 } phase_val;
 enum { MEMO_SLOTS = 256 };
 static _Thread_local struct {
@@ -300,7 +300,8 @@ static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh
     if (phase == SP_PHASE_PREFILL) sp_cost_program(&prog, hw, 0, &v->c0);
     else price_program(&prog, hw, ctx, &v->c0, &v->c1);
     memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
-    return sp_lower_mem_sizes(&prog, NULL, &v->mem);
+    sp_lower_mem_stage(&prog, &v->mem);
+    return SP_OK;
 }
 
 /* The prices of one phase of stage s: from the memo, or lowered now. */
@@ -380,27 +381,23 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         k->last = s == S - 1;
         k->layers = nl;
         {
-            const phase_val *pv = NULL, *dv = NULL;
-            const int64_t *pf_bufs = NULL;
+            const phase_val *v;
+            /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
+            int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT];
             if (w->prompt > 0) {
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &pv));
-                k->pf = pv->c0;
-                k->mem = pv->mem;
-                pf_bufs = pv->buf_bytes;
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &v));
+                k->pf = v->c0;
+                k->mem = v->mem;
+                memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
             }
             if (w->gen > 0) {
-                /* the prefill memo slot may be reused by decode's: keep what we need of it */
-                int64_t keep[SP_BUF_COUNT];
-                if (pf_bufs) {
-                    memcpy(keep, pf_bufs, sizeof keep);
-                    pf_bufs = keep;
-                }
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &dv));
-                k->d1 = dv->c0;
-                k->dn = dv->c1;
-                if (!pv) k->mem = dv->mem;
-                sp_lower_mem_sizes_merge(&k->mem, pf_bufs, dv->buf_bytes, &k->mem);
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &v));
+                k->d1 = v->c0;
+                k->dn = v->c1;
+                k->mem = v->mem;   /* the stage's: either phase's agrees */
+                memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
             }
+            sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem);
         }
     accumulate:
         if (w->prompt > 0) {

@@ -370,6 +370,45 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
         set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", sp_lower_table_dtype(wd));
 }
 
+/* The storage of a stage's weights depends only on the model, the tensor
+ * mesh, the weight dtype, 1D or 2D storage and whether the stage holds the
+ * first or last layers; a search lowers many programs that share all of
+ * these, so each thread keeps the last two sets (compared by value). */
+static void stage_storage(ctx *c, int first_stage, int last_stage)
+{
+    typedef struct {
+        sp_model m;
+        int mesh[3];
+        sp_dtype wd;
+        int one_d, first, last, used;
+    } storage_key;
+    static _Thread_local struct {
+        storage_key key;
+        sp_weight_spec wspec[SP_W_COUNT];
+    } memo[2];
+    static _Thread_local int next;
+    storage_key k;
+    memset(&k, 0, sizeof k);   /* compared with memcmp: padding zeroed */
+    memcpy(&k.m, c->m, sizeof k.m);
+    memcpy(k.mesh, c->l->mesh, sizeof k.mesh);
+    k.wd = c->l->weights;
+    k.one_d = c->one_d;
+    k.first = first_stage;
+    k.last = last_stage;
+    k.used = 1;
+    sp_program *p = c->p;
+    for (int i = 0; i < 2; i++)
+        if (!memcmp(&memo[i].key, &k, sizeof k)) {
+            memcpy(p->wspec, memo[i].wspec, sizeof p->wspec);
+            return;
+        }
+    memset(p->wspec, 0, sizeof p->wspec);
+    storage_specs(c, first_stage, last_stage);
+    memo[next].key = k;
+    memcpy(memo[next].wspec, p->wspec, sizeof p->wspec);
+    next ^= 1;
+}
+
 /* gather a stored weight over the phase's weight-gathered axes N into a buffer;
  * returns the buffer to multiply from (SP_BUF_NONE: use the stored shard) */
 static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
@@ -1038,9 +1077,8 @@ static void emit_program(ctx *c)
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
     memset(p->buf_bytes, 0, sizeof p->buf_bytes);
-    memset(p->wspec, 0, sizeof p->wspec);
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
-    storage_specs(c, first_stage, last_stage);
+    stage_storage(c, first_stage, last_stage);
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
@@ -1092,7 +1130,7 @@ void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bu
     *out = r;
 }
 
-static void mem_sizes(const sp_program *any, const int64_t *bufs_a, const int64_t *bufs_b, sp_mem_sizes *out)
+void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
     const sp_layout *l = &any->layout;
@@ -1109,14 +1147,15 @@ static void mem_sizes(const sp_program *any, const int64_t *bufs_a, const int64_
               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
               sp_dtype_bytes(l->kv) * any->n_layers;
     if (l->weights != SP_DT_F32) out->workspace = kmax * SP_DEQUANT_TILE * 4;
-    sp_lower_mem_sizes_merge(out, bufs_a, bufs_b, out);
+    out->total = out->weights + out->kv + out->workspace;
 }
 
 sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
 {
     const sp_program *any = pf ? pf : dc;
     if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
-    mem_sizes(any, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
+    sp_lower_mem_stage(any, out);
+    sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
     return SP_OK;
 }
 

@@ -281,9 +281,13 @@ typedef struct sp_mem_sizes {
     int64_t total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
+/* The part that depends on the stage alone: weights, KV and workspace, the
+ * same from either phase's program of the stage (buffers 0). */
+void sp_lower_mem_stage(const sp_program *p, sp_mem_sizes *out);
 /* The same for callers that keep only sizes: weights, KV and workspace
- * from `stage_sizes` (sp_lower_mem_sizes of either phase's program of the
- * stage: they agree), buffers from both phases' buf_bytes (either may be NULL). */
+ * from `stage_sizes` (sp_lower_mem_stage or sp_lower_mem_sizes of either
+ * phase's program of the stage), buffers from both phases' buf_bytes
+ * (either may be NULL). */
 void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
                               sp_mem_sizes *out);
 
