@@ -53,10 +53,12 @@ typedef struct chip {
     void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */
     void **lw;                       /* (n_layers, SP_W_COUNT) per-layer shards */
     float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales of the WHOLE global
-                                        column range (spec cols, padded cols 0), replicated, never moved */
-    float *scl;                      /* (max cols) scales of one matmul's local columns */
+                                        column range (spec cols, padded cols 0), replicated, never moved;
+                                        on the chip's device (counted with the weights) */
+    float *scl;                      /* (max cols) scales of one matmul's local columns, on the device */
     float **lb;                      /* (n_layers, SP_W_COUNT) biases, whole, fp32 (bias models) */
     int64_t alloc_weights, alloc_gathered, alloc_kv, alloc_act;   /* bytes, vs sp_lower_mem_sizes */
+    int64_t alloc_ws;                /* device workspace bytes (devices with their own memory), vs the same */
     /* gathered weight buffers: the storage column block of each gathered column block */
     int wb_ncb[SP_BUF_COUNT];
     int wb_cblk[SP_BUF_COUNT][64];
@@ -235,11 +237,17 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
             free(shard);
             return spi_fail(SP_ENOMEM, "weight scales");
         }
-        *scale_out = full;
         ch->alloc_weights += s->cols * (int64_t)sizeof *full;
         /* zero rows: only the scales of the whole real column range */
         int8_t none;
         sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
+        if (!st) {
+            /* on the chip's device beside the shard (the CPU's: stays) */
+            *scale_out = full;
+            st = to_device(ch, (void **)scale_out, (size_t)s->cols * sizeof *full);
+        } else {
+            free(full);
+        }
         if (st) {
             free(lsc);
             free(shard);
@@ -295,21 +303,26 @@ static sp_status build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, v
     return to_device(ch, out, bytes);
 }
 
-/* Scales of the n local columns of a matmul's weight into ch->scl: the stored
- * shard holds global columns [cb·lc, cb·lc + lc); a gathered buffer holds, for
- * each gathered column block, the storage block recorded at its gather. */
-static const float *matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws)
+/* Scales of the n local columns of a matmul's weight (device memory): the
+ * stored shard holds global columns [cb·lc, cb·lc + lc); a gathered buffer
+ * holds, for each gathered column block, the storage block recorded at its
+ * gather (copied into ch->scl). */
+static sp_status matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out)
 {
     const float *full = ch->lscale[ch->li * SP_W_COUNT + s->weight];
     int64_t lc = ws->local_cols;
-    if (!s->wbuf) return full + (int64_t)aidx(ch, ws->col_axes) * lc;
-    int ncb = ch->wb_ncb[s->wbuf];
-    if (ncb * lc != s->n) return NULL;
-    for (int b = 0; b < ncb; b++) {
-        const float *src = full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc;
-        memcpy(ch->scl + b * lc, src, (size_t)lc * sizeof *src);
+    if (!s->wbuf) {
+        *out = full + (int64_t)aidx(ch, ws->col_axes) * lc;
+        return SP_OK;
     }
-    return ch->scl;
+    int ncb = ch->wb_ncb[s->wbuf];
+    if (ncb * lc != s->n)
+        return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
+                        sp_weight_name(s->weight), sp_buf_name(s->wbuf), ncb, (long long)s->n);
+    for (int b = 0; b < ncb; b++)
+        SP_CHECK(copy_flat(ch, ch->scl + b * lc, full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc, lc, 4));
+    *out = ch->scl;
+    return SP_OK;
 }
 
 /* ---- collectives ------------------------------------------------------------ */
@@ -632,11 +645,7 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
             v.data = ch->lw[ch->li * SP_W_COUNT + s->weight];
             v.ld = ws->local_cols;
         }
-        if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) {
-            if (!(v.scale = matmul_scales(ch, s, ws)))
-                return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
-                                sp_weight_name(s->weight), sp_buf_name(s->wbuf), ch->wb_ncb[s->wbuf], (long long)s->n);
-        }
+        if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) SP_CHECK(matmul_scales(ch, s, ws, &v.scale));
         return ch->ops->matmul(&ch->dev, ch->buf[s->dst], ch->buf[s->src], &v, s->m, s->k, s->n,
                                s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE);
     }
@@ -774,7 +783,7 @@ static sp_status chip_setup(chip *ch)
     ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * D;
     ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
     if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
-        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
     size_t kvb = (size_t)(ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv));
     if (o->alloc(d, kvb + 64, &ch->kc) || o->alloc(d, kvb + 64, &ch->vc))
         return spi_fail(SP_ENOMEM, "KV cache: %s", sp_last_error());
@@ -807,7 +816,7 @@ static sp_status chip_setup(chip *ch)
     int64_t maxc = 1;
     for (int w = SP_W_Q; w <= SP_W_OUT; w++)
         if (pf->wspec[w].present && pf->wspec[w].cols > maxc) maxc = pf->wspec[w].cols;
-    if (!(ch->scl = malloc((size_t)maxc * sizeof *ch->scl))) return spi_fail(SP_ENOMEM, "scales");
+    if (o->alloc(d, (size_t)maxc * sizeof *ch->scl, (void **)&ch->scl)) return spi_fail(SP_ENOMEM, "scales: %s", sp_last_error());
     float *dummy = NULL;
     for (int w = SP_W_NORMF; w <= SP_W_POS; w++)
         if (pf->wspec[w].present) SP_CHECK(build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
@@ -820,15 +829,26 @@ static sp_status chip_setup(chip *ch)
     /* what this chip holds must be what the cost model's pure size function says */
     sp_mem_sizes ms;
     SP_CHECK(sp_lower_mem_sizes(pf, dc, &ms));
+    /* a device with its own memory gets the predicted dequantisation workspace and
+     * nothing more: its matmul / logits kernels size their tiles to it, 64 columns
+     * of a stored shard, fewer of a weight gathered over its rows (the CPU kernels
+     * keep their host scratch above) */
+    if (!o->host_memory && ms.workspace > 0) {
+        d->ws_bytes = (size_t)ms.workspace;
+        if (o->alloc(d, d->ws_bytes, &d->ws)) return spi_fail(SP_ENOMEM, "workspace: %s", sp_last_error());
+        ch->alloc_ws = ms.workspace;
+    }
+    int64_t ws_pred = o->host_memory ? 0 : ms.workspace;
     if (ms.weights != ch->alloc_weights || ms.gathered_weights != ch->alloc_gathered || ms.kv != ch->alloc_kv ||
-        ms.activations != ch->alloc_act) {
+        ms.activations != ch->alloc_act || ws_pred != ch->alloc_ws) {
         if (!ch->mismatches)
             snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
-                     "chip %d memory: weights %lld/%lld, gathered %lld/%lld, kv %lld/%lld, activations %lld/%lld "
-                     "(allocated/predicted)",
+                     "chip %d memory: weights %lld/%lld, gathered %lld/%lld, kv %lld/%lld, activations %lld/%lld, "
+                     "workspace %lld/%lld (allocated/predicted)",
                      ch->rank, (long long)ch->alloc_weights, (long long)ms.weights, (long long)ch->alloc_gathered,
                      (long long)ms.gathered_weights, (long long)ch->alloc_kv, (long long)ms.kv,
-                     (long long)ch->alloc_act, (long long)ms.activations);
+                     (long long)ch->alloc_act, (long long)ms.activations, (long long)ch->alloc_ws,
+                     (long long)ws_pred);
         ch->mismatches++;
     }
     return SP_OK;
@@ -855,16 +875,17 @@ static void chip_teardown(chip *ch)
         o->release(d, ch->ks);
         o->release(d, ch->vs);
         o->release(d, ch->dtok);
+        o->release(d, ch->scl);
+        o->release(d, ch->dev.ws);
+        if (ch->lscale)
+            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lscale[i]);
         o->close(d);
     } else if (ch->dev.ops) {
         ch->dev.ops->close(&ch->dev);   /* open failed part way */
     }
-    if (ch->lscale)
-        for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) free(ch->lscale[i]);
     free(ch->lb);
     free(ch->lw);
     free(ch->lscale);
-    free(ch->scl);
     free(ch->dev.lg_scr);
     free(ch->pos);
     free(ch->dev.mm_scr);
@@ -1147,12 +1168,6 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
         if (!(ops = spi_xops_cuda()))
             return spi_fail(SP_ENOTSUP, "the CUDA executor is not in this build: reconfigure with --with-cuda=DIR "
                                         "(needs nvcc, cuBLAS, NCCL and MPI)");
-        if (l->weights != SP_DT_F32)
-            return spi_fail(SP_ENOTSUP, "weights dtype %s on the CUDA executor (supported there: f32; the threads "
-                                        "and MPI backends run bf16, f16, int8 and fp8)", sp_dtype_name(l->weights));
-        if (l->kv != SP_DT_F32)
-            return spi_fail(SP_ENOTSUP, "KV cache dtype %s on the CUDA executor (supported there: f32; the threads "
-                                        "and MPI backends also keep bf16)", sp_dtype_name(l->kv));
     } else if (backend != SP_COMM_BACKEND_THREADS && backend != SP_COMM_BACKEND_MPI) {
         return spi_fail(SP_EINVAL, "unknown communicator backend %d", (int)backend);
     }
@@ -1160,7 +1175,7 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
         l->weights != SP_DT_FP8)
         return spi_fail(SP_ENOTSUP, "weights dtype %s", sp_dtype_name(l->weights));
     if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
-        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the CPU executor keeps f32 or bf16)", sp_dtype_name(l->kv));
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(l->kv));
     if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");
     sp_program *p = malloc(sizeof *p);
     if (!p) return spi_fail(SP_ENOMEM, "program");

@@ -38,7 +38,11 @@
  * memory accounting says); KV cache F32 or BF16.  Pass weights already
  * round-tripped with sp_weights_quantize(w, layout.weights) to get exactly
  * the numbers the single-chip reference computes on them.  On GPUs (NCCL):
- * every layout, weights and KV cache F32 only (SP_ENOTSUP otherwise).
+ * the same layouts and dtypes; non-F32 weights and tables are dequantised on
+ * the GPU in tiles that fit the lowering's workspace (sp_mem_sizes.workspace,
+ * allocated there exactly and checked with the rest), the INT8/FP8 scales
+ * live in GPU memory with the weights, and every stored value decodes to the
+ * fp32 value the CPU kernels read.
  */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
@@ -69,8 +73,9 @@ typedef struct sp_exec_stats {
     uint64_t token_bytes;      /* pipeline token hand-off (last stage -> stage 0), not in the program */
     int64_t comm_steps;        /* COLL/SEND/RECV steps checked (all chips) */
     int64_t mismatches;        /* steps whose measured bytes differ from the prediction, and chips
-                                  whose weights, gathered-weight buffers, KV cache or activation
-                                  buffers differ from sp_lower_mem_sizes */
+                                  whose weights, gathered-weight buffers, KV cache, activation
+                                  buffers or (GPUs) dequantisation workspace differ from
+                                  sp_lower_mem_sizes */
     char first_mismatch[256];
 } sp_exec_stats;
 
@@ -79,10 +84,11 @@ typedef struct sp_exec_stats {
  * of the job calls it with the same arguments (the validation is the same
  * pure function everywhere, so every rank accepts or rejects alike); the
  * world size must equal the layout's chips.  NCCL: the same under mpirun,
- * one GPU per process; SP_ENOTSUP for weights or KV cache other than F32 and
- * in a build without CUDA, SP_ECUDA when no GPU is visible.  weights are
- * borrowed until sp_exec_free.  SP_EINVAL with the reason when the layout
- * does not apply; SP_ENOTSUP for what the executor does not implement. */
+ * one GPU per process; SP_ENOTSUP in a build without CUDA, SP_ECUDA when no
+ * GPU is visible.  Every backend: SP_ENOTSUP for a KV cache other than F32
+ * or BF16.  weights are borrowed until sp_exec_free.  SP_EINVAL with the
+ * reason when the layout does not apply; SP_ENOTSUP for what the executor
+ * does not implement. */
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                         const sp_weights *w, sp_comm_backend backend, sp_exec **out);
 void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */

@@ -9,7 +9,9 @@
  * kernels/cuda and cuBLAS, buffers in device memory, used with the NCCL
  * communicator).  Operations take and return what sp_kern.h's kernels do;
  * pointers named host are host memory on every device, all others live in
- * the device's memory.
+ * the device's memory (a weight view's data and INT8/FP8 scales included).
+ * Both devices take every dtype the interpreter builds: weights F32, BF16,
+ * F16, INT8, FP8, tables F32/BF16/F16, KV cache F32 or BF16.
  *
  * Ordering.  A device may queue work (CUDA: one stream per chip); results
  * are in place for the next operation of the same chip.  Before a buffer is
@@ -32,6 +34,11 @@ typedef struct spi_xdev {
     void *impl;                      /* CUDA: the chip's context and staging buffers */
     void *mm_scr, *at_scr, *lg_scr;  /* CPU kernel scratch (host), sized by the interpreter */
     size_t mm_bytes, at_bytes, lg_bytes;
+    /* devices with their own memory (host_memory 0): the lowering's dequantisation workspace
+     * there, sp_lower_mem_sizes' workspace bytes exactly (0 for F32 weights): the fp32 tiles of
+     * matmul and logits over 16-bit / 8-bit weights and tables fit in it */
+    void *ws;
+    size_t ws_bytes;
 } spi_xdev;
 
 struct spi_xops {

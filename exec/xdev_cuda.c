@@ -2,10 +2,13 @@
  * chip's GPU, one stream and one cuBLAS handle per chip (sp_cuda_ctx), the
  * kernels of kernels/cuda.  Used with the NCCL communicator.
  *
- * Supported: fp32 weights and vocabulary / position tables, fp32 KV cache
- * (the interpreter refuses other dtypes before it builds anything).  The KV
- * cache has the CPU's layout (B, ctx_max, KVHl, D): append is two strided
- * copies, attention reads it as sp_kern_attention does.  Token ids and
+ * Supported: what the CPU device takes.  Weights F32 (straight to cuBLAS) or
+ * BF16, F16, INT8, FP8 (column tiles dequantised into the lowering's
+ * workspace, d->ws, then SGEMM); vocabulary / position tables F32, BF16 or
+ * F16 (decoded in the embed / position kernels; the LM head in row tiles
+ * through the same workspace); KV cache F32 or BF16 in the CPU's layout
+ * (B, ctx_max, KVHl, D), converted on append, decoded by attention.  Every
+ * decode and encode is the CPU kernels' (kernels/spi_conv.h).  Token ids and
  * positions come from the host and are staged into device buffers that grow
  * on demand; greedy picks run sp_cuda_argmax on the device. */
 #include "config.h"
@@ -25,11 +28,10 @@ typedef struct cuda_dev {
 
 static sp_cuda_ctx *ctx_of(const spi_xdev *d) { return ((cuda_dev *)d->impl)->ctx; }
 
-static sp_status need_f32(const sp_kern_wview *w, const char *what)
+/* a table view's data offset by e0 columns */
+static const void *table_at(const sp_kern_wview *t, int64_t e0)
 {
-    if (w->dt != SP_DT_F32)
-        return spi_fail(SP_ENOTSUP, "CUDA executor: %s stored as %s (supported: f32)", what, sp_dtype_name(w->dt));
-    return SP_OK;
+    return (const char *)t->data + e0 * sp_dtype_bytes(t->dt);
 }
 
 static sp_status cu_open(spi_xdev *d)
@@ -102,18 +104,16 @@ static sp_status cu_embed(spi_xdev *d, float *out, const int32_t *tok, int64_t T
                           int64_t v0, int64_t Vl, int64_t e0, int64_t El)
 {
     cuda_dev *c = d->impl;
-    SP_CHECK(need_f32(table, "embedding table"));
     SP_CHECK(stage(d, (void **)&c->tok, &c->ntok, tok, (size_t)T, sizeof *tok));
-    return sp_cuda_embed(c->ctx, out, c->tok, T, (const float *)table->data + e0, table->ld, El, v0, Vl);
+    return sp_cuda_embed(c->ctx, out, c->tok, T, table->dt, table_at(table, e0), table->ld, El, v0, Vl);
 }
 
 static sp_status cu_pos_add(spi_xdev *d, float *x, int64_t T, int64_t El, const sp_kern_wview *table, int64_t e0,
                             const int64_t *pos)
 {
     cuda_dev *c = d->impl;
-    SP_CHECK(need_f32(table, "position table"));
     SP_CHECK(stage(d, (void **)&c->pos, &c->npos, pos, (size_t)T, sizeof *pos));
-    return sp_cuda_pos_add(c->ctx, x, T, El, (const float *)table->data + e0, table->ld, c->pos);
+    return sp_cuda_pos_add(c->ctx, x, T, El, table->dt, table_at(table, e0), table->ld, c->pos);
 }
 
 static sp_status cu_norm_stats(spi_xdev *d, const float *x, int64_t T, int64_t Cl, float *stats)
@@ -130,12 +130,8 @@ static sp_status cu_norm_apply(spi_xdev *d, const float *x, const float *stats, 
 static sp_status cu_matmul(spi_xdev *d, float *out, const float *in, const sp_kern_wview *w, int64_t T, int64_t K,
                            int64_t N, int mode)
 {
-    SP_CHECK(need_f32(w, "matmul weight"));
-    if (w->ld != N)
-        return spi_fail(SP_ENOTSUP, "CUDA executor: weight view of row stride %lld for %lld columns", (long long)w->ld,
-                        (long long)N);
-    if (T <= 0) return SP_OK;
-    return sp_cuda_matmul(ctx_of(d), out, in, w->data, NULL, T, K, N, mode == SP_KERN_ACCUMULATE);
+    return sp_cuda_matmul_wv(ctx_of(d), out, in, w->dt, w->data, w->ld, w->scale, T, K, N, mode == SP_KERN_ACCUMULATE,
+                             d->ws, d->ws_bytes);
 }
 
 static sp_status cu_bias_add(spi_xdev *d, float *out, const float *b, int64_t T, int64_t N, int64_t nvalid)
@@ -161,33 +157,20 @@ static sp_status cu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D
 
 static sp_status cu_kv_append(spi_xdev *d, sp_kern_kv *kv, const float *k, const float *v, int64_t Lq, int64_t pos0)
 {
-    if (kv->dt != SP_DT_F32)
-        return spi_fail(SP_ENOTSUP, "CUDA executor: KV cache %s (supported: f32)", sp_dtype_name(kv->dt));
-    if (Lq < 0 || pos0 < 0 || pos0 + Lq > kv->ctx_max)
-        return spi_fail(SP_EINVAL, "KV append of %lld tokens at %lld overflows the cache of %lld", (long long)Lq,
-                        (long long)pos0, (long long)kv->ctx_max);
-    /* (B, Lq, KVHl, D) into positions pos0.. of (B, ctx_max, KVHl, D): one block of rows per sequence */
-    size_t row = (size_t)(kv->KVHl * kv->D) * sizeof(float), off = (size_t)pos0 * row;
-    SP_CHECK(cu_copy2d(d, (char *)kv->k + off, (size_t)kv->ctx_max * row, k, (size_t)Lq * row, (size_t)Lq * row,
-                       (size_t)kv->B));
-    return cu_copy2d(d, (char *)kv->v + off, (size_t)kv->ctx_max * row, v, (size_t)Lq * row, (size_t)Lq * row,
-                     (size_t)kv->B);
+    return sp_cuda_kv_append(ctx_of(d), kv->dt, kv->k, kv->v, kv->B, kv->ctx_max, kv->KVHl * kv->D, k, v, Lq, pos0);
 }
 
 static sp_status cu_attention(spi_xdev *d, float *out, const float *q, const sp_kern_kv *kv, int64_t Lq, int64_t pos0,
                               int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0)
 {
-    if (kv->dt != SP_DT_F32)
-        return spi_fail(SP_ENOTSUP, "CUDA executor: KV cache %s (supported: f32)", sp_dtype_name(kv->dt));
-    return sp_cuda_attention(ctx_of(d), out, q, kv->k, kv->v, kv->B, kv->ctx_max, kv->KVHl, kv->D, Lq, pos0, H, KVH,
-                             h0, Hl, kv0);
+    return sp_cuda_attention(ctx_of(d), out, q, kv->dt, kv->k, kv->v, kv->B, kv->ctx_max, kv->KVHl, kv->D, Lq, pos0,
+                             H, KVH, h0, Hl, kv0);
 }
 
 static sp_status cu_logits(spi_xdev *d, float *logits, const float *x, const sp_kern_wview *table, int64_t T,
                            int64_t E, int64_t Vl)
 {
-    SP_CHECK(need_f32(table, "LM head table"));
-    return sp_cuda_logits(ctx_of(d), logits, x, table->data, table->ld, T, E, Vl);
+    return sp_cuda_logits(ctx_of(d), logits, x, table->dt, table->data, table->ld, T, E, Vl, d->ws, d->ws_bytes);
 }
 
 static sp_status cu_argmax(spi_xdev *d, const float *logits, int64_t V, int32_t *tok)

@@ -1,5 +1,5 @@
 # kernels/cpu.mk: CPU kernels (CBLAS sgemm + own norm/RoPE/attention/activation/sampling).
 libspcore_la_SOURCES += \
-	kernels/cpu/sp_kern.h kernels/cpu/matmul.c kernels/cpu/ops.c \
+	kernels/spi_conv.h kernels/cpu/sp_kern.h kernels/cpu/matmul.c kernels/cpu/ops.c \
 	kernels/cpu/attention.c kernels/cpu/sample.c \
 	kernels/cpu/spi_blas_dl.h kernels/cpu/blas_dl.c

@@ -11,6 +11,8 @@ SP_NVCC_FLAGS = -std=c++17 -O2 $(DEFS) -I$(top_builddir) $(AM_CPPFLAGS) $(CUDA_C
 libspcore_la_LIBADD += kernels/cuda/kernels.lo -lstdc++
 libspcore_la_SOURCES += kernels/cuda/spi_cuda_dl.h kernels/cuda/cuda_dl.c
 CLEANFILES += kernels/cuda/kernels.lo kernels/cuda/kernels.o kernels/cuda/.libs/kernels.o
+# the suffix rule tracks no headers: the ones kernels.cu shares with the C side
+kernels/cuda/kernels.lo: $(srcdir)/kernels/spi_conv.h $(srcdir)/kernels/cuda/sp_cuda.h $(srcdir)/src/sp_hw.h
 .cu.lo:
 	$(AM_V_GEN)$(MKDIR_P) $(@D)/.libs && \
 	$(NVCC) $(SP_NVCC_FLAGS) -c -o $(@D)/.libs/$(*F).o $< && \

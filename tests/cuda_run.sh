@@ -1,12 +1,15 @@
 #!/bin/sh
 # cuda_run.sh: `shardplan run --backend cuda` (one GPU per chip, NCCL) against
 # the threads backend on the same layout: the same greedy tokens, the same
-# measured bytes (equal to the prediction), last logits within 1e-3 relative
-# (cuBLAS and NCCL sum in another order than the CPU, so not bit for bit).
+# measured bytes (equal to the prediction), last logits within a relative
+# tolerance per layout (cuBLAS and NCCL sum in another order than the CPU, so
+# not bit for bit): 1e-3 where activations stay fp32 (f32, bf16, f16, int8,
+# fp8 weights: both sides decode the same stored values), 1e-2 with a bf16 KV
+# cache (an fp32 rounding difference can flip a bf16 rounding of K or V).
 # 1 chip runs without mpirun; layouts of N > 1 chips run under mpirun when it
-# and N GPUs are there.  A layout the CUDA executor does not support (int8
-# weights, bf16 KV cache) fails naming the dtype.  Exits 77 (skip) with the
-# reason without the CUDA build or without a visible GPU.
+# and N GPUs are there.  A KV dtype no executor keeps (f16) fails naming it.
+# Exits 77 (skip) with the reason without the CUDA build or without a
+# visible GPU.
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
 probe="${top_builddir:-.}/kernels/cuda/cuda_probe"
@@ -40,22 +43,23 @@ cuda() { # np, args...
 fail=0
 n=0
 skipped=0
-while read -r np model layout; do
+while read -r np model layout tol; do
     case "$np" in ''|'#'*) continue ;; esac
     if [ "$np" -gt 1 ] && { [ -z "${MPIRUN:-}" ] || [ "$np" -gt "$ngpu" ]; }; then
         skipped=$((skipped + 1)); continue
     fi
     n=$((n + 1))
-    args="--model $model --batch 4 --prompt 5 --gen 6 --seed 7 --layout $layout --json"
+    args="--model $model --batch 8 --prompt 5 --gen 6 --seed 7 --layout $layout --json"
     if ! "$SHARDPLAN" run $args --logits $tmp/t.bin >$tmp/t.json 2>$tmp/t.err; then
         echo "FAIL: threads $model $layout"; head -5 $tmp/t.err; fail=$((fail + 1)); continue
     fi
     if ! cuda "$np" $args --logits $tmp/c.bin >$tmp/c.json 2>$tmp/c.err; then
         echo "FAIL: cuda ($np chips) $model $layout"; head -5 $tmp/c.err; fail=$((fail + 1)); continue
     fi
-    python3 - $tmp/t.json $tmp/c.json $tmp/t.bin $tmp/c.bin <<'PY' || { echo "FAIL: cuda ($np chips) $model $layout: results differ"; fail=$((fail + 1)); }
+    python3 - $tmp/t.json $tmp/c.json $tmp/t.bin $tmp/c.bin "$tol" <<'PY' || { echo "FAIL: cuda ($np chips) $model $layout: results differ"; fail=$((fail + 1)); }
 import json, struct, sys
 t, c = (json.load(open(p)) for p in sys.argv[1:3])
+tol = float(sys.argv[5])
 assert c["backend"] == "cuda" and t["backend"] == "threads"
 assert t["tokens"] == c["tokens"], (t["tokens"], c["tokens"])
 for k in ["measured_bytes", "predicted_bytes", "measured_recv", "predicted_recv"]:
@@ -66,30 +70,40 @@ assert len(a) == len(b) and len(a) % 4 == 0
 x, y = (struct.unpack("<%df" % (len(a) // 4), v) for v in (a, b))
 scale = max(1e-30, max(abs(v) for v in x))
 err = max(abs(u - v) for u, v in zip(x, y)) / scale
-assert err <= 1e-3, "last logits differ by %.3g relative" % err
-print("  %.2e relative logits difference" % err)
+assert err <= tol, "last logits differ by %.3g relative (tolerance %g)" % (err, tol)
+print("  %.2e relative logits difference (tolerance %g)" % (err, tol))
 PY
 done <<'EOF2'
-1 tiny-llama mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-1 tiny-palm mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-1 tiny-gpt2 mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-2 tiny-gpt2 replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-2 tiny-llama stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
-2 tiny-palm mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads
-2 tiny-gpt2 mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch
-4 tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch
-4 tiny-gpt2 mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
-8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
+1 tiny-llama mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-palm mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-gpt2 mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-llama mesh=1x1x1,weights=bf16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-llama mesh=1x1x1,weights=f16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-llama mesh=1x1x1,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-llama mesh=1x1x1,weights=fp8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-llama mesh=1x1x1,weights=f32,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
+1 tiny-gpt2 mesh=1x1x1,weights=bf16,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
+1 tiny-gpt2 mesh=1x1x1,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+1 tiny-palm mesh=1x1x1,weights=fp8,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
+2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+2 tiny-gpt2 replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+2 tiny-llama stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+2 tiny-palm mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads 1e-3
+2 tiny-gpt2 mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch 1e-3
+4 tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch 1e-3
+4 tiny-gpt2 mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads 1e-3
+8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch 1e-3
+2 tiny-llama mesh=2x1x1,weights=int8,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
+2 tiny-palm mesh=2x1x1,weights=bf16,kv=f32,prefill=wg-x/heads,decode=wg-x/heads 1e-3
+2 tiny-palm mesh=2x1x1,weights=fp8,kv=f32,prefill=wg-x/heads,decode=wg-x/heads 1e-3
+4 tiny-gpt2 mesh=2x2x1,weights=int8,kv=bf16,prefill=wg-xy/heads,decode=wg-xy/heads 1e-2
 EOF2
-# what the CUDA executor does not run: refused, naming the dtype and what it supports
-for bad in "weights=int8,kv=f32" "weights=f32,kv=bf16"; do
-    cuda 1 --model tiny-llama --batch 2 --prompt 4 --gen 2 \
-        --layout "mesh=1x1x1,$bad,prefill=ws1d/heads,decode=ws1d/heads" >$tmp/b.out 2>$tmp/b.err
-    rc=$?
-    { [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "CUDA executor (supported there: f32" $tmp/b.err; } ||
-        { echo "FAIL: $bad on cuda: exit $rc"; cat $tmp/b.err; fail=$((fail + 1)); }
-done
+# what no executor keeps: refused, naming the dtype
+cuda 1 --model tiny-llama --batch 2 --prompt 4 --gen 2 \
+    --layout "mesh=1x1x1,weights=f32,kv=f16,prefill=ws1d/heads,decode=ws1d/heads" >$tmp/b.out 2>$tmp/b.err
+rc=$?
+{ [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "KV cache dtype f16" $tmp/b.err; } ||
+    { echo "FAIL: kv=f16 on cuda: exit $rc"; cat $tmp/b.err; fail=$((fail + 1)); }
 [ $skipped -gt 0 ] && echo "cuda_run: $skipped layouts skipped (GPUs: $ngpu, MPIRUN='${MPIRUN:-}')"
 [ $fail -eq 0 ] && echo "cuda_run: $n layouts passed" || echo "cuda_run: $fail failed"
 [ $fail -eq 0 ]

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
+#include "kernels/spi_conv.h"
 
 static sp_status kv_check(const sp_kern_kv *kv)
 {
@@ -31,8 +32,8 @@ sp_status sp_kern_kv_append(sp_kern_kv *kv, const float *k, const float *v, int6
             } else {
                 uint16_t *kd = (uint16_t *)kv->k + off, *vd = (uint16_t *)kv->v + off;
                 for (int64_t j = 0; j < row; j++) {
-                    kd[j] = sp_kern_f32_to_bf16(ks[j]);
-                    vd[j] = sp_kern_f32_to_bf16(vs[j]);
+                    kd[j] = spi_f32_to_bf16(ks[j]);
+                    vd[j] = spi_f32_to_bf16(vs[j]);
                 }
             }
         }
@@ -47,7 +48,7 @@ size_t sp_kern_attention_scratch_bytes(int64_t ctx_max)
 
 static inline float kv_at(const sp_kern_kv *kv, const void *base, int64_t off)
 {
-    return kv->dt == SP_DT_F32 ? ((const float *)base)[off] : sp_kern_bf16_to_f32(((const uint16_t *)base)[off]);
+    return kv->dt == SP_DT_F32 ? ((const float *)base)[off] : spi_bf16_to_f32(((const uint16_t *)base)[off]);
 }
 
 sp_status sp_kern_attention(float *out, const float *q, const sp_kern_kv *kv, int64_t Lq, int64_t pos0,

@@ -5,89 +5,20 @@
 #include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
+#include "kernels/spi_conv.h"
 
 
 /* Dequantised tile: KT rows x NT columns of W. */
 #define SPI_KT 256
 #define SPI_NT 512
 
-float sp_kern_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-uint16_t sp_kern_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float sp_kern_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-    if (exp == 0) {
-        float f = ldexpf((float)man, -24);   /* zero or subnormal */
-        return sign ? -f : f;
-    }
-    if (exp == 31) u = sign | 0x7f800000u | (man << 13);
-    else u = sign | ((exp + 112u) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-uint16_t sp_kern_f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    float a = fabsf(f);
-    if (isnan(f)) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00u);   /* rounds to inf */
-    if (a < 6.103515625e-05f) {                            /* subnormal: multiples of 2^-24 */
-        float q = nearbyintf(a * 16777216.0f);             /* round half even (default mode) */
-        return (uint16_t)(sign | (uint16_t)q);
-    }
-    uint32_t e = ((u >> 23) & 0xffu) - 112u, m = u & 0x7fffffu;
-    uint32_t h = (e << 10) | (m >> 13);
-    uint32_t rest = m & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;   /* may carry into exp: fine */
-    return (uint16_t)(sign | h);
-}
-
-float sp_kern_fp8_to_f32(uint8_t b)
-{
-    int sign = b & 0x80, exp = (b >> 3) & 0xf, man = b & 0x7;
-    float f;
-    if (exp == 0xf && man == 0x7) return NAN;
-    if (exp == 0) f = ldexpf((float)man, -9);
-    else f = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
-    return sign ? -f : f;
-}
-
-uint8_t sp_kern_f32_to_fp8(float f)
-{
-    if (isnan(f)) return 0x7f;
-    uint8_t sign = signbit(f) ? 0x80 : 0;
-    float a = fabsf(f);
-    if (a >= 448.0f) return (uint8_t)(sign | 0x7e);
-    /* Search the 127 non-negative finite codes: monotone in the code. */
-    int lo = 0, hi = 0x7e;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (sp_kern_fp8_to_f32((uint8_t)mid) <= a) lo = mid; else hi = mid;
-    }
-    float dl = a - sp_kern_fp8_to_f32((uint8_t)lo), dh = sp_kern_fp8_to_f32((uint8_t)hi) - a;
-    int c = (dl < dh || (dl == dh && !(lo & 1))) ? lo : hi;
-    return (uint8_t)(sign | c);
-}
+/* the exported conversions: spi_conv.h's, shared with the CUDA kernels */
+float sp_kern_bf16_to_f32(uint16_t h) { return spi_bf16_to_f32(h); }
+uint16_t sp_kern_f32_to_bf16(float f) { return spi_f32_to_bf16(f); }
+float sp_kern_f16_to_f32(uint16_t h) { return spi_f16_to_f32(h); }
+uint16_t sp_kern_f32_to_f16(float f) { return spi_f32_to_f16(f); }
+float sp_kern_fp8_to_f32(uint8_t b) { return spi_fp8_to_f32(b); }
+uint8_t sp_kern_f32_to_fp8(float f) { return spi_f32_to_fp8(f); }
 
 size_t sp_kern_matmul_scratch_bytes(const sp_kern_wview *w, int64_t K, int64_t N)
 {
@@ -106,27 +37,24 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
         switch (w->dt) {
         case SP_DT_BF16: {
             const uint16_t *src = (const uint16_t *)w->data + off;
-            for (int64_t n = 0; n < nb; n++) {
-                uint32_t u = (uint32_t)src[n] << 16;
-                memcpy(&dst[n], &u, sizeof u);
-            }
+            for (int64_t n = 0; n < nb; n++) dst[n] = spi_bf16_to_f32(src[n]);
             break;
         }
         case SP_DT_F16: {
             const uint16_t *src = (const uint16_t *)w->data + off;
-            for (int64_t n = 0; n < nb; n++) dst[n] = sp_kern_f16_to_f32(src[n]);
+            for (int64_t n = 0; n < nb; n++) dst[n] = spi_f16_to_f32(src[n]);
             break;
         }
         case SP_DT_INT8: {
             const int8_t *src = (const int8_t *)w->data + off;
             const float *s = w->scale + n0;
-            for (int64_t n = 0; n < nb; n++) dst[n] = (float)src[n] * s[n];
+            for (int64_t n = 0; n < nb; n++) dst[n] = spi_int8_to_f32(src[n], s[n]);
             break;
         }
         case SP_DT_FP8: {
             const uint8_t *src = (const uint8_t *)w->data + off;
             const float *s = w->scale + n0;
-            for (int64_t n = 0; n < nb; n++) dst[n] = sp_kern_fp8_to_f32(src[n]) * s[n];
+            for (int64_t n = 0; n < nb; n++) dst[n] = spi_fp8_scaled_to_f32(src[n], s[n]);
             break;
         }
         default:
@@ -187,8 +115,7 @@ matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview 
                 switch (w->dt) {
                 case SP_DT_BF16: {
                     const uint16_t *src = (const uint16_t *)w->data + off;
-                    uint32_t *du = (uint32_t *)(void *)d;
-                    for (int64_t n = 0; n < nb; n++) du[n] = (uint32_t)src[n] << 16;
+                    for (int64_t n = 0; n < nb; n++) d[n] = spi_bf16_to_f32(src[n]);
                     break;
                 }
                 case SP_DT_INT8: {
@@ -203,7 +130,7 @@ matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview 
                 }
                 case SP_DT_F16: {
                     const uint16_t *src = (const uint16_t *)w->data + off;
-                    for (int64_t n = 0; n < nb; n++) d[n] = sp_kern_f16_to_f32(src[n]);
+                    for (int64_t n = 0; n < nb; n++) d[n] = spi_f16_to_f32(src[n]);
                     break;
                 }
                 default: {
@@ -309,7 +236,7 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
     } else if (T <= SPI_SMALL_T) {
         if (w->dt == SP_DT_FP8 && !__atomic_load_n(&spi_fp8_lut_ready, __ATOMIC_ACQUIRE)) {
             /* idempotent: racing threads write the same values */
-            for (int b = 0; b < 256; b++) spi_fp8_lut[b] = sp_kern_fp8_to_f32((uint8_t)b);
+            for (int b = 0; b < 256; b++) spi_fp8_lut[b] = spi_fp8_to_f32((uint8_t)b);
             __atomic_store_n(&spi_fp8_lut_ready, 1, __ATOMIC_RELEASE);
         }
         matmul_small(out, in, w, T, K, N, mode);

@@ -5,6 +5,7 @@
 #include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
+#include "kernels/spi_conv.h"
 
 void sp_kern_norm_stats(const float *x, int64_t T, int64_t Cl, float *stats)
 {
@@ -80,13 +81,12 @@ __attribute__((optimize("tree-vectorize"))) static sp_status table_row(float *ds
     case SP_DT_BF16: {
         /* bf16 is the top half of an fp32: a shift the compiler vectorises */
         const uint16_t *h = (const uint16_t *)t->data + off;
-        uint32_t *du = (uint32_t *)(void *)dst;
-        for (int64_t j = 0; j < n; j++) du[j] = (uint32_t)h[j] << 16;
+        for (int64_t j = 0; j < n; j++) dst[j] = spi_bf16_to_f32(h[j]);
         return SP_OK;
     }
     case SP_DT_F16: {
         const uint16_t *h = (const uint16_t *)t->data + off;
-        for (int64_t j = 0; j < n; j++) dst[j] = sp_kern_f16_to_f32(h[j]);
+        for (int64_t j = 0; j < n; j++) dst[j] = spi_f16_to_f32(h[j]);
         return SP_OK;
     }
     default: return spi_fail(SP_ENOTSUP, "tables are stored f32, bf16 or f16, not %s", sp_dtype_name(t->dt));

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-/* ---- scalar conversions --------------------------------------------------- */
+/* ---- scalar conversions (kernels/spi_conv.h's, shared with kernels/cuda) ---- */
 float sp_kern_bf16_to_f32(uint16_t h);
 uint16_t sp_kern_f32_to_bf16(float f);          /* round to nearest even; NaN stays NaN */
 float sp_kern_f16_to_f32(uint16_t h);

@@ -3,8 +3,11 @@
  * squared error NMSE = sum (gpu - cpu)^2 / sum cpu^2 with a threshold per op
  * (fp32 on both sides: only the summation order differs; cuBLAS may use
  * TF32 only if the environment forces it, NVIDIA_TF32_OVERRIDE=1, which
- * this check reports as a failure of the matmul threshold).  Index results
- * (embed, argmax) must match exactly.  Exits 77 (skip) with the reason when
+ * this check reports as a failure of the matmul threshold).  Stored dtypes
+ * (BF16/F16/INT8/FP8 weights, BF16/F16 tables, BF16 KV cache) are decoded
+ * by the same conversions on both sides (kernels/spi_conv.h), so the same
+ * thresholds hold; embedding rows and the bf16 KV cache written by append
+ * must be bit-identical.  Index results (embed, argmax) must match exactly.  Exits 77 (skip) with the reason when
  * no GPU is visible, 1 on any failure, 0 otherwise. */
 #include "config.h"
 #include <cuda_runtime.h>
@@ -46,6 +49,12 @@ static void host(void *h, const void *d, size_t bytes)
 {
     if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
         die("cudaMemcpy D2H", cudaGetErrorString(cudaGetLastError()));
+}
+
+static void host_to(void *d, const void *h, size_t bytes)
+{
+    if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+        die("cudaMemcpy H2D", cudaGetErrorString(cudaGetLastError()));
 }
 
 #define OK(call)                                                     \
@@ -151,7 +160,7 @@ static void t_attention(sp_cuda_ctx *c)
         }
         sp_kern_kv kv = {SP_DT_F32, k1, v1, B, LMAX, kvhl, D};
         OK(sp_kern_attention(cpu, q, &kv, LQ, POS0, H, KVH, h0, hl, kv0, scr, sb));   /* q read as (B, LQ, hl, D) */
-        OK(sp_cuda_attention(c, dout, dq, dk, dv, B, LMAX, kvhl, D, LQ, POS0, H, KVH, h0, hl, kv0));
+        OK(sp_cuda_attention(c, dout, dq, SP_DT_F32, dk, dv, B, LMAX, kvhl, D, LQ, POS0, H, KVH, h0, hl, kv0));
         OK(sp_cuda_sync(c));
         size_t n = (size_t)B * LQ * hl * D;
         host(gpu, dout, n * sizeof(float));
@@ -200,20 +209,175 @@ static void t_exec_ops(sp_cuda_ctx *c)
     memcpy(cpu, x, sizeof(float) * T * N);
     sp_kern_pos_add(cpu, T, N, table + 7, LD, pos);
     OK(cudaMemcpy(dout, x, sizeof(float) * T * N, cudaMemcpyHostToDevice) == cudaSuccess ? SP_OK : SP_ECUDA);
-    OK(sp_cuda_pos_add(c, dout, T, N, dt + 7, LD, dp));
+    OK(sp_cuda_pos_add(c, dout, T, N, SP_DT_F32, dt + 7, LD, dp));
     OK(sp_cuda_sync(c));
     host(gpu, dout, sizeof(float) * T * N);
     compare("learned positions", gpu, cpu, T * N, 1e-14);
     for (int t = 1; t >= 0; t--) {   /* one row (gemv on the CPU), then T rows */
         int64_t rows = t ? 1 : T;
         sp_kern_logits(cpu, x, table, LD, rows, C, V);
-        OK(sp_cuda_logits(c, dout, dx, dt, LD, rows, C, V));
+        OK(sp_cuda_logits(c, dout, dx, SP_DT_F32, dt, LD, rows, C, V, NULL, 0));
         OK(sp_cuda_sync(c));
         host(gpu, dout, sizeof(float) * (size_t)(rows * V));
         compare(t ? "logits (one row)" : "logits", gpu, cpu, (size_t)(rows * V), 1e-10);
     }
     cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dt), cudaFree(dout), cudaFree(dst), cudaFree(dp);
     free(x), free(gain), free(bias), free(table), free(cpu), free(gpu);
+}
+
+/* weights stored as every dtype, on a view wider than the product (ld > N): the CPU's
+ * paths (gemv / fused small-T / tiles) against column tiles of a small workspace */
+static void t_matmul_wv(sp_cuda_ctx *c)
+{
+    enum { TMAX = 37, K = 129, N = 70, LD = 75, TILE = 16 };
+    static const sp_dtype dts[] = {SP_DT_F32, SP_DT_BF16, SP_DT_F16, SP_DT_INT8, SP_DT_FP8};
+    float *in = rnd_vec(TMAX * K, 1), *wf = rnd_vec(K * LD, 1), *scale = rnd_vec(LD, 0.05f);
+    float *start = rnd_vec(TMAX * N, 1), *cpu = malloc(TMAX * N * sizeof *cpu), *gpu = malloc(TMAX * N * sizeof *gpu);
+    void *w = malloc((size_t)K * LD * sizeof(float));   /* storage of any dtype */
+    size_t ws_bytes = (size_t)K * TILE * sizeof(float) + 12;   /* 16 columns a tile: 4 tiles and one of 6 */
+    float *din = dev(in, sizeof(float) * TMAX * K), *dsc = dev(scale, sizeof(float) * LD);
+    float *dout = dev(NULL, sizeof(float) * TMAX * N), *dws = dev(NULL, ws_bytes);
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        sp_dtype dt = dts[d];
+        for (int i = 0; i < K * LD; i++) {
+            switch (dt) {
+            case SP_DT_BF16: ((uint16_t *)w)[i] = sp_kern_f32_to_bf16(wf[i]); break;
+            case SP_DT_F16: ((uint16_t *)w)[i] = sp_kern_f32_to_f16(wf[i]); break;
+            case SP_DT_INT8: ((int8_t *)w)[i] = (int8_t)lrintf(127.0f * wf[i]); break;
+            case SP_DT_FP8: ((uint8_t *)w)[i] = sp_kern_f32_to_fp8(wf[i]); break;
+            default: ((float *)w)[i] = wf[i]; break;
+            }
+        }
+        void *dw = dev(w, (size_t)K * LD * (size_t)sp_dtype_bytes(dt));
+        sp_kern_wview v = {dt, w, LD, scale};
+        size_t sb = sp_kern_matmul_scratch_bytes(&v, K, N);
+        void *scr = malloc(sb ? sb : 1);
+        for (int t = 0; t < 2; t++) {   /* one row (decode), then TMAX (tiles) */
+            int64_t T = t ? TMAX : 1;
+            for (int acc = 0; acc < 2; acc++) {
+                memcpy(cpu, start, sizeof(float) * (size_t)(T * N));
+                host_to(dout, start, sizeof(float) * (size_t)(T * N));
+                OK(sp_kern_matmul(cpu, in, &v, NULL, T, K, N, acc ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE, scr, sb));
+                OK(sp_cuda_matmul_wv(c, dout, din, dt, dw, LD, dsc, T, K, N, acc, dws, ws_bytes));
+                OK(sp_cuda_sync(c));
+                host(gpu, dout, sizeof(float) * (size_t)(T * N));
+                char name[64];
+                snprintf(name, sizeof name, "matmul %s T=%lld%s", sp_dtype_name(dt), (long long)T, acc ? " (acc)" : "");
+                compare(name, gpu, cpu, (size_t)(T * N), 1e-10);
+            }
+        }
+        if (dt == SP_DT_BF16) {   /* a workspace without room for one column is refused */
+            sp_status st = sp_cuda_matmul_wv(c, dout, din, dt, dw, LD, dsc, 1, K, N, 0, dws, (size_t)K * 4 - 1);
+            int bad = st != SP_EINVAL;
+            printf("  %-26s %s%s\n", "matmul (workspace < K)", st ? sp_last_error() : "accepted", bad ? "  FAIL" : "");
+            g_fails += bad;
+        }
+        cudaFree(dw);
+        free(scr);
+    }
+    cudaFree(din), cudaFree(dsc), cudaFree(dout), cudaFree(dws);
+    free(in), free(wf), free(scale), free(start), free(cpu), free(gpu), free(w);
+}
+
+/* vocabulary / position tables stored BF16 and F16: embed (bit-identical), positions, LM head in row tiles */
+static void t_tables(sp_cuda_ctx *c)
+{
+    enum { T = 6, E = 300, V = 70, LD = 310, E0 = 7, EL = 40, V0 = 10, TILE = 16 };
+    int32_t tok[T] = {10, 79, 9, 80, 45, 10};   /* rows 0, 69, below, above, 35, 0 */
+    int64_t pos[T] = {0, 5, 9, 1, 69, 3};
+    float *tf = rnd_vec(V * LD, 1), *x = rnd_vec(T * E, 1);
+    uint16_t *th = malloc(V * LD * sizeof *th);
+    float *cpu = malloc(T * V * sizeof *cpu), *gpu = malloc(T * V * sizeof *gpu);
+    size_t ws_bytes = (size_t)TILE * E * sizeof(float);   /* 16 rows a tile: 4 tiles and one of 6 */
+    float *dx = dev(x, sizeof(float) * T * E), *dout = dev(NULL, sizeof(float) * T * V), *dws = dev(NULL, ws_bytes);
+    int32_t *dtok = dev(tok, sizeof tok);
+    int64_t *dp = dev(pos, sizeof pos);
+    uint16_t *dtab = dev(NULL, V * LD * sizeof *th);
+    for (int k = 0; k < 2; k++) {
+        sp_dtype dt = k ? SP_DT_F16 : SP_DT_BF16;
+        for (int i = 0; i < V * LD; i++) th[i] = k ? sp_kern_f32_to_f16(tf[i]) : sp_kern_f32_to_bf16(tf[i]);
+        host_to(dtab, th, V * LD * sizeof *th);
+        sp_kern_wview tv = {dt, th, LD, NULL};
+        char name[64];
+        OK(sp_kern_embed_wv(cpu, tok, T, &tv, V0, V, E0, EL));
+        OK(sp_cuda_embed(c, dout, dtok, T, dt, dtab + E0, LD, EL, V0, V));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * T * EL);
+        int bad = memcmp(cpu, gpu, sizeof(float) * T * EL) != 0;
+        snprintf(name, sizeof name, "embed %s", sp_dtype_name(dt));
+        printf("  %-26s n=%-8d %s\n", name, T * EL, bad ? "differs  FAIL" : "bit-identical");
+        g_fails += bad;
+        memcpy(cpu, x, sizeof(float) * T * EL);
+        host_to(dout, x, sizeof(float) * T * EL);
+        OK(sp_kern_pos_add_wv(cpu, T, EL, &tv, E0, pos));
+        OK(sp_cuda_pos_add(c, dout, T, EL, dt, dtab + E0, LD, dp));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, sizeof(float) * T * EL);
+        snprintf(name, sizeof name, "positions %s", sp_dtype_name(dt));
+        compare(name, gpu, cpu, T * EL, 1e-14);
+        size_t lsb = sp_kern_logits_scratch_bytes(&tv, E);
+        void *lscr = malloc(lsb);
+        for (int t = 1; t >= 0; t--) {
+            int64_t rows = t ? 1 : T;
+            OK(sp_kern_logits_wv(cpu, x, &tv, rows, E, V, lscr, lsb));
+            OK(sp_cuda_logits(c, dout, dx, dt, dtab, LD, rows, E, V, dws, ws_bytes));
+            OK(sp_cuda_sync(c));
+            host(gpu, dout, sizeof(float) * (size_t)(rows * V));
+            snprintf(name, sizeof name, "logits %s%s", sp_dtype_name(dt), t ? " (one row)" : "");
+            compare(name, gpu, cpu, (size_t)(rows * V), 1e-10);
+        }
+        free(lscr);
+    }
+    cudaFree(dx), cudaFree(dout), cudaFree(dws), cudaFree(dtok), cudaFree(dp), cudaFree(dtab);
+    free(tf), free(x), free(th), free(cpu), free(gpu);
+}
+
+/* KV cache F32 and BF16: append (the cache bit-identical to the CPU's), then attention over it */
+static void t_kv(sp_cuda_ctx *c)
+{
+    enum { B = 2, LQ = 3, H = 4, KVH = 2, D = 32, LMAX = 40, POS0 = 17, ROW = KVH * D };
+    size_t nkv = (size_t)B * LMAX * ROW, nnew = (size_t)B * LQ * ROW, nq = (size_t)B * LQ * H * D;
+    float *old = rnd_vec(2 * nkv, 1), *k = rnd_vec(nnew, 1), *v = rnd_vec(nnew, 1), *q = rnd_vec(nq, 1);
+    float *cpu = malloc(nq * sizeof *cpu), *gpu = malloc(nq * sizeof *gpu);
+    void *kc = malloc(nkv * 4), *vc = malloc(nkv * 4), *gk = malloc(nkv * 4), *gv = malloc(nkv * 4);
+    size_t sb = sp_kern_attention_scratch_bytes(LMAX);
+    void *scr = malloc(sb);
+    float *dk = dev(k, nnew * sizeof(float)), *dv = dev(v, nnew * sizeof(float)), *dq = dev(q, nq * sizeof(float));
+    float *dout = dev(NULL, nq * sizeof(float));
+    for (int k16 = 0; k16 < 2; k16++) {
+        sp_dtype dt = k16 ? SP_DT_BF16 : SP_DT_F32;
+        size_t eb = (size_t)sp_dtype_bytes(dt);
+        for (size_t i = 0; i < nkv; i++) {   /* earlier positions: already in the cache */
+            if (k16) {
+                ((uint16_t *)kc)[i] = sp_kern_f32_to_bf16(old[i]);
+                ((uint16_t *)vc)[i] = sp_kern_f32_to_bf16(old[nkv + i]);
+            } else {
+                ((float *)kc)[i] = old[i];
+                ((float *)vc)[i] = old[nkv + i];
+            }
+        }
+        void *dkc = dev(kc, nkv * eb), *dvc = dev(vc, nkv * eb);
+        sp_kern_kv kv = {dt, kc, vc, B, LMAX, KVH, D};
+        OK(sp_kern_kv_append(&kv, k, v, LQ, POS0));
+        OK(sp_cuda_kv_append(c, dt, dkc, dvc, B, LMAX, ROW, dk, dv, LQ, POS0));
+        OK(sp_cuda_sync(c));
+        host(gk, dkc, nkv * eb);
+        host(gv, dvc, nkv * eb);
+        int bad = memcmp(gk, kc, nkv * eb) != 0 || memcmp(gv, vc, nkv * eb) != 0;
+        char name[64];
+        snprintf(name, sizeof name, "kv append %s", sp_dtype_name(dt));
+        printf("  %-26s n=%-8zu %s\n", name, 2 * nkv, bad ? "differs  FAIL" : "bit-identical");
+        g_fails += bad;
+        OK(sp_kern_attention(cpu, q, &kv, LQ, POS0, H, KVH, 0, H, 0, scr, sb));
+        OK(sp_cuda_attention(c, dout, dq, dt, dkc, dvc, B, LMAX, KVH, D, LQ, POS0, H, KVH, 0, H, 0));
+        OK(sp_cuda_sync(c));
+        host(gpu, dout, nq * sizeof(float));
+        snprintf(name, sizeof name, "attention (%s cache)", sp_dtype_name(dt));
+        compare(name, gpu, cpu, nq, 1e-10);
+        cudaFree(dkc), cudaFree(dvc);
+    }
+    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout);
+    free(old), free(k), free(v), free(q), free(cpu), free(gpu), free(kc), free(vc), free(gk), free(gv), free(scr);
 }
 
 static void t_elementwise(sp_cuda_ctx *c)
@@ -243,7 +407,7 @@ static void t_embed(sp_cuda_ctx *c)
     OK(sp_kern_embed(cpu, tok, T, table, LD, V0, VL, 0, E));
     float *dt = dev(table, sizeof(float) * VL * LD), *dout = dev(NULL, sizeof gpu);
     int32_t *dtok = dev(tok, sizeof tok);
-    OK(sp_cuda_embed(c, dout, dtok, T, dt, LD, E, V0, VL));
+    OK(sp_cuda_embed(c, dout, dtok, T, SP_DT_F32, dt, LD, E, V0, VL));
     OK(sp_cuda_sync(c));
     host(gpu, dout, sizeof gpu);
     int bad = memcmp(cpu, gpu, sizeof gpu) != 0;
@@ -291,6 +455,9 @@ int main(void)
     t_rope(c);
     t_attention(c);
     t_exec_ops(c);
+    t_matmul_wv(c);
+    t_tables(c);
+    t_kv(c);
     t_elementwise(c);
     t_embed(c);
     t_argmax(c);

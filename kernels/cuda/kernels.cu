@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "kernels/cuda/sp_cuda.h"
+#include "kernels/spi_conv.h"
 
 extern "C" sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -97,22 +98,93 @@ __global__ void add_bias_k(float *out, const float *bias, int64_t T, int64_t N, 
     if (i < T * N && i % N < nvalid) out[i] += bias[i % N];
 }
 
+/* ---- stored dtypes (weights, tables) --------------------------------------------- */
+static int is_stored_dt(sp_dtype dt) { return (unsigned)dt < (unsigned)SP_DT_COUNT; }
+static int is_table_dt(sp_dtype dt) { return dt == SP_DT_F32 || dt == SP_DT_BF16 || dt == SP_DT_F16; }
+
+/* element i of a stored array as fp32 (spi_conv.h, the CPU kernels' decoders);
+ * INT8 / FP8 times scale, the element's column scale */
+__device__ __forceinline__ float stored_at(const void *p, sp_dtype dt, int64_t i, float scale)
+{
+    switch (dt) {
+    case SP_DT_BF16: return spi_bf16_to_f32(((const uint16_t *)p)[i]);
+    case SP_DT_F16: return spi_f16_to_f32(((const uint16_t *)p)[i]);
+    case SP_DT_INT8: return spi_int8_to_f32(((const int8_t *)p)[i], scale);
+    case SP_DT_FP8: return spi_fp8_scaled_to_f32(((const uint8_t *)p)[i], scale);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* dst (rows, cols) fp32 = block [r0, r0+rows) x [c0, c0+cols) of src (row stride ld), column c scaled
+ * by scale[c0 + c] (INT8 / FP8) */
+__global__ void dequant_k(float *dst, const void *src, sp_dtype dt, int64_t ld, const float *scale, int64_t r0,
+                          int64_t rows, int64_t c0, int64_t cols)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    int64_t r = i / cols, col = c0 + i % cols;
+    dst[i] = stored_at(src, dt, (r0 + r) * ld + col, scale ? scale[col] : 1.0f);
+}
+
+static sp_status dequant(sp_cuda_ctx *c, float *dst, const void *src, sp_dtype dt, int64_t ld, const float *scale,
+                         int64_t r0, int64_t rows, int64_t c0, int64_t cols)
+{
+    dequant_k<<<blocks_for(rows * cols, 256), 256, 0, c->stream>>>(dst, src, dt, ld, scale, r0, rows, c0, cols);
+    return launched("dequant");
+}
+
+/* out (T, N) row stride ldo (+)= in (T, K) . w (K, N) row stride ldw, all fp32 */
+static sp_status gemm_nn(sp_cuda_ctx *c, float *out, int64_t ldo, const float *in, const float *w, int64_t ldw,
+                         int64_t T, int64_t K, int64_t N, float beta)
+{
+    const float alpha = 1.0f;
+    /* Row-major out = in @ w is column-major out^T = w^T in^T. */
+    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)T, (int)K, &alpha, w, (int)ldw,
+                                   in, (int)K, &beta, out, (int)ldo);
+    if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm failed (status %d)", (int)s);
+    return SP_OK;
+}
+
+extern "C" sp_status sp_cuda_matmul_wv(sp_cuda_ctx *c, float *out, const float *in, sp_dtype dt, const void *w,
+                                       int64_t ld, const float *scale, int64_t T, int64_t K, int64_t N,
+                                       int accumulate, float *ws, size_t ws_bytes)
+{
+    if (T == 0) return SP_OK;
+    if (T < 0 || N <= 0 || K <= 0 || ld < N || T > INT32_MAX || K > INT32_MAX || ld > INT32_MAX)
+        return spi_fail(SP_EINVAL, "sp_cuda_matmul_wv: bad shape T=%lld K=%lld N=%lld ld=%lld", (long long)T,
+                        (long long)K, (long long)N, (long long)ld);
+    if (!is_stored_dt(dt)) return spi_fail(SP_EINVAL, "sp_cuda_matmul_wv: unknown weight dtype %d", (int)dt);
+    if ((dt == SP_DT_INT8 || dt == SP_DT_FP8) && !scale)
+        return spi_fail(SP_EINVAL, "sp_cuda_matmul_wv: %s weights need per-column scales", sp_dtype_name(dt));
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (dt == SP_DT_F32) return gemm_nn(c, out, N, in, (const float *)w, ld, T, K, N, beta);
+    /* column tiles of as many columns as the workspace holds (K rows each) */
+    int64_t nb = (int64_t)(ws ? ws_bytes / ((size_t)K * sizeof(float)) : 0);
+    if (nb < 1)
+        return spi_fail(SP_EINVAL, "sp_cuda_matmul_wv: a workspace of %zu bytes holds no column of %lld fp32 rows",
+                        ws ? ws_bytes : 0, (long long)K);
+    if (nb > N) nb = N;
+    for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        int64_t cols = N - n0 < nb ? N - n0 : nb;
+        /* ws (K, cols) = dequant(W[:, n0:n0+cols]); out[:, n0:n0+cols] (+)= in . ws.  One stream:
+         * the next tile overwrites ws after this GEMM has read it. */
+        sp_status st = dequant(c, ws, w, dt, ld, scale, 0, K, n0, cols);
+        if (!st) st = gemm_nn(c, out + n0, N, in, ws, cols, T, K, cols, beta);
+        if (st) return st;
+    }
+    return SP_OK;
+}
+
 extern "C" sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in, const float *w,
                                     const float *bias, int64_t T, int64_t K, int64_t N, int accumulate)
 {
     if (T <= 0 || N <= 0 || K < 0 || T > INT32_MAX || K > INT32_MAX || N > INT32_MAX)
         return spi_fail(SP_EINVAL, "sp_cuda_matmul: bad shape T=%lld K=%lld N=%lld", (long long)T,
                         (long long)K, (long long)N);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    /* Row-major out = in @ w is column-major out^T = w^T in^T. */
-    cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)T, (int)K, &alpha, w, (int)N,
-                                   in, (int)K, &beta, out, (int)N);
-    if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm failed (status %d)", (int)s);
-    if (bias) {
-        add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N, N);
-        return launched("add_bias");
-    }
-    return SP_OK;
+    sp_status st = gemm_nn(c, out, N, in, w, N, T, K, N, accumulate ? 1.0f : 0.0f);
+    if (st || !bias) return st;
+    add_bias_k<<<blocks_for(T * N, 256), 256, 0, c->stream>>>(out, bias, T, N, N);
+    return launched("add_bias");
 }
 
 /* Sum and sum of squares of row (C) in double, by the whole block (256 threads);
@@ -191,10 +263,48 @@ extern "C" sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t n
     return launched("rope");
 }
 
+/* KV cache elements: fp32, or bf16 encoded / decoded as the CPU's cache */
+__device__ __forceinline__ float kv_get(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float kv_get(const uint16_t *p, int64_t i) { return spi_bf16_to_f32(p[i]); }
+__device__ __forceinline__ void kv_put(float *p, int64_t i, float x) { p[i] = x; }
+__device__ __forceinline__ void kv_put(uint16_t *p, int64_t i, float x) { p[i] = spi_f32_to_bf16(x); }
+
+/* k, v (B, Lq, row) into positions pos0.. of the caches (B, ctx_max, row) */
+template <typename KV>
+__global__ void kv_append_k(KV *kc, KV *vc, const float *k, const float *v, int64_t ctx_max, int64_t row, int64_t Lq,
+                            int64_t pos0, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int64_t b = i / (Lq * row), off = (b * ctx_max + pos0) * row + i % (Lq * row);
+    kv_put(kc, off, k[i]);
+    kv_put(vc, off, v[i]);
+}
+
+extern "C" sp_status sp_cuda_kv_append(sp_cuda_ctx *c, sp_dtype dt, void *kc, void *vc, int64_t B, int64_t ctx_max,
+                                       int64_t row, const float *k, const float *v, int64_t Lq, int64_t pos0)
+{
+    if (dt != SP_DT_F32 && dt != SP_DT_BF16)
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s not supported (F32 or BF16)", sp_dtype_name(dt));
+    if (B <= 0 || row <= 0 || Lq < 0 || pos0 < 0 || pos0 + Lq > ctx_max)
+        return spi_fail(SP_EINVAL, "KV append of %lld tokens at %lld overflows the cache of %lld", (long long)Lq,
+                        (long long)pos0, (long long)ctx_max);
+    int64_t n = B * Lq * row;
+    if (n == 0) return SP_OK;
+    if (dt == SP_DT_F32)
+        kv_append_k<<<blocks_for(n, 256), 256, 0, c->stream>>>((float *)kc, (float *)vc, k, v, ctx_max, row, Lq,
+                                                                pos0, n);
+    else
+        kv_append_k<<<blocks_for(n, 256), 256, 0, c->stream>>>((uint16_t *)kc, (uint16_t *)vc, k, v, ctx_max, row,
+                                                                Lq, pos0, n);
+    return launched("kv_append");
+}
+
 /* One block per (b, i, hl): scores in shared memory, max / exp / sum, then P @ V.
  * Cache (B, ctx_max, KVHl, D) as the CPU's; global query head h0 + hl reads
  * local kv head (h0 + hl) / (H / KVH) - kv0. */
-__global__ void attention_k(float *out, const float *q, const float *k, const float *v, int64_t ctx_max,
+template <typename KV>
+__global__ void attention_k(float *out, const float *q, const KV *k, const KV *v, int64_t ctx_max,
                             int64_t KVHl, int64_t D, int64_t Lq, int64_t pos0, int64_t kv_mul, int64_t h0,
                             int64_t Hl, int64_t kv0)
 {
@@ -203,12 +313,12 @@ __global__ void attention_k(float *out, const float *q, const float *k, const fl
     int64_t hl = blockIdx.x % Hl, bi = blockIdx.x / Hl, i = bi % Lq, b = bi / Lq;
     int64_t kvl = (h0 + hl) / kv_mul - kv0, nk = pos0 + i + 1;
     const float *qr = q + ((b * Lq + i) * Hl + hl) * D;   // (D)
-    const float *kb = k + (b * ctx_max * KVHl + kvl) * D, *vb = v + (b * ctx_max * KVHl + kvl) * D;
+    const KV *kb = k + (b * ctx_max * KVHl + kvl) * D, *vb = v + (b * ctx_max * KVHl + kvl) * D;
     int64_t kst = KVHl * D;                                 // stride between positions
     float scale = 1.0f / sqrtf((float)D), mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < nk; j += blockDim.x) {
         float s = 0;
-        for (int64_t d = 0; d < D; d++) s += qr[d] * kb[j * kst + d];
+        for (int64_t d = 0; d < D; d++) s += qr[d] * kv_get(kb, j * kst + d);
         sm[j] = s * scale;
         mx = fmaxf(mx, sm[j]);
     }
@@ -235,13 +345,13 @@ __global__ void attention_k(float *out, const float *q, const float *k, const fl
     float *o = out + ((b * Lq + i) * Hl + hl) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0;
-        for (int64_t j = 0; j < nk; j++) acc += sm[j] * vb[j * kst + d];
+        for (int64_t j = 0; j < nk; j++) acc += sm[j] * kv_get(vb, j * kst + d);
         o[d] = acc * inv;
     }
 }
 
-extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
-                                       int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq,
+extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, sp_dtype dt, const void *k,
+                                       const void *v, int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq,
                                        int64_t pos0, int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0)
 {
     if (B <= 0 || Lq <= 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || KVHl <= 0 || pos0 < 0 ||
@@ -250,6 +360,8 @@ extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *
                         "%lld) of %lld, kv heads [%lld, %lld) of %lld)", (long long)B, (long long)Lq,
                         (long long)pos0, (long long)ctx_max, (long long)h0, (long long)(h0 + Hl), (long long)H,
                         (long long)kv0, (long long)(kv0 + KVHl), (long long)KVH);
+    if (dt != SP_DT_F32 && dt != SP_DT_BF16)
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s not supported (F32 or BF16)", sp_dtype_name(dt));
     int64_t kv_mul = H / KVH;
     if (h0 / kv_mul < kv0 || (h0 + Hl - 1) / kv_mul >= kv0 + KVHl)
         return spi_fail(SP_EINVAL, "sp_cuda_attention: query heads [%lld, %lld) need kv heads the cache lacks",
@@ -259,8 +371,13 @@ extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *
         return spi_fail(SP_ENOTSUP, "sp_cuda_attention: context %lld > 12288 positions not supported yet",
                         (long long)(pos0 + Lq));
     if (B * Lq * Hl > INT32_MAX) return spi_fail(SP_ENOTSUP, "sp_cuda_attention: grid too large");
-    attention_k<<<(unsigned)(B * Lq * Hl), 256, shm, c->stream>>>(out, q, k, v, ctx_max, KVHl, D, Lq, pos0, kv_mul,
-                                                                  h0, Hl, kv0);
+    unsigned grid = (unsigned)(B * Lq * Hl);
+    if (dt == SP_DT_F32)
+        attention_k<<<grid, 256, shm, c->stream>>>(out, q, (const float *)k, (const float *)v, ctx_max, KVHl, D, Lq,
+                                                   pos0, kv_mul, h0, Hl, kv0);
+    else
+        attention_k<<<grid, 256, shm, c->stream>>>(out, q, (const uint16_t *)k, (const uint16_t *)v, ctx_max, KVHl, D,
+                                                   Lq, pos0, kv_mul, h0, Hl, kv0);
     return launched("attention");
 }
 
@@ -294,20 +411,28 @@ extern "C" sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gat
     return launched("swiglu");
 }
 
-__global__ void embed_k(float *out, const int32_t *tok, int64_t T, const float *table, int64_t ld, int64_t E,
-                        int64_t v0, int64_t Vl)
+__global__ void embed_k(float *out, const int32_t *tok, int64_t T, sp_dtype dt, const void *table, int64_t ld,
+                        int64_t E, int64_t v0, int64_t Vl)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * E) return;
     int64_t t = i / E, e = i % E, r = (int64_t)tok[t] - v0;
-    out[i] = (r >= 0 && r < Vl) ? table[r * ld + e] : 0.0f;
+    out[i] = (r >= 0 && r < Vl) ? stored_at(table, dt, r * ld + e, 1.0f) : 0.0f;
 }
 
-extern "C" sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, const float *table,
-                                   int64_t ld, int64_t E, int64_t v0, int64_t Vl)
+static sp_status table_dt_ok(sp_dtype dt)
+{
+    if (is_table_dt(dt)) return SP_OK;
+    return spi_fail(SP_ENOTSUP, "tables are stored f32, bf16 or f16, not %s", sp_dtype_name(dt));
+}
+
+extern "C" sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, sp_dtype dt,
+                                   const void *table, int64_t ld, int64_t E, int64_t v0, int64_t Vl)
 {
     if (T <= 0 || E <= 0 || ld < E) return spi_fail(SP_EINVAL, "sp_cuda_embed: bad shape");
-    embed_k<<<blocks_for(T * E, 256), 256, 0, c->stream>>>(out, tokens, T, table, ld, E, v0, Vl);
+    sp_status st = table_dt_ok(dt);
+    if (st) return st;
+    embed_k<<<blocks_for(T * E, 256), 256, 0, c->stream>>>(out, tokens, T, dt, table, ld, E, v0, Vl);
     return launched("embed");
 }
 
@@ -461,33 +586,57 @@ extern "C" sp_status sp_cuda_add(sp_cuda_ctx *c, float *out, const float *x, int
     return launched("add");
 }
 
-__global__ void pos_add_k(float *x, int64_t T, int64_t El, const float *table, int64_t ld, const int64_t *pos)
+__global__ void pos_add_k(float *x, int64_t T, int64_t El, sp_dtype dt, const void *table, int64_t ld,
+                          const int64_t *pos)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * El) return;
     int64_t t = i / El, j = i % El;
-    x[i] += table[pos[t] * ld + j];
+    x[i] += stored_at(table, dt, pos[t] * ld + j, 1.0f);
 }
 
-extern "C" sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, const float *table, int64_t ld,
-                                     const int64_t *pos)
+extern "C" sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, sp_dtype dt, const void *table,
+                                     int64_t ld, const int64_t *pos)
 {
     if (T <= 0 || El <= 0) return SP_OK;
-    pos_add_k<<<blocks_for(T * El, 256), 256, 0, c->stream>>>(x, T, El, table, ld, pos);
+    sp_status st = table_dt_ok(dt);
+    if (st) return st;
+    pos_add_k<<<blocks_for(T * El, 256), 256, 0, c->stream>>>(x, T, El, dt, table, ld, pos);
     return launched("pos_add");
 }
 
-extern "C" sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, const float *table, int64_t ld,
-                                    int64_t T, int64_t E, int64_t Vl)
+/* logits (T, Vl) row stride ldo = x (T, E) . table (Vl, E)^T, table rows of stride ld, fp32 */
+static sp_status gemm_nt(sp_cuda_ctx *c, float *logits, int64_t ldo, const float *x, const float *table, int64_t ld,
+                         int64_t T, int64_t E, int64_t Vl)
 {
-    if (T <= 0 || Vl <= 0) return SP_OK;
-    if (E <= 0 || T > INT32_MAX || E > INT32_MAX || Vl > INT32_MAX || ld > INT32_MAX)
-        return spi_fail(SP_EINVAL, "sp_cuda_logits: bad shape");
     const float alpha = 1.0f, beta = 0.0f;
     /* row-major logits (T, Vl) = x (T, E) . table (Vl, E)^T is column-major
      * logits^T (Vl, T) = table^T' (Vl, E) x^T (E, T), table read as (E, Vl) ld */
     cublasStatus_t s = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Vl, (int)T, (int)E, &alpha, table, (int)ld,
-                                   x, (int)E, &beta, logits, (int)Vl);
+                                   x, (int)E, &beta, logits, (int)ldo);
     if (s != CUBLAS_STATUS_SUCCESS) return spi_fail(SP_ECUDA, "cublasSgemm (logits) failed (status %d)", (int)s);
     return SP_OK;
+}
+
+extern "C" sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, sp_dtype dt, const void *table,
+                                    int64_t ld, int64_t T, int64_t E, int64_t Vl, float *ws, size_t ws_bytes)
+{
+    if (T <= 0 || Vl <= 0) return SP_OK;
+    if (E <= 0 || ld < E || T > INT32_MAX || E > INT32_MAX || Vl > INT32_MAX || ld > INT32_MAX)
+        return spi_fail(SP_EINVAL, "sp_cuda_logits: bad shape");
+    sp_status st = table_dt_ok(dt);
+    if (st) return st;
+    if (dt == SP_DT_F32) return gemm_nt(c, logits, Vl, x, (const float *)table, ld, T, E, Vl);
+    /* row tiles of as many table rows as the workspace holds, dequantised, then SGEMM */
+    int64_t vb = (int64_t)(ws ? ws_bytes / ((size_t)E * sizeof(float)) : 0);
+    if (vb < 1)
+        return spi_fail(SP_EINVAL, "sp_cuda_logits: a workspace of %zu bytes holds no %s table row of %lld",
+                        ws ? ws_bytes : 0, sp_dtype_name(dt), (long long)E);
+    if (vb > Vl) vb = Vl;
+    for (int64_t v0 = 0; v0 < Vl && !st; v0 += vb) {
+        int64_t rows = Vl - v0 < vb ? Vl - v0 : vb;
+        st = dequant(c, ws, table, dt, ld, NULL, v0, rows, 0, E);   // ws (rows, E)
+        if (!st) st = gemm_nt(c, logits + v0, Vl, x, ws, E, T, E, rows);
+    }
+    return st;
 }

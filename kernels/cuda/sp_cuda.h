@@ -5,8 +5,11 @@
  * and, if not, why (the cudaGetDeviceCount error), so `--backend cuda` can
  * report it and exit 2.
  *
- * All pointers passed to the kernels are DEVICE pointers, fp32 row-major,
- * same shapes and semantics as kernels/cpu/sp_kern.h.  Calls are
+ * All pointers passed to the kernels are DEVICE pointers, row-major, same
+ * shapes and semantics as kernels/cpu/sp_kern.h: activations fp32; weights
+ * (sp_cuda_matmul_wv) F32, BF16, F16, INT8 or FP8 with fp32 column scales,
+ * tables F32, BF16 or F16, KV cache F32 or BF16, decoded and encoded by the
+ * CPU kernels' own conversions (kernels/spi_conv.h).  Calls are
  * asynchronous on the context's stream; sp_cuda_sync waits and reports the
  * first error.  Results match the CPU kernels within float tolerance (not
  * bit-exactly: cuBLAS and the reductions here sum in another order).
@@ -16,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sp_common.h"
+#include "sp_hw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,18 +44,19 @@ sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, int64_t T, in
  * pairs (i, i + D/2), angle pos * theta^(-2i/D), as sp_kern_rope. */
 sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,
                        double theta);
-/* Causal attention as sp_kern_attention, fp32 cache in the CPU's layout:
+/* Causal attention as sp_kern_attention, cache (dt F32 or BF16) in the CPU's layout:
  * k/v (B, ctx_max, KVHl, D) holding kv heads [kv0, kv0 + KVHl) of KVH; q/out
  * (B, Lq, Hl, D), local query heads [h0, h0 + Hl) of H; query i sits at
  * pos0 + i and attends keys 0 .. pos0+i; global head h reads kv head
  * h / (H / KVH), which must be local.  Context up to 12288 positions. */
-sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, const float *k, const float *v,
-                            int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq, int64_t pos0,
+sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, sp_dtype dt, const void *k,
+                            const void *v, int64_t B, int64_t ctx_max, int64_t KVHl, int64_t D, int64_t Lq, int64_t pos0,
                             int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0);
 sp_status sp_cuda_gelu(sp_cuda_ctx *c, float *out, const float *x, int64_t n);
 sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);
-/* out (T, E) = rows tokens[t] - v0 of table (Vl rows, stride ld); zero rows outside [v0, v0+Vl). */
-sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, const float *table,
+/* out (T, E) = rows tokens[t] - v0 of table (Vl rows, stride ld elements, dt F32 / BF16 / F16),
+ * as fp32; zero rows outside [v0, v0+Vl). */
+sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, sp_dtype dt, const void *table,
                         int64_t ld, int64_t E, int64_t v0, int64_t Vl);
 /* Greedy sampling: tokens[t] = argmax over V of logits (T, V) (lowest index on ties). */
 sp_status sp_cuda_argmax(sp_cuda_ctx *c, int32_t *tokens, const float *logits, int64_t T, int64_t V);
@@ -80,12 +85,32 @@ sp_status sp_cuda_norm_apply(sp_cuda_ctx *c, const float *x, const float *stats,
 /* out (T, N) += bias[j] on the columns j < nvalid. */
 sp_status sp_cuda_bias_add(sp_cuda_ctx *c, float *out, const float *bias, int64_t T, int64_t N, int64_t nvalid);
 sp_status sp_cuda_add(sp_cuda_ctx *c, float *out, const float *x, int64_t n);   /* out += x */
-/* x (T, El) += table[pos[t] * ld + j] (table offset by the first column); pos (T) device int64. */
-sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, const float *table, int64_t ld,
-                          const int64_t *pos);
-/* logits (T, Vl) = x (T, E) . table (Vl, E)^T, table rows of stride ld. */
-sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, const float *table, int64_t ld, int64_t T,
-                         int64_t E, int64_t Vl);
+/* x (T, El) += table[pos[t] * ld + j] (table offset by the first column; dt F32 / BF16 / F16);
+ * pos (T) device int64. */
+sp_status sp_cuda_pos_add(sp_cuda_ctx *c, float *x, int64_t T, int64_t El, sp_dtype dt, const void *table,
+                          int64_t ld, const int64_t *pos);
+/* logits (T, Vl) = x (T, E) . table (Vl, E)^T, table rows of stride ld.  F32: one SGEMM; BF16 / F16:
+ * tiles of as many rows as ws (ws_bytes, fp32 scratch) holds are decoded there, then SGEMM each
+ * (SP_EINVAL when ws holds no row of E). */
+sp_status sp_cuda_logits(sp_cuda_ctx *c, float *logits, const float *x, sp_dtype dt, const void *table, int64_t ld,
+                         int64_t T, int64_t E, int64_t Vl, float *ws, size_t ws_bytes);
+
+/* ---- stored dtypes -------------------------------------------------------------------- */
+/* sp_kern_matmul on a weight view, without bias: out (T, N) = in (T, K) . W (K, N), accumulate:
+ * out += ...; W element (k, n) at w[k * ld + n] of dtype dt, scale (N) per column for INT8 / FP8
+ * (w = q * scale[n]).  F32: one SGEMM, ws unused.  Other dtypes: column tiles of W, as many
+ * columns of K rows as the fp32 scratch ws (ws_bytes) holds, are dequantised there and
+ * multiplied by SGEMM in turn (SP_EINVAL when ws holds no column).  ws is the caller's
+ * workspace: the executor passes the lowering's, 64 columns of its tallest stored shard, so a
+ * stored shard goes 64 or more columns a tile, a weight gathered over its rows (K = the shard's
+ * rows times the gather group, at most 64 chips) fewer, never none.  T = 0 is a no-op. */
+sp_status sp_cuda_matmul_wv(sp_cuda_ctx *c, float *out, const float *in, sp_dtype dt, const void *w, int64_t ld,
+                            const float *scale, int64_t T, int64_t K, int64_t N, int accumulate, float *ws,
+                            size_t ws_bytes);
+/* sp_kern_kv_append on a cache of dt F32 or BF16 (converted on store, round to nearest even):
+ * k, v (B, Lq, row) fp32 into positions pos0 .. pos0+Lq-1 of kc, vc (B, ctx_max, row). */
+sp_status sp_cuda_kv_append(sp_cuda_ctx *c, sp_dtype dt, void *kc, void *vc, int64_t B, int64_t ctx_max, int64_t row,
+                            const float *k, const float *v, int64_t Lq, int64_t pos0);
 
 #ifdef __cplusplus
 }
