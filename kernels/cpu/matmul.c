@@ -42,7 +42,7 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
         }
         case SP_DT_F16: {
             const uint16_t *src = (const uint16_t *)w->data + off;
-            for (int64_t n = 0; n < nb; n++) dst[n] = spi_f16_to_f32(src[n]);
+            for (int64_t n = 0; n < nb; n++) dst[n] = sp_kern_f16_to_f32(src[n]);
             break;
         }
         case SP_DT_INT8: {
@@ -54,7 +54,7 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
         case SP_DT_FP8: {
             const uint8_t *src = (const uint8_t *)w->data + off;
             const float *s = w->scale + n0;
-            for (int64_t n = 0; n < nb; n++) dst[n] = spi_fp8_scaled_to_f32(src[n], s[n]);
+            for (int64_t n = 0; n < nb; n++) dst[n] = sp_kern_fp8_to_f32(src[n]) * s[n];
             break;
         }
         default:
@@ -115,7 +115,8 @@ matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview 
                 switch (w->dt) {
                 case SP_DT_BF16: {
                     const uint16_t *src = (const uint16_t *)w->data + off;
-                    for (int64_t n = 0; n < nb; n++) d[n] = spi_bf16_to_f32(src[n]);
+                    uint32_t *du = (uint32_t *)(void *)d;
+                    for (int64_t n = 0; n < nb; n++) du[n] = spi_bf16_to_f32_bits(src[n]);
                     break;
                 }
                 case SP_DT_INT8: {
@@ -130,7 +131,9 @@ matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview 
                 }
                 case SP_DT_F16: {
                     const uint16_t *src = (const uint16_t *)w->data + off;
-                    for (int64_t n = 0; n < nb; n++) d[n] = spi_f16_to_f32(src[n]);
+                    /* the exported wrapper: a call (inlined, the f16 decode costs the
+                     * shared FMA loop below its register allocation) */
+                    for (int64_t n = 0; n < nb; n++) d[n] = sp_kern_f16_to_f32(src[n]);
                     break;
                 }
                 default: {

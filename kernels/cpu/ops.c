@@ -81,7 +81,8 @@ __attribute__((optimize("tree-vectorize"))) static sp_status table_row(float *ds
     case SP_DT_BF16: {
         /* bf16 is the top half of an fp32: a shift the compiler vectorises */
         const uint16_t *h = (const uint16_t *)t->data + off;
-        for (int64_t j = 0; j < n; j++) dst[j] = spi_bf16_to_f32(h[j]);
+        uint32_t *du = (uint32_t *)(void *)dst;
+        for (int64_t j = 0; j < n; j++) du[j] = spi_bf16_to_f32_bits(h[j]);
         return SP_OK;
     }
     case SP_DT_F16: {
