@@ -254,7 +254,7 @@ typedef struct phase_key {
 typedef struct phase_val {
     sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
     int64_t buf_bytes[SP_BUF_COUNT];
-    sp_mem_sizes mem;           /* the stage's weights, KV and workspace (sp_lower_mem_stage) */
+    sp_mem_sizes mem;           /* sp_lower_mem_stage: the stage's weights and KV, this phase's workspace */
 } phase_val;
 enum { MEMO_SLOTS = 256 };
 static _Thread_local struct {
@@ -394,7 +394,9 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &v));
                 k->d1 = v->c0;
                 k->dn = v->c1;
-                k->mem = v->mem;   /* the stage's: either phase's agrees */
+                int64_t pf_ws = w->prompt > 0 ? k->mem.workspace : 0;
+                k->mem = v->mem;   /* weights and KV: the stage's, either phase's agrees */
+                if (pf_ws > k->mem.workspace) k->mem.workspace = pf_ws;   /* the larger tile */
                 memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
             }
             sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem);

@@ -269,6 +269,7 @@ static sp_step *emit_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_wei
     s->k = k;
     s->n = n;
     s->flops = 2 * m * k * n;
+    if (k > c->p->matmul_k_max) c->p->matmul_k_max = k;
     s->weight_bytes = k * n * c->w_b;
     s->act_bytes = (m * k + m * n) * c->act_b;
     return s;
@@ -1077,6 +1078,7 @@ static void emit_program(ctx *c)
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
     memset(p->buf_bytes, 0, sizeof p->buf_bytes);
+    p->matmul_k_max = 0;
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
     stage_storage(c, first_stage, last_stage);
 
@@ -1110,7 +1112,8 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 }
 
 /* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE
- * columns of the tallest weight, fp32. */
+ * columns of the tallest weight operand (a gathered weight is taller than
+ * its stored shard), fp32. */
 #define SP_DEQUANT_TILE 64
 
 /* any: a program of the stage (weights, KV geometry); bufs_a/bufs_b: the
@@ -1134,19 +1137,17 @@ void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
     const sp_layout *l = &any->layout;
-    int64_t kmax = 0;
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
         int per_layer = w <= SP_W_NORM2;
         out->weights += s->bytes * (per_layer ? any->n_layers : 1);
-        if (w >= SP_W_Q && w <= SP_W_OUT && s->local_rows > kmax) kmax = s->local_rows;
     }
     /* KV: every micro-batch's sequences stay resident, at full capacity */
     out->kv = 2 * any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
               sp_dtype_bytes(l->kv) * any->n_layers;
-    if (l->weights != SP_DT_F32) out->workspace = kmax * SP_DEQUANT_TILE * 4;
+    if (l->weights != SP_DT_F32) out->workspace = any->matmul_k_max * SP_DEQUANT_TILE * 4;
     out->total = out->weights + out->kv + out->workspace;
 }
 
@@ -1155,6 +1156,11 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     const sp_program *any = pf ? pf : dc;
     if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
     sp_lower_mem_stage(any, out);
+    if (pf && dc && dc->matmul_k_max > pf->matmul_k_max) {
+        sp_mem_sizes d;
+        sp_lower_mem_stage(dc, &d);
+        out->workspace = d.workspace;
+    }
     sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
     return SP_OK;
 }

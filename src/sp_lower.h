@@ -206,6 +206,7 @@ typedef struct sp_program {
     int64_t micro_batch;     /* sequences per micro-batch on one replica */
     int64_t n_layers;        /* layers on this stage */
     int64_t heads_padded, kv_heads_stored, ffn_padded, vocab_padded;
+    int64_t matmul_k_max;    /* tallest weight operand (K rows, gathered or stored) of any MATMUL */
     sp_steps pre, layer, post;
     int64_t buf_bytes[SP_BUF_COUNT];   /* bytes each buffer must hold (act_dtype; weights: storage) */
     sp_weight_spec wspec[SP_W_COUNT];  /* storage of every weight on this stage */
@@ -281,13 +282,15 @@ typedef struct sp_mem_sizes {
     int64_t total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
-/* The part that depends on the stage alone: weights, KV and workspace, the
- * same from either phase's program of the stage (buffers 0). */
+/* One program's part that does not come from its buffers: weights and KV
+ * (the stage's: either phase's program gives the same) and the
+ * dequantisation workspace (this program's: one tile of 64 fp32 columns of
+ * its tallest weight operand; a stage needs the larger of its two
+ * programs'); buffers 0. */
 void sp_lower_mem_stage(const sp_program *p, sp_mem_sizes *out);
 /* The same for callers that keep only sizes: weights, KV and workspace
- * from `stage_sizes` (sp_lower_mem_stage or sp_lower_mem_sizes of either
- * phase's program of the stage), buffers from both phases' buf_bytes
- * (either may be NULL). */
+ * from `stage_sizes` (sp_lower_mem_stage with the two phases' larger
+ * workspace), buffers from both phases' buf_bytes (either may be NULL). */
 void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
                               sp_mem_sizes *out);
 

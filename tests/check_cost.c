@@ -205,6 +205,21 @@ START_TEST(test_memory_hand_computed)
     ck_assert_int_eq(ms.gathered_weights, 0);
     ck_assert_int_eq(ms.workspace, (int64_t)(E > F / n ? E : F / n) * 64 * 4);
     ck_assert_int_eq(ms.total, ms.weights + ms.kv + ms.activations + ms.workspace);
+
+    /* 2D storage keeps F/(z·y) = F/4 rows of W_out per chip; prefill wg-xy gathers
+     * them over y, so its matmul multiplies F/z = F/2 rows: the tile is that tall */
+    l = make_layout(2, 2, 2, SP_FL_WS2D, SP_AL_BATCH);
+    l.phase[SP_PHASE_PREFILL].ffn = SP_FL_WG_XY;
+    l.phase[SP_PHASE_PREFILL].attn = SP_AL_HEADS;
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &p1), SP_OK);
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &p2), SP_OK);
+    ck_assert_int_eq(p1.matmul_k_max, F / 2);
+    ck_assert_int_eq(p2.matmul_k_max, F / 4);   /* ws2d: W_out rows F/(z·y) */
+    ck_assert_int_eq(sp_lower_mem_sizes(&p1, &p2, &ms), SP_OK);
+    ck_assert_int_eq(ms.workspace, F / 2 * 64 * 4);
+    sp_mem_sizes ms2;
+    ck_assert_int_eq(sp_lower_mem_sizes(&p2, &p1, &ms2), SP_OK);   /* either order */
+    ck_assert_int_eq(ms2.workspace, ms.workspace);
 }
 END_TEST
 
