@@ -77,8 +77,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "exec/sp_comm.h"
+#include "bench/bench_comm_data.h"
 
-enum { AG, RS, AR, A2A, NCOLL };
 static const char *const coll_label[NCOLL] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"};
 static const char *const raw_label[NCOLL] = {"MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Allreduce",
                                              "MPI_Alltoall"};
@@ -109,47 +109,12 @@ static MPI_Comm g_raw;
         }                                                                                         \
     } while (0)
 
-/* Small integers: every sum over <= 64 ranks is exact in float, any order. */
-static float val(int rank, size_t i)
-{
-    return (float)((int)((rank * 131u + (unsigned)(i % 1021u) * 17u) % 251u) - 125);
-}
-
 static int iters_for(size_t size)
 {
     size_t it = ((size_t)64 << 20) / (size ? size : 1);
     if (it > (size_t)iters_cap) it = (size_t)iters_cap;
     if (it < 3) it = 3;
     return (int)it;
-}
-
-static void fill(int k, float *send, size_t count)
-{
-    size_t ns = (k == AG || k == AR) ? count : (size_t)g_size * count;
-    for (size_t i = 0; i < ns; i++) send[i] = val(g_rank, i);
-}
-
-/* Elements of recv that differ from the exact result on this rank. */
-static double check(int k, const float *recv, size_t count)
-{
-    int n = g_size, g = g_rank;
-    double wrong = 0;
-    if (k == AG) {
-        for (int h = 0; h < n; h++)
-            for (size_t i = 0; i < count; i++) wrong += recv[(size_t)h * count + i] != val(h, i);
-    } else if (k == RS || k == AR) {
-        size_t off = (k == RS) ? (size_t)g * count : 0;
-        for (size_t i = 0; i < count; i++) {
-            float e = val(0, off + i);
-            for (int h = 1; h < n; h++) e += val(h, off + i);
-            wrong += recv[i] != e;
-        }
-    } else {
-        for (int h = 0; h < n; h++)
-            for (size_t i = 0; i < count; i++)
-                wrong += recv[(size_t)h * count + i] != val(h, (size_t)g * count + i);
-    }
-    return wrong;
 }
 
 static void run_ours(int k, sp_comm *c, const float *send, float *recv, size_t count)
@@ -182,11 +147,11 @@ static void run_one(int k, sp_comm *c, const float *send, float *recv, size_t co
 /* Fills, runs once and counts this rank's wrong elements (c NULL: raw). */
 static double validate(int k, sp_comm *c, float *send, float *recv, size_t count)
 {
-    fill(k, send, count);
+    bench_fill(k, g_rank, g_size, send, count);
     size_t nrecv = (k == AG || k == A2A) ? (size_t)g_size * count : count;
     memset(recv, 0xEE, nrecv * sizeof(float));   /* stale results must not pass */
     run_one(k, c, send, recv, count);
-    return check(k, recv, count);
+    return bench_wrong(k, g_rank, g_size, recv, count);
 }
 
 /* One trial: barrier, iters calls, ONE barrier at the end; the slowest

@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "exec/sp_comm.h"
+#include "bench/bench_comm_data.h"
 
-enum { AG, RS, AR, A2A, NCOLL };
 static const char *const coll_label[NCOLL] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"};
 
 static size_t max_bytes = (size_t)64 << 20;
@@ -69,7 +69,6 @@ static double now_s(void)
         }                                                                                       \
     } while (0)
 
-static float val(int rank, size_t i) { return (float)((int)((rank * 131u + (unsigned)(i % 1021u) * 17u) % 251u) - 125); }
 
 static int iters_for(size_t size)
 {
@@ -77,34 +76,6 @@ static int iters_for(size_t size)
     if (it > (size_t)iters_cap) it = (size_t)iters_cap;
     if (it < 3) it = 3;
     return (int)it;
-}
-
-/* Send data of collective k: element i of rank r is val(r, i). */
-static void fill(int k, int rank, int n, float *send, size_t count)
-{
-    size_t ns = (k == AG || k == AR) ? count : (size_t)n * count;
-    for (size_t i = 0; i < ns; i++) send[i] = val(rank, i);
-}
-
-static double check(int k, sp_comm *c, int n, const float *recv, size_t count)
-{
-    int g = sp_comm_group_rank(c, SP_AXES_X);
-    double wrong = 0;
-    if (k == AG) {
-        for (int h = 0; h < n; h++)
-            for (size_t i = 0; i < count; i++) wrong += recv[(size_t)h * count + i] != val(h, i);
-    } else if (k == RS || k == AR) {
-        size_t off = (k == RS) ? (size_t)g * count : 0;
-        for (size_t i = 0; i < count; i++) {
-            float e = val(0, off + i);
-            for (int h = 1; h < n; h++) e += val(h, off + i);
-            wrong += recv[i] != e;
-        }
-    } else {
-        for (int h = 0; h < n; h++)
-            for (size_t i = 0; i < count; i++) wrong += recv[(size_t)h * count + i] != val(h, (size_t)g * count + i);
-    }
-    return wrong;
 }
 
 static sp_status run_coll(int k, sp_comm *c, const float *send, float *recv, size_t count)
@@ -145,9 +116,9 @@ static void *chip_main(void *p)
             int iters = iters_for(bytes);
             float *send = (float *)sb, *recv = (float *)rb;
             /* validate */
-            fill(k, sp_comm_group_rank(c, SP_AXES_X), n, send, per);
+            bench_fill(k, sp_comm_group_rank(c, SP_AXES_X), n, send, per);
             XCHECK(run_coll(k, c, send, recv, per));
-            float wrong = (float)check(k, c, n, recv, per);
+            float wrong = (float)bench_wrong(k, sp_comm_group_rank(c, SP_AXES_X), n, recv, per);
             /* warm up, then time iters calls with one barrier at each end */
             for (int it = 0; it < 2; it++) XCHECK(run_coll(k, c, send, recv, per));
             XCHECK(sp_comm_barrier(c, SP_AXES_X));
@@ -155,7 +126,7 @@ static void *chip_main(void *p)
             for (int it = 0; it < iters; it++) XCHECK(run_coll(k, c, send, recv, per));
             XCHECK(sp_comm_barrier(c, SP_AXES_X));
             double t = (now_s() - t0) / iters;
-            wrong += (float)check(k, c, n, recv, per);   /* still right after the loop */
+            wrong += (float)bench_wrong(k, sp_comm_group_rank(c, SP_AXES_X), n, recv, per);   /* still right after the loop */
             XCHECK(sp_comm_allreduce(c, SP_AXES_X, &wrong, &wrong, 1, SP_DT_F32));
             /* memcpy of the same size: rank 0 alone, then all n at once */
             double t1 = 0, tn = 0;

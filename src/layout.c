@@ -304,6 +304,40 @@ void *sp_layout_to_json(const sp_layout *l)
     return o;
 }
 
+int sp_layout_fits_torus(const int mesh[3], const sp_hw *hw)
+{
+    if (hw->topo != SP_TOPO_TORUS) return 1;
+    /* any axis may use any torus dimension: compare sorted shapes */
+    int a[3] = {mesh[0], mesh[1], mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
+    for (int x = 0; x < 3; x++)
+        for (int y = x + 1; y < 3; y++) {
+            if (a[y] > a[x]) { int v = a[x]; a[x] = a[y]; a[y] = v; }
+            if (t[y] > t[x]) { int v = t[x]; t[x] = t[y]; t[y] = v; }
+        }
+    for (int x = 0; x < 3; x++)
+        if (a[x] > t[x]) return 0;
+    return 1;
+}
+
+int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler)
+{
+    if (hw->topo != SP_TOPO_CLUSTER || hw->chips_per_node <= 0) return 1;
+    /* placed innermost first, each axis fits inside the node's remaining room or fills whole nodes */
+    int room = hw->chips_per_node;
+    for (int i = 0; i < 3; i++) {
+        int d = l->mesh[l->placement[i] - SP_AXIS_X];
+        if (room > 1) {
+            if (room % d == 0) room /= d;
+            else if (d % room == 0) room = 1;
+            else {
+                if (straddler) *straddler = d;
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int chips, int64_t batch,
                           sp_error *err)
 {
@@ -318,39 +352,14 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     if (hw && hw->peak_flops[l->weights] <= 0 && l->weights != SP_DT_INT8)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s does not support %s weights",
                              hw->name, sp_dtype_name(l->weights));
-    if (hw && hw->topo == SP_TOPO_TORUS) {
-        for (int i = 0; i < 3; i++)
-            if (l->mesh[i] > hw->torus_dims[i] && l->mesh[i] > 1) {
-                /* any axis may use any torus dimension: compare sorted shapes */
-                int a[3] = {l->mesh[0], l->mesh[1], l->mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
-                for (int x = 0; x < 3; x++)
-                    for (int y = x + 1; y < 3; y++) {
-                        if (a[y] > a[x]) { int s = a[x]; a[x] = a[y]; a[y] = s; }
-                        if (t[y] > t[x]) { int s = t[x]; t[x] = t[y]; t[y] = s; }
-                    }
-                for (int x = 0; x < 3; x++)
-                    if (a[x] > t[x])
-                        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
-                                             "mesh %dx%dx%d does not fit the %dx%dx%d torus of %s", l->mesh[0],
-                                             l->mesh[1], l->mesh[2], hw->torus_dims[0], hw->torus_dims[1],
-                                             hw->torus_dims[2], hw->name);
-                break;
-            }
-    }
-    if (hw && hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0) {
-        /* a mesh axis must either fit inside the node's remaining room or fill whole nodes */
-        int room = hw->chips_per_node;
-        for (int i = 0; i < 3; i++) {
-            int d = l->mesh[l->placement[i] - SP_AXIS_X];
-            if (room > 1) {
-                if (room % d == 0) room /= d;
-                else if (d % room == 0) room = 1;
-                else
-                    return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
-                                         "mesh axis of %d chips straddles %d-chip nodes unevenly", d, hw->chips_per_node);
-            }
-        }
-    }
+    if (hw && !sp_layout_fits_torus(l->mesh, hw))
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                             "mesh %dx%dx%d does not fit the %dx%dx%d torus of %s", l->mesh[0], l->mesh[1],
+                             l->mesh[2], hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2], hw->name);
+    int straddler;
+    if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                             "mesh axis of %d chips straddles %d-chip nodes unevenly", straddler, hw->chips_per_node);
     if (l->stages > 1 && l->microbatches < l->stages)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches",
                              "%d pipeline stages need at least %d micro-batches in flight (the generation schedule)",

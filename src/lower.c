@@ -1133,6 +1133,11 @@ void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bu
     *out = r;
 }
 
+static int64_t dequant_workspace(const sp_program *p)
+{
+    return p->layout.weights != SP_DT_F32 ? p->matmul_k_max * SP_DEQUANT_TILE * 4 : 0;
+}
+
 void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
@@ -1147,7 +1152,7 @@ void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
     out->kv = 2 * any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
               sp_dtype_bytes(l->kv) * any->n_layers;
-    if (l->weights != SP_DT_F32) out->workspace = any->matmul_k_max * SP_DEQUANT_TILE * 4;
+    out->workspace = dequant_workspace(any);
     out->total = out->weights + out->kv + out->workspace;
 }
 
@@ -1156,11 +1161,7 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     const sp_program *any = pf ? pf : dc;
     if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
     sp_lower_mem_stage(any, out);
-    if (pf && dc && dc->matmul_k_max > pf->matmul_k_max) {
-        sp_mem_sizes d;
-        sp_lower_mem_stage(dc, &d);
-        out->workspace = d.workspace;
-    }
+    if (pf && dc && dequant_workspace(dc) > out->workspace) out->workspace = dequant_workspace(dc);   /* the taller tile */
     sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
     return SP_OK;
 }

@@ -51,37 +51,6 @@ static const sp_axis perms[6][3] = {
     {SP_AXIS_Y, SP_AXIS_X, SP_AXIS_Z}, {SP_AXIS_X, SP_AXIS_Z, SP_AXIS_Y}, {SP_AXIS_X, SP_AXIS_Y, SP_AXIS_Z},
 };
 
-/* The same test as sp_layout_check: a mesh axis fits in the node's remaining
- * room or fills whole nodes. */
-static int cluster_fits(const sp_hw *hw, const sp_layout *l)
-{
-    if (hw->topo != SP_TOPO_CLUSTER || hw->chips_per_node <= 0) return 1;
-    int room = hw->chips_per_node;
-    for (int i = 0; i < 3; i++) {
-        int d = l->mesh[l->placement[i] - SP_AXIS_X];
-        if (room > 1) {
-            if (room % d == 0) room /= d;
-            else if (d % room == 0) room = 1;
-            else return 0;
-        }
-    }
-    return 1;
-}
-
-static int torus_fits(const sp_hw *hw, const int mesh[3])
-{
-    if (hw->topo != SP_TOPO_TORUS) return 1;
-    int a[3] = {mesh[0], mesh[1], mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
-    for (int x = 0; x < 3; x++)
-        for (int y = x + 1; y < 3; y++) {
-            if (a[y] > a[x]) { int v = a[x]; a[x] = a[y]; a[y] = v; }
-            if (t[y] > t[x]) { int v = t[x]; t[x] = t[y]; t[y] = v; }
-        }
-    for (int x = 0; x < 3; x++)
-        if (a[x] > t[x]) return 0;
-    return 1;
-}
-
 /* Tiers (chips in a node, nodes) of every group over tensor axes: placements
  * with equal signatures price every collective alike. */
 static void tier_signature(const sp_hw *hw, const sp_layout *l, int sig[14])
@@ -239,7 +208,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                 for (int Y = 1; Y <= T / X; Y++) {
                     if ((T / X) % Y) continue;
                     int mesh[3] = {X, Y, T / X / Y};
-                    if (!torus_fits(hw, mesh)) continue;
+                    if (!sp_layout_fits_torus(mesh, hw)) continue;
                     int sigs[6][14], nsig = 0;
                     int nperm = hw->topo == SP_TOPO_CLUSTER ? 6 : 1;
                     for (int p = 0; p < nperm; p++) {
@@ -252,7 +221,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                         memcpy(l->mesh, mesh, sizeof mesh);
                         memcpy(l->placement, perms[p], sizeof perms[p]);
                         l->kv = kv;
-                        if (!cluster_fits(hw, l)) continue;
+                        if (!sp_layout_fits_nodes(l, hw, NULL)) continue;
                         if (hw->topo == SP_TOPO_CLUSTER) {
                             int sig[14], dup = 0;
                             tier_signature(hw, l, sig);

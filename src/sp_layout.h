@@ -80,6 +80,15 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size);
 void *sp_layout_to_json(const sp_layout *l);
 sp_status sp_layout_from_json(const void *json, sp_layout *out, sp_error *err);
 
+/* 1 if a mesh X×Y×Z fits the torus of hw, any axis on any torus dimension
+ * (always on a cluster).  Part of sp_layout_check. */
+int sp_layout_fits_torus(const int mesh[3], const sp_hw *hw);
+/* 1 if every tensor axis of l, placed innermost first, fits inside a
+ * cluster node's remaining room or fills whole nodes (always on a torus);
+ * 0 otherwise, with the chips of the first axis that straddles nodes in
+ * *straddler (may be NULL).  Part of sp_layout_check. */
+int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler);
+
 /* Checks the layout against a model, chip count and batch: mesh product =
  * chips, storage compatibility, dimensions that must divide (E, F, vocab
  * over the mesh; batch over replicas × micro-batches and over the batch

@@ -268,30 +268,6 @@ static void run_shape(const sp_mesh *m)
     sp_comm_world_free(w);
 }
 
-static void run_all_shapes(void)
-{
-    static const sp_mesh shapes8[] = {{{1, 1, 2, 2, 2}}, {{2, 2, 2, 1, 1}}, {{1, 2, 1, 4, 1}}, {{8, 1, 1, 1, 1}}};
-    static const sp_mesh shapes4[] = {{{1, 1, 2, 2, 1}}, {{2, 1, 1, 1, 2}}, {{1, 1, 1, 4, 1}}};
-    static const sp_mesh shapes2[] = {{{1, 1, 2, 1, 1}}, {{2, 1, 1, 1, 1}}, {{1, 1, 1, 1, 2}}};
-    const sp_mesh *sh = NULL;
-    size_t n = 0;
-    if (g_size == 8) sh = shapes8, n = sizeof shapes8 / sizeof *shapes8;
-    if (g_size == 4) sh = shapes4, n = sizeof shapes4 / sizeof *shapes4;
-    if (g_size == 2) sh = shapes2, n = sizeof shapes2 / sizeof *shapes2;
-    sp_mesh line = {{1, 1, g_size, 1, 1}};
-    if (!sh) sh = &line, n = 1;
-    for (size_t i = 0; i < n; i++) run_shape(&sh[i]);
-}
-
-static void run_size_mismatch(void)
-{
-    sp_mesh m = {{1, 1, g_size + 1, 1, 1}};
-    sp_comm_world *w = NULL;
-    sp_status st = sp_comm_world_create(SP_COMM_BACKEND_NCCL, &m, &w);
-    EXPECT(st == SP_EINVAL && w == NULL, "mesh of %d chips on %d processes gave %d", g_size + 1, g_size, (int)st);
-    EXPECT(strstr(sp_last_error(), "mpirun -np") != NULL, "size mismatch message: %s", sp_last_error());
-}
-
 static _Noreturn void run_hang(int victim)
 {
     sp_mesh m = {{1, 1, g_size, 1, 1}};
@@ -339,8 +315,8 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (argc == 3 && !strcmp(argv[1], "--hang")) run_hang(atoi(argv[2]));
-    run_size_mismatch();
-    run_all_shapes();
+    harness_size_mismatch(SP_COMM_BACKEND_NCCL);
+    harness_each_shape(run_shape);
     int mine = g_fails, all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (g_rank == 0)

@@ -5,7 +5,9 @@
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "sp_common.h"
+#include "exec/sp_comm.h"
 
 static int g_rank, g_size, g_fails;
 static long g_checks;
@@ -40,4 +42,32 @@ static void fail(const char *fmt, ...)
             MPI_Abort(MPI_COMM_WORLD, 1);                                                        \
         }                                                                                        \
     } while (0)
+
+/* A few mesh shapes of g_size chips, together covering every axis with
+ * extent > 1 (8: 2x2x2, stage x replica x x, replica x y, stage 8); any
+ * other size: one line of g_size along x.  Runs `run` on each. */
+static void harness_each_shape(void (*run)(const sp_mesh *m))
+{
+    static const sp_mesh shapes8[] = {{{1, 1, 2, 2, 2}}, {{2, 2, 2, 1, 1}}, {{1, 2, 1, 4, 1}}, {{8, 1, 1, 1, 1}}};
+    static const sp_mesh shapes4[] = {{{1, 1, 2, 2, 1}}, {{2, 1, 1, 1, 2}}, {{1, 1, 1, 4, 1}}};
+    static const sp_mesh shapes2[] = {{{1, 1, 2, 1, 1}}, {{2, 1, 1, 1, 1}}, {{1, 1, 1, 1, 2}}};
+    const sp_mesh *sh = NULL;
+    size_t n = 0;
+    if (g_size == 8) sh = shapes8, n = sizeof shapes8 / sizeof *shapes8;
+    if (g_size == 4) sh = shapes4, n = sizeof shapes4 / sizeof *shapes4;
+    if (g_size == 2) sh = shapes2, n = sizeof shapes2 / sizeof *shapes2;
+    sp_mesh line = {{1, 1, g_size, 1, 1}};
+    if (!sh) sh = &line, n = 1;
+    for (size_t i = 0; i < n; i++) run(&sh[i]);
+}
+
+/* A mesh of g_size + 1 chips on g_size processes is refused, naming mpirun -np. */
+static void harness_size_mismatch(sp_comm_backend backend)
+{
+    sp_mesh m = {{1, 1, g_size + 1, 1, 1}};
+    sp_comm_world *w = NULL;
+    sp_status st = sp_comm_world_create(backend, &m, &w);
+    EXPECT(st == SP_EINVAL && w == NULL, "mesh of %d chips on %d processes gave %d", g_size + 1, g_size, (int)st);
+    EXPECT(strstr(sp_last_error(), "mpirun -np") != NULL, "size mismatch message: %s", sp_last_error());
+}
 #endif
