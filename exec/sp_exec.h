@@ -25,7 +25,7 @@
  * Devices.  THREADS and MPI run the chips on the CPU (kernels/cpu, host
  * memory); NCCL runs each chip on its process's GPU (kernels/cuda and cuBLAS,
  * device memory, one MPI rank per GPU, see exec/comm_nccl.c).  Both go
- * through the same interpreter (exec.c) and a per-chip device table
+ * through the same interpreter (exec/exec*.c) and a per-chip device table
  * (exec/spi_xdev.h); weight shards are built on the host and uploaded once.
  * GPU results match the CPU within float tolerance, not bit for bit.  On
  * GPUs greedy picks run on the device; sampling and last_logits copy the

@@ -1,7 +1,7 @@
 /*
  * spi_xdev.h: the executor's per-chip compute device (internal).
  *
- * exec.c is the one interpreter of sp_lower's programs: index arithmetic,
+ * exec*.c (spi_exec.h) are the one interpreter of sp_lower's programs: index arithmetic,
  * offsets, shard building, buffer sizing, statistics and the main loop live
  * there only.  Every operation that touches tensor data goes through the
  * chip's device table below, so the same steps run on the CPU (xdev_cpu.c:

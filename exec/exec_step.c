@@ -1,0 +1,254 @@
+/*
+ * exec_step.c: the interpreter (see spi_exec.h): one step of a
+ * program on a chip, as lower.c defines it.
+ */
+#include "config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spi_common.h"
+#include "exec/spi_exec.h"
+
+/* coordinates of block `blk` of an axis sequence: 1 if they match this chip on every axis of `match` */
+static int block_matches(const chip *ch, const char *seq, int blk, const char *match)
+{
+    int n = (int)strlen(seq);
+    int c[8];
+    for (int i = n - 1; i >= 0; i--) {
+        int d = ch->ex->mesh.dims[spi_axis_of(seq[i])];
+        c[i] = blk % d;
+        blk /= d;
+    }
+    for (int i = 0; i < n; i++)
+        if (strchr(match, seq[i]) && c[i] != ch->coords[spi_axis_of(seq[i])]) return 0;
+    return 1;
+}
+
+/* ---- attention helpers --------------------------------------------------------- */
+/* first KV head of a chip whose q heads start at h0 and that keeps nkv KV heads */
+static int64_t kv_first(const sp_model *m, int64_t h0, int64_t nkv)
+{
+    if (nkv >= m->n_kv_heads) return 0;
+    int64_t grp = m->n_heads / m->n_kv_heads;
+    int64_t h = h0 < m->n_heads ? h0 : m->n_heads - 1;
+    int64_t f = h / grp;
+    if (f + nkv > m->n_kv_heads) f = m->n_kv_heads - nkv;
+    return f;
+}
+
+static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh, int64_t pos0)
+{
+    if (ch->m->positions != SP_POS_ROPE) return SP_OK;
+    for (int64_t r = 0; r < B * Lq; r++) ch->pos[r] = pos0 + r % Lq;
+    return ch->ops->rope(&ch->dev, x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
+}
+
+static sp_kern_kv cache_view(chip *ch, int mb)
+{
+    const sp_program *p = ch->prog;
+    sp_kern_kv kv;
+    int eb = sp_dtype_bytes(ch->l->kv);
+    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems) * eb);
+    kv.dt = ch->l->kv;
+    kv.k = (char *)ch->kc + off;
+    kv.v = (char *)ch->vc + off;
+    kv.B = p->kv_seqs;
+    kv.ctx_max = ch->ctx_max;
+    kv.KVHl = p->kv_heads_cache;
+    kv.D = ch->m->d_head;
+    return kv;
+}
+
+static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, kvs = s->kv_heads_src, kvc = s->kv_heads;
+    if (Bq != ch->prog->kv_seqs)
+        return spi_fail(SP_EINVAL, "kv-store of %lld sequences into a cache of %lld", (long long)Bq,
+                        (long long)ch->prog->kv_seqs);
+    int64_t off = 0;
+    if (kvs != kvc) {
+        int na = spi_asize(ch, s->axes);
+        int64_t h0 = (int64_t)spi_aidx(ch, s->axes) * (ch->prog->heads_padded / na);
+        off = kv_first(m, h0, kvc);
+    }
+    const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
+    /* the cached heads [off, off + kvc) of every row of k, v (Bq·Lq, kvs, D) */
+    SP_CHECK(spi_copy_block(ch, ch->ks, kvc * D, k + off * D, kvs * D, Bq * Lq, kvc * D, 4));
+    SP_CHECK(spi_copy_block(ch, ch->vs, kvc * D, v + off * D, kvs * D, Bq * Lq, kvc * D, 4));
+    SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvc, s->pos0));
+    sp_kern_kv kv = cache_view(ch, mb);
+    return ch->ops->kv_append(&ch->dev, &kv, ch->ks, ch->vs, Lq, s->pos0);
+}
+
+static sp_status run_attn(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, Hl = s->heads, H = m->n_heads;
+    int64_t h0 = (int64_t)spi_aidx(ch, s->axes) * Hl;
+    int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
+    if (Hr < 0) Hr = 0;
+    float *out = ch->buf[s->dst];
+    SP_CHECK(spi_copy_flat(ch, ch->qs, ch->buf[s->src], Bq * Lq * Hl * D, 4));
+    SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
+    sp_kern_kv kv;
+    int64_t pos0 = s->pos0, kv0;
+    if (s->from_cache) {
+        if (Bq != ch->prog->kv_seqs)
+            return spi_fail(SP_EINVAL, "attention over %lld sequences, cache holds %lld", (long long)Bq,
+                            (long long)ch->prog->kv_seqs);
+        kv = cache_view(ch, mb);
+        kv0 = kv_first(m, h0, kv.KVHl);
+    } else {
+        if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
+        int64_t kvs = s->kv_heads_src;
+        SP_CHECK(spi_copy_flat(ch, ch->ks, ch->buf[s->src2], Bq * Lq * kvs * D, 4));
+        SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvs, 0));
+        kv.dt = SP_DT_F32;
+        kv.k = ch->ks;
+        kv.v = ch->buf[s->src3];
+        kv.B = Bq;
+        kv.ctx_max = Lq;
+        kv.KVHl = kvs;
+        kv.D = D;
+        kv0 = kv_first(m, h0, kvs);
+    }
+    if (Hr == Hl) {
+        /* the query heads of a chip are contiguous: compute in place of the copy's layout */
+        return ch->ops->attention(&ch->dev, out, ch->qs, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0);
+    }
+    /* padded heads: compute the real ones densely, then spread */
+    SP_CHECK(ch->ops->zero(&ch->dev, out, (size_t)(Bq * Lq * Hl * D) * 4));
+    if (Hr == 0) return SP_OK;
+    float *qd = ch->vs, *od = ch->ks == kv.k ? NULL : ch->ks;
+    if (!od) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
+    SP_CHECK(spi_copy_block(ch, qd, Hr * D, ch->qs, Hl * D, Bq * Lq, Hr * D, 4));
+    SP_CHECK(ch->ops->attention(&ch->dev, od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0));
+    return spi_copy_block(ch, out, Hl * D, od, Hr * D, Bq * Lq, Hr * D, 4);
+}
+
+/* ---- one step ----------------------------------------------------------------- */
+static sp_status run_slice(chip *ch, const sp_step *s)
+{
+    const float *src = ch->buf[s->src];
+    float *dst = ch->buf[s->dst];
+    int64_t n = s->n, every = s->every > 1 ? s->every : 1, vrows = s->k / every;
+    /* visible row j of src (every `every`-th row, the last of each group); rows of dst follow on */
+#define VROW(j) (src + ((j) * every + every - 1) * n)
+    if (!s->batch_axes[0] && !s->axes[0]) return spi_copy_block(ch, dst, n, VROW(0), every * n, s->m, n, 4);
+    const char *seq = s->batch_axes[0] ? s->batch_axes : s->axes;
+    int nb = spi_asize(ch, seq);
+    int64_t rb = vrows / nb, out = 0;
+    for (int b = 0; b < nb; b++) {
+        if (!block_matches(ch, seq, b, s->axes)) continue;
+        if (out + rb > s->m) return spi_fail(SP_EINVAL, "slice keeps more than %lld rows", (long long)s->m);
+        SP_CHECK(spi_copy_block(ch, dst + out * n, n, VROW(b * rb), every * n, rb, n, 4));
+        out += rb;
+    }
+#undef VROW
+    if (out != s->m) return spi_fail(SP_EINVAL, "slice kept %lld rows, expected %lld", (long long)out, (long long)s->m);
+    return SP_OK;
+}
+
+static sp_status run_step(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    const sp_program *p = ch->prog;
+    switch (s->kind) {
+    case SP_STEP_EMBED: {
+        const sp_weight_spec *ws = &p->wspec[SP_W_EMBED];
+        int64_t Vl = ws->local_rows, v0 = (int64_t)spi_aidx(ch, s->axes) * Vl;
+        sp_kern_wview tv = {ws->dtype, ch->wt[SP_W_EMBED], m->d_model, NULL};
+        return ch->ops->embed(&ch->dev, ch->buf[s->dst], ch->in_tok, s->m, &tv, v0, Vl, 0, s->n);
+    }
+    case SP_STEP_POS: {
+        int64_t e0 = (int64_t)spi_aidx(ch, s->axes) * s->n;
+        for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
+        sp_kern_wview tv = {p->wspec[SP_W_POS].dtype, ch->wt[SP_W_POS], m->d_model, NULL};
+        return ch->ops->pos_add(&ch->dev, ch->buf[s->dst], s->m, s->n, &tv, e0, ch->pos);
+    }
+    case SP_STEP_NORM_STATS: return ch->ops->norm_stats(&ch->dev, ch->buf[s->src], s->m, s->n, ch->buf[s->dst]);
+    case SP_STEP_NORM_APPLY: {
+        const float *g, *b;
+        spi_norm_of(ch, s->weight, &g, &b);
+        int64_t e0 = (int64_t)spi_aidx(ch, s->axes) * s->n;
+        return ch->ops->norm_apply(&ch->dev, ch->buf[s->src], ch->buf[SP_BUF_STATS], s->k, s->m, s->n, g + e0,
+                                   b ? b + e0 : NULL, (float)m->norm_eps, m->norm, ch->buf[s->dst]);
+    }
+    case SP_STEP_MATMUL: {
+        sp_kern_wview v;
+        const sp_weight_spec *ws = &p->wspec[s->weight];
+        v.dt = ws->dtype;
+        v.scale = NULL;
+        if (s->wbuf) {
+            v.data = ch->buf[s->wbuf];
+            v.ld = s->n;
+            if (s->n % ws->local_cols)
+                return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs gathered shards of (%lld, %lld)",
+                                sp_weight_name(s->weight), (long long)s->k, (long long)s->n,
+                                (long long)ws->local_rows, (long long)ws->local_cols);
+        } else {
+            if (ws->local_rows != s->k || ws->local_cols != s->n)
+                return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs shard (%lld, %lld)",
+                                sp_weight_name(s->weight), (long long)s->k, (long long)s->n,
+                                (long long)ws->local_rows, (long long)ws->local_cols);
+            v.data = ch->lw[ch->li * SP_W_COUNT + s->weight];
+            v.ld = ws->local_cols;
+        }
+        if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) SP_CHECK(spi_matmul_scales(ch, s, ws, &v.scale));
+        return ch->ops->matmul(&ch->dev, ch->buf[s->dst], ch->buf[s->src], &v, s->m, s->k, s->n,
+                               s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE);
+    }
+    case SP_STEP_BIAS: {
+        int64_t len;
+        const float *b = spi_bias_of(ch, s->weight, &len);
+        if (!b) return SP_OK;
+        int64_t c0 = (int64_t)spi_aidx(ch, s->axes) * s->n;
+        if (c0 >= len) return SP_OK;   /* padded columns only */
+        return ch->ops->bias_add(&ch->dev, ch->buf[s->dst], b + c0, s->m, s->n, len - c0);
+    }
+    case SP_STEP_ACT:
+        if (s->src2) return ch->ops->swiglu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], ch->buf[s->src2], s->m * s->n);
+        return ch->ops->gelu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
+    case SP_STEP_ATTN: return run_attn(ch, s, mb);
+    case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
+    case SP_STEP_ADD: return ch->ops->add(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
+    case SP_STEP_SLICE: return run_slice(ch, s);
+    case SP_STEP_LOGITS: {
+        sp_weight w = s->weight;
+        sp_kern_wview tv = {p->wspec[w].dtype, ch->wt[w], m->d_model, NULL};
+        return ch->ops->logits(&ch->dev, ch->buf[s->dst], ch->buf[s->src], &tv, s->m, s->k, s->n);
+    }
+    case SP_STEP_COLL:
+    case SP_STEP_SEND:
+    case SP_STEP_RECV: {
+        sp_comm_counters a, b;
+        SP_CHECK(sp_comm_stats(ch->c, &a));
+        sp_status st;
+        if (s->kind != SP_STEP_COLL) SP_CHECK(ch->ops->sync(&ch->dev));   /* run_coll syncs after packing */
+        if (s->kind == SP_STEP_COLL) st = spi_run_coll(ch, s);
+        else if (s->kind == SP_STEP_SEND)
+            st = sp_comm_send(ch->c, spi_peer_stage(ch, ch->stage + 1), ch->buf[s->src], (size_t)s->coll.elems,
+                              s->coll.dtype);
+        else
+            st = sp_comm_recv(ch->c, spi_peer_stage(ch, ch->stage - 1), ch->buf[s->dst], (size_t)s->coll.elems,
+                              s->coll.dtype);
+        if (st) return st;
+        SP_CHECK(sp_comm_stats(ch->c, &b));
+        return spi_check_bytes(ch, s, &a, &b, s->coll.kind);
+    }
+    default: return spi_fail(SP_EINVAL, "step kind %d", (int)s->kind);
+    }
+}
+
+sp_status spi_run_steps(chip *ch, const sp_steps *ss, int mb)
+{
+    for (int i = 0; i < ss->n; i++) {
+        sp_status st = run_step(ch, &ss->s[i], mb);
+        if (st)
+            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->rank, sp_phase_name(ch->prog->phase), i,
+                            sp_step_kind_name(ss->s[i].kind), sp_last_error());
+    }
+    return SP_OK;
+}

@@ -1,0 +1,176 @@
+/*
+ * exec_weights.c: weight shards (see spi_exec.h): a chip's shard of each
+ * matrix per the program's wspec, its biases and norms, and the INT8/FP8
+ * scales of a matmul's local columns.
+ */
+#include "config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spi_common.h"
+#include "exec/spi_exec.h"
+
+/* ---- weights ---------------------------------------------------------------- */
+static sp_wt wt_of(sp_weight w)
+{
+    switch (w) {
+    case SP_W_Q: return SP_WT_WQ;
+    case SP_W_K: return SP_WT_WK;
+    case SP_W_V: return SP_WT_WV;
+    case SP_W_O: return SP_WT_WO;
+    case SP_W_IN: return SP_WT_W_IN;
+    case SP_W_UP: return SP_WT_W_UP;
+    case SP_W_OUT: return SP_WT_W_OUT;
+    default: return SP_WT_COUNT;
+    }
+}
+
+/* the global bias of a matrix and its length (NULL when the model has none) */
+const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len)
+{
+    const sp_weights_layer *L = &ch->ex->w->layers[layer];
+    const sp_model *m = ch->m;
+    int64_t HD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
+    switch (w) {
+    case SP_W_Q: *len = HD; return L->bq;
+    case SP_W_K: *len = KD; return L->bk;
+    case SP_W_V: *len = KD; return L->bv;
+    case SP_W_O: *len = m->d_model; return L->bo;
+    case SP_W_IN: *len = m->d_ff; return L->b_in;
+    case SP_W_UP: *len = m->d_ff; return L->b_up;
+    case SP_W_OUT: *len = m->d_model; return L->b_out;
+    default: *len = 0; return NULL;
+    }
+}
+
+/* this chip's copy of the current layer's bias of a matrix */
+const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len)
+{
+    spi_global_bias(ch, ch->first_layer + ch->li, w, len);
+    return ch->lb ? ch->lb[ch->li * SP_W_COUNT + w] : NULL;
+}
+
+/* this chip's copy of a norm: (1 or 2, E) fp32, gain row then LayerNorm bias row */
+void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b)
+{
+    const float *n = w == SP_W_NORMF ? (const float *)ch->wt[w] : (const float *)ch->lw[ch->li * SP_W_COUNT + w];
+    *g = n;
+    *b = ch->m->norm == SP_NORM_LAYERNORM ? n + ch->m->d_model : NULL;
+}
+
+/* builds this chip's shard of one weight per its spec; padded rows/cols are
+ * zeros.  INT8/FP8: *scale_out gets the scales of every global column
+ * (spec cols, padded ones 0): the lowering keeps them whole on every chip */
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out)
+{
+    int rb = spi_aidx(ch, s->row_axes), cb = spi_aidx(ch, s->col_axes);
+    int64_t r0 = rb * s->local_rows, c0 = cb * s->local_cols;
+    int64_t r1 = r0 + s->local_rows, c1 = c0 + s->local_cols;
+    if (r1 > s->rows_real) r1 = s->rows_real;
+    if (c1 > s->cols_real) c1 = s->cols_real;
+    sp_weight w = s->weight;
+    sp_wt t = wt_of(w);
+    sp_dtype dt = s->dtype;   /* norms are fp32 in the spec; vocab tables f32, bf16 or f16 */
+    int eb = sp_dtype_bytes(dt);
+    size_t bytes = (size_t)(s->local_rows * s->local_cols * eb);
+    char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
+    if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
+    ch->alloc_weights += s->local_rows * s->local_cols * eb;
+    float *lsc = NULL;
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
+        float *full = calloc((size_t)s->cols, sizeof *full);
+        lsc = malloc((size_t)s->local_cols * sizeof *lsc);
+        if (!full || !lsc) {
+            free(full);
+            free(lsc);
+            free(shard);
+            return spi_fail(SP_ENOMEM, "weight scales");
+        }
+        ch->alloc_weights += s->cols * (int64_t)sizeof *full;
+        /* zero rows: only the scales of the whole real column range */
+        int8_t none;
+        sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
+        if (!st) {
+            /* on the chip's device beside the shard (the CPU's: stays) */
+            *scale_out = full;
+            st = spi_to_device(ch, (void **)scale_out, (size_t)s->cols * sizeof *full);
+        } else {
+            free(full);
+        }
+        if (st) {
+            free(lsc);
+            free(shard);
+            return st;
+        }
+    }
+    sp_status st = SP_OK;
+    if (r1 > r0 && c1 > c0 && t != SP_WT_COUNT) {
+        char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
+        if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
+        else st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, lsc);
+        if (!st) spi_copy_block_host(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
+        free(blk);
+    } else if (r1 > r0 && c1 > c0) {
+        if (w == SP_W_EMBED || w == SP_W_LMHEAD || w == SP_W_POS) {
+            /* the chip's rows of a vocabulary / positions table, read as fp32
+             * (from the checkpoint's slice when the weights are opened lazily) */
+            sp_wt vt = w == SP_W_POS ? SP_WT_POS : w == SP_W_EMBED || ch->m->tied_embeddings ? SP_WT_EMBED : SP_WT_LM_HEAD;
+            int64_t nr = r1 - r0, nc = c1 - c0;
+            float *blk = malloc((size_t)(nr * nc) * sizeof *blk);   // (nr, nc)
+            if (!blk) st = spi_fail(SP_ENOMEM, "table block");
+            else st = sp_weights_block(ch->ex->w, vt, 0, r0, r1, c0, c1, SP_DT_F32, blk, NULL);
+            if (!st && dt == SP_DT_F32) {
+                spi_copy_block_host(shard, s->local_cols, (const char *)blk, nc, nr, nc, 4);
+            } else if (!st && (dt == SP_DT_BF16 || dt == SP_DT_F16)) {
+                uint16_t *h = (uint16_t *)(void *)shard;   // (local_rows, local_cols)
+                for (int64_t r = 0; r < nr; r++)
+                    for (int64_t c = 0; c < nc; c++) {
+                        float v = blk[r * nc + c];
+                        h[r * s->local_cols + c] = dt == SP_DT_BF16 ? sp_kern_f32_to_bf16(v) : sp_kern_f32_to_f16(v);
+                    }
+            } else if (!st) {
+                st = spi_fail(SP_ENOTSUP, "%s stored as %s: vocabulary tables are f32, bf16 or f16",
+                              sp_weight_name(w), sp_dtype_name(dt));
+            }
+            free(blk);
+        } else if (w == SP_W_NORM1 || w == SP_W_NORM2 || w == SP_W_NORMF) {
+            /* gain row, then the LayerNorm bias row */
+            const sp_weights *W = ch->ex->w;
+            const sp_weights_layer *L = w == SP_W_NORMF ? NULL : &W->layers[layer];
+            const float *rowv[2] = {w == SP_W_NORMF ? W->final_norm : w == SP_W_NORM1 ? L->attn_norm : L->ffn_norm,
+                                    w == SP_W_NORMF ? W->final_norm_b : w == SP_W_NORM1 ? L->attn_norm_b : L->ffn_norm_b};
+            for (int64_t r = r0; r < r1; r++)
+                if (rowv[r]) memcpy(shard + (r - r0) * s->local_cols * eb, rowv[r] + c0, (size_t)((c1 - c0) * eb));
+        }
+    }
+    free(lsc);
+    if (st) {
+        free(shard);
+        return st;
+    }
+    *out = shard;
+    return spi_to_device(ch, out, bytes);
+}
+
+/* Scales of the n local columns of a matmul's weight (device memory): the
+ * stored shard holds global columns [cb·lc, cb·lc + lc); a gathered buffer
+ * holds, for each gathered column block, the storage block recorded at its
+ * gather (copied into ch->scl). */
+sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out)
+{
+    const float *full = ch->lscale[ch->li * SP_W_COUNT + s->weight];
+    int64_t lc = ws->local_cols;
+    if (!s->wbuf) {
+        *out = full + (int64_t)spi_aidx(ch, ws->col_axes) * lc;
+        return SP_OK;
+    }
+    int ncb = ch->wb_ncb[s->wbuf];
+    if (ncb * lc != s->n)
+        return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
+                        sp_weight_name(s->weight), sp_buf_name(s->wbuf), ncb, (long long)s->n);
+    for (int b = 0; b < ncb; b++)
+        SP_CHECK(spi_copy_flat(ch, ch->scl + b * lc, full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc, lc, 4));
+    *out = ch->scl;
+    return SP_OK;
+}

@@ -1,0 +1,131 @@
+/*
+ * spi_exec.h: the program interpreter's internals (see sp_exec.h), shared by
+ * its files along their seams:
+ *   exec.c          the run loop: threads, prefill/decode, results, public API
+ *   exec_mem.c      chip memory: buffers, scratch, KV cache, copies to the device
+ *   exec_weights.c  weight shards: building them, biases, norms, matmul scales
+ *   exec_coll.c     collective packing: blocks into and out of the communicator
+ *   exec_step.c     the interpreter: one step of a program, attention, slices
+ * Tensor data is touched only through the chip's device (spi_xdev.h).
+ */
+#ifndef SPI_EXEC_H
+#define SPI_EXEC_H
+#include <pthread.h>
+#include <string.h>
+#include "spi_common.h"
+#include "exec/sp_exec.h"
+#include "exec/spi_xdev.h"
+
+struct sp_exec {
+    sp_model m;
+    sp_layout l;
+    sp_mesh mesh;
+    int64_t B, P, G;
+    const sp_weights *w;
+    sp_comm_world *world;
+    sp_comm_backend backend;
+    const spi_xops *ops;             /* the chips' device: CPU, or CUDA under NCCL */
+    int nchips;
+    int local_first, local_count;    /* chips this process hosts (MPI: one) */
+    /* run */
+    const int32_t *prompt;
+    sp_kern_sample_opts samp;
+    int greedy;
+    int32_t *tokens;
+    float *last_logits;
+    pthread_mutex_t mu;
+    sp_exec_stats st;
+    sp_status err;
+    char errmsg[256];
+};
+
+typedef struct chip {
+    sp_exec *ex;
+    const sp_model *m;
+    const sp_layout *l;
+    int rank, stage, replica;
+    int coords[SP_AXIS_COUNT];
+    sp_comm *c;
+    spi_xdev dev;                    /* where buffers, weights and the KV cache live */
+    const spi_xops *ops;             /* dev.ops, NULL until the device is open */
+    sp_program *pf, *dc, *prog;
+    void *buf[SP_BUF_COUNT];
+    int64_t first_layer;
+    void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */
+    void **lw;                       /* (n_layers, SP_W_COUNT) per-layer shards */
+    float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales of the WHOLE global
+                                        column range (spec cols, padded cols 0), replicated, never moved;
+                                        on the chip's device (counted with the weights) */
+    float *scl;                      /* (max cols) scales of one matmul's local columns, on the device */
+    float **lb;                      /* (n_layers, SP_W_COUNT) biases, whole, fp32 (bias models) */
+    int64_t alloc_weights, alloc_gathered, alloc_kv, alloc_act;   /* bytes, vs sp_lower_mem_sizes */
+    int64_t alloc_ws;                /* device workspace bytes (devices with their own memory), vs the same */
+    /* gathered weight buffers: the storage column block of each gathered column block */
+    int wb_ncb[SP_BUF_COUNT];
+    int wb_cblk[SP_BUF_COUNT][64];
+    void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
+    int64_t ctx_max, kv_layer_elems, kv_mb_elems;
+    void *tmp1, *tmp2;               /* collective packing */
+    size_t tmp_bytes;
+    float *qs, *ks, *vs;             /* rope / pack scratch */
+    int64_t *pos;                    /* host */
+    void *sm_scr;                    /* host: sampling */
+    size_t sm_bytes;
+    float *hrow;                     /* host copy of one logits row (device backends) */
+    int32_t *dtok;                   /* device copy of the token hand-off (device backends) */
+    const int32_t *in_tok;           /* input tokens of the current micro-batch */
+    int64_t li;                      /* current layer (stage-local) */
+    /* local stats */
+    uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
+    uint64_t token_bytes;
+    int64_t comm_steps, mismatches;
+    char first_mismatch[256];
+    double prefill_s, decode_step_s, tokens_per_s;   /* chip 0 only */
+} chip;
+
+/* ---- mesh axes of axis strings --------------------------------------------------- */
+static inline int spi_axis_of(char c)
+{
+    switch (c) {
+    case 'x': return SP_AXIS_X;
+    case 'y': return SP_AXIS_Y;
+    case 'z': return SP_AXIS_Z;
+    case 's': return SP_AXIS_STAGE;
+    default: return SP_AXIS_REPLICA;
+    }
+}
+static inline int spi_aidx(const chip *ch, const char *axes) { return sp_lower_axes_index(ch->l, ch->rank, axes); }
+static inline int spi_asize(const chip *ch, const char *axes) { return sp_lower_axes_size(ch->l, axes); }
+
+/* ---- chip memory (exec_mem.c) ----------------------------------------------------- */
+sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step);
+sp_status spi_chip_setup(chip *ch);
+void spi_chip_teardown(chip *ch);
+/* dst (rows, cols) of leading dimension dld <- src of sld; elements of eb bytes, on the chip's device */
+sp_status spi_copy_block(chip *ch, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows, int64_t cols,
+                         int eb);
+/* n contiguous elements */
+sp_status spi_copy_flat(chip *ch, void *dst, const void *src, int64_t n, int eb);
+/* the same in host memory (weight shards are built on the host) */
+void spi_copy_block_host(char *dst, int64_t dld, const char *src, int64_t sld, int64_t rows, int64_t cols, int eb);
+/* a block built in host memory, moved to the chip's device (the CPU's: stays);
+ * on failure *p is NULL and nothing is held */
+sp_status spi_to_device(chip *ch, void **p, size_t bytes);
+
+/* ---- weight shards (exec_weights.c) ----------------------------------------------- */
+const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len);
+const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len);
+void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b);
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out);
+sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out);
+
+/* ---- collective packing (exec_coll.c) --------------------------------------------- */
+sp_status spi_run_coll(chip *ch, const sp_step *s);
+sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
+                          sp_coll_kind k);
+int spi_peer_stage(const chip *ch, int stage);
+
+/* ---- the interpreter (exec_step.c) ------------------------------------------------ */
+sp_status spi_run_steps(chip *ch, const sp_steps *ss, int mb);
+
+#endif
