@@ -8,3 +8,10 @@ tests_check_cost_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_cost_LDADD = $(SP_TEST_LIBS)
 TESTS += tests/cli_estimate.sh
 EXTRA_DIST += tests/cli_estimate.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_trace
+TESTS += tests/check_trace
+endif
+tests_check_trace_SOURCES = tests/check_trace.c
+tests_check_trace_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_trace_LDADD = $(SP_TEST_LIBS)
