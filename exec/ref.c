@@ -221,8 +221,11 @@ sp_status sp_ref_forward(sp_ref *r, const int32_t *tokens, int64_t L, float *log
         const sp_weights_layer *W = &w->layers[l];
         norm(r->h, r->x, T, E, W->attn_norm, W->attn_norm_b, m->norm_eps, m->norm);
         attention(r, l, L);
-        if (m->block == SP_BLOCK_PARALLEL) {
-            // PaLM / GPT-J: x + attn(norm(x)) + ffn(norm(x)), one shared norm
+        if (m->block != SP_BLOCK_SERIAL) {
+            // PaLM / GPT-J: x + attn(norm(x)) + ffn(norm(x)), one shared norm;
+            // GPT-NeoX (parallel2): x + attn(norm1(x)) + ffn(norm2(x))
+            if (m->block == SP_BLOCK_PARALLEL2)
+                norm(r->h, r->x, T, E, W->ffn_norm, W->ffn_norm_b, m->norm_eps, m->norm);
             ffn(r, l, T);
             for (int64_t i = 0; i < T * E; i++) r->x[i] += r->ao[i] + r->fo[i];
         } else {

@@ -53,16 +53,18 @@ void sp_wt_shape(const sp_model *m, sp_wt t, int64_t *rows, int64_t *cols)
 /* Does model m have tensor kind t? */
 static int wt_present(const sp_model *m, sp_wt t)
 {
-    int ln = m->norm == SP_NORM_LAYERNORM, serial = m->block == SP_BLOCK_SERIAL, swiglu = m->ffn == SP_FFN_SWIGLU;
+    int ln = m->norm == SP_NORM_LAYERNORM, norm2 = m->block != SP_BLOCK_PARALLEL, swiglu = m->ffn == SP_FFN_SWIGLU;
     switch (t) {
     case SP_WT_POS: return m->positions == SP_POS_LEARNED;
     case SP_WT_LM_HEAD: return !m->tied_embeddings;
     case SP_WT_FINAL_NORM_B: case SP_WT_ATTN_NORM_B: return ln;
-    case SP_WT_BQ: case SP_WT_BK: case SP_WT_BV: case SP_WT_BO: case SP_WT_B_IN: case SP_WT_B_OUT: return m->bias;
-    case SP_WT_FFN_NORM: return serial;
-    case SP_WT_FFN_NORM_B: return serial && ln;
+    case SP_WT_BQ: case SP_WT_BK: case SP_WT_BV: return sp_model_has_bias(m, SP_BIAS_QKV);
+    case SP_WT_BO: return sp_model_has_bias(m, SP_BIAS_O);
+    case SP_WT_B_IN: case SP_WT_B_OUT: return sp_model_has_bias(m, SP_BIAS_FFN);
+    case SP_WT_FFN_NORM: return norm2;
+    case SP_WT_FFN_NORM_B: return norm2 && ln;
     case SP_WT_W_UP: return swiglu;
-    case SP_WT_B_UP: return swiglu && m->bias;
+    case SP_WT_B_UP: return swiglu && sp_model_has_bias(m, SP_BIAS_FFN);
     default: return 1;
     }
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include "spi_common.h"
 #include "sp_lower.h"
+#include "spi_model.h"
 
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
@@ -298,9 +299,15 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
     s->act_bytes = 2 * rows * cols * c->act_b;
 }
 
+/* the bias group of a layer matrix */
+static int bias_group(sp_weight w)
+{
+    return w <= SP_W_V ? SP_BIAS_QKV : w == SP_W_O ? SP_BIAS_O : SP_BIAS_FFN;
+}
+
 static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t rows, int64_t cols, const char *col_axes)
 {
-    if (!c->m->bias) return;
+    if (!sp_model_has_bias(c->m, bias_group(w))) return;
     sp_step *s = emit(ss, SP_STEP_BIAS);
     s->dst = buf;
     s->weight = w;
@@ -355,7 +362,7 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
     /* norm gains (and LayerNorm biases) are tiny: replicated, fp32 */
     int nrm = m->norm == SP_NORM_LAYERNORM ? 2 : 1;
     set_spec(c, SP_W_NORM1, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
-    if (m->block == SP_BLOCK_SERIAL) set_spec(c, SP_W_NORM2, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
+    if (m->block != SP_BLOCK_PARALLEL) set_spec(c, SP_W_NORM2, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
     if (last_stage) set_spec(c, SP_W_NORMF, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
     /* the embedding table is vocab-sharded over the whole tensor mesh; a
      * tied LM head is the same table (a copy when it lives on another stage) */
@@ -364,9 +371,9 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
     if (last_stage && !m->tied_embeddings)
         set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
     /* biases are small: fp32, replicated whole (unpadded) on every chip, with their matrix */
-    if (m->bias)
-        for (int w = SP_W_Q; w <= SP_W_OUT; w++)
-            if (c->p->wspec[w].present) c->p->wspec[w].bytes += c->p->wspec[w].cols_real * 4;
+    for (int w = SP_W_Q; w <= SP_W_OUT; w++)
+        if (c->p->wspec[w].present && sp_model_has_bias(m, bias_group(w)))
+            c->p->wspec[w].bytes += c->p->wspec[w].cols_real * 4;
     if (first_stage && m->positions == SP_POS_LEARNED)
         set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", sp_lower_table_dtype(wd));
 }
@@ -728,7 +735,7 @@ static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of)
         y = SP_BUF_Y2;
     }
     emit_bias(c, ss, y, bias_of, T, Ec, sh->act);
-    if (c->m->block == SP_BLOCK_PARALLEL && bias_of == SP_W_O) emit_bias(c, ss, y, SP_W_OUT, T, Ec, sh->act);
+    if (c->m->block != SP_BLOCK_SERIAL && bias_of == SP_W_O) emit_bias(c, ss, y, SP_W_OUT, T, Ec, sh->act);
     sp_step *s = emit(ss, SP_STEP_ADD);
     s->dst = SP_BUF_X;
     s->src = y;
@@ -743,6 +750,14 @@ static void emit_layer(ctx *c, sp_steps *ss)
         /* PaLM: one input all-gather and one output reduce-scatter for both */
         emit_block_input(c, ss, SP_W_NORM1);
         emit_attention(c, ss, 0);
+        emit_ffn(c, ss, 1);
+        emit_block_output(c, ss, SP_W_O);
+    } else if (c->m->block == SP_BLOCK_PARALLEL2) {
+        /* GPT-NeoX: X is unchanged until the one output, so the FFN's input
+         * is gathered and normed again (with its own gain) after attention */
+        emit_block_input(c, ss, SP_W_NORM1);
+        emit_attention(c, ss, 0);
+        emit_block_input(c, ss, SP_W_NORM2);
         emit_ffn(c, ss, 1);
         emit_block_output(c, ss, SP_W_O);
     } else {
@@ -930,6 +945,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
                         (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
+    {   /* a model feature nothing computes: refused, never approximated */
+        char why[400];
+        const char *field = spi_model_refusal(m, shape->max_context, quiet ? NULL : why, sizeof why);
+        if (field) BAD("model %s: %s: %s", m->name, field, why);
+    }
     p->pre.n = p->layer.n = p->post.n = 0;
     p->phase = phase;
     p->layout = *l;

@@ -2,35 +2,62 @@
  * one place derived quantities (parameters, bytes, FLOPs) are computed. */
 #include <assert.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "spi_common.h"
 #include "spi_json.h"
 #include "sp_model.h"
+#include "spi_model.h"
 
 static const char *const ffn_names[] = {"gelu", "swiglu"};
-static const char *const block_names[] = {"serial", "parallel"};
+static const char *const block_names[] = {"serial", "parallel", "parallel2"};
 static const char *const norm_names[] = {"layernorm", "rmsnorm"};
-static const char *const pos_names[] = {"learned", "rope"};
+static const char *const pos_names[] = {"learned", "rope", "alibi"};
+static const char *const act_names[] = {"auto", "gelu_tanh", "gelu", "silu", "relu"};
+static const char *const rope_scaling_names[] = {"none", "linear", "dynamic", "llama3", "yarn"};
+static const char *const rope_style_names[] = {"half", "interleaved"};
 static_assert(SPI_ARRAY_LEN(ffn_names) == SP_FFN_COUNT, "one name per sp_ffn_kind");
 static_assert(SPI_ARRAY_LEN(block_names) == SP_BLOCK_COUNT, "one name per sp_block_kind");
 static_assert(SPI_ARRAY_LEN(norm_names) == SP_NORM_COUNT, "one name per sp_norm_kind");
 static_assert(SPI_ARRAY_LEN(pos_names) == SP_POS_COUNT, "one name per sp_pos_kind");
+static_assert(SPI_ARRAY_LEN(act_names) == SP_ACT_COUNT, "one name per sp_act_kind");
+static_assert(SPI_ARRAY_LEN(rope_scaling_names) == SP_ROPE_COUNT, "one name per sp_rope_scaling");
+static_assert(SPI_ARRAY_LEN(rope_style_names) == SP_ROPE_STYLE_COUNT, "one name per sp_rope_style");
 
 const char *sp_ffn_name(sp_ffn_kind k) { return (unsigned)k < SP_FFN_COUNT ? ffn_names[k] : "?"; }
 const char *sp_block_name(sp_block_kind k) { return (unsigned)k < SP_BLOCK_COUNT ? block_names[k] : "?"; }
 const char *sp_norm_name(sp_norm_kind k) { return (unsigned)k < SP_NORM_COUNT ? norm_names[k] : "?"; }
 const char *sp_pos_name(sp_pos_kind k) { return (unsigned)k < SP_POS_COUNT ? pos_names[k] : "?"; }
+const char *sp_act_name(sp_act_kind k) { return (unsigned)k < SP_ACT_COUNT ? act_names[k] : "?"; }
+const char *sp_rope_scaling_name(sp_rope_scaling k) { return (unsigned)k < SP_ROPE_COUNT ? rope_scaling_names[k] : "?"; }
+const char *sp_rope_style_name(sp_rope_style k) { return (unsigned)k < SP_ROPE_STYLE_COUNT ? rope_style_names[k] : "?"; }
 
 void sp_model_init(sp_model *m)
 {
     memset(m, 0, sizeof *m);
     m->rope_theta = 10000.0;
     m->norm_eps = 1e-5;
+    /* transformers' defaults for the rope_scaling parameters a config may omit */
+    m->rope_factor = 1.0;
+    m->rope_low_freq_factor = 1.0;
+    m->rope_high_freq_factor = 4.0;
+    m->rope_beta_fast = 32.0;
+    m->rope_beta_slow = 1.0;
 }
 
 int sp_model_ffn_matrices(const sp_model *m) { return m->ffn == SP_FFN_SWIGLU ? 3 : 2; }
+
+sp_act_kind sp_model_act(const sp_model *m)
+{
+    if (m->act != SP_ACT_AUTO) return m->act;
+    return m->ffn == SP_FFN_SWIGLU ? SP_ACT_SILU : SP_ACT_GELU_TANH;
+}
+
+int sp_model_has_bias(const sp_model *m, int group) { return (m->bias & group) != 0; }
+
+int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m->rotary_dims : m->d_head; }
 
 /* ---- checked arithmetic: remembers the first overflow and the field to blame ---- */
 typedef struct ck {
@@ -62,8 +89,9 @@ static int64_t ck_add(ck *c, const char *path, const char *what, int64_t a, int6
 }
 
 /* Everything derived, in checked arithmetic.  Counting conventions (doc/formats.md):
- *  attention: Q (E x H*D), K and V (E x KVH*D each), O (H*D x E); biases H*D + 2*KVH*D + E.
- *  ffn: 2 (GELU) or 3 (SwiGLU) E x F matrices; biases F + E (GELU) or 2F + E (SwiGLU);
+ *  attention: Q (E x H*D), K and V (E x KVH*D each), O (H*D x E); biases H*D + 2*KVH*D (qkv)
+ *             and E (o).
+ *  ffn: 2 (GELU) or 3 (SwiGLU) E x F matrices; biases (ffn) F + E (GELU) or 2F + E (SwiGLU);
  *       MoE layers (every moe_every-th) hold n_experts of them plus an E x n_experts router.
  *  norms: one per layer for a parallel block, two for serial, plus the final one;
  *         RMSNorm has a gain (E), LayerNorm gain and bias (2E).
@@ -80,12 +108,13 @@ static void derive_ck(const sp_model *m, int64_t context, sp_model_stats *s, ck 
     attn = ck_mul(c, "/d_model", "2 * d_model * n_heads * d_head", attn, 2);
     attn = ck_add(c, "/d_model", "attention parameters", attn,
                   ck_mul(c, "/d_model", "2 * d_model * n_kv_heads * d_head", ck_mul(c, "/d_model", "", E, kvd), 2));
-    if (m->bias) attn = ck_add(c, "/d_model", "attention biases", attn,
-                                ck_add(c, "/d_model", "", ck_add(c, "/d_model", "", hd, kvd), ck_add(c, "/d_model", "", kvd, E)));
+    if (m->bias & SP_BIAS_QKV)
+        attn = ck_add(c, "/d_model", "attention biases", attn, ck_add(c, "/d_model", "", hd, ck_mul(c, "/d_model", "", kvd, 2)));
+    if (m->bias & SP_BIAS_O) attn = ck_add(c, "/d_model", "attention biases", attn, E);
 
     int mats = sp_model_ffn_matrices(m);
     int64_t expert = ck_mul(c, "/d_ff", "d_model * d_ff * matrices", ck_mul(c, "/d_ff", "d_model * d_ff", E, F), mats);
-    if (m->bias) expert = ck_add(c, "/d_ff", "ffn biases", expert, ck_add(c, "/d_ff", "", ck_mul(c, "/d_ff", "", F, mats - 1), E));
+    if (m->bias & SP_BIAS_FFN) expert = ck_add(c, "/d_ff", "ffn biases", expert, ck_add(c, "/d_ff", "", ck_mul(c, "/d_ff", "", F, mats - 1), E));
 
     int64_t n_moe = 0, ffn_moe = 0, ffn_moe_active = 0;
     if (m->n_experts > 0) {
@@ -162,9 +191,31 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
         return vfail(source, err, "/n_kv_heads", t);
     }
     if ((unsigned)m->ffn >= SP_FFN_COUNT) return vfail(source, err, "/ffn", "must be one of gelu, swiglu");
-    if ((unsigned)m->block >= SP_BLOCK_COUNT) return vfail(source, err, "/block", "must be one of serial, parallel");
+    if ((unsigned)m->block >= SP_BLOCK_COUNT) return vfail(source, err, "/block", "must be one of serial, parallel, parallel2");
     if ((unsigned)m->norm >= SP_NORM_COUNT) return vfail(source, err, "/norm", "must be one of layernorm, rmsnorm");
-    if ((unsigned)m->positions >= SP_POS_COUNT) return vfail(source, err, "/positions", "must be one of learned, rope");
+    if ((unsigned)m->positions >= SP_POS_COUNT) return vfail(source, err, "/positions", "must be one of learned, rope, alibi");
+    if ((unsigned)m->act >= SP_ACT_COUNT) return vfail(source, err, "/act", "must be one of gelu_tanh, gelu, silu, relu");
+    if (m->bias & ~SP_BIAS_ALL) return vfail(source, err, "/bias", "unknown bias group");
+    if ((unsigned)m->rope_style >= SP_ROPE_STYLE_COUNT) return vfail(source, err, "/rope_style", "must be half or interleaved");
+    if (m->rotary_dims < 0 || m->rotary_dims % 2 || m->rotary_dims > m->d_head) {
+        snprintf(t, sizeof t, "must be an even number in [2, d_head = %lld] (0: d_head), got %lld", (long long)m->d_head,
+                 (long long)m->rotary_dims);
+        return vfail(source, err, "/rotary_dims", t);
+    }
+    if (m->sliding_window < 0) return vfail(source, err, "/sliding_window", "must be >= 0 (0: no window)");
+    if ((unsigned)m->rope_scaling >= SP_ROPE_COUNT)
+        return vfail(source, err, "/rope_scaling/rope_type", "must be one of none, linear, dynamic, llama3, yarn");
+    if (m->rope_scaling != SP_ROPE_NONE) {
+        if (!(m->rope_factor > 0) || !isfinite(m->rope_factor)) return vfail(source, err, "/rope_scaling/factor", "must be > 0");
+        if (m->rope_scaling != SP_ROPE_LINEAR && m->rope_orig_context <= 0)
+            return vfail(source, err, "/rope_scaling/original_max_position_embeddings", "must be > 0");
+        if (m->rope_scaling == SP_ROPE_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor && m->rope_low_freq_factor > 0))
+            return vfail(source, err, "/rope_scaling/high_freq_factor", "must exceed low_freq_factor (> 0)");
+        if (m->rope_scaling == SP_ROPE_YARN && !(m->rope_beta_fast > m->rope_beta_slow && m->rope_beta_slow > 0))
+            return vfail(source, err, "/rope_scaling/beta_fast", "must exceed beta_slow (> 0)");
+        if (m->rope_scaling == SP_ROPE_YARN && (m->rope_attn_factor < 0 || !isfinite(m->rope_attn_factor)))
+            return vfail(source, err, "/rope_scaling/attention_factor", "must be > 0 (0: 0.1 ln(factor) + 1)");
+    }
     if (!(m->rope_theta > 0) || !isfinite(m->rope_theta)) return vfail(source, err, "/rope_theta", "must be > 0");
     if (!(m->norm_eps > 0) || !isfinite(m->norm_eps)) return vfail(source, err, "/norm_eps", "must be > 0");
     if (m->n_experts < 0) return vfail(source, err, "/n_experts", "must be >= 0 (0 means dense)");
@@ -210,7 +261,58 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
 static const char *const model_keys[] = {
     "name", "n_layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "vocab", "ffn", "block",
     "norm", "positions", "tied_embeddings", "bias", "max_context", "rope_theta", "norm_eps",
-    "n_experts", "top_k", "moe_every", NULL};
+    "n_experts", "top_k", "moe_every", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
+static const char *const rope_scaling_keys[] = {
+    "rope_type", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
+    "beta_slow", "attention_factor", NULL};
+static const char *const bias_groups[] = {"qkv", "o", "ffn"};
+
+const char *const *spi_model_keys(void) { return model_keys; }
+const char *const *spi_model_rope_scaling_keys(void) { return rope_scaling_keys; }
+
+/* "bias": true (every linear layer), false, or a list of groups ["qkv", "o", "ffn"] */
+static sp_status get_bias(const spi_jctx *c, const json_t *r, int *out)
+{
+    const json_t *b = json_object_get(r, "bias");
+    if (!json_is_array(b)) {
+        int all = 0;
+        SP_CHECK(spi_json_get_bool(c, "", r, "bias", 1, &all));
+        *out = all ? SP_BIAS_ALL : 0;
+        return SP_OK;
+    }
+    *out = 0;
+    size_t i;
+    const json_t *g;
+    json_array_foreach(b, i, g) {
+        size_t k = 0;
+        while (k < SPI_ARRAY_LEN(bias_groups) && !(json_is_string(g) && !strcmp(json_string_value(g), bias_groups[k]))) k++;
+        if (k == SPI_ARRAY_LEN(bias_groups))
+            return spi_json_fail(c, SP_EINVAL, "/bias", NULL, "element %zu: must be one of qkv, o, ffn", i);
+        *out |= 1 << k;
+    }
+    return SP_OK;
+}
+
+static sp_status get_rope_scaling(const spi_jctx *c, const json_t *r, sp_model *m)
+{
+    json_t *o = NULL;
+    int v = 0;
+    SP_CHECK(spi_json_get_child(c, "", r, "rope_scaling", 0, JSON_OBJECT, &o));
+    if (!o) return SP_OK;
+    SP_CHECK(spi_json_check_keys(c, "/rope_scaling", o, rope_scaling_keys));
+    SP_CHECK(spi_json_get_enum(c, "/rope_scaling", o, "rope_type", 1, rope_scaling_names, SP_ROPE_COUNT, &v));
+    m->rope_scaling = (sp_rope_scaling)v;
+    if (m->rope_scaling == SP_ROPE_NONE) return SP_OK;
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "factor", 1, 1, 0, HUGE_VAL, "number > 0", &m->rope_factor));
+    SP_CHECK(spi_json_get_int(c, "/rope_scaling", o, "original_max_position_embeddings", m->rope_scaling != SP_ROPE_LINEAR,
+                              1, INT64_MAX, "integer > 0", &m->rope_orig_context));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "low_freq_factor", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_low_freq_factor));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "high_freq_factor", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_high_freq_factor));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "beta_fast", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_beta_fast));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "beta_slow", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_beta_slow));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "attention_factor", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_attn_factor));
+    return SP_OK;
+}
 
 static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
 {
@@ -239,7 +341,13 @@ static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
     v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "norm", 1, norm_names, SP_NORM_COUNT, &v)); m->norm = (sp_norm_kind)v;
     v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "positions", 1, pos_names, SP_POS_COUNT, &v)); m->positions = (sp_pos_kind)v;
     SP_CHECK(spi_json_get_bool(c, "", r, "tied_embeddings", 1, &m->tied_embeddings));
-    SP_CHECK(spi_json_get_bool(c, "", r, "bias", 1, &m->bias));
+    SP_CHECK(get_bias(c, r, &m->bias));
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "act", 0, act_names, SP_ACT_COUNT, &v)); m->act = (sp_act_kind)v;
+    v = 0; SP_CHECK(spi_json_get_enum(c, "", r, "rope_style", 0, rope_style_names, SP_ROPE_STYLE_COUNT, &v));
+    m->rope_style = (sp_rope_style)v;
+    SP_CHECK(spi_json_get_int(c, "", r, "rotary_dims", 0, 0, BIG, "even integer >= 0; 0 means d_head", &m->rotary_dims));
+    SP_CHECK(spi_json_get_int(c, "", r, "sliding_window", 0, 0, BIG, "integer >= 0; 0 means no window", &m->sliding_window));
+    SP_CHECK(get_rope_scaling(c, r, m));
     SP_CHECK(spi_json_get_int(c, "", r, "max_context", 1, 1, BIG, "integer > 0", &m->max_context));
     SP_CHECK(spi_json_get_num(c, "", r, "rope_theta", 0, 1, 0, HUGE_VAL, "number > 0", &m->rope_theta));
     SP_CHECK(spi_json_get_num(c, "", r, "norm_eps", 0, 1, 0, 1, "number in (0, 1]", &m->norm_eps));
@@ -324,7 +432,35 @@ json_t *spi_model_to_json(const sp_model *m)
     json_object_set_new(j, "norm", json_string(sp_norm_name(m->norm)));
     json_object_set_new(j, "positions", json_string(sp_pos_name(m->positions)));
     json_object_set_new(j, "tied_embeddings", json_boolean(m->tied_embeddings));
-    json_object_set_new(j, "bias", json_boolean(m->bias));
+    if (m->bias == 0 || m->bias == SP_BIAS_ALL) {
+        json_object_set_new(j, "bias", json_boolean(m->bias));
+    } else {
+        json_t *b = json_array();
+        for (size_t k = 0; k < SPI_ARRAY_LEN(bias_groups); k++)
+            if (m->bias & (1 << k)) json_array_append_new(b, json_string(bias_groups[k]));
+        json_object_set_new(j, "bias", b);
+    }
+    if (m->act != SP_ACT_AUTO) json_object_set_new(j, "act", json_string(sp_act_name(m->act)));
+    if (m->rotary_dims) json_object_set_new(j, "rotary_dims", json_integer(m->rotary_dims));
+    if (m->rope_style != SP_ROPE_HALF) json_object_set_new(j, "rope_style", json_string(sp_rope_style_name(m->rope_style)));
+    if (m->sliding_window) json_object_set_new(j, "sliding_window", json_integer(m->sliding_window));
+    if (m->rope_scaling != SP_ROPE_NONE) {
+        json_t *o = json_object();
+        json_object_set_new(o, "rope_type", json_string(sp_rope_scaling_name(m->rope_scaling)));
+        json_object_set_new(o, "factor", json_real(m->rope_factor));
+        if (m->rope_orig_context)
+            json_object_set_new(o, "original_max_position_embeddings", json_integer(m->rope_orig_context));
+        if (m->rope_scaling == SP_ROPE_LLAMA3) {
+            json_object_set_new(o, "low_freq_factor", json_real(m->rope_low_freq_factor));
+            json_object_set_new(o, "high_freq_factor", json_real(m->rope_high_freq_factor));
+        }
+        if (m->rope_scaling == SP_ROPE_YARN) {
+            json_object_set_new(o, "beta_fast", json_real(m->rope_beta_fast));
+            json_object_set_new(o, "beta_slow", json_real(m->rope_beta_slow));
+            if (m->rope_attn_factor > 0) json_object_set_new(o, "attention_factor", json_real(m->rope_attn_factor));
+        }
+        json_object_set_new(j, "rope_scaling", o);
+    }
     json_object_set_new(j, "max_context", json_integer(m->max_context));
     json_object_set_new(j, "rope_theta", json_real(m->rope_theta));
     json_object_set_new(j, "norm_eps", json_real(m->norm_eps));
@@ -334,4 +470,127 @@ json_t *spi_model_to_json(const sp_model *m)
         json_object_set_new(j, "moe_every", json_integer(m->moe_every));
     }
     return j;
+}
+
+/* ---- what the lowering, cost model and executor compute ---- */
+
+/* The first field of m the lowering, cost model and executor do not compute
+ * at `context` tokens: its JSON pointer, and (text != NULL) why.  NULL: all
+ * computed.  Cheap (the lowering asks for every layout a search tries). */
+const char *spi_model_refusal(const sp_model *m, int64_t context, char *text, size_t size)
+{
+#define WHY(...) (text ? snprintf(text, size, __VA_ARGS__) : 0)
+    if (context <= 0) context = m->max_context;
+    if (m->n_experts > 0) {
+        WHY("%lld: mixture-of-experts layers are not implemented (lowering, cost model, executor); refused rather "
+            "than computed and priced as a dense model", (long long)m->n_experts);
+        return "/n_experts";
+    }
+    if (m->positions == SP_POS_ALIBI) {
+        WHY("alibi: ALiBi attention biases are not implemented");
+        return "/positions";
+    }
+    if (m->positions == SP_POS_ROPE && m->rope_style != SP_ROPE_HALF) {
+        WHY("%s: RoPE on interleaved pairs (GPT-J's rotate_every_two) is not implemented",
+            sp_rope_style_name(m->rope_style));
+        return "/rope_style";
+    }
+    sp_act_kind own = m->ffn == SP_FFN_SWIGLU ? SP_ACT_SILU : SP_ACT_GELU_TANH;
+    if (sp_model_act(m) != own) {
+        WHY("%s: not implemented (the %s FFN computes %s only)", sp_act_name(sp_model_act(m)), sp_ffn_name(m->ffn),
+            sp_act_name(own));
+        return "/act";
+    }
+    if (m->bias != 0 && m->bias != SP_BIAS_ALL) {
+        WHY("biases on some linear layers only are not implemented (all or none)");
+        return "/bias";
+    }
+    if (m->positions == SP_POS_ROPE && sp_model_rotary_dims(m) != m->d_head) {
+        WHY("%lld: partial rotary embeddings (fewer dims than d_head %lld) are not implemented",
+            (long long)m->rotary_dims, (long long)m->d_head);
+        return "/rotary_dims";
+    }
+    if (m->positions == SP_POS_ROPE && m->rope_scaling != SP_ROPE_NONE && m->rope_scaling != SP_ROPE_DYNAMIC) {
+        WHY("%s: RoPE scaling is not implemented", sp_rope_scaling_name(m->rope_scaling));
+        return "/rope_scaling/rope_type";
+    }
+    if (m->sliding_window > 0 && context > m->sliding_window) {
+        WHY("%lld: the job's context (%lld tokens) exceeds the attention window; sliding-window attention is not "
+            "implemented (full attention equals it only up to the window)", (long long)m->sliding_window,
+            (long long)context);
+        return "/sliding_window";
+    }
+    if (m->positions == SP_POS_ROPE && m->rope_scaling == SP_ROPE_DYNAMIC && context > m->rope_orig_context) {
+        WHY("dynamic: the job's context (%lld tokens) exceeds original_max_position_embeddings (%lld), beyond which "
+            "dynamic NTK scaling changes the frequencies as the sequence grows; not implemented", (long long)context,
+            (long long)m->rope_orig_context);
+        return "/rope_scaling/rope_type";
+    }
+    return NULL;
+#undef WHY
+}
+
+sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err)
+{
+    SP_CHECK(sp_model_validate(m, err));
+    char text[400];
+    const char *path = spi_model_refusal(m, context, text, sizeof text);
+    if (path) return spi_error_set(err, SP_EINVAL, m->name, 0, 0, path, "%s", text);
+    return SP_OK;
+}
+
+/* transformers' _compute_yarn_parameters helpers */
+static double yarn_corr_dim(double rot, double dim, double base, double ctx)
+{
+    return dim * log(ctx / (rot * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+sp_status sp_model_rope_freqs(const sp_model *m, int64_t context, double *inv_freq, double *attn_scale)
+{
+    if (m->positions != SP_POS_ROPE) return spi_fail(SP_EINVAL, "model %s has no RoPE", m->name);
+    sp_error err;
+    sp_error_init(&err);
+    if (sp_model_check_run(m, context, &err)) return spi_fail(SP_EINVAL, "%s: %s", err.path, err.text);
+    const int64_t R = sp_model_rotary_dims(m), half = R / 2;
+    const double base = m->rope_theta, f = m->rope_factor;
+    *attn_scale = 1.0;
+    for (int64_t i = 0; i < half; i++) inv_freq[i] = 1.0 / pow(base, (double)(2 * i) / (double)R);
+    switch (m->rope_scaling) {
+    case SP_ROPE_NONE: case SP_ROPE_DYNAMIC: /* dynamic: unscaled up to original_max_position_embeddings */
+        break;
+    case SP_ROPE_LINEAR:
+        for (int64_t i = 0; i < half; i++) inv_freq[i] /= f;
+        break;
+    case SP_ROPE_LLAMA3: {
+        double old = (double)m->rope_orig_context, lo = m->rope_low_freq_factor, hi = m->rope_high_freq_factor;
+        double lo_wl = old / lo, hi_wl = old / hi;
+        for (int64_t i = 0; i < half; i++) {
+            double wl = 2.0 * M_PI / inv_freq[i];
+            if (wl > lo_wl) inv_freq[i] /= f;   /* low frequencies: interpolated */
+            else if (wl >= hi_wl) {             /* medium: smooth blend */
+                double sm = (old / wl - lo) / (hi - lo);
+                inv_freq[i] = (1.0 - sm) * inv_freq[i] / f + sm * inv_freq[i];
+            }
+        }
+        break;
+    }
+    case SP_ROPE_YARN: {
+        double dim = (double)R, octx = (double)m->rope_orig_context;
+        double low = floor(yarn_corr_dim(m->rope_beta_fast, dim, base, octx));
+        double high = ceil(yarn_corr_dim(m->rope_beta_slow, dim, base, octx));
+        if (low < 0) low = 0;
+        if (high > dim - 1) high = dim - 1;
+        if (low == high) high += 0.001;
+        for (int64_t i = 0; i < half; i++) {
+            double ramp = ((double)i - low) / (high - low);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            double extra = 1.0 - ramp;   /* share of the unscaled (extrapolated) frequency */
+            inv_freq[i] = inv_freq[i] / f * (1.0 - extra) + inv_freq[i] * extra;
+        }
+        *attn_scale = m->rope_attn_factor > 0 ? m->rope_attn_factor : f <= 1 ? 1.0 : 0.1 * log(f) + 1.0;
+        break;
+    }
+    case SP_ROPE_COUNT: return spi_fail(SP_EINTERNAL, "rope scaling");
+    }
+    return SP_OK;
 }

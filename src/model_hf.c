@@ -1,14 +1,11 @@
 /* model_hf.c: reads a Hugging Face transformers config.json into sp_model.
  *
- * Only the fields that size the model are read; a config carries many others,
- * so unknown keys are not rejected here.  Mapping choices (doc/formats.md):
- *  - ALiBi (BLOOM, Falcon with alibi=true) adds no parameters; it maps to
- *    positions "rope", which likewise adds none.
- *  - Qwen2's q/k/v biases are ignored (bias=0): they are H*D + 2*KVH*D per
- *    layer, and bias=1 would also add O and FFN biases, a larger error.
- *  - GPT-J has biases in the FFN and none in attention: bias=1 (attention
- *    over-counted by 4*E per layer, < 0.01 %).
- *  - absent max_position_embeddings: 2048. */
+ * The fields that size the model and every field of these families that
+ * changes the computation are read (doc/formats.md); a config carries many
+ * others (training, tokenizer), so unknown keys are not rejected here.  A
+ * value sp_model cannot describe is refused here, naming the field; one it
+ * describes but nothing computes is refused by sp_model_check_run.
+ * Absent max_position_embeddings: 2048. */
 #include <stdio.h>
 #include <string.h>
 #include "spi_common.h"
@@ -59,6 +56,92 @@ static sp_status detect(const spi_jctx *c, const json_t *r, hf_family *fam)
 }
 
 #define BIG INT64_MAX
+
+/* hidden_act / activation_function, with the family's default */
+static sp_status get_act(const spi_jctx *c, const json_t *r, const char *key, sp_act_kind dflt, sp_model *m)
+{
+    static const struct { const char *hf; sp_act_kind k; } acts[] = {
+        {"silu", SP_ACT_SILU}, {"swish", SP_ACT_SILU}, {"gelu", SP_ACT_GELU}, {"gelu_new", SP_ACT_GELU_TANH},
+        {"gelu_pytorch_tanh", SP_ACT_GELU_TANH}, {"relu", SP_ACT_RELU},
+    };
+    m->act = dflt;
+    const json_t *v = json_object_get(r, key);
+    if (!v || json_is_null(v)) return SP_OK;
+    for (size_t i = 0; json_is_string(v) && i < SPI_ARRAY_LEN(acts); i++)
+        if (!strcmp(json_string_value(v), acts[i].hf)) {
+            m->act = acts[i].k;
+            return SP_OK;
+        }
+    return spi_json_fail(c, SP_EINVAL, "", key,
+                         "\"%.60s\": activation not implemented (implemented: silu, gelu, gelu_new, gelu_pytorch_tanh, "
+                         "relu)", json_is_string(v) ? json_string_value(v) : "(not a string)");
+}
+
+/* rope_scaling: null, or {rope_type (or type), factor, ...} as transformers reads it */
+static sp_status get_rope_scaling(const spi_jctx *c, const json_t *r, sp_model *m)
+{
+    static const char *const keys[] = {
+        "rope_type", "type", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor",
+        "beta_fast", "beta_slow", "attention_factor", NULL};
+    static const char *const types[] = {"default", "linear", "dynamic", "llama3", "yarn"};
+    const json_t *o = json_object_get(r, "rope_scaling");
+    if (!o || json_is_null(o)) return SP_OK;
+    if (!json_is_object(o)) return spi_json_fail(c, SP_EINVAL, "", "rope_scaling", "expected an object or null");
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)o, key, val) {
+        size_t k = 0;
+        while (keys[k] && strcmp(keys[k], key)) k++;
+        if (!keys[k] && !json_is_null(val))
+            return spi_json_fail(c, SP_EINVAL, "/rope_scaling", key,
+                                 "not implemented (read: rope_type, factor, original_max_position_embeddings, "
+                                 "low_freq_factor, high_freq_factor, beta_fast, beta_slow, attention_factor)");
+    }
+    const char *tk = json_object_get(o, "rope_type") ? "rope_type" : "type";
+    const json_t *t = json_object_get(o, tk);
+    const char *tv = json_is_string(t) ? json_string_value(t) : NULL;
+    int kind = -1;
+    for (int i = 0; tv && i < (int)SPI_ARRAY_LEN(types); i++)
+        if (!strcmp(tv, types[i])) kind = i;
+    if (kind < 0)
+        return spi_json_fail(c, SP_EINVAL, "/rope_scaling", tk,
+                             "\"%.60s\": RoPE scaling not implemented (implemented: default, linear, dynamic, llama3, yarn)",
+                             tv ? tv : "(missing)");
+    m->rope_scaling = (sp_rope_scaling)kind;   /* types[] follows sp_rope_scaling, "default" = none */
+    if (m->rope_scaling == SP_ROPE_NONE) return SP_OK;
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "factor", 1, 1, 0, 1e300, "number > 0", &m->rope_factor));
+    m->rope_orig_context = m->max_context;
+    SP_CHECK(spi_json_get_int(c, "/rope_scaling", o, "original_max_position_embeddings",
+                              m->rope_scaling == SP_ROPE_LLAMA3, 1, BIG, "integer > 0", &m->rope_orig_context));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "low_freq_factor", 0, 1, 0, 1e300, "number > 0", &m->rope_low_freq_factor));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "high_freq_factor", 0, 1, 0, 1e300, "number > 0", &m->rope_high_freq_factor));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "beta_fast", 0, 1, 0, 1e300, "number > 0", &m->rope_beta_fast));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "beta_slow", 0, 1, 0, 1e300, "number > 0", &m->rope_beta_slow));
+    SP_CHECK(spi_json_get_num(c, "/rope_scaling", o, "attention_factor", 0, 1, 0, 1e300, "number > 0", &m->rope_attn_factor));
+    return SP_OK;
+}
+
+/* partial_rotary_factor / rotary_pct: int(d_head * pct) leading dims rotated */
+static sp_status get_rotary_pct(const spi_jctx *c, const json_t *r, const char *key, double dflt, sp_model *m)
+{
+    double pct = dflt;
+    SP_CHECK(spi_json_get_num(c, "", r, key, 0, 1, 0, 1, "number in (0, 1]", &pct));
+    int64_t dims = (int64_t)((double)m->d_head * pct);
+    if (dims < 2 || dims % 2)
+        return spi_json_fail(c, SP_EINVAL, "", key, "%g of d_head %lld is %lld dims; RoPE needs an even number >= 2", pct,
+                             (long long)m->d_head, (long long)dims);
+    m->rotary_dims = dims == m->d_head ? 0 : dims;
+    return SP_OK;
+}
+
+/* a boolean field only its default value of which is computed */
+static sp_status only_default(const spi_jctx *c, const json_t *r, const char *key, int dflt, const char *what)
+{
+    int v = dflt;
+    SP_CHECK(spi_json_get_bool(c, "", r, key, 0, &v));
+    if (v != dflt) return spi_json_fail(c, SP_EINVAL, "", key, "%s: %s is not implemented", v ? "true" : "false", what);
+    return SP_OK;
+}
 #define GET_INT(key, req, out) SP_CHECK(spi_json_get_int(c, "", r, (key), (req), 1, BIG, "integer > 0", (out)))
 
 /* First present of two alternative names (HF renamed fields over time). */
@@ -108,7 +191,29 @@ static sp_status llama_like(const spi_jctx *c, const json_t *r, sp_model *m, hf_
     m->tied_embeddings = 0;
     SP_CHECK(spi_json_get_bool(c, "", r, "tie_word_embeddings", 0, &m->tied_embeddings));
     m->ffn = SP_FFN_SWIGLU, m->block = SP_BLOCK_SERIAL, m->norm = SP_NORM_RMSNORM, m->positions = SP_POS_ROPE;
-    m->bias = 0;
+    SP_CHECK(get_act(c, r, "hidden_act", SP_ACT_SILU, m));
+    SP_CHECK(get_rope_scaling(c, r, m));
+    /* the Llama family's attention rotates whole heads */
+    double prf = 1.0;
+    SP_CHECK(spi_json_get_num(c, "", r, "partial_rotary_factor", 0, 1, 0, 1, "number in (0, 1]", &prf));
+    if (prf != 1.0)
+        return spi_json_fail(c, SP_EINVAL, "", "partial_rotary_factor",
+                             "%g: this family's attention applies RoPE to whole heads; not implemented", prf);
+    int ab = 0, mb = 0;
+    if (fam == HF_QWEN2) {
+        ab = 1;   /* Qwen2: q, k and v projections carry biases, o does not */
+        m->bias = SP_BIAS_QKV;
+    } else {
+        SP_CHECK(spi_json_get_bool(c, "", r, "attention_bias", 0, &ab));
+        m->bias = ab ? SP_BIAS_QKV | SP_BIAS_O : 0;
+    }
+    SP_CHECK(spi_json_get_bool(c, "", r, "mlp_bias", 0, &mb));
+    if (mb) m->bias |= SP_BIAS_FFN;
+    /* sliding-window attention: Mistral and Mixtral when sliding_window is
+     * set, Qwen2 only with use_sliding_window */
+    int use_sw = fam != HF_QWEN2;
+    SP_CHECK(spi_json_get_bool(c, "", r, "use_sliding_window", 0, &use_sw));
+    if (use_sw) SP_CHECK(spi_json_get_int(c, "", r, "sliding_window", 0, 1, BIG, "integer > 0 or null", &m->sliding_window));
     if (fam == HF_MIXTRAL) {
         GET_INT("num_local_experts", 1, &m->n_experts);
         SP_CHECK(spi_json_get_int(c, "", r, "num_experts_per_tok", 1, 1, m->n_experts,
@@ -131,13 +236,19 @@ static sp_status gpt2(const spi_jctx *c, const json_t *r, sp_model *m, hf_family
     SP_CHECK(spi_json_get_num(c, "", r, "layer_norm_epsilon", 0, 1, 0, 1, "number in (0, 1]", &m->norm_eps));
     m->n_kv_heads = m->n_heads;
     m->d_head = m->d_model / m->n_heads;
-    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->bias = 1;
+    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM;
+    SP_CHECK(get_act(c, r, "activation_function", SP_ACT_GELU_TANH, m));
     if (fam == HF_GPT2) {
-        m->block = SP_BLOCK_SERIAL, m->positions = SP_POS_LEARNED, m->tied_embeddings = 1;
-    } else { /* GPT-J */
-        m->block = SP_BLOCK_PARALLEL, m->positions = SP_POS_ROPE, m->tied_embeddings = 0;
-        SP_CHECK(spi_json_get_bool(c, "", r, "tie_word_embeddings", 0, &m->tied_embeddings));
+        m->block = SP_BLOCK_SERIAL, m->positions = SP_POS_LEARNED, m->tied_embeddings = 1, m->bias = SP_BIAS_ALL;
+        SP_CHECK(only_default(c, r, "scale_attn_weights", 1, "attention scores without the 1/sqrt(d_head) scale"));
+        SP_CHECK(only_default(c, r, "scale_attn_by_inverse_layer_idx", 0, "attention scores scaled by 1/layer"));
+    } else { /* GPT-J: biases in the FFN only; RoPE on interleaved pairs of the first rotary_dim dims */
+        m->block = SP_BLOCK_PARALLEL, m->positions = SP_POS_ROPE, m->tied_embeddings = 0, m->bias = SP_BIAS_FFN;
+        m->rope_style = SP_ROPE_INTERLEAVED;
+        SP_CHECK(spi_json_get_int(c, "", r, "rotary_dim", 0, 1, BIG, "integer > 0", &m->rotary_dims));
+        if (m->rotary_dims == m->d_head) m->rotary_dims = 0;
     }
+    SP_CHECK(spi_json_get_bool(c, "", r, "tie_word_embeddings", 0, &m->tied_embeddings));
     return SP_OK;
 }
 
@@ -159,8 +270,16 @@ static sp_status neox(const spi_jctx *c, const json_t *r, sp_model *m)
     SP_CHECK(spi_json_get_bool(c, "", r, "tie_word_embeddings", 0, &m->tied_embeddings));
     m->n_kv_heads = m->n_heads;
     m->d_head = m->d_model / m->n_heads;
-    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->positions = SP_POS_ROPE, m->bias = 1;
-    m->block = par ? SP_BLOCK_PARALLEL : SP_BLOCK_SERIAL;
+    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->positions = SP_POS_ROPE;
+    /* the MLP always has biases; attention's follow attention_bias */
+    int ab = 1;
+    SP_CHECK(spi_json_get_bool(c, "", r, "attention_bias", 0, &ab));
+    m->bias = SP_BIAS_FFN | (ab ? SP_BIAS_QKV | SP_BIAS_O : 0);
+    /* two LayerNorms per layer in both forms: x + attn(ln1(x)) + mlp(ln2(x)) when parallel */
+    m->block = par ? SP_BLOCK_PARALLEL2 : SP_BLOCK_SERIAL;
+    SP_CHECK(get_act(c, r, "hidden_act", SP_ACT_GELU, m));
+    SP_CHECK(get_rotary_pct(c, r, alt(r, "rotary_pct", "partial_rotary_factor"), 0.25, m));
+    SP_CHECK(get_rope_scaling(c, r, m));
     return SP_OK;
 }
 
@@ -190,9 +309,14 @@ static sp_status falcon(const spi_jctx *c, const json_t *r, sp_model *m)
     m->tied_embeddings = 1;
     SP_CHECK(spi_json_get_bool(c, "", r, "tie_word_embeddings", 0, &m->tied_embeddings));
     m->d_head = m->d_model / m->n_heads;
-    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->positions = SP_POS_ROPE, m->bias = bias;
-    m->block = (par || newarch) ? SP_BLOCK_PARALLEL : SP_BLOCK_SERIAL;
-    (void)alibi; /* ALiBi adds no parameters: counted as rope */
+    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->bias = bias ? SP_BIAS_ALL : 0;
+    m->positions = alibi ? SP_POS_ALIBI : SP_POS_ROPE;
+    SP_CHECK(get_act(c, r, "activation", SP_ACT_GELU, m));
+    /* the new decoder architecture has two input norms (ln_attn, ln_mlp) unless num_ln_in_parallel_attn is 1 */
+    int64_t nln = newarch ? 2 : 1;
+    SP_CHECK(spi_json_get_int(c, "", r, "num_ln_in_parallel_attn", 0, 1, 2, "1 or 2", &nln));
+    m->block = (par || newarch) ? (nln == 2 ? SP_BLOCK_PARALLEL2 : SP_BLOCK_PARALLEL) : SP_BLOCK_SERIAL;
+    if (!alibi) SP_CHECK(get_rope_scaling(c, r, m));
     return SP_OK;
 }
 
@@ -208,8 +332,8 @@ static sp_status bloom(const spi_jctx *c, const json_t *r, sp_model *m)
     m->n_kv_heads = m->n_heads;
     m->d_head = m->d_model / m->n_heads;
     m->d_ff = 4 * m->d_model;
-    m->ffn = SP_FFN_GELU, m->norm = SP_NORM_LAYERNORM, m->positions = SP_POS_ROPE, m->bias = 1;
-    m->block = SP_BLOCK_SERIAL, m->tied_embeddings = 1;
+    m->ffn = SP_FFN_GELU, m->act = SP_ACT_GELU_TANH, m->norm = SP_NORM_LAYERNORM, m->positions = SP_POS_ALIBI;
+    m->bias = SP_BIAS_ALL, m->block = SP_BLOCK_SERIAL, m->tied_embeddings = 1;
     return SP_OK;
 }
 

@@ -21,14 +21,34 @@ extern "C" {
 #endif
 
 typedef enum sp_ffn_kind { SP_FFN_GELU = 0, SP_FFN_SWIGLU = 1, SP_FFN_COUNT } sp_ffn_kind;
-typedef enum sp_block_kind { SP_BLOCK_SERIAL = 0, SP_BLOCK_PARALLEL = 1, SP_BLOCK_COUNT } sp_block_kind;
+/* serial: x += attn(norm1(x)); x += ffn(norm2(x)).  parallel: x += attn(n(x)) + ffn(n(x)) with one
+ * shared norm (PaLM, GPT-J).  parallel2: x += attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, Falcon-40B). */
+typedef enum sp_block_kind { SP_BLOCK_SERIAL = 0, SP_BLOCK_PARALLEL = 1, SP_BLOCK_PARALLEL2 = 2, SP_BLOCK_COUNT } sp_block_kind;
 typedef enum sp_norm_kind { SP_NORM_LAYERNORM = 0, SP_NORM_RMSNORM = 1, SP_NORM_COUNT } sp_norm_kind;
-typedef enum sp_pos_kind { SP_POS_LEARNED = 0, SP_POS_ROPE = 1, SP_POS_COUNT } sp_pos_kind;
+typedef enum sp_pos_kind { SP_POS_LEARNED = 0, SP_POS_ROPE = 1, SP_POS_ALIBI = 2, SP_POS_COUNT } sp_pos_kind;
+/* The FFN's nonlinearity: of the single hidden for ffn gelu, of the gate for
+ * ffn swiglu (act(gate) * up).  AUTO is the ffn's own: gelu_tanh (GPT-2's
+ * gelu_new) for gelu, silu for swiglu. */
+typedef enum sp_act_kind {
+    SP_ACT_AUTO = 0, SP_ACT_GELU_TANH = 1, SP_ACT_GELU = 2 /* erf */, SP_ACT_SILU = 3, SP_ACT_RELU = 4, SP_ACT_COUNT
+} sp_act_kind;
+/* Which linear layers carry biases (sp_model.bias is a mask of these). */
+enum { SP_BIAS_QKV = 1, SP_BIAS_O = 2, SP_BIAS_FFN = 4, SP_BIAS_ALL = 7 };
+/* RoPE frequency scaling, as transformers' rope_scaling.rope_type. */
+typedef enum sp_rope_scaling {
+    SP_ROPE_NONE = 0, SP_ROPE_LINEAR = 1, SP_ROPE_DYNAMIC = 2, SP_ROPE_LLAMA3 = 3, SP_ROPE_YARN = 4, SP_ROPE_COUNT
+} sp_rope_scaling;
+/* Which dimensions of a head RoPE pairs: i with i + R/2 (rotate_half: Llama,
+ * GPT-NeoX) or 2i with 2i+1 (GPT-J's rotate_every_two). */
+typedef enum sp_rope_style { SP_ROPE_HALF = 0, SP_ROPE_INTERLEAVED = 1, SP_ROPE_STYLE_COUNT } sp_rope_style;
 
 const char *sp_ffn_name(sp_ffn_kind k);
 const char *sp_block_name(sp_block_kind k);
 const char *sp_norm_name(sp_norm_kind k);
 const char *sp_pos_name(sp_pos_kind k);
+const char *sp_act_name(sp_act_kind k);
+const char *sp_rope_scaling_name(sp_rope_scaling k);
+const char *sp_rope_style_name(sp_rope_style k);
 
 typedef struct sp_model {
     char name[64];
@@ -40,14 +60,27 @@ typedef struct sp_model {
     int64_t d_head;       /* D */
     int64_t vocab;        /* V */
     sp_ffn_kind ffn;
+    sp_act_kind act;      /* AUTO: the ffn's own (sp_model_act resolves it) */
     sp_block_kind block;
     sp_norm_kind norm;
     sp_pos_kind positions;
     int tied_embeddings;  /* LM head shares the input embedding */
-    int bias;             /* linear layers carry biases */
+    int bias;             /* mask of SP_BIAS_*: which linear layers carry biases */
     int64_t max_context;  /* learned positions table size; context limit */
     double rope_theta;    /* RoPE base (10000 unless the model says) */
     double norm_eps;
+    /* RoPE details (positions rope only) */
+    int64_t rotary_dims;  /* leading dims of each head rotated; 0 = d_head (partial rotary otherwise) */
+    sp_rope_style rope_style;
+    sp_rope_scaling rope_scaling;
+    double rope_factor;             /* linear, dynamic, llama3, yarn: the scaling factor (> 1 stretches) */
+    int64_t rope_orig_context;      /* dynamic, llama3, yarn: original_max_position_embeddings */
+    double rope_low_freq_factor;    /* llama3 (1) */
+    double rope_high_freq_factor;   /* llama3 (4) */
+    double rope_beta_fast;          /* yarn (32) */
+    double rope_beta_slow;          /* yarn (1) */
+    double rope_attn_factor;        /* yarn: cos/sin multiplier; 0 = 0.1 ln(factor) + 1 */
+    int64_t sliding_window;         /* attention sees the last N tokens; 0 = all */
     /* MoE, kept for later work: 0 experts means dense. */
     int64_t n_experts;
     int64_t top_k;
@@ -100,6 +133,27 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
 
 /* Number of FFN weight matrices: 2 for GELU, 3 for SwiGLU. */
 int sp_model_ffn_matrices(const sp_model *m);
+/* The FFN's activation with AUTO resolved. */
+sp_act_kind sp_model_act(const sp_model *m);
+/* Does layer matrix group g (SP_BIAS_QKV, _O, _FFN) carry biases? */
+int sp_model_has_bias(const sp_model *m, int group);
+/* Rotated dims per head (rotary_dims, or d_head when 0). */
+int64_t sp_model_rotary_dims(const sp_model *m);
+
+/* RoPE of the model at a context of `context` tokens: the rotary_dims/2
+ * inverse frequencies (radians per position) in inv_freq, and the factor
+ * cos and sin are multiplied by (yarn's attention factor, else 1).  Follows
+ * transformers' rope initialisation for each rope_type.  Fails (SP_EINVAL)
+ * for a model without RoPE or a scaling sp_model_check_run refuses. */
+sp_status sp_model_rope_freqs(const sp_model *m, int64_t context, double *inv_freq, double *attn_scale);
+
+/* Can the lowering, the cost model and the executor compute this model at
+ * `context` tokens per sequence (0: max_context)?  SP_OK, or SP_EINVAL with
+ * err naming the field (JSON pointer of shardplan's format) and its value:
+ * every field that changes the computation is either implemented or refused
+ * here (doc/formats.md, "What is computed").  estimate, plan and run call it
+ * before anything else; the lowering refuses the same models. */
+sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,10 @@ sp_status spi_model_from_hf(const spi_jctx *c, const json_t *root, struct sp_mod
 int spi_json_is_hf_config(const json_t *root);
 /* Validation with the source recorded in the error. */
 sp_status spi_model_validate_src(const struct sp_model *m, const char *source, sp_error *err);
+/* The keys of shardplan's model format and of its rope_scaling object
+ * (NULL-terminated; tests walk them). */
+const char *const *spi_model_keys(void);
+const char *const *spi_model_rope_scaling_keys(void);
 
 /* The description in shardplan's own format; new references. */
 json_t *spi_model_to_json(const struct sp_model *m);

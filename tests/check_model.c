@@ -6,6 +6,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "sp_model.h"
+#include "spi_json.h"
 
 static const char *const bundled[] = {
     "palm-8b", "palm-62b", "palm-540b", "gpt3-175b", "mt-nlg-530b", "bloom-176b", "gpt-j-6b",
@@ -154,17 +155,17 @@ START_TEST(test_hf_families)
                            "\"vocab_size\":65024,\"parallel_attn\":true,\"bias\":false,\"alibi\":false}", &m, &err), SP_OK);
     ck_assert_int_eq(m.n_kv_heads, 8);
     ck_assert_int_eq(m.d_ff, 4 * 14848);
-    ck_assert_int_eq(m.block, SP_BLOCK_PARALLEL);
+    ck_assert_int_eq(m.block, SP_BLOCK_PARALLEL2);   /* ln_attn and ln_mlp */
     /* GPT-NeoX 20B: 20.55B with separate head */
     ck_assert_int_eq(loads("{\"model_type\":\"gpt_neox\",\"hidden_size\":6144,\"num_hidden_layers\":44,"
                            "\"num_attention_heads\":64,\"intermediate_size\":24576,\"vocab_size\":50432,"
                            "\"max_position_embeddings\":2048,\"use_parallel_residual\":true}", &m, &err), SP_OK);
     ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
     ck_assert_msg(st.params_total > 20.5e9 && st.params_total < 20.6e9, "%lld", (long long)st.params_total);
-    /* BLOOM: ALiBi maps to rope */
+    /* BLOOM: ALiBi */
     ck_assert_int_eq(loads("{\"model_type\":\"bloom\",\"hidden_size\":14336,\"n_layer\":70,\"n_head\":112,"
                            "\"vocab_size\":250880}", &m, &err), SP_OK);
-    ck_assert_int_eq(m.positions, SP_POS_ROPE);
+    ck_assert_int_eq(m.positions, SP_POS_ALIBI);
     /* Qwen2 */
     ck_assert_int_eq(loads("{\"model_type\":\"qwen2\",\"hidden_size\":3584,\"intermediate_size\":18944,"
                            "\"num_attention_heads\":28,\"num_key_value_heads\":4,\"num_hidden_layers\":28,"
@@ -304,6 +305,127 @@ START_TEST(test_parse_errors)
 }
 END_TEST
 
+/* Every field of the model format changes what is computed or sizes it; each
+ * is either computed (lowering, cost model, executor: the golden-logit tests
+ * cover the values marked so) or refused by sp_model_check_run naming it.
+ * The walk covers every key the format accepts: a new key fails here until
+ * it is given a row. */
+static const struct field_case {
+    const char *key;      /* top-level key (rope_scaling: the nested key follows a '/') */
+    const char *json;     /* fragment merged into the base model */
+    int64_t context;      /* the job's tokens per sequence (0: max_context) */
+    const char *refused;  /* JSON pointer sp_model_check_run names, or NULL: computed */
+} field_cases[] = {
+    {"name", "{\"name\": \"other\"}", 0, NULL},
+    {"n_layers", "{\"n_layers\": 3}", 0, NULL},
+    {"d_model", "{\"d_model\": 96, \"d_head\": 12}", 0, NULL},
+    {"d_ff", "{\"d_ff\": 100}", 0, NULL},
+    {"n_heads", "{\"n_heads\": 4}", 0, NULL},
+    {"n_kv_heads", "{\"n_kv_heads\": 8}", 0, NULL},
+    {"d_head", "{\"d_head\": 16}", 0, NULL},
+    {"vocab", "{\"vocab\": 77}", 0, NULL},
+    {"ffn", "{\"ffn\": \"gelu\"}", 0, NULL},
+    {"block", "{\"block\": \"parallel\"}", 0, NULL},
+    {"block", "{\"block\": \"parallel2\"}", 0, NULL},
+    {"norm", "{\"norm\": \"layernorm\"}", 0, NULL},
+    {"positions", "{\"positions\": \"learned\"}", 0, NULL},
+    {"positions", "{\"positions\": \"alibi\"}", 0, "/positions"},
+    {"tied_embeddings", "{\"tied_embeddings\": true}", 0, NULL},
+    {"bias", "{\"bias\": true}", 0, NULL},
+    {"bias", "{\"bias\": [\"qkv\"]}", 0, "/bias"},
+    {"bias", "{\"bias\": [\"o\", \"ffn\"]}", 0, "/bias"},
+    {"max_context", "{\"max_context\": 64}", 0, NULL},
+    {"rope_theta", "{\"rope_theta\": 500000}", 0, NULL},
+    {"norm_eps", "{\"norm_eps\": 1e-6}", 0, NULL},
+    {"n_experts", "{\"n_experts\": 4, \"top_k\": 2}", 0, "/n_experts"},
+    {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, "/n_experts"},
+    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/n_experts"},
+    {"act", "{\"act\": \"silu\"}", 0, NULL},
+    {"act", "{\"act\": \"relu\"}", 0, "/act"},
+    {"act", "{\"act\": \"gelu\"}", 0, "/act"},
+    {"act", "{\"act\": \"gelu_tanh\"}", 0, "/act"},
+    {"rotary_dims", "{\"rotary_dims\": 8}", 0, "/rotary_dims"},
+    {"rotary_dims", "{\"rotary_dims\": 16}", 0, NULL},
+    {"rope_style", "{\"rope_style\": \"interleaved\"}", 0, "/rope_style"},
+    {"sliding_window", "{\"sliding_window\": 32}", 32, NULL},
+    {"sliding_window", "{\"sliding_window\": 32}", 33, "/sliding_window"},
+    {"rope_scaling", "{\"rope_scaling\": {\"rope_type\": \"none\"}}", 0, NULL},
+    {"rope_scaling/rope_type", "{\"rope_scaling\": {\"rope_type\": \"none\"}}", 0, NULL},
+    {"rope_scaling/factor", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/original_max_position_embeddings",
+     "{\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2, \"original_max_position_embeddings\": 40}}", 40, NULL},
+    {"rope_scaling/original_max_position_embeddings",
+     "{\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2, \"original_max_position_embeddings\": 40}}", 41,
+     "/rope_scaling/rope_type"},
+    {"rope_scaling/low_freq_factor",
+     "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 32, "
+     "\"low_freq_factor\": 1, \"high_freq_factor\": 4}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/high_freq_factor",
+     "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 32, "
+     "\"high_freq_factor\": 2}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/beta_fast",
+     "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
+     "\"beta_fast\": 16}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/beta_slow",
+     "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
+     "\"beta_slow\": 2}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/attention_factor",
+     "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
+     "\"attention_factor\": 1.2}}", 0, "/rope_scaling/rope_type"},
+};
+
+static const char field_base[] =
+    "{\"name\": \"walk\", \"n_layers\": 2, \"d_model\": 128, \"d_ff\": 256, \"n_heads\": 8, \"n_kv_heads\": 2, "
+    "\"d_head\": 16, \"vocab\": 100, \"ffn\": \"swiglu\", \"block\": \"serial\", \"norm\": \"rmsnorm\", "
+    "\"positions\": \"rope\", \"tied_embeddings\": false, \"bias\": false, \"max_context\": 128}";
+
+START_TEST(test_every_field_computed_or_refused)
+{
+    const char *const *keys[2] = {spi_model_keys(), spi_model_rope_scaling_keys()};
+    for (int part = 0; part < 2; part++)
+        for (const char *const *k = keys[part]; *k; k++) {
+            char want[96];
+            snprintf(want, sizeof want, "%s%s", part ? "rope_scaling/" : "", *k);
+            int rows = 0;
+            for (size_t i = 0; i < sizeof field_cases / sizeof field_cases[0]; i++) rows += !strcmp(field_cases[i].key, want);
+            ck_assert_msg(rows > 0, "model field %s is neither shown computed nor refused", want);
+        }
+    for (size_t i = 0; i < sizeof field_cases / sizeof field_cases[0]; i++) {
+        const struct field_case *fc = &field_cases[i];
+        json_t *base = json_loads(field_base, 0, NULL), *frag = json_loads(fc->json, 0, NULL);
+        ck_assert_ptr_nonnull(frag);
+        json_object_update(base, frag);
+        char *text = json_dumps(base, 0);
+        sp_model m;
+        sp_error err;
+        char buf[1024];
+        sp_error_init(&err);
+        ck_assert_msg(sp_model_loads(text, 0, &m, &err) == SP_OK, "%s: %s", fc->json, sp_error_format(&err, buf, sizeof buf));
+        sp_error_init(&err);
+        sp_status st = sp_model_check_run(&m, fc->context, &err);
+        if (fc->refused) {
+            ck_assert_msg(st == SP_EINVAL, "%s at context %lld: not refused", fc->json, (long long)fc->context);
+            ck_assert_msg(!strcmp(err.path, fc->refused), "%s: refused as %s, wanted %s", fc->json, err.path, fc->refused);
+            ck_assert_msg(strstr(err.text, "not implemented") != NULL, "%s: %s", fc->json, err.text);
+            ck_assert_str_eq(err.source, m.name);
+        } else {
+            ck_assert_msg(st == SP_OK, "%s: refused: %s", fc->json, sp_error_format(&err, buf, sizeof buf));
+        }
+        /* the description survives its own JSON form (show, --json) */
+        json_t *back = spi_model_to_json(&m);
+        char *t2 = json_dumps(back, 0);
+        sp_model m2;
+        ck_assert_msg(sp_model_loads(t2, 0, &m2, &err) == SP_OK, "%s", t2);
+        ck_assert_msg(!memcmp(&m, &m2, sizeof m), "%s: JSON round trip differs: %s", fc->json, t2);
+        free(t2);
+        json_decref(back);
+        free(text);
+        json_decref(base);
+        json_decref(frag);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -314,6 +436,7 @@ int main(void)
     tcase_add_test(tc, test_published_totals);
     tcase_add_test(tc, test_hf_llama2_70b);
     tcase_add_test(tc, test_hf_families);
+    tcase_add_test(tc, test_every_field_computed_or_refused);
     tcase_add_test(tc, test_derive_by_hand);
     tcase_add_test(tc, test_defaults);
     tcase_add_loop_test(tc, test_validation_paths, 0, (int)(sizeof bad / sizeof bad[0]));

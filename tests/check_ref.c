@@ -26,7 +26,7 @@ static sp_model make_model(int kind, int64_t layers)
     } else if (kind == M_GPT2) {
         m.n_heads = 4; m.n_kv_heads = 4;
         m.ffn = SP_FFN_GELU; m.block = SP_BLOCK_SERIAL; m.norm = SP_NORM_LAYERNORM; m.positions = SP_POS_LEARNED;
-        m.tied_embeddings = 1; m.bias = 1;
+        m.tied_embeddings = 1; m.bias = SP_BIAS_ALL;
     } else {
         m.n_heads = 4; m.n_kv_heads = 1;
         m.ffn = SP_FFN_SWIGLU; m.block = SP_BLOCK_PARALLEL; m.norm = SP_NORM_LAYERNORM; m.positions = SP_POS_ROPE;
@@ -139,7 +139,7 @@ START_TEST(test_parallel_vs_serial_handmade)
     sp_model_init(&m);
     m.n_layers = 1; m.d_model = 4; m.d_ff = 6; m.n_heads = 2; m.n_kv_heads = 1; m.d_head = 2; m.vocab = 5;
     m.max_context = 4; m.ffn = SP_FFN_GELU; m.norm = SP_NORM_LAYERNORM; m.positions = SP_POS_LEARNED;
-    m.tied_embeddings = 1; m.bias = 1; m.norm_eps = 1e-5;
+    m.tied_embeddings = 1; m.bias = SP_BIAS_ALL; m.norm_eps = 1e-5;
     int64_t E = 4, F = 6, V = 5, D = 2;
     float got[2][5];
     double want[2][5];

@@ -31,7 +31,7 @@ static sp_model make_model(int kind)
         snprintf(m.name, sizeof m.name, "t-gpt2");
         m.n_heads = 4; m.n_kv_heads = 4;
         m.ffn = SP_FFN_GELU; m.block = SP_BLOCK_SERIAL; m.norm = SP_NORM_LAYERNORM; m.positions = SP_POS_LEARNED;
-        m.tied_embeddings = 1; m.bias = 1;
+        m.tied_embeddings = 1; m.bias = SP_BIAS_ALL;
     } else {
         snprintf(m.name, sizeof m.name, "t-palm");
         m.n_heads = 4; m.n_kv_heads = 1;

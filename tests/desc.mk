@@ -11,5 +11,5 @@ tests_check_hw_SOURCES = tests/check_hw.c
 tests_check_hw_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_hw_LDADD = $(SP_TEST_LIBS)
 
-TESTS += tests/invalid.sh tests/cli_describe.sh
-EXTRA_DIST += tests/invalid.sh tests/cli_describe.sh data/invalid data/hf
+TESTS += tests/invalid.sh tests/cli_describe.sh tests/cli_refuse.sh
+EXTRA_DIST += tests/invalid.sh tests/cli_describe.sh tests/cli_refuse.sh data/invalid data/hf

@@ -160,7 +160,7 @@ static void model_table(const sp_model *m, const sp_model_stats *st)
     static const char *const hdr[] = {"field", "value"};
     cli_table *t = cli_table_new(2, hdr);
     cli_table_left(t, 1);
-    char b[96];
+    char b[160];
     row2(t, "name", m->name);
 #define ROWI(k, v) (snprintf(b, sizeof b, "%lld", (long long)(v)), row2(t, k, b))
     ROWI("n_layers", m->n_layers);
@@ -169,10 +169,24 @@ static void model_table(const sp_model *m, const sp_model_stats *st)
     snprintf(b, sizeof b, "%lld/%lld x %lld", (long long)m->n_heads, (long long)m->n_kv_heads, (long long)m->d_head);
     row2(t, "heads/kv x d_head", b);
     ROWI("vocab", m->vocab);
-    snprintf(b, sizeof b, "%s, %s block, %s, %s positions%s%s", sp_ffn_name(m->ffn), sp_block_name(m->block),
-             sp_norm_name(m->norm), sp_pos_name(m->positions), m->tied_embeddings ? ", tied" : "",
-             m->bias ? ", bias" : "");
+    snprintf(b, sizeof b, "%s (%s), %s block, %s, %s positions%s", sp_ffn_name(m->ffn), sp_act_name(sp_model_act(m)),
+             sp_block_name(m->block), sp_norm_name(m->norm), sp_pos_name(m->positions),
+             m->tied_embeddings ? ", tied" : "");
     row2(t, "structure", b);
+    snprintf(b, sizeof b, "%s%s%s%s", m->bias ? "" : "none", sp_model_has_bias(m, SP_BIAS_QKV) ? "qkv " : "",
+             sp_model_has_bias(m, SP_BIAS_O) ? "o " : "", sp_model_has_bias(m, SP_BIAS_FFN) ? "ffn" : "");
+    row2(t, "biases", b);
+    if (m->positions == SP_POS_ROPE) {
+        snprintf(b, sizeof b, "theta %g, %lld of %lld dims, %s pairs, scaling %s", m->rope_theta,
+                 (long long)sp_model_rotary_dims(m), (long long)m->d_head, sp_rope_style_name(m->rope_style),
+                 sp_rope_scaling_name(m->rope_scaling));
+        if (m->rope_scaling != SP_ROPE_NONE) {
+            size_t n = strlen(b);
+            snprintf(b + n, sizeof b - n, " x%g", m->rope_factor);
+        }
+        row2(t, "rope", b);
+    }
+    if (m->sliding_window) ROWI("sliding_window", m->sliding_window);
     ROWI("max_context", m->max_context);
     if (m->n_experts > 0) {
         snprintf(b, sizeof b, "%lld experts, top %lld, every %lld layer(s)", (long long)m->n_experts,

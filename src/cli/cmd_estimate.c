@@ -156,6 +156,8 @@ int cli_cmd_estimate(int argc, char **argv)
     sp_error_init(&err);
     sp_status st = sp_model_find(model_arg, &m, &err);
     if (st != SP_OK) return cli_report(st, &err);
+    /* --max-context searches up to the model's own limit */
+    if ((st = sp_model_check_run(&m, maxctx ? 0 : prompt + gen, &err)) != SP_OK) return cli_report(st, &err);
     sp_error_init(&err);
     if ((st = sp_hw_find(hw_arg, &hw, &err)) != SP_OK) return cli_report(st, &err);
     sp_error_init(&err);

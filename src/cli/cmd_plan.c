@@ -74,12 +74,15 @@ static const char frontier_usage[] =
     "\n"
     "Exit: 0 at least one point, 1 nothing fits anywhere, 2 bad input, 3 solver error.\n";
 
-static int load_problem(const char *verb, const char *model_arg, const char *hw_arg, sp_model *m, sp_hw *hw)
+/* context: tokens per sequence of the request (a model field refused there is exit 2) */
+static int load_problem(const char *verb, const char *model_arg, const char *hw_arg, int64_t context, sp_model *m,
+                        sp_hw *hw)
 {
     sp_error err;
     sp_error_init(&err);
     sp_status st = sp_model_find(model_arg, m, &err);
     if (st != SP_OK) return cli_report(st, &err);
+    if ((st = sp_model_check_run(m, context, &err)) != SP_OK) return cli_report(st, &err);
     sp_error_init(&err);
     if ((st = sp_hw_find(hw_arg, hw, &err)) != SP_OK) return cli_report(st, &err);
     (void)verb;
@@ -231,7 +234,7 @@ int cli_cmd_plan(int argc, char **argv)
         return cli_usage("plan", "--latency-metric prefill needs --prompt > 0");
     sp_model m;
     sp_hw hw;
-    int rc = load_problem("plan", model_arg, hw_arg, &m, &hw);
+    int rc = load_problem("plan", model_arg, hw_arg, prompt + gen, &m, &hw);
     if (rc >= 0) return rc;
     if (o.weights == SP_PLAN_W_FP8 && hw.peak_flops[SP_DT_FP8] <= 0)
         return cli_usage("plan", "--weights fp8: %s has no fp8 peak", hw.name);
@@ -346,7 +349,7 @@ int cli_cmd_frontier(int argc, char **argv)
     for (int i = 0; i < nb; i++) batches[i] = bl[i];
     sp_model m;
     sp_hw hw;
-    int rc = load_problem("frontier", model_arg, hw_arg, &m, &hw);
+    int rc = load_problem("frontier", model_arg, hw_arg, prompt + gen, &m, &hw);
     if (rc >= 0) return rc;
     if (o.weights == SP_PLAN_W_FP8 && hw.peak_flops[SP_DT_FP8] <= 0)
         return cli_usage("frontier", "--weights fp8: %s has no fp8 peak", hw.name);
