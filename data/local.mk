@@ -3,3 +3,5 @@ modelsdir = $(pkgdatadir)/models
 dist_models_DATA = $(sort $(wildcard $(srcdir)/data/models/*.json))
 hwdir = $(pkgdatadir)/hw
 dist_hw_DATA = $(sort $(wildcard $(srcdir)/data/hw/*.json))
+calibrationdir = $(pkgdatadir)/calibration
+dist_calibration_DATA = $(sort $(wildcard $(srcdir)/data/calibration/*.csv))

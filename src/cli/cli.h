@@ -34,6 +34,7 @@ int cli_cmd_estimate(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_frontier(int argc, char **argv);
 int cli_cmd_run(int argc, char **argv);
+int cli_cmd_calibrate(int argc, char **argv);
 
 /* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);

@@ -11,6 +11,7 @@ static const struct cli_verb verbs[] = {
     {"estimate", "price one layout: latency, throughput, MFU, cost, time and memory breakdown", cli_cmd_estimate},
     {"plan", "best layout for a model on N chips (GLPK MILP): breakdown, cost-vs-latency frontier, rivals", cli_cmd_plan},
     {"frontier", "cost-vs-latency frontier across chip counts and batch sizes, decode and prefill", cli_cmd_frontier},
+    {"calibrate", "fit a hardware profile to measurements (--fit CSV): errors in and out of sample", cli_cmd_calibrate},
     {"run", "run a model under a layout (threads, MPI or CUDA backend): tokens, timings, bytes vs prediction", cli_cmd_run},
 };
 

@@ -1,0 +1,195 @@
+/* cmd_calibrate.c: shardplan calibrate --fit CSV... --hw H [--out FILE]: fits a
+ * hardware profile to measurement sets and reports its error in and out of
+ * sample (sp_fit.h). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli.h"
+#include "sp_fit.h"
+#include "sp_hw.h"
+#include "sp_measure.h"
+#include "spi_json.h"
+
+static void help(void)
+{
+    printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n\n"
+           "Fits the hardware profile's free parameters (matmul efficiency curve, HBM\n"
+           "bandwidth efficiency, collective latency per algorithm step) to the\n"
+           "measurement rows that name that hardware, minimising the mean |log(predicted /\n"
+           "measured)|, and reports every row's error before and after the fit and the\n"
+           "leave-one-model-out error (each model predicted by a fit without its rows).\n"
+           "The fit is deterministic and starts from the profile's uncalibrated values.\n\n"
+           "  --fit CSV     a measurement set (doc/formats.md, \"Measurement sets\"); repeatable\n"
+           "  --hw H        the profile to fit (bundled name or file)\n"
+           "  --out FILE    write the fitted profile, with a \"calibration\" section, as JSON\n"
+           "  --json        machine-readable report\n\n"
+           "Bundled training sets: data/calibration/*.csv (installed under the data directory).\n");
+}
+
+static double pct(double e) { return 100.0 * e; }
+
+static json_t *report_json(const sp_fit *f)
+{
+    json_t *rows = json_array();
+    for (int i = 0; i < f->n_rows; i++) {
+        const sp_fit_row *r = &f->rows[i];
+        json_t *o = json_pack("{s:s,s:i,s:s,s:I,s:s,s:I,s:I,s:I,s:s,s:f,s:f,s:f,s:f,s:f}", "file", r->meas->file,
+                              "line", r->meas->line, "model", r->meas->model, "chips", (json_int_t)r->meas->chips,
+                              "layout", r->meas->layout, "batch", (json_int_t)r->meas->batch, "prompt",
+                              (json_int_t)r->meas->prompt, "gen", (json_int_t)r->meas->gen, "metric",
+                              sp_metric_name(r->meas->metric), "measured", r->meas->value, "predicted_prior",
+                              r->pred_prior, "error_prior", r->err_prior, "predicted", r->pred, "error", r->err);
+        if (r->pred_lomo > 0) {
+            json_object_set_new(o, "predicted_leave_one_model_out", json_real(r->pred_lomo));
+            json_object_set_new(o, "error_leave_one_model_out", json_real(r->err_lomo));
+        }
+        json_array_append_new(rows, o);
+    }
+    json_t *params = json_object();
+    for (int j = 0; j < f->n_values; j++)
+        json_object_set_new(params, f->values[j].param->name,
+                            json_pack("{s:f,s:f,s:b}", "prior", f->values[j].prior, "value", f->values[j].value,
+                                      "fitted", f->values[j].moved));
+    json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:o,s:o}", "hw", f->hw.name, "rows", f->n_rows,
+                          "rows_other_hw", f->n_skipped, "models", f->n_models, "objective_mean_abs_log",
+                          f->objective, "median_abs_err", f->median_abs_err, "worst_abs_err", f->worst_abs_err,
+                          "median_abs_err_prior", f->median_abs_err_prior, "worst_abs_err_prior",
+                          f->worst_abs_err_prior, "parameters", params, "per_row", rows);
+    if (f->n_models > 1) {
+        json_object_set_new(o, "median_abs_err_leave_one_model_out", json_real(f->median_abs_err_lomo));
+        json_object_set_new(o, "worst_abs_err_leave_one_model_out", json_real(f->worst_abs_err_lomo));
+    }
+    return o;
+}
+
+static void report_text(const sp_fit *f)
+{
+    const char *hdr[] = {"model", "chips", "batch", "prompt", "gen", "metric", "measured", "prior", "err",
+                         "fitted", "err", "leave-out", "err"};
+    cli_table *t = cli_table_new(13, hdr);
+    for (int i = 0; i < f->n_rows; i++) {
+        const sp_fit_row *r = &f->rows[i];
+        char c[13][272];
+        const char *model = strrchr(r->meas->model, '/') ? strrchr(r->meas->model, '/') + 1 : r->meas->model;
+        snprintf(c[0], sizeof c[0], "%s", model);
+        snprintf(c[1], sizeof c[1], "%lld", (long long)r->meas->chips);
+        snprintf(c[2], sizeof c[2], "%lld", (long long)r->meas->batch);
+        snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->prompt);
+        snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->gen);
+        snprintf(c[5], sizeof c[5], "%s", sp_metric_name(r->meas->metric));
+        snprintf(c[6], sizeof c[6], "%.4g", r->meas->value);
+        snprintf(c[7], sizeof c[7], "%.4g", r->pred_prior);
+        snprintf(c[8], sizeof c[8], "%+.1f%%", pct(r->err_prior));
+        snprintf(c[9], sizeof c[9], "%.4g", r->pred);
+        snprintf(c[10], sizeof c[10], "%+.1f%%", pct(r->err));
+        if (r->pred_lomo > 0) {
+            snprintf(c[11], sizeof c[11], "%.4g", r->pred_lomo);
+            snprintf(c[12], sizeof c[12], "%+.1f%%", pct(r->err_lomo));
+        } else {
+            strcpy(c[11], "-");
+            strcpy(c[12], "-");
+        }
+        const char *cells[13];
+        for (int k = 0; k < 13; k++) cells[k] = c[k];
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+    printf("\n%d rows for %s (%d models); %d rows for other hardware not used\n", f->n_rows, f->hw.name,
+           f->n_models, f->n_skipped);
+    printf("|error|           median   worst\n");
+    printf("  prior          %6.1f%%  %6.1f%%\n", pct(f->median_abs_err_prior), pct(f->worst_abs_err_prior));
+    printf("  fitted         %6.1f%%  %6.1f%%\n", pct(f->median_abs_err), pct(f->worst_abs_err));
+    if (f->n_models > 1)
+        printf("  leave-one-out  %6.1f%%  %6.1f%%   (each model predicted by a fit to the others)\n",
+               pct(f->median_abs_err_lomo), pct(f->worst_abs_err_lomo));
+    else
+        printf("  leave-one-out  not run (one model: nothing to hold out)\n");
+    printf("\nparameter                             prior          fitted\n");
+    for (int j = 0; j < f->n_values; j++)
+        printf("  %-34s %-14.6g %.6g%s\n", f->values[j].param->name, f->values[j].prior, f->values[j].value,
+               f->values[j].moved ? "" : "   (no row depends on it: kept)");
+}
+
+int cli_cmd_calibrate(int argc, char **argv)
+{
+    static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"hw", required_argument, 0, 'w'},
+                                         {"out", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *files[64];
+    int n_files = 0;
+    const char *hw_arg = NULL, *out_path = NULL;
+    int json = 0, c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            if (n_files == (int)(sizeof files / sizeof files[0])) return cli_usage("calibrate", "too many --fit files");
+            files[n_files++] = optarg;
+            break;
+        case 'w': hw_arg = optarg; break;
+        case 'o': out_path = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': help(); return CLI_EXIT_OK;
+        default: return cli_usage("calibrate", "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (!n_files || !hw_arg) return cli_usage("calibrate", "--fit CSV and --hw are required");
+
+    sp_error err;
+    sp_error_init(&err);
+    sp_hw prior;
+    sp_status st = sp_hw_find(hw_arg, &prior, &err);
+    if (st != SP_OK) return cli_report(st, &err);
+    sp_measure_set set;
+    sp_measure_set_init(&set);
+    for (int i = 0; i < n_files; i++) {
+        sp_error_init(&err);
+        if ((st = sp_measure_load_file(files[i], &set, &err)) != SP_OK) {
+            sp_measure_set_free(&set);
+            return cli_report(st, &err);
+        }
+    }
+    sp_fit *f = NULL;
+    if ((st = sp_fit_run(&set, &prior, NULL, &f)) != SP_OK) {
+        sp_measure_set_free(&set);
+        return cli_report(st, NULL);
+    }
+    int rc = CLI_EXIT_OK;
+    if (json) {
+        json_t *o = report_json(f);
+        cli_print_json(o, stdout);
+        json_decref(o);
+    } else {
+        report_text(f);
+    }
+    if (out_path) {
+        json_t *j = spi_hw_to_json(&f->hw);
+        char date[32];
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+        json_t *fitted_to = json_array();
+        for (int i = 0; i < n_files; i++) {
+            const char *b = strrchr(files[i], '/');
+            json_array_append_new(fitted_to, json_string(b ? b + 1 : files[i]));
+        }
+        json_t *cal = report_json(f);
+        json_object_del(cal, "per_row");
+        json_object_set_new(cal, "fitted_to", fitted_to);
+        json_object_set_new(cal, "date", json_string(date));
+        json_object_set(j, "calibration", cal);
+        json_decref(cal);
+        if (json_dump_file(j, out_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) {
+            cli_errorf("cannot write %s", out_path);
+            rc = CLI_EXIT_USAGE;
+        }
+        json_decref(j);
+    }
+    sp_fit_free(f);
+    sp_measure_set_free(&set);
+    return rc;
+}
