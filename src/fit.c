@@ -89,7 +89,7 @@ static sp_status prepare(const sp_measure *r, const sp_hw *hw, prepared *p)
     return SP_OK;
 }
 
-static sp_status predict_prepared(const prepared *p, const sp_hw *hw, double *pred)
+static sp_status predict_prepared(const prepared *p, const sp_hw *hw, double *pred, int64_t *shortfall)
 {
     sp_cost c;
     sp_cost_opts o;
@@ -100,10 +100,9 @@ static sp_status predict_prepared(const prepared *p, const sp_hw *hw, double *pr
         return spi_fail(st, "%s:%d: the layout does not price: %s", p->meas->file, p->meas->line,
                         sp_last_error()[0] ? sp_last_error() : sp_status_str(st));
     /* A measured figure is of a run that happened: a layout the cost model
-     * says does not fit is a disagreement the fit must not hide. */
-    if (!c.feasible)
-        return spi_fail(SP_EINVAL, "%s:%d: the cost model says this layout does not fit (%lld bytes over)",
-                        p->meas->file, p->meas->line, (long long)c.shortfall_bytes);
+     * says does not fit is still priced (the run's system found the memory),
+     * and the report shows the disagreement. */
+    if (shortfall) *shortfall = c.feasible ? 0 : c.shortfall_bytes;
     switch (p->meas->metric) {
     case SP_METRIC_LATENCY_MS: *pred = c.total_s * 1e3; break;
     case SP_METRIC_PREFILL_MS: *pred = c.prefill_s * 1e3; break;
@@ -121,7 +120,7 @@ sp_status sp_fit_predict(const sp_measure *row, const sp_hw *hw, double *pred)
 {
     prepared p;
     SP_CHECK(prepare(row, hw, &p));
-    return predict_prepared(&p, hw, pred);
+    return predict_prepared(&p, hw, pred, NULL);
 }
 
 /* ---- the search ---------------------------------------------------------------- */
@@ -176,7 +175,7 @@ static double objective(problem *pb, const double *u)
     for (int i = 0; i < pb->n_rows; i++) {
         if (pb->rows[i].model_id == pb->exclude_model) continue;
         double pred;
-        sp_status st = predict_prepared(&pb->rows[i], &pb->hw, &pred);
+        sp_status st = predict_prepared(&pb->rows[i], &pb->hw, &pred, NULL);
         if (st != SP_OK) {
             if (pb->st == SP_OK) pb->st = st;
             return HUGE_VAL;
@@ -356,7 +355,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit
     problem pb = {rows, f->n_rows, -1, *prior, NULL, 0, 0, SP_OK};
     for (int i = 0; i < f->n_rows; i++) {
         f->rows[i].meas = rows[i].meas;
-        SP_CHECKGOTO(predict_prepared(&rows[i], prior, &f->rows[i].pred_prior), st, fail);
+        SP_CHECKGOTO(predict_prepared(&rows[i], prior, &f->rows[i].pred_prior, &f->rows[i].shortfall_bytes), st, fail);
         f->rows[i].err_prior = f->rows[i].pred_prior / rows[i].meas->value - 1;
     }
     int np = 0;
@@ -369,7 +368,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit
         int seen = 0;
         for (int i = 0; i < f->n_rows && !seen; i++) {
             double pred;
-            SP_CHECKGOTO(predict_prepared(&rows[i], &h, &pred), st, fail);
+            SP_CHECKGOTO(predict_prepared(&rows[i], &h, &pred, NULL), st, fail);
             seen = fabs(pred - f->rows[i].pred_prior) > 1e-9 * f->rows[i].pred_prior;
         }
         f->values[j].param = &all[j];
@@ -389,7 +388,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit
     f->hw = pb.hw;
     for (int j = 0; j < np_all; j++) f->values[j].value = *field(&f->hw, &all[j]);
     for (int i = 0; i < f->n_rows; i++) {
-        SP_CHECKGOTO(predict_prepared(&rows[i], &f->hw, &f->rows[i].pred), st, fail);
+        SP_CHECKGOTO(predict_prepared(&rows[i], &f->hw, &f->rows[i].pred, NULL), st, fail);
         f->rows[i].err = f->rows[i].pred / rows[i].meas->value - 1;
         e[i] = f->rows[i].err;
     }
@@ -410,7 +409,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit
             f->evals += lo.evals;
             for (int i = 0; i < f->n_rows; i++) {
                 if (rows[i].model_id != id) continue;
-                SP_CHECKGOTO(predict_prepared(&rows[i], &lo.hw, &f->rows[i].pred_lomo), st, fail);
+                SP_CHECKGOTO(predict_prepared(&rows[i], &lo.hw, &f->rows[i].pred_lomo, NULL), st, fail);
                 f->rows[i].err_lomo = f->rows[i].pred_lomo / rows[i].meas->value - 1;
             }
         }

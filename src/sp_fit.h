@@ -67,6 +67,8 @@ typedef struct sp_fit_row {
     double err_prior;
     double pred_lomo;         /* prediction by the fit without this row's model (0: not run) */
     double err_lomo;
+    int64_t shortfall_bytes;  /* > 0: the cost model says the measured layout does not fit by this much
+                                 (priced all the same: the measured run found the memory) */
 } sp_fit_row;
 
 typedef struct sp_fit_value {

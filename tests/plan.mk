@@ -8,3 +8,10 @@ tests_check_plan_LDADD = $(SP_TEST_LIBS)
 endif
 TESTS += tests/cli_plan.sh
 EXTRA_DIST += tests/cli_plan.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_fit
+TESTS += tests/check_fit
+tests_check_fit_SOURCES = tests/check_fit.c
+tests_check_fit_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_fit_LDADD = $(SP_TEST_LIBS)
+endif

@@ -42,6 +42,7 @@ static json_t *report_json(const sp_fit *f)
                               (json_int_t)r->meas->prompt, "gen", (json_int_t)r->meas->gen, "metric",
                               sp_metric_name(r->meas->metric), "measured", r->meas->value, "predicted_prior",
                               r->pred_prior, "error_prior", r->err_prior, "predicted", r->pred, "error", r->err);
+        if (r->shortfall_bytes > 0) json_object_set_new(o, "does_not_fit_by_bytes", json_integer(r->shortfall_bytes));
         if (r->pred_lomo > 0) {
             json_object_set_new(o, "predicted_leave_one_model_out", json_real(r->pred_lomo));
             json_object_set_new(o, "error_leave_one_model_out", json_real(r->err_lomo));
@@ -80,7 +81,7 @@ static void report_text(const sp_fit *f)
         snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->prompt);
         snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->gen);
         snprintf(c[5], sizeof c[5], "%s", sp_metric_name(r->meas->metric));
-        snprintf(c[6], sizeof c[6], "%.4g", r->meas->value);
+        snprintf(c[6], sizeof c[6], "%.4g%s", r->meas->value, r->shortfall_bytes > 0 ? " (!)" : "");
         snprintf(c[7], sizeof c[7], "%.4g", r->pred_prior);
         snprintf(c[8], sizeof c[8], "%+.1f%%", pct(r->err_prior));
         snprintf(c[9], sizeof c[9], "%.4g", r->pred);
@@ -98,6 +99,10 @@ static void report_text(const sp_fit *f)
     }
     cli_table_print(t, stdout);
     cli_table_free(t);
+    int nofit = 0;
+    for (int i = 0; i < f->n_rows; i++) nofit += f->rows[i].shortfall_bytes > 0;
+    if (nofit)
+        printf("(!) %d measured layouts the cost model says do not fit in memory (priced all the same)\n", nofit);
     printf("\n%d rows for %s (%d models); %d rows for other hardware not used\n", f->n_rows, f->hw.name,
            f->n_models, f->n_skipped);
     printf("|error|           median   worst\n");
