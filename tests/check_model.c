@@ -12,6 +12,7 @@ static const char *const bundled[] = {
     "palm-8b", "palm-62b", "palm-540b", "gpt3-175b", "mt-nlg-530b", "bloom-176b", "gpt-j-6b",
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
     "falcon-180b", "mixtral-8x7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
+    "gpt-20b-ft", "gpt-89b-ft", "gpt-175b-ft",
 };
 #define N_BUNDLED (int)(sizeof bundled / sizeof bundled[0])
 
