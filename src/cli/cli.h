@@ -35,6 +35,8 @@ int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_frontier(int argc, char **argv);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
+/* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
+int cli_calibrate_local(int argc, char **argv);
 
 /* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);

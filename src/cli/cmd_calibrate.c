@@ -15,7 +15,8 @@
 
 static void help(void)
 {
-    printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n\n"
+    printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n"
+           "       shardplan calibrate --backend threads|mpi|cuda [--chips N] --out FILE   (this machine; --help there)\n\n"
            "Fits the hardware profile's free parameters (matmul efficiency curve, HBM\n"
            "bandwidth efficiency, collective latency per algorithm step) to the\n"
            "measurement rows that name that hardware, minimising the mean |log(predicted /\n"
@@ -121,6 +122,10 @@ static void report_text(const sp_fit *f)
 
 int cli_cmd_calibrate(int argc, char **argv)
 {
+    /* Two jobs: fitting to measurement sets (--fit, here) and measuring this
+     * machine's chips (--backend: cli_calibrate_local). */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--backend") || !strncmp(argv[i], "--backend=", 10)) return cli_calibrate_local(argc, argv);
     static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"hw", required_argument, 0, 'w'},
                                          {"out", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
