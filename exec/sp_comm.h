@@ -70,8 +70,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sp_common.h"
-#include "sp_hw.h"
-#include "sp_lower.h"
 #include "sp_mesh.h"
 
 #ifdef __cplusplus
@@ -89,7 +87,7 @@ const char *sp_comm_backend_name(sp_comm_backend b);   /* "threads", "mpi", "ncc
 
 /* Kinds of data movement for byte accounting: sp_coll_kind (SP_COLL_ALLGATHER,
  * _REDUCESCATTER, _ALLREDUCE, _ALLTOALL, _SENDRECV, _COUNT) and
- * sp_coll_kind_name() from sp_lower.h, shared with the lowering and the cost
+ * sp_coll_kind_name() from sp_common.h, shared with the lowering and the cost
  * model. */
 
 /* Cumulative since sp_comm_open or the last sp_comm_stats_reset. */

@@ -12,7 +12,7 @@ libspcore_la_LIBADD += kernels/cuda/kernels.lo -lstdc++
 libspcore_la_SOURCES += kernels/cuda/spi_cuda_dl.h kernels/cuda/cuda_dl.c
 CLEANFILES += kernels/cuda/kernels.lo kernels/cuda/kernels.o kernels/cuda/.libs/kernels.o
 # the suffix rule tracks no headers: the ones kernels.cu shares with the C side
-kernels/cuda/kernels.lo: $(srcdir)/kernels/spi_conv.h $(srcdir)/kernels/cuda/sp_cuda.h $(srcdir)/src/sp_hw.h
+kernels/cuda/kernels.lo: $(srcdir)/kernels/spi_conv.h $(srcdir)/kernels/cuda/sp_cuda.h $(srcdir)/src/sp_common.h
 .cu.lo:
 	$(AM_V_GEN)$(MKDIR_P) $(@D)/.libs && \
 	$(NVCC) $(SP_NVCC_FLAGS) -c -o $(@D)/.libs/$(*F).o $< && \

@@ -220,3 +220,28 @@ sp_status sp_data_path(const char *relpath, char *out, size_t size)
 #endif
     );
 }
+
+/* ---- data types and data movements ---------------------------------------------- */
+static const char *const dtype_names[] = {"f32", "bf16", "f16", "int8", "fp8"};
+static_assert(SPI_ARRAY_LEN(dtype_names) == SP_DT_COUNT, "one name per sp_dtype");
+static_assert(SP_DT_COUNT == 5, "sp_dtype_bytes (sp_common.h) knows five dtypes");
+static const char *const coll_names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv"};
+static_assert(SPI_ARRAY_LEN(coll_names) == SP_COLL_COUNT, "one name per sp_coll_kind");
+
+const char *sp_dtype_name(sp_dtype t) { return (unsigned)t < SP_DT_COUNT ? dtype_names[t] : "?"; }
+
+sp_status sp_dtype_parse(const char *s, sp_dtype *out)
+{
+    static const struct { const char *alias; sp_dtype t; } aliases[] = {
+        {"fp32", SP_DT_F32}, {"float32", SP_DT_F32}, {"fp16", SP_DT_F16}, {"float16", SP_DT_F16},
+        {"bfloat16", SP_DT_BF16}, {"fp8_e4m3", SP_DT_FP8},
+    };
+    if (!s || !out) return spi_fail(SP_EINVAL, "sp_dtype_parse: NULL argument");
+    for (int i = 0; i < SP_DT_COUNT; i++)
+        if (!strcasecmp(s, dtype_names[i])) { *out = (sp_dtype)i; return SP_OK; }
+    for (size_t i = 0; i < SPI_ARRAY_LEN(aliases); i++)
+        if (!strcasecmp(s, aliases[i].alias)) { *out = aliases[i].t; return SP_OK; }
+    return spi_fail(SP_EINVAL, "unknown data type \"%.40s\" (one of f32, bf16, f16, int8, fp8)", s);
+}
+
+const char *sp_coll_kind_name(sp_coll_kind k) { return (unsigned)k < SP_COLL_COUNT ? coll_names[k] : "?"; }

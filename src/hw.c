@@ -9,27 +9,8 @@
 #include "spi_json.h"
 #include "sp_hw.h"
 
-static const char *const dtype_names[] = {"f32", "bf16", "f16", "int8", "fp8"};
-static_assert(SPI_ARRAY_LEN(dtype_names) == SP_DT_COUNT, "one name per sp_dtype");
-static_assert(SP_DT_COUNT == 5, "sp_dtype_bytes (sp_hw.h) knows five dtypes");
 static const char *const topo_names[] = {"torus", "cluster"};
 static_assert(SPI_ARRAY_LEN(topo_names) == SP_TOPO_COUNT, "one name per sp_topo_kind");
-
-const char *sp_dtype_name(sp_dtype t) { return (unsigned)t < SP_DT_COUNT ? dtype_names[t] : "?"; }
-
-sp_status sp_dtype_parse(const char *s, sp_dtype *out)
-{
-    static const struct { const char *alias; sp_dtype t; } aliases[] = {
-        {"fp32", SP_DT_F32}, {"float32", SP_DT_F32}, {"fp16", SP_DT_F16}, {"float16", SP_DT_F16},
-        {"bfloat16", SP_DT_BF16}, {"fp8_e4m3", SP_DT_FP8},
-    };
-    if (!s || !out) return spi_fail(SP_EINVAL, "sp_dtype_parse: NULL argument");
-    for (int i = 0; i < SP_DT_COUNT; i++)
-        if (!strcasecmp(s, dtype_names[i])) { *out = (sp_dtype)i; return SP_OK; }
-    for (size_t i = 0; i < SPI_ARRAY_LEN(aliases); i++)
-        if (!strcasecmp(s, aliases[i].alias)) { *out = aliases[i].t; return SP_OK; }
-    return spi_fail(SP_EINVAL, "unknown data type \"%.40s\" (one of f32, bf16, f16, int8, fp8)", s);
-}
 
 void sp_hw_init(sp_hw *hw)
 {
@@ -69,7 +50,7 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     if (!(hw->peak_flops[SP_DT_BF16] > 0)) return hfail(src, err, "/chip/peak_flops/bf16", "must be > 0");
     for (int i = 0; i < SP_DT_COUNT; i++)
         if (!(hw->peak_flops[i] >= 0) || !isfinite(hw->peak_flops[i])) {
-            snprintf(t, sizeof t, "/chip/peak_flops/%s", dtype_names[i]);
+            snprintf(t, sizeof t, "/chip/peak_flops/%s", sp_dtype_name((sp_dtype)i));
             return hfail(src, err, t, "must be >= 0 (0: unsupported)");
         }
     if (hw->hbm_bytes <= 0) return hfail(src, err, "/chip/hbm_bytes", "must be > 0");
@@ -141,7 +122,7 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
     C_(spi_json_get_child(c, "/chip", chip, "peak_flops", 1, JSON_OBJECT, &pf));
     C_(spi_json_check_keys(c, "/chip/peak_flops", pf, dtype_keys));
     for (int i = 0; i < SP_DT_COUNT; i++)
-        C_(spi_json_get_num(c, "/chip/peak_flops", pf, dtype_names[i], i == SP_DT_BF16, i == SP_DT_BF16, 0, HUGE_VAL,
+        C_(spi_json_get_num(c, "/chip/peak_flops", pf, sp_dtype_name((sp_dtype)i), i == SP_DT_BF16, i == SP_DT_BF16, 0, HUGE_VAL,
                             "FLOP/s; bf16 > 0, others >= 0", &hw->peak_flops[i]));
     C_(spi_json_get_int(c, "/chip", chip, "hbm_bytes", 1, 1, INT64_MAX, "bytes > 0", &hw->hbm_bytes));
     C_(spi_json_get_num(c, "/chip", chip, "hbm_bw", 1, 1, 0, HUGE_VAL, "bytes/s > 0", &hw->hbm_bw));
@@ -303,7 +284,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     json_t *j = json_object(), *chip = json_object(), *pf = json_object(), *t = json_object();
     json_object_set_new(j, "name", json_string(hw->name));
     for (int i = 0; i < SP_DT_COUNT; i++)
-        if (hw->peak_flops[i] > 0) json_object_set_new(pf, dtype_names[i], json_real(hw->peak_flops[i]));
+        if (hw->peak_flops[i] > 0) json_object_set_new(pf, sp_dtype_name((sp_dtype)i), json_real(hw->peak_flops[i]));
     json_object_set_new(chip, "peak_flops", pf);
     json_object_set_new(chip, "hbm_bytes", json_integer(hw->hbm_bytes));
     json_object_set_new(chip, "hbm_bw", json_real(hw->hbm_bw));

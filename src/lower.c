@@ -24,8 +24,6 @@
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
     "add", "coll", "slice", "logits", "send", "recv", "kv-store"};
-static const char *const coll_names[SP_COLL_COUNT] = {
-    "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv"};
 static const char *const buf_names[SP_BUF_COUNT] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
@@ -34,12 +32,10 @@ static const char *const weight_names[SP_W_COUNT] = {
     "none", "wq", "wk", "wv", "wo", "w_in", "w_up", "w_out", "norm1", "norm2", "norm_f",
     "embed", "lm_head", "pos"};
 _Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
-_Static_assert(SPI_ARRAY_LEN(coll_names) == SP_COLL_COUNT, "coll names");
 _Static_assert(SPI_ARRAY_LEN(buf_names) == SP_BUF_COUNT, "buf names");
 _Static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "weight names");
 
 const char *sp_step_kind_name(sp_step_kind k) { return k < SP_STEP_COUNT ? step_names[k] : "?"; }
-const char *sp_coll_kind_name(sp_coll_kind k) { return k < SP_COLL_COUNT ? coll_names[k] : "?"; }
 const char *sp_buf_name(sp_buf b) { return b < SP_BUF_COUNT ? buf_names[b] : "?"; }
 const char *sp_weight_name(sp_weight w) { return w < SP_W_COUNT ? weight_names[w] : "?"; }
 

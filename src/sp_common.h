@@ -65,6 +65,30 @@ void sp_error_init(sp_error *err);
  * into buf; returns buf. */
 char *sp_error_format(const sp_error *err, char *buf, size_t size);
 
+/* ---- vocabulary shared by every layer ------------------------------------------
+ * Here rather than in the hardware or lowering headers, so that kernels and
+ * the communicator name element types and data movements without them. */
+/* Data types the cost model and executor know. Append-only. */
+typedef enum sp_dtype {
+    SP_DT_F32 = 0, SP_DT_BF16 = 1, SP_DT_F16 = 2, SP_DT_INT8 = 3, SP_DT_FP8 = 4, SP_DT_COUNT
+} sp_dtype;
+const char *sp_dtype_name(sp_dtype t);
+/* 4, 2, 2, 1, 1; 0 for a value outside the enum.  Inline: the lowering
+ * asks for every step it emits. */
+static inline int sp_dtype_bytes(sp_dtype t)
+{
+    return (unsigned)t < 5u ? (int)((0x11224u >> (4u * (unsigned)t)) & 15u) : 0;   /* nibbles: 4 2 2 1 1 */
+}
+sp_status sp_dtype_parse(const char *s, sp_dtype *out);
+
+/* Kinds of data movement, for collectives and their byte accounting (the
+ * lowering, the cost model and the communicator). Append-only. */
+typedef enum sp_coll_kind {
+    SP_COLL_ALLGATHER = 0, SP_COLL_REDUCESCATTER = 1, SP_COLL_ALLREDUCE = 2, SP_COLL_ALLTOALL = 3,
+    SP_COLL_SENDRECV = 4, SP_COLL_COUNT
+} sp_coll_kind;
+const char *sp_coll_kind_name(sp_coll_kind k);   /* "all-gather", ... */
+
 /* ---- logging ------------------------------------------------------------------
  * Controlled by SHARDPLAN_DEBUG=NONE|WARN|INFO|TRACE (default WARN) and
  * SHARDPLAN_DEBUG_SUBSYS=ALL or a comma list of COST,PLAN,COMM,EXEC,MODEL,LOWER. */

@@ -14,18 +14,7 @@
 extern "C" {
 #endif
 
-/* Data types the cost model and executor know. Append-only. */
-typedef enum sp_dtype {
-    SP_DT_F32 = 0, SP_DT_BF16 = 1, SP_DT_F16 = 2, SP_DT_INT8 = 3, SP_DT_FP8 = 4, SP_DT_COUNT
-} sp_dtype;
-const char *sp_dtype_name(sp_dtype t);
-/* 4, 2, 2, 1, 1; 0 for a value outside the enum.  Inline: the lowering
- * asks for every step it emits. */
-static inline int sp_dtype_bytes(sp_dtype t)
-{
-    return (unsigned)t < 5u ? (int)((0x11224u >> (4u * (unsigned)t)) & 15u) : 0;   /* nibbles: 4 2 2 1 1 */
-}
-sp_status sp_dtype_parse(const char *s, sp_dtype *out);
+/* sp_dtype (data types) lives in sp_common.h. */
 
 typedef enum sp_topo_kind { SP_TOPO_TORUS = 0, SP_TOPO_CLUSTER = 1, SP_TOPO_COUNT } sp_topo_kind;
 

@@ -60,11 +60,7 @@ typedef enum sp_step_kind {
 } sp_step_kind;
 const char *sp_step_kind_name(sp_step_kind k);
 
-typedef enum sp_coll_kind {
-    SP_COLL_ALLGATHER = 0, SP_COLL_REDUCESCATTER = 1, SP_COLL_ALLREDUCE = 2, SP_COLL_ALLTOALL = 3,
-    SP_COLL_SENDRECV = 4, SP_COLL_COUNT
-} sp_coll_kind;
-const char *sp_coll_kind_name(sp_coll_kind k);   /* "all-gather", ... */
+/* sp_coll_kind (kinds of data movement) lives in sp_common.h. */
 
 /* Named activation buffers.  Sizes: sp_lower_buffer_sizes(). */
 typedef enum sp_buf {

@@ -22,7 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sp_common.h"
-#include "sp_hw.h"
 #include "sp_model.h"
 
 #ifdef __cplusplus

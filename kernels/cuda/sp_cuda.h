@@ -19,7 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sp_common.h"
-#include "sp_hw.h"
 
 #ifdef __cplusplus
 extern "C" {
