@@ -11,16 +11,9 @@
 #include "spi_common.h"
 #include "exec/spi_exec.h"
 
-static unsigned mask_of(const char *a)
-{
-    unsigned mk = 0;
-    for (; *a; a++) mk |= 1u << spi_axis_of(*a);
-    return mk;
-}
-
 /* ---- collectives ------------------------------------------------------------ */
 sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
-                             sp_coll_kind k)
+                          sp_coll_kind k)
 {
     uint64_t sent = b->bytes_sent[k] - a->bytes_sent[k], recv = b->bytes_recv[k] - a->bytes_recv[k];
     ch->meas[k] += sent;
@@ -43,16 +36,11 @@ sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a,
 sp_status spi_run_coll(chip *ch, const sp_step *s)
 {
     const sp_coll *co = &s->coll;
-    char all[16];
-    snprintf(all, sizeof all, "%s%s", co->row_axes, co->col_axes);
-    unsigned mask = mask_of(all);
-    /* the group is row_axes ∪ col_axes as a set (all-to-all names the same
-     * axes twice); its size comes from the mesh, not from co->group */
-    int K = sp_mesh_group_size(&ch->ex->mesh, mask);
-    int members[64];
-    if (K > 64) return spi_fail(SP_ENOTSUP, "group of %d chips", K);
-    sp_mesh_group_members(&ch->ex->mesh, ch->rank, mask, members);
-    int nra = spi_asize(ch, co->row_axes), nca = spi_asize(ch, co->col_axes);
+    /* the group and each member's blocks, as the lowering resolves them for this chip */
+    sp_coll_group grp;
+    SP_CHECK(sp_lower_coll_group(ch->prog, s, ch->rank, &grp));
+    const int K = grp.K;
+    const unsigned mask = co->mask;
     int eb = sp_dtype_bytes(co->dtype);
     int64_t rows = co->rows, cols = co->cols, blk = rows * cols;
     char *t1 = ch->tmp1, *t2 = ch->tmp2;
@@ -60,55 +48,30 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
     sp_status st = SP_OK;
     switch (co->kind) {
     case SP_COLL_ALLGATHER: {
-        const void *src;
-        sp_weight w = SP_W_NONE;
-        if (co->is_weight) {
-            switch (s->dst) {
-            case SP_BUF_WQ: w = SP_W_Q; break;
-            case SP_BUF_WK: w = SP_W_K; break;
-            case SP_BUF_WV: w = SP_W_V; break;
-            case SP_BUF_WO: w = SP_W_O; break;
-            case SP_BUF_WIN: w = SP_W_IN; break;
-            case SP_BUF_WUP: w = SP_W_UP; break;
-            case SP_BUF_WOUT: w = SP_W_OUT; break;
-            default: return spi_fail(SP_EINVAL, "weight gather into %s", sp_buf_name(s->dst));
-            }
-            src = ch->lw[ch->li * SP_W_COUNT + w];
-        } else {
-            src = ch->buf[s->src];
-        }
+        const void *src = co->is_weight ? ch->lw[ch->li * SP_W_COUNT + s->weight] : ch->buf[s->src];
         SP_CHECK(ch->ops->sync(&ch->dev));
         st = sp_comm_allgather(ch->c, mask, src, t1, (size_t)blk, co->dtype);
         if (st) return st;
         char *dst = ch->buf[s->dst];
+        int nca = sp_lower_axes_size(ch->l, co->col_axes);
         int64_t ld = cols * nca;
         if (co->is_weight) {
             /* gathered column block cb holds the storage column block of its source */
-            const sp_weight_spec *ws = &ch->prog->wspec[w];
-            if (nca > 64) return spi_fail(SP_EINVAL, "weight gather into %s", sp_buf_name(s->dst));
             ch->wb_ncb[s->dst] = nca;
-            for (int g = 0; g < K; g++)
-                ch->wb_cblk[s->dst][sp_lower_axes_index(ch->l, members[g], co->col_axes)] =
-                    sp_lower_axes_index(ch->l, members[g], ws->col_axes);
+            for (int g = 0; g < K; g++) ch->wb_cblk[s->dst][grp.col_blk[g]] = grp.store_col_blk[g];
         }
-        for (int g = 0; g < K; g++) {
-            int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-            int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-            SP_CHECK(spi_copy_block(ch, dst + (rb * rows * ld + cb * cols) * eb, ld, t1 + g * blk * eb, cols, rows, cols,
-                                eb));
-        }
-        (void)nra;
+        for (int g = 0; g < K; g++)
+            SP_CHECK(spi_copy_block(ch, dst + (grp.row_blk[g] * rows * ld + grp.col_blk[g] * cols) * eb, ld,
+                                    t1 + g * blk * eb, cols, rows, cols, eb));
         break;
     }
     case SP_COLL_REDUCESCATTER: {
         const char *src = ch->buf[s->src];
-        int64_t ld = cols * nca;
-        for (int g = 0; g < K; g++) {
-            int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-            int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-            SP_CHECK(spi_copy_block(ch, t1 + g * blk * eb, cols, src + (rb * rows * ld + cb * cols) * eb, ld, rows, cols,
-                                eb));
-        }
+        int64_t ld = cols * sp_lower_axes_size(ch->l, co->col_axes);
+        for (int g = 0; g < K; g++)
+            SP_CHECK(spi_copy_block(ch, t1 + g * blk * eb, cols,
+                                    src + (grp.row_blk[g] * rows * ld + grp.col_blk[g] * cols) * eb, ld, rows, cols,
+                                    eb));
         SP_CHECK(ch->ops->sync(&ch->dev));
         st = sp_comm_reducescatter(ch->c, mask, t1, ch->buf[s->dst], (size_t)blk, co->dtype);
         break;
@@ -127,30 +90,24 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
         char *dst = ch->buf[s->dst];
         if (co->a2a_to_batch) {
             /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
-            for (int g = 0; g < K; g++) {
-                int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-                SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + rb * chunk * eb, chunk, eb));
-            }
+            for (int g = 0; g < K; g++)
+                SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + grp.row_blk[g] * chunk * eb, chunk, eb));
             SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
-            for (int g = 0; g < K; g++) {
-                int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-                SP_CHECK(spi_copy_block(ch, dst + cb * cols * eb, cols * K, t2 + g * chunk * eb, cols, rk, cols, eb));
-            }
+            for (int g = 0; g < K; g++)
+                SP_CHECK(spi_copy_block(ch, dst + grp.col_blk[g] * cols * eb, cols * K, t2 + g * chunk * eb, cols, rk,
+                                        cols, eb));
         } else {
             /* src (rows/K, cols·K): col block cb(g) to g; dst (rows, cols): g's rows at row block rb(g) */
-            for (int g = 0; g < K; g++) {
-                int cb = sp_lower_axes_index(ch->l, members[g], co->col_axes);
-                SP_CHECK(spi_copy_block(ch, t1 + g * chunk * eb, cols, src + cb * cols * eb, cols * K, rk, cols, eb));
-            }
+            for (int g = 0; g < K; g++)
+                SP_CHECK(spi_copy_block(ch, t1 + g * chunk * eb, cols, src + grp.col_blk[g] * cols * eb, cols * K, rk,
+                                        cols, eb));
             SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
-            for (int g = 0; g < K; g++) {
-                int rb = sp_lower_axes_index(ch->l, members[g], co->row_axes);
-                SP_CHECK(spi_copy_flat(ch, dst + rb * chunk * eb, t2 + g * chunk * eb, chunk, eb));
-            }
+            for (int g = 0; g < K; g++)
+                SP_CHECK(spi_copy_flat(ch, dst + grp.row_blk[g] * chunk * eb, t2 + g * chunk * eb, chunk, eb));
         }
         break;
     }

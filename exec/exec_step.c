@@ -10,33 +10,7 @@
 #include "spi_common.h"
 #include "exec/spi_exec.h"
 
-/* coordinates of block `blk` of an axis sequence: 1 if they match this chip on every axis of `match` */
-static int block_matches(const chip *ch, const char *seq, int blk, const char *match)
-{
-    int n = (int)strlen(seq);
-    int c[8];
-    for (int i = n - 1; i >= 0; i--) {
-        int d = ch->ex->mesh.dims[spi_axis_of(seq[i])];
-        c[i] = blk % d;
-        blk /= d;
-    }
-    for (int i = 0; i < n; i++)
-        if (strchr(match, seq[i]) && c[i] != ch->coords[spi_axis_of(seq[i])]) return 0;
-    return 1;
-}
-
 /* ---- attention helpers --------------------------------------------------------- */
-/* first KV head of a chip whose q heads start at h0 and that keeps nkv KV heads */
-static int64_t kv_first(const sp_model *m, int64_t h0, int64_t nkv)
-{
-    if (nkv >= m->n_kv_heads) return 0;
-    int64_t grp = m->n_heads / m->n_kv_heads;
-    int64_t h = h0 < m->n_heads ? h0 : m->n_heads - 1;
-    int64_t f = h / grp;
-    if (f + nkv > m->n_kv_heads) f = m->n_kv_heads - nkv;
-    return f;
-}
-
 static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh, int64_t pos0)
 {
     if (ch->m->positions != SP_POS_ROPE) return SP_OK;
@@ -67,12 +41,8 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
     if (Bq != ch->prog->kv_seqs)
         return spi_fail(SP_EINVAL, "kv-store of %lld sequences into a cache of %lld", (long long)Bq,
                         (long long)ch->prog->kv_seqs);
-    int64_t off = 0;
-    if (kvs != kvc) {
-        int na = spi_asize(ch, s->axes);
-        int64_t h0 = (int64_t)spi_aidx(ch, s->axes) * (ch->prog->heads_padded / na);
-        off = kv_first(m, h0, kvc);
-    }
+    int64_t h0, off;   /* off: the cached heads' first head in k, v */
+    sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &off);
     const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
     /* the cached heads [off, off + kvc) of every row of k, v (Bq·Lq, kvs, D) */
     SP_CHECK(spi_copy_block(ch, ch->ks, kvc * D, k + off * D, kvs * D, Bq * Lq, kvc * D, 4));
@@ -86,20 +56,20 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
 {
     const sp_model *m = ch->m;
     int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, Hl = s->heads, H = m->n_heads;
-    int64_t h0 = (int64_t)spi_aidx(ch, s->axes) * Hl;
+    int64_t h0, kv0;   /* first q head of this chip, first KV head of the keys/values it reads */
+    sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &kv0);
     int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
     if (Hr < 0) Hr = 0;
     float *out = ch->buf[s->dst];
     SP_CHECK(spi_copy_flat(ch, ch->qs, ch->buf[s->src], Bq * Lq * Hl * D, 4));
     SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
     sp_kern_kv kv;
-    int64_t pos0 = s->pos0, kv0;
+    int64_t pos0 = s->pos0;
     if (s->from_cache) {
         if (Bq != ch->prog->kv_seqs)
             return spi_fail(SP_EINVAL, "attention over %lld sequences, cache holds %lld", (long long)Bq,
                             (long long)ch->prog->kv_seqs);
         kv = cache_view(ch, mb);
-        kv0 = kv_first(m, h0, kv.KVHl);
     } else {
         if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
         int64_t kvs = s->kv_heads_src;
@@ -112,7 +82,6 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
         kv.ctx_max = Lq;
         kv.KVHl = kvs;
         kv.D = D;
-        kv0 = kv_first(m, h0, kvs);
     }
     if (Hr == Hl) {
         /* the query heads of a chip are contiguous: compute in place of the copy's layout */
@@ -141,7 +110,7 @@ static sp_status run_slice(chip *ch, const sp_step *s)
     int nb = spi_asize(ch, seq);
     int64_t rb = vrows / nb, out = 0;
     for (int b = 0; b < nb; b++) {
-        if (!block_matches(ch, seq, b, s->axes)) continue;
+        if (!sp_lower_slice_keeps(ch->prog, s, ch->rank, b)) continue;
         if (out + rb > s->m) return spi_fail(SP_EINVAL, "slice keeps more than %lld rows", (long long)s->m);
         SP_CHECK(spi_copy_block(ch, dst + out * n, n, VROW(b * rb), every * n, rb, n, 4));
         out += rb;

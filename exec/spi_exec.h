@@ -83,17 +83,7 @@ typedef struct chip {
     double prefill_s, decode_step_s, tokens_per_s;   /* chip 0 only */
 } chip;
 
-/* ---- mesh axes of axis strings --------------------------------------------------- */
-static inline int spi_axis_of(char c)
-{
-    switch (c) {
-    case 'x': return SP_AXIS_X;
-    case 'y': return SP_AXIS_Y;
-    case 'z': return SP_AXIS_Z;
-    case 's': return SP_AXIS_STAGE;
-    default: return SP_AXIS_REPLICA;
-    }
-}
+/* ---- a chip's block of an axis sequence, as the lowering numbers them -------------- */
 static inline int spi_aidx(const chip *ch, const char *axes) { return sp_lower_axes_index(ch->l, ch->rank, axes); }
 static inline int spi_asize(const chip *ch, const char *axes) { return sp_lower_axes_size(ch->l, axes); }
 

@@ -61,19 +61,36 @@ static inline int axes_size(const sp_layout *l, const char *axes)
 
 int sp_lower_axes_size(const sp_layout *l, const char *axes) { return axes_size(l, axes); }
 
+/* the mesh axis an axis letter names */
+static inline int axis_of(char a)
+{
+    return a == 'x' ? SP_AXIS_X : a == 'y' ? SP_AXIS_Y : a == 'z' ? SP_AXIS_Z : a == 's' ? SP_AXIS_STAGE
+                                                                                           : SP_AXIS_REPLICA;
+}
+
+/* the mesh axes of an axis sequence as a set (SP_AXES_*) */
+static inline unsigned mesh_mask(const char *axes)
+{
+    unsigned m = 0;
+    for (; *axes; axes++) m |= 1u << axis_of(*axes);
+    return m;
+}
+
+/* block index of coordinates c on an axis sequence (major first) */
+static int coords_index(const sp_mesh *mesh, const int *c, const char *axes)
+{
+    int idx = 0;
+    for (; *axes; axes++) idx = idx * mesh->dims[axis_of(*axes)] + c[axis_of(*axes)];
+    return idx;
+}
+
 int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes)
 {
     sp_mesh mesh;
     int c[SP_AXIS_COUNT];
     sp_layout_mesh(l, &mesh);
     sp_mesh_coords(&mesh, rank, c);
-    int idx = 0;
-    for (; *axes; axes++) {
-        int a = *axes == 'x' ? SP_AXIS_X : *axes == 'y' ? SP_AXIS_Y : *axes == 'z' ? SP_AXIS_Z
-              : *axes == 's' ? SP_AXIS_STAGE : SP_AXIS_REPLICA;
-        idx = idx * mesh.dims[a] + c[a];
-    }
-    return idx;
+    return coords_index(&mesh, c, axes);
 }
 
 /* tensor axes of a sequence as a bit set: bit 0 x, bit 1 y, bit 2 z */
@@ -225,6 +242,7 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
     co->cols = cols;
     co->dtype = dt;
     co->is_weight = is_weight;
+    co->mask = mesh_mask(row_axes) | mesh_mask(col_axes);
     int64_t eb = sp_dtype_bytes(dt);
     int64_t block = rows * cols;
     switch (kind) {
@@ -423,8 +441,10 @@ static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
     axes_filter(s->row_axes, c->sh.N, 1, ra);
     axes_filter(s->col_axes, c->sh.N, 1, ca);
     /* nothing to gather when the N axes this weight is split over are all of size 1 */
-    if (!emit_coll(c, ss, SP_COLL_ALLGATHER, buf, SP_BUF_NONE, ra, ca, s->local_rows, s->local_cols, s->dtype, 1))
-        return SP_BUF_NONE;
+    sp_step *g = emit_coll(c, ss, SP_COLL_ALLGATHER, buf, SP_BUF_NONE, ra, ca, s->local_rows, s->local_cols,
+                           s->dtype, 1);
+    if (!g) return SP_BUF_NONE;
+    g->weight = w;
     int64_t bytes = s->local_rows * sp_lower_axes_size(c->l, ra) * s->local_cols * sp_lower_axes_size(c->l, ca) *
                     sp_dtype_bytes(s->dtype);
     if (bytes > c->p->buf_bytes[buf]) c->p->buf_bytes[buf] = bytes;
@@ -1182,3 +1202,71 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     return SP_OK;
 }
 
+
+/* ---- resolved operands ---- */
+sp_status sp_lower_coll_group(const sp_program *p, const sp_step *s, int rank, sp_coll_group *out)
+{
+    if (s->kind != SP_STEP_COLL) return spi_fail(SP_EINVAL, "sp_lower_coll_group: a %s step", sp_step_kind_name(s->kind));
+    const sp_coll *co = &s->coll;
+    sp_mesh mesh;
+    sp_layout_mesh(&p->layout, &mesh);
+    int K = sp_mesh_group_size(&mesh, co->mask);
+    if (K > SP_COLL_GROUP_MAX) return spi_fail(SP_ENOTSUP, "a collective over %d chips (at most %d)", K, SP_COLL_GROUP_MAX);
+    out->K = K;
+    sp_mesh_group_members(&mesh, rank, co->mask, out->members);
+    const char *store = co->is_weight ? p->wspec[s->weight].col_axes : "";
+    for (int g = 0; g < K; g++) {
+        int c[SP_AXIS_COUNT];
+        sp_mesh_coords(&mesh, out->members[g], c);
+        out->row_blk[g] = coords_index(&mesh, c, co->row_axes);
+        out->col_blk[g] = coords_index(&mesh, c, co->col_axes);
+        out->store_col_blk[g] = coords_index(&mesh, c, store);
+    }
+    return SP_OK;
+}
+
+/* First of the nkv KV heads a chip keeps when its query heads start at q0:
+ * the group of q0's head, moved down so that nkv heads fit (kv_heads_needed
+ * sized nkv for the widest block); 0 when it keeps every KV head. */
+static int64_t kv_first(const sp_model *m, int64_t q0, int64_t nkv)
+{
+    if (nkv >= m->n_kv_heads) return 0;
+    int64_t grp = m->n_heads / m->n_kv_heads;
+    int64_t h = q0 < m->n_heads ? q0 : m->n_heads - 1;
+    int64_t f = h / grp;
+    if (f + nkv > m->n_kv_heads) f = m->n_kv_heads - nkv;
+    return f;
+}
+
+void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *s, int rank, int64_t *q0,
+                         int64_t *kv0)
+{
+    int blk = sp_lower_axes_index(&p->layout, rank, s->axes);
+    if (s->kind == SP_STEP_KV_STORE) {
+        /* the cache's q-head blocks follow the decode layout's head axes */
+        *q0 = (int64_t)blk * (p->heads_padded / axes_size(&p->layout, s->axes));
+        *kv0 = s->kv_heads_src != s->kv_heads ? kv_first(m, *q0, s->kv_heads) : 0;
+    } else {
+        *q0 = (int64_t)blk * s->heads;
+        *kv0 = kv_first(m, *q0, s->kv_heads);
+    }
+}
+
+int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk)
+{
+    const char *seq = s->batch_axes[0] ? s->batch_axes : s->axes;
+    sp_mesh mesh;
+    int mine[SP_AXIS_COUNT], c[SP_AXIS_COUNT];
+    sp_layout_mesh(&p->layout, &mesh);
+    sp_mesh_coords(&mesh, rank, mine);
+    memcpy(c, mine, sizeof c);
+    /* coordinates of block blk on seq (mixed radix, major first) */
+    for (int i = (int)strlen(seq) - 1; i >= 0; i--) {
+        int a = axis_of(seq[i]);
+        c[a] = blk % mesh.dims[a];
+        blk /= mesh.dims[a];
+    }
+    for (const char *a = s->axes; *a; a++)
+        if (strchr(seq, *a) && c[axis_of(*a)] != mine[axis_of(*a)]) return 0;
+    return 1;
+}

@@ -129,14 +129,16 @@ typedef struct sp_coll {
     sp_dtype dtype;                  /* element type moved (weights: storage dtype) */
     int64_t bytes_sent;              /* per chip, exact, (K-1)/K factors included */
     int64_t bytes_recv;
-    int is_weight;                   /* gathers a weight (weight-gathered layouts) */
+    int is_weight;                   /* gathers a weight (weight-gathered layouts): the step's
+                                        `weight` names it, its stored shard is the source */
     int overlappable;                /* may overlap with compute (weight gathers, a2a) */
+    unsigned mask;                   /* the group as a set of mesh axes (SP_AXES_* of sp_mesh.h) */
 } sp_coll;
 
 typedef struct sp_step {
     sp_step_kind kind;
     sp_buf dst, src, src2, src3;
-    sp_weight weight;        /* MATMUL, NORM_APPLY, BIAS, EMBED, LOGITS */
+    sp_weight weight;        /* MATMUL, NORM_APPLY, BIAS, EMBED, LOGITS; COLL: the weight a weight gather moves */
     sp_buf wbuf;             /* MATMUL from a gathered weight buffer instead of the stored shard */
     int accumulate;          /* MATMUL: dst += instead of = */
     int64_t m, k, n;         /* MATMUL: local shapes.  NORM_*: m rows, n local cols, k global cols.
@@ -294,6 +296,33 @@ void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bu
 int sp_lower_axes_size(const sp_layout *l, const char *axes);
 /* Block index of a chip (global rank under sp_layout_mesh) for an axis sequence. */
 int sp_lower_axes_index(const sp_layout *l, int rank, const char *axes);
+
+/* ---- resolved operands ------------------------------------------------------------
+ * A program serves every chip of its stage; these resolve what one chip
+ * (global rank) of it does, so that no consumer re-derives from axis strings
+ * what the lowering decided. */
+#define SP_COLL_GROUP_MAX 64
+typedef struct sp_coll_group {
+    int K;                                /* chips in the group (coll.group) */
+    int members[SP_COLL_GROUP_MAX];       /* ranks in group order (sp_mesh_group_members over coll.mask) */
+    int row_blk[SP_COLL_GROUP_MAX];       /* each member's block on coll.row_axes */
+    int col_blk[SP_COLL_GROUP_MAX];       /* each member's block on coll.col_axes */
+    int store_col_blk[SP_COLL_GROUP_MAX]; /* weight gathers: each member's column block of the stored
+                                             shard (wspec[weight].col_axes); else 0 */
+} sp_coll_group;
+/* The group of a COLL step for the chip of global rank `rank`.  SP_ENOTSUP
+ * for a group of more than SP_COLL_GROUP_MAX chips, SP_EINVAL for a step
+ * that is not a COLL. */
+sp_status sp_lower_coll_group(const sp_program *p, const sp_step *s, int rank, sp_coll_group *out);
+/* ATTN and KV_STORE: the first query head of the chip's q-head block (*q0)
+ * and the first KV head it uses: ATTN, of the keys/values it reads (the
+ * cache's or src2/src3's heads); KV_STORE, the offset, in the heads of
+ * src2/src3, of the heads the cache keeps (0 when it keeps them all). */
+void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *s, int rank, int64_t *q0,
+                         int64_t *kv0);
+/* SLICE: 1 if row block `blk` of the step's block sequence (batch_axes, else
+ * axes) is one the chip of global rank `rank` keeps. */
+int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk);
 
 #ifdef __cplusplus
 }
