@@ -5,3 +5,5 @@ hwdir = $(pkgdatadir)/hw
 dist_hw_DATA = $(sort $(wildcard $(srcdir)/data/hw/*.json))
 calibrationdir = $(pkgdatadir)/calibration
 dist_calibration_DATA = $(sort $(wildcard $(srcdir)/data/calibration/*.csv))
+validationdir = $(pkgdatadir)/validation
+dist_validation_DATA = $(sort $(wildcard $(srcdir)/data/validation/*.csv))
