@@ -13,6 +13,7 @@ static const char *const bundled[] = {
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
     "falcon-180b", "mixtral-8x7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
     "gpt-20b-ft", "gpt-89b-ft", "gpt-175b-ft",
+    "gpt-350m-ft", "gpt-1.3b-ft", "gpt-6.7b-ft", "megatron-530b-ft",
 };
 #define N_BUNDLED (int)(sizeof bundled / sizeof bundled[0])
 
