@@ -13,7 +13,7 @@
 /* Free parameters and their physical bounds.  Efficiencies are fractions of
  * a datasheet peak, in (0, 1]; latencies are seconds, >= 0 (the lower bound
  * 1e-9 s stands for "none": a logistic in log space cannot reach 0). */
-#define P_(field, path, lo, hi, lg) {path, offsetof(sp_hw, field), lo, hi, lg}
+#define P_(field, path, lo, hi, lg) {path, lo, hi, lg}
 static const sp_fit_param cluster_params[] = {
     P_(eff_value[0], "/efficiency/matmul/0/1", 0.01, 1.0, 0),
     P_(eff_value[1], "/efficiency/matmul/1/1", 0.01, 1.0, 0),
@@ -51,7 +51,7 @@ void sp_fit_opts_init(sp_fit_opts *o)
     o->leave_one_out = 1;
 }
 
-static double *field(sp_hw *hw, const sp_fit_param *p) { return (double *)((char *)hw + p->offset); }
+static double *field(sp_hw *hw, const sp_fit_param *p) { return sp_hw_param(hw, sp_hw_param_find(p->name)); }
 
 /* ---- one row's prediction ------------------------------------------------------ */
 
@@ -296,13 +296,16 @@ void sp_fit_free(sp_fit *f)
     free(f);
 }
 
-sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit_opts *opts, sp_fit **out)
+sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_fit_opts *opts, sp_fit **out)
 {
     sp_fit_opts o;
     sp_fit_opts_init(&o);
     if (opts) o = *opts;
-    if (!set || !prior || !out) return spi_fail(SP_EINVAL, "sp_fit_run: NULL argument");
+    if (!set || !prior_in || !out) return spi_fail(SP_EINVAL, "sp_fit_run: NULL argument");
     *out = NULL;
+    sp_hw prior_hw = *prior_in;
+    sp_hw_uncalibrate(&prior_hw);
+    const sp_hw *prior = &prior_hw;
     int np_all;
     const sp_fit_param *all = sp_fit_params(prior->topo, &np_all);
     if (np_all > NM_MAX) return spi_fail(SP_EINTERNAL, "too many fit parameters");
@@ -415,6 +418,25 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit
         }
         for (int i = 0; i < f->n_rows; i++) e[i] = f->rows[i].err_lomo;
         summarise(e, f->n_rows, e + f->n_rows, &f->median_abs_err_lomo, &f->worst_abs_err_lomo);
+    }
+    /* the profile records where its numbers come from */
+    sp_hw_calibration *k = &f->hw.calibration;
+    memset(k, 0, sizeof *k);
+    k->present = 1;
+    k->rows = f->n_rows;
+    k->models = f->n_models;
+    k->median_abs_err = f->median_abs_err;
+    k->worst_abs_err = f->worst_abs_err;
+    k->median_abs_err_prior = f->median_abs_err_prior;
+    k->worst_abs_err_prior = f->worst_abs_err_prior;
+    k->median_abs_err_lomo = f->n_models > 1 && o.leave_one_out ? f->median_abs_err_lomo : -1;
+    k->worst_abs_err_lomo = f->n_models > 1 && o.leave_one_out ? f->worst_abs_err_lomo : -1;
+    for (int j = 0; j < np_all; j++) {
+        k->params[k->n_params].param = sp_hw_param_find(all[j].name);
+        k->params[k->n_params].fitted = f->values[j].moved;
+        k->params[k->n_params].prior = f->values[j].prior;
+        k->params[k->n_params].value = f->values[j].value;
+        k->n_params++;
     }
     free(rows);
     free(e);

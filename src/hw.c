@@ -104,7 +104,8 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
 sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_src(hw, NULL, err); }
 
 /* ---- JSON format ---- */
-static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour", NULL};
+static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
+                                       "calibration", NULL};
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", NULL};
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", NULL};
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
@@ -237,6 +238,8 @@ static sp_status hw_from_json(const char *source, const json_t *r, sp_hw *out, s
     C_(spi_json_get_child(&c, "", r, "efficiency", 0, JSON_OBJECT, &eff));
     if (eff) C_(read_efficiency(&c, eff, &hw));
     C_(spi_json_get_num(&c, "", r, "cost_per_chip_hour", 0, 0, 0, HUGE_VAL, "dollars >= 0", &hw.chip_cost_per_hour));
+    json_t *cal = json_object_get(r, "calibration");
+    if (cal) C_(spi_hw_read_calibration(&c, cal, &hw));
     C_(hw_validate_src(&hw, source, err));
     *out = hw;
     return SP_OK;
@@ -264,7 +267,25 @@ sp_status sp_hw_loads(const char *text, unsigned flags, sp_hw *out, sp_error *er
     return s;
 }
 
+static sp_status hw_find(const char *name_or_path, sp_hw *out, sp_error *err);
+
 sp_status sp_hw_find(const char *name_or_path, sp_hw *out, sp_error *err)
+{
+    static const char suffix[] = ":uncalibrated";
+    size_t n = name_or_path ? strlen(name_or_path) : 0, ns = sizeof suffix - 1;
+    if (n > ns && !strcmp(name_or_path + n - ns, suffix)) {
+        char base[1024];
+        if (n - ns >= sizeof base) return spi_error_set(err, SP_EINVAL, "", 0, 0, "", "hardware name too long");
+        memcpy(base, name_or_path, n - ns);
+        base[n - ns] = '\0';
+        SP_CHECK(hw_find(base, out, err));
+        sp_hw_uncalibrate(out);
+        return SP_OK;
+    }
+    return hw_find(name_or_path, out, err);
+}
+
+static sp_status hw_find(const char *name_or_path, sp_hw *out, sp_error *err)
 {
     struct stat st;
     if (!name_or_path || !name_or_path[0])
@@ -319,5 +340,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         json_object_set_new(e, "overlap", json_string(hw->overlap == SP_OVERLAP_NONE ? "none" : "full"));
     json_object_set_new(j, "efficiency", e);
     json_object_set_new(j, "cost_per_chip_hour", json_real(hw->chip_cost_per_hour));
+    json_t *cal = spi_hw_calibration_to_json(hw);
+    if (cal) json_object_set_new(j, "calibration", cal);
     return j;
 }

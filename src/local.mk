@@ -7,7 +7,7 @@ libspcore_la_SOURCES = \
 	src/sp_common.h src/spi_common.h src/common.c \
 	src/spi_json.h src/spi_model.h src/json_util.c \
 	src/sp_model.h src/model.c src/model_hf.c \
-	src/sp_hw.h src/hw.c \
+	src/sp_hw.h src/hw.c src/hw_calib.c \
 	src/sp_mesh.h src/mesh.c \
 	src/sp_layout.h src/layout.c \
 	src/sp_lower.h src/lower.c \

@@ -38,10 +38,9 @@
 extern "C" {
 #endif
 
-/* One free parameter: a double field of sp_hw. */
+/* One free parameter: a calibratable field of sp_hw (sp_hw_param_find). */
 typedef struct sp_fit_param {
     const char *name;   /* the hardware JSON field path, e.g. "/efficiency/hbm_bw" */
-    size_t offset;      /* offsetof(sp_hw, field) (a double) */
     double lo, hi;      /* physical bounds, inclusive */
     int log_scale;      /* search in log(value) (latencies spanning decades) */
 } sp_fit_param;
@@ -93,7 +92,9 @@ typedef struct sp_fit {
 } sp_fit;
 
 /* Fits prior's free parameters to the rows of `set` whose hw is prior's
- * name.  SP_EINVAL when no row names it or a row does not price (its file
+ * name, starting from prior's uncalibrated values (sp_hw_uncalibrate), so a
+ * calibrated profile refits to itself.  out->hw.calibration records the
+ * fit (its date and fitted_to are left for the caller).  SP_EINVAL when no row names it or a row does not price (its file
  * and line in the message).  *out is owned by the caller: sp_fit_free. */
 sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior, const sp_fit_opts *opts, sp_fit **out);
 void sp_fit_free(sp_fit *f);

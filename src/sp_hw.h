@@ -25,6 +25,28 @@ typedef enum sp_topo_kind { SP_TOPO_TORUS = 0, SP_TOPO_CLUSTER = 1, SP_TOPO_COUN
 typedef enum sp_overlap { SP_OVERLAP_NONE = 0, SP_OVERLAP_FULL = 1, SP_OVERLAP_FRACTION = 2, SP_OVERLAP_COUNT } sp_overlap;
 
 #define SP_HW_EFF_POINTS 8
+#define SP_HW_CAL_PARAMS 24
+
+/* Where a profile's fitted numbers come from: the "calibration" section
+ * that `calibrate --fit --out` writes (doc/formats.md).  A fitted parameter
+ * is one of sp_hw_param_path()'s fields; prior is its uncalibrated value. */
+typedef struct sp_hw_calibration {
+    int present;
+    char date[16];                    /* YYYY-MM-DD */
+    char fitted_to[192];              /* training files, comma-separated */
+    char transferred_from[64];        /* "": fitted to this chip's rows; else the profile whose fitted
+                                         overheads this one shares (its own peaks and bandwidths) */
+    int rows, models;                 /* training rows and distinct models of the fit */
+    double median_abs_err, worst_abs_err;               /* |predicted / measured - 1| of the fit */
+    double median_abs_err_prior, worst_abs_err_prior;   /* ... of the uncalibrated profile */
+    double median_abs_err_lomo, worst_abs_err_lomo;     /* leave one model out; < 0: not run */
+    int n_params;
+    struct {
+        int param;                    /* sp_hw_param index */
+        int fitted;                   /* 0: no training row depends on it (kept at the prior) */
+        double prior, value;
+    } params[SP_HW_CAL_PARAMS];
+} sp_hw_calibration;
 
 typedef struct sp_hw {
     char name[64];
@@ -56,14 +78,27 @@ typedef struct sp_hw {
     sp_overlap overlap;               /* default FULL */
     double overlap_fraction;          /* for SP_OVERLAP_FRACTION */
     double chip_cost_per_hour;        /* optional, for cost reports; 0 = unknown */
+    sp_hw_calibration calibration;    /* provenance of fitted values (present = 0: none) */
 } sp_hw;
 
 void sp_hw_init(sp_hw *hw);
 sp_status sp_hw_load_file(const char *path, unsigned flags, sp_hw *out, sp_error *err);
 sp_status sp_hw_loads(const char *text, unsigned flags, sp_hw *out, sp_error *err);
-/* NAME (bundled: data/hw/NAME.json) or a file path. */
+/* NAME (bundled: data/hw/NAME.json) or a file path.  A ":uncalibrated"
+ * suffix (a100-80g:uncalibrated) gives the profile with every calibrated
+ * parameter back at its prior (sp_hw_uncalibrate). */
 sp_status sp_hw_find(const char *name_or_path, sp_hw *out, sp_error *err);
 sp_status sp_hw_validate(const sp_hw *hw, sp_error *err);
+
+/* The fields a calibration may set, by their JSON path ("/chip/dispatch_s",
+ * "/efficiency/matmul/2/1": the efficiency of the third curve point, ...). */
+int sp_hw_param_count(void);
+const char *sp_hw_param_path(int i);
+int sp_hw_param_find(const char *path);              /* index, or -1 */
+double *sp_hw_param(sp_hw *hw, int i);               /* the field */
+/* Every calibrated parameter back to its prior; the calibration section is
+ * dropped.  A profile without one is unchanged. */
+void sp_hw_uncalibrate(sp_hw *hw);
 
 /* Matmul efficiency at a local problem of `flops` FLOPs: piecewise-linear in
  * log(flops) between curve points, clamped at the ends; 1.0 with no curve. */

@@ -77,5 +77,10 @@ const char *const *spi_model_rope_scaling_keys(void);
 /* The description in shardplan's own format; new references. */
 json_t *spi_model_to_json(const struct sp_model *m);
 json_t *spi_hw_to_json(const struct sp_hw *hw);
+/* The "calibration" section (hw_calib.c): read into hw->calibration, after
+ * the rest of the profile (its values are checked against the fields);
+ * written as a new reference, NULL when hw has none. */
+sp_status spi_hw_read_calibration(const spi_jctx *c, const json_t *j, struct sp_hw *hw);
+json_t *spi_hw_calibration_to_json(const struct sp_hw *hw);
 
 #endif

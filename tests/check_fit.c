@@ -140,7 +140,7 @@ START_TEST(test_fit_recovers)
     const sp_fit_param *params = sp_fit_params(prior.topo, &np);
     /* move every parameter to a different point inside its bounds */
     for (int j = 0; j < np; j++) {
-        double *x = (double *)((char *)&truth + params[j].offset);
+        double *x = sp_hw_param(&truth, sp_hw_param_find(params[j].name));
         double v = params[j].log_scale ? *x * 3 : *x * 0.8;
         if (v > params[j].hi) v = params[j].hi * 0.9;
         if (v < params[j].lo) v = params[j].lo * 1.1;
@@ -179,7 +179,7 @@ START_TEST(test_fit_recovers)
     for (int j = 0; j < f->n_values; j++) {
         if (!f->values[j].moved) continue;
         fitted++;
-        double want = *(const double *)((const char *)&truth + f->values[j].param->offset);
+        double want = *sp_hw_param(&truth, sp_hw_param_find(f->values[j].param->name));
         ck_assert_msg(fabs(f->values[j].value / want - 1) < 0.01, "%s: fitted %g, truth %g",
                       f->values[j].param->name, f->values[j].value, want);
     }

@@ -120,6 +120,44 @@ static void report_text(const sp_fit *f)
                f->values[j].moved ? "" : "   (no row depends on it: kept)");
 }
 
+/* The fitted profile: the prior's file (its source and notes kept) with the
+ * fitted fields and the calibration section written over it. */
+static int write_profile(sp_fit *f, const char *hw_arg, const char *const *files, int n_files, const char *out_path)
+{
+    sp_hw_calibration *k = &f->hw.calibration;
+    time_t now = time(NULL);
+    strftime(k->date, sizeof k->date, "%Y-%m-%d", gmtime(&now));
+    size_t used = 0;
+    for (int i = 0; i < n_files; i++) {
+        const char *b = strrchr(files[i], '/');
+        b = b ? b + 1 : files[i];
+        if (used + strlen(b) + 3 > sizeof k->fitted_to) {
+            cli_errorf("--fit: file names too long to record (%zu bytes)", sizeof k->fitted_to);
+            return CLI_EXIT_USAGE;
+        }
+        used += (size_t)snprintf(k->fitted_to + used, sizeof k->fitted_to - used, "%s%s", i ? ", " : "", b);
+    }
+    char path[1024], rel[320];
+    json_t *base = NULL;
+    snprintf(rel, sizeof rel, "hw/%.300s.json", hw_arg);
+    if (!strchr(hw_arg, '/') && !strchr(hw_arg, ':') && sp_data_path(rel, path, sizeof path) == SP_OK)
+        base = json_load_file(path, 0, NULL);
+    else if (!strchr(hw_arg, ':'))
+        base = json_load_file(hw_arg, 0, NULL);
+    if (!base) base = json_object();
+    json_t *upd = spi_hw_to_json(&f->hw);
+    json_object_del(base, "calibration");
+    json_object_update_recursive(base, upd);
+    json_decref(upd);
+    int rc = CLI_EXIT_OK;
+    if (json_dump_file(base, out_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) {
+        cli_errorf("cannot write %s", out_path);
+        rc = CLI_EXIT_USAGE;
+    }
+    json_decref(base);
+    return rc;
+}
+
 int cli_cmd_calibrate(int argc, char **argv)
 {
     /* Two jobs: fitting to measurement sets (--fit, here) and measuring this
@@ -177,28 +215,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     } else {
         report_text(f);
     }
-    if (out_path) {
-        json_t *j = spi_hw_to_json(&f->hw);
-        char date[32];
-        time_t now = time(NULL);
-        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-        json_t *fitted_to = json_array();
-        for (int i = 0; i < n_files; i++) {
-            const char *b = strrchr(files[i], '/');
-            json_array_append_new(fitted_to, json_string(b ? b + 1 : files[i]));
-        }
-        json_t *cal = report_json(f);
-        json_object_del(cal, "per_row");
-        json_object_set_new(cal, "fitted_to", fitted_to);
-        json_object_set_new(cal, "date", json_string(date));
-        json_object_set(j, "calibration", cal);
-        json_decref(cal);
-        if (json_dump_file(j, out_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) {
-            cli_errorf("cannot write %s", out_path);
-            rc = CLI_EXIT_USAGE;
-        }
-        json_decref(j);
-    }
+    if (out_path) rc = write_profile(f, hw_arg, files, n_files, out_path);
     sp_fit_free(f);
     sp_measure_set_free(&set);
     return rc;

@@ -381,6 +381,29 @@ static void hw_table(const sp_hw *hw)
     }
     cli_table_print(t, stdout);
     cli_table_free(t);
+    /* provenance of fitted numbers: a user must see what a profile was fitted
+     * to and how wrong it still is before trusting it */
+    const sp_hw_calibration *k = &hw->calibration;
+    if (!k->present) {
+        printf("\ncalibration: none (datasheet figures and stated assumptions; see the file's notes)\n");
+        return;
+    }
+    if (k->transferred_from[0])
+        printf("\ncalibration: overheads shared from %s's fit to %s (%s); this chip's own peaks and bandwidths.\n"
+               "The errors below are that fit's, on %s.\n",
+               k->transferred_from, k->fitted_to, k->date, k->transferred_from);
+    else
+        printf("\ncalibration: fitted to %s on %s (%d rows, %d models)\n", k->fitted_to, k->date, k->rows, k->models);
+    printf("  |predicted/measured - 1|  median %.1f %%, worst %.1f %% (uncalibrated: %.1f %%, %.1f %%)\n",
+           100 * k->median_abs_err, 100 * k->worst_abs_err, 100 * k->median_abs_err_prior,
+           100 * k->worst_abs_err_prior);
+    if (k->median_abs_err_lomo >= 0)
+        printf("  leave one model out:      median %.1f %%, worst %.1f %%\n", 100 * k->median_abs_err_lomo,
+               100 * k->worst_abs_err_lomo);
+    for (int i = 0; i < k->n_params; i++)
+        printf("  %-34s %-12.6g (uncalibrated %.6g)%s\n", sp_hw_param_path(k->params[i].param), k->params[i].value,
+               k->params[i].prior, k->params[i].fitted ? "" : " not fitted: no training row depends on it");
+    printf("  (--hw %s:uncalibrated gives the uncalibrated profile)\n", hw->name);
 }
 
 static int hw_show(int argc, char **argv)
