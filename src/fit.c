@@ -288,6 +288,29 @@ static void summarise(const double *e, int n, double *scratch, double *median, d
     *worst = scratch[n - 1];
 }
 
+/* The profile records where its numbers come from. */
+static void record_calibration(sp_fit *f, const sp_fit_param *all, int np_all, int lomo)
+{
+    sp_hw_calibration *k = &f->hw.calibration;
+    memset(k, 0, sizeof *k);
+    k->present = 1;
+    k->rows = f->n_rows;
+    k->models = f->n_models;
+    k->median_abs_err = f->median_abs_err;
+    k->worst_abs_err = f->worst_abs_err;
+    k->median_abs_err_prior = f->median_abs_err_prior;
+    k->worst_abs_err_prior = f->worst_abs_err_prior;
+    k->median_abs_err_lomo = lomo ? f->median_abs_err_lomo : -1;
+    k->worst_abs_err_lomo = lomo ? f->worst_abs_err_lomo : -1;
+    for (int j = 0; j < np_all && k->n_params < SP_HW_CAL_PARAMS; j++) {
+        k->params[k->n_params].param = sp_hw_param_find(all[j].name);
+        k->params[k->n_params].fitted = f->values[j].moved;
+        k->params[k->n_params].prior = f->values[j].prior;
+        k->params[k->n_params].value = f->values[j].value;
+        k->n_params++;
+    }
+}
+
 void sp_fit_free(sp_fit *f)
 {
     if (!f) return;
@@ -304,7 +327,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     if (!set || !prior_in || !out) return spi_fail(SP_EINVAL, "sp_fit_run: NULL argument");
     *out = NULL;
     sp_hw prior_hw = *prior_in;
-    sp_hw_uncalibrate(&prior_hw);
+    if (!o.predict_only) sp_hw_uncalibrate(&prior_hw);
     const sp_hw *prior = &prior_hw;
     int np_all;
     const sp_fit_param *all = sp_fit_params(prior->topo, &np_all);
@@ -382,7 +405,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     }
     f->n_values = np_all;
     pb.params = moving;
-    pb.np = np;
+    pb.np = o.predict_only ? 0 : np;
     f->objective = search(&pb, &o);
     if (pb.st != SP_OK) {
         st = pb.st;
@@ -401,7 +424,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     f->evals = pb.evals;
 
     /* Leave one model out: needs a second model to fit to. */
-    if (o.leave_one_out && f->n_models > 1) {
+    if (o.leave_one_out && !o.predict_only && f->n_models > 1) {
         for (int id = 0; id < f->n_models; id++) {
             problem lo = {rows, f->n_rows, id, *prior, moving, np, 0, SP_OK};
             search(&lo, &o);
@@ -419,25 +442,8 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
         for (int i = 0; i < f->n_rows; i++) e[i] = f->rows[i].err_lomo;
         summarise(e, f->n_rows, e + f->n_rows, &f->median_abs_err_lomo, &f->worst_abs_err_lomo);
     }
-    /* the profile records where its numbers come from */
-    sp_hw_calibration *k = &f->hw.calibration;
-    memset(k, 0, sizeof *k);
-    k->present = 1;
-    k->rows = f->n_rows;
-    k->models = f->n_models;
-    k->median_abs_err = f->median_abs_err;
-    k->worst_abs_err = f->worst_abs_err;
-    k->median_abs_err_prior = f->median_abs_err_prior;
-    k->worst_abs_err_prior = f->worst_abs_err_prior;
-    k->median_abs_err_lomo = f->n_models > 1 && o.leave_one_out ? f->median_abs_err_lomo : -1;
-    k->worst_abs_err_lomo = f->n_models > 1 && o.leave_one_out ? f->worst_abs_err_lomo : -1;
-    for (int j = 0; j < np_all; j++) {
-        k->params[k->n_params].param = sp_hw_param_find(all[j].name);
-        k->params[k->n_params].fitted = f->values[j].moved;
-        k->params[k->n_params].prior = f->values[j].prior;
-        k->params[k->n_params].value = f->values[j].value;
-        k->n_params++;
-    }
+    /* a prediction alone keeps the section the profile was loaded with */
+    if (!o.predict_only) record_calibration(f, all, np_all, f->n_models > 1 && o.leave_one_out);
     free(rows);
     free(e);
     free(moving);

@@ -55,6 +55,8 @@ typedef struct sp_fit_opts {
     int max_evals;        /* objective evaluations per Nelder–Mead run (default 4000) */
     int restarts;         /* restarts from the best point so far (default 3) */
     int leave_one_out;    /* 1: also the leave-one-model-out fits (default 1) */
+    int predict_only;     /* 1: no fit: the profile as given (calibrated or not) predicts the rows;
+                             pred = pred_prior, values unchanged (validation data) */
 } sp_fit_opts;
 void sp_fit_opts_init(sp_fit_opts *o);
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 #include "sp_fit.h"
 #include "sp_hw.h"
@@ -127,6 +128,42 @@ START_TEST(test_training_sets_load)
 }
 END_TEST
 
+/* The validation sets (never fitted to) load, and each row prices on the
+ * profile it names: a model the cost model comes to refuse fails here. */
+START_TEST(test_validation_sets_load)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/validation", sp_data_dir());
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s", dir);
+    sp_measure_set s;
+    sp_measure_set_init(&s);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".csv")) continue;
+        char path[2048], buf[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        sp_error err;
+        sp_error_init(&err);
+        ck_assert_msg(sp_measure_load_file(path, &s, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
+        files++;
+    }
+    closedir(d);
+    ck_assert_int_ge(files, 1);
+    for (int i = 0; i < s.n; i++) {
+        sp_hw hw;
+        sp_error err;
+        sp_error_init(&err);
+        ck_assert_int_eq(sp_hw_find(s.rows[i].hw, &hw, &err), SP_OK);
+        double pred = 0;
+        ck_assert_msg(sp_fit_predict(&s.rows[i], &hw, &pred) == SP_OK, "%s", sp_last_error());
+        ck_assert(pred > 0 && isfinite(pred));
+    }
+    sp_measure_set_free(&s);
+}
+END_TEST
+
 /* Rows priced on a profile with known parameters; a fit from the bundled
  * prior must find those parameters again (within 1 %). */
 START_TEST(test_fit_recovers)
@@ -229,6 +266,7 @@ int main(void)
     tcase_add_test(tc, test_parse_ok);
     tcase_add_loop_test(tc, test_parse_bad, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_training_sets_load);
+    tcase_add_test(tc, test_validation_sets_load);
     suite_add_tcase(s, tc);
     tc = tcase_create("fit");
     tcase_set_timeout(tc, 120);

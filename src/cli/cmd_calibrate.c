@@ -16,6 +16,7 @@
 static void help(void)
 {
     printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n"
+           "       shardplan calibrate --predict CSV [--predict CSV ...] --hw NAME|FILE [--json]\n"
            "       shardplan calibrate --backend threads|mpi|cuda [--chips N] --out FILE   (this machine; --help there)\n\n"
            "Fits the hardware profile's free parameters (matmul efficiency curve, HBM\n"
            "bandwidth efficiency, collective latency per algorithm step) to the\n"
@@ -24,6 +25,8 @@ static void help(void)
            "leave-one-model-out error (each model predicted by a fit without its rows).\n"
            "The fit is deterministic and starts from the profile's uncalibrated values.\n\n"
            "  --fit CSV     a measurement set (doc/formats.md, \"Measurement sets\"); repeatable\n"
+           "  --predict CSV no fit: the profile as given (calibrated, or NAME:uncalibrated)\n"
+           "                predicts the rows: validation data, never fitted to; repeatable\n"
            "  --hw H        the profile to fit (bundled name or file)\n"
            "  --out FILE    write the fitted profile, with a \"calibration\" section, as JSON\n"
            "  --json        machine-readable report\n\n"
@@ -65,6 +68,39 @@ static json_t *report_json(const sp_fit *f)
         json_object_set_new(o, "worst_abs_err_leave_one_model_out", json_real(f->worst_abs_err_lomo));
     }
     return o;
+}
+
+/* --predict: the profile as given against rows it was not fitted to. */
+static void predict_text(const sp_fit *f)
+{
+    const char *hdr[] = {"file:line", "model", "chips", "batch", "prompt", "gen", "metric", "measured", "predicted",
+                         "error"};
+    cli_table *t = cli_table_new(10, hdr);
+    for (int i = 0; i < f->n_rows; i++) {
+        const sp_fit_row *r = &f->rows[i];
+        char c[10][300];
+        const char *file = strrchr(r->meas->file, '/') ? strrchr(r->meas->file, '/') + 1 : r->meas->file;
+        const char *model = strrchr(r->meas->model, '/') ? strrchr(r->meas->model, '/') + 1 : r->meas->model;
+        snprintf(c[0], sizeof c[0], "%s:%d", file, r->meas->line);
+        snprintf(c[1], sizeof c[1], "%s", model);
+        snprintf(c[2], sizeof c[2], "%lld", (long long)r->meas->chips);
+        snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->batch);
+        snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->prompt);
+        snprintf(c[5], sizeof c[5], "%lld", (long long)r->meas->gen);
+        snprintf(c[6], sizeof c[6], "%s", sp_metric_name(r->meas->metric));
+        snprintf(c[7], sizeof c[7], "%.4g%s", r->meas->value, r->shortfall_bytes > 0 ? " (!)" : "");
+        snprintf(c[8], sizeof c[8], "%.4g", r->pred_prior);
+        snprintf(c[9], sizeof c[9], "%+.1f%%", pct(r->err_prior));
+        const char *cells[10];
+        for (int k = 0; k < 10; k++) cells[k] = c[k];
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+    printf("\n%d rows for %s (%d models); %d rows for other hardware not used\n", f->n_rows, f->hw.name,
+           f->n_models, f->n_skipped);
+    printf("|predicted/measured - 1|: median %.1f %%, worst %.1f %% (profile %s, %s)\n", pct(f->median_abs_err_prior),
+           pct(f->worst_abs_err_prior), f->hw.name, f->hw.calibration.present ? "calibrated" : "uncalibrated");
 }
 
 static void report_text(const sp_fit *f)
@@ -164,16 +200,18 @@ int cli_cmd_calibrate(int argc, char **argv)
      * machine's chips (--backend: cli_calibrate_local). */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--backend") || !strncmp(argv[i], "--backend=", 10)) return cli_calibrate_local(argc, argv);
-    static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"hw", required_argument, 0, 'w'},
+    static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"predict", required_argument, 0, 'p'},
+                                         {"hw", required_argument, 0, 'w'},
                                          {"out", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *files[64];
     int n_files = 0;
     const char *hw_arg = NULL, *out_path = NULL;
-    int json = 0, c;
+    int json = 0, predict = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
+        case 'p': predict = 1; /* fall through */
         case 'f':
             if (n_files == (int)(sizeof files / sizeof files[0])) return cli_usage("calibrate", "too many --fit files");
             files[n_files++] = optarg;
@@ -186,7 +224,8 @@ int cli_cmd_calibrate(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
-    if (!n_files || !hw_arg) return cli_usage("calibrate", "--fit CSV and --hw are required");
+    if (!n_files || !hw_arg) return cli_usage("calibrate", "--fit CSV (or --predict CSV) and --hw are required");
+    if (predict && out_path) return cli_usage("calibrate", "--predict fits nothing: there is no profile to --out");
 
     sp_error err;
     sp_error_init(&err);
@@ -203,17 +242,27 @@ int cli_cmd_calibrate(int argc, char **argv)
         }
     }
     sp_fit *f = NULL;
-    if ((st = sp_fit_run(&set, &prior, NULL, &f)) != SP_OK) {
+    sp_fit_opts fo;
+    sp_fit_opts_init(&fo);
+    fo.predict_only = predict;
+    if ((st = sp_fit_run(&set, &prior, &fo, &f)) != SP_OK) {
         sp_measure_set_free(&set);
         return cli_report(st, NULL);
     }
     int rc = CLI_EXIT_OK;
     if (json) {
         json_t *o = report_json(f);
+        if (predict) {   /* no fit: only the profile's own predictions */
+            json_object_del(o, "parameters");
+            json_object_del(o, "median_abs_err");
+            json_object_del(o, "worst_abs_err");
+            json_object_del(o, "objective_mean_abs_log");
+        }
         cli_print_json(o, stdout);
         json_decref(o);
     } else {
-        report_text(f);
+        if (predict) predict_text(f);
+        else report_text(f);
     }
     if (out_path) rc = write_profile(f, hw_arg, files, n_files, out_path);
     sp_fit_free(f);
