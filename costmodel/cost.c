@@ -4,12 +4,38 @@
 #include <string.h>
 #include "spi_common.h"
 #include "costmodel/sp_cost.h"
+#include "costmodel/spi_cost.h"
 
 void sp_cost_opts_init(sp_cost_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
     o->act_dtype = SP_DT_BF16;
+}
+
+static const char *const param_names[SP_CP_COUNT] = {
+    "dispatch_s", "s_per_flop", "s_per_hbm_byte", "alpha_near_s", "beta_near_s_per_byte", "alpha_far_s",
+    "beta_far_s_per_byte"};
+_Static_assert(SPI_ARRAY_LEN(param_names) == SP_CP_COUNT, "one name per sp_cost_param");
+const char *sp_cost_param_name(sp_cost_param p) { return (unsigned)p < SP_CP_COUNT ? param_names[p] : "?"; }
+
+static double compute_peak(const sp_hw *hw, sp_dtype weights)
+{
+    /* weight-only quantisation dequantises to bf16 before the matmul */
+    if (weights == SP_DT_F32) return hw->peak_flops[SP_DT_F32] > 0 ? hw->peak_flops[SP_DT_F32] : hw->peak_flops[SP_DT_BF16];
+    return hw->peak_flops[SP_DT_BF16];
+}
+
+void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT])
+{
+    out[SP_CP_DISPATCH] = hw->dispatch_s;
+    out[SP_CP_FLOP] = 1.0 / compute_peak(hw, weights);
+    out[SP_CP_HBM_BYTE] = 1.0 / hw->hbm_bw;
+    int torus = hw->topo == SP_TOPO_TORUS;
+    out[SP_CP_ALPHA_NEAR] = torus ? hw->hop_latency : hw->intra_latency;
+    out[SP_CP_BETA_NEAR] = 1.0 / (torus ? hw->link_bw : hw->intra_bw);
+    out[SP_CP_ALPHA_FAR] = torus ? 0.0 : hw->inter_latency;
+    out[SP_CP_BETA_FAR] = torus ? 0.0 : 1.0 / hw->inter_bw;
 }
 
 /* ---- placement: how many of a group's chips share a node ---- */
@@ -56,169 +82,332 @@ void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, 
     group_tiers_mask(hw, l, axes_mask(axes), k_in, k_out);
 }
 
-double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
+/* ---- collectives: alpha-beta per algorithm and tier (sp_cost.h) ---- */
+enum { NEAR = 0, FAR = 1 };
+
+void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out)
 {
+    memset(out, 0, sizeof *out);
     if (c->kind == SP_COLL_SENDRECV) {
-        int64_t bytes = c->bytes_sent > c->bytes_recv ? c->bytes_sent : c->bytes_recv;
-        if (hw->topo == SP_TOPO_TORUS) return bytes / hw->link_bw + hw->hop_latency;
+        double bytes = (double)(c->bytes_sent > c->bytes_recv ? c->bytes_sent : c->bytes_recv);
         /* stages are the outermost axis: a hand-off crosses nodes when a stage fills one */
         int per_stage = l->replicas * l->mesh[0] * l->mesh[1] * l->mesh[2];
-        int cross = per_stage >= hw->chips_per_node;
-        return bytes / (cross ? hw->inter_bw : hw->intra_bw) + (cross ? hw->inter_latency : hw->intra_latency);
+        int tier = hw->topo == SP_TOPO_CLUSTER && per_stage >= hw->chips_per_node ? FAR : NEAR;
+        out->steps[tier] = 1;
+        out->bytes[tier] = bytes;
+        return;
     }
     int K = c->group;
+    if (K <= 1) return;
     double bytes = (double)c->bytes_recv;
-    unsigned xyz = 0;   /* bit 0 x, bit 1 y, bit 2 z */
-    for (const char *a = c->row_axes; *a; a++) xyz |= 1u << (*a - 'x');
-    for (const char *a = c->col_axes; *a; a++) xyz |= 1u << (*a - 'x');
+    unsigned mask = axes_mask(c->row_axes) | axes_mask(c->col_axes);
     if (hw->topo == SP_TOPO_TORUS) {
-        int dims = 0, hops = 0, kmax = 1;
-        for (int a = 0; a < 3; a++) {
-            int d = (xyz >> a) & 1 ? l->mesh[a] : 1;
-            if (d > 1) {
-                dims++;
-                hops += d - 1;
-                if (d > kmax) kmax = d;
+        sp_torus_map map;
+        if (!sp_layout_torus_map(l, hw, &map)) {
+            out->bytes[NEAR] = HUGE_VAL;   /* sp_cost_eval refuses such a layout first */
+            return;
+        }
+        int steps = 0, dirs = 0, fmax = 1;
+        for (int d = 0; d < 3; d++) {
+            int f = 1;
+            for (int a = 0; a < SP_AXIS_COUNT; a++)
+                if (mask & (1u << a)) f *= map.factor[a][d];
+            if (f > 1) {
+                steps += f - 1;
+                dirs += f == map.slice[d] ? 2 : 1;
+                if (f > fmax) fmax = f;
             }
         }
-        if (dims == 0) return 0.0;
-        double bw = 2.0 * dims * hw->link_bw;
-        double t = bytes / bw;
-        if (c->kind == SP_COLL_ALLTOALL && kmax > 4) t *= kmax / 4.0;   /* mean ring distance */
-        if (c->kind == SP_COLL_ALLREDUCE) hops *= 2;
-        return t + hops * hw->hop_latency;
+        if (!dirs) return;
+        double b = bytes / dirs;
+        if (c->kind == SP_COLL_ALLTOALL && fmax > 4) b *= fmax / 4.0;   /* mean ring distance */
+        if (c->kind == SP_COLL_ALLREDUCE) steps *= 2;
+        out->steps[NEAR] = steps;
+        out->bytes[NEAR] = b;
+        return;
     }
     int kin, kout;
-    group_tiers_mask(hw, l, xyz << SP_AXIS_X, &kin, &kout);
-    double t = 0.0;
+    group_tiers_mask(hw, l, mask, &kin, &kout);
     switch (c->kind) {
     case SP_COLL_ALLGATHER:
     case SP_COLL_REDUCESCATTER:
     case SP_COLL_ALLREDUCE: {
         int rounds = c->kind == SP_COLL_ALLREDUCE ? 2 : 1;
         double chunk = bytes / rounds / (K - 1);   /* c: one chip's block */
-        t = rounds * ((kout - 1) * chunk / hw->inter_bw + kout * (kin - 1) * chunk / hw->intra_bw +
-                      (kout - 1) * hw->inter_latency + (kin - 1) * hw->intra_latency);
+        out->steps[FAR] = rounds * (kout - 1);
+        out->steps[NEAR] = rounds * (kin - 1);
+        out->bytes[FAR] = rounds * (kout - 1) * chunk;
+        out->bytes[NEAR] = rounds * (double)kout * (kin - 1) * chunk;
         break;
     }
     case SP_COLL_ALLTOALL: {
         double chunk = bytes / (K - 1);
-        t = (K - kin) * chunk / hw->inter_bw + (kin - 1) * chunk / hw->intra_bw +
-            (kout > 1 ? hw->inter_latency : 0) + (kin > 1 ? hw->intra_latency : 0);
+        out->steps[NEAR] = kin - 1;
+        out->steps[FAR] = K - kin;
+        out->bytes[NEAR] = (kin - 1) * chunk;
+        out->bytes[FAR] = (K - kin) * chunk;
         break;
     }
     default: break;
     }
-    return t;
 }
 
-/* Matmul efficiency memoised per FLOPs: programs of neighbouring layouts
- * repeat the same local shapes, and the curve costs two logs.  The memo
- * belongs to one curve; eff_bind (once per program priced) empties it when
- * the curve differs (compared by value, so a profile edited in place is
- * noticed). */
+static double coll_terms_time(const sp_coll_terms *t, const double par[SP_CP_COUNT])
+{
+    return t->steps[NEAR] * par[SP_CP_ALPHA_NEAR] + t->bytes[NEAR] * par[SP_CP_BETA_NEAR] +
+           t->steps[FAR] * par[SP_CP_ALPHA_FAR] + t->bytes[FAR] * par[SP_CP_BETA_FAR];
+}
+
+double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
+{
+    sp_coll_terms t;
+    double par[SP_CP_COUNT];
+    sp_cost_coll_terms(hw, l, c, &t);
+    sp_cost_params(hw, l->weights, par);
+    return coll_terms_time(&t, par);
+}
+
+/* ---- efficiencies, memoised ----
+ * Programs of neighbouring layouts repeat the same local shapes and byte
+ * counts, and each curve costs logs.  The memo belongs to one profile's
+ * curves; eff_bind (once per program priced) empties it when they differ
+ * (compared by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
-static _Thread_local struct { int64_t flops; double eff; } eff_memo[EFF_SLOTS];
-static _Thread_local struct { int points; double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS]; } eff_curve;
+typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, -1); memory (bytes, -2, -2) */
+static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
+static _Thread_local struct {
+    int points, mem_points, tile[3];
+    double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS], mb[SP_HW_EFF_POINTS], mv[SP_HW_EFF_POINTS], bw_eff;
+} eff_curve;
 
 static void eff_bind(const sp_hw *hw)
 {
     if (eff_curve.points != hw->eff_points || memcmp(eff_curve.f, hw->eff_flops, sizeof eff_curve.f) ||
-        memcmp(eff_curve.v, hw->eff_value, sizeof eff_curve.v)) {
+        memcmp(eff_curve.v, hw->eff_value, sizeof eff_curve.v) || eff_curve.mem_points != hw->mem_points ||
+        memcmp(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb) || memcmp(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv) ||
+        memcmp(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile) || eff_curve.bw_eff != hw->hbm_bw_eff) {
         eff_curve.points = hw->eff_points;
         memcpy(eff_curve.f, hw->eff_flops, sizeof eff_curve.f);
         memcpy(eff_curve.v, hw->eff_value, sizeof eff_curve.v);
-        memset(eff_memo, 0, sizeof eff_memo);
+        eff_curve.mem_points = hw->mem_points;
+        memcpy(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb);
+        memcpy(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv);
+        memcpy(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile);
+        eff_curve.bw_eff = hw->hbm_bw_eff;
+        memset(eff_memo, 0xff, sizeof eff_memo);   /* keys of -1: never a real key */
     }
 }
 
-static double matmul_eff(const sp_hw *hw, int64_t flops)
+static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c)
 {
-    uint64_t h = (uint64_t)flops * 0x9E3779B97F4A7C15ull;
+    uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full) ^ ((uint64_t)c * 0x165667B19E3779F9ull);
     unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
-    if (eff_memo[i].flops != flops) {
-        eff_memo[i].flops = flops;
-        eff_memo[i].eff = sp_hw_matmul_eff(hw, (double)flops);
+    if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c) {
+        eff_memo[i].k = (eff_key){a, b, c};
+        eff_memo[i].eff = b == -2 ? sp_hw_memory_eff(hw, (double)a)
+                        : b == -1 ? sp_hw_matmul_eff(hw, (double)a) : sp_hw_matmul_shape_eff(hw, a, b, c);
     }
     return eff_memo[i].eff;
 }
 
-static double compute_peak(const sp_hw *hw, sp_dtype weights)
+/* ---- steps ---- */
+static int step_mode(const sp_step *s, const sp_hw *hw)
 {
-    /* weight-only quantisation dequantises to bf16 before the matmul */
-    if (weights == SP_DT_F32) return hw->peak_flops[SP_DT_F32] > 0 ? hw->peak_flops[SP_DT_F32] : hw->peak_flops[SP_DT_BF16];
-    return hw->peak_flops[SP_DT_BF16];
+    if (s->kind == SP_STEP_RECV) return SPI_RUN_RECV;
+    if (s->kind == SP_STEP_SEND) return SPI_RUN_BLOCKING;
+    if (s->kind != SP_STEP_COLL) return SPI_RUN_COMPUTE;
+    return s->coll.overlappable && hw->overlap != SP_OVERLAP_NONE ? SPI_RUN_OVERLAP : SPI_RUN_BLOCKING;
 }
 
-/* Prices a step list at up to two contexts at once (decode's first and last
- * step differ only in the attention terms); pc1 may be NULL. */
-static void price_steps(const sp_steps *ss, const sp_program *p, const sp_hw *hw, const int64_t ctx[2], double peak,
-                        double s_per_byte, int64_t times, sp_phase_cost *pc0, sp_phase_cost *pc1)
+typedef struct price_ctx {
+    const sp_program *p;
+    const sp_hw *hw;
+    double par[SP_CP_COUNT];
+    double peak, bw;
+    int64_t context;
+} price_ctx;
+
+/* Prices one step; adds its terms (× times) to sums; coef (optional) gets its coefficients. */
+static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
+                       double *coef)
 {
-    const sp_layout *l = &p->layout;
-    for (int i = 0; i < ss->n; i++) {
-        const sp_step *s = &ss->s[i];
-        if (s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV) {
-            double t = sp_cost_coll_time(hw, l, &s->coll) * times;
-            int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
-            double m = s->kind == SP_STEP_COLL ? s->act_bytes * s_per_byte * times : 0.0;
-            for (sp_phase_cost *pc = pc0; pc; pc = pc == pc0 ? pc1 : NULL) {
-                pc->coll_s[s->coll.kind] += t;
-                pc->comm_s += t;
-                pc->comm_bytes += bytes;
-                pc->memory_s += m;
-                pc->roofline_s += m;
-            }
-            continue;
+    const sp_hw *hw = pc->hw;
+    double t;
+    r->mode = step_mode(s, hw);
+    r->pen_ps = 0;
+    r->pen_frac = 0;
+    if (coef) memset(coef, 0, SP_CP_COUNT * sizeof *coef);
+    if (r->mode != SPI_RUN_COMPUTE) {
+        sp_coll_terms ct;
+        sp_cost_coll_terms(hw, &pc->p->layout, &s->coll, &ct);
+        t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
+        int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
+        sums->coll_s[s->coll.kind] += t * times;
+        sums->comm_s += t * times;
+        sums->comm_bytes += bytes;
+        if (coef && r->mode != SPI_RUN_RECV) {
+            coef[SP_CP_ALPHA_NEAR] = ct.steps[NEAR];
+            coef[SP_CP_BETA_NEAR] = ct.bytes[NEAR];
+            coef[SP_CP_ALPHA_FAR] = ct.steps[FAR];
+            coef[SP_CP_BETA_FAR] = ct.bytes[FAR];
         }
+        r->dur_ps = spi_ps(t);
+        if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION)
+        {
+            r->pen_frac = 1.0 - hw->overlap_fraction;
+            r->pen_ps = spi_ps(r->pen_frac * t);
+        }
+        return;
+    }
+    int64_t flops = s->flops, kvb = s->kv_bytes_read;
+    if (s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0 && pc->context > 0) {
         /* decode attention: one query token, every term linear in the context */
-        int rescale = s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0;
-        double c = 0.0, m = 0.0;
-        for (int k = 0; k < 2; k++) {
-            sp_phase_cost *pc = k ? pc1 : pc0;
-            if (!pc) break;
-            int64_t flops = s->flops;
-            if (k == 0 || rescale) {
-                int64_t kvb = s->kv_bytes_read;
-                if (rescale && ctx[k] > 0) {
-                    flops = (int64_t)((double)flops * ctx[k] / s->context);
-                    kvb = (int64_t)((double)kvb * ctx[k] / s->context);
-                }
-                c = flops > 0 ? flops / (peak * matmul_eff(hw, flops)) : 0.0;
-                m = (double)(s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes) * s_per_byte;
-            }
-            pc->compute_s += c * times;
-            pc->memory_s += m * times;
-            pc->roofline_s += (c > m ? c : m) * times;
-            pc->flops += flops * times;
+        flops = (int64_t)((double)flops * pc->context / s->context);
+        kvb = (int64_t)((double)kvb * pc->context / s->context);
+    }
+    double eff = 1.0;
+    if (flops > 0)
+        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? eff_lookup(hw, s->m, s->n, s->k)
+                                                                     : eff_lookup(hw, flops, -1, -1);
+    double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
+    int64_t bytes = s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes;
+    double meff = bytes > 0 ? eff_lookup(hw, bytes, -2, -2) : 1.0;
+    double m = bytes / (pc->bw * meff);
+    t = hw->dispatch_s + (c > m ? c : m);
+    sums->compute_s += c * times;
+    sums->memory_s += m * times;
+    sums->roofline_s += (c > m ? c : m) * times;
+    sums->dispatch_s += hw->dispatch_s * times;
+    sums->flops += flops * times;
+    if (coef) {
+        coef[SP_CP_DISPATCH] = 1;
+        if (c > m) coef[SP_CP_FLOP] = flops / eff;
+        else coef[SP_CP_HBM_BYTE] = bytes / meff;
+    }
+    r->dur_ps = spi_ps(t);
+}
+
+void spi_cost_price_program(const sp_program *p, const sp_hw *hw, int64_t context, spi_prog_run *out,
+                            spi_step_coefs *coef)
+{
+    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, context};
+    sp_cost_params(hw, p->layout.weights, pc.par);
+    eff_bind(hw);
+    memset(&out->sums, 0, sizeof out->sums);
+    const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
+    for (int k = 0; k < SP_PART_COUNT; k++)
+        for (int i = 0; i < parts[k]->n; i++)
+            price_step(&pc, &parts[k]->s[i], k == SP_PART_LAYER ? p->n_layers : 1, &out->run[k][i], &out->sums,
+                       coef ? (*coef)[k][i] : NULL);
+}
+
+/* ---- schedule of one chip (sp_cost.h, "Schedule") ---- */
+static int64_t dep(const spi_sched *st, sp_buf b, int64_t t, int *from)
+{
+    if (b != SP_BUF_NONE && st->t[SPI_SLOT_BUF + b] > t) {
+        *from = SPI_SLOT_BUF + b;
+        return st->t[SPI_SLOT_BUF + b];
+    }
+    return t;
+}
+
+int64_t spi_sched_ready(const spi_sched *st, const sp_step *s, int mode, int *from)
+{
+    int f = mode == SPI_RUN_OVERLAP ? SPI_SLOT_COMM : SPI_SLOT_COMP;
+    int64_t t = st->t[f];
+    if (mode == SPI_RUN_BLOCKING || mode == SPI_RUN_RECV) {
+        if (st->t[SPI_SLOT_COMM] > t) {
+            t = st->t[SPI_SLOT_COMM];
+            f = SPI_SLOT_COMM;
         }
     }
+    t = dep(st, s->src, t, &f);
+    t = dep(st, s->src2, t, &f);
+    t = dep(st, s->src3, t, &f);
+    t = dep(st, s->wbuf, t, &f);
+    t = dep(st, s->dst, t, &f);
+    *from = f;
+    return t;
 }
 
-static double overlap(const sp_hw *hw, double work, double comm)
+int64_t spi_sched_commit(spi_sched *st, const sp_step *s, const spi_step_run *r, int64_t start,
+                         const double *from_vec, const double *coef)
 {
-    double hi = work > comm ? work : comm, lo = work > comm ? comm : work;
-    switch (hw->overlap) {
-    case SP_OVERLAP_NONE: return work + comm;
-    case SP_OVERLAP_FULL: return hi;
-    default: return hi + (1.0 - hw->overlap_fraction) * lo;
+    int64_t end = start + r->dur_ps;
+    double v[SP_CP_COUNT];
+    if (st->vec)
+        for (int j = 0; j < SP_CP_COUNT; j++) v[j] = from_vec[j] + coef[j];
+    /* the slots this step sets: its stream(s) and its output */
+    int slots[3], n = 0;
+    if (r->mode != SPI_RUN_OVERLAP) slots[n++] = SPI_SLOT_COMP;
+    if (r->mode != SPI_RUN_COMPUTE) slots[n++] = SPI_SLOT_COMM;
+    if (s->dst != SP_BUF_NONE) slots[n++] = SPI_SLOT_BUF + s->dst;
+    for (int i = 0; i < n; i++) {
+        st->t[slots[i]] = end;
+        if (st->vec) memcpy(st->vec[slots[i]], v, sizeof v);
+    }
+    if (r->pen_ps) {   /* overlap fraction: the compute stream pays its share */
+        st->t[SPI_SLOT_COMP] += r->pen_ps;
+        if (st->vec)
+            for (int j = 0; j < SP_CP_COUNT; j++) st->vec[SPI_SLOT_COMP][j] += coef[j] * r->pen_frac;
+    }
+    return end;
+}
+
+static void sched_part(spi_sched *st, const sp_steps *ss, const spi_step_run *run, const double (*coef)[SP_CP_COUNT])
+{
+    for (int i = 0; i < ss->n; i++) {
+        int from;
+        int64_t start = spi_sched_ready(st, &ss->s[i], run[i].mode, &from);
+        spi_sched_commit(st, &ss->s[i], &run[i], start, st->vec ? st->vec[from] : NULL, coef ? coef[i] : NULL);
     }
 }
 
+/* Makespan of one program from idle streams (ps).  Layers: the schedule is
+ * a max-plus map, so once the state after a layer, taken relative to the
+ * earlier stream, repeats the state after the layer before, every further
+ * layer adds the same delta: the remaining layers are added at once
+ * (exactly: integer times).  With coefficient vectors every layer is run. */
+static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, spi_sched *st, const spi_step_coefs *coef)
+{
+    memset(st->t, 0, sizeof st->t);
+    if (st->vec) memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
+    sched_part(st, &p->pre, pr->run[SP_PART_PRE], coef ? (*coef)[SP_PART_PRE] : NULL);
+    int64_t prev[SPI_SLOTS], prev_base = 0;
+    int have_prev = 0;
+    for (int64_t layer = 0; layer < p->n_layers; layer++) {
+        sched_part(st, &p->layer, pr->run[SP_PART_LAYER], coef ? (*coef)[SP_PART_LAYER] : NULL);
+        if (st->vec) continue;
+        int64_t base = st->t[SPI_SLOT_COMP] < st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
+        int64_t rel[SPI_SLOTS];
+        for (int j = 0; j < SPI_SLOTS; j++) rel[j] = (st->t[j] > base ? st->t[j] : base) - base;
+        if (have_prev && !memcmp(rel, prev, sizeof rel)) {
+            int64_t left = p->n_layers - 1 - layer, delta = base - prev_base;
+            for (int j = 0; j < SPI_SLOTS; j++) st->t[j] = base + rel[j] + left * delta;
+            break;
+        }
+        memcpy(prev, rel, sizeof rel);
+        prev_base = base;
+        have_prev = 1;
+    }
+    sched_part(st, &p->post, pr->run[SP_PART_POST], coef ? (*coef)[SP_PART_POST] : NULL);
+    return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
+}
+
+/* Prices a program at up to two contexts (decode's first and last step
+ * differ only in the attention terms); out1 may be NULL. */
 static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], sp_phase_cost *out0,
                           sp_phase_cost *out1)
 {
-    memset(out0, 0, sizeof *out0);
-    if (out1) memset(out1, 0, sizeof *out1);
-    eff_bind(hw);
-    double peak = compute_peak(hw, p->layout.weights);
-    /* HBM seconds per byte: one division per program, not one per step */
-    double s_per_byte = 1.0 / (hw->hbm_bw * (hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0));
-    price_steps(&p->pre, p, hw, ctx, peak, s_per_byte, 1, out0, out1);
-    price_steps(&p->layer, p, hw, ctx, peak, s_per_byte, p->n_layers, out0, out1);
-    price_steps(&p->post, p, hw, ctx, peak, s_per_byte, 1, out0, out1);
-    out0->time_s = overlap(hw, out0->roofline_s, out0->comm_s);
-    if (out1) out1->time_s = overlap(hw, out1->roofline_s, out1->comm_s);
+    static _Thread_local spi_prog_run pr;
+    spi_sched st = {{0}, NULL};
+    for (int k = 0; k < 2; k++) {
+        sp_phase_cost *out = k ? out1 : out0;
+        if (!out) break;
+        spi_cost_price_program(p, hw, ctx[k], &pr, NULL);
+        *out = pr.sums;
+        out->time_s = (double)sched_program(p, &pr, &st, NULL) * 1e-12;
+    }
 }
 
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
@@ -233,6 +422,7 @@ static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
     acc->compute_s += x->compute_s;
     acc->memory_s += x->memory_s;
     acc->roofline_s += x->roofline_s;
+    acc->dispatch_s += x->dispatch_s;
     for (int k = 0; k < SP_COLL_COUNT; k++) acc->coll_s[k] += x->coll_s[k];
     acc->comm_s += x->comm_s;
     acc->comm_bytes += x->comm_bytes;
@@ -350,6 +540,10 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     }
     memset(out, 0, sizeof *out);
     out->chips = sp_layout_chips(l);
+    if (hw->topo == SP_TOPO_TORUS && !sp_layout_torus_map(l, hw, NULL))
+        return opts->quiet ? SP_EINVAL
+                           : spi_fail(SP_EINVAL, "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers",
+                                      l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], hw->name);
     int64_t max_ctx = w->prompt + w->gen;
     int M = l->microbatches, S = l->stages;
     double pf_sum = 0, pf_max = 0, d1_sum = 0, d1_max = 0, dn_sum = 0, dn_max = 0;
@@ -479,5 +673,72 @@ sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layou
     }
     double budget = (double)hw->hbm_bytes * kv_budget;
     *out = worst > 0 ? (int64_t)(budget / (double)worst) : 0;
+    return SP_OK;
+}
+
+/* Coefficients of one program's makespan (its critical path). */
+static double program_coefs(const sp_program *p, const sp_hw *hw, int64_t context, double coef[SP_CP_COUNT])
+{
+    static _Thread_local spi_prog_run pr;
+    static _Thread_local spi_step_coefs sc;
+    static _Thread_local double vec[SPI_SLOTS][SP_CP_COUNT];
+    spi_sched st = {{0}, vec};
+    spi_cost_price_program(p, hw, context, &pr, &sc);
+    int64_t t = sched_program(p, &pr, &st, (const spi_step_coefs *)&sc);
+    int end = st.t[SPI_SLOT_COMP] >= st.t[SPI_SLOT_COMM] ? SPI_SLOT_COMP : SPI_SLOT_COMM;
+    memcpy(coef, vec[end], SP_CP_COUNT * sizeof *coef);
+    return (double)t * 1e-12;
+}
+
+sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost_coefs *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_coefs_eval: NULL argument");
+    sp_cost c;
+    SP_CHECK(sp_cost_eval(m, hw, l, w, opts, &c));   /* checks the workload and the layout */
+    sp_cost_opts defaults;
+    if (!opts) {
+        sp_cost_opts_init(&defaults);
+        opts = &defaults;
+    }
+    memset(out, 0, sizeof *out);
+    int64_t max_ctx = w->prompt + w->gen;
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+    int M = l->microbatches, S = l->stages;
+    double pf_max = -1, dc_max = -1, dc_sum = 0;
+    double v_pf_max[SP_CP_COUNT] = {0}, v_dc_max[SP_CP_COUNT] = {0}, v_dc_sum[SP_CP_COUNT] = {0};
+    for (int s = 0; s < S; s++) {
+        double v[SP_CP_COUNT];
+        if (w->prompt > 0) {
+            SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, &prog));
+            double t = program_coefs(&prog, hw, 0, v);
+            out->prefill_s += t;
+            for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += v[j];
+            if (t > pf_max) {
+                pf_max = t;
+                memcpy(v_pf_max, v, sizeof v);
+            }
+        }
+        if (w->gen > 0) {
+            SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, &prog));
+            double t = program_coefs(&prog, hw, max_ctx, v);
+            dc_sum += t;
+            for (int j = 0; j < SP_CP_COUNT; j++) v_dc_sum[j] += v[j];
+            if (t > dc_max) {
+                dc_max = t;
+                memcpy(v_dc_max, v, sizeof v);
+            }
+        }
+    }
+    if (w->prompt > 0) {
+        out->prefill_s += (M - 1) * pf_max;
+        for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += (M - 1) * v_pf_max[j];
+    }
+    if (w->gen > 0) {
+        int bubble = M * dc_max > dc_sum;
+        out->decode_step_s = bubble ? M * dc_max : dc_sum;
+        for (int j = 0; j < SP_CP_COUNT; j++) out->decode_step[j] = bubble ? M * v_dc_max[j] : v_dc_sum[j];
+    }
     return SP_OK;
 }

@@ -9,6 +9,7 @@ static json_t *phase_json(const sp_phase_cost *p)
     json_object_set_new(o, "compute_s", json_real(p->compute_s));
     json_object_set_new(o, "memory_s", json_real(p->memory_s));
     json_object_set_new(o, "roofline_s", json_real(p->roofline_s));
+    json_object_set_new(o, "dispatch_s", json_real(p->dispatch_s));
     json_object_set_new(o, "comm_s", json_real(p->comm_s));
     for (int k = 0; k < SP_COLL_COUNT; k++)
         json_object_set_new(o, sp_coll_kind_name((sp_coll_kind)k), json_real(p->coll_s[k]));

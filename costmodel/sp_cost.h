@@ -7,30 +7,65 @@
  *       printf("%.1f ms per token\n", c.decode_step_s * 1e3);
  *
  * Rules (design.md §5), each per step of the program:
- *   compute  = FLOPs / (peak of the matmul dtype × efficiency(FLOPs));
- *              weight-only int8/fp8 weights are dequantised, so the matmul
- *              runs at the bf16 peak (f32 weights at the f32 peak)
- *   memory   = (weight + KV + activation bytes) / (HBM bandwidth × hbm_bw)
- *   a step takes max(compute, memory) (roofline); collectives are priced by
- *   the alpha-beta models below, and combine with the rest per the profile's
- *   overlap rule: none = sum, full = max, fraction f = max + (1-f)·min.
- *   torus:   a mesh axis is a bidirectional ring on its own torus dimension;
- *            a group over d dimensions uses 2·d links per chip:
- *            t = bytes_received / (2·d·link_bw) + hops × hop_latency
- *            (all-to-all: × the mean ring distance K/4 when K > 4).
- *   cluster: a group of K = K_in (in a node) × K_out (nodes) chips runs
- *            hierarchically: all-gather/reduce-scatter of blocks of c bytes
- *            t = (K_out−1)·c/inter_bw + K_out·(K_in−1)·c/intra_bw + latencies;
- *            all-reduce twice that with c = S/K; all-to-all sends
- *            (K−K_in)·c across nodes and (K_in−1)·c inside.  A group inside
- *            one node (K_out = 1) is the single-tier formula.
- *   pipeline: stage s takes t_s per micro-batch; prefill takes
+ *   compute step (every step that is not communication):
+ *     t = dispatch_s + max(compute, memory)              (roofline)
+ *     compute = FLOPs / (peak × eff): matmul and logits at
+ *               sp_hw_matmul_shape_eff(m, n, k) (the FLOPs curve × the tile
+ *               utilisation of each dimension), attention at the FLOPs curve;
+ *               int8/fp8 weights are dequantised, so the matmul runs at the
+ *               bf16 peak (f32 weights at the f32 peak).  A small-M (decode)
+ *               matmul is bound by its weight bytes through `memory`.
+ *     memory  = bytes / (hbm_bw × sp_hw_memory_eff(bytes)), bytes = weights
+ *               + KV read + KV written + activations; attention's FLOPs and
+ *               KV bytes read are those of the context reached.
+ *   collective (alpha-beta, a latency α per step of the algorithm and a
+ *   bandwidth β = 1/bw per byte, per tier; c = one chip's block):
+ *     cluster (tier near = inside a node, far = between nodes; a group of
+ *     K = k_in (in a node) × k_out (nodes) chips, hierarchically):
+ *       all-gather, reduce-scatter  (k_out−1)(α_far + c β_far) + (k_in−1)(α_near + k_out c β_near)
+ *                                   (ring over nodes on each chip's own
+ *                                   block, then inside the node; RS mirrored)
+ *       all-reduce                  twice that with c = bytes / K (RS + AG)
+ *       all-to-all                  (k_in−1)(α_near + c β_near) + (K−k_in)(α_far + c β_far)
+ *                                   (pairwise exchange, c per peer)
+ *       send/recv                   α + bytes β on the tier a stage hand-off
+ *                                   crosses (far once a stage fills a node)
+ *     torus (sp_layout_torus_map: the group spans F_d chips of physical
+ *     dimension d of the rented slice; α = hop_latency, β = 1/link_bw):
+ *       steps = Σ_d (F_d − 1) (× 2 for all-reduce), directions
+ *       D = Σ_d [F_d > 1] (2 when F_d is the whole ring of d, else 1),
+ *       t = steps α + bytes_received β / D  (bidirectional rings, the data
+ *       split over every direction the group has); all-to-all × F_max/4
+ *       when F_max > 4 (mean ring distance); send/recv α + bytes β.
+ *   Schedule (one program on one chip; the simulator's rule, sp_sim.h):
+ *     a compute stream and a communication stream, each in program order.
+ *     A step starts when its stream is free and its inputs (src, src2,
+ *     src3, wbuf, and dst when it accumulates or is rewritten) are written.
+ *     A collective the lowering marks overlappable runs on the
+ *     communication stream under compute (prefetched weight gathers,
+ *     all-to-alls), so only its consumers wait for it; any other
+ *     collective holds the compute stream too.  The profile's overlap rule
+ *     refines this: "none" holds the compute stream for every collective,
+ *     {"fraction": f} charges the compute stream (1−f) of each overlapped
+ *     collective's time.  A pipeline receive costs nothing on the receiver
+ *     (the sender's send carries the transfer) and gates the micro-batch.
+ *     The program's time is when both streams are idle.  Times are whole
+ *     picoseconds.
+ *   pipeline: stage s takes t_s per micro-batch (its program's time, a
+ *            micro-batch starting once the previous one is done and its
+ *            input has arrived: a flow shop); prefill takes
  *            Σ t_s + (M−1)·max t_s; a decode step (every sequence one token)
  *            takes max(M·max t_s, Σ t_s) (the generation schedule pays the
  *            bubble once, not per token).
  *   decode over G tokens: the trapezoid of the first and last step (exact
  *            while the same term dominates, since every term is linear in
  *            the context).
+ *
+ * Free parameters (sp_cost_param): the model is linear in them at a given
+ * operating point (which roofline side binds, which path is critical):
+ *   time = Σ coef_j · param_j
+ * so sp_cost_coefs gives, for a priced layout, the coefficient of each, for
+ * least-squares or least-absolute-deviation fits of a profile.
  */
 #ifndef SP_COST_H
 #define SP_COST_H
@@ -39,6 +74,7 @@
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
+#include "sp_trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,10 +88,11 @@ typedef struct sp_workload {
 
 /* Time of one program (one micro-batch on one stage) split by term. */
 typedef struct sp_phase_cost {
-    double time_s;                    /* with the overlap rule applied */
+    double time_s;                    /* the schedule's makespan (both streams idle) */
     double compute_s;                 /* Σ compute time of matmul/attention steps */
-    double memory_s;                  /* Σ HBM time of all steps */
-    double roofline_s;                /* Σ max(compute, memory) per step */
+    double memory_s;                  /* Σ HBM time of all compute steps */
+    double roofline_s;                /* Σ max(compute, memory) per compute step */
+    double dispatch_s;                /* Σ dispatch cost of the compute steps */
     double coll_s[SP_COLL_COUNT];     /* Σ time per collective kind */
     double comm_s;                    /* Σ of coll_s */
     int64_t comm_bytes;               /* bytes this chip sends (= receives) */
@@ -104,8 +141,47 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
 /* Prices one program; context > 0 re-prices decode attention at that context. */
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out);
 
-/* Seconds one collective step takes on the layout's placement. */
+/* The alpha-beta terms of one collective: the latency steps and the
+ * β-weighted bytes on each tier (0 near: inside a node or the torus links;
+ * 1 far: between nodes).  time = Σ_tier steps·α_tier + bytes·β_tier. */
+typedef struct sp_coll_terms {
+    double steps[2];
+    double bytes[2];
+} sp_coll_terms;
+void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out);
+/* Seconds one collective step takes on the layout's placement (the terms
+ * priced with the profile's α and β; +inf on a torus the layout does not
+ * map onto). */
 double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c);
+
+/* ---- free parameters, for fits ---- */
+typedef enum sp_cost_param {
+    SP_CP_DISPATCH = 0,   /* seconds per compute step (chip.dispatch_s) */
+    SP_CP_FLOP = 1,       /* seconds per FLOP at the peak the layout's weights use (1 / peak);
+                             coefficient Σ FLOPs / efficiency of compute-bound steps */
+    SP_CP_HBM_BYTE = 2,   /* seconds per HBM byte at the datasheet bandwidth (1 / hbm_bw);
+                             coefficient Σ bytes / memory efficiency of memory-bound steps */
+    SP_CP_ALPHA_NEAR = 3, /* seconds per collective step: torus hop_latency, cluster intra_node_latency */
+    SP_CP_BETA_NEAR = 4,  /* seconds per byte: 1 / link_bw (torus), 1 / intra_node_bw */
+    SP_CP_ALPHA_FAR = 5,  /* cluster inter_node_latency */
+    SP_CP_BETA_FAR = 6,   /* 1 / inter_node_bw */
+    SP_CP_COUNT
+} sp_cost_param;
+const char *sp_cost_param_name(sp_cost_param p);   /* "dispatch_s", "s_per_flop", ... */
+/* The profile's value of each parameter for a layout's weight dtype. */
+void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT]);
+/* Coefficients of the parameters in a layout's predicted prefill_s and
+ * decode_step_s (the critical path of each stage's schedule, rolled up
+ * over the pipeline as sp_cost_eval does; decode at the last context):
+ * Σ_j coef_j · param_j equals the prediction up to the picosecond rounding
+ * of each step.  Lowers every stage afresh (not for search loops). */
+typedef struct sp_cost_coefs {
+    double prefill[SP_CP_COUNT];
+    double decode_step[SP_CP_COUNT];
+    double prefill_s, decode_step_s;   /* the predictions they reproduce */
+} sp_cost_coefs;
+sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost_coefs *out);
 
 /* Chips in a node and nodes spanned by a group over `axes` (cluster
  * topologies; a torus reports the whole group in one tier). */

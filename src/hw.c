@@ -21,21 +21,71 @@ void sp_hw_init(sp_hw *hw)
     hw->overlap = SP_OVERLAP_FULL;
 }
 
-double sp_hw_matmul_eff(const sp_hw *hw, double flops)
+double sp_hw_curve(int n, const double *x, const double *y, double v, double none)
 {
-    int n = hw ? hw->eff_points : 0;
-    if (n <= 0) return 1.0;
+    if (n <= 0) return none;
     if (n > SP_HW_EFF_POINTS) n = SP_HW_EFF_POINTS;
-    if (!(flops > hw->eff_flops[0])) return hw->eff_value[0];
-    if (flops >= hw->eff_flops[n - 1]) return hw->eff_value[n - 1];
+    if (!(v > x[0])) return y[0];
+    if (v >= x[n - 1]) return y[n - 1];
     for (int i = 1; i < n; i++) {
-        if (flops <= hw->eff_flops[i]) {
-            /* linear in log(flops) between the two points */
-            double t = log(flops / hw->eff_flops[i - 1]) / log(hw->eff_flops[i] / hw->eff_flops[i - 1]);
-            return hw->eff_value[i - 1] + t * (hw->eff_value[i] - hw->eff_value[i - 1]);
+        if (v <= x[i]) {
+            /* linear in log(v) between the two points */
+            double t = log(v / x[i - 1]) / log(x[i] / x[i - 1]);
+            return y[i - 1] + t * (y[i] - y[i - 1]);
         }
     }
-    return hw->eff_value[n - 1];
+    return y[n - 1];
+}
+
+double sp_hw_matmul_eff(const sp_hw *hw, double flops)
+{
+    return hw ? sp_hw_curve(hw->eff_points, hw->eff_flops, hw->eff_value, flops, 1.0) : 1.0;
+}
+
+static double tile_util(int64_t d, int tile)
+{
+    if (tile <= 1 || d <= 0) return 1.0;
+    int64_t padded = (d + tile - 1) / tile * tile;
+    return (double)d / (double)padded;
+}
+
+double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k)
+{
+    double e = sp_hw_matmul_eff(hw, 2.0 * (double)m * (double)n * (double)k);
+    if (!hw) return e;
+    return e * tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
+}
+
+double sp_hw_memory_eff(const sp_hw *hw, double bytes)
+{
+    return sp_hw_curve(hw->mem_points, hw->mem_bytes, hw->mem_value, bytes, hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
+}
+
+static void sort3(int a[3])
+{
+    for (int x = 0; x < 3; x++)
+        for (int y = x + 1; y < 3; y++)
+            if (a[y] < a[x]) { int v = a[x]; a[x] = a[y]; a[y] = v; }
+}
+
+int sp_hw_slice_rentable(const sp_hw *hw, const int shape[3])
+{
+    if (!hw || hw->topo != SP_TOPO_TORUS) return 0;
+    int s[3] = {shape[0], shape[1], shape[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
+    sort3(s);
+    sort3(t);
+    for (int i = 0; i < 3; i++)
+        if (s[i] < 1 || s[i] > t[i]) return 0;
+    if (hw->n_slice_shapes == 0 && hw->slice_min_chips == 0) return 1;
+    for (int i = 0; i < hw->n_slice_shapes && i < SP_HW_SLICE_SHAPES; i++) {
+        int o[3] = {hw->slice_shapes[i][0], hw->slice_shapes[i][1], hw->slice_shapes[i][2]};
+        sort3(o);
+        if (o[0] == s[0] && o[1] == s[1] && o[2] == s[2]) return 1;
+    }
+    if (hw->slice_min_chips > 0 && hw->slice_multiple > 0 && (long long)s[0] * s[1] * s[2] >= hw->slice_min_chips &&
+        s[0] % hw->slice_multiple == 0 && s[1] % hw->slice_multiple == 0 && s[2] % hw->slice_multiple == 0)
+        return 1;
+    return 0;
 }
 
 static sp_status hfail(const char *source, sp_error *err, const char *path, const char *text)
@@ -54,6 +104,7 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             return hfail(src, err, t, "must be >= 0 (0: unsupported)");
         }
     if (hw->hbm_bytes <= 0) return hfail(src, err, "/chip/hbm_bytes", "must be > 0");
+    if (!(hw->dispatch_s >= 0 && hw->dispatch_s <= 1)) return hfail(src, err, "/chip/dispatch_s", "seconds in [0, 1]");
     if (!(hw->hbm_bw > 0) || !isfinite(hw->hbm_bw)) return hfail(src, err, "/chip/hbm_bw", "must be > 0");
     if (hw->topo == SP_TOPO_TORUS) {
         long long chips = 1;
@@ -66,6 +117,17 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (hw->links_per_chip <= 0) return hfail(src, err, "/topology/links_per_chip", "must be > 0");
         if (!(hw->hop_latency >= 0) || !isfinite(hw->hop_latency))
             return hfail(src, err, "/topology/hop_latency", "must be >= 0");
+        if (hw->n_slice_shapes < 0 || hw->n_slice_shapes > SP_HW_SLICE_SHAPES)
+            return hfail(src, err, "/topology/slices/shapes", "at most 16 shapes");
+        for (int i = 0; i < hw->n_slice_shapes; i++)
+            for (int d = 0; d < 3; d++)
+                if (hw->slice_shapes[i][d] < 1 || hw->slice_shapes[i][d] > 4096) {
+                    snprintf(t, sizeof t, "/topology/slices/shapes/%d", i);
+                    return hfail(src, err, t, "each side an integer in [1, 4096]");
+                }
+        if (hw->slice_min_chips < 0) return hfail(src, err, "/topology/slices/cuboid_min_chips", "must be >= 0");
+        if (hw->slice_min_chips > 0 && hw->slice_multiple < 1)
+            return hfail(src, err, "/topology/slices/cuboid_multiple", "must be >= 1 with cuboid_min_chips");
     } else if (hw->topo == SP_TOPO_CLUSTER) {
         if (hw->chips_per_node <= 0) return hfail(src, err, "/topology/chips_per_node", "must be > 0");
         if (!(hw->intra_bw > 0) || !isfinite(hw->intra_bw)) return hfail(src, err, "/topology/intra_node_bw", "must be > 0");
@@ -89,6 +151,19 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (!(hw->eff_value[i] > 0 && hw->eff_value[i] <= 1))
             return hfail(src, err, t, "efficiency must be in (0, 1]");
     }
+    for (int i = 0; i < 3; i++)
+        if (hw->matmul_tile[i] < 0 || hw->matmul_tile[i] > 65536)
+            return hfail(src, err, "/efficiency/matmul_tile", "each of M, N, K an integer in [0, 65536] (0: no tiling)");
+    if (hw->mem_points < 0 || hw->mem_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/efficiency/memory", "at most 8 points");
+    for (int i = 0; i < hw->mem_points; i++) {
+        snprintf(t, sizeof t, "/efficiency/memory/%d", i);
+        if (!(hw->mem_bytes[i] > 0) || !isfinite(hw->mem_bytes[i])) return hfail(src, err, t, "bytes must be > 0");
+        if (i > 0 && !(hw->mem_bytes[i] > hw->mem_bytes[i - 1]))
+            return hfail(src, err, t, "bytes must increase from point to point");
+        if (!(hw->mem_value[i] > 0 && hw->mem_value[i] <= 1))
+            return hfail(src, err, t, "efficiency must be in (0, 1]");
+    }
     if (!(hw->hbm_usable > 0 && hw->hbm_usable <= 1)) return hfail(src, err, "/efficiency/hbm_usable", "must be in (0, 1]");
     if (!(hw->hbm_bw_eff > 0 && hw->hbm_bw_eff <= 1)) return hfail(src, err, "/efficiency/hbm_bw", "must be in (0, 1]");
     if ((unsigned)hw->overlap >= SP_OVERLAP_COUNT)
@@ -106,12 +181,13 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 /* ---- JSON format ---- */
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", NULL};
-static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", NULL};
-static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", NULL};
+static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", NULL};
+static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices", NULL};
+static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_min_chips", NULL};
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "hbm_usable", "hbm_bw", "overlap", NULL};
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "hbm_usable", "hbm_bw", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
 #define C_(call) SP_CHECK(call)
@@ -127,6 +203,72 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
                             "FLOP/s; bf16 > 0, others >= 0", &hw->peak_flops[i]));
     C_(spi_json_get_int(c, "/chip", chip, "hbm_bytes", 1, 1, INT64_MAX, "bytes > 0", &hw->hbm_bytes));
     C_(spi_json_get_num(c, "/chip", chip, "hbm_bw", 1, 1, 0, HUGE_VAL, "bytes/s > 0", &hw->hbm_bw));
+    C_(spi_json_get_num(c, "/chip", chip, "dispatch_s", 0, 0, 0, 1, "seconds in [0, 1] per compute step",
+                        &hw->dispatch_s));
+    return SP_OK;
+}
+
+/* An array of integer triples, each side in [1, 4096]. */
+static sp_status read_slices(const spi_jctx *c, const json_t *sl, sp_hw *hw)
+{
+    json_t *shapes;
+    C_(spi_json_check_keys(c, "/topology/slices", sl, slice_keys));
+    C_(spi_json_get_child(c, "/topology/slices", sl, "shapes", 0, JSON_ARRAY, &shapes));
+    if (shapes) {
+        size_t n = json_array_size(shapes);
+        if (n > SP_HW_SLICE_SHAPES)
+            return spi_json_fail(c, SP_EINVAL, "/topology/slices", "shapes", "at most %d shapes, got %zu",
+                                 SP_HW_SLICE_SHAPES, n);
+        for (size_t i = 0; i < n; i++) {
+            json_t *a = json_array_get(shapes, i);
+            char key[8];
+            snprintf(key, sizeof key, "%zu", i);
+            if (!json_is_array(a) || json_array_size(a) != 3)
+                return spi_json_fail(c, SP_EINVAL, "/topology/slices/shapes", key, "must be [X, Y, Z]");
+            for (int d = 0; d < 3; d++) {
+                json_t *v = json_array_get(a, (size_t)d);
+                if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096)
+                    return spi_json_fail(c, SP_EINVAL, "/topology/slices/shapes", key,
+                                         "must be [X, Y, Z], each an integer in [1, 4096]");
+                hw->slice_shapes[i][d] = (int)json_integer_value(v);
+            }
+        }
+        hw->n_slice_shapes = (int)n;
+    }
+    int64_t mul = 0, mn = 0;
+    C_(spi_json_get_int(c, "/topology/slices", sl, "cuboid_multiple", 0, 1, 4096, "integer in [1, 4096]", &mul));
+    C_(spi_json_get_int(c, "/topology/slices", sl, "cuboid_min_chips", 0, 1, 1 << 24, "integer in [1, 2^24]", &mn));
+    if ((mul > 0) != (mn > 0))
+        return spi_json_fail(c, SP_EINVAL, "/topology/slices", mul > 0 ? "cuboid_min_chips" : "cuboid_multiple",
+                             "cuboid_multiple and cuboid_min_chips go together");
+    hw->slice_multiple = (int)mul;
+    hw->slice_min_chips = (int)mn;
+    return SP_OK;
+}
+
+/* An efficiency curve: 1..8 points [x > 0 increasing, efficiency in (0, 1]]
+ * (checked in full by validation). */
+static sp_status read_curve(const spi_jctx *c, const char *prefix, const json_t *arr, const char *xname, int *n_out,
+                            double *x, double *y)
+{
+    size_t n = json_array_size(arr);
+    const char *key = strrchr(prefix, '/') + 1;
+    char parent[64];
+    snprintf(parent, sizeof parent, "%.*s", (int)(key - 1 - prefix), prefix);
+    if (n < 1 || n > SP_HW_EFF_POINTS)
+        return spi_json_fail(c, SP_EINVAL, parent, key, "must hold 1 to %d points [%s, efficiency], got %zu",
+                             SP_HW_EFF_POINTS, xname, n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(arr, i);
+        char k[8];
+        snprintf(k, sizeof k, "%zu", i);
+        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
+            !json_is_number(json_array_get(p, 1)))
+            return spi_json_fail(c, SP_EINVAL, prefix, k, "must be a pair [%s > 0, efficiency in (0, 1]]", xname);
+        x[i] = json_number_value(json_array_get(p, 0));
+        y[i] = json_number_value(json_array_get(p, 1));
+    }
+    *n_out = (int)n;
     return SP_OK;
 }
 
@@ -155,6 +297,9 @@ static sp_status read_topology(const spi_jctx *c, const json_t *t, sp_hw *hw)
         C_(spi_json_get_int(c, "/topology", t, "links_per_chip", 0, 1, 64, "integer in [1, 64]", &links));
         hw->links_per_chip = (int)links;
         C_(spi_json_get_num(c, "/topology", t, "hop_latency", 1, 0, 0, 1, "seconds >= 0", &hw->hop_latency));
+        json_t *sl;
+        C_(spi_json_get_child(c, "/topology", t, "slices", 0, JSON_OBJECT, &sl));
+        if (sl) C_(read_slices(c, sl, hw));
     } else {
         C_(spi_json_check_keys(c, "/topology", t, cluster_keys));
         int64_t g = 0, mx = 0;
@@ -179,23 +324,20 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     json_t *mm;
     C_(spi_json_check_keys(c, "/efficiency", e, eff_keys));
     C_(spi_json_get_child(c, "/efficiency", e, "matmul", 0, JSON_ARRAY, &mm));
+    if (mm) C_(read_curve(c, "/efficiency/matmul", mm, "FLOPs", &hw->eff_points, hw->eff_flops, hw->eff_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
+    if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "matmul_tile", 0, JSON_ARRAY, &mm));
     if (mm) {
-        size_t n = json_array_size(mm);
-        if (n < 1 || n > SP_HW_EFF_POINTS)
-            return spi_json_fail(c, SP_EINVAL, "/efficiency", "matmul",
-                                 "must hold 1 to %d points [FLOPs, efficiency], got %zu", SP_HW_EFF_POINTS, n);
-        for (size_t i = 0; i < n; i++) {
-            json_t *p = json_array_get(mm, i);
-            char key[8];
-            snprintf(key, sizeof key, "%zu", i);
-            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
-                !json_is_number(json_array_get(p, 1)))
-                return spi_json_fail(c, SP_EINVAL, "/efficiency/matmul", key,
-                                     "must be a pair [FLOPs > 0, efficiency in (0, 1]]");
-            hw->eff_flops[i] = json_number_value(json_array_get(p, 0));
-            hw->eff_value[i] = json_number_value(json_array_get(p, 1));
+        if (json_array_size(mm) != 3)
+            return spi_json_fail(c, SP_EINVAL, "/efficiency", "matmul_tile", "must be [M, N, K]");
+        for (int d = 0; d < 3; d++) {
+            json_t *v = json_array_get(mm, (size_t)d);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65536)
+                return spi_json_fail(c, SP_EINVAL, "/efficiency/matmul_tile", d == 0 ? "0" : d == 1 ? "1" : "2",
+                                     "must be an integer in [0, 65536] (0: no tiling)");
+            hw->matmul_tile[d] = (int)json_integer_value(v);
         }
-        hw->eff_points = (int)n;
     }
     C_(spi_json_get_num(c, "/efficiency", e, "hbm_usable", 0, 1, 0, 1, "fraction in (0, 1]", &hw->hbm_usable));
     C_(spi_json_get_num(c, "/efficiency", e, "hbm_bw", 0, 1, 0, 1, "fraction in (0, 1]", &hw->hbm_bw_eff));
@@ -309,6 +451,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     json_object_set_new(chip, "peak_flops", pf);
     json_object_set_new(chip, "hbm_bytes", json_integer(hw->hbm_bytes));
     json_object_set_new(chip, "hbm_bw", json_real(hw->hbm_bw));
+    json_object_set_new(chip, "dispatch_s", json_real(hw->dispatch_s));
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));
     if (hw->topo == SP_TOPO_TORUS) {
@@ -316,6 +459,18 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         json_object_set_new(t, "link_bw", json_real(hw->link_bw));
         json_object_set_new(t, "links_per_chip", json_integer(hw->links_per_chip));
         json_object_set_new(t, "hop_latency", json_real(hw->hop_latency));
+        if (hw->n_slice_shapes || hw->slice_min_chips) {
+            json_t *sl = json_object(), *sh = json_array();
+            for (int i = 0; i < hw->n_slice_shapes; i++)
+                json_array_append_new(sh, json_pack("[iii]", hw->slice_shapes[i][0], hw->slice_shapes[i][1],
+                                                    hw->slice_shapes[i][2]));
+            json_object_set_new(sl, "shapes", sh);
+            if (hw->slice_min_chips) {
+                json_object_set_new(sl, "cuboid_multiple", json_integer(hw->slice_multiple));
+                json_object_set_new(sl, "cuboid_min_chips", json_integer(hw->slice_min_chips));
+            }
+            json_object_set_new(t, "slices", sl);
+        }
     } else {
         json_object_set_new(t, "chips_per_node", json_integer(hw->chips_per_node));
         json_object_set_new(t, "intra_node_bw", json_real(hw->intra_bw));
@@ -332,6 +487,15 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         json_array_append_new(mm, json_pack("[ff]", hw->eff_flops[i], hw->eff_value[i]));
     if (hw->eff_points) json_object_set_new(e, "matmul", mm);
     else json_decref(mm);
+    if (hw->mem_points) {
+        json_t *mc = json_array();
+        for (int i = 0; i < hw->mem_points; i++)
+            json_array_append_new(mc, json_pack("[ff]", hw->mem_bytes[i], hw->mem_value[i]));
+        json_object_set_new(e, "memory", mc);
+    }
+    if (hw->matmul_tile[0] || hw->matmul_tile[1] || hw->matmul_tile[2])
+        json_object_set_new(e, "matmul_tile", json_pack("[iii]", hw->matmul_tile[0], hw->matmul_tile[1],
+                                                        hw->matmul_tile[2]));
     json_object_set_new(e, "hbm_usable", json_real(hw->hbm_usable));
     json_object_set_new(e, "hbm_bw", json_real(hw->hbm_bw_eff));
     if (hw->overlap == SP_OVERLAP_FRACTION)

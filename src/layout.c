@@ -304,19 +304,147 @@ void *sp_layout_to_json(const sp_layout *l)
     return o;
 }
 
-int sp_layout_fits_torus(const int mesh[3], const sp_hw *hw)
+/* ---- torus slices ---- */
+typedef struct map_search {
+    int size[SP_AXIS_COUNT];
+    int slice[3];
+    int cur[SP_AXIS_COUNT][3];
+    int rem[3];
+    double best;
+    int best_parts;
+    int found;
+    sp_torus_map out;
+} map_search;
+
+/* Bandwidth score of a complete mapping: Σ over tensor axes of (size − 1) /
+ * directions, a dimension the axis covers whole counting two (a ring),
+ * part of one counting one; among equal scores, fewer such parts (whole
+ * rings, as a user lays a mesh out by hand). */
+static double map_score(const map_search *ms, int *parts_out)
+{
+    double sc = 0;
+    int parts = 0;
+    for (int a = SP_AXIS_X; a <= SP_AXIS_Z; a++) {
+        if (ms->size[a] <= 1) continue;
+        int dirs = 0;
+        for (int d = 0; d < 3; d++)
+            if (ms->cur[a][d] > 1) {
+                dirs += ms->cur[a][d] == ms->slice[d] ? 2 : 1;
+                parts += ms->cur[a][d] != ms->slice[d];
+            }
+        sc += (ms->size[a] - 1) / (double)dirs;
+    }
+    *parts_out = parts;
+    return sc;
+}
+
+/* Axis a onwards: every split of size[a] into factors dividing what is left of each dimension. */
+static void map_axes(map_search *ms, int a)
+{
+    if (a == SP_AXIS_COUNT) {
+        int parts;
+        double sc = map_score(ms, &parts);
+        if (!ms->found || sc < ms->best - 1e-9 || (sc < ms->best + 1e-9 && parts < ms->best_parts)) {
+            ms->found = 1;
+            ms->best = sc;
+            ms->best_parts = parts;
+            memcpy(ms->out.slice, ms->slice, sizeof ms->slice);
+            memcpy(ms->out.factor, ms->cur, sizeof ms->cur);
+        }
+        return;
+    }
+    int n = ms->size[a];
+    for (int f0 = 1; f0 <= ms->rem[0] && f0 <= n; f0++) {
+        if (ms->rem[0] % f0 || n % f0) continue;
+        for (int f1 = 1; f1 <= ms->rem[1] && f1 <= n / f0; f1++) {
+            if (ms->rem[1] % f1 || (n / f0) % f1) continue;
+            int f2 = n / f0 / f1;
+            if (ms->rem[2] % f2) continue;
+            int f[3] = {f0, f1, f2};
+            for (int d = 0; d < 3; d++) {
+                ms->cur[a][d] = f[d];
+                ms->rem[d] /= f[d];
+            }
+            map_axes(ms, a + 1);
+            for (int d = 0; d < 3; d++) ms->rem[d] *= f[d];
+        }
+    }
+}
+
+static int torus_map_search(const int size[SP_AXIS_COUNT], const sp_hw *hw, sp_torus_map *out)
+{
+    map_search ms;
+    memset(&ms, 0, sizeof ms);
+    memcpy(ms.size, size, sizeof ms.size);
+    long long n = 1;
+    for (int a = 0; a < SP_AXIS_COUNT; a++) n *= size[a];
+    /* slices up to orientation: sides a <= b <= c (the torus is symmetric under rotation) */
+    for (long long x = 1; x * x * x <= n; x++) {
+        if (n % x) continue;
+        for (long long y = x; x * y * y <= n; y++) {
+            if ((n / x) % y) continue;
+            int shape[3] = {(int)x, (int)y, (int)(n / x / y)};
+            if (!sp_hw_slice_rentable(hw, shape)) continue;
+            memcpy(ms.slice, shape, sizeof shape);
+            memcpy(ms.rem, shape, sizeof shape);
+            map_axes(&ms, 0);
+        }
+    }
+    if (ms.found && out) *out = ms.out;
+    return ms.found;
+}
+
+/* The search runs once per (axis sizes, slice rules) and thread: a planner
+ * asks for the same few meshes many thousands of times.  The memo belongs to
+ * the torus and slice rules it was filled under (compared by value). */
+enum { TMAP_SLOTS = 64 };
+static _Thread_local struct {
+    int dims[3], n_shapes, shapes[SP_HW_SLICE_SHAPES][3], multiple, min_chips;
+    struct { int used, found, size[SP_AXIS_COUNT]; sp_torus_map map; } slot[TMAP_SLOTS];
+} tmap;
+
+static int torus_map_sizes(const int size[SP_AXIS_COUNT], const sp_hw *hw, sp_torus_map *out)
+{
+    if (!hw || hw->topo != SP_TOPO_TORUS) return 0;
+    if (memcmp(tmap.dims, hw->torus_dims, sizeof tmap.dims) || tmap.n_shapes != hw->n_slice_shapes ||
+        memcmp(tmap.shapes, hw->slice_shapes, sizeof tmap.shapes) || tmap.multiple != hw->slice_multiple ||
+        tmap.min_chips != hw->slice_min_chips) {
+        memset(&tmap, 0, sizeof tmap);
+        memcpy(tmap.dims, hw->torus_dims, sizeof tmap.dims);
+        tmap.n_shapes = hw->n_slice_shapes;
+        memcpy(tmap.shapes, hw->slice_shapes, sizeof tmap.shapes);
+        tmap.multiple = hw->slice_multiple;
+        tmap.min_chips = hw->slice_min_chips;
+    }
+    unsigned h = 0;
+    for (int a = 0; a < SP_AXIS_COUNT; a++) h = h * 131u + (unsigned)size[a];
+    h = (h * 2654435761u) >> 26;   /* 6 bits */
+    if (!tmap.slot[h].used || memcmp(tmap.slot[h].size, size, sizeof tmap.slot[h].size)) {
+        tmap.slot[h].used = 1;
+        memcpy(tmap.slot[h].size, size, sizeof tmap.slot[h].size);
+        tmap.slot[h].found = torus_map_search(size, hw, &tmap.slot[h].map);
+    }
+    if (tmap.slot[h].found && out) *out = tmap.slot[h].map;
+    return tmap.slot[h].found;
+}
+
+int sp_layout_torus_map(const sp_layout *l, const sp_hw *hw, sp_torus_map *out)
+{
+    int size[SP_AXIS_COUNT];
+    size[SP_AXIS_STAGE] = l->stages;
+    size[SP_AXIS_REPLICA] = l->replicas;
+    for (int i = 0; i < 3; i++) size[SP_AXIS_X + i] = l->mesh[i];
+    return torus_map_sizes(size, hw, out);
+}
+
+int sp_layout_fits_torus(const int mesh[3], int replicas, int stages, const sp_hw *hw)
 {
     if (hw->topo != SP_TOPO_TORUS) return 1;
-    /* any axis may use any torus dimension: compare sorted shapes */
-    int a[3] = {mesh[0], mesh[1], mesh[2]}, t[3] = {hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]};
-    for (int x = 0; x < 3; x++)
-        for (int y = x + 1; y < 3; y++) {
-            if (a[y] > a[x]) { int v = a[x]; a[x] = a[y]; a[y] = v; }
-            if (t[y] > t[x]) { int v = t[x]; t[x] = t[y]; t[y] = v; }
-        }
-    for (int x = 0; x < 3; x++)
-        if (a[x] > t[x]) return 0;
-    return 1;
+    int size[SP_AXIS_COUNT];
+    size[SP_AXIS_STAGE] = stages;
+    size[SP_AXIS_REPLICA] = replicas;
+    for (int i = 0; i < 3; i++) size[SP_AXIS_X + i] = mesh[i];
+    return torus_map_sizes(size, hw, NULL);
 }
 
 int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler)
@@ -352,10 +480,11 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     if (hw && hw->peak_flops[l->weights] <= 0 && l->weights != SP_DT_INT8)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s does not support %s weights",
                              hw->name, sp_dtype_name(l->weights));
-    if (hw && !sp_layout_fits_torus(l->mesh, hw))
+    if (hw && !sp_layout_fits_torus(l->mesh, l->replicas, l->stages, hw))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
-                             "mesh %dx%dx%d does not fit the %dx%dx%d torus of %s", l->mesh[0], l->mesh[1],
-                             l->mesh[2], hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2], hw->name);
+                             "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers (of %d chips, "
+                             "within %dx%dx%d)", l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2],
+                             hw->name, total, hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]);
     int straddler;
     if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",

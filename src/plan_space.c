@@ -208,7 +208,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                 for (int Y = 1; Y <= T / X; Y++) {
                     if ((T / X) % Y) continue;
                     int mesh[3] = {X, Y, T / X / Y};
-                    if (!sp_layout_fits_torus(mesh, hw)) continue;
+                    if (!sp_layout_fits_torus(mesh, R, S, hw)) continue;
                     int sigs[6][14], nsig = 0;
                     int nperm = hw->topo == SP_TOPO_CLUSTER ? 6 : 1;
                     for (int p = 0; p < nperm; p++) {

@@ -18,10 +18,12 @@ extern "C" {
 
 typedef enum sp_topo_kind { SP_TOPO_TORUS = 0, SP_TOPO_CLUSTER = 1, SP_TOPO_COUNT } sp_topo_kind;
 
-/* How compute and communication overlap (cost model rule).
- *  NONE:     time = compute_or_memory + comm
- *  FULL:     time = max(compute_or_memory, comm)
- *  FRACTION: time = max(c, m) + (1 - f) * min(c, m)  with f = overlap_fraction */
+/* Whether the collectives the program marks overlappable run under compute
+ * (cost model and simulator; sp_cost.h):
+ *  NONE:     no: every collective holds the compute stream while it runs
+ *  FULL:     yes: a marked collective runs on the communication stream
+ *  FRACTION: as FULL, and the compute stream is slowed by (1 - f) of each
+ *            marked collective's time (f = overlap_fraction: the part hidden) */
 typedef enum sp_overlap { SP_OVERLAP_NONE = 0, SP_OVERLAP_FULL = 1, SP_OVERLAP_FRACTION = 2, SP_OVERLAP_COUNT } sp_overlap;
 
 #define SP_HW_EFF_POINTS 8
@@ -47,6 +49,7 @@ typedef struct sp_hw_calibration {
         double prior, value;
     } params[SP_HW_CAL_PARAMS];
 } sp_hw_calibration;
+#define SP_HW_SLICE_SHAPES 16
 
 typedef struct sp_hw {
     char name[64];
@@ -54,12 +57,20 @@ typedef struct sp_hw {
     double peak_flops[SP_DT_COUNT];   /* FLOP/s of a matmul whose weights are that dtype; 0 = unsupported */
     int64_t hbm_bytes;
     double hbm_bw;                    /* bytes/s */
+    double dispatch_s;                /* seconds each compute step pays to start (kernel launch, op
+                                         dispatch); 0 by default */
     /* topology */
     sp_topo_kind topo;
     int torus_dims[3];                /* torus: X, Y, Z of the full slice (chips = product) */
     double link_bw;                   /* torus: bytes/s one direction per link */
     int links_per_chip;               /* torus: 6 for a 3D torus */
-    double hop_latency;               /* torus: seconds per hop */
+    double hop_latency;               /* torus: seconds per collective step (one hop of a ring) */
+    /* torus: the slices a user can rent (sp_hw_slice_rentable).  No shapes
+     * and no cuboid rule: any sub-cuboid of torus_dims. */
+    int n_slice_shapes;
+    int slice_shapes[SP_HW_SLICE_SHAPES][3];   /* offered shapes, any orientation */
+    int slice_multiple;               /* and cuboids with every side a multiple of this ... */
+    int slice_min_chips;              /* ... of at least this many chips (0: no cuboid rule) */
     int chips_per_node;               /* cluster: G */
     double intra_bw;                  /* cluster: bytes/s per chip inside a node (one direction) */
     double intra_latency;             /* cluster: seconds per collective step inside a node */
@@ -73,6 +84,12 @@ typedef struct sp_hw {
     int eff_points;                   /* matmul efficiency curve: points (local FLOPs, efficiency) */
     double eff_flops[SP_HW_EFF_POINTS];
     double eff_value[SP_HW_EFF_POINTS];
+    int matmul_tile[3];               /* M, N, K granularity: a matmul dimension d runs at
+                                         d / (ceil(d / tile) * tile) of the curve's efficiency; 0 = 1 */
+    int mem_points;                   /* memory-bound steps: points (bytes moved, fraction of HBM
+                                         bandwidth); none: hbm_bw_eff for every size */
+    double mem_bytes[SP_HW_EFF_POINTS];
+    double mem_value[SP_HW_EFF_POINTS];
     double hbm_usable;                /* fraction of HBM usable for weights+KV+activations (default 0.9) */
     double hbm_bw_eff;                /* achieved fraction of HBM bandwidth (default 1.0) */
     sp_overlap overlap;               /* default FULL */
@@ -100,9 +117,22 @@ double *sp_hw_param(sp_hw *hw, int i);               /* the field */
  * dropped.  A profile without one is unchanged. */
 void sp_hw_uncalibrate(sp_hw *hw);
 
-/* Matmul efficiency at a local problem of `flops` FLOPs: piecewise-linear in
- * log(flops) between curve points, clamped at the ends; 1.0 with no curve. */
+/* A curve of n points (x increasing, values y) at v: piecewise-linear in
+ * log(x) between points, clamped at the ends; `none` when n = 0. */
+double sp_hw_curve(int n, const double *x, const double *y, double v, double none);
+/* Matmul efficiency at a local problem of `flops` FLOPs: the efficiency
+ * curve at flops; 1.0 with no curve. */
 double sp_hw_matmul_eff(const sp_hw *hw, double flops);
+/* ... and at a local shape (m, k) · (k, n): sp_hw_matmul_eff × the tile
+ * utilisation of each dimension (matmul_tile). */
+double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k);
+/* Fraction of HBM bandwidth a step moving `bytes` achieves: the memory
+ * curve at bytes, else hbm_bw_eff. */
+double sp_hw_memory_eff(const sp_hw *hw, double bytes);
+/* 1 if a torus slice of this shape (any orientation) can be rented: it fits
+ * torus_dims and is one of the offered shapes or a cuboid by the rule; any
+ * sub-cuboid when the profile lists neither.  0 on a cluster. */
+int sp_hw_slice_rentable(const sp_hw *hw, const int shape[3]);
 
 #ifdef __cplusplus
 }

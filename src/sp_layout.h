@@ -20,8 +20,10 @@
  *
  * placement: the tensor axes from innermost (consecutive chips, same node)
  * to outermost; replica and stage axes are always outside them.  On a GPU
- * cluster it decides which axes stay inside a node; on a torus each mesh axis
- * is a ring along its own torus dimension and placement does not matter.
+ * cluster it decides which axes stay inside a node.  On a torus placement
+ * does not matter: the chips are a rentable slice of the torus
+ * (sp_hw_slice_rentable) and each axis is laid over one or more of the
+ * slice's physical dimensions (sp_layout_torus_map).
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -80,9 +82,30 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size);
 void *sp_layout_to_json(const sp_layout *l);
 sp_status sp_layout_from_json(const void *json, sp_layout *out, sp_error *err);
 
-/* 1 if a mesh X×Y×Z fits the torus of hw, any axis on any torus dimension
- * (always on a cluster).  Part of sp_layout_check. */
-int sp_layout_fits_torus(const int mesh[3], const sp_hw *hw);
+/* How a layout's axes lie on a torus slice.  The slice is a rentable shape
+ * (sp_hw_slice_rentable) of exactly the layout's chips; axis a spans
+ * factor[a][d] chips along physical dimension d (the product over d is the
+ * axis's size), so an axis may fold over two or three dimensions and a
+ * dimension may carry several axes.  A group of axes whose factors along d
+ * multiply to slice[d] uses the whole wrap-around ring of d; a smaller part
+ * of d is a segment (or a strided sub-ring sharing links), priced as one
+ * link direction instead of two (sp_cost.h). */
+typedef struct sp_torus_map {
+    int slice[3];
+    int factor[SP_AXIS_COUNT][3];
+} sp_torus_map;
+/* Chooses the slice and the mapping: among every rentable slice of the
+ * layout's chip count and every way of splitting the axes over its
+ * dimensions, the one whose tensor axes see the most link bandwidth
+ * (least Σ over x, y, z of (size − 1) / directions used), first found on
+ * ties (deterministic).  Returns 1 and fills *out (may be NULL) when one
+ * exists; 0 when no rentable slice takes the layout, or hw is not a torus.
+ * Memoised per thread. */
+int sp_layout_torus_map(const sp_layout *l, const sp_hw *hw, sp_torus_map *out);
+/* 1 if stages × replicas × mesh X×Y×Z maps onto a rentable slice of the
+ * torus of hw (sp_layout_torus_map); always on a cluster.  Part of
+ * sp_layout_check. */
+int sp_layout_fits_torus(const int mesh[3], int replicas, int stages, const sp_hw *hw);
 /* 1 if every tensor axis of l, placed innermost first, fits inside a
  * cluster node's remaining room or fills whole nodes (always on a torus);
  * 0 otherwise, with the chips of the first axis that straddles nodes in

@@ -346,26 +346,269 @@ START_TEST(test_two_tier)
 }
 END_TEST
 
+/* torus collectives on the physical rings of the rented slice: steps
+ * Σ (F_d − 1), directions 2 per whole ring and 1 per part of a dimension */
 START_TEST(test_torus)
 {
     sp_hw hw = torus_hw();
-    sp_layout l = make_layout(4, 4, 8, SP_FL_WS2D, SP_AL_BATCH);
     sp_coll c = {0};
-    /* all-gather over x: one ring, 2 links */
+    sp_torus_map map;
+    /* a 4-chip axis on a 1x1x4 slice: one whole ring, 2 directions */
+    hw.torus_dims[0] = 4;
+    hw.torus_dims[1] = hw.torus_dims[2] = 1;
+    sp_layout l = make_layout(4, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    ck_assert(sp_layout_torus_map(&l, &hw, &map));
     c.kind = SP_COLL_ALLGATHER;
     strcpy(c.col_axes, "x");
     c.group = 4;
     c.bytes_recv = c.bytes_sent = 3 << 20;
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (3 << 20) / (2 * 45e9) + 3 * 1e-6, 1e-15);
-    /* all-to-all over the whole mesh, batch order xyz and head order zyx: the
-     * group is three dimensions (6 links), not six; the 8-ring costs its mean
-     * distance 8/4 */
+    c.kind = SP_COLL_ALLREDUCE;   /* twice the steps */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (3 << 20) / (2 * 45e9) + 6 * 1e-6, 1e-15);
+    /* 2x2 on the same 4-ring: x alone is part of the ring (1 direction), x and y together the whole ring */
+    l = make_layout(2, 2, 1, SP_FL_WS1D, SP_AL_HEADS);
+    c.kind = SP_COLL_ALLGATHER;
+    c.group = 2;
+    c.bytes_recv = c.bytes_sent = 1 << 20;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (1 << 20) / 45e9 + 1e-6, 1e-15);
+    strcpy(c.col_axes, "xy");
+    c.group = 4;
+    c.bytes_recv = c.bytes_sent = 3 << 20;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (3 << 20) / (2 * 45e9) + 3 * 1e-6, 1e-15);
+    /* a 16-chip axis folded over a 4x4x1 slice: two whole rings, 4 directions, 3 + 3 steps */
+    hw.torus_dims[1] = 4;
+    l = make_layout(16, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    ck_assert(sp_layout_torus_map(&l, &hw, &map));
+    ck_assert_int_eq(map.factor[SP_AXIS_X][0] * map.factor[SP_AXIS_X][1] * map.factor[SP_AXIS_X][2], 16);
+    strcpy(c.col_axes, "x");
+    c.group = 16;
+    c.bytes_recv = c.bytes_sent = 15 << 20;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (15 << 20) / (4 * 45e9) + 6 * 1e-6, 1e-15);
+    /* all-to-all over a 4x4x8 mesh on a 16^3 torus: whatever mapping is
+     * chosen, the price is the closed form of its factors */
+    hw = torus_hw();
+    l = make_layout(4, 4, 8, SP_FL_WS2D, SP_AL_BATCH);
+    ck_assert(sp_layout_torus_map(&l, &hw, &map));
     c.kind = SP_COLL_ALLTOALL;
     strcpy(c.row_axes, "xyz");
     strcpy(c.col_axes, "zyx");
     c.group = 128;
     c.bytes_recv = c.bytes_sent = 127 << 10;
-    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), (127 << 10) / (6 * 45e9) * 2 + (3 + 3 + 7) * 1e-6, 1e-15);
+    int steps = 0, dirs = 0, fmax = 1;
+    for (int d = 0; d < 3; d++) {
+        int f = map.factor[SP_AXIS_X][d] * map.factor[SP_AXIS_Y][d] * map.factor[SP_AXIS_Z][d];
+        ck_assert_int_eq(f, map.slice[d]);   /* the whole slice: every dimension a whole ring */
+        steps += f - 1;
+        dirs += f > 1 ? 2 : 0;
+        if (f > fmax) fmax = f;
+    }
+    ck_assert_int_eq(steps, map.slice[0] + map.slice[1] + map.slice[2] - 3);
+    ck_assert_int_eq(dirs, 2 * ((map.slice[0] > 1) + (map.slice[1] > 1) + (map.slice[2] > 1)));
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c),
+                            (127 << 10) / (dirs * 45e9) * (fmax > 4 ? fmax / 4.0 : 1.0) + steps * 1e-6, 1e-15);
+}
+END_TEST
+
+/* two-tier alpha-beta, each algorithm against its closed form: a group of
+ * K = 16 = 8 in a node × 2 nodes, c = one chip's block */
+START_TEST(test_coll_closed_forms)
+{
+    sp_hw hw = torus_hw();
+    hw.topo = SP_TOPO_CLUSTER;
+    hw.chips_per_node = 8;
+    hw.intra_bw = 300e9;
+    hw.intra_latency = 3e-6;
+    hw.inter_bw = 25e9;
+    hw.inter_latency = 10e-6;
+    const double an = 3e-6, bn = 1 / 300e9, af = 10e-6, bf = 1 / 25e9, c = 1 << 20;
+    sp_layout l = make_layout(1, 2, 8, SP_FL_WS1D, SP_AL_HEADS);
+    sp_coll co = {0};
+    strcpy(co.col_axes, "yz");
+    co.group = 16;
+    struct { sp_coll_kind kind; double recv, want; } cases[] = {
+        /* ring over nodes on the own block, then inside the node on 2 blocks */
+        {SP_COLL_ALLGATHER, 15 * c, (2 - 1) * (af + c * bf) + (8 - 1) * (an + 2 * c * bn)},
+        {SP_COLL_REDUCESCATTER, 15 * c, (2 - 1) * (af + c * bf) + (8 - 1) * (an + 2 * c * bn)},
+        /* reduce-scatter + all-gather, c = S / K */
+        {SP_COLL_ALLREDUCE, 2 * 15 * c, 2 * ((2 - 1) * (af + c * bf) + (8 - 1) * (an + 2 * c * bn))},
+        /* pairwise: 7 peers in the node, 8 in the other */
+        {SP_COLL_ALLTOALL, 15 * c, (8 - 1) * (an + c * bn) + (16 - 8) * (af + c * bf)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        co.kind = cases[i].kind;
+        co.bytes_recv = co.bytes_sent = (int64_t)cases[i].recv;
+        ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &co), cases[i].want, 1e-15);
+        sp_coll_terms t;
+        sp_cost_coll_terms(&hw, &l, &co, &t);
+        ck_assert_double_eq_tol(t.steps[0] * an + t.bytes[0] * bn + t.steps[1] * af + t.bytes[1] * bf, cases[i].want,
+                                1e-15);
+    }
+    /* latency counts steps: an all-gather of 1 byte blocks over 16 chips pays 7 near + 1 far steps */
+    co.kind = SP_COLL_ALLGATHER;
+    co.bytes_recv = co.bytes_sent = 15;
+    sp_coll_terms t;
+    sp_cost_coll_terms(&hw, &l, &co, &t);
+    ck_assert_double_eq(t.steps[0], 7);
+    ck_assert_double_eq(t.steps[1], 1);
+    /* send/recv: one step on the tier the hand-off crosses */
+    co.kind = SP_COLL_SENDRECV;
+    co.group = 2;
+    co.bytes_sent = 1 << 20;
+    co.bytes_recv = 0;
+    l = make_layout(1, 1, 4, SP_FL_WS1D, SP_AL_HEADS);
+    l.stages = 2;   /* 4 chips per stage inside an 8-chip node */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &co), an + c * bn, 1e-15);
+    l = make_layout(1, 1, 8, SP_FL_WS1D, SP_AL_HEADS);
+    l.stages = 2;   /* a stage fills a node */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &co), af + c * bf, 1e-15);
+}
+END_TEST
+
+/* One chip, no collectives: the program is a chain on the compute stream,
+ * its time the sum of dispatch + max(FLOPs / (peak × shape efficiency),
+ * bytes / (bandwidth × memory efficiency)) over its steps, layers n times. */
+static double step_closed_form(const sp_hw *hw, const sp_step *s)
+{
+    double eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? sp_hw_matmul_shape_eff(hw, s->m, s->n, s->k)
+                                                                        : sp_hw_matmul_eff(hw, (double)s->flops);
+    double c = s->flops > 0 ? s->flops / (hw->peak_flops[SP_DT_BF16] * eff) : 0;
+    double bytes = (double)(s->weight_bytes + s->kv_bytes_read + s->kv_bytes_written + s->act_bytes);
+    double m = bytes > 0 ? bytes / (hw->hbm_bw * sp_hw_memory_eff(hw, bytes)) : 0;
+    return hw->dispatch_s + (c > m ? c : m);
+}
+
+START_TEST(test_chain_closed_form)
+{
+    sp_model m = make_model(1024, 4096, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);   /* dispatch, tiles, memory curve */
+    ck_assert(hw.dispatch_s > 0 && hw.mem_points > 0 && hw.matmul_tile[0] > 0);
+    sp_layout l = make_layout(1, 1, 1, SP_FL_WS2D, SP_AL_HEADS);
+    for (int ph = 0; ph < 2; ph++) {
+        sp_shape sh = ph ? (sp_shape){8, 1, 40, 40, SP_DT_BF16} : (sp_shape){8, 39, 39, 40, SP_DT_BF16};
+        ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, 0, &prog), SP_OK);
+        double want = 0;
+        int n = 0;
+        const sp_steps *parts[3] = {&prog.pre, &prog.layer, &prog.post};
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < parts[k]->n; i++) {
+                ck_assert(parts[k]->s[i].kind != SP_STEP_COLL);
+                want += step_closed_form(&hw, &parts[k]->s[i]) * (k == 1 ? prog.n_layers : 1);
+                n += k == 1 ? (int)prog.n_layers : 1;
+            }
+        sp_phase_cost pc;
+        sp_cost_program(&prog, &hw, 0, &pc);
+        ck_assert_double_eq_tol(pc.time_s, want, n * 1e-12);   /* whole picoseconds per step */
+        ck_assert_double_eq_tol(pc.dispatch_s, n * hw.dispatch_s, 1e-15);
+    }
+}
+END_TEST
+
+/* Overlap only where the program says: with overlap "none" every step
+ * waits for the one before (the time is the sum of the steps); "full" lets
+ * the weight gathers of a weight-gathered layout run under compute, so the
+ * time lies between the compute stream's sum and the sum of all. */
+START_TEST(test_overlap_marked)
+{
+    sp_model m = make_model(1024, 4096, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_hw hw = torus_hw();
+    sp_layout l = make_layout(2, 2, 2, SP_FL_WG_XYZ, SP_AL_HEADS);
+    sp_shape sh = {64, 128, 128, 129, SP_DT_BF16};
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &prog), SP_OK);
+    int marked = 0, blocking = 0;
+    for (int i = 0; i < prog.layer.n; i++)
+        if (prog.layer.s[i].kind == SP_STEP_COLL) {
+            if (prog.layer.s[i].coll.overlappable) marked++;
+            else blocking++;
+        }
+    ck_assert_int_gt(marked, 0);
+    sp_phase_cost full, none;
+    sp_cost_program(&prog, &hw, 0, &full);
+    hw.overlap = SP_OVERLAP_NONE;
+    sp_cost_program(&prog, &hw, 0, &none);
+    double compute_sum = none.roofline_s + none.dispatch_s, all = compute_sum + none.comm_s;
+    int steps = prog.pre.n + prog.post.n + (int)prog.n_layers * prog.layer.n;
+    ck_assert_double_eq_tol(none.time_s, all, steps * 1e-12);
+    ck_assert(full.time_s < none.time_s);
+    ck_assert(full.time_s >= compute_sum - steps * 1e-12);
+    /* a fraction f between: f = 0 hides nothing of the marked collectives' time on the compute stream */
+    hw.overlap = SP_OVERLAP_FRACTION;
+    hw.overlap_fraction = 0.5;
+    sp_phase_cost half;
+    sp_cost_program(&prog, &hw, 0, &half);
+    ck_assert(half.time_s > full.time_s && half.time_s <= none.time_s);
+}
+END_TEST
+
+/* The model is linear in its free parameters at its operating point:
+ * Σ coef · param reproduces each prediction (to the picosecond rounding of
+ * each step), on a torus and a cluster, with pipelines. */
+START_TEST(test_coefs)
+{
+    sp_model m = make_model(1024, 4096, 16, 4, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    m.n_layers = 6;
+    const char *hws[] = {"tpu-v4", "h100"};
+    const char *layouts[] = {"mesh=2x2x2", "stages=2,mesh=2x1x2,microbatches=4", "mesh=4x2x1,prefill=wg-xy/heads",
+                             "replicas=2,mesh=2x2x1,decode=ws2d/batch"};
+    int checked = 0;
+    for (size_t h = 0; h < 2; h++)
+        for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+            sp_hw hw;
+            sp_error err;
+            ck_assert_int_eq(sp_hw_find(hws[h], &hw, &err), SP_OK);
+            sp_layout l;
+            ck_assert_int_eq(sp_layout_parse(layouts[i], &l, &err), SP_OK);
+            sp_workload w = {16, 64, 16};
+            sp_cost c;
+            sp_cost_coefs k;
+            if (sp_cost_eval(&m, &hw, &l, &w, NULL, &c) != SP_OK) continue;
+            ck_assert_int_eq(sp_cost_coefs_eval(&m, &hw, &l, &w, NULL, &k), SP_OK);
+            ck_assert_double_eq_tol(k.prefill_s, c.prefill_s, 1e-9 * c.prefill_s);
+            ck_assert_double_eq_tol(k.decode_step_s, c.decode_step_s, 1e-9 * c.decode_step_s);
+            double par[SP_CP_COUNT], pf = 0, dc = 0;
+            sp_cost_params(&hw, l.weights, par);
+            for (int j = 0; j < SP_CP_COUNT; j++) {
+                ck_assert(k.prefill[j] >= 0 && k.decode_step[j] >= 0);
+                pf += k.prefill[j] * par[j];
+                dc += k.decode_step[j] * par[j];
+            }
+            ck_assert_double_eq_tol(pf, c.prefill_s, 1e-6 * c.prefill_s);
+            ck_assert_double_eq_tol(dc, c.decode_step_s, 1e-6 * c.decode_step_s);
+            ck_assert(k.decode_step[SP_CP_DISPATCH] >= 1);
+            checked++;
+        }
+    ck_assert_int_ge(checked, 6);
+}
+END_TEST
+
+/* rentable slices: TPU v4 offers cuboids with sides multiple of 4 from 64
+ * chips and a few small shapes; 4x1x16 is not rentable, 4x4x4 is */
+START_TEST(test_slices)
+{
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    int ok[][3] = {{4, 4, 4}, {4, 8, 4}, {16, 16, 16}, {2, 2, 1}, {1, 2, 2}, {2, 2, 2}, {2, 4, 4}};
+    int bad[][3] = {{4, 1, 16}, {8, 8, 1}, {2, 2, 3}, {4, 4, 6}, {32, 4, 4}, {1, 1, 2}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) ck_assert_msg(sp_hw_slice_rentable(&hw, ok[i]), "ok %zu", i);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(!sp_hw_slice_rentable(&hw, bad[i]), "bad %zu", i);
+    /* 64 chips as a 4x1x16 mesh still maps (folded onto 4x4x4); 64 as 1 stage x 2 replicas x 32 too */
+    int mesh[3] = {4, 1, 16};
+    ck_assert(sp_layout_fits_torus(mesh, 1, 1, &hw));
+    sp_layout l = make_layout(4, 1, 16, SP_FL_WS1D, SP_AL_HEADS);
+    sp_torus_map map;
+    ck_assert(sp_layout_torus_map(&l, &hw, &map));
+    ck_assert_int_eq(map.slice[0] * map.slice[1] * map.slice[2], 64);
+    ck_assert(sp_hw_slice_rentable(&hw, map.slice));
+    /* 12 chips: no slice of 12 is offered */
+    int m12[3] = {12, 1, 1};
+    ck_assert(!sp_layout_fits_torus(m12, 1, 1, &hw));
+    sp_model m = make_model(1536, 6144, 12, 12, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    l = make_layout(12, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    ck_assert_int_eq(sp_layout_check(&l, &m, &hw, 12, 12, &err), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.text, "torus slice"));
 }
 END_TEST
 
@@ -487,6 +730,11 @@ int main(void)
     tcase_add_test(tc, test_layout_round_trip);
     tcase_add_test(tc, test_two_tier);
     tcase_add_test(tc, test_torus);
+    tcase_add_test(tc, test_slices);
+    tcase_add_test(tc, test_coll_closed_forms);
+    tcase_add_test(tc, test_chain_closed_form);
+    tcase_add_test(tc, test_overlap_marked);
+    tcase_add_test(tc, test_coefs);
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_phase_memo);
     suite_add_tcase(s, tc);

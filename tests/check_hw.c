@@ -113,6 +113,63 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* the fields the cost model's step terms read: dispatch, the memory curve
+ * by bytes, the matmul tile, torus slices; bad values name their field */
+START_TEST(test_new_fields)
+{
+    sp_hw hw;
+    sp_error err;
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"name\":\"t\",\"chip\":{\"peak_flops\":{\"bf16\":1e12},\"hbm_bytes\":1073741824,\"hbm_bw\":1e11,"
+             "\"dispatch_s\":5e-6},\"topology\":{\"kind\":\"torus\",\"dims\":[8,8,8],\"link_bw\":1e10,"
+             "\"hop_latency\":1e-6,\"slices\":{\"shapes\":[[2,2,1]],\"cuboid_multiple\":4,\"cuboid_min_chips\":64}},"
+             "\"efficiency\":{\"matmul_tile\":[8,128,128],\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]]}}");
+    ck_assert_msg(sp_hw_loads(text, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_double_eq(hw.dispatch_s, 5e-6);
+    ck_assert_int_eq(hw.matmul_tile[1], 128);
+    ck_assert_int_eq(hw.mem_points, 3);
+    ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e5), 0.3, 1e-12);   /* log midpoint */
+    ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e9), 0.9, 1e-12);   /* clamped */
+    /* tile utilisation: m = 4 of 8, n = 192 of 256, k = 128 of 128; no FLOPs curve: 1.0 */
+    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, 4, 192, 128), 0.5 * 0.75, 1e-12);
+    int s221[3] = {1, 2, 2}, s444[3] = {4, 4, 4}, s448[3] = {4, 8, 4}, s228[3] = {2, 2, 8}, s888[3] = {8, 8, 8};
+    int s16[3] = {16, 4, 4};
+    ck_assert(sp_hw_slice_rentable(&hw, s221));
+    ck_assert(sp_hw_slice_rentable(&hw, s444));
+    ck_assert(sp_hw_slice_rentable(&hw, s448));
+    ck_assert(sp_hw_slice_rentable(&hw, s888));
+    ck_assert(!sp_hw_slice_rentable(&hw, s228));
+    ck_assert(!sp_hw_slice_rentable(&hw, s16));   /* larger than the torus */
+    /* without the memory curve, hbm_bw's fraction for every size */
+    ck_assert_int_eq(sp_hw_loads(minimal, 0, &hw, &err), SP_OK);
+    ck_assert_double_eq(sp_hw_memory_eff(&hw, 1e3), 1.0);
+    ck_assert_double_eq(hw.dispatch_s, 0.0);
+    int any[3] = {1, 1, 3};
+    ck_assert(!sp_hw_slice_rentable(&hw, any));   /* a cluster rents no torus slice */
+    /* errors name their field */
+    static const struct { const char *from, *to, *path; } bad[] = {
+        {"\"dispatch_s\":5e-6", "\"dispatch_s\":-1", "/chip/dispatch_s"},
+        {"[8,128,128]", "[8,128]", "/efficiency/matmul_tile"},
+        {"[8,128,128]", "[8,-1,128]", "/efficiency/matmul_tile/1"},
+        {"[1e6,0.5]", "[1e6,1.5]", "/efficiency/memory/1"},
+        {"[1e6,0.5]", "[1e3,0.5]", "/efficiency/memory/1"},
+        {"[[2,2,1]]", "[[2,0,1]]", "/topology/slices/shapes/0"},
+        {"\"cuboid_multiple\":4,", "", "/topology/slices/cuboid_multiple"},
+        {"\"shapes\"", "\"shape\"", "/topology/slices/shape"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char t2[4096];
+        const char *at = strstr(text, bad[i].from);
+        ck_assert_ptr_nonnull(at);
+        snprintf(t2, sizeof t2, "%.*s%s%s", (int)(at - text), text, bad[i].to, at + strlen(bad[i].from));
+        ck_assert_msg(sp_hw_loads(t2, 0, &hw, &err) == SP_EINVAL, "case %zu loaded", i);
+        ck_assert_msg(!strcmp(err.path, bad[i].path), "case %zu: path %s, want %s (%s)", i, err.path, bad[i].path,
+                      err.text);
+    }
+}
+END_TEST
+
 START_TEST(test_dtypes)
 {
     sp_dtype t;
@@ -137,6 +194,7 @@ int main(void)
     tcase_add_test(tc, test_curve);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_dtypes);
+    tcase_add_test(tc, test_new_fields);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -344,6 +344,21 @@ static void hw_table(const sp_hw *hw)
         snprintf(b, sizeof b, "%d x %s one way, %s per hop", hw->links_per_chip,
                  cli_fmt_rate(hw->link_bw, x, sizeof x), cli_fmt_seconds(hw->hop_latency, y, sizeof y));
         row2(t, "links", b);
+        if (hw->n_slice_shapes || hw->slice_min_chips) {
+            size_t l = 0;
+            b[0] = '\0';
+            for (int i = 0; i < hw->n_slice_shapes && l < sizeof b; i++) {
+                int w = snprintf(b + l, sizeof b - l, "%s%dx%dx%d", i ? ", " : "", hw->slice_shapes[i][0],
+                                 hw->slice_shapes[i][1], hw->slice_shapes[i][2]);
+                if (w > 0) l += (size_t)w;
+            }
+            if (hw->slice_min_chips && l < sizeof b)
+                snprintf(b + l, sizeof b - l, "%scuboids with sides multiple of %d from %d chips", l ? "; " : "",
+                         hw->slice_multiple, hw->slice_min_chips);
+            row2(t, "slices", b);
+        } else {
+            row2(t, "slices", "any sub-cuboid of the torus");
+        }
     } else {
         snprintf(b, sizeof b, "%s per chip one way, %s", cli_fmt_rate(hw->intra_bw, x, sizeof x),
                  cli_fmt_seconds(hw->intra_latency, y, sizeof y));
@@ -370,8 +385,23 @@ static void hw_table(const sp_hw *hw)
     }
     snprintf(b, sizeof b, "%.2f", hw->hbm_usable);
     row2(t, "HBM usable", b);
-    snprintf(b, sizeof b, "%.2f", hw->hbm_bw_eff);
-    row2(t, "HBM bw efficiency", b);
+    if (hw->mem_points > 0) {
+        size_t l = 0;
+        for (int i = 0; i < hw->mem_points && l < sizeof b; i++) {
+            int w = snprintf(b + l, sizeof b - l, "%s%.3g:%.2f", i ? " " : "", hw->mem_bytes[i], hw->mem_value[i]);
+            if (w > 0) l += (size_t)w;
+        }
+        row2(t, "HBM bw efficiency (by bytes)", b);
+    } else {
+        snprintf(b, sizeof b, "%.2f", hw->hbm_bw_eff);
+        row2(t, "HBM bw efficiency", b);
+    }
+    if (hw->matmul_tile[0] || hw->matmul_tile[1] || hw->matmul_tile[2]) {
+        snprintf(b, sizeof b, "%dx%dx%d (M, N, K)", hw->matmul_tile[0], hw->matmul_tile[1], hw->matmul_tile[2]);
+        row2(t, "matmul tile", b);
+    }
+    snprintf(b, sizeof b, "%.3g us", hw->dispatch_s * 1e6);
+    row2(t, "dispatch per step", b);
     if (hw->overlap == SP_OVERLAP_FRACTION) snprintf(b, sizeof b, "fraction %.2f", hw->overlap_fraction);
     else snprintf(b, sizeof b, "%s", hw->overlap == SP_OVERLAP_NONE ? "none" : "full");
     row2(t, "overlap", b);

@@ -73,21 +73,24 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     cli_table_print(t, stdout);
     cli_table_free(t);
 
-    printf("\ntime breakdown (one micro-batch through every stage; %s overlap)\n",
-           hw->overlap == SP_OVERLAP_NONE ? "no" : hw->overlap == SP_OVERLAP_FULL ? "full" : "partial");
+    printf("\ntime breakdown (one micro-batch through every stage; %s)\n",
+           hw->overlap == SP_OVERLAP_NONE ? "no overlap"
+           : hw->overlap == SP_OVERLAP_FULL ? "marked collectives overlap compute" : "marked collectives partly overlap");
     static const char *const h2[3] = {"term", "prefill", "decode step"};
     t = cli_table_new(3, h2);
     const sp_phase_cost *p[2] = {&c->prefill, &c->decode};
-    const char *names[5] = {"time", "compute", "memory", "roofline (max per step)", "communication"};
-    for (int r = 0; r < 5 + SP_COLL_COUNT; r++) {
+    const char *names[6] = {"time (schedule)", "compute", "memory", "roofline (max per step)", "dispatch",
+                            "communication"};
+    for (int r = 0; r < 6 + SP_COLL_COUNT; r++) {
         char v[2][32];
         for (int i = 0; i < 2; i++) {
             double x = r == 0 ? p[i]->time_s : r == 1 ? p[i]->compute_s : r == 2 ? p[i]->memory_s
-                     : r == 3 ? p[i]->roofline_s : r == 4 ? p[i]->comm_s : p[i]->coll_s[r - 5];
+                     : r == 3 ? p[i]->roofline_s : r == 4 ? p[i]->dispatch_s : r == 5 ? p[i]->comm_s
+                     : p[i]->coll_s[r - 6];
             cli_fmt_seconds(x, v[i], sizeof v[i]);
         }
         char nm[40];
-        snprintf(nm, sizeof nm, "%s%s", r >= 5 ? "  " : "", r >= 5 ? sp_coll_kind_name((sp_coll_kind)(r - 5)) : names[r]);
+        snprintf(nm, sizeof nm, "%s%s", r >= 6 ? "  " : "", r >= 6 ? sp_coll_kind_name((sp_coll_kind)(r - 6)) : names[r]);
         const char *cells[3] = {nm, v[0], v[1]};
         cli_table_add(t, cells);
     }
