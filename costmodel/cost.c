@@ -85,7 +85,19 @@ void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, 
 /* ---- collectives: alpha-beta per algorithm and tier (sp_cost.h) ---- */
 enum { NEAR = 0, FAR = 1 };
 
+static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
+                       sp_coll_terms *out);
+
 void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out)
+{
+    sp_torus_map map;
+    int have = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(l, hw, &map);
+    coll_terms(hw, l, have ? &map : NULL, c, out);
+}
+
+/* map: the layout's torus map (NULL: none, or not a torus) */
+static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
+                       sp_coll_terms *out)
 {
     memset(out, 0, sizeof *out);
     if (c->kind == SP_COLL_SENDRECV) {
@@ -102,8 +114,7 @@ void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, s
     double bytes = (double)c->bytes_recv;
     unsigned mask = axes_mask(c->row_axes) | axes_mask(c->col_axes);
     if (hw->topo == SP_TOPO_TORUS) {
-        sp_torus_map map;
-        if (!sp_layout_torus_map(l, hw, &map)) {
+        if (!map) {
             out->bytes[NEAR] = HUGE_VAL;   /* sp_cost_eval refuses such a layout first */
             return;
         }
@@ -111,10 +122,10 @@ void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, s
         for (int d = 0; d < 3; d++) {
             int f = 1;
             for (int a = 0; a < SP_AXIS_COUNT; a++)
-                if (mask & (1u << a)) f *= map.factor[a][d];
+                if (mask & (1u << a)) f *= map->factor[a][d];
             if (f > 1) {
                 steps += f - 1;
-                dirs += f == map.slice[d] ? 2 : 1;
+                dirs += f == map->slice[d] ? 2 : 1;
                 if (f > fmax) fmax = f;
             }
         }
@@ -224,46 +235,32 @@ typedef struct price_ctx {
     const sp_hw *hw;
     double par[SP_CP_COUNT];
     double peak, bw;
-    int64_t context;
+    int64_t ctx[2];
+    int have_map;
+    sp_torus_map map;   /* torus: looked up once per program */
 } price_ctx;
 
-/* Prices one step; adds its terms (× times) to sums; coef (optional) gets its coefficients. */
-static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
-                       double *coef)
+/* The terms of one compute step (sp_cost.h) at one context. */
+typedef struct step_terms { double c, m; int64_t flops; } step_terms;
+
+static void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times)
+{
+    sums->compute_s += x->c * times;
+    sums->memory_s += x->m * times;
+    sums->roofline_s += (x->c > x->m ? x->c : x->m) * times;
+    sums->dispatch_s += dispatch * times;
+    sums->flops += x->flops * times;
+}
+
+/* Compute time of a step at context ctx (0: as lowered): duration, its terms, coefficients. */
+static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx, step_terms *x, double *coef)
 {
     const sp_hw *hw = pc->hw;
-    double t;
-    r->mode = step_mode(s, hw);
-    r->pen_ps = 0;
-    r->pen_frac = 0;
-    if (coef) memset(coef, 0, SP_CP_COUNT * sizeof *coef);
-    if (r->mode != SPI_RUN_COMPUTE) {
-        sp_coll_terms ct;
-        sp_cost_coll_terms(hw, &pc->p->layout, &s->coll, &ct);
-        t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
-        int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
-        sums->coll_s[s->coll.kind] += t * times;
-        sums->comm_s += t * times;
-        sums->comm_bytes += bytes;
-        if (coef && r->mode != SPI_RUN_RECV) {
-            coef[SP_CP_ALPHA_NEAR] = ct.steps[NEAR];
-            coef[SP_CP_BETA_NEAR] = ct.bytes[NEAR];
-            coef[SP_CP_ALPHA_FAR] = ct.steps[FAR];
-            coef[SP_CP_BETA_FAR] = ct.bytes[FAR];
-        }
-        r->dur_ps = spi_ps(t);
-        if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION)
-        {
-            r->pen_frac = 1.0 - hw->overlap_fraction;
-            r->pen_ps = spi_ps(r->pen_frac * t);
-        }
-        return;
-    }
     int64_t flops = s->flops, kvb = s->kv_bytes_read;
-    if (s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0 && pc->context > 0) {
+    if (s->kind == SP_STEP_ATTN && s->from_cache && s->context > 0 && ctx > 0) {
         /* decode attention: one query token, every term linear in the context */
-        flops = (int64_t)((double)flops * pc->context / s->context);
-        kvb = (int64_t)((double)kvb * pc->context / s->context);
+        flops = (int64_t)((double)flops * ctx / s->context);
+        kvb = (int64_t)((double)kvb * ctx / s->context);
     }
     double eff = 1.0;
     if (flops > 0)
@@ -273,110 +270,168 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
     int64_t bytes = s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes;
     double meff = bytes > 0 ? eff_lookup(hw, bytes, -2, -2) : 1.0;
     double m = bytes / (pc->bw * meff);
-    t = hw->dispatch_s + (c > m ? c : m);
-    sums->compute_s += c * times;
-    sums->memory_s += m * times;
-    sums->roofline_s += (c > m ? c : m) * times;
-    sums->dispatch_s += hw->dispatch_s * times;
-    sums->flops += flops * times;
+    x->c = c;
+    x->m = m;
+    x->flops = flops;
     if (coef) {
         coef[SP_CP_DISPATCH] = 1;
         if (c > m) coef[SP_CP_FLOP] = flops / eff;
         else coef[SP_CP_HBM_BYTE] = bytes / meff;
     }
-    r->dur_ps = spi_ps(t);
+    return spi_ps(hw->dispatch_s + (c > m ? c : m));
 }
 
-void spi_cost_price_program(const sp_program *p, const sp_hw *hw, int64_t context, spi_prog_run *out,
+/* Prices one step at both contexts; adds its terms (× times) to sums[0..1]. */
+static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
+                       int two, double *coef)
+{
+    const sp_hw *hw = pc->hw;
+    r->mode = step_mode(s, hw);
+    r->rd[0] = (unsigned char)s->src;
+    r->rd[1] = (unsigned char)s->src2;
+    r->rd[2] = (unsigned char)s->src3;
+    r->rd[3] = (unsigned char)s->wbuf;
+    r->dst = (unsigned char)s->dst;
+    r->pen_ps[0] = r->pen_ps[1] = 0;
+    r->pen_frac = 0;
+    if (coef) memset(coef, 0, SP_CP_COUNT * sizeof *coef);
+    if (r->mode == SPI_RUN_COMPUTE) {
+        step_terms x;
+        r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
+        add_terms(&sums[0], &x, hw->dispatch_s, times);
+        if (two) {
+            if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &x, NULL);
+            add_terms(&sums[1], &x, hw->dispatch_s, times);
+        }
+        return;
+    }
+    sp_coll_terms ct;
+    coll_terms(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &ct);
+    double t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
+    int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
+    for (int k = 0; k <= two; k++) {
+        sums[k].coll_s[s->coll.kind] += t * times;
+        sums[k].comm_s += t * times;
+        sums[k].comm_bytes += bytes;
+    }
+    if (coef && r->mode != SPI_RUN_RECV) {
+        coef[SP_CP_ALPHA_NEAR] = ct.steps[NEAR];
+        coef[SP_CP_BETA_NEAR] = ct.bytes[NEAR];
+        coef[SP_CP_ALPHA_FAR] = ct.steps[FAR];
+        coef[SP_CP_BETA_FAR] = ct.bytes[FAR];
+    }
+    r->dur_ps[0] = r->dur_ps[1] = spi_ps(t);
+    if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION) {
+        r->pen_frac = 1.0 - hw->overlap_fraction;
+        r->pen_ps[0] = r->pen_ps[1] = spi_ps(r->pen_frac * t);
+    }
+}
+
+void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, context};
+    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}};
     sp_cost_params(hw, p->layout.weights, pc.par);
+    pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);
     eff_bind(hw);
-    memset(&out->sums, 0, sizeof out->sums);
+    int two = ctx[1] > 0;
+    memset(out->sums, 0, sizeof out->sums);
+    out->overlaps = 0;
     const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
-            price_step(&pc, &parts[k]->s[i], k == SP_PART_LAYER ? p->n_layers : 1, &out->run[k][i], &out->sums,
+        {
+            price_step(&pc, &parts[k]->s[i], k == SP_PART_LAYER ? p->n_layers : 1, &out->run[k][i], out->sums, two,
                        coef ? (*coef)[k][i] : NULL);
-}
-
-/* ---- schedule of one chip (sp_cost.h, "Schedule") ---- */
-static int64_t dep(const spi_sched *st, sp_buf b, int64_t t, int *from)
-{
-    if (b != SP_BUF_NONE && st->t[SPI_SLOT_BUF + b] > t) {
-        *from = SPI_SLOT_BUF + b;
-        return st->t[SPI_SLOT_BUF + b];
-    }
-    return t;
-}
-
-int64_t spi_sched_ready(const spi_sched *st, const sp_step *s, int mode, int *from)
-{
-    int f = mode == SPI_RUN_OVERLAP ? SPI_SLOT_COMM : SPI_SLOT_COMP;
-    int64_t t = st->t[f];
-    if (mode == SPI_RUN_BLOCKING || mode == SPI_RUN_RECV) {
-        if (st->t[SPI_SLOT_COMM] > t) {
-            t = st->t[SPI_SLOT_COMM];
-            f = SPI_SLOT_COMM;
+            out->overlaps |= out->run[k][i].mode == SPI_RUN_OVERLAP;
         }
+    if (!out->overlaps) return;
+    /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64) */
+    uint64_t touched = 0;
+    for (int k = 0; k < SP_PART_COUNT; k++)
+        for (int i = 0; i < parts[k]->n; i++) {
+            const spi_step_run *r = &out->run[k][i];
+            if (r->mode != SPI_RUN_OVERLAP) continue;
+            for (int j = 0; j < 4; j++) touched |= 1ull << r->rd[j];
+            touched |= 1ull << r->dst;
+        }
+    touched &= ~1ull;   /* SP_BUF_NONE */
+    for (int k = 0; k < SP_PART_COUNT; k++) {
+        int n = 0;
+        int64_t add[2] = {0, 0};
+        for (int i = 0; i < parts[k]->n; i++) {
+            const spi_step_run *r = &out->run[k][i];
+            uint64_t uses = (1ull << r->rd[0]) | (1ull << r->rd[1]) | (1ull << r->rd[2]) | (1ull << r->rd[3]) |
+                            (1ull << r->dst);
+            if (r->mode == SPI_RUN_COMPUTE && !r->pen_ps[0] && !(uses & touched)) {
+                add[0] += r->dur_ps[0];
+                add[1] += r->dur_ps[1];
+                continue;
+            }
+            out->op[k][n].idx = i;
+            out->op[k][n].add[0] = add[0];
+            out->op[k][n].add[1] = add[1];
+            n++;
+            add[0] = add[1] = 0;
+        }
+        out->op[k][n].idx = -1;   /* the tail */
+        out->op[k][n].add[0] = add[0];
+        out->op[k][n].add[1] = add[1];
+        out->n_ops[k] = n + 1;
     }
-    t = dep(st, s->src, t, &f);
-    t = dep(st, s->src2, t, &f);
-    t = dep(st, s->src3, t, &f);
-    t = dep(st, s->wbuf, t, &f);
-    t = dep(st, s->dst, t, &f);
-    *from = f;
-    return t;
 }
 
-int64_t spi_sched_commit(spi_sched *st, const sp_step *s, const spi_step_run *r, int64_t start,
-                         const double *from_vec, const double *coef)
+static void sched_part(spi_sched *st, const sp_steps *ss, const spi_prog_run *pr, int part, int k,
+                       const double (*coef)[SP_CP_COUNT])
 {
-    int64_t end = start + r->dur_ps;
-    double v[SP_CP_COUNT];
-    if (st->vec)
-        for (int j = 0; j < SP_CP_COUNT; j++) v[j] = from_vec[j] + coef[j];
-    /* the slots this step sets: its stream(s) and its output */
-    int slots[3], n = 0;
-    if (r->mode != SPI_RUN_OVERLAP) slots[n++] = SPI_SLOT_COMP;
-    if (r->mode != SPI_RUN_COMPUTE) slots[n++] = SPI_SLOT_COMM;
-    if (s->dst != SP_BUF_NONE) slots[n++] = SPI_SLOT_BUF + s->dst;
-    for (int i = 0; i < n; i++) {
-        st->t[slots[i]] = end;
-        if (st->vec) memcpy(st->vec[slots[i]], v, sizeof v);
+    const spi_step_run *run = pr->run[part];
+    if (!st->vec) {   /* the shortcut (spi_prog_run) */
+        for (int j = 0; j < pr->n_ops[part]; j++) {
+            st->t[SPI_SLOT_COMP] += pr->op[part][j].add[k];
+            int i = pr->op[part][j].idx;
+            if (i < 0) break;
+            int from;
+            int64_t start = spi_sched_ready(st, &run[i], &from);
+            spi_sched_commit(st, &run[i], k, start, NULL, NULL);
+        }
+        return;
     }
-    if (r->pen_ps) {   /* overlap fraction: the compute stream pays its share */
-        st->t[SPI_SLOT_COMP] += r->pen_ps;
-        if (st->vec)
-            for (int j = 0; j < SP_CP_COUNT; j++) st->vec[SPI_SLOT_COMP][j] += coef[j] * r->pen_frac;
-    }
-    return end;
-}
-
-static void sched_part(spi_sched *st, const sp_steps *ss, const spi_step_run *run, const double (*coef)[SP_CP_COUNT])
-{
     for (int i = 0; i < ss->n; i++) {
         int from;
-        int64_t start = spi_sched_ready(st, &ss->s[i], run[i].mode, &from);
-        spi_sched_commit(st, &ss->s[i], &run[i], start, st->vec ? st->vec[from] : NULL, coef ? coef[i] : NULL);
+        int64_t start = spi_sched_ready(st, &run[i], &from);
+        spi_sched_commit(st, &run[i], k, start, st->vec ? st->vec[from] : NULL, coef ? coef[i] : NULL);
     }
 }
 
-/* Makespan of one program from idle streams (ps).  Layers: the schedule is
+/* Makespan of one program from idle streams (ps).  Without overlapping
+ * steps it is the sum of the steps.  Layers: the schedule is
  * a max-plus map, so once the state after a layer, taken relative to the
  * earlier stream, repeats the state after the layer before, every further
  * layer adds the same delta: the remaining layers are added at once
  * (exactly: integer times).  With coefficient vectors every layer is run. */
-static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, spi_sched *st, const spi_step_coefs *coef)
+static int64_t part_sum(const sp_steps *ss, const spi_step_run *run, int k)
 {
+    int64_t t = 0;
+    for (int i = 0; i < ss->n; i++) t += run[i].dur_ps[k];
+    return t;
+}
+
+static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k, spi_sched *st,
+                             const spi_step_coefs *coef)
+{
+    if (!pr->overlaps && !st->vec)
+        /* nothing runs beside the compute stream: every step starts when
+         * the one before ends (its inputs are earlier still), so the
+         * schedule is the chain and its time the sum */
+        return part_sum(&p->pre, pr->run[SP_PART_PRE], k) + p->n_layers * part_sum(&p->layer, pr->run[SP_PART_LAYER], k) +
+               part_sum(&p->post, pr->run[SP_PART_POST], k);
     memset(st->t, 0, sizeof st->t);
     if (st->vec) memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
-    sched_part(st, &p->pre, pr->run[SP_PART_PRE], coef ? (*coef)[SP_PART_PRE] : NULL);
+    sched_part(st, &p->pre, pr, SP_PART_PRE, k, coef ? (*coef)[SP_PART_PRE] : NULL);
     int64_t prev[SPI_SLOTS], prev_base = 0;
     int have_prev = 0;
     for (int64_t layer = 0; layer < p->n_layers; layer++) {
-        sched_part(st, &p->layer, pr->run[SP_PART_LAYER], coef ? (*coef)[SP_PART_LAYER] : NULL);
+        sched_part(st, &p->layer, pr, SP_PART_LAYER, k, coef ? (*coef)[SP_PART_LAYER] : NULL);
         if (st->vec) continue;
         int64_t base = st->t[SPI_SLOT_COMP] < st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
         int64_t rel[SPI_SLOTS];
@@ -390,7 +445,7 @@ static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, spi_sc
         prev_base = base;
         have_prev = 1;
     }
-    sched_part(st, &p->post, pr->run[SP_PART_POST], coef ? (*coef)[SP_PART_POST] : NULL);
+    sched_part(st, &p->post, pr, SP_PART_POST, k, coef ? (*coef)[SP_PART_POST] : NULL);
     return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
 }
 
@@ -401,12 +456,13 @@ static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ct
 {
     static _Thread_local spi_prog_run pr;
     spi_sched st = {{0}, NULL};
+    int64_t c2[2] = {ctx[0], out1 ? ctx[1] : 0};
+    spi_cost_price_program(p, hw, c2, &pr, NULL);
     for (int k = 0; k < 2; k++) {
         sp_phase_cost *out = k ? out1 : out0;
         if (!out) break;
-        spi_cost_price_program(p, hw, ctx[k], &pr, NULL);
-        *out = pr.sums;
-        out->time_s = (double)sched_program(p, &pr, &st, NULL) * 1e-12;
+        *out = pr.sums[k];
+        out->time_s = (double)sched_program(p, &pr, k, &st, NULL) * 1e-12;
     }
 }
 
@@ -683,8 +739,9 @@ static double program_coefs(const sp_program *p, const sp_hw *hw, int64_t contex
     static _Thread_local spi_step_coefs sc;
     static _Thread_local double vec[SPI_SLOTS][SP_CP_COUNT];
     spi_sched st = {{0}, vec};
-    spi_cost_price_program(p, hw, context, &pr, &sc);
-    int64_t t = sched_program(p, &pr, &st, (const spi_step_coefs *)&sc);
+    int64_t ctx[2] = {context, 0};
+    spi_cost_price_program(p, hw, ctx, &pr, &sc);
+    int64_t t = sched_program(p, &pr, 0, &st, (const spi_step_coefs *)&sc);
     int end = st.t[SPI_SLOT_COMP] >= st.t[SPI_SLOT_COMM] ? SPI_SLOT_COMP : SPI_SLOT_COMM;
     memcpy(coef, vec[end], SP_CP_COUNT * sizeof *coef);
     return (double)t * 1e-12;

@@ -5,6 +5,7 @@
 #ifndef SPI_COST_H
 #define SPI_COST_H
 #include "costmodel/sp_cost.h"
+#include <string.h>
 #include "sp_trace.h"
 
 /* How a step occupies a chip's two streams (sp_cost.h, "Schedule"). */
@@ -15,41 +16,119 @@ enum {
     SPI_RUN_RECV = 3       /* pipeline receive: 0 s on the chip (the sender's transfer carries it) */
 };
 
+/* A step's duration at up to two contexts (decode's first and last step
+ * differ in attention only): [0] and [1]. */
 typedef struct spi_step_run {
-    int64_t dur_ps;        /* duration */
-    int64_t pen_ps;        /* OVERLAP under a fraction rule: compute-stream time it costs */
+    int64_t dur_ps[2];     /* duration */
+    int64_t pen_ps[2];     /* OVERLAP under a fraction rule: compute-stream time it costs */
     double pen_frac;       /* ... as a fraction of dur (1 - f) */
     int mode;
+    unsigned char rd[4];   /* buffers it reads: src, src2, src3, wbuf (SP_BUF_NONE: none) */
+    unsigned char dst;     /* buffer it writes */
 } spi_step_run;
 
-/* One program's steps priced at one context, with the breakdown sums
- * (layers counted n_layers times).  coef (optional, per step): the
- * coefficient of each free parameter in the step's duration. */
+/* One program's steps priced at one or two contexts, with the breakdown
+ * sums of each (layers counted n_layers times).  coef (optional, per step,
+ * context [0]): the coefficient of each free parameter in the step's
+ * duration. */
 typedef struct spi_prog_run {
     spi_step_run run[SP_PART_COUNT][SP_PROG_MAX_STEPS];
-    sp_phase_cost sums;    /* every field but time_s */
+    int overlaps;            /* some step runs in SPI_RUN_OVERLAP mode */
+    /* The closed form's shortcut: per part, the steps that interact with an
+     * overlapping one (read or write a buffer it reads or writes, or use the
+     * communication stream), each after the summed time of the compute
+     * steps before it that do not (those only advance the compute stream:
+     * their inputs are compute-stream outputs, ready by then) */
+    int n_ops[SP_PART_COUNT];
+    struct { int idx; int64_t add[2]; } op[SP_PART_COUNT][SP_PROG_MAX_STEPS + 1];
+    sp_phase_cost sums[2];   /* every field but time_s */
 } spi_prog_run;
 typedef double spi_step_coefs[SP_PART_COUNT][SP_PROG_MAX_STEPS][SP_CP_COUNT];
 
-void spi_cost_price_program(const sp_program *p, const sp_hw *hw, int64_t context, spi_prog_run *out,
+/* Prices p's steps at context ctx[0] and, when ctx[1] > 0, at ctx[1] too
+ * (0: as lowered). */
+void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef);
 
 /* A chip's timeline state: slot 0 the compute stream's free time, 1 the
- * communication stream's, 2 + b the time buffer b is written. */
-enum { SPI_SLOT_COMP = 0, SPI_SLOT_COMM = 1, SPI_SLOT_BUF = 2, SPI_SLOTS = 2 + SP_BUF_COUNT };
+ * communication stream's, 2 + b the time buffer b is written, 2 + B + b
+ * the time its last reader so far ends (a buffer is rewritten only after
+ * it has been read: one copy of each buffer, as sp_lower sizes them). */
+_Static_assert(SP_BUF_COUNT <= 64, "spi_step_run keeps buffers in a byte, sets of them in 64 bits");
+enum { SPI_SLOT_COMP = 0, SPI_SLOT_COMM = 1, SPI_SLOT_BUF = 2, SPI_SLOT_READ = 2 + SP_BUF_COUNT,
+       SPI_SLOTS = 2 + 2 * SP_BUF_COUNT };
 typedef struct spi_sched {
     int64_t t[SPI_SLOTS];
     double (*vec)[SP_CP_COUNT];   /* optional [SPI_SLOTS]: the coefficients of each slot's time */
 } spi_sched;
 
 /* Earliest start of step s on this chip (its streams and input buffers),
- * and the slot that sets it (*from). */
-int64_t spi_sched_ready(const spi_sched *st, const sp_step *s, int mode, int *from);
-/* Runs s from `start` (>= spi_sched_ready's; a collective waits for its
- * slowest member); coef: the step's coefficients when st->vec is set, and
- * from_vec the coefficients of the start time.  Returns the end. */
-int64_t spi_sched_commit(spi_sched *st, const sp_step *s, const spi_step_run *r, int64_t start,
-                         const double *from_vec, const double *coef);
+ * and the slot that sets it (*from).  spi_sched_commit runs s from `start`
+ * (>= that; a collective waits for its slowest member) with its duration
+ * at context k (spi_step_run); coef (NULL: none): the step's
+ * coefficients, with st->vec set, from_vec those of the start time.
+ * Returns the end.  Inline: the planner runs them for every step it
+ * prices. */
+static inline int64_t spi_sched_dep(const spi_sched *st, int slot, int64_t t, int *from)
+{
+    if (st->t[slot] > t) {
+        *from = slot;
+        return st->t[slot];
+    }
+    return t;
+}
+
+static inline int64_t spi_sched_ready(const spi_sched *st, const spi_step_run *r, int *from)
+{
+    int mode = r->mode;
+    int f = mode == SPI_RUN_OVERLAP ? SPI_SLOT_COMM : SPI_SLOT_COMP;
+    int64_t t = st->t[f];
+    if (mode == SPI_RUN_BLOCKING || mode == SPI_RUN_RECV) {
+        if (st->t[SPI_SLOT_COMM] > t) {
+            t = st->t[SPI_SLOT_COMM];
+            f = SPI_SLOT_COMM;
+        }
+    }
+    /* inputs written (buffer 0, SP_BUF_NONE, is never written: its slots stay 0) */
+    for (int i = 0; i < 4; i++) t = spi_sched_dep(st, SPI_SLOT_BUF + r->rd[i], t, &f);
+    if (r->dst != SP_BUF_NONE) {
+        t = spi_sched_dep(st, SPI_SLOT_BUF + r->dst, t, &f);    /* accumulates into it, or rewrites it in order */
+        t = spi_sched_dep(st, SPI_SLOT_READ + r->dst, t, &f);   /* its readers are done with it */
+    }
+    *from = f;
+    return t;
+}
+
+static inline int64_t spi_sched_commit(spi_sched *st, const spi_step_run *r, int k, int64_t start,
+                                       const double *from_vec, const double *coef)
+{
+    int64_t end = start + r->dur_ps[k];
+    double v[SP_CP_COUNT];
+    if (coef)   /* with st->vec */
+        for (int j = 0; j < SP_CP_COUNT; j++) v[j] = from_vec[j] + coef[j];
+    /* the slots this step sets: its stream(s) and its output */
+    int slots[3], n = 0;
+    if (r->mode != SPI_RUN_OVERLAP) slots[n++] = SPI_SLOT_COMP;
+    if (r->mode != SPI_RUN_COMPUTE) slots[n++] = SPI_SLOT_COMM;
+    if (r->dst != SP_BUF_NONE) slots[n++] = SPI_SLOT_BUF + r->dst;
+    for (int i = 0; i < n; i++) {
+        st->t[slots[i]] = end;
+        if (coef) memcpy(st->vec[slots[i]], v, sizeof v);
+    }
+    for (int i = 0; i < 4; i++) {
+        int slot = SPI_SLOT_READ + r->rd[i];
+        if (r->rd[i] != SP_BUF_NONE && r->rd[i] != r->dst && st->t[slot] < end) {
+            st->t[slot] = end;
+            if (coef) memcpy(st->vec[slot], v, sizeof v);
+        }
+    }
+    if (r->pen_ps[k]) {   /* overlap fraction: the compute stream pays its share */
+        st->t[SPI_SLOT_COMP] += r->pen_ps[k];
+        if (coef)
+            for (int j = 0; j < SP_CP_COUNT; j++) st->vec[SPI_SLOT_COMP][j] += coef[j] * r->pen_frac;
+    }
+    return end;
+}
 
 static inline int64_t spi_ps(double s) { return (int64_t)(s * 1e12 + 0.5); }
 #endif
