@@ -500,6 +500,7 @@ typedef struct phase_key {
 typedef struct phase_val {
     sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
     int64_t buf_bytes[SP_BUF_COUNT];
+    int64_t scratch_bytes[SP_SCR_COUNT];
     sp_mem_sizes mem;           /* sp_lower_mem_stage: the stage's weights and KV, this phase's workspace */
 } phase_val;
 enum { MEMO_SLOTS = 256 };
@@ -546,6 +547,7 @@ static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh
     if (phase == SP_PHASE_PREFILL) sp_cost_program(&prog, hw, 0, &v->c0);
     else price_program(&prog, hw, ctx, &v->c0, &v->c1);
     memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
+    memcpy(v->scratch_bytes, prog.scratch_bytes, sizeof v->scratch_bytes);
     sp_lower_mem_stage(&prog, &v->mem);
     return SP_OK;
 }
@@ -633,12 +635,13 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         {
             const phase_val *v;
             /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
-            int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT];
+            int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT], pf_scr[SP_SCR_COUNT], dc_scr[SP_SCR_COUNT];
             if (w->prompt > 0) {
                 SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &v));
                 k->pf = v->c0;
                 k->mem = v->mem;
                 memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
+                memcpy(pf_scr, v->scratch_bytes, sizeof pf_scr);
             }
             if (w->gen > 0) {
                 SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &v));
@@ -648,8 +651,10 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 k->mem = v->mem;   /* weights and KV: the stage's, either phase's agrees */
                 if (pf_ws > k->mem.workspace) k->mem.workspace = pf_ws;   /* the larger tile */
                 memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
+                memcpy(dc_scr, v->scratch_bytes, sizeof dc_scr);
             }
             sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem);
+            sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem);
         }
     accumulate:
         if (w->prompt > 0) {

@@ -27,6 +27,9 @@ static double now_s(void)
 static sp_status send_host(chip *ch, int peer, const void *buf, size_t bytes)
 {
     if (ch->ops->host_memory) return sp_comm_send(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    if ((int64_t)bytes > ch->scr_bytes[SP_SCR_TOKENS])
+        return spi_fail(SP_EINTERNAL, "token hand-off of %zu bytes, the tokens slot holds %lld", bytes,
+                        (long long)ch->scr_bytes[SP_SCR_TOKENS]);
     SP_CHECK(ch->ops->upload(&ch->dev, ch->dtok, buf, bytes));
     SP_CHECK(ch->ops->sync(&ch->dev));
     return sp_comm_send(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32);
@@ -35,6 +38,9 @@ static sp_status send_host(chip *ch, int peer, const void *buf, size_t bytes)
 static sp_status recv_host(chip *ch, int peer, void *buf, size_t bytes)
 {
     if (ch->ops->host_memory) return sp_comm_recv(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    if ((int64_t)bytes > ch->scr_bytes[SP_SCR_TOKENS])
+        return spi_fail(SP_EINTERNAL, "token hand-off of %zu bytes, the tokens slot holds %lld", bytes,
+                        (long long)ch->scr_bytes[SP_SCR_TOKENS]);
     SP_CHECK(sp_comm_recv(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32));
     return ch->ops->download(&ch->dev, buf, ch->dtok, bytes);
 }
@@ -65,6 +71,7 @@ typedef struct xstats {
     uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
     uint64_t token_bytes;
     int64_t comm_steps, mismatches;
+    int64_t alloc_bytes, pred_bytes;
     double prefill_s, decode_step_s, tokens_per_s;
     char first_mismatch[256];
 } xstats;
@@ -79,6 +86,8 @@ static void chip_xstats(const chip *ch, xstats *x)
     x->token_bytes = ch->token_bytes;
     x->comm_steps = ch->comm_steps;
     x->mismatches = ch->mismatches;
+    x->alloc_bytes = ch->arena_bytes;
+    x->pred_bytes = ch->pred_bytes;
     x->prefill_s = ch->prefill_s;
     x->decode_step_s = ch->decode_step_s;
     x->tokens_per_s = ch->tokens_per_s;
@@ -99,6 +108,8 @@ static void add_xstats(sp_exec_stats *st, const xstats *x, int rank)
     if (x->mismatches && !st->mismatches)
         snprintf(st->first_mismatch, sizeof st->first_mismatch, "%s", x->first_mismatch);
     st->mismatches += x->mismatches;
+    if (x->alloc_bytes > st->allocated_bytes_per_chip) st->allocated_bytes_per_chip = x->alloc_bytes;
+    if (x->pred_bytes > st->predicted_bytes_per_chip) st->predicted_bytes_per_chip = x->pred_bytes;
     if (rank == 0) {
         st->prefill_s = x->prefill_s;
         st->decode_step_s = x->decode_step_s;
@@ -210,7 +221,7 @@ static sp_status chip_run(chip *ch)
                     row = ch->hrow;
                 }
                 if (ex->greedy) st = ch->ops->argmax(&ch->dev, lg + b * Vp, V, &tok);
-                else st = sp_kern_sample(row, V, &ex->samp, &rng[r0 + b], ch->sm_scr, ch->sm_bytes, &tok);
+                else st = sp_kern_sample(row, V, &ex->samp, &rng[r0 + b], ch->scr[SP_SCR_SAMPLE], (size_t)ch->scr_bytes[SP_SCR_SAMPLE], &tok);
                 cur[r0 + b] = tok;
                 if (writer) {
                     ex->tokens[(base + r0 + b) * G + s] = tok;

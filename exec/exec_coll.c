@@ -43,8 +43,14 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
     const unsigned mask = co->mask;
     int eb = sp_dtype_bytes(co->dtype);
     int64_t rows = co->rows, cols = co->cols, blk = rows * cols;
-    char *t1 = ch->tmp1, *t2 = ch->tmp2;
-    if ((size_t)(K * co->elems * eb) > ch->tmp_bytes) return spi_fail(SP_EINVAL, "collective scratch too small");
+    char *t1 = ch->scr[SP_SCR_PACK], *t2 = ch->scr[SP_SCR_PACK2];
+    /* all-gather / reduce-scatter pack K blocks into t1; all-to-all its input into t1, its output into t2 */
+    int64_t n1 = co->kind == SP_COLL_ALLTOALL ? blk * eb : co->kind == SP_COLL_ALLREDUCE ? 0 : K * blk * eb;
+    int64_t n2 = co->kind == SP_COLL_ALLTOALL ? blk * eb : 0;
+    if (n1 > ch->scr_bytes[SP_SCR_PACK] || n2 > ch->scr_bytes[SP_SCR_PACK2])
+        return spi_fail(SP_EINTERNAL, "%s of %lld bytes: the packing slots hold %lld and %lld", sp_coll_kind_name(co->kind),
+                        (long long)(K * blk * eb), (long long)ch->scr_bytes[SP_SCR_PACK],
+                        (long long)ch->scr_bytes[SP_SCR_PACK2]);
     sp_status st = SP_OK;
     switch (co->kind) {
     case SP_COLL_ALLGATHER: {

@@ -32,23 +32,6 @@ void spi_copy_block_host(char *dst, int64_t dld, const char *src, int64_t sld, i
                               (size_t)rows);
 }
 
-/* a block built in host memory, moved to the chip's device (the CPU's: stays);
- * on failure *p is NULL and nothing is held */
-sp_status spi_to_device(chip *ch, void **p, size_t bytes)
-{
-    if (ch->ops->host_memory || !*p) return SP_OK;
-    void *d = NULL;
-    sp_status st = ch->ops->alloc(&ch->dev, bytes, &d);
-    if (!st) st = ch->ops->upload(&ch->dev, d, *p, bytes);
-    free(*p);   /* an upload has read the host block when it returns */
-    if (st) {
-        ch->ops->release(&ch->dev, d);
-        d = NULL;
-    }
-    *p = d;
-    return st;
-}
-
 /* ---- per-chip setup and main loop ------------------------------------------------ */
 sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step)
 {
@@ -61,18 +44,37 @@ sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step)
     return sh;
 }
 
-static int64_t max_coll_bytes(const sp_steps *ss)
+int64_t spi_exec_arena_delta;
+
+/* One arena: blocks carved in order, each on SP_MEM_ALIGN. */
+typedef struct arena {
+    char *base;
+    int64_t size, used;
+} arena;
+
+/* the next block of `bytes` (NULL for 0); SP_EINTERNAL, naming the block, when the arena is too small */
+static sp_status take(chip *ch, arena *a, int64_t bytes, const char *what, void **out)
 {
-    int64_t mx = 0;
-    for (int i = 0; i < ss->n; i++) {
-        const sp_step *s = &ss->s[i];
-        if (s->kind != SP_STEP_COLL) continue;
-        int64_t b = (int64_t)s->coll.group * s->coll.elems * sp_dtype_bytes(s->coll.dtype);
-        if (b > mx) mx = b;
-    }
-    return mx;
+    *out = NULL;
+    if (bytes <= 0) return SP_OK;
+    int64_t b = sp_mem_align(bytes);
+    if (a->used + b > a->size)
+        return spi_fail(SP_EINTERNAL, "chip %d: %s (%lld bytes) does not fit its arena of %lld bytes (%lld used): "
+                                      "the lowering's memory sizes do not cover what the executor holds",
+                        ch->rank, what, (long long)bytes, (long long)a->size, (long long)a->used);
+    *out = a->base + a->used;
+    a->used += b;
+    return SP_OK;
 }
 
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Every block a chip holds, carved from its arena (sp_lower_mem_sizes'
+ * total; on a device with its own memory the sp_scr_host slots come from a
+ * host arena of their size), in this order: buffers, KV cache, layer weights
+ * (shard, scales, bias), model weights, workspace, scratch.  Weight shards
+ * are built on the host (in place on the CPU) and uploaded into their
+ * blocks. */
 sp_status spi_chip_setup(chip *ch)
 {
     sp_exec *ex = ch->ex;
@@ -83,6 +85,8 @@ sp_status spi_chip_setup(chip *ch)
     SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
     SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
     const sp_program *pf = ch->pf, *dc = ch->dc;
+    if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
+        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
     ch->dev.ops = ex->ops;
     SP_CHECK(ex->ops->open(&ch->dev));
     ch->ops = ex->ops;
@@ -91,111 +95,87 @@ sp_status spi_chip_setup(chip *ch)
     int64_t first, cnt;
     sp_lower_stage_layers(ch->m->n_layers, ch->l->stages, ch->stage, &first, &cnt);
     ch->first_layer = first;
-    /* buffers: the max over both programs, allocated once */
-    int64_t maxb = 0;
-    for (int b = 1; b < SP_BUF_COUNT; b++) {
-        int64_t v = pf->buf_bytes[b] > dc->buf_bytes[b] ? pf->buf_bytes[b] : dc->buf_bytes[b];
-        if (v > maxb) maxb = v;
-        if (v > 0 && o->alloc(d, (size_t)v, &ch->buf[b])) return spi_fail(SP_ENOMEM, "buffer %s: %s", sp_buf_name(b), sp_last_error());
-        if (b >= SP_BUF_WQ && b <= SP_BUF_WOUT) ch->alloc_gathered += v;
-        else ch->alloc_act += v;
-    }
-    int64_t tb = 0, v;
-    const sp_steps *all[6] = {&pf->pre, &pf->layer, &pf->post, &dc->pre, &dc->layer, &dc->post};
-    for (int i = 0; i < 6; i++)
-        if ((v = max_coll_bytes(all[i])) > tb) tb = v;
-    ch->tmp_bytes = (size_t)tb;
-    if (o->alloc(d, (size_t)tb + 64, &ch->tmp1) || o->alloc(d, (size_t)tb + 64, &ch->tmp2) ||
-        o->alloc(d, (size_t)maxb + 64, (void **)&ch->qs) || o->alloc(d, (size_t)maxb + 64, (void **)&ch->ks) ||
-        o->alloc(d, (size_t)maxb + 64, (void **)&ch->vs))
-        return spi_fail(SP_ENOMEM, "scratch: %s", sp_last_error());
-    int64_t maxrows = ex->B * ex->P + 16;
-    ch->pos = malloc((size_t)maxrows * sizeof *ch->pos);
-    d->mm_bytes = 256 * 512 * 4;
-    d->mm_scr = malloc(d->mm_bytes);
-    ch->ctx_max = ex->P + ex->G;
-    d->at_bytes = sp_kern_attention_scratch_bytes(ch->ctx_max);
-    d->at_scr = malloc(d->at_bytes + 64);
-    ch->sm_bytes = sp_kern_sample_scratch_bytes(pf->vocab_padded);
-    ch->sm_scr = malloc(ch->sm_bytes + 64);
-    if (!ch->pos || !d->mm_scr || !d->at_scr || !ch->sm_scr) return spi_fail(SP_ENOMEM, "scratch");
-    if (!o->host_memory) {
-        /* host side of the device's logits rows and token hand-off */
-        ch->hrow = malloc((size_t)pf->vocab_padded * sizeof *ch->hrow);
-        if (!ch->hrow || o->alloc(d, (size_t)ex->B * sizeof *ch->dtok, (void **)&ch->dtok))
-            return spi_fail(SP_ENOMEM, "logits row / token buffers");
-    }
-    /* KV cache */
-    int64_t D = ch->m->d_head;
-    ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * D;
-    ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
-    if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
-        return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
-    size_t kvb = (size_t)(ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv));
-    if (o->alloc(d, kvb + 64, &ch->kc) || o->alloc(d, kvb + 64, &ch->vc))
-        return spi_fail(SP_ENOMEM, "KV cache: %s", sp_last_error());
-    ch->alloc_kv = 2 * (int64_t)kvb;
-    /* weights */
-    ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
-    ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
-    if (!ch->lw || !ch->lscale) return spi_fail(SP_ENOMEM, "weights");
-    for (int w = SP_W_Q; w <= SP_W_NORM2; w++) {
-        if (!pf->wspec[w].present) continue;
-        for (int64_t li = 0; li < cnt; li++)
-            SP_CHECK(spi_build_shard(ch, &pf->wspec[w], first + li, &ch->lw[li * SP_W_COUNT + w],
-                                 &ch->lscale[li * SP_W_COUNT + w]));
-    }
-    if (ch->m->bias) {
-        if (!(ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb))) return spi_fail(SP_ENOMEM, "biases");
-        for (int w = SP_W_Q; w <= SP_W_OUT; w++)
-            for (int64_t li = 0; pf->wspec[w].present && li < cnt; li++) {
-                int64_t len;
-                const float *g = spi_global_bias(ch, first + li, w, &len);
-                if (!g) continue;
-                float *b = malloc((size_t)len * sizeof *b);
-                if (!b) return spi_fail(SP_ENOMEM, "biases");
-                memcpy(b, g, (size_t)len * sizeof *b);
-                ch->lb[li * SP_W_COUNT + w] = b;
-                ch->alloc_weights += len * (int64_t)sizeof *b;
-                SP_CHECK(spi_to_device(ch, (void **)&ch->lb[li * SP_W_COUNT + w], (size_t)len * sizeof *b));
-            }
-    }
-    int64_t maxc = 1;
-    for (int w = SP_W_Q; w <= SP_W_OUT; w++)
-        if (pf->wspec[w].present && pf->wspec[w].cols > maxc) maxc = pf->wspec[w].cols;
-    if (o->alloc(d, (size_t)maxc * sizeof *ch->scl, (void **)&ch->scl)) return spi_fail(SP_ENOMEM, "scales: %s", sp_last_error());
-    float *dummy = NULL;
-    for (int w = SP_W_NORMF; w <= SP_W_POS; w++)
-        if (pf->wspec[w].present) SP_CHECK(spi_build_shard(ch, &pf->wspec[w], 0, &ch->wt[w], &dummy));
-    int vocab_w = pf->wspec[SP_W_LMHEAD].present ? SP_W_LMHEAD : SP_W_EMBED;
-    if (pf->wspec[vocab_w].present) {
-        sp_kern_wview tv = {pf->wspec[vocab_w].dtype, NULL, ch->m->d_model, NULL};
-        d->lg_bytes = sp_kern_logits_scratch_bytes(&tv, ch->m->d_model);
-        if (d->lg_bytes && !(d->lg_scr = malloc(d->lg_bytes))) return spi_fail(SP_ENOMEM, "logits scratch");
-    }
-    /* what this chip holds must be what the cost model's pure size function says */
+
+    /* the arenas: what the lowering predicts, and nothing else */
     sp_mem_sizes ms;
     SP_CHECK(sp_lower_mem_sizes(pf, dc, &ms));
-    /* a device with its own memory gets the predicted dequantisation workspace and
-     * nothing more: its matmul / logits kernels size their tiles to it, 64 columns
-     * of a stored shard, fewer of a weight gathered over its rows (the CPU kernels
-     * keep their host scratch above) */
-    if (!o->host_memory && ms.workspace > 0) {
-        d->ws_bytes = (size_t)ms.workspace;
-        if (o->alloc(d, d->ws_bytes, &d->ws)) return spi_fail(SP_ENOMEM, "workspace: %s", sp_last_error());
-        ch->alloc_ws = ms.workspace;
+    ch->pred_bytes = ms.total;
+    int64_t host_part = 0;
+    if (!o->host_memory)
+        for (int i = 0; i < SP_SCR_COUNT; i++)
+            if (sp_scr_host((sp_scr)i)) host_part += sp_mem_align(max64(pf->scratch_bytes[i], dc->scratch_bytes[i]));
+    arena dev = {NULL, ms.total - host_part + spi_exec_arena_delta, 0}, host = {NULL, host_part, 0};
+    if (dev.size < 0) dev.size = 0;
+    if (o->alloc(d, (size_t)dev.size, &ch->arena))
+        return spi_fail(SP_ENOMEM, "chip %d: arena of %lld bytes: %s", ch->rank, (long long)dev.size, sp_last_error());
+    dev.base = ch->arena;
+    if (host.size > 0 && !(ch->harena = calloc(1, (size_t)host.size)))
+        return spi_fail(SP_ENOMEM, "chip %d: host arena of %lld bytes", ch->rank, (long long)host.size);
+    host.base = ch->harena;
+    ch->arena_bytes = dev.size + host.size;
+
+    /* buffers: the larger of the two programs' */
+    for (int b = 1; b < SP_BUF_COUNT; b++)
+        SP_CHECK(take(ch, &dev, max64(pf->buf_bytes[b], dc->buf_bytes[b]), sp_buf_name(b), &ch->buf[b]));
+    /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D), K then V */
+    ch->ctx_max = ex->P + ex->G;
+    ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * ch->m->d_head;
+    ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
+    int64_t kvb = ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv);
+    SP_CHECK(take(ch, &dev, kvb, "K cache", &ch->kc));
+    SP_CHECK(take(ch, &dev, kvb, "V cache", &ch->vc));
+    /* layer weights: shard, whole-column scales (INT8/FP8), whole bias */
+    ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
+    ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
+    ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb);
+    if (!ch->lw || !ch->lscale || !ch->lb) return spi_fail(SP_ENOMEM, "weight tables");
+    for (int64_t li = 0; li < cnt; li++)
+        for (int w = SP_W_Q; w <= SP_W_NORM2; w++) {
+            const sp_weight_spec *s = &pf->wspec[w];
+            if (!s->present) continue;
+            int64_t i = li * SP_W_COUNT + w;
+            int q8 = s->dtype == SP_DT_INT8 || s->dtype == SP_DT_FP8;
+            SP_CHECK(take(ch, &dev, s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype), sp_weight_name(w),
+                          &ch->lw[i]));
+            SP_CHECK(take(ch, &dev, q8 ? s->cols * 4 : 0, "weight scales", (void **)&ch->lscale[i]));
+            SP_CHECK(take(ch, &dev, s->bias ? s->cols_real * 4 : 0, "bias", (void **)&ch->lb[i]));
+            SP_CHECK(spi_build_shard(ch, s, first + li, ch->lw[i], ch->lscale[i]));
+            if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
+        }
+    /* model weights: final norm, vocabulary tables, learned positions */
+    for (int w = SP_W_NORMF; w <= SP_W_POS; w++) {
+        const sp_weight_spec *s = &pf->wspec[w];
+        if (!s->present) continue;
+        if (s->dtype == SP_DT_INT8 || s->dtype == SP_DT_FP8 || s->bias)
+            return spi_fail(SP_EINTERNAL, "%s stored as %s%s", sp_weight_name(w), sp_dtype_name(s->dtype),
+                            s->bias ? " with a bias" : "");
+        SP_CHECK(take(ch, &dev, s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype), sp_weight_name(w), &ch->wt[w]));
+        SP_CHECK(spi_build_shard(ch, s, 0, ch->wt[w], NULL));
     }
-    int64_t ws_pred = o->host_memory ? 0 : ms.workspace;
-    if (ms.weights != ch->alloc_weights || ms.gathered_weights != ch->alloc_gathered || ms.kv != ch->alloc_kv ||
-        ms.activations != ch->alloc_act || ws_pred != ch->alloc_ws) {
+    /* the dequantisation tile of matmuls and logits over 16/8-bit weights */
+    SP_CHECK(take(ch, &dev, ms.workspace, "workspace", &d->ws));
+    d->ws_bytes = (size_t)ms.workspace;
+    /* scratch */
+    for (int i = 0; i < SP_SCR_COUNT; i++) {
+        int64_t v = max64(pf->scratch_bytes[i], dc->scratch_bytes[i]);
+        SP_CHECK(take(ch, !o->host_memory && sp_scr_host((sp_scr)i) ? &host : &dev, v, sp_scr_name((sp_scr)i),
+                      &ch->scr[i]));
+        ch->scr_bytes[i] = v;
+    }
+    ch->qs = ch->scr[SP_SCR_Q];
+    ch->ks = ch->scr[SP_SCR_K];
+    ch->vs = ch->scr[SP_SCR_V];
+    ch->pos = ch->scr[SP_SCR_POS];
+    ch->hrow = ch->scr[SP_SCR_LOGITS_ROW];
+    ch->dtok = ch->scr[SP_SCR_TOKENS];
+    d->at_scr = ch->scr[SP_SCR_SCORES];
+    d->at_bytes = (size_t)ch->scr_bytes[SP_SCR_SCORES];
+    /* every byte of the arenas is some block's: the prediction is not larger than the need either */
+    if (dev.used != dev.size || host.used != host.size) {
         if (!ch->mismatches)
             snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
-                     "chip %d memory: weights %lld/%lld, gathered %lld/%lld, kv %lld/%lld, activations %lld/%lld, "
-                     "workspace %lld/%lld (allocated/predicted)",
-                     ch->rank, (long long)ch->alloc_weights, (long long)ms.weights, (long long)ch->alloc_gathered,
-                     (long long)ms.gathered_weights, (long long)ch->alloc_kv, (long long)ms.kv,
-                     (long long)ch->alloc_act, (long long)ms.activations, (long long)ch->alloc_ws,
-                     (long long)ws_pred);
+                     "chip %d memory: %lld bytes carved of an arena of %lld (predicted %lld)", ch->rank,
+                     (long long)(dev.used + host.used), (long long)(dev.size + host.size), (long long)ms.total);
         ch->mismatches++;
     }
     return SP_OK;
@@ -203,42 +183,17 @@ sp_status spi_chip_setup(chip *ch)
 
 void spi_chip_teardown(chip *ch)
 {
-    int64_t cnt = ch->pf ? ch->pf->n_layers : 0;
     if (ch->ops) {
-        /* what lives on the device (nothing was placed there before it opened) */
-        const spi_xops *o = ch->ops;
-        spi_xdev *d = &ch->dev;
-        for (int b = 0; b < SP_BUF_COUNT; b++) o->release(d, ch->buf[b]);
-        if (ch->lw)
-            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lw[i]);
-        if (ch->lb)
-            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lb[i]);
-        for (int w = 0; w < SP_W_COUNT; w++) o->release(d, ch->wt[w]);
-        o->release(d, ch->kc);
-        o->release(d, ch->vc);
-        o->release(d, ch->tmp1);
-        o->release(d, ch->tmp2);
-        o->release(d, ch->qs);
-        o->release(d, ch->ks);
-        o->release(d, ch->vs);
-        o->release(d, ch->dtok);
-        o->release(d, ch->scl);
-        o->release(d, ch->dev.ws);
-        if (ch->lscale)
-            for (int64_t i = 0; i < cnt * SP_W_COUNT; i++) o->release(d, ch->lscale[i]);
-        o->close(d);
+        ch->ops->release(&ch->dev, ch->arena);   /* every device block is the arena's */
+        ch->ops->close(&ch->dev);
     } else if (ch->dev.ops) {
         ch->dev.ops->close(&ch->dev);   /* open failed part way */
     }
+    ch->arena = NULL;
+    free(ch->harena);
     free(ch->lb);
     free(ch->lw);
     free(ch->lscale);
-    free(ch->dev.lg_scr);
-    free(ch->pos);
-    free(ch->dev.mm_scr);
-    free(ch->dev.at_scr);
-    free(ch->sm_scr);
-    free(ch->hrow);
     free(ch->pf);
     free(ch->dc);
 }

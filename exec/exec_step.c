@@ -11,9 +11,20 @@
 #include "exec/spi_exec.h"
 
 /* ---- attention helpers --------------------------------------------------------- */
+/* a scratch slot holds `elems` fp32 values, as the lowering sized it */
+static sp_status slot_holds(const chip *ch, sp_scr slot, int64_t elems)
+{
+    if (elems * 4 <= ch->scr_bytes[slot]) return SP_OK;
+    return spi_fail(SP_EINTERNAL, "%lld values into the %s slot of %lld bytes", (long long)elems, sp_scr_name(slot),
+                    (long long)ch->scr_bytes[slot]);
+}
+
 static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh, int64_t pos0)
 {
     if (ch->m->positions != SP_POS_ROPE) return SP_OK;
+    if (B * Lq * (int64_t)sizeof *ch->pos > ch->scr_bytes[SP_SCR_POS])
+        return spi_fail(SP_EINTERNAL, "positions of %lld rows, the slot holds %lld bytes", (long long)(B * Lq),
+                        (long long)ch->scr_bytes[SP_SCR_POS]);
     for (int64_t r = 0; r < B * Lq; r++) ch->pos[r] = pos0 + r % Lq;
     return ch->ops->rope(&ch->dev, x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
 }
@@ -44,6 +55,8 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
     int64_t h0, off;   /* off: the cached heads' first head in k, v */
     sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &off);
     const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
+    SP_CHECK(slot_holds(ch, SP_SCR_K, Bq * Lq * kvc * D));
+    SP_CHECK(slot_holds(ch, SP_SCR_V, Bq * Lq * kvc * D));
     /* the cached heads [off, off + kvc) of every row of k, v (Bq·Lq, kvs, D) */
     SP_CHECK(spi_copy_block(ch, ch->ks, kvc * D, k + off * D, kvs * D, Bq * Lq, kvc * D, 4));
     SP_CHECK(spi_copy_block(ch, ch->vs, kvc * D, v + off * D, kvs * D, Bq * Lq, kvc * D, 4));
@@ -61,6 +74,7 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
     if (Hr < 0) Hr = 0;
     float *out = ch->buf[s->dst];
+    SP_CHECK(slot_holds(ch, SP_SCR_Q, Bq * Lq * Hl * D));
     SP_CHECK(spi_copy_flat(ch, ch->qs, ch->buf[s->src], Bq * Lq * Hl * D, 4));
     SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
     sp_kern_kv kv;
@@ -73,6 +87,7 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     } else {
         if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
         int64_t kvs = s->kv_heads_src;
+        SP_CHECK(slot_holds(ch, SP_SCR_K, Bq * Lq * kvs * D));
         SP_CHECK(spi_copy_flat(ch, ch->ks, ch->buf[s->src2], Bq * Lq * kvs * D, 4));
         SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvs, 0));
         kv.dt = SP_DT_F32;
@@ -92,6 +107,8 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     if (Hr == 0) return SP_OK;
     float *qd = ch->vs, *od = ch->ks == kv.k ? NULL : ch->ks;
     if (!od) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
+    SP_CHECK(slot_holds(ch, SP_SCR_K, Bq * Lq * Hr * D));
+    SP_CHECK(slot_holds(ch, SP_SCR_V, Bq * Lq * Hr * D));
     SP_CHECK(spi_copy_block(ch, qd, Hr * D, ch->qs, Hl * D, Bq * Lq, Hr * D, 4));
     SP_CHECK(ch->ops->attention(&ch->dev, od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0));
     return spi_copy_block(ch, out, Hl * D, od, Hr * D, Bq * Lq, Hr * D, 4);

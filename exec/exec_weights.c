@@ -44,11 +44,11 @@ const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t
     }
 }
 
-/* this chip's copy of the current layer's bias of a matrix */
+/* this chip's copy of the current layer's bias of a matrix (NULL: none) */
 const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len)
 {
     spi_global_bias(ch, ch->first_layer + ch->li, w, len);
-    return ch->lb ? ch->lb[ch->li * SP_W_COUNT + w] : NULL;
+    return ch->lb[ch->li * SP_W_COUNT + w];
 }
 
 /* this chip's copy of a norm: (1 or 2, E) fp32, gain row then LayerNorm bias row */
@@ -59,10 +59,27 @@ void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b)
     *b = ch->m->norm == SP_NORM_LAYERNORM ? n + ch->m->d_model : NULL;
 }
 
-/* builds this chip's shard of one weight per its spec; padded rows/cols are
- * zeros.  INT8/FP8: *scale_out gets the scales of every global column
- * (spec cols, padded ones 0): the lowering keeps them whole on every chip */
-sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out)
+/* Where a block of the chip's device memory is built: in place on a device
+ * in host memory (the arena is zeroed), else in a zeroed host copy that
+ * from_host uploads into it and frees. */
+static void *host_side(chip *ch, void *dst, size_t bytes)
+{
+    return ch->ops->host_memory ? dst : calloc(1, bytes ? bytes : 1);
+}
+
+static sp_status from_host(chip *ch, void *dst, void *h, size_t bytes, sp_status st)
+{
+    if (ch->ops->host_memory) return st;
+    if (!st) st = ch->ops->upload(&ch->dev, dst, h, bytes);
+    free(h);   /* an upload has read the host block when it returns */
+    return st;
+}
+
+/* Builds this chip's shard of one weight per its spec into dst (its block of
+ * the arena: local_rows × local_cols of the storage dtype); padded rows/cols
+ * are zeros.  INT8/FP8: scale_dst (cols fp32) gets the scales of every
+ * global column (padded ones 0): the lowering keeps them whole on every chip. */
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void *dst, float *scale_dst)
 {
     int rb = spi_aidx(ch, s->row_axes), cb = spi_aidx(ch, s->col_axes);
     int64_t r0 = rb * s->local_rows, c0 = cb * s->local_cols;
@@ -74,44 +91,30 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
     sp_dtype dt = s->dtype;   /* norms are fp32 in the spec; vocab tables f32, bf16 or f16 */
     int eb = sp_dtype_bytes(dt);
     size_t bytes = (size_t)(s->local_rows * s->local_cols * eb);
-    char *shard = calloc((size_t)(s->local_rows * s->local_cols), (size_t)eb);
+    char *shard = host_side(ch, dst, bytes);
     if (!shard) return spi_fail(SP_ENOMEM, "weight shard %s", sp_weight_name(w));
-    ch->alloc_weights += s->local_rows * s->local_cols * eb;
     float *lsc = NULL;
+    sp_status st = SP_OK;
     if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
-        float *full = calloc((size_t)s->cols, sizeof *full);
+        size_t sb = (size_t)s->cols * sizeof(float);
+        float *full = host_side(ch, scale_dst, sb);
         lsc = malloc((size_t)s->local_cols * sizeof *lsc);
         if (!full || !lsc) {
-            free(full);
-            free(lsc);
-            free(shard);
-            return spi_fail(SP_ENOMEM, "weight scales");
-        }
-        ch->alloc_weights += s->cols * (int64_t)sizeof *full;
-        /* zero rows: only the scales of the whole real column range */
-        int8_t none;
-        sp_status st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
-        if (!st) {
-            /* on the chip's device beside the shard (the CPU's: stays) */
-            *scale_out = full;
-            st = spi_to_device(ch, (void **)scale_out, (size_t)s->cols * sizeof *full);
+            st = spi_fail(SP_ENOMEM, "weight scales");
         } else {
-            free(full);
+            /* zero rows: only the scales of the whole real column range */
+            int8_t none;
+            st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
         }
-        if (st) {
-            free(lsc);
-            free(shard);
-            return st;
-        }
+        if (full) st = from_host(ch, scale_dst, full, sb, st);
     }
-    sp_status st = SP_OK;
-    if (r1 > r0 && c1 > c0 && t != SP_WT_COUNT) {
+    if (!st && r1 > r0 && c1 > c0 && t != SP_WT_COUNT) {
         char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
         if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
         else st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, lsc);
         if (!st) spi_copy_block_host(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
-    } else if (r1 > r0 && c1 > c0) {
+    } else if (!st && r1 > r0 && c1 > c0) {
         if (w == SP_W_EMBED || w == SP_W_LMHEAD || w == SP_W_POS) {
             /* the chip's rows of a vocabulary / positions table, read as fp32
              * (from the checkpoint's slice when the weights are opened lazily) */
@@ -145,18 +148,29 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
         }
     }
     free(lsc);
-    if (st) {
-        free(shard);
-        return st;
-    }
-    *out = shard;
-    return spi_to_device(ch, out, bytes);
+    return from_host(ch, dst, shard, bytes, st);
+}
+
+/* A layer matrix's bias, whole (cols_real fp32), into dst; zeros where the
+ * model's weights hold none for it. */
+sp_status spi_build_bias(chip *ch, const sp_weight_spec *s, int64_t layer, float *dst)
+{
+    int64_t len;
+    const float *g = spi_global_bias(ch, layer, s->weight, &len);
+    if (len != s->cols_real)
+        return spi_fail(SP_EINTERNAL, "bias of %s: %lld values, the lowering keeps %lld", sp_weight_name(s->weight),
+                        (long long)len, (long long)s->cols_real);
+    size_t bytes = (size_t)len * sizeof(float);
+    float *h = host_side(ch, dst, bytes);
+    if (!h) return spi_fail(SP_ENOMEM, "bias");
+    if (g) memcpy(h, g, bytes);
+    return from_host(ch, dst, h, bytes, SP_OK);
 }
 
 /* Scales of the n local columns of a matmul's weight (device memory): the
  * stored shard holds global columns [cb·lc, cb·lc + lc); a gathered buffer
  * holds, for each gathered column block, the storage block recorded at its
- * gather (copied into ch->scl). */
+ * gather (copied into the scales scratch slot). */
 sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out)
 {
     const float *full = ch->lscale[ch->li * SP_W_COUNT + s->weight];
@@ -169,8 +183,12 @@ sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws
     if (ncb * lc != s->n)
         return spi_fail(SP_EINVAL, "matmul %s: gathered buffer %s holds %d column blocks, step wants %lld cols",
                         sp_weight_name(s->weight), sp_buf_name(s->wbuf), ncb, (long long)s->n);
+    if (ncb * lc * 4 > ch->scr_bytes[SP_SCR_SCALES])
+        return spi_fail(SP_EINTERNAL, "matmul %s: %lld gathered scales, the scales slot holds %lld bytes",
+                        sp_weight_name(s->weight), (long long)(ncb * lc), (long long)ch->scr_bytes[SP_SCR_SCALES]);
+    float *scl = ch->scr[SP_SCR_SCALES];
     for (int b = 0; b < ncb; b++)
-        SP_CHECK(spi_copy_flat(ch, ch->scl + b * lc, full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc, lc, 4));
-    *out = ch->scl;
+        SP_CHECK(spi_copy_flat(ch, scl + b * lc, full + (int64_t)ch->wb_cblk[s->wbuf][b] * lc, lc, 4));
+    *out = scl;
     return SP_OK;
 }

@@ -11,10 +11,12 @@
  *   SP_CHECK(sp_exec_run(ex, prompt, NULL, tokens, last_logits, &st));   // prompt (B,P), tokens (B,G)
  *   sp_exec_free(ex);
  *
- * Every chip builds its weight shards from the global fp32 weights per the
- * program's wspec, allocates every buffer once (max over the prefill and the
- * decode programs) and the KV cache at P+G tokens, and runs the steps exactly
- * as lower.c defines them.  Around every COLL / SEND / RECV step the chip's
+ * Every chip allocates one arena of the lowering's predicted bytes
+ * (sp_lower_mem_sizes over its prefill and decode programs: buffers, KV
+ * cache at P+G tokens, weight shards, dequantisation workspace, scratch),
+ * carves every block from it, builds its weight shards from the global fp32
+ * weights per the program's wspec, and runs the steps exactly as lower.c
+ * defines them.  Around every COLL / SEND / RECV step the chip's
  * measured bytes (sp_comm_stats) are compared with the step's prediction.
  *
  * Sequence order: replica r holds sequences [r·B/R, (r+1)·B/R), micro-batch
@@ -40,9 +42,13 @@
  * the numbers the single-chip reference computes on them.  On GPUs (NCCL):
  * the same layouts and dtypes; non-F32 weights and tables are dequantised on
  * the GPU in tiles that fit the lowering's workspace (sp_mem_sizes.workspace,
- * allocated there exactly and checked with the rest), the INT8/FP8 scales
+ * a block of the chip's arena in GPU memory), the INT8/FP8 scales
  * live in GPU memory with the weights, and every stored value decodes to the
- * fp32 value the CPU kernels read.
+ * fp32 value the CPU kernels read.  The GPU arena holds every block but the
+ * sp_scr_host scratch slots (a host arena of their size); outside both, the
+ * CUDA device keeps its own small staging of token ids, positions and the
+ * argmax pick (exec/xdev_cuda.c), and the result exchange of a multi-process
+ * run allocates its transfer blocks after the run.
  */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
@@ -73,10 +79,14 @@ typedef struct sp_exec_stats {
     uint64_t token_bytes;      /* pipeline token hand-off (last stage -> stage 0), not in the program */
     int64_t comm_steps;        /* COLL/SEND/RECV steps checked (all chips) */
     int64_t mismatches;        /* steps whose measured bytes differ from the prediction, and chips
-                                  whose weights, gathered-weight buffers, KV cache, activation
-                                  buffers or (GPUs) dequantisation workspace differ from
-                                  sp_lower_mem_sizes */
+                                  whose arena holds bytes no block uses */
     char first_mismatch[256];
+    /* memory: each chip allocates one arena of exactly sp_lower_mem_sizes(prefill, decode).total
+     * bytes (on a GPU: a device arena and a host arena for the sp_scr_host slots, together that
+     * total) and carves every buffer, weight, KV cache, workspace and scratch block from it;
+     * a block that does not fit fails the run (SP_EINTERNAL), bytes left over count a mismatch */
+    int64_t allocated_bytes_per_chip;   /* the largest chip's arena bytes */
+    int64_t predicted_bytes_per_chip;   /* the largest chip's predicted total */
 } sp_exec_stats;
 
 /* Validates the layout against the model and the job (lowers every stage

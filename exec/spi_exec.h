@@ -54,25 +54,24 @@ typedef struct chip {
     void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */
     void **lw;                       /* (n_layers, SP_W_COUNT) per-layer shards */
     float **lscale;                  /* (n_layers, SP_W_COUNT) INT8/FP8 scales of the WHOLE global
-                                        column range (spec cols, padded cols 0), replicated, never moved;
-                                        on the chip's device (counted with the weights) */
-    float *scl;                      /* (max cols) scales of one matmul's local columns, on the device */
-    float **lb;                      /* (n_layers, SP_W_COUNT) biases, whole, fp32 (bias models) */
-    int64_t alloc_weights, alloc_gathered, alloc_kv, alloc_act;   /* bytes, vs sp_lower_mem_sizes */
-    int64_t alloc_ws;                /* device workspace bytes (devices with their own memory), vs the same */
+                                        column range (spec cols, padded cols 0), replicated, never moved */
+    float **lb;                      /* (n_layers, SP_W_COUNT) biases, whole, fp32 (NULL: none) */
+    /* memory: one arena of sp_lower_mem_sizes' total, every block above and below carved from it */
+    void *arena;                     /* on the chip's device */
+    void *harena;                    /* host: the sp_scr_host slots on a device with its own memory */
+    int64_t arena_bytes, pred_bytes; /* allocated (both arenas), predicted (sp_lower_mem_sizes total) */
+    void *scr[SP_SCR_COUNT];         /* scratch slots (sp_scr) and their bytes */
+    int64_t scr_bytes[SP_SCR_COUNT];
+    /* named views of scratch slots */
+    float *qs, *ks, *vs;             /* SP_SCR_Q, _K, _V: rope / pack scratch */
+    int64_t *pos;                    /* SP_SCR_POS (host) */
+    float *hrow;                     /* SP_SCR_LOGITS_ROW (host): one logits row read back from a device */
+    int32_t *dtok;                   /* SP_SCR_TOKENS: the token hand-off through device memory */
     /* gathered weight buffers: the storage column block of each gathered column block */
     int wb_ncb[SP_BUF_COUNT];
     int wb_cblk[SP_BUF_COUNT][64];
     void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
     int64_t ctx_max, kv_layer_elems, kv_mb_elems;
-    void *tmp1, *tmp2;               /* collective packing */
-    size_t tmp_bytes;
-    float *qs, *ks, *vs;             /* rope / pack scratch */
-    int64_t *pos;                    /* host */
-    void *sm_scr;                    /* host: sampling */
-    size_t sm_bytes;
-    float *hrow;                     /* host copy of one logits row (device backends) */
-    int32_t *dtok;                   /* device copy of the token hand-off (device backends) */
     const int32_t *in_tok;           /* input tokens of the current micro-batch */
     int64_t li;                      /* current layer (stage-local) */
     /* local stats */
@@ -98,15 +97,16 @@ sp_status spi_copy_block(chip *ch, void *dst, int64_t dld, const void *src, int6
 sp_status spi_copy_flat(chip *ch, void *dst, const void *src, int64_t n, int eb);
 /* the same in host memory (weight shards are built on the host) */
 void spi_copy_block_host(char *dst, int64_t dld, const char *src, int64_t sld, int64_t rows, int64_t cols, int eb);
-/* a block built in host memory, moved to the chip's device (the CPU's: stays);
- * on failure *p is NULL and nothing is held */
-sp_status spi_to_device(chip *ch, void **p, size_t bytes);
+/* Tests only: bytes added to every chip's arena (negative: undersized), so a
+ * test can show that a wrong size is caught.  0 otherwise. */
+extern int64_t spi_exec_arena_delta;
 
 /* ---- weight shards (exec_weights.c) ----------------------------------------------- */
 const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len);
 const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len);
 void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b);
-sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void **out, float **scale_out);
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void *dst, float *scale_dst);
+sp_status spi_build_bias(chip *ch, const sp_weight_spec *s, int64_t layer, float *dst);
 sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out);
 
 /* ---- collective packing (exec_coll.c) --------------------------------------------- */

@@ -32,11 +32,11 @@ typedef struct spi_xops spi_xops;
 typedef struct spi_xdev {
     const spi_xops *ops;
     void *impl;                      /* CUDA: the chip's context and staging buffers */
-    void *mm_scr, *at_scr, *lg_scr;  /* CPU kernel scratch (host), sized by the interpreter */
-    size_t mm_bytes, at_bytes, lg_bytes;
-    /* devices with their own memory (host_memory 0): the lowering's dequantisation workspace
-     * there, sp_lower_mem_sizes' workspace bytes exactly (0 for F32 weights): the fp32 tiles of
-     * matmul and logits over 16-bit / 8-bit weights and tables fit in it */
+    void *at_scr;                    /* CPU attention scores (host): the program's SP_SCR_SCORES slot */
+    size_t at_bytes;
+    /* the lowering's dequantisation workspace, sp_lower_mem_sizes' workspace bytes exactly (0 for
+     * F32 weights), in the chip's memory: every device's matmul and logits kernels size their
+     * fp32 tiles over 16-bit / 8-bit weights and tables to it */
     void *ws;
     size_t ws_bytes;
 } spi_xdev;

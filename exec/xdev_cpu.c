@@ -74,7 +74,7 @@ static sp_status cpu_norm_apply(spi_xdev *d, const float *x, const float *stats,
 static sp_status cpu_matmul(spi_xdev *d, float *out, const float *in, const sp_kern_wview *w, int64_t T, int64_t K,
                             int64_t N, int mode)
 {
-    return sp_kern_matmul(out, in, w, NULL, T, K, N, mode, d->mm_scr, d->mm_bytes);
+    return sp_kern_matmul(out, in, w, NULL, T, K, N, mode, d->ws, d->ws_bytes);
 }
 
 static sp_status cpu_bias_add(spi_xdev *d, float *out, const float *b, int64_t T, int64_t N, int64_t nvalid)
@@ -127,7 +127,7 @@ static sp_status cpu_attention(spi_xdev *d, float *out, const float *q, const sp
 static sp_status cpu_logits(spi_xdev *d, float *logits, const float *x, const sp_kern_wview *table, int64_t T,
                             int64_t E, int64_t Vl)
 {
-    return sp_kern_logits_wv(logits, x, table, T, E, Vl, d->lg_scr, d->lg_bytes);
+    return sp_kern_logits_wv(logits, x, table, T, E, Vl, d->ws, d->ws_bytes);
 }
 
 static sp_status cpu_argmax(spi_xdev *d, const float *logits, int64_t V, int32_t *tok)

@@ -28,16 +28,24 @@ static const char *const buf_names[SP_BUF_COUNT] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
     "wq", "wk", "wv", "wo", "win", "wup", "wout", "qp", "attg", "emb", "xf"};
+static const char *const scr_names[SP_SCR_COUNT] = {
+    "pack", "pack2", "q", "k", "v", "scores", "pos", "scales", "sample", "tokens", "logits-row"};
 static const char *const weight_names[SP_W_COUNT] = {
     "none", "wq", "wk", "wv", "wo", "w_in", "w_up", "w_out", "norm1", "norm2", "norm_f",
     "embed", "lm_head", "pos"};
 _Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
 _Static_assert(SPI_ARRAY_LEN(buf_names) == SP_BUF_COUNT, "buf names");
 _Static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "weight names");
+_Static_assert(SPI_ARRAY_LEN(scr_names) == SP_SCR_COUNT, "scratch names");
 
 const char *sp_step_kind_name(sp_step_kind k) { return k < SP_STEP_COUNT ? step_names[k] : "?"; }
 const char *sp_buf_name(sp_buf b) { return b < SP_BUF_COUNT ? buf_names[b] : "?"; }
 const char *sp_weight_name(sp_weight w) { return w < SP_W_COUNT ? weight_names[w] : "?"; }
+const char *sp_scr_name(sp_scr s) { return s < SP_SCR_COUNT ? scr_names[s] : "?"; }
+int sp_scr_host(sp_scr s)
+{
+    return s == SP_SCR_SCORES || s == SP_SCR_POS || s == SP_SCR_SAMPLE || s == SP_SCR_LOGITS_ROW;
+}
 
 /* ---- axis sequences ---- */
 static int axis_dim(const sp_layout *l, char c)
@@ -338,6 +346,7 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     sp_weight_spec *s = &c->p->wspec[w];
     s->weight = w;
     s->present = 1;
+    s->bias = 0;
     s->rows = rows;
     s->cols = cols;
     s->rows_real = rows_real;
@@ -347,9 +356,9 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     s->local_rows = rows / axes_size(c->l, ra);
     s->local_cols = cols / axes_size(c->l, ca);
     s->dtype = dt;
-    s->bytes = s->local_rows * s->local_cols * sp_dtype_bytes(dt);
+    s->bytes = sp_mem_align(s->local_rows * s->local_cols * sp_dtype_bytes(dt));
     /* weight-only int8/fp8 keep one fp32 scale per global output column */
-    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes += cols * 4;
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes += sp_mem_align(cols * 4);
 }
 
 sp_dtype sp_lower_table_dtype(sp_dtype weights)
@@ -386,8 +395,10 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
         set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
     /* biases are small: fp32, replicated whole (unpadded) on every chip, with their matrix */
     for (int w = SP_W_Q; w <= SP_W_OUT; w++)
-        if (c->p->wspec[w].present && sp_model_has_bias(m, bias_group(w)))
-            c->p->wspec[w].bytes += c->p->wspec[w].cols_real * 4;
+        if (c->p->wspec[w].present && sp_model_has_bias(m, bias_group(w))) {
+            c->p->wspec[w].bias = 1;
+            c->p->wspec[w].bytes += sp_mem_align(c->p->wspec[w].cols_real * 4);
+        }
     if (first_stage && m->positions == SP_POS_LEARNED)
         set_spec(c, SP_W_POS, m->max_context, c->E, m->max_context, c->E, "", "", sp_lower_table_dtype(wd));
 }
@@ -1108,12 +1119,72 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
     return sp_lower_begin(m, l, phase, shape, stage, key, &scratch);
 }
 
+static void need_scr(sp_program *p, sp_scr slot, int64_t bytes)
+{
+    if (bytes > p->scratch_bytes[slot]) p->scratch_bytes[slot] = bytes;
+}
+
+/* The executor's scratch for the steps of ss (see sp_scr): what it copies
+ * into while it packs a collective, runs attention, applies positions or
+ * reads a gathered INT8/FP8 weight's scales.  q/k/v are fp32 rows of the
+ * activations' dtype width (ab). */
+static void size_scratch(sp_program *p, const sp_steps *ss)
+{
+    int ab = sp_dtype_bytes(p->shape.act_dtype);
+    const sp_weight_spec *wq = &p->wspec[SP_W_Q];
+    int padded_heads = wq->present && wq->cols_real < wq->cols;   /* some chip's q block runs past the real heads */
+    for (int i = 0; i < ss->n; i++) {
+        const sp_step *s = &ss->s[i];
+        const sp_coll *co = &s->coll;
+        int64_t rows = s->batch * s->q_len, D = s->d_head;
+        switch (s->kind) {
+        case SP_STEP_COLL: {
+            int64_t blk = co->elems * sp_dtype_bytes(co->dtype);
+            if (co->kind == SP_COLL_ALLGATHER || co->kind == SP_COLL_REDUCESCATTER) need_scr(p, SP_SCR_PACK, co->group * blk);
+            if (co->kind == SP_COLL_ALLTOALL) {
+                need_scr(p, SP_SCR_PACK, blk);
+                need_scr(p, SP_SCR_PACK2, blk);
+            }
+            break;
+        }
+        case SP_STEP_ATTN:
+            need_scr(p, SP_SCR_Q, rows * s->heads * D * ab);
+            need_scr(p, SP_SCR_POS, rows * 8);
+            need_scr(p, SP_SCR_SCORES, s->context * 4);
+            if (!s->from_cache) need_scr(p, SP_SCR_K, rows * s->kv_heads_src * D * ab);
+            if (s->from_cache && padded_heads) {
+                /* the real heads computed densely: queries in V, outputs in K */
+                need_scr(p, SP_SCR_K, rows * s->heads * D * ab);
+                need_scr(p, SP_SCR_V, rows * s->heads * D * ab);
+            }
+            break;
+        case SP_STEP_KV_STORE:
+            need_scr(p, SP_SCR_K, rows * s->kv_heads * D * ab);
+            need_scr(p, SP_SCR_V, rows * s->kv_heads * D * ab);
+            need_scr(p, SP_SCR_POS, rows * 8);
+            break;
+        case SP_STEP_POS: need_scr(p, SP_SCR_POS, s->m * 8); break;
+        case SP_STEP_MATMUL:
+            if (s->wbuf && (p->wspec[s->weight].dtype == SP_DT_INT8 || p->wspec[s->weight].dtype == SP_DT_FP8))
+                need_scr(p, SP_SCR_SCALES, s->n * 4);
+            break;
+        case SP_STEP_LOGITS:
+            /* the last stage samples (or reads back) one row at a time */
+            need_scr(p, SP_SCR_SAMPLE, p->vocab_padded * SP_SAMPLE_CAND_BYTES);
+            need_scr(p, SP_SCR_LOGITS_ROW, p->vocab_padded * 4);
+            break;
+        default: break;
+        }
+    }
+}
+
 /* emits the steps of the program the context was set up for */
 static void emit_program(ctx *c)
 {
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
     memset(p->buf_bytes, 0, sizeof p->buf_bytes);
+    memset(p->scratch_bytes, 0, sizeof p->scratch_bytes);
     p->matmul_k_max = 0;
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
     stage_storage(c, first_stage, last_stage);
@@ -1127,6 +1198,12 @@ static void emit_program(ctx *c)
     size_buffers(p, &p->pre, c->E, c->Vp);
     size_buffers(p, &p->layer, c->E, c->Vp);
     size_buffers(p, &p->post, c->E, c->Vp);
+    size_scratch(p, &p->pre);
+    size_scratch(p, &p->layer);
+    size_scratch(p, &p->post);
+    /* the sampled tokens of the replica's sequences cross to stage 0 through device memory */
+    if (c->l->stages > 1 && (first_stage || last_stage))
+        need_scr(p, SP_SCR_TOKENS, p->micro_batch * c->l->microbatches * 4);
 }
 
 sp_status sp_lower_finish(sp_program *p)
@@ -1161,12 +1238,22 @@ void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bu
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
     int64_t sum = 0, gathered = 0;   /* every buffer; the weight buffers WQ..WOUT */
-    for (int i = 1; i < SP_BUF_COUNT; i++) sum += a[i] > b[i] ? a[i] : b[i];
-    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += a[i] > b[i] ? a[i] : b[i];
+    for (int i = 1; i < SP_BUF_COUNT; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
+    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
-    r.total = r.weights + r.gathered_weights + r.kv + r.activations + r.workspace;
+    r.total = r.weights + r.gathered_weights + r.kv + r.activations + r.workspace + r.scratch;
     *out = r;
+}
+
+void sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out)
+{
+    static const int64_t none[SP_SCR_COUNT];
+    const int64_t *a = scr_a ? scr_a : none, *b = scr_b ? scr_b : none;
+    int64_t sum = 0;
+    for (int i = 0; i < SP_SCR_COUNT; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
+    out->total += sum - out->scratch;
+    out->scratch = sum;
 }
 
 static int64_t dequant_workspace(const sp_program *p)
@@ -1184,10 +1271,10 @@ void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
         int per_layer = w <= SP_W_NORM2;
         out->weights += s->bytes * (per_layer ? any->n_layers : 1);
     }
-    /* KV: every micro-batch's sequences stay resident, at full capacity */
-    out->kv = 2 * any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
-              (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
-              sp_dtype_bytes(l->kv) * any->n_layers;
+    /* KV: every micro-batch's sequences stay resident, at full capacity; K and V one block each */
+    out->kv = 2 * sp_mem_align(any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
+                               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
+                               sp_dtype_bytes(l->kv) * any->n_layers);
     out->workspace = dequant_workspace(any);
     out->total = out->weights + out->kv + out->workspace;
 }
@@ -1199,6 +1286,7 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
     sp_lower_mem_stage(any, out);
     if (pf && dc && dequant_workspace(dc) > out->workspace) out->workspace = dequant_workspace(dc);   /* the taller tile */
     sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
+    sp_lower_mem_scratch_merge(pf ? pf->scratch_bytes : NULL, dc ? dc->scratch_bytes : NULL, out);
     return SP_OK;
 }
 

@@ -94,6 +94,31 @@ typedef enum sp_buf {
 } sp_buf;
 const char *sp_buf_name(sp_buf b);
 
+/* The executor's scratch, per chip, sized by the lowering from the program's
+ * steps (sp_program.scratch_bytes) so that the memory it reports is all a
+ * chip holds.  Slots marked host live in host memory on a device with its
+ * own memory (the CUDA device); on the CPU every slot is chip memory.
+ * Append-only. */
+typedef enum sp_scr {
+    SP_SCR_PACK = 0,      /* collective packing: the K blocks of an all-gather / reduce-scatter, an all-to-all's input */
+    SP_SCR_PACK2 = 1,     /* an all-to-all's output */
+    SP_SCR_Q = 2,         /* attention: the RoPE'd copy of q (rows, Hl, D) */
+    SP_SCR_K = 3,         /* k rows stored or attended (rows, KVH held, D); padded heads' output */
+    SP_SCR_V = 4,         /* v rows stored (rows, KVH held, D); padded heads' queries */
+    SP_SCR_SCORES = 5,    /* host: attention scores of one query row (context) fp32 */
+    SP_SCR_POS = 6,       /* host: token positions of the rows RoPE / learned positions touch, int64 */
+    SP_SCR_SCALES = 7,    /* INT8/FP8 scales of a gathered weight's columns, fp32 */
+    SP_SCR_SAMPLE = 8,    /* host, last stage: sampling candidates of one row (vocab, SP_SAMPLE_CAND_BYTES each) */
+    SP_SCR_TOKENS = 9,    /* the replica's sampled tokens through device memory (pipeline hand-off), int32 */
+    SP_SCR_LOGITS_ROW = 10, /* host, last stage: one logits row read back from a device with its own memory */
+    SP_SCR_COUNT
+} sp_scr;
+const char *sp_scr_name(sp_scr s);
+int sp_scr_host(sp_scr s);   /* 1: host memory on a device with its own memory */
+/* Bytes of one sampling candidate (probability fp32, token id int32): the
+ * CPU sampling kernel's scratch element. */
+#define SP_SAMPLE_CAND_BYTES 8
+
 /* Weight matrices of a layer (and the model-level ones). */
 typedef enum sp_weight {
     SP_W_NONE = 0,
@@ -186,6 +211,7 @@ typedef struct sp_shape {
 typedef struct sp_weight_spec {
     sp_weight weight;
     int present;
+    int bias;                           /* the matrix has a bias: fp32, cols_real, whole on every chip */
     int64_t rows, cols;                 /* global, padded */
     int64_t rows_real, cols_real;       /* unpadded (extra rows/cols are zeros) */
     char row_axes[SP_AXSEQ_MAX];        /* storage sharding (major first) */
@@ -193,7 +219,8 @@ typedef struct sp_weight_spec {
     int64_t local_rows, local_cols;     /* this chip's block */
     sp_dtype dtype;                     /* storage dtype */
     int64_t bytes;                      /* local bytes incl. per-column scales for INT8/FP8 (fp32,
-                                           every global column) and the bias (fp32, whole) */
+                                           every global column) and the bias (fp32, whole); each of
+                                           the three blocks rounded up to SP_MEM_ALIGN */
 } sp_weight_spec;
 
 typedef struct sp_program {
@@ -207,6 +234,7 @@ typedef struct sp_program {
     int64_t matmul_k_max;    /* tallest weight operand (K rows, gathered or stored) of any MATMUL */
     sp_steps pre, layer, post;
     int64_t buf_bytes[SP_BUF_COUNT];   /* bytes each buffer must hold (act_dtype; weights: storage) */
+    int64_t scratch_bytes[SP_SCR_COUNT]; /* bytes of each executor scratch slot (sp_scr) */
     sp_weight_spec wspec[SP_W_COUNT];  /* storage of every weight on this stage */
     /* KV cache of this chip, in the decode layout (both phases write it so) */
     int64_t kv_seqs;                   /* sequences per micro-batch whose KV this chip holds */
@@ -267,16 +295,26 @@ sp_dtype sp_lower_table_dtype(sp_dtype weights);
 /* Layers held by stage s: contiguous blocks, the first (n_layers % stages) stages one more. */
 void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count);
 
+/* Every block a chip holds (a buffer, a weight shard, its scales, its bias,
+ * a KV cache, the workspace, a scratch slot) starts on SP_MEM_ALIGN bytes,
+ * and the sizes below count each block rounded up to it: one arena of
+ * `total` bytes, carved block by block, holds exactly what a chip needs. */
+#define SP_MEM_ALIGN 64
+static inline int64_t sp_mem_align(int64_t bytes) { return (bytes + SP_MEM_ALIGN - 1) / SP_MEM_ALIGN * SP_MEM_ALIGN; }
+
 /* Pure size function shared by the cost model and the executor (llm.c style):
  * bytes a chip of `stage` holds for weights, for the KV cache at
- * `kv_context` tokens per sequence, and the fp32 activation buffers of the
- * program (max over its buffers, counted once each). */
+ * `kv_context` tokens per sequence, the activation buffers of the program
+ * (max over its buffers, counted once each), the dequantisation workspace
+ * and the executor's scratch (sp_scr).  The executor allocates one arena of
+ * `total` bytes per chip and carves every block from it. */
 typedef struct sp_mem_sizes {
-    int64_t weights;           /* stored weight shards (+ scales) */
+    int64_t weights;           /* stored weight shards (+ scales, + biases) */
     int64_t gathered_weights;  /* weight-gathered buffers (one layer's worth) */
-    int64_t kv;                /* KV cache, this chip, its dtype */
+    int64_t kv;                /* KV cache, this chip, its dtype (K and V) */
     int64_t activations;       /* activation buffers of the program */
-    int64_t workspace;         /* dequantisation and scratch */
+    int64_t workspace;         /* dequantisation tile of matmuls and logits over 16/8-bit weights */
+    int64_t scratch;           /* executor scratch: the sum of the scratch slots (sp_scr) */
     int64_t total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
@@ -291,6 +329,9 @@ void sp_lower_mem_stage(const sp_program *p, sp_mem_sizes *out);
  * workspace), buffers from both phases' buf_bytes (either may be NULL). */
 void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
                               sp_mem_sizes *out);
+/* The same for the scratch slots (scratch_bytes of either phase, either may
+ * be NULL): out->scratch is the sum over slots of the larger, total updated. */
+void sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out);
 
 /* Utility: group size of an axis sequence under a layout ("yz" -> Y*Z). */
 int sp_lower_axes_size(const sp_layout *l, const char *axes);

@@ -204,7 +204,18 @@ START_TEST(test_memory_hand_computed)
     ck_assert_int_eq(ms.kv, 8 * 128 * 2 * 32 * 2 * 2 * layers);
     ck_assert_int_eq(ms.gathered_weights, 0);
     ck_assert_int_eq(ms.workspace, (int64_t)(E > F / n ? E : F / n) * 64 * 4);
-    ck_assert_int_eq(ms.total, ms.weights + ms.kv + ms.activations + ms.workspace);
+    /* the executor's scratch (sp_scr), T = 8·64 prefill rows, H/n = 2 heads of 32, bf16 activations:
+     * packing of the all-gather / reduce-scatter of (T, E) whole, q, k and v rows of the prefill
+     * attention (2 heads each: K/V heads shard like Q), the scores of the longest context (128),
+     * the prefill's positions, and on the (only, last) stage the sampling candidates and the logits
+     * row of the 1024-entry vocabulary; no all-to-all, no gathered INT8 scales, no pipeline hand-off */
+    int64_t T = 8 * 64, ab = 2;
+    int64_t scratch = T * E * ab + 3 * (T * 2 * 32 * ab) + 128 * 4 + T * 8 + 1024 * SP_SAMPLE_CAND_BYTES + 1024 * 4;
+    ck_assert_int_eq(p1.scratch_bytes[SP_SCR_PACK], T * E * ab);
+    ck_assert_int_eq(p1.scratch_bytes[SP_SCR_PACK2], 0);
+    ck_assert_int_eq(p2.scratch_bytes[SP_SCR_SCORES], 128 * 4);
+    ck_assert_int_eq(ms.scratch, scratch);
+    ck_assert_int_eq(ms.total, ms.weights + ms.kv + ms.activations + ms.workspace + ms.scratch);
 
     /* 2D storage keeps F/(z·y) = F/4 rows of W_out per chip; prefill wg-xy gathers
      * them over y, so its matmul multiplies F/z = F/2 rows: the tile is that tall */

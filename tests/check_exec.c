@@ -9,6 +9,7 @@
 #include <string.h>
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
+#include "exec/spi_exec.h"   /* spi_exec_arena_delta */
 
 typedef struct exec_case {
     const char *model;
@@ -138,6 +139,21 @@ START_TEST(test_layout_matches_reference)
                       (unsigned long long)st.measured_bytes[k], (unsigned long long)st.predicted_bytes[k]);
         ck_assert_msg(st.measured_recv[k] == st.predicted_recv[k], "%s: recv", sp_coll_kind_name(k));
     }
+    /* memory: every chip's arena is the lowering's prediction for its stage, exactly */
+    int64_t pred = 0;
+    static sp_program pp, dp;
+    for (int s = 0; s < l.stages; s++) {
+        sp_shape psh = {B, P, P, P + G, SP_DT_F32}, dsh = {B, 1, P + G, P + G, SP_DT_F32};
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, s, &pp), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, s, &dp), SP_OK);
+        sp_mem_sizes ms;
+        ck_assert_int_eq(sp_lower_mem_sizes(&pp, &dp, &ms), SP_OK);
+        ck_assert_int_gt(ms.scratch, 0);
+        if (ms.total > pred) pred = ms.total;
+    }
+    ck_assert_msg(st.allocated_bytes_per_chip == pred && st.predicted_bytes_per_chip == pred,
+                  "%s %s: allocated %lld, reported predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
+                  (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)pred);
     if (sp_layout_chips(&l) / l.stages / l.replicas > 1) ck_assert_msg(st.comm_steps > 0, "no collective ran");
     if (l.stages > 1) ck_assert_msg(st.token_bytes > 0, "pipeline token hand-off not counted");
     sp_exec_free(ex);
@@ -151,20 +167,64 @@ START_TEST(test_layout_matches_reference)
 }
 END_TEST
 
+/* tiny-llama, a layout and random weights */
+static void tiny_job(const char *layout, uint64_t seed, sp_model *m, sp_layout *l, sp_weights *w)
+{
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", m, &err), SP_OK);
+    ck_assert_msg(sp_layout_parse(layout, l, &err) == SP_OK, "%s: %s", layout, err.text);
+    ck_assert_int_eq(sp_weights_build_random(m, seed, w), SP_OK);
+}
+
 /* A layout that does not fit the model is rejected with a reason. */
 START_TEST(test_bad_layout_rejected)
 {
     sp_model m;
-    sp_error err;
-    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
     sp_layout l;
-    ck_assert_int_eq(sp_layout_parse("mesh=3x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", &l, &err), SP_OK);
     sp_weights w;
-    ck_assert_int_eq(sp_weights_build_random(&m, 1, &w), SP_OK);
+    tiny_job("mesh=3x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 1, &m, &l, &w);
     sp_exec *ex = NULL;
     ck_assert_int_eq(sp_exec_build(&m, &l, 3, 4, 2, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
     ck_assert_ptr_null(ex);
     ck_assert(strlen(sp_last_error()) > 0);
+    sp_weights_free(&w);
+}
+END_TEST
+
+/* An arena one block short of the prediction fails the run naming the block
+ * that did not fit; one with bytes to spare counts a mismatch. */
+START_TEST(test_arena_size_checked)
+{
+    sp_model m;
+    sp_layout l;
+    sp_weights w;
+    tiny_job("mesh=2x1x1," INT8 "prefill=wg-x/heads,decode=ws2d/batch", 7, &m, &l, &w);
+    int64_t B = 2, P = 4, G = 3;
+    int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tok[6];
+    sp_exec *ex;
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+    sp_exec_stats st;
+    spi_exec_arena_delta = -SP_MEM_ALIGN;
+    sp_status s = sp_exec_run(ex, prompt, NULL, tok, NULL, &st);
+    spi_exec_arena_delta = 0;
+    ck_assert_int_eq(s, SP_EINTERNAL);
+    ck_assert_msg(strstr(sp_last_error(), "does not fit its arena"), "message: %s", sp_last_error());
+    sp_exec_free(ex);
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+    spi_exec_arena_delta = SP_MEM_ALIGN;
+    s = sp_exec_run(ex, prompt, NULL, tok, NULL, &st);
+    spi_exec_arena_delta = 0;
+    ck_assert_int_eq(s, SP_OK);
+    ck_assert_int_eq(st.mismatches, 2);   /* both chips */
+    ck_assert_msg(strstr(st.first_mismatch, "memory"), "mismatch: %s", st.first_mismatch);
+    ck_assert_int_eq(st.allocated_bytes_per_chip, st.predicted_bytes_per_chip + SP_MEM_ALIGN);
+    sp_exec_free(ex);
+    /* and the right size runs clean */
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+    ck_assert_int_eq(sp_exec_run(ex, prompt, NULL, tok, NULL, &st), SP_OK);
+    ck_assert_int_eq(st.mismatches, 0);
+    ck_assert_int_eq(st.allocated_bytes_per_chip, st.predicted_bytes_per_chip);
+    sp_exec_free(ex);
     sp_weights_free(&w);
 }
 END_TEST
@@ -176,6 +236,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_layout_matches_reference, 0, N_CASES);
     tcase_add_test(tc, test_bad_layout_rejected);
+    tcase_add_test(tc, test_arena_size_checked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -127,8 +127,14 @@ START_TEST(test_matmul_quant)
         ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_ACCUMULATE, scr, sb), SP_OK);
         snprintf(what, sizeof what, "%s T=%lld accumulate", sp_dtype_name(dt), (long long)T);
         ck_assert(rel_err(out, ref, T * N, what) < 1e-5);
-        /* too little scratch is refused */
-        ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_OVERWRITE, scr, sb - 4), SP_EINVAL);
+        /* less scratch narrows the tile to the columns that fit, down to one, with the same
+         * results; less than one column of min(K, 256) rows is refused */
+        size_t one_col = (size_t)(K < 256 ? K : 256) * sizeof(float);
+        ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_OVERWRITE, scr, one_col), SP_OK);
+        for (int64_t i = 0; i < T * N; i++) ref[i] *= 0.5f;
+        snprintf(what, sizeof what, "%s T=%lld one-column tile", sp_dtype_name(dt), (long long)T);
+        ck_assert(rel_err(out, ref, T * N, what) < 1e-5);
+        ck_assert_int_eq(sp_kern_matmul(out, in, &w, bias, T, K, N, SP_KERN_OVERWRITE, scr, one_col - 4), SP_EINVAL);
         free(in); free(bias); free(out); free(ref);
     }
     sp_kern_wview noscale = {dt, qs, ld, NULL};

@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli_run.sh: `shardplan run` with fixed layouts and with --layout auto on the
-# tiny models: JSON keys present, measured bytes == predicted bytes; a layout
+# tiny models: JSON keys present, measured bytes == predicted bytes, memory
+# allocated per chip == predicted; a layout
 # that does not apply exits 2 with the reason; --help exits 0; --backend cuda
 # without a GPU exits 2 saying why.
 set -u
@@ -30,6 +31,8 @@ assert d["comm"]["measured_bytes"] == d["comm"]["predicted_bytes"], d["comm"]
 assert d["comm"]["mismatches"] == 0
 assert len(d["tokens"]) == d["batch"] and all(len(t) == d["gen"] for t in d["tokens"])
 assert d["prefill_s"] > 0 and d["tokens_per_s"] > 0
+mem = d["memory"]
+assert mem["allocated_bytes_per_chip"] == mem["predicted_bytes_per_chip"] > 0, mem
 PY
 }
 run="$SHARDPLAN run --batch 4 --prompt 5 --gen 4 --json"

@@ -43,6 +43,7 @@ for k in ["measured_bytes", "predicted_bytes", "measured_recv", "predicted_recv"
     assert t["comm"][k] == m["comm"][k], (k, t["comm"][k], m["comm"][k])
 assert m["comm"]["measured_bytes"] == m["comm"]["predicted_bytes"] and m["comm"]["mismatches"] == 0
 assert t["comm"]["token_bytes"] == m["comm"]["token_bytes"]
+assert t["memory"] == m["memory"] and m["memory"]["allocated_bytes_per_chip"] == m["memory"]["predicted_bytes_per_chip"]
 PY
     cmp -s $tmp/t.bin $tmp/m.bin || { echo "FAIL: -np $np $model $layout: last logits not bit-identical"; fail=$((fail + 1)); }
 done <<'EOF2'

@@ -222,9 +222,12 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
     SP_CHECK(spi_blas_load());
     float beta0 = mode == SP_KERN_ACCUMULATE ? 1.0f : 0.0f;
     /* the scratch contract holds whichever path runs */
-    size_t need = sp_kern_matmul_scratch_bytes(w, K, N);
-    if (w->dt != SP_DT_F32 && (!scratch || scratch_bytes < need))
-        return spi_fail(SP_EINVAL, "sp_kern_matmul: scratch of %zu bytes given, %zu needed", scratch_bytes, need);
+    /* at least one column of a (kb, nb) tile; the tile takes as many columns as fit, up to SPI_NT */
+    int64_t kt = K < SPI_KT ? K : SPI_KT, nt = (int64_t)(scratch_bytes / ((size_t)kt * sizeof(float)));
+    if (nt > SPI_NT) nt = SPI_NT;
+    if (w->dt != SP_DT_F32 && (!scratch || nt < 1))
+        return spi_fail(SP_EINVAL, "sp_kern_matmul: scratch of %zu bytes given, at least %zu needed", scratch_bytes,
+                        (size_t)kt * sizeof(float));
     if (w->dt == SP_DT_F32 && T == 1) {
         // out (N) = W (K, N)^T . in (K): OpenBLAS's gemv streams W at close to
         // memory bandwidth, where a one-row gemm runs at less than half of it
@@ -245,8 +248,8 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
         matmul_small(out, in, w, T, K, N, mode);
     } else {
         float *tile = scratch;   // (kb, nb)
-        for (int64_t n0 = 0; n0 < N; n0 += SPI_NT) {
-            int64_t nb = N - n0 < SPI_NT ? N - n0 : SPI_NT;
+        for (int64_t n0 = 0; n0 < N; n0 += nt) {
+            int64_t nb = N - n0 < nt ? N - n0 : nt;
             for (int64_t k0 = 0; k0 < K; k0 += SPI_KT) {
                 int64_t kb = K - k0 < SPI_KT ? K - k0 : SPI_KT;
                 // dequantise W[k0:k0+kb, n0:n0+nb], then out[:, n0:n0+nb] (+)= in[:, k0:k0+kb] . tile

@@ -164,12 +164,15 @@ sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *
         logits_f32(logits, x, (const float *)table->data, table->ld, T, E, Vl, Vl);
         return SP_OK;
     }
-    if (!scratch || scratch_bytes < sp_kern_logits_scratch_bytes(table, E))
-        return spi_fail(SP_EINVAL, "sp_kern_logits_wv: scratch of %zu bytes, %zu needed", scratch_bytes,
-                        sp_kern_logits_scratch_bytes(table, E));
-    float *tile = scratch;   // (SP_KERN_LOGITS_TILE, E)
-    for (int64_t v0 = 0; v0 < Vl; v0 += SP_KERN_LOGITS_TILE) {
-        int64_t vb = Vl - v0 < SP_KERN_LOGITS_TILE ? Vl - v0 : SP_KERN_LOGITS_TILE;
+    /* as many table rows per tile as the scratch holds, up to SP_KERN_LOGITS_TILE */
+    int64_t vt = scratch ? (int64_t)(scratch_bytes / ((size_t)E * sizeof(float))) : 0;
+    if (vt > SP_KERN_LOGITS_TILE) vt = SP_KERN_LOGITS_TILE;
+    if (vt < 1)
+        return spi_fail(SP_EINVAL, "sp_kern_logits_wv: scratch of %zu bytes, at least %zu needed (one row)",
+                        scratch_bytes, (size_t)E * sizeof(float));
+    float *tile = scratch;   // (vt, E)
+    for (int64_t v0 = 0; v0 < Vl; v0 += vt) {
+        int64_t vb = Vl - v0 < vt ? Vl - v0 : vt;
         for (int64_t r = 0; r < vb; r++) SP_CHECK(table_row(tile + r * E, table, v0 + r, 0, E));
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)vb, (int)E, 1.0f, tile, (int)E, x, 1, 0.0f, logits + v0, 1);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
+#include "sp_lower.h"   /* SP_SAMPLE_CAND_BYTES */
 
 uint64_t sp_kern_rng_next(uint64_t *state)
 {
@@ -38,6 +39,7 @@ typedef struct cand {
     float p;
     int32_t id;
 } cand;
+_Static_assert(sizeof(cand) == SP_SAMPLE_CAND_BYTES, "the lowering sizes the sampling scratch by SP_SAMPLE_CAND_BYTES");
 
 size_t sp_kern_sample_scratch_bytes(int64_t V)
 {

@@ -49,8 +49,11 @@ typedef struct sp_kern_wview {
 
 enum { SP_KERN_OVERWRITE = 0, SP_KERN_ACCUMULATE = 1 };
 
-/* Scratch bytes sp_kern_matmul needs for this view and shape: 0 for F32,
- * one dequantised tile (at most 256 x 512 floats) otherwise. */
+/* Scratch bytes of sp_kern_matmul's full dequantised tile for this view and
+ * shape: 0 for F32, (min(K, 256), min(N, 512)) floats otherwise.  Less is
+ * accepted down to one column of the tile (min(K, 256) floats): the tile
+ * narrows to the columns that fit (the executor gives it the lowering's
+ * workspace), with the same results. */
 size_t sp_kern_matmul_scratch_bytes(const sp_kern_wview *w, int64_t K, int64_t N);
 
 /* out (T, N) = in (T, K) . W (K, N) [+ bias (N)]; with SP_KERN_ACCUMULATE
@@ -106,7 +109,8 @@ sp_status sp_kern_embed_wv(float *out, const int32_t *tokens, int64_t T, const s
                            int64_t Vl, int64_t e0, int64_t El);
 sp_status sp_kern_pos_add_wv(float *x, int64_t T, int64_t El, const sp_kern_wview *table, int64_t e0,
                              const int64_t *pos);
-/* Scratch for sp_kern_logits_wv: 0 for F32, else SP_KERN_LOGITS_TILE rows of E fp32. */
+/* Scratch for sp_kern_logits_wv: 0 for F32, else SP_KERN_LOGITS_TILE rows of
+ * E fp32; less is accepted down to one row (the tile takes the rows that fit). */
 #define SP_KERN_LOGITS_TILE 64
 size_t sp_kern_logits_scratch_bytes(const sp_kern_wview *table, int64_t E);
 sp_status sp_kern_logits_wv(float *logits, const float *x, const sp_kern_wview *table, int64_t T, int64_t E,
@@ -156,6 +160,7 @@ typedef struct sp_kern_sample_opts {
     uint64_t seed;       /* initial RNG state for sp_kern_sample callers that keep one */
 } sp_kern_sample_opts;
 void sp_kern_sample_opts_init(sp_kern_sample_opts *o);   /* greedy, top_k 0, top_p 1, seed 0 */
+/* V candidates of SP_SAMPLE_CAND_BYTES (sp_lower.h sizes the executor's from it) */
 size_t sp_kern_sample_scratch_bytes(int64_t V);
 /* Samples one token: softmax(logits / temperature) restricted to the top_k
  * largest, then to the smallest prefix (by descending probability, ties by id)

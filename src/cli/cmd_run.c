@@ -112,6 +112,10 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(o, "decode_step_s", json_real(s->decode_step_s));
         json_object_set_new(o, "tokens_per_s", json_real(s->tokens_per_s));
         json_object_set_new(o, "comm", comm);
+        json_t *mem = json_object();
+        json_object_set_new(mem, "allocated_bytes_per_chip", json_integer(s->allocated_bytes_per_chip));
+        json_object_set_new(mem, "predicted_bytes_per_chip", json_integer(s->predicted_bytes_per_chip));
+        json_object_set_new(o, "memory", mem);
         cli_print_json(o, stdout);
         json_decref(o);
         return;
@@ -125,6 +129,8 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         printf("\n");
     }
     printf("prefill %.6f s, %.6f s/token, %.1f tokens/s\n", s->prefill_s, s->decode_step_s, s->tokens_per_s);
+    printf("memory per chip (largest): %lld B allocated, %lld B predicted\n", (long long)s->allocated_bytes_per_chip,
+           (long long)s->predicted_bytes_per_chip);
     printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
     for (int k = 0; k < SP_COLL_COUNT; k++)
         printf("%-15s %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s->measured_bytes[k],
