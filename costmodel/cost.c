@@ -33,9 +33,10 @@ void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT])
     out[SP_CP_HBM_BYTE] = 1.0 / hw->hbm_bw;
     int torus = hw->topo == SP_TOPO_TORUS;
     out[SP_CP_ALPHA_NEAR] = torus ? hw->hop_latency : hw->intra_latency;
-    out[SP_CP_BETA_NEAR] = 1.0 / (torus ? hw->link_bw : hw->intra_bw);
+    /* achieved network bandwidth: the datasheet's times one efficiency for every tier */
+    out[SP_CP_BETA_NEAR] = 1.0 / ((torus ? hw->link_bw : hw->intra_bw) * hw->net_bw_eff);
     out[SP_CP_ALPHA_FAR] = torus ? 0.0 : hw->inter_latency;
-    out[SP_CP_BETA_FAR] = torus ? 0.0 : 1.0 / hw->inter_bw;
+    out[SP_CP_BETA_FAR] = torus ? 0.0 : 1.0 / (hw->inter_bw * hw->net_bw_eff);
 }
 
 /* ---- placement: how many of a group's chips share a node ---- */

@@ -18,6 +18,7 @@ void sp_hw_init(sp_hw *hw)
     hw->links_per_chip = 6;
     hw->hbm_usable = 0.9;
     hw->hbm_bw_eff = 1.0;
+    hw->net_bw_eff = 1.0;
     hw->overlap = SP_OVERLAP_FULL;
 }
 
@@ -166,6 +167,7 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     }
     if (!(hw->hbm_usable > 0 && hw->hbm_usable <= 1)) return hfail(src, err, "/efficiency/hbm_usable", "must be in (0, 1]");
     if (!(hw->hbm_bw_eff > 0 && hw->hbm_bw_eff <= 1)) return hfail(src, err, "/efficiency/hbm_bw", "must be in (0, 1]");
+    if (!(hw->net_bw_eff > 0 && hw->net_bw_eff <= 1)) return hfail(src, err, "/efficiency/network", "must be in (0, 1]");
     if ((unsigned)hw->overlap >= SP_OVERLAP_COUNT)
         return hfail(src, err, "/efficiency/overlap", "must be \"full\", \"none\" or {\"fraction\": f}");
     if (hw->overlap == SP_OVERLAP_FRACTION && !(hw->overlap_fraction >= 0 && hw->overlap_fraction <= 1))
@@ -187,7 +189,7 @@ static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_mi
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "hbm_usable", "hbm_bw", "overlap", NULL};
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
 #define C_(call) SP_CHECK(call)
@@ -341,6 +343,7 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     }
     C_(spi_json_get_num(c, "/efficiency", e, "hbm_usable", 0, 1, 0, 1, "fraction in (0, 1]", &hw->hbm_usable));
     C_(spi_json_get_num(c, "/efficiency", e, "hbm_bw", 0, 1, 0, 1, "fraction in (0, 1]", &hw->hbm_bw_eff));
+    C_(spi_json_get_num(c, "/efficiency", e, "network", 0, 1, 0, 1, "fraction in (0, 1]", &hw->net_bw_eff));
     json_t *ov = json_object_get(e, "overlap");
     if (ov && json_is_string(ov)) {
         if (!strcmp(json_string_value(ov), "full")) hw->overlap = SP_OVERLAP_FULL;
@@ -498,6 +501,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
                                                         hw->matmul_tile[2]));
     json_object_set_new(e, "hbm_usable", json_real(hw->hbm_usable));
     json_object_set_new(e, "hbm_bw", json_real(hw->hbm_bw_eff));
+    json_object_set_new(e, "network", json_real(hw->net_bw_eff));
     if (hw->overlap == SP_OVERLAP_FRACTION)
         json_object_set_new(e, "overlap", json_pack("{s:f}", "fraction", hw->overlap_fraction));
     else

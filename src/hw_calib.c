@@ -12,17 +12,22 @@
 
 /* Every field a fit may set, by its path in the hardware JSON. */
 #define MM_(i) {"/efficiency/matmul/" #i "/1", offsetof(sp_hw, eff_value) + (i) * sizeof(double)}
+#define ME_(i) {"/efficiency/memory/" #i "/1", offsetof(sp_hw, mem_value) + (i) * sizeof(double)}
 static const struct {
     const char *path;
     size_t offset;
 } params[] = {
+    {"/chip/dispatch_s", offsetof(sp_hw, dispatch_s)},
     {"/topology/hop_latency", offsetof(sp_hw, hop_latency)},
     {"/topology/intra_node_latency", offsetof(sp_hw, intra_latency)},
     {"/topology/inter_node_latency", offsetof(sp_hw, inter_latency)},
     {"/efficiency/hbm_bw", offsetof(sp_hw, hbm_bw_eff)},
+    {"/efficiency/network", offsetof(sp_hw, net_bw_eff)},
     MM_(0), MM_(1), MM_(2), MM_(3), MM_(4), MM_(5), MM_(6), MM_(7),
+    ME_(0), ME_(1), ME_(2), ME_(3), ME_(4), ME_(5), ME_(6), ME_(7),
 };
 #undef MM_
+#undef ME_
 _Static_assert(SP_HW_EFF_POINTS == 8, "one matmul parameter per curve point");
 _Static_assert(sizeof params / sizeof params[0] <= SP_HW_CAL_PARAMS, "a calibration can record every parameter");
 

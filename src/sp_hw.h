@@ -92,6 +92,8 @@ typedef struct sp_hw {
     double mem_value[SP_HW_EFF_POINTS];
     double hbm_usable;                /* fraction of HBM usable for weights+KV+activations (default 0.9) */
     double hbm_bw_eff;                /* achieved fraction of HBM bandwidth (default 1.0) */
+    double net_bw_eff;                /* achieved fraction of every network bandwidth (link_bw,
+                                         intra_bw, inter_bw; default 1.0): one efficiency for all tiers */
     sp_overlap overlap;               /* default FULL */
     double overlap_fraction;          /* for SP_OVERLAP_FRACTION */
     double chip_cost_per_hour;        /* optional, for cost reports; 0 = unknown */

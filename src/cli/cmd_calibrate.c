@@ -17,6 +17,7 @@ static void help(void)
 {
     printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n"
            "       shardplan calibrate --predict CSV [--predict CSV ...] --hw NAME|FILE [--json]\n"
+           "       shardplan calibrate --share SRC --hw NAME|FILE --out FILE\n"
            "       shardplan calibrate --backend threads|mpi|cuda [--chips N] --out FILE   (this machine; --help there)\n\n"
            "Fits the hardware profile's free parameters (matmul efficiency curve, HBM\n"
            "bandwidth efficiency, collective latency per algorithm step) to the\n"
@@ -29,6 +30,9 @@ static void help(void)
            "                predicts the rows: validation data, never fitted to; repeatable\n"
            "  --hw H        the profile to fit (bundled name or file)\n"
            "  --out FILE    write the fitted profile, with a \"calibration\" section, as JSON\n"
+           "  --share SRC   no fit: H takes the fitted overheads and efficiencies of SRC (a\n"
+           "                profile fitted with --fit), keeping its own peaks and bandwidths;\n"
+           "                with --hw H --out FILE\n"
            "  --json        machine-readable report\n\n"
            "Bundled training sets: data/calibration/*.csv (installed under the data directory).\n");
 }
@@ -161,9 +165,11 @@ static void report_text(const sp_fit *f)
 static int write_profile(sp_fit *f, const char *hw_arg, const char *const *files, int n_files, const char *out_path)
 {
     sp_hw_calibration *k = &f->hw.calibration;
-    time_t now = time(NULL);
-    strftime(k->date, sizeof k->date, "%Y-%m-%d", gmtime(&now));
     size_t used = 0;
+    if (n_files) {   /* a fit made now; a shared fit keeps its source's date and files */
+        time_t now = time(NULL);
+        strftime(k->date, sizeof k->date, "%Y-%m-%d", gmtime(&now));
+    }
     for (int i = 0; i < n_files; i++) {
         const char *b = strrchr(files[i], '/');
         b = b ? b + 1 : files[i];
@@ -194,6 +200,41 @@ static int write_profile(sp_fit *f, const char *hw_arg, const char *const *files
     return rc;
 }
 
+/* --share SRC: H takes the fitted overheads and efficiencies of SRC's fit
+ * (its own peaks and bandwidths stay); the section says where they came from. */
+static int share_profile(const char *src_arg, const char *hw_arg, const char *out_path)
+{
+    sp_hw src, hw;
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_hw_find(src_arg, &src, &err);
+    if (st != SP_OK) return cli_report(st, &err);
+    sp_error_init(&err);
+    if ((st = sp_hw_find(hw_arg, &hw, &err)) != SP_OK) return cli_report(st, &err);
+    if (!src.calibration.present || src.calibration.transferred_from[0]) {
+        cli_errorf("--share %s: not a profile fitted to measurements (no calibration section of its own)", src_arg);
+        return CLI_EXIT_USAGE;
+    }
+    if (src.topo != hw.topo) {
+        cli_errorf("--share %s: a %s profile cannot lend its fit to a %s one", src_arg,
+                   src.topo == SP_TOPO_TORUS ? "torus" : "cluster", hw.topo == SP_TOPO_TORUS ? "torus" : "cluster");
+        return CLI_EXIT_USAGE;
+    }
+    sp_hw_uncalibrate(&hw);
+    sp_hw_calibration k = src.calibration;
+    for (int i = 0; i < k.n_params; i++) {
+        double *x = sp_hw_param(&hw, k.params[i].param);
+        k.params[i].prior = *x;   /* this chip's own uncalibrated value */
+        *x = k.params[i].value;
+    }
+    snprintf(k.transferred_from, sizeof k.transferred_from, "%s", src.name);
+    hw.calibration = k;
+    sp_fit f;
+    memset(&f, 0, sizeof f);
+    f.hw = hw;
+    return write_profile(&f, hw_arg, NULL, 0, out_path);
+}
+
 int cli_cmd_calibrate(int argc, char **argv)
 {
     /* Two jobs: fitting to measurement sets (--fit, here) and measuring this
@@ -201,12 +242,13 @@ int cli_cmd_calibrate(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--backend") || !strncmp(argv[i], "--backend=", 10)) return cli_calibrate_local(argc, argv);
     static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"predict", required_argument, 0, 'p'},
+                                         {"share", required_argument, 0, 's'},
                                          {"hw", required_argument, 0, 'w'},
                                          {"out", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *files[64];
     int n_files = 0;
-    const char *hw_arg = NULL, *out_path = NULL;
+    const char *hw_arg = NULL, *out_path = NULL, *share_arg = NULL;
     int json = 0, predict = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -217,6 +259,7 @@ int cli_cmd_calibrate(int argc, char **argv)
             files[n_files++] = optarg;
             break;
         case 'w': hw_arg = optarg; break;
+        case 's': share_arg = optarg; break;
         case 'o': out_path = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return CLI_EXIT_OK;
@@ -224,6 +267,10 @@ int cli_cmd_calibrate(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (share_arg) {
+        if (n_files || !hw_arg || !out_path) return cli_usage("calibrate", "--share SRC takes --hw and --out, no CSV");
+        return share_profile(share_arg, hw_arg, out_path);
+    }
     if (!n_files || !hw_arg) return cli_usage("calibrate", "--fit CSV (or --predict CSV) and --hw are required");
     if (predict && out_path) return cli_usage("calibrate", "--predict fits nothing: there is no profile to --out");
 
