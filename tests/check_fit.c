@@ -171,7 +171,7 @@ START_TEST(test_fit_recovers)
     sp_hw prior, truth;
     sp_error err;
     sp_error_init(&err);
-    ck_assert_int_eq(sp_hw_find("a100-80g", &prior, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("a100-80g:uncalibrated", &prior, &err), SP_OK);
     truth = prior;
     int np;
     const sp_fit_param *params = sp_fit_params(prior.topo, &np);
@@ -209,6 +209,8 @@ START_TEST(test_fit_recovers)
     sp_fit_opts o;
     sp_fit_opts_init(&o);
     o.leave_one_out = 0;
+    o.max_evals = 20000;
+    o.restarts = 8;
     sp_fit *f = NULL;
     ck_assert_msg(sp_fit_run(&s, &prior, &o, &f) == SP_OK, "%s", sp_last_error());
     ck_assert_int_eq(f->n_rows, s.n);
@@ -259,6 +261,64 @@ START_TEST(test_fit_refuses)
 }
 END_TEST
 
+/* A bundled profile's calibration section states what a refit from the
+ * shipped training sets gives now: a change to the cost model or the data
+ * that moves the fit fails here until the profiles are refitted
+ * (make calibrate-profiles). */
+static const char *const bundled_hw[] = {"a100-80g", "a100-40g", "h100", "h200", "tpu-v4"};
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-6 * fabs(b) + 1e-9; }
+
+START_TEST(test_bundled_calibration_reproduces)
+{
+    sp_hw hw;
+    sp_error err;
+    sp_error_init(&err);
+    char buf[1024];
+    ck_assert_msg(sp_hw_find(bundled_hw[_i], &hw, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
+    const sp_hw_calibration *k = &hw.calibration;
+    ck_assert_msg(k->present, "%s carries no calibration section", bundled_hw[_i]);
+    if (k->transferred_from[0]) {
+        /* a shared fit: the same values as its source's */
+        sp_hw src;
+        ck_assert_int_eq(sp_hw_find(k->transferred_from, &src, &err), SP_OK);
+        ck_assert(src.calibration.present && !src.calibration.transferred_from[0]);
+        ck_assert_int_eq(k->n_params, src.calibration.n_params);
+        for (int i = 0; i < k->n_params; i++) {
+            ck_assert_int_eq(k->params[i].param, src.calibration.params[i].param);
+            ck_assert_msg(close_to(k->params[i].value, src.calibration.params[i].value), "%s %s: %g vs %s's %g",
+                          bundled_hw[_i], sp_hw_param_path(k->params[i].param), k->params[i].value, src.name,
+                          src.calibration.params[i].value);
+        }
+        ck_assert(close_to(k->median_abs_err, src.calibration.median_abs_err));
+        return;
+    }
+    sp_measure_set s;
+    sp_measure_set_init(&s);
+    char files[sizeof k->fitted_to];
+    snprintf(files, sizeof files, "%s", k->fitted_to);
+    for (char *save = NULL, *t = strtok_r(files, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/calibration/%s", sp_data_dir(), t);
+        ck_assert_msg(sp_measure_load_file(path, &s, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
+    }
+    sp_fit *f = NULL;
+    ck_assert_msg(sp_fit_run(&s, &hw, NULL, &f) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(f->n_rows, k->rows);
+    ck_assert_msg(close_to(f->median_abs_err, k->median_abs_err) && close_to(f->worst_abs_err, k->worst_abs_err),
+                  "%s: refit gives median %.6f worst %.6f, the profile states %.6f %.6f: refit the profiles "
+                  "(make calibrate-profiles)",
+                  bundled_hw[_i], f->median_abs_err, f->worst_abs_err, k->median_abs_err, k->worst_abs_err);
+    ck_assert(close_to(f->median_abs_err_prior, k->median_abs_err_prior));
+    if (k->median_abs_err_lomo >= 0) ck_assert(close_to(f->median_abs_err_lomo, k->median_abs_err_lomo));
+    for (int i = 0; i < k->n_params; i++)
+        ck_assert_msg(close_to(*sp_hw_param(&hw, k->params[i].param), *sp_hw_param(&f->hw, k->params[i].param)),
+                      "%s %s", bundled_hw[_i], sp_hw_param_path(k->params[i].param));
+    sp_fit_free(f);
+    sp_measure_set_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fit");
@@ -272,6 +332,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_fit_recovers);
     tcase_add_test(tc, test_fit_refuses);
+    tcase_add_loop_test(tc, test_bundled_calibration_reproduces, 0, (int)(sizeof bundled_hw / sizeof bundled_hw[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
