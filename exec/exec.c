@@ -126,7 +126,7 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
 {
     sp_exec *ex = ch->ex;
     int n = ex->nchips;
-    int64_t G = ex->G, V = ch->m->vocab, nl = ex->last_logits ? Br * V : 0;
+    int64_t G = ex->G, V = ch->m->vocab, nl = ex->logits ? Br * ex->lg_steps * V : 0;
     size_t blk = sizeof(xstats) + (size_t)(Br * G) * sizeof(int32_t) + (size_t)nl * sizeof(float);
     blk = (blk + 7) & ~(size_t)7;
     char *send = calloc(1, blk), *recv = malloc(blk * (size_t)n);
@@ -138,7 +138,8 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
         chip_xstats(ch, &x);
         memcpy(send, &x, sizeof x);
         memcpy(send + sizeof x, ex->tokens + base * G, (size_t)(Br * G) * sizeof(int32_t));
-        if (nl) memcpy(send + sizeof x + (size_t)(Br * G) * 4, ex->last_logits + base * V, (size_t)nl * sizeof(float));
+        if (nl)
+            memcpy(send + sizeof x + (size_t)(Br * G) * 4, ex->logits + base * ex->lg_steps * V, (size_t)nl * sizeof(float));
         st = allgather_host(ch, send, recv, blk);
     }
     if (!st) {
@@ -156,7 +157,8 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
                 continue;
             int64_t rb = c[SP_AXIS_REPLICA] * Br;
             memcpy(ex->tokens + rb * G, b + sizeof x, (size_t)(Br * G) * sizeof(int32_t));
-            if (nl) memcpy(ex->last_logits + rb * V, b + sizeof x + (size_t)(Br * G) * 4, (size_t)nl * sizeof(float));
+            if (nl)
+                memcpy(ex->logits + rb * ex->lg_steps * V, b + sizeof x + (size_t)(Br * G) * 4, (size_t)nl * sizeof(float));
         }
         pthread_mutex_lock(&ex->mu);
         ex->st = tot;
@@ -213,7 +215,7 @@ static sp_status chip_run(chip *ch)
                                                                                           : SP_BUF_LOGITS];
             for (int64_t b = 0; b < mbs && !st; b++) {
                 const float *row = lg + b * Vp;   /* on the device */
-                int keep = writer && s == G - 1 && ex->last_logits;
+                int keep = writer && ex->logits && (ex->lg_steps == G || s == G - 1);
                 int32_t tok = 0;
                 if ((!ex->greedy || keep) && !ch->ops->host_memory) {
                     /* sampling and the kept logits read the row on the host */
@@ -225,7 +227,9 @@ static sp_status chip_run(chip *ch)
                 cur[r0 + b] = tok;
                 if (writer) {
                     ex->tokens[(base + r0 + b) * G + s] = tok;
-                    if (keep) memcpy(ex->last_logits + (base + r0 + b) * V, row, (size_t)V * sizeof(float));
+                    if (keep)
+                        memcpy(ex->logits + ((base + r0 + b) * ex->lg_steps + (ex->lg_steps == G ? s : 0)) * V, row,
+                               (size_t)V * sizeof(float));
                 }
             }
         }
@@ -336,7 +340,15 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     pthread_mutex_init(&ex->mu, NULL);
     ex->backend = backend;
     ex->ops = ops;
-    st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
+    ex->rope_scale = 1.0;
+    if (m->positions == SP_POS_ROPE) {
+        /* one table for the whole job: the frequencies depend on the model (and, for
+         * dynamic scaling, on the context, refused where it would change them) */
+        ex->rope_inv = malloc((size_t)(sp_model_rotary_dims(m) / 2) * sizeof *ex->rope_inv);
+        st = ex->rope_inv ? sp_model_rope_freqs(m, prompt + gen, ex->rope_inv, &ex->rope_scale)
+                          : spi_fail(SP_ENOMEM, "RoPE table");
+    }
+    if (!st) st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
     if (!st) st = sp_comm_world_local_ranks(ex->world, &ex->local_first, &ex->local_count);
     if (st) {
         sp_exec_free(ex);
@@ -351,11 +363,18 @@ void sp_exec_free(sp_exec *ex)
     if (!ex) return;
     sp_comm_world_free(ex->world);
     pthread_mutex_destroy(&ex->mu);
+    free(ex->rope_inv);
     free(ex);
 }
 
 sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
                       float *last_logits, sp_exec_stats *stats)
+{
+    return sp_exec_run_logits(ex, prompt, sample, tokens, last_logits, 0, stats);
+}
+
+sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                             float *logits, int all_steps, sp_exec_stats *stats)
 {
     if (!ex || !prompt || !tokens) return spi_fail(SP_EINVAL, "sp_exec_run: bad arguments");
     if (sp_comm_world_aborted(ex->world, NULL, 0))
@@ -365,7 +384,8 @@ sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_o
     else sp_kern_sample_opts_init(&ex->samp);
     ex->greedy = ex->samp.temperature <= 0;
     ex->tokens = tokens;
-    ex->last_logits = last_logits;
+    ex->logits = logits;
+    ex->lg_steps = all_steps ? ex->G : 1;
     memset(&ex->st, 0, sizeof ex->st);
     ex->err = SP_OK;
     ex->errmsg[0] = '\0';

@@ -26,7 +26,8 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
         return spi_fail(SP_EINTERNAL, "positions of %lld rows, the slot holds %lld bytes", (long long)(B * Lq),
                         (long long)ch->scr_bytes[SP_SCR_POS]);
     for (int64_t r = 0; r < B * Lq; r++) ch->pos[r] = pos0 + r % Lq;
-    return ch->ops->rope(&ch->dev, x, B * Lq, nh, ch->m->d_head, ch->pos, ch->m->rope_theta);
+    return ch->ops->rope(&ch->dev, x, B * Lq, nh, ch->m->d_head, sp_model_rotary_dims(ch->m), ch->pos, ch->ex->rope_inv,
+                         ch->ex->rope_scale);
 }
 
 static sp_kern_kv cache_view(chip *ch, int mb)
@@ -195,8 +196,8 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         return ch->ops->bias_add(&ch->dev, ch->buf[s->dst], b + c0, s->m, s->n, len - c0);
     }
     case SP_STEP_ACT:
-        if (s->src2) return ch->ops->swiglu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], ch->buf[s->src2], s->m * s->n);
-        return ch->ops->gelu(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
+        return ch->ops->act(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->src2 ? ch->buf[s->src2] : NULL, s->m * s->n,
+                            sp_model_act(ch->m));
     case SP_STEP_ATTN: return run_attn(ch, s, mb);
     case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
     case SP_STEP_ADD: return ch->ops->add(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);

@@ -21,6 +21,8 @@ struct sp_ref {
     float *fo;        // (T, E) FFN block output
     float *fa, *fb;   // (T, F)
     float *sc;        // (max_ctx) scores
+    double *inv_freq; // (rotary dims / 2) RoPE inverse frequencies
+    double rope_scale;
 };
 
 /* out (T, N) = in (T, K) . W (K, N) + b (N) */
@@ -55,13 +57,13 @@ static void norm(float *out, const float *x, int64_t T, int64_t C, const float *
     }
 }
 
-/* rotate_half RoPE on one head vector v (D) at position p */
-static void rope(float *v, int64_t D, int64_t p, double theta)
+/* rotate_half RoPE on the leading R dims of one head vector v (D) at position p */
+static void rope(float *v, int64_t R, int64_t p, const double *inv_freq, double scale)
 {
-    int64_t half = D / 2;
+    int64_t half = R / 2;
     for (int64_t i = 0; i < half; i++) {
-        double ang = (double)p / pow(theta, (double)(2 * i) / (double)D);
-        double c = cos(ang), s = sin(ang);
+        double ang = (double)p * inv_freq[i];
+        double c = cos(ang) * scale, s = sin(ang) * scale;
         double a = v[i], b = v[i + half];
         v[i] = (float)(a * c - b * s);
         v[i + half] = (float)(b * c + a * s);
@@ -82,6 +84,17 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
         return spi_fail(SP_EINVAL, "sp_ref_build: RoPE needs an even d_head (%lld)", (long long)m->d_head);
     sp_ref *r = calloc(1, sizeof *r);
     if (!r) return spi_fail(SP_ENOMEM, "sp_ref_build: out of memory");
+    r->rope_scale = 1.0;
+    if (m->positions == SP_POS_ROPE) {
+        sp_status st = (r->inv_freq = malloc((size_t)(sp_model_rotary_dims(m) / 2) * sizeof *r->inv_freq))
+                           ? sp_model_rope_freqs(m, max_ctx, r->inv_freq, &r->rope_scale)
+                           : spi_fail(SP_ENOMEM, "sp_ref_build: out of memory");
+        if (st) {
+            free(r->inv_freq);
+            free(r);
+            return st;
+        }
+    }
     r->m = *m;
     r->w = w;
     r->B = B;
@@ -116,6 +129,7 @@ void sp_ref_free(sp_ref *r)
     if (!r) return;
     float *bufs[] = {r->kc, r->vc, r->x, r->h, r->q, r->k, r->v, r->att, r->ao, r->fo, r->fa, r->fb, r->sc};
     for (size_t i = 0; i < SPI_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(r->inv_freq);
     free(r);
 }
 
@@ -136,8 +150,9 @@ static void attention(sp_ref *r, int64_t l, int64_t L)
         for (int64_t i = 0; i < L; i++) {
             int64_t t = b * L + i, p = r->pos + i;
             if (m->positions == SP_POS_ROPE) {
-                for (int64_t h = 0; h < H; h++) rope(r->q + t * QD + h * D, D, p, m->rope_theta);
-                for (int64_t h = 0; h < KVH; h++) rope(r->k + t * KD + h * D, D, p, m->rope_theta);
+                int64_t R = sp_model_rotary_dims(m);
+                for (int64_t h = 0; h < H; h++) rope(r->q + t * QD + h * D, R, p, r->inv_freq, r->rope_scale);
+                for (int64_t h = 0; h < KVH; h++) rope(r->k + t * KD + h * D, R, p, r->inv_freq, r->rope_scale);
             }
             float *kd = r->kc + ((l * B + b) * r->max_ctx + p) * KD;   // (KVH, D)
             float *vd = r->vc + ((l * B + b) * r->max_ctx + p) * KD;
@@ -182,17 +197,18 @@ static void ffn(sp_ref *r, int64_t l, int64_t T)
     const sp_weights_layer *W = &r->w->layers[l];
     int64_t E = m->d_model, F = m->d_ff;
     mm(r->fa, r->h, W->w_in, W->b_in, T, E, F);
-    if (m->ffn == SP_FFN_SWIGLU) {
-        mm(r->fb, r->h, W->w_up, W->b_up, T, E, F);
-        for (int64_t i = 0; i < T * F; i++) {
-            double g = r->fa[i];
-            r->fa[i] = (float)(g / (1.0 + exp(-g)) * r->fb[i]);
+    int gated = m->ffn == SP_FFN_SWIGLU;
+    if (gated) mm(r->fb, r->h, W->w_up, W->b_up, T, E, F);
+    sp_act_kind act = sp_model_act(m);
+    for (int64_t i = 0; i < T * F; i++) {
+        double u = r->fa[i], y;
+        switch (act) {
+        case SP_ACT_GELU: y = 0.5 * u * (1.0 + erf(u / sqrt(2.0))); break;
+        case SP_ACT_SILU: y = u / (1.0 + exp(-u)); break;
+        case SP_ACT_RELU: y = u > 0 ? u : 0.0; break;
+        default: y = 0.5 * u * (1.0 + tanh(sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u))); break;
         }
-    } else {
-        for (int64_t i = 0; i < T * F; i++) {
-            double u = r->fa[i];
-            r->fa[i] = (float)(0.5 * u * (1.0 + tanh(sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u))));
-        }
+        r->fa[i] = (float)(gated ? y * r->fb[i] : y);
     }
     mm(r->fo, r->fa, W->w_out, W->b_out, T, F, E);
 }

@@ -379,6 +379,7 @@ struct spi_hf_src {
     sp_safetensors *st;
     char dir[512];
     int gpt2;             /* 0: Llama naming, 1: GPT-2 naming */
+    int neox;             /* GPT-NeoX naming (gpt_neox.*) */
     const char *prefix;   /* GPT-2: "" or "transformer." */
 };
 
@@ -391,7 +392,42 @@ typedef struct hf_loc {
     char name[160];
     int64_t sr, sc, c0, c1;
     int transpose, required;
+    int part;   /* GPT-NeoX's fused query_key_value: 1 q, 2 k, 3 v of each head's [q | k | v] rows; 0 otherwise */
 } hf_loc;
+
+/* GPT-NeoX naming: fused per-head q | k | v, Linear weights (out, in) */
+static int hf_where_neox(const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
+{
+    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, V = m->vocab;
+    long long ll = (long long)l;
+#define LOCN(sr_, sc_, tr_, part_, fmt, ...) \
+    (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = 0, \
+     o->c1 = (sr_) != 0 ? ((tr_) ? (sc_) : (sr_)) : (sc_), o->transpose = (tr_), o->part = (part_), 1)
+    switch (t) {
+    case SP_WT_EMBED: return LOCN(V, E, 0, 0, "%s", "gpt_neox.embed_in.weight");
+    case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOCN(V, E, 0, 0, "%s", "embed_out.weight");
+    case SP_WT_FINAL_NORM: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.weight");
+    case SP_WT_FINAL_NORM_B: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.bias");
+    case SP_WT_ATTN_NORM: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.weight", ll);
+    case SP_WT_ATTN_NORM_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.bias", ll);
+    case SP_WT_FFN_NORM: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.weight", ll);
+    case SP_WT_FFN_NORM_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.bias", ll);
+    case SP_WT_WQ: return LOCN(3 * QD, E, 1, 1, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_WT_WK: return LOCN(3 * QD, E, 1, 2, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_WT_WV: return LOCN(3 * QD, E, 1, 3, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_WT_WO: return LOCN(E, QD, 1, 0, "gpt_neox.layers.%lld.attention.dense.weight", ll);
+    case SP_WT_W_IN: return LOCN(F, E, 1, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.weight", ll);
+    case SP_WT_W_OUT: return LOCN(E, F, 1, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.weight", ll);
+    case SP_WT_BQ: return LOCN(0, 3 * QD, 0, 1, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_WT_BK: return LOCN(0, 3 * QD, 0, 2, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_WT_BV: return LOCN(0, 3 * QD, 0, 3, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_WT_BO: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.attention.dense.bias", ll);
+    case SP_WT_B_IN: return LOCN(0, F, 0, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.bias", ll);
+    case SP_WT_B_OUT: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.bias", ll);
+    default: return 0;
+    }
+#undef LOCN
+}
 
 static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
 {
@@ -400,6 +436,7 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, 
     long long ll = (long long)l;
     memset(o, 0, sizeof *o);
     o->required = 1;
+    if (h->neox) return hf_where_neox(m, t, l, o);
 #define LOC(sr_, sc_, c0_, c1_, tr_, fmt, ...) \
     (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = (c0_), \
      o->c1 = (c1_), o->transpose = (tr_), 1)
@@ -423,8 +460,11 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, 
         case SP_WT_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
         default: break;
         }
-        /* biases are optional in Llama naming: Qwen2 has q/k/v biases only */
-        o->required = 0;
+        /* biases: required where config.json declares them (attention_bias: q, k, v, o; Qwen2: q, k, v;
+         * mlp_bias), and refused where it does not (spi_hf_fill) */
+        o->required = t == SP_WT_BQ || t == SP_WT_BK || t == SP_WT_BV ? sp_model_has_bias(m, SP_BIAS_QKV)
+                      : t == SP_WT_BO                                 ? sp_model_has_bias(m, SP_BIAS_O)
+                                                                      : sp_model_has_bias(m, SP_BIAS_FFN);
         switch (t) {
         case SP_WT_BQ: return LOC(0, QD, 0, QD, 0, "model.layers.%lld.self_attn.q_proj.bias", ll);
         case SP_WT_BK: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.k_proj.bias", ll);
@@ -494,12 +534,34 @@ sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_wt t, int
 {
     hf_loc o;
     *absent = 0;
-    if (!hf_where(h, m, t, l, &o)) return spi_fail(SP_EINVAL, "%s naming has no %s", h->gpt2 ? "GPT-2" : "Llama", sp_wt_name(t));
+    if (!hf_where(h, m, t, l, &o))
+        return spi_fail(SP_EINVAL, "%s naming has no %s", h->neox ? "GPT-NeoX" : h->gpt2 ? "GPT-2" : "Llama", sp_wt_name(t));
     const sp_st_tensor *ts;
     SP_CHECK(hf_tensor(h, &o, &ts, err));
     if (!ts) {
         *absent = 1;
         return SP_OK;
+    }
+    if (o.part) {
+        /* our column j (head j / D, dim j % D) is stored row (j / D)·3D + (part-1)·D + j % D:
+         * read one head's run of columns at a time */
+        int64_t D = m->d_head, w = c1 - c0, nr = r1 - r0;
+        float *tmp = o.transpose ? malloc((size_t)(nr * D) * sizeof *tmp) : NULL;
+        if (o.transpose && !tmp) return spi_fail(SP_ENOMEM, "out of memory");
+        sp_status s = SP_OK;
+        for (int64_t j = c0; j < c1 && !s;) {
+            int64_t hd = j / D, d0 = j % D, n = D - d0 < c1 - j ? D - d0 : c1 - j;
+            int64_t s0 = hd * 3 * D + (o.part - 1) * D + d0;
+            if (!o.transpose) {
+                s = sp_safetensors_read_rows_cols(h->st, ts, 0, 1, s0, s0 + n, 0, out + (j - c0), err);
+            } else {
+                s = sp_safetensors_read_rows_cols(h->st, ts, s0, s0 + n, r0, r1, 1, tmp, err);
+                for (int64_t r = 0; !s && r < nr; r++) memcpy(out + r * w + (j - c0), tmp + r * n, (size_t)n * sizeof *tmp);
+            }
+            j += n;
+        }
+        free(tmp);
+        return s;
     }
     if (o.transpose)   /* stored (out, in): our rows are its columns */
         return sp_safetensors_read_rows_cols(h->st, ts, c0, c1, r0, r1, 1, out, err);
@@ -526,9 +588,14 @@ sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_e
         h->prefix = sp_safetensors_find(h->st, "wte.weight") ? "" : "transformer.";
         if (m->ffn != SP_FFN_GELU)
             s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "GPT-2 naming needs a GELU model (c_fc/c_proj)");
+    } else if (sp_safetensors_find(h->st, "gpt_neox.embed_in.weight")) {
+        h->neox = 1;
+        if (m->ffn != SP_FFN_GELU)
+            s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "GPT-NeoX naming needs a GELU model (dense_h_to_4h)");
     } else {
         s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "",
-                          "neither Llama (model.embed_tokens.weight) nor GPT-2 (wte.weight) naming found");
+                          "none of Llama (model.embed_tokens.weight), GPT-2 (wte.weight) or GPT-NeoX "
+                          "(gpt_neox.embed_in.weight) naming found");
     }
     if (s != SP_OK) {
         spi_hf_close(h);
@@ -549,6 +616,17 @@ void spi_hf_close(spi_hf_src *h)
  * checks every tensor the model needs is in the checkpoint. */
 sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_error *err)
 {
+    /* a bias the checkpoint holds but the config does not declare would be ignored: refuse it */
+    static const sp_wt biases[] = {SP_WT_BQ, SP_WT_BK, SP_WT_BV, SP_WT_BO, SP_WT_B_IN, SP_WT_B_UP, SP_WT_B_OUT};
+    int64_t sz[SP_WT_COUNT], total;
+    SP_CHECK(sp_weights_sizes(m, sz, &total));
+    for (size_t i = 0; i < SPI_ARRAY_LEN(biases); i++) {
+        hf_loc o;
+        if (sz[biases[i]] || !hf_where(h, m, biases[i], 0, &o) || !sp_safetensors_find(h->st, o.name)) continue;
+        return spi_error_set(err, SP_EPARSE, h->dir, 0, 0, o.name,
+                             "the checkpoint has this bias but config.json declares none (attention_bias, mlp_bias): "
+                             "refused rather than ignored");
+    }
     for (int t = 0; t < SP_WT_COUNT; t++) {
         if (!w->sizes[t]) continue;
         int global = t <= SP_WT_FINAL_NORM_B;

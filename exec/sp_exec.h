@@ -110,6 +110,11 @@ void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */
  * the last token was chosen from.  stats may be NULL. */
 sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
                       float *last_logits, sp_exec_stats *stats);
+/* sp_exec_run with every step's logits when all_steps is set: logits is then
+ * (batch, gen, vocab), the logits each generated token was chosen from
+ * (step 0: after the prompt); else (batch, vocab) as last_logits. */
+sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                             float *logits, int all_steps, sp_exec_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,8 @@ struct sp_exec {
     sp_comm_world *world;
     sp_comm_backend backend;
     const spi_xops *ops;             /* the chips' device: CPU, or CUDA under NCCL */
+    double *rope_inv;                /* (rotary dims / 2) RoPE inverse frequencies (sp_model_rope_freqs), owned */
+    double rope_scale;               /* cos/sin factor */
     int nchips;
     int local_first, local_count;    /* chips this process hosts (MPI: one) */
     /* run */
@@ -32,7 +34,8 @@ struct sp_exec {
     sp_kern_sample_opts samp;
     int greedy;
     int32_t *tokens;
-    float *last_logits;
+    float *logits;          /* (B, lg_steps, V), may be NULL */
+    int64_t lg_steps;       /* 1: the last step's logits; G: every step's */
     pthread_mutex_t mu;
     sp_exec_stats st;
     sp_status err;

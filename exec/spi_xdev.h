@@ -68,11 +68,11 @@ struct spi_xops {
                         int64_t N, int mode);
     /* out (T, N) += bias[j] for the columns j < nvalid (the bias is already offset) */
     sp_status (*bias_add)(spi_xdev *d, float *out, const float *bias, int64_t T, int64_t N, int64_t nvalid);
-    sp_status (*swiglu)(spi_xdev *d, float *out, const float *gate, const float *up, int64_t n);
-    sp_status (*gelu)(spi_xdev *d, float *out, const float *x, int64_t n);
+    sp_status (*act)(spi_xdev *d, float *out, const float *x, const float *up, int64_t n, sp_act_kind kind);
     sp_status (*add)(spi_xdev *d, float *out, const float *x, int64_t n);
-    sp_status (*rope)(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *host_pos,
-                      double theta);
+    /* rope_freqs: host_inv_freq (R/2) */
+    sp_status (*rope)(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *host_pos,
+                      const double *host_inv_freq, double scale);
     sp_status (*kv_append)(spi_xdev *d, sp_kern_kv *kv, const float *k, const float *v, int64_t Lq, int64_t pos0);
     sp_status (*attention)(spi_xdev *d, float *out, const float *q, const sp_kern_kv *kv, int64_t Lq, int64_t pos0,
                            int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0);

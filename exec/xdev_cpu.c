@@ -85,17 +85,10 @@ static sp_status cpu_bias_add(spi_xdev *d, float *out, const float *b, int64_t T
     return SP_OK;
 }
 
-static sp_status cpu_swiglu(spi_xdev *d, float *out, const float *gate, const float *up, int64_t n)
+static sp_status cpu_act(spi_xdev *d, float *out, const float *x, const float *up, int64_t n, sp_act_kind kind)
 {
     (void)d;
-    sp_kern_swiglu(out, gate, up, n);
-    return SP_OK;
-}
-
-static sp_status cpu_gelu(spi_xdev *d, float *out, const float *x, int64_t n)
-{
-    (void)d;
-    sp_kern_gelu(out, x, n);
+    sp_kern_act(out, x, up, n, kind);
     return SP_OK;
 }
 
@@ -106,10 +99,11 @@ static sp_status cpu_add(spi_xdev *d, float *out, const float *x, int64_t n)
     return SP_OK;
 }
 
-static sp_status cpu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+static sp_status cpu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos,
+                          const double *inv_freq, double scale)
 {
     (void)d;
-    return sp_kern_rope(x, T, nh, D, pos, theta);
+    return sp_kern_rope_freqs(x, T, nh, D, R, pos, inv_freq, scale);
 }
 
 static sp_status cpu_kv_append(spi_xdev *d, sp_kern_kv *kv, const float *k, const float *v, int64_t Lq, int64_t pos0)
@@ -155,8 +149,7 @@ const spi_xops spi_xops_cpu = {
     .norm_apply = cpu_norm_apply,
     .matmul = cpu_matmul,
     .bias_add = cpu_bias_add,
-    .swiglu = cpu_swiglu,
-    .gelu = cpu_gelu,
+    .act = cpu_act,
     .add = cpu_add,
     .rope = cpu_rope,
     .kv_append = cpu_kv_append,

@@ -22,8 +22,9 @@ typedef struct cuda_dev {
     sp_cuda_ctx *ctx;
     int32_t *tok;      /* staged token ids (ntok) */
     int64_t *pos;      /* staged positions (npos) */
+    double *freq;      /* staged RoPE inverse frequencies (nfreq) */
     int32_t *pick;     /* argmax result (1) */
-    size_t ntok, npos;
+    size_t ntok, npos, nfreq;
 } cuda_dev;
 
 static sp_cuda_ctx *ctx_of(const spi_xdev *d) { return ((cuda_dev *)d->impl)->ctx; }
@@ -52,6 +53,7 @@ static void cu_close(spi_xdev *d)
         (void)sp_cuda_sync(c->ctx);
         sp_cuda_free(c->ctx, c->tok);
         sp_cuda_free(c->ctx, c->pos);
+        sp_cuda_free(c->ctx, c->freq);
         sp_cuda_free(c->ctx, c->pick);
         sp_cuda_ctx_free(c->ctx);
     }
@@ -139,20 +141,21 @@ static sp_status cu_bias_add(spi_xdev *d, float *out, const float *b, int64_t T,
     return sp_cuda_bias_add(ctx_of(d), out, b, T, N, nvalid);
 }
 
-static sp_status cu_swiglu(spi_xdev *d, float *out, const float *gate, const float *up, int64_t n)
+static sp_status cu_act(spi_xdev *d, float *out, const float *x, const float *up, int64_t n, sp_act_kind kind)
 {
-    return sp_cuda_swiglu(ctx_of(d), out, gate, up, n);
+    return sp_cuda_act(ctx_of(d), out, x, up, n, kind);
 }
 
-static sp_status cu_gelu(spi_xdev *d, float *out, const float *x, int64_t n) { return sp_cuda_gelu(ctx_of(d), out, x, n); }
 static sp_status cu_add(spi_xdev *d, float *out, const float *x, int64_t n) { return sp_cuda_add(ctx_of(d), out, x, n); }
 
-static sp_status cu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+static sp_status cu_rope(spi_xdev *d, float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos,
+                         const double *inv_freq, double scale)
 {
     cuda_dev *c = d->impl;
     if (T <= 0) return SP_OK;
     SP_CHECK(stage(d, (void **)&c->pos, &c->npos, pos, (size_t)T, sizeof *pos));
-    return sp_cuda_rope(c->ctx, x, T, nh, D, c->pos, theta);
+    SP_CHECK(stage(d, (void **)&c->freq, &c->nfreq, inv_freq, (size_t)(R / 2), sizeof *inv_freq));
+    return sp_cuda_rope_freqs(c->ctx, x, T, nh, D, R, c->pos, c->freq, scale);
 }
 
 static sp_status cu_kv_append(spi_xdev *d, sp_kern_kv *kv, const float *k, const float *v, int64_t Lq, int64_t pos0)
@@ -198,8 +201,7 @@ static const spi_xops cuda_ops = {
     .norm_apply = cu_norm_apply,
     .matmul = cu_matmul,
     .bias_add = cu_bias_add,
-    .swiglu = cu_swiglu,
-    .gelu = cu_gelu,
+    .act = cu_act,
     .add = cu_add,
     .rope = cu_rope,
     .kv_append = cu_kv_append,

@@ -495,25 +495,6 @@ const char *spi_model_refusal(const sp_model *m, int64_t context, char *text, si
             sp_rope_style_name(m->rope_style));
         return "/rope_style";
     }
-    sp_act_kind own = m->ffn == SP_FFN_SWIGLU ? SP_ACT_SILU : SP_ACT_GELU_TANH;
-    if (sp_model_act(m) != own) {
-        WHY("%s: not implemented (the %s FFN computes %s only)", sp_act_name(sp_model_act(m)), sp_ffn_name(m->ffn),
-            sp_act_name(own));
-        return "/act";
-    }
-    if (m->bias != 0 && m->bias != SP_BIAS_ALL) {
-        WHY("biases on some linear layers only are not implemented (all or none)");
-        return "/bias";
-    }
-    if (m->positions == SP_POS_ROPE && sp_model_rotary_dims(m) != m->d_head) {
-        WHY("%lld: partial rotary embeddings (fewer dims than d_head %lld) are not implemented",
-            (long long)m->rotary_dims, (long long)m->d_head);
-        return "/rotary_dims";
-    }
-    if (m->positions == SP_POS_ROPE && m->rope_scaling != SP_ROPE_NONE && m->rope_scaling != SP_ROPE_DYNAMIC) {
-        WHY("%s: RoPE scaling is not implemented", sp_rope_scaling_name(m->rope_scaling));
-        return "/rope_scaling/rope_type";
-    }
     if (m->sliding_window > 0 && context > m->sliding_window) {
         WHY("%lld: the job's context (%lld tokens) exceeds the attention window; sliding-window attention is not "
             "implemented (full attention equals it only up to the window)", (long long)m->sliding_window,

@@ -334,8 +334,8 @@ static const struct field_case {
     {"positions", "{\"positions\": \"alibi\"}", 0, "/positions"},
     {"tied_embeddings", "{\"tied_embeddings\": true}", 0, NULL},
     {"bias", "{\"bias\": true}", 0, NULL},
-    {"bias", "{\"bias\": [\"qkv\"]}", 0, "/bias"},
-    {"bias", "{\"bias\": [\"o\", \"ffn\"]}", 0, "/bias"},
+    {"bias", "{\"bias\": [\"qkv\"]}", 0, NULL},
+    {"bias", "{\"bias\": [\"o\", \"ffn\"]}", 0, NULL},
     {"max_context", "{\"max_context\": 64}", 0, NULL},
     {"rope_theta", "{\"rope_theta\": 500000}", 0, NULL},
     {"norm_eps", "{\"norm_eps\": 1e-6}", 0, NULL},
@@ -343,17 +343,17 @@ static const struct field_case {
     {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, "/n_experts"},
     {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/n_experts"},
     {"act", "{\"act\": \"silu\"}", 0, NULL},
-    {"act", "{\"act\": \"relu\"}", 0, "/act"},
-    {"act", "{\"act\": \"gelu\"}", 0, "/act"},
-    {"act", "{\"act\": \"gelu_tanh\"}", 0, "/act"},
-    {"rotary_dims", "{\"rotary_dims\": 8}", 0, "/rotary_dims"},
+    {"act", "{\"act\": \"relu\"}", 0, NULL},
+    {"act", "{\"act\": \"gelu\"}", 0, NULL},
+    {"act", "{\"act\": \"gelu_tanh\"}", 0, NULL},
+    {"rotary_dims", "{\"rotary_dims\": 8}", 0, NULL},
     {"rotary_dims", "{\"rotary_dims\": 16}", 0, NULL},
     {"rope_style", "{\"rope_style\": \"interleaved\"}", 0, "/rope_style"},
     {"sliding_window", "{\"sliding_window\": 32}", 32, NULL},
     {"sliding_window", "{\"sliding_window\": 32}", 33, "/sliding_window"},
     {"rope_scaling", "{\"rope_scaling\": {\"rope_type\": \"none\"}}", 0, NULL},
     {"rope_scaling/rope_type", "{\"rope_scaling\": {\"rope_type\": \"none\"}}", 0, NULL},
-    {"rope_scaling/factor", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", 0, "/rope_scaling/rope_type"},
+    {"rope_scaling/factor", "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", 0, NULL},
     {"rope_scaling/original_max_position_embeddings",
      "{\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2, \"original_max_position_embeddings\": 40}}", 40, NULL},
     {"rope_scaling/original_max_position_embeddings",
@@ -361,19 +361,19 @@ static const struct field_case {
      "/rope_scaling/rope_type"},
     {"rope_scaling/low_freq_factor",
      "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 32, "
-     "\"low_freq_factor\": 1, \"high_freq_factor\": 4}}", 0, "/rope_scaling/rope_type"},
+     "\"low_freq_factor\": 1, \"high_freq_factor\": 4}}", 0, NULL},
     {"rope_scaling/high_freq_factor",
      "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 32, "
-     "\"high_freq_factor\": 2}}", 0, "/rope_scaling/rope_type"},
+     "\"high_freq_factor\": 2}}", 0, NULL},
     {"rope_scaling/beta_fast",
      "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
-     "\"beta_fast\": 16}}", 0, "/rope_scaling/rope_type"},
+     "\"beta_fast\": 16}}", 0, NULL},
     {"rope_scaling/beta_slow",
      "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
-     "\"beta_slow\": 2}}", 0, "/rope_scaling/rope_type"},
+     "\"beta_slow\": 2}}", 0, NULL},
     {"rope_scaling/attention_factor",
      "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 32, "
-     "\"attention_factor\": 1.2}}", 0, "/rope_scaling/rope_type"},
+     "\"attention_factor\": 1.2}}", 0, NULL},
 };
 
 static const char field_base[] =

@@ -20,7 +20,7 @@ hws=$("$SHARDPLAN" hw --json | python3 -c 'import json,sys; print(" ".join(h["na
 refused_field() {
     case $1 in
     mixtral-8x7b) echo /n_experts ;; bloom-176b) echo /positions ;; gpt-j-6b) echo /rope_style ;;
-    falcon-180b) echo /act ;; *) echo "" ;;
+    *) echo "" ;;
     esac
 }
 for m in $models; do

@@ -51,16 +51,18 @@ void sp_kern_norm(const float *x, int64_t T, int64_t C, const float *gain, const
     sp_kern_norm_apply(x, stats, C, T, C, gain, bias, eps, kind, out);
 }
 
-sp_status sp_kern_rope(float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+sp_status sp_kern_rope_freqs(float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos,
+                             const double *inv_freq, double scale)
 {
-    if (D <= 0 || D % 2 || theta <= 0.0)
-        return spi_fail(SP_EINVAL, "sp_kern_rope: d_head %lld must be even and theta %g positive", (long long)D, theta);
-    int64_t half = D / 2;
+    if (D <= 0 || R <= 0 || R % 2 || R > D)
+        return spi_fail(SP_EINVAL, "sp_kern_rope: rotary dims %lld must be even and at most d_head %lld", (long long)R,
+                        (long long)D);
+    int64_t half = R / 2;
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < half; i++) {
-            // angle = pos * theta^(-2i/D), rotate pairs (i, i + D/2) of every head
-            double ang = (double)pos[t] * pow(theta, -2.0 * (double)i / (double)D);
-            float c = (float)cos(ang), s = (float)sin(ang);
+            // rotate pairs (i, i + R/2) of every head
+            double ang = (double)pos[t] * inv_freq[i];
+            float c = (float)(cos(ang) * scale), s = (float)(sin(ang) * scale);
             for (int64_t h = 0; h < nh; h++) {
                 float *v = x + (t * nh + h) * D;   // (D)
                 float a = v[i], b = v[i + half];
@@ -70,6 +72,16 @@ sp_status sp_kern_rope(float *x, int64_t T, int64_t nh, int64_t D, const int64_t
         }
     }
     return SP_OK;
+}
+
+sp_status sp_kern_rope(float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+{
+    double inv[1024];
+    if (D <= 0 || D % 2 || D / 2 > (int64_t)(sizeof inv / sizeof inv[0]) || theta <= 0.0)
+        return spi_fail(SP_EINVAL, "sp_kern_rope: d_head %lld must be even (<= 2048) and theta %g positive",
+                        (long long)D, theta);
+    for (int64_t i = 0; i < D / 2; i++) inv[i] = pow(theta, -2.0 * (double)i / (double)D);
+    return sp_kern_rope_freqs(x, T, nh, D, D, pos, inv, 1.0);
 }
 
 /* dst (n) = fp32 of row `row`, columns [c0, c0 + n) of a table view */
@@ -198,22 +210,27 @@ void sp_kern_logits(float *logits, const float *x, const float *table, int64_t l
     logits_f32(logits, x, table, ld, T, E, Vl, Vl);
 }
 
-void sp_kern_gelu(float *out, const float *x, int64_t n)
+static inline float act1(float v, sp_act_kind kind)
 {
-    const float k = 0.7978845608028654f;   // sqrt(2/pi)
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        out[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    switch (kind) {
+    case SP_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    case SP_ACT_SILU: return v / (1.0f + expf(-v));
+    case SP_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    default: return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));   // sqrt(2/pi)
     }
 }
 
-void sp_kern_swiglu(float *out, const float *gate, const float *up, int64_t n)
+void sp_kern_act(float *out, const float *x, const float *up, int64_t n, sp_act_kind kind)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    if (up)
+        for (int64_t i = 0; i < n; i++) out[i] = act1(x[i], kind) * up[i];
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = act1(x[i], kind);
 }
+
+void sp_kern_gelu(float *out, const float *x, int64_t n) { sp_kern_act(out, x, NULL, n, SP_ACT_GELU_TANH); }
+
+void sp_kern_swiglu(float *out, const float *gate, const float *up, int64_t n) { sp_kern_act(out, gate, up, n, SP_ACT_SILU); }
 
 void sp_kern_add(float *out, const float *x, int64_t n)
 {

@@ -86,6 +86,12 @@ void sp_kern_norm(const float *x, int64_t T, int64_t C, const float *gain, const
 /* In place on x (T, nh, D): HF Llama "rotate_half" RoPE, pairs (i, i + D/2),
  * inv_freq_i = theta^(-2i/D), angle = pos[t] * inv_freq_i.  D must be even. */
 sp_status sp_kern_rope(float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta);
+/* The general form (sp_model_rope_freqs gives the frequencies): rotate_half
+ * on the leading R dims of each head (pairs (i, i + R/2), i < R/2; dims R..D
+ * untouched: partial rotary), angle = pos[t] * inv_freq[i], cos and sin
+ * multiplied by scale (yarn's attention factor, else 1).  R even, <= D. */
+sp_status sp_kern_rope_freqs(float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos,
+                             const double *inv_freq, double scale);
 /* Learned positions: x (T, El) += table[pos[t] * ld + j], j < El (pass the
  * table already offset by the chip's first column e0). */
 void sp_kern_pos_add(float *x, int64_t T, int64_t El, const float *table, int64_t ld, const int64_t *pos);
@@ -144,6 +150,11 @@ sp_status sp_kern_attention(float *out, const float *q, const sp_kern_kv *kv, in
 /* ---- elementwise -------------------------------------------------------------- */
 void sp_kern_gelu(float *out, const float *x, int64_t n);             /* tanh approximation (GPT-2); out may equal x */
 void sp_kern_swiglu(float *out, const float *gate, const float *up, int64_t n); /* silu(gate) * up */
+/* out = act(x), or act(x) * up when up is not NULL (gated FFN); out may
+ * equal x.  kind: GELU_TANH 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))),
+ * GELU 0.5x(1 + erf(x/sqrt 2)), SILU x/(1 + e^-x), RELU max(x, 0); AUTO is
+ * not a kind here (sp_model_act resolves it). */
+void sp_kern_act(float *out, const float *x, const float *up, int64_t n, sp_act_kind kind);
 void sp_kern_add(float *out, const float *x, int64_t n);              /* out += x (residual) */
 
 /* ---- sampling (full-vocab logits) ----------------------------------------------- */

@@ -238,16 +238,18 @@ extern "C" sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, in
     return launched("norm");
 }
 
-__global__ void rope_k(float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos, double theta)
+/* inv: R/2 inverse frequencies (device), or NULL for theta^(-2p/R) */
+__global__ void rope_k(float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos, const double *inv,
+                       double theta, double scale)
 {
-    int64_t half = D / 2, n = T * nh * half;
+    int64_t half = R / 2, n = T * nh * half;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int64_t p = i % half, th = i / half, t = th / nh;
-    double inv = pow(theta, -2.0 * (double)p / (double)D);
-    double a = (double)pos[t] * inv;
-    float cs = (float)cos(a), sn = (float)sin(a);
-    /* HF rotate_half, as sp_kern_rope: pairs (p, p + D/2) */
+    double f = inv ? inv[p] : pow(theta, -2.0 * (double)p / (double)R);
+    double a = (double)pos[t] * f;
+    float cs = (float)(cos(a) * scale), sn = (float)(sin(a) * scale);
+    /* HF rotate_half, as sp_kern_rope_freqs: pairs (p, p + R/2) of the leading R dims */
     float *v = x + th * D + p;
     float x0 = v[0], x1 = v[half];
     v[0] = x0 * cs - x1 * sn;
@@ -259,7 +261,17 @@ extern "C" sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t n
 {
     if (T <= 0 || nh <= 0 || D <= 0 || D % 2) return spi_fail(SP_EINVAL, "sp_cuda_rope: bad shape (D must be even)");
     int64_t n = T * nh * (D / 2);
-    rope_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, T, nh, D, pos, theta);
+    rope_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, T, nh, D, D, pos, NULL, theta, 1.0);
+    return launched("rope");
+}
+
+extern "C" sp_status sp_cuda_rope_freqs(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, int64_t R,
+                                        const int64_t *pos, const double *inv_freq, double scale)
+{
+    if (T <= 0 || nh <= 0 || D <= 0 || R <= 0 || R % 2 || R > D)
+        return spi_fail(SP_EINVAL, "sp_cuda_rope_freqs: bad shape (R even, <= D)");
+    int64_t n = T * nh * (R / 2);
+    rope_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(x, T, nh, D, R, pos, inv_freq, 0.0, scale);
     return launched("rope");
 }
 
@@ -381,34 +393,36 @@ extern "C" sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *
     return launched("attention");
 }
 
-__global__ void gelu_k(float *out, const float *x, int64_t n)
+/* as sp_kern_act: act(x) (* up) */
+__global__ void act_k(float *out, const float *x, const float *up, int64_t n, int kind)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float y = x[i];
-    out[i] = 0.5f * y * (1.0f + tanhf(0.7978845608f * (y + 0.044715f * y * y * y)));
+    float y = x[i], r;
+    switch (kind) {
+    case SP_ACT_GELU: r = 0.5f * y * (1.0f + erff(y * 0.7071067811865476f)); break;
+    case SP_ACT_SILU: r = y / (1.0f + expf(-y)); break;
+    case SP_ACT_RELU: r = y > 0.0f ? y : 0.0f; break;
+    default: r = 0.5f * y * (1.0f + tanhf(0.7978845608f * (y + 0.044715f * y * y * y))); break;
+    }
+    out[i] = up ? r * up[i] : r;
 }
 
-__global__ void swiglu_k(float *out, const float *g, const float *u, int64_t n)
+extern "C" sp_status sp_cuda_act(sp_cuda_ctx *c, float *out, const float *x, const float *up, int64_t n, sp_act_kind kind)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float a = g[i];
-    out[i] = a / (1.0f + expf(-a)) * u[i];
+    if (n <= 0) return SP_OK;
+    act_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, x, up, n, (int)kind);
+    return launched("act");
 }
 
 extern "C" sp_status sp_cuda_gelu(sp_cuda_ctx *c, float *out, const float *x, int64_t n)
 {
-    if (n <= 0) return SP_OK;
-    gelu_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, x, n);
-    return launched("gelu");
+    return sp_cuda_act(c, out, x, NULL, n, SP_ACT_GELU_TANH);
 }
 
 extern "C" sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n)
 {
-    if (n <= 0) return SP_OK;
-    swiglu_k<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
-    return launched("swiglu");
+    return sp_cuda_act(c, out, gate, up, n, SP_ACT_SILU);
 }
 
 __global__ void embed_k(float *out, const int32_t *tok, int64_t T, sp_dtype dt, const void *table, int64_t ld,

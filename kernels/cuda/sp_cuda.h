@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sp_common.h"
+#include "sp_model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,9 @@ sp_status sp_cuda_norm(sp_cuda_ctx *c, float *out, const float *x, int64_t T, in
  * pairs (i, i + D/2), angle pos * theta^(-2i/D), as sp_kern_rope. */
 sp_status sp_cuda_rope(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, const int64_t *pos,
                        double theta);
+/* As sp_kern_rope_freqs: leading R dims, inv_freq (R/2 doubles) on the device, cos/sin times scale. */
+sp_status sp_cuda_rope_freqs(sp_cuda_ctx *c, float *x, int64_t T, int64_t nh, int64_t D, int64_t R, const int64_t *pos,
+                             const double *inv_freq, double scale);
 /* Causal attention as sp_kern_attention, cache (dt F32 or BF16) in the CPU's layout:
  * k/v (B, ctx_max, KVHl, D) holding kv heads [kv0, kv0 + KVHl) of KVH; q/out
  * (B, Lq, Hl, D), local query heads [h0, h0 + Hl) of H; query i sits at
@@ -53,6 +57,8 @@ sp_status sp_cuda_attention(sp_cuda_ctx *c, float *out, const float *q, sp_dtype
                             int64_t H, int64_t KVH, int64_t h0, int64_t Hl, int64_t kv0);
 sp_status sp_cuda_gelu(sp_cuda_ctx *c, float *out, const float *x, int64_t n);
 sp_status sp_cuda_swiglu(sp_cuda_ctx *c, float *out, const float *gate, const float *up, int64_t n);
+/* As sp_kern_act: out = act(x), times up when up is not NULL. */
+sp_status sp_cuda_act(sp_cuda_ctx *c, float *out, const float *x, const float *up, int64_t n, sp_act_kind kind);
 /* out (T, E) = rows tokens[t] - v0 of table (Vl rows, stride ld elements, dt F32 / BF16 / F16),
  * as fp32; zero rows outside [v0, v0+Vl). */
 sp_status sp_cuda_embed(sp_cuda_ctx *c, float *out, const int32_t *tokens, int64_t T, sp_dtype dt, const void *table,

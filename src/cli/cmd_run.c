@@ -22,10 +22,12 @@ static void usage(void)
     printf("usage: shardplan run --model M --batch B --prompt P --gen G --layout FILE|STRING|auto\n"
            "                     [--chips N] [--hw H] [--backend threads|mpi|cuda] [--seed S]\n"
            "                     [--weights DIR] [--weights-dtype f32|bf16|f16|int8|fp8]\n"
-           "                     [--temperature T [--top-k K] [--top-p P]] [--logits FILE] [--json]\n"
+           "                     [--temperature T [--top-k K] [--top-p P]] [--prompt-ids FILE|-]\n"
+           "                     [--logits FILE [--logits-all]] [--json]\n"
            "Runs prefill + decode of M under a layout and checks that every collective moves\n"
            "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
-           "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed.\n"
+           "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed\n"
+           "unless --prompt-ids gives them.\n"
            "  --weights DIR      config.json + *.safetensors (Llama or GPT-2 tensor names),\n"
            "                     mmapped: each chip reads only its slice of every matrix\n"
            "                     (int8/fp8: whole columns, for the scales); --model may then be\n"
@@ -45,13 +47,22 @@ static void usage(void)
            "                     as threads and mpi (weights f32/bf16/f16/int8/fp8, KV f32/bf16).\n"
            "                     No visible GPU (or a build without CUDA): exit 2 with the reason\n"
            "  --weights-dtype    storage of the layer matrices (default: the layout's)\n"
-           "  --logits FILE      write the last step's logits, (B, vocab) float32, raw\n"
+           "  --prompt-ids FILE  prompt token ids: one sequence per line, ids separated by\n"
+           "                     spaces, or a JSON array of arrays; - reads stdin (not under\n"
+           "                     mpirun).  Sets --batch and --prompt (if given, they must\n"
+           "                     agree).  Prompts of different lengths (a ragged batch) are\n"
+           "                     refused: not implemented\n"
+           "  --logits FILE      write the last step's logits as NumPy .npy, float32\n"
+           "                     (batch, vocab): the logits the last token was chosen from\n"
+           "  --logits-all       --logits holds every step's: (gen, batch, vocab)\n"
            "Exit 0: ran and bytes matched; 1: no layout fits (auto) or bytes differ;\n"
            "2: bad usage, or the layout does not apply to the model and job (reason on stderr).\n");
 }
 
 typedef struct run_args {
-    const char *model, *layout, *wdt, *hw, *logits, *weights;
+    const char *model, *layout, *wdt, *hw, *logits, *weights, *prompt_ids;
+    int logits_all;
+    int32_t *ids;   /* --prompt-ids: (B, P), owned */
     long long chips, B, P, G, seed, top_k;
     double temperature, top_p;
     int json, mpi;   /* mpi: one chip per MPI rank (--backend mpi or cuda) */
@@ -107,6 +118,15 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(o, "batch", json_integer(B));
         json_object_set_new(o, "prompt", json_integer(a->P));
         json_object_set_new(o, "gen", json_integer(G));
+        if (a->ids) {
+            json_t *pr = json_array();
+            for (long long b = 0; b < B; b++) {
+                json_t *row = json_array();
+                for (long long t = 0; t < a->P; t++) json_array_append_new(row, json_integer(a->ids[b * a->P + t]));
+                json_array_append_new(pr, row);
+            }
+            json_object_set_new(o, "prompt_ids", pr);
+        }
         json_object_set_new(o, "tokens", toks);
         json_object_set_new(o, "prefill_s", json_real(s->prefill_s));
         json_object_set_new(o, "decode_step_s", json_real(s->decode_step_s));
@@ -128,7 +148,8 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
         printf("\n");
     }
-    printf("prefill %.6f s, %.6f s/token, %.1f tokens/s\n", s->prefill_s, s->decode_step_s, s->tokens_per_s);
+    printf("prefill %.6f s, decode %.6f s per step (one token per sequence), %.1f generated tokens/s\n", s->prefill_s,
+           s->decode_step_s, s->tokens_per_s);
     printf("memory per chip (largest): %lld B allocated, %lld B predicted\n", (long long)s->allocated_bytes_per_chip,
            (long long)s->predicted_bytes_per_chip);
     printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
@@ -138,6 +159,117 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
     printf("pipeline token hand-off: %llu B; byte mismatches: %lld%s%s%s\n", (unsigned long long)s->token_bytes,
            (long long)s->mismatches, s->mismatches ? " (first: " : "", s->mismatches ? s->first_mismatch : "",
            s->mismatches ? ")" : "");
+}
+
+/* --prompt-ids: appends one sequence's ids; all must have the first's length */
+static int add_seq(run_args *a, const char *src, const int32_t *seq, long long n, long long *cap, long long *nseq)
+{
+    if (n == 0) return CLI_EXIT_OK;
+    if (*nseq == 0) a->P = n;
+    else if (n != a->P) {
+        cli_errorf("%s: sequence %lld has %lld ids, sequence 0 has %lld: prompts of different lengths (a ragged "
+                   "batch) are not implemented; pad or split them into runs of equal length", src, *nseq, n, a->P);
+        return CLI_EXIT_USAGE;
+    }
+    if ((*nseq + 1) * n > *cap) {
+        long long nc = (*nseq + 1) * n * 2;
+        int32_t *p = realloc(a->ids, (size_t)nc * sizeof *p);
+        if (!p) return CLI_EXIT_INTERNAL;
+        a->ids = p, *cap = nc;
+    }
+    memcpy(a->ids + *nseq * n, seq, (size_t)n * sizeof *seq);
+    (*nseq)++;
+    return CLI_EXIT_OK;
+}
+
+/* Reads --prompt-ids (a file, or - for stdin) into a->ids (B, P) and sets
+ * a->B and a->P; exit 2 with the place of the first bad id. */
+static int read_prompt_ids(run_args *a, long long batch_given, long long prompt_given)
+{
+    const char *src = a->prompt_ids;
+    FILE *f = strcmp(src, "-") ? fopen(src, "r") : stdin;
+    if (!f) {
+        cli_errorf("--prompt-ids %s: cannot open", src);
+        return CLI_EXIT_USAGE;
+    }
+    size_t len = 0, cap = 0;
+    char *text = NULL;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *t = realloc(text, cap = 2 * cap + 8192);
+            if (!t) { free(text); if (f != stdin) fclose(f); return CLI_EXIT_INTERNAL; }
+            text = t;
+        }
+        size_t got = fread(text + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    if (f != stdin) fclose(f);
+    text[len] = '\0';
+    long long idcap = 0, nseq = 0;
+    int rc = CLI_EXIT_OK;
+    const char *p = text;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    int32_t *seq = malloc((len / 2 + 1) * sizeof *seq);
+    if (!seq) rc = CLI_EXIT_INTERNAL;
+    if (!rc && *p == '[') {
+        json_error_t je;
+        json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+        if (!j || !json_is_array(j)) {
+            cli_errorf("%s:%d:%d: %s", src, j ? 1 : je.line, j ? 1 : je.column, j ? "expected an array of arrays of ids" : je.text);
+            rc = CLI_EXIT_USAGE;
+        }
+        size_t i, k;
+        json_t *row, *v;
+        if (!rc) json_array_foreach(j, i, row) {
+            long long n = 0;
+            if (!json_is_array(row)) { cli_errorf("%s: [%zu]: expected an array of ids", src, i); rc = CLI_EXIT_USAGE; break; }
+            json_array_foreach(row, k, v) {
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+                    cli_errorf("%s: [%zu][%zu]: expected a token id (integer >= 0)", src, i, k);
+                    rc = CLI_EXIT_USAGE;
+                    break;
+                }
+                seq[n++] = (int32_t)json_integer_value(v);
+            }
+            if (rc || (rc = add_seq(a, src, seq, n, &idcap, &nseq))) break;
+        }
+        json_decref(j);
+    } else if (!rc) {
+        long long line = 1;
+        while (*p && !rc) {
+            long long n = 0;
+            const char *q = p;
+            while (*q && *q != '\n') {
+                if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
+                char *end;
+                long v = strtol(q, &end, 10);
+                if (end == q || v < 0 || v > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n')) {
+                    cli_errorf("%s:%lld: expected token ids (integers >= 0) separated by spaces", src, line);
+                    rc = CLI_EXIT_USAGE;
+                    break;
+                }
+                seq[n++] = (int32_t)v;
+                q = end;
+            }
+            if (!rc) rc = add_seq(a, src, seq, n, &idcap, &nseq);
+            p = *q ? q + 1 : q;
+            line++;
+        }
+    }
+    free(seq);
+    free(text);
+    if (!rc && nseq == 0) {
+        cli_errorf("--prompt-ids %s: no prompt ids", src);
+        rc = CLI_EXIT_USAGE;
+    }
+    if (!rc && ((batch_given && batch_given != nseq) || (prompt_given && prompt_given != a->P))) {
+        cli_errorf("--prompt-ids %s holds %lld sequences of %lld ids; --batch %lld / --prompt %lld disagree", src, nseq,
+                   a->P, batch_given ? batch_given : nseq, prompt_given ? prompt_given : a->P);
+        rc = CLI_EXIT_USAGE;
+    }
+    if (!rc) a->B = nseq;
+    return rc;
 }
 
 /* The layout: parsed, or planned for a->hw on a->chips chips. */
@@ -177,10 +309,24 @@ static int get_layout(const run_args *a, const sp_model *m, sp_layout *l, int *p
     return CLI_EXIT_OK;
 }
 
-static int write_logits(const char *path, const float *lg, long long n)
+/* NumPy .npy version 1.0: magic, header length, a Python dict literal padded
+ * with spaces to a multiple of 64 bytes, then little-endian float32 data in C
+ * order.  lg is (B, S, V); the file holds (S, B, V), or (B, V) when !all. */
+static int write_logits(const char *path, const float *lg, long long B, long long S, long long V, int all)
 {
+    char hdr[160];
+    int n = all ? snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld, %lld), }",
+                           S, B, V)
+                : snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }", B, V);
+    while ((10 + n + 1) % 64) hdr[n++] = ' ';
+    hdr[n++] = '\n';
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(lg, sizeof *lg, (size_t)n, f) != (size_t)n) {
+    int bad = !f || fwrite(pre, 1, sizeof pre, f) != sizeof pre || fwrite(hdr, 1, (size_t)n, f) != (size_t)n;
+    for (long long s = 0; !bad && s < S; s++)
+        for (long long b = 0; !bad && b < B; b++)
+            bad = fwrite(lg + (b * S + s) * V, sizeof *lg, (size_t)V, f) != (size_t)V;
+    if (bad) {
         if (f) fclose(f);
         cli_errorf("cannot write logits to %s", path);
         return CLI_EXIT_USAGE;
@@ -234,10 +380,23 @@ static int run_job(const run_args *a)
     }
     long long B = a->B, P = a->P, G = a->G, V = m.vocab;
     int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt), *tok = calloc((size_t)(B * G), sizeof *tok);
-    float *lg = a->logits ? calloc((size_t)(B * V), sizeof *lg) : NULL;
+    long long S = a->logits_all ? G : 1;
+    float *lg = a->logits ? calloc((size_t)(B * S * V), sizeof *lg) : NULL;
     if (!prompt || !tok || (a->logits && !lg)) st = SP_ENOMEM;
     uint64_t rs = (uint64_t)a->seed;
-    for (long long i = 0; !st && i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)V);
+    for (long long i = 0; !st && i < B * P; i++) {
+        prompt[i] = a->ids ? a->ids[i] : (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)V);
+        if (prompt[i] >= V) {
+            if (is_root)
+                cli_errorf("--prompt-ids: id %d (sequence %lld) is outside the vocabulary of %lld", prompt[i], i / P, V);
+            free(prompt);
+            free(tok);
+            free(lg);
+            sp_exec_free(ex);
+            sp_weights_free(&w);
+            return CLI_EXIT_USAGE;
+        }
+    }
     sp_exec_stats s;
     memset(&s, 0, sizeof s);
     sp_kern_sample_opts so;
@@ -246,7 +405,7 @@ static int run_job(const run_args *a)
     so.top_k = (int)a->top_k;
     so.top_p = a->top_p > 0 ? (float)a->top_p : 1.0f;
     so.seed = (uint64_t)a->seed;
-    if (!st) st = sp_exec_run(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, &s);
+    if (!st) st = sp_exec_run_logits(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, a->logits_all, &s);
     if (st) {
 #ifdef HAVE_MPI
         if (a->mpi) {
@@ -259,7 +418,7 @@ static int run_job(const run_args *a)
         rc = fail(st, NULL);
     } else if (is_root) {
         print_report(a, &l, planned, &m, tok, &s);
-        if (a->logits) rc = write_logits(a->logits, lg, B * V);
+        if (a->logits) rc = write_logits(a->logits, lg, B, S, V, a->logits_all);
         if (!rc && s.mismatches) rc = CLI_EXIT_INFEASIBLE;
         for (int k = 0; k < SP_COLL_COUNT && !rc; k++)
             if (s.measured_bytes[k] != s.predicted_bytes[k] || s.measured_recv[k] != s.predicted_recv[k])
@@ -295,13 +454,14 @@ int cli_cmd_run(int argc, char **argv)
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'},
         {"weights", 1, 0, 'W'}, {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'K'}, {"top-p", 1, 0, 'P'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     run_args a;
     memset(&a, 0, sizeof a);
     a.B = 1;
     a.P = 8;
     a.G = 8;
     a.seed = 1;
+    long long batch_given = 0, prompt_given = 0;
     int c, rc;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -318,8 +478,10 @@ int cli_cmd_run(int argc, char **argv)
             else return cli_usage("run", "--backend %s: threads, mpi or cuda", optarg);
             break;
         case 'n': if (cli_parse_long("run", "--chips", optarg, 1, 4096, &a.chips)) return CLI_EXIT_USAGE; break;
-        case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &a.B)) return CLI_EXIT_USAGE; break;
-        case 'p': if (cli_parse_long("run", "--prompt", optarg, 1, 1 << 20, &a.P)) return CLI_EXIT_USAGE; break;
+        case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &a.B)) return CLI_EXIT_USAGE; batch_given = a.B; break;
+        case 'p': if (cli_parse_long("run", "--prompt", optarg, 1, 1 << 20, &a.P)) return CLI_EXIT_USAGE; prompt_given = a.P; break;
+        case 'I': a.prompt_ids = optarg; break;
+        case 'A': a.logits_all = 1; break;
         case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; break;
         case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &a.seed)) return CLI_EXIT_USAGE; break;
         case 'j': a.json = 1; break;
@@ -348,7 +510,18 @@ int cli_cmd_run(int argc, char **argv)
     if (!strcmp(a.layout, "auto") && (!a.hw || !a.chips))
         return cli_usage("run", "--layout auto needs --chips and --hw (the hardware the split is planned for; "
                                 "the run itself is on this machine)");
-    if (!a.mpi) return run_job(&a);
+    if (a.logits_all && !a.logits) return cli_usage("run", "--logits-all goes with --logits FILE");
+    if (a.prompt_ids && a.mpi && !strcmp(a.prompt_ids, "-"))
+        return cli_usage("run", "--prompt-ids -: under mpirun give a file (every rank reads it)");
+    if (a.prompt_ids && (rc = read_prompt_ids(&a, batch_given, prompt_given))) {
+        free(a.ids);
+        return rc;
+    }
+    if (!a.mpi) {
+        rc = run_job(&a);
+        free(a.ids);
+        return rc;
+    }
 #ifdef HAVE_MPI
     /* this program initialises MPI, so it also finalizes it (exec/comm_mpi.c) */
     int provided = 0, rank = 0;
@@ -360,6 +533,7 @@ int cli_cmd_run(int argc, char **argv)
     is_root = rank == 0;
     rc = run_job(&a);
     MPI_Finalize();
+    free(a.ids);
     return rc;
 #else
     return cli_usage("run", "--backend %s: this build has no MPI (configure --with-mpi)", backend_label(&a));
