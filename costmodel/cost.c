@@ -605,7 +605,8 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                                       l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], hw->name);
     int64_t max_ctx = w->prompt + w->gen;
     int M = l->microbatches, S = l->stages;
-    double pf_sum = 0, pf_max = 0, d1_sum = 0, d1_max = 0, dn_sum = 0, dn_max = 0;
+    /* stage times in whole picoseconds (as scheduled), rolled up exactly */
+    int64_t pf_sum = 0, pf_max = 0, d1_sum = 0, d1_max = 0, dn_sum = 0, dn_max = 0;
     out->capacity = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
     int64_t worst = INT64_MIN;
     /* A stage's program depends on the stage only through (first, last,
@@ -659,16 +660,18 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         }
     accumulate:
         if (w->prompt > 0) {
-            pf_sum += k->pf.time_s;
-            if (k->pf.time_s > pf_max) pf_max = k->pf.time_s;
+            int64_t t = spi_ps(k->pf.time_s);
+            pf_sum += t;
+            if (t > pf_max) pf_max = t;
             add_phase(&out->prefill, &k->pf);
             if (k->pf.comm_bytes * M > out->comm_bytes_prefill) out->comm_bytes_prefill = k->pf.comm_bytes * M;
         }
         if (w->gen > 0) {
-            d1_sum += k->d1.time_s;
-            dn_sum += k->dn.time_s;
-            if (k->d1.time_s > d1_max) d1_max = k->d1.time_s;
-            if (k->dn.time_s > dn_max) dn_max = k->dn.time_s;
+            int64_t t1 = spi_ps(k->d1.time_s), tn = spi_ps(k->dn.time_s);
+            d1_sum += t1;
+            dn_sum += tn;
+            if (t1 > d1_max) d1_max = t1;
+            if (tn > dn_max) dn_max = tn;
             add_phase(&out->decode, &k->dn);
             if (k->dn.comm_bytes > out->comm_bytes_decode_step) out->comm_bytes_decode_step = k->dn.comm_bytes;
         }
@@ -681,10 +684,10 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
     out->feasible = out->shortfall_bytes == 0;
 
-    if (w->prompt > 0) out->prefill_s = pf_sum + (M - 1) * pf_max;
+    if (w->prompt > 0) out->prefill_s = (double)(pf_sum + (M - 1) * pf_max) * 1e-12;
     if (w->gen > 0) {
-        double step1 = M * d1_max > d1_sum ? M * d1_max : d1_sum;
-        double stepn = M * dn_max > dn_sum ? M * dn_max : dn_sum;
+        double step1 = (double)(M * d1_max > d1_sum ? M * d1_max : d1_sum) * 1e-12;
+        double stepn = (double)(M * dn_max > dn_sum ? M * dn_max : dn_sum) * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
     }

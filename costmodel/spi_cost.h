@@ -130,5 +130,7 @@ static inline int64_t spi_sched_commit(spi_sched *st, const spi_step_run *r, int
     return end;
 }
 
+/* Seconds to whole picoseconds (nearest; durations are >= 0); exact back
+ * from (double)ps * 1e-12 for any time under hours. */
 static inline int64_t spi_ps(double s) { return (int64_t)(s * 1e12 + 0.5); }
 #endif

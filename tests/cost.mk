@@ -15,3 +15,10 @@ endif
 tests_check_trace_SOURCES = tests/check_trace.c
 tests_check_trace_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_trace_LDADD = $(SP_TEST_LIBS)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_sim
+TESTS += tests/check_sim
+endif
+tests_check_sim_SOURCES = tests/check_sim.c
+tests_check_sim_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_sim_LDADD = $(SP_TEST_LIBS)

@@ -1,0 +1,245 @@
+/* sim.c: every chip's program on a two-stream timeline (rules in sp_sim.h and sp_cost.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spi_common.h"
+#include "costmodel/sp_sim.h"
+#include "costmodel/spi_cost.h"
+
+void sp_sim_opts_init(sp_sim_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    sp_cost_opts_init(&o->cost);
+}
+
+typedef struct sim {
+    const sp_layout *l;
+    const sp_sim_opts *o;
+    sp_phase phase;
+    int S, M, T, n_st;           /* stages, micro-batches, tokens, chips per stage */
+    sp_mesh mesh;
+    spi_prog_run *pr;            /* [S] */
+    spi_sched *st;               /* [n_st]: the chips of the stage being run */
+    int64_t *ready;              /* [n_st] */
+    int64_t *gmax;               /* [n_st]: latest ready time per group (indexed by leader) */
+    int *gid[1u << SP_AXIS_COUNT];   /* per mask: each chip's group leader (local index); lazily built */
+    int64_t *chip_end;           /* [N]: end of the chip's last unit */
+    int64_t *send_end;           /* [N]: end of the chip's last send */
+    int64_t *fb;                 /* [M × n_st]: end of the last stage's unit (t−1, j), per chip of a stage */
+    int64_t *round_end;          /* [T]: latest end of the last stage's units of token t */
+    int64_t events;
+    sp_status trace_status;
+} sim;
+
+static const int *group_ids(sim *x, unsigned mask)
+{
+    mask &= (1u << SP_AXIS_COUNT) - 1;
+    if (!x->gid[mask]) {
+        int *g = malloc((size_t)x->n_st * sizeof *g);
+        if (!g) return NULL;
+        for (int c = 0; c < x->n_st; c++) {
+            int co[SP_AXIS_COUNT];
+            sp_mesh_coords(&x->mesh, c, co);   /* stage 0's ranks: local index = rank */
+            for (int a = 0; a < SP_AXIS_COUNT; a++)
+                if (mask & (1u << a)) co[a] = 0;
+            g[c] = sp_mesh_rank(&x->mesh, co);
+        }
+        x->gid[mask] = g;
+    }
+    return x->gid[mask];
+}
+
+static void trace_step(sim *x, int chip, const sp_step *s, sp_prog_part part, int64_t layer, int idx, int64_t tok,
+                       int mb, int64_t start, int64_t dur)
+{
+    if (!x->o->trace || x->trace_status != SP_OK) return;
+    char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
+    sp_trace_event e = {chip, sp_trace_step_stream(s), x->o->t0_s + (double)start * 1e-12, (double)dur * 1e-12,
+                        sp_trace_step_label(s, name, sizeof name),
+                        sp_trace_step_id(x->phase, x->o->token0 + tok, part, layer, idx, id, sizeof id), mb,
+                        sp_trace_step_bytes(s), s->flops};
+    x->trace_status = sp_trace_write(x->o->trace, &e);
+}
+
+/* One step on every chip of stage s. */
+static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run *r0, sp_prog_part part,
+                          int64_t layer, int idx, int64_t tok, int mb)
+{
+    int base = s * x->n_st;
+    int collective = step->kind == SP_STEP_COLL;
+    const int *gid = NULL;
+    spi_step_run rs[1];
+    for (int c = 0; c < x->n_st; c++) {
+        int from;
+        x->ready[c] = spi_sched_ready(&x->st[c], r0, &from);
+    }
+    if (collective && step->coll.group > 1) {
+        if (!(gid = group_ids(x, step->coll.mask))) return spi_fail(SP_ENOMEM, "simulator: out of memory");
+        for (int c = 0; c < x->n_st; c++) x->gmax[gid[c]] = -1;
+        for (int c = 0; c < x->n_st; c++)
+            if (x->ready[c] > x->gmax[gid[c]]) x->gmax[gid[c]] = x->ready[c];
+    }
+    for (int c = 0; c < x->n_st; c++) {
+        const spi_step_run *r = r0;
+        if (x->o->slowdown && r0->mode == SPI_RUN_COMPUTE && x->o->slowdown[base + c] != 1.0) {
+            rs[0] = *r0;
+            rs[0].dur_ps[0] = (int64_t)llround((double)r0->dur_ps[0] * x->o->slowdown[base + c]);
+            r = rs;
+        }
+        int64_t start = gid ? x->gmax[gid[c]] : x->ready[c];
+        int64_t end = spi_sched_commit(&x->st[c], r, 0, start, NULL, NULL);
+        if (step->kind == SP_STEP_SEND) x->send_end[base + c] = end;
+        trace_step(x, base + c, step, part, layer, idx, tok, mb, start, end - start);
+        x->events++;
+    }
+    return SP_OK;
+}
+
+/* Unit (token tok, micro-batch mb) on stage s. */
+static sp_status run_unit(sim *x, const sp_program *p, int s, int tok, int mb)
+{
+    int base = s * x->n_st;
+    for (int c = 0; c < x->n_st; c++) {
+        int64_t t = x->chip_end[base + c];
+        if (s > 0 && x->send_end[base - x->n_st + c] > t) t = x->send_end[base - x->n_st + c];
+        if (s == 0 && tok > 0 && x->fb[(size_t)mb * x->n_st + c] > t) t = x->fb[(size_t)mb * x->n_st + c];
+        for (int k = 0; k < SPI_SLOTS; k++) x->st[c].t[k] = t;
+        x->st[c].vec = NULL;
+    }
+    const spi_prog_run *pr = &x->pr[s];
+    for (int i = 0; i < p->pre.n; i++)
+        SP_CHECK(run_step(x, s, &p->pre.s[i], &pr->run[SP_PART_PRE][i], SP_PART_PRE, -1, i, tok, mb));
+    for (int64_t layer = 0; layer < p->n_layers; layer++)
+        for (int i = 0; i < p->layer.n; i++)
+            SP_CHECK(run_step(x, s, &p->layer.s[i], &pr->run[SP_PART_LAYER][i], SP_PART_LAYER, layer, i, tok, mb));
+    for (int i = 0; i < p->post.n; i++)
+        SP_CHECK(run_step(x, s, &p->post.s[i], &pr->run[SP_PART_POST][i], SP_PART_POST, -1, i, tok, mb));
+    for (int c = 0; c < x->n_st; c++) {
+        int64_t e = x->st[c].t[SPI_SLOT_COMP] > x->st[c].t[SPI_SLOT_COMM] ? x->st[c].t[SPI_SLOT_COMP]
+                                                                          : x->st[c].t[SPI_SLOT_COMM];
+        x->chip_end[base + c] = e;
+        if (s == x->S - 1) {
+            x->fb[(size_t)mb * x->n_st + c] = e;
+            if (e > x->round_end[tok]) x->round_end[tok] = e;
+        }
+    }
+    return SP_OK;
+}
+
+static void sim_free(sim *x)
+{
+    free(x->pr);
+    free(x->st);
+    free(x->ready);
+    free(x->gmax);
+    for (unsigned m = 0; m < (1u << SP_AXIS_COUNT); m++) free(x->gid[m]);
+    free(x->chip_end);
+    free(x->send_end);
+    free(x->fb);
+    free(x->round_end);
+}
+
+sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, const sp_program *const *progs,
+                       const sp_sim_opts *opts, sp_sim_result *out)
+{
+    if (!l || !hw || !progs || !out) return spi_fail(SP_EINVAL, "sp_sim_phase: NULL argument");
+    sp_sim_opts defaults;
+    if (!opts) {
+        sp_sim_opts_init(&defaults);
+        opts = &defaults;
+    }
+    memset(out, 0, sizeof *out);
+    sim x;
+    memset(&x, 0, sizeof x);
+    x.l = l;
+    x.o = opts;
+    x.phase = phase;
+    x.S = l->stages;
+    x.M = l->microbatches;
+    x.T = phase == SP_PHASE_DECODE ? (opts->tokens > 0 ? opts->tokens : x.S + 2) : 1;
+    sp_layout_mesh(l, &x.mesh);
+    int N = sp_mesh_size(&x.mesh);
+    x.n_st = N / x.S;
+    for (int s = 0; s < x.S; s++)
+        if (!progs[s] || progs[s]->stage != s || progs[s]->phase != phase ||
+            memcmp(&progs[s]->layout, l, sizeof *l))
+            return spi_fail(SP_EINVAL, "sp_sim_phase: program %d is not stage %d of this layout's %s", s, s,
+                            sp_phase_name(phase));
+    x.pr = calloc((size_t)x.S, sizeof *x.pr);
+    x.st = calloc((size_t)x.n_st, sizeof *x.st);
+    x.ready = calloc((size_t)x.n_st, sizeof *x.ready);
+    x.gmax = calloc((size_t)x.n_st, sizeof *x.gmax);
+    x.chip_end = calloc((size_t)N, sizeof *x.chip_end);
+    x.send_end = calloc((size_t)N, sizeof *x.send_end);
+    x.fb = calloc((size_t)x.M * (size_t)x.n_st, sizeof *x.fb);
+    x.round_end = calloc((size_t)x.T, sizeof *x.round_end);
+    sp_status st = SP_OK;
+    if (!x.pr || !x.st || !x.ready || !x.gmax || !x.chip_end || !x.send_end || !x.fb || !x.round_end) {
+        st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d chips", N);
+        goto done;
+    }
+    for (int s = 0; s < x.S; s++) {
+        /* priced at the context each program was lowered for, as sp_cost_eval prices it */
+        int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[s]->shape.context : 0, 0};
+        spi_cost_price_program(progs[s], hw, ctx, &x.pr[s], NULL);
+    }
+    for (int t = 0; t < x.T; t++)
+        for (int j = 0; j < x.M; j++)
+            for (int s = 0; s < x.S; s++) SP_CHECKGOTO(run_unit(&x, progs[s], s, t, j), st, done);
+    int64_t end = 0;
+    for (int c = 0; c < N; c++)
+        if (x.chip_end[c] > end) end = x.chip_end[c];
+    out->makespan_s = (double)end * 1e-12;
+    out->step_s = x.T >= 2 ? (double)(x.round_end[x.T - 1] - x.round_end[x.T - 2]) * 1e-12 : out->makespan_s;
+    out->events = x.events;
+    if (x.trace_status != SP_OK) st = x.trace_status;
+done:
+    sim_free(&x);
+    return st;
+}
+
+sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                      const sp_sim_opts *opts, sp_sim_times *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
+    sp_sim_opts o;
+    if (opts) o = *opts;
+    else sp_sim_opts_init(&o);
+    memset(out, 0, sizeof *out);
+    /* the checks sp_cost_eval runs (workload, torus slice, the layout applies) */
+    sp_cost c;
+    sp_cost_opts co = o.cost;
+    co.fresh = 1;
+    SP_CHECK(sp_cost_eval(m, hw, l, w, &co, &c));
+    int S = l->stages;
+    sp_program *progs = calloc((size_t)S, sizeof *progs);
+    const sp_program **pp = calloc((size_t)S, sizeof *pp);
+    sp_status st = SP_OK;
+    if (!progs || !pp) {
+        st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d stages", S);
+        goto done;
+    }
+    for (int s = 0; s < S; s++) pp[s] = &progs[s];
+    int64_t max_ctx = w->prompt + w->gen;
+    if (w->prompt > 0) {
+        sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype};
+        for (int s = 0; s < S; s++) SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &progs[s]), st, done);
+        SP_CHECKGOTO(sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill), st, done);
+        out->prefill_s = out->prefill.step_s;
+    }
+    if (w->gen > 0) {
+        sp_shape sh = {w->batch, 1, max_ctx, max_ctx, o.cost.act_dtype};
+        for (int s = 0; s < S; s++) SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &progs[s]), st, done);
+        int T = o.tokens > 0 ? o.tokens : S + 2;
+        o.tokens = T;
+        o.token0 = w->gen > T ? w->gen - T : 0;
+        o.t0_s += out->prefill.makespan_s;
+        SP_CHECKGOTO(sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &out->decode), st, done);
+        out->decode_step_s = out->decode.step_s;
+    }
+done:
+    free(progs);
+    free(pp);
+    return st;
+}

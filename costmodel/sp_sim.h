@@ -1,0 +1,84 @@
+/*
+ * sp_sim.h: the simulator.  Schedules every chip's program on a timeline
+ * of two streams per chip (compute, communication), step by step, with the
+ * cost model's step prices and rules (sp_cost.h, "Schedule"), and writes
+ * the timeline as a trace (sp_trace.h).
+ *
+ *   sp_sim_opts o;
+ *   sp_sim_opts_init(&o);
+ *   o.trace = t;                                   // optional
+ *   sp_sim_times r;
+ *   if (sp_sim_eval(&model, &hw, &layout, &w, &o, &r) == SP_OK)
+ *       printf("prefill %.3f s, decode step %.3f ms\n", r.prefill_s, r.decode_step_s * 1e3);
+ *
+ * What it adds to the cost model's closed form: chips are simulated one by
+ * one, so a collective starts when its slowest member is ready (members
+ * differ when chips run at different speeds: opts.slowdown), and pipeline
+ * stages hand micro-batches to each other as they finish.
+ *   - chip c of stage s runs, for every (token t, micro-batch j) in that
+ *     order, its stage's program: the unit starts when the chip finished
+ *     its previous unit and its input has arrived: from stage s−1 (the end
+ *     of the peer chip's send of (t, j)), and on stage 0 for t > 0 from the
+ *     last stage (the end of the peer's unit (t−1, j): the next token of
+ *     those sequences).  This is DeepSpeed-Inference's generation schedule
+ *     with M micro-batches in flight (sp_layout_check asks M >= stages).
+ *   - within a unit, every step as sp_cost.h says; a collective (not
+ *     send/recv) starts at the latest of its group's members' ready times
+ *     (its group: the chips sharing every coordinate outside sp_coll.mask).
+ *   - times are whole picoseconds, like the closed form; for a layout whose
+ *     chips are alike, the simulator's prefill time and decode step equal
+ *     sp_cost_eval's exactly (tests/check_sim.c checks the catalogue).
+ *
+ * Decode is simulated over `tokens` steps, all at the context the program
+ * was lowered for (the last context in sp_sim_eval); its step time is the
+ * last step's increment, the generation schedule's steady state.
+ */
+#ifndef SP_SIM_H
+#define SP_SIM_H
+#include "costmodel/sp_cost.h"
+#include "sp_trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_sim_opts {
+    size_t size;             /* sizeof(sp_sim_opts) */
+    int tokens;              /* decode steps simulated; 0: stages + 2 (enough for the steady state) */
+    const double *slowdown;  /* optional, one per chip (global rank): that chip's compute steps take
+                                this many times their price (1: as priced) */
+    sp_trace *trace;         /* optional: one event per step and chip (borrowed) */
+    double t0_s;             /* added to every traced time */
+    int64_t token0;          /* decode: the step number (step ids) of the first simulated token */
+    sp_cost_opts cost;       /* sp_sim_eval: lowering options (act_dtype) */
+} sp_sim_opts;
+void sp_sim_opts_init(sp_sim_opts *o);
+
+typedef struct sp_sim_result {
+    double makespan_s;       /* every unit through every stage */
+    double step_s;           /* prefill: the makespan; decode: the last token's increment */
+    int64_t events;          /* steps simulated, over all chips */
+} sp_sim_result;
+
+/* Simulates one phase: progs[s] is stage s's program (sp_lower of this
+ * layout, phase and stage s; borrowed); opts may be NULL.  SP_EINVAL for
+ * programs that do not match the layout; SP_ENOMEM; a trace write error
+ * is reported by sp_trace_close. */
+sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, const sp_program *const *progs,
+                       const sp_sim_opts *opts, sp_sim_result *out);
+
+typedef struct sp_sim_times {
+    double prefill_s;        /* 0 without a prompt */
+    double decode_step_s;    /* 0 without generated tokens; at the last context */
+    sp_sim_result prefill, decode;
+} sp_sim_times;
+/* Lowers every stage (the shapes sp_cost_eval uses) and simulates prefill,
+ * then decode; traced decode steps follow the prefill on the timeline and
+ * are numbered gen − tokens .. gen − 1 (from 0 when gen < tokens). */
+sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                      const sp_sim_opts *opts, sp_sim_times *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,379 @@
+/* check_sim.c: the simulator on hand-built programs with known schedules
+ * (a chain, a collective waiting for its slowest member, an overlappable
+ * all-gather under a matmul, a pipeline of S stages × M micro-batches), the
+ * simulator = the cost model's closed form on the layout catalogue, and
+ * its trace: valid JSON, every step of every chip's program exactly once
+ * per micro-batch and token. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "costmodel/sp_cost.h"
+#include "costmodel/sp_sim.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+#include "sp_trace.h"
+
+/* A cluster chip with round numbers: 1e12 FLOP/s, HBM and links so fast
+ * that only FLOPs and the chosen latencies count; no dispatch, no curves.
+ * A matmul of F FLOPs takes F ps... × 1: F / 1e12 s. */
+static sp_hw round_hw(void)
+{
+    sp_hw hw;
+    sp_hw_init(&hw);
+    snprintf(hw.name, sizeof hw.name, "round");
+    hw.peak_flops[SP_DT_BF16] = 1e12;
+    hw.hbm_bytes = 1LL << 40;
+    hw.hbm_bw = 1e30;
+    hw.topo = SP_TOPO_CLUSTER;
+    hw.chips_per_node = 64;
+    hw.intra_bw = 1e30;
+    hw.inter_bw = 1e30;
+    hw.intra_latency = 1e-6;   /* 1 us per collective step */
+    hw.inter_latency = 1e-6;
+    return hw;
+}
+
+static sp_program prog[4];
+
+static void prog_init(sp_program *p, const sp_layout *l, sp_phase ph, int stage, int64_t layers)
+{
+    memset(p, 0, sizeof *p);
+    p->phase = ph;
+    p->layout = *l;
+    p->stage = stage;
+    p->n_layers = layers;
+    p->shape.context = 1;
+}
+
+static sp_step *add_matmul(sp_steps *ss, sp_buf dst, sp_buf src, sp_buf wbuf, int64_t us)
+{
+    sp_step *s = &ss->s[ss->n++];
+    memset(s, 0, sizeof *s);
+    s->kind = SP_STEP_MATMUL;
+    s->dst = dst;
+    s->src = src;
+    s->wbuf = wbuf;
+    s->m = s->n = s->k = 1;
+    s->flops = us * 1000000;   /* us microseconds at 1e12 FLOP/s */
+    return s;
+}
+
+/* An all-gather over x of K chips: K − 1 steps of 1 us. */
+static sp_step *add_gather(sp_steps *ss, sp_buf dst, sp_buf src, int K, int overlappable)
+{
+    sp_step *s = &ss->s[ss->n++];
+    memset(s, 0, sizeof *s);
+    s->kind = SP_STEP_COLL;
+    s->dst = dst;
+    s->src = src;
+    s->coll.kind = SP_COLL_ALLGATHER;
+    strcpy(s->coll.col_axes, "x");
+    s->coll.mask = SP_AXES_X;
+    s->coll.group = K;
+    s->coll.bytes_recv = s->coll.bytes_sent = K - 1;
+    s->coll.overlappable = overlappable;
+    s->coll.is_weight = overlappable;
+    return s;
+}
+
+static sp_step *add_p2p(sp_steps *ss, sp_step_kind k)
+{
+    sp_step *s = &ss->s[ss->n++];
+    memset(s, 0, sizeof *s);
+    s->kind = k;
+    s->src = s->dst = SP_BUF_X;
+    s->coll.kind = SP_COLL_SENDRECV;
+    s->coll.group = 2;
+    return s;
+}
+
+static double sim1(const sp_layout *l, const sp_hw *hw, sp_phase ph, int stages, const double *slow, int tokens,
+                   sp_sim_result *r)
+{
+    const sp_program *pp[4];
+    for (int s = 0; s < stages; s++) pp[s] = &prog[s];
+    sp_sim_opts o;
+    sp_sim_opts_init(&o);
+    o.slowdown = slow;
+    o.tokens = tokens;
+    ck_assert_msg(sp_sim_phase(l, hw, ph, pp, &o, r) == SP_OK, "%s", sp_last_error());
+    return r->step_s;
+}
+
+/* pre: 1 us; layer (x3): 2 us then 3 us; post: 4 us: 1 + 3 × 5 + 4 = 20 us */
+START_TEST(test_chain)
+{
+    sp_hw hw = round_hw();
+    sp_layout l;
+    sp_layout_init(&l);
+    prog_init(&prog[0], &l, SP_PHASE_PREFILL, 0, 3);
+    add_matmul(&prog[0].pre, SP_BUF_X, SP_BUF_NONE, SP_BUF_NONE, 1);
+    add_matmul(&prog[0].layer, SP_BUF_H, SP_BUF_X, SP_BUF_NONE, 2);
+    add_matmul(&prog[0].layer, SP_BUF_X, SP_BUF_H, SP_BUF_NONE, 3);
+    add_matmul(&prog[0].post, SP_BUF_LOGITS, SP_BUF_X, SP_BUF_NONE, 4);
+    sp_sim_result r;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 20e-6, 1e-18);
+    ck_assert_int_eq(r.events, 1 + 3 * 2 + 1);
+    sp_phase_cost pc;
+    sp_cost_program(&prog[0], &hw, 0, &pc);
+    ck_assert_double_eq_tol(pc.time_s, 20e-6, 1e-18);
+}
+END_TEST
+
+/* 4 chips on x; a 1 us matmul, then an all-gather (3 steps: 3 us) of its
+ * output.  Chip 2 computes 5 times slower: the gather waits for it on every
+ * chip, 5 + 3 = 8 us instead of 1 + 3. */
+START_TEST(test_slowest_member)
+{
+    sp_hw hw = round_hw();
+    sp_layout l;
+    sp_layout_init(&l);
+    l.mesh[0] = 4;
+    prog_init(&prog[0], &l, SP_PHASE_PREFILL, 0, 1);
+    add_matmul(&prog[0].layer, SP_BUF_H, SP_BUF_X, SP_BUF_NONE, 1);
+    add_gather(&prog[0].layer, SP_BUF_XG, SP_BUF_H, 4, 0);
+    sp_sim_result r;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 4e-6, 1e-18);
+    double slow[4] = {1, 1, 5, 1};
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, slow, 0, &r), 8e-6, 1e-18);
+    ck_assert_int_eq(r.events, 4 * 2);
+}
+END_TEST
+
+/* A weight gather marked overlappable (2 chips: 1 step, 1 us; made 3 us by
+ * 3 chips... here 4 chips: 3 us) runs under a 5 us matmul that does not
+ * need it; the 2 us matmul that reads the gathered weight starts at 5:
+ * 7 us.  Overlap "none": 3 + 5 + 2 = 10 us. */
+START_TEST(test_overlapped_gather)
+{
+    sp_hw hw = round_hw();
+    sp_layout l;
+    sp_layout_init(&l);
+    l.mesh[0] = 4;
+    prog_init(&prog[0], &l, SP_PHASE_PREFILL, 0, 1);
+    add_gather(&prog[0].layer, SP_BUF_WIN, SP_BUF_NONE, 4, 1);
+    add_matmul(&prog[0].layer, SP_BUF_H, SP_BUF_X, SP_BUF_NONE, 5);
+    add_matmul(&prog[0].layer, SP_BUF_Y, SP_BUF_H, SP_BUF_WIN, 2);
+    sp_sim_result r;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 7e-6, 1e-18);
+    sp_phase_cost pc;
+    sp_cost_program(&prog[0], &hw, 0, &pc);
+    ck_assert_double_eq_tol(pc.time_s, 7e-6, 1e-18);
+    /* two layers: the second layer's gather may not overwrite WIN before the
+     * first layer's matmul has read it (one copy): gather 7-10, matmul 7-12,
+     * matmul 12-14 */
+    prog[0].n_layers = 2;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 14e-6, 1e-18);
+    sp_cost_program(&prog[0], &hw, 0, &pc);
+    ck_assert_double_eq_tol(pc.time_s, 14e-6, 1e-18);
+    hw.overlap = SP_OVERLAP_NONE;
+    prog[0].n_layers = 1;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 10e-6, 1e-18);
+}
+END_TEST
+
+/* 3 stages taking 1, 3 and 2 us per micro-batch (sends free: no latency
+ * across a stage hand-off here), 4 micro-batches.  Prefill (a flow shop):
+ * 6 + (4 − 1) × 3 = 15 us.  Decode, each token of a micro-batch waiting for
+ * its previous token from the last stage: the 3 us stage is busy 4 × 3 =
+ * 12 us per token once it never starves, which it does not after the
+ * first token. */
+START_TEST(test_pipeline)
+{
+    sp_hw hw = round_hw();
+    hw.intra_latency = hw.inter_latency = 0;
+    sp_layout l;
+    sp_layout_init(&l);
+    l.stages = 3;
+    l.microbatches = 4;
+    const int64_t us[3] = {1, 3, 2};
+    for (int ph = 0; ph < 2; ph++) {
+        for (int s = 0; s < 3; s++) {
+            prog_init(&prog[s], &l, (sp_phase)ph, s, 1);
+            if (s > 0) add_p2p(&prog[s].pre, SP_STEP_RECV);
+            add_matmul(&prog[s].layer, SP_BUF_X, SP_BUF_X, SP_BUF_NONE, us[s]);
+            if (s < 2) add_p2p(&prog[s].post, SP_STEP_SEND);
+        }
+        sp_sim_result r;
+        if (ph == 0) {
+            ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 3, NULL, 0, &r), 15e-6, 1e-18);
+            ck_assert_int_eq(r.events, 4 * (2 + 3 + 2));
+        } else {
+            for (int T = 2; T <= 6; T++) {
+                ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_DECODE, 3, NULL, T, &r), 12e-6, 1e-18);
+                /* token 0 is the prefill-like fill (15 us), every later one 12 us */
+                ck_assert_double_eq_tol(r.makespan_s, 15e-6 + (T - 1) * 12e-6, 1e-18);
+            }
+        }
+    }
+    /* stage 1 twice as slow on its only chip: 6 us, the bottleneck: 4 x 6 per token */
+    double slow[3] = {1, 2, 1};
+    sp_sim_result r;
+    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_DECODE, 3, slow, 4, &r), 24e-6, 1e-18);
+}
+END_TEST
+
+/* The simulator's prefill time and decode step equal sp_cost_eval's, to
+ * the bit, on every layout of the catalogue that applies: small models,
+ * 8 chips, every stage/replica/mesh split, FFN and attention layout pair
+ * and micro-batch count, on a torus and a two-tier cluster. */
+START_TEST(test_closed_form_catalogue)
+{
+    const char *models[] = {"tiny-llama", "tiny-gpt2", "tiny-palm"};
+    const char *hws[] = {"tpu-v4", "a100-80g"};
+    int checked = 0, pipelines = 0;
+    for (size_t mi = 0; mi < 3; mi++)
+        for (size_t hi = 0; hi < 2; hi++) {
+            sp_model m;
+            sp_hw hw;
+            sp_error err;
+            ck_assert_int_eq(sp_model_find(models[mi], &m, &err), SP_OK);
+            ck_assert_int_eq(sp_hw_find(hws[hi], &hw, &err), SP_OK);
+            hw.chips_per_node = hi ? 4 : hw.chips_per_node;   /* two tiers on 8 chips */
+            sp_workload w = {16, 16, 4};
+            for (int S = 1; S <= 2; S++)
+                for (int R = 1; R <= 2; R++)
+                    for (int X = 1; X <= 8 / (S * R); X *= 2)
+                        for (int Y = 1; X * Y <= 8 / (S * R); Y *= 2)
+                            for (int f = 0; f < SP_FL_COUNT * SP_FL_COUNT; f++)
+                                for (int a = 0; a < 4; a++)
+                                    for (int mm = 1; mm <= 2; mm++) {
+                                        sp_layout l;
+                                        sp_layout_init(&l);
+                                        l.stages = S;
+                                        l.replicas = R;
+                                        l.mesh[0] = X;
+                                        l.mesh[1] = Y;
+                                        l.mesh[2] = 8 / (S * R * X * Y);
+                                        l.microbatches = S * mm;
+                                        l.phase[0].ffn = (sp_ffn_layout)(f / SP_FL_COUNT);
+                                        l.phase[1].ffn = (sp_ffn_layout)(f % SP_FL_COUNT);
+                                        l.phase[0].attn = (sp_attn_layout)(a / 2);
+                                        l.phase[1].attn = (sp_attn_layout)(a % 2);
+                                        if (sp_layout_check(&l, &m, &hw, 8, w.batch, NULL) != SP_OK) continue;
+                                        sp_cost c;
+                                        sp_cost_opts co;
+                                        sp_cost_opts_init(&co);
+                                        co.quiet = 1;
+                                        if (sp_cost_eval(&m, &hw, &l, &w, &co, &c) != SP_OK) continue;
+                                        sp_sim_times st;
+                                        ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, NULL, &st) == SP_OK, "%s",
+                                                      sp_last_error());
+                                        char text[256];
+                                        ck_assert_msg(st.prefill_s == c.prefill_s && st.decode_step_s == c.decode_step_s,
+                                                      "%s %s %s: sim %.17g %.17g, closed form %.17g %.17g",
+                                                      models[mi], hws[hi], sp_layout_format(&l, text, sizeof text),
+                                                      st.prefill_s, st.decode_step_s, c.prefill_s, c.decode_step_s);
+                                        checked++;
+                                        pipelines += S > 1;
+                                    }
+        }
+    ck_assert_int_gt(checked, 200);
+    ck_assert_int_gt(pipelines, 20);
+}
+END_TEST
+
+/* The trace: JSON that Jansson reads; for every chip, every step of its
+ * stage's program appears exactly once per micro-batch (and decode token),
+ * named and sized as sp_trace.h says. */
+START_TEST(test_trace)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse("stages=2,mesh=2x1x1,microbatches=2,prefill=wg-x/heads,decode=wg-x/heads", &l,
+                                     &err), SP_OK);
+    sp_workload w = {4, 8, 5};
+    char path[] = "/tmp/check_sim_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    sp_trace *t;
+    ck_assert_int_eq(sp_trace_open(path, 0, 4, &t), SP_OK);
+    sp_sim_opts o;
+    sp_sim_opts_init(&o);
+    o.trace = t;
+    o.tokens = 3;
+    sp_sim_times st;
+    ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, &o, &st) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(sp_trace_close(t), SP_OK);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    unlink(path);
+    ck_assert_msg(root != NULL, "trace: %s at %d:%d", je.text, je.line, je.column);
+    json_t *ev = json_object_get(root, "traceEvents");
+    /* expected keys "pid id mb" from the programs themselves */
+    json_t *want = json_object();
+    int64_t expected = 0;
+    for (int ph = 0; ph < 2; ph++) {
+        int64_t ctx = w.prompt + w.gen;
+        sp_shape sh = ph ? (sp_shape){w.batch, 1, ctx, ctx, SP_DT_BF16} : (sp_shape){w.batch, w.prompt, w.prompt, ctx,
+                                                                                        SP_DT_BF16};
+        int tokens = ph ? 3 : 1;
+        for (int chip = 0; chip < 4; chip++) {
+            static sp_program p;
+            ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, chip / 2, &p), SP_OK);
+            const sp_steps *parts[3] = {&p.pre, &p.layer, &p.post};
+            for (int tok = 0; tok < tokens; tok++)
+                for (int mb = 0; mb < 2; mb++)
+                    for (int k = 0; k < 3; k++)
+                        for (int64_t layer = 0; layer < (k == 1 ? p.n_layers : 1); layer++)
+                            for (int i = 0; i < parts[k]->n; i++) {
+                                char id[SP_TRACE_ID_MAX], key[96], name[SP_TRACE_LABEL_MAX];
+                                sp_trace_step_id((sp_phase)ph, 2 + tok, (sp_prog_part)k, layer, i, id, sizeof id);
+                                snprintf(key, sizeof key, "%d %s %d", chip, id, mb);
+                                json_object_set_new(want, key,
+                                                    json_string(sp_trace_step_label(&parts[k]->s[i], name, sizeof name)));
+                                expected++;
+                            }
+        }
+    }
+    ck_assert_int_eq((int64_t)json_object_size(want), expected);   /* the keys are distinct */
+    ck_assert_int_eq(st.prefill.events + st.decode.events, expected);
+    size_t i;
+    json_t *e;
+    int64_t seen = 0;
+    json_array_foreach(ev, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X")) continue;
+        json_t *args = json_object_get(e, "args");
+        char key[96];
+        snprintf(key, sizeof key, "%d %s %d", (int)json_integer_value(json_object_get(e, "pid")),
+                 json_string_value(json_object_get(args, "id")), (int)json_integer_value(json_object_get(args, "mb")));
+        json_t *label = json_object_get(want, key);
+        ck_assert_msg(label != NULL, "unexpected or repeated event %s", key);
+        ck_assert_str_eq(json_string_value(json_object_get(e, "name")), json_string_value(label));
+        ck_assert(json_number_value(json_object_get(e, "dur")) >= 0);
+        json_object_del(want, key);   /* a second one would not be found */
+        seen++;
+    }
+    ck_assert_int_eq(seen, expected);
+    ck_assert_int_eq((int64_t)json_object_size(want), 0);
+    json_decref(want);
+    json_decref(root);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sim");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_chain);
+    tcase_add_test(tc, test_slowest_member);
+    tcase_add_test(tc, test_overlapped_gather);
+    tcase_add_test(tc, test_pipeline);
+    tcase_add_test(tc, test_closed_form_catalogue);
+    tcase_add_test(tc, test_trace);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
