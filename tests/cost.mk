@@ -22,3 +22,5 @@ endif
 tests_check_sim_SOURCES = tests/check_sim.c
 tests_check_sim_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_sim_LDADD = $(SP_TEST_LIBS)
+TESTS += tests/cli_simulate.sh
+EXTRA_DIST += tests/cli_simulate.sh

@@ -35,6 +35,7 @@ int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_frontier(int argc, char **argv);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
+int cli_cmd_simulate(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
@@ -78,6 +79,15 @@ struct sp_layout;
 struct sp_error;
 /* A --layout argument: an existing file holds JSON; anything else is the text or JSON form. */
 int cli_load_layout(const char *arg, struct sp_layout *out, struct sp_error *err);
+struct sp_model;
+/* Loads --model and --hw, checking the model for a run to `context` tokens
+ * (0: its own limit) (cmd_plan.c).  Returns CLI_EXIT_OK, or the exit code
+ * after reporting the error. */
+int cli_load_problem(const char *model_arg, const char *hw_arg, int64_t context, struct sp_model *m,
+                     struct sp_hw *hw);
+/* ... and --layout (cmd_estimate.c), checking the layout for the chips and batch. */
+int cli_load_job(const char *model_arg, const char *hw_arg, const char *layout_arg, int chips, int64_t batch,
+                 int64_t context, struct sp_model *m, struct sp_hw *hw, struct sp_layout *l);
 /* The human form of a priced layout: headline figures, time breakdown, memory per chip. */
 void cli_print_cost(const struct sp_cost *c, const struct sp_hw *hw);
 #endif

@@ -43,6 +43,20 @@ int cli_load_layout(const char *arg, sp_layout *out, sp_error *err)
     return sp_layout_parse(arg, out, err);
 }
 
+int cli_load_job(const char *model_arg, const char *hw_arg, const char *layout_arg, int chips, int64_t batch,
+                 int64_t context, sp_model *m, sp_hw *hw, sp_layout *l)
+{
+    int rc = cli_load_problem(model_arg, hw_arg, context, m, hw);
+    if (rc != CLI_EXIT_OK) return rc;
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st;
+    if ((st = cli_load_layout(layout_arg, l, &err)) != SP_OK) return cli_report(st, &err);
+    sp_error_init(&err);
+    if ((st = sp_layout_check(l, m, hw, chips, batch, &err)) != SP_OK) return cli_report(st, &err);
+    return CLI_EXIT_OK;
+}
+
 static void row(cli_table *t, const char *k, const char *v)
 {
     const char *cells[2] = {k, v};
@@ -155,18 +169,10 @@ int cli_cmd_estimate(int argc, char **argv)
     sp_model m;
     sp_hw hw;
     sp_layout l;
-    sp_error err;
-    sp_error_init(&err);
-    sp_status st = sp_model_find(model_arg, &m, &err);
-    if (st != SP_OK) return cli_report(st, &err);
+    sp_status st;
     /* --max-context searches up to the model's own limit */
-    if ((st = sp_model_check_run(&m, maxctx ? 0 : prompt + gen, &err)) != SP_OK) return cli_report(st, &err);
-    sp_error_init(&err);
-    if ((st = sp_hw_find(hw_arg, &hw, &err)) != SP_OK) return cli_report(st, &err);
-    sp_error_init(&err);
-    if ((st = cli_load_layout(layout_arg, &l, &err)) != SP_OK) return cli_report(st, &err);
-    sp_error_init(&err);
-    if ((st = sp_layout_check(&l, &m, &hw, (int)chips, batch, &err)) != SP_OK) return cli_report(st, &err);
+    int rc = cli_load_job(model_arg, hw_arg, layout_arg, (int)chips, batch, maxctx ? 0 : prompt + gen, &m, &hw, &l);
+    if (rc != CLI_EXIT_OK) return rc;
 
     if (maxctx) {
         int64_t ctx = 0;

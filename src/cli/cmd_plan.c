@@ -74,9 +74,7 @@ static const char frontier_usage[] =
     "\n"
     "Exit: 0 at least one point, 1 nothing fits anywhere, 2 bad input, 3 solver error.\n";
 
-/* context: tokens per sequence of the request (a model field refused there is exit 2) */
-static int load_problem(const char *verb, const char *model_arg, const char *hw_arg, int64_t context, sp_model *m,
-                        sp_hw *hw)
+int cli_load_problem(const char *model_arg, const char *hw_arg, int64_t context, sp_model *m, sp_hw *hw)
 {
     sp_error err;
     sp_error_init(&err);
@@ -85,8 +83,16 @@ static int load_problem(const char *verb, const char *model_arg, const char *hw_
     if ((st = sp_model_check_run(m, context, &err)) != SP_OK) return cli_report(st, &err);
     sp_error_init(&err);
     if ((st = sp_hw_find(hw_arg, hw, &err)) != SP_OK) return cli_report(st, &err);
+    return CLI_EXIT_OK;
+}
+
+/* context: tokens per sequence of the request (a model field refused there is exit 2); -1 when loaded */
+static int load_problem(const char *verb, const char *model_arg, const char *hw_arg, int64_t context, sp_model *m,
+                        sp_hw *hw)
+{
     (void)verb;
-    return -1;
+    int rc = cli_load_problem(model_arg, hw_arg, context, m, hw);
+    return rc == CLI_EXIT_OK ? -1 : rc;
 }
 
 static int parse_double(const char *verb, const char *opt, const char *s, double *out)

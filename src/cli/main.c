@@ -9,6 +9,8 @@ static const struct cli_verb verbs[] = {
     {"model", "model show NAME|FILE: sizes, parameter counts, bytes and FLOPs of a model", cli_cmd_model},
     {"hw", "list bundled hardware; hw show NAME|FILE: one hardware description", cli_cmd_hw},
     {"estimate", "price one layout: latency, throughput, MFU, cost, time and memory breakdown", cli_cmd_estimate},
+    {"simulate", "schedule one layout's programs on every chip's timeline; --trace FILE writes it (Perfetto)",
+     cli_cmd_simulate},
     {"plan", "best layout for a model on N chips (GLPK MILP): breakdown, cost-vs-latency frontier, rivals", cli_cmd_plan},
     {"frontier", "cost-vs-latency frontier across chip counts and batch sizes, decode and prefill", cli_cmd_frontier},
     {"calibrate", "fit a hardware profile to measurements (--fit CSV): errors in and out of sample", cli_cmd_calibrate},

@@ -1,0 +1,48 @@
+#!/bin/sh
+# cost_compare.sh: the cost model and `plan` before and after a change, in
+# one run (these machines vary 2x in speed from day to day: only ratios
+# measured side by side mean anything).
+#
+# Usage (from the build directory): sh bench/cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]
+#   BASELINE_BUILD_DIR: a build of the old tree holding bench/bench_cost and shardplan
+#
+# Each round runs old and new bench_cost (us per evaluation, memoised and
+# fresh) and plan_process.sh (median wall ms of `shardplan plan`, palm-540b
+# on 64 tpu-v4) back to back, alternating which goes first; the table gives
+# each round's figures and the median ratio new / old.
+#
+# Napkin math for the new cost terms: a program of ~56 steps (pre, one layer,
+# post) is priced once as before (plus a memory-efficiency lookup per step),
+# then scheduled: a program with no overlapping collective is a chain (the
+# sum, free); otherwise the layer is scheduled until the state repeats (two
+# layers in practice, ~100 step-schedules of ~15 ns, only for the steps that
+# meet an overlapping one: ~1 us per program), twice for decode (first and
+# last context).  Lowering (~1.5 us) and the memo dominate the old ~2.5 us
+# evaluation, so ~+40-60 % is the expected cost of scheduling in the
+# planner's inner loop, unless the schedule is avoided altogether.
+set -eu
+base=${1:?usage: cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]}
+rounds=${2:-3}
+for b in "$base/bench/bench_cost" "$base/shardplan" ./bench/bench_cost ./shardplan; do
+    test -x "$b" || { echo "cost_compare: $b not found (make bench/bench_cost shardplan in both trees)" >&2; exit 1; }
+done
+us() { "$1" 2 | awk '/^us per evaluation  /{e=$4} /^us per evaluation, fresh/{f=$5} END {print e, f}'; }
+plan_ms() { SHARDPLAN=$1 sh bench/plan_process.sh 11 | awk '/^plan palm/{print $5}'; }
+printf '%-6s %12s %12s %12s %12s %12s %12s\n' round "old us" "new us" "old fresh" "new fresh" "old plan ms" "new plan ms"
+i=1
+while [ "$i" -le "$rounds" ]; do
+    if [ $((i % 2)) -eq 1 ]; then
+        o=$(us "$base/bench/bench_cost"); n=$(us ./bench/bench_cost)
+        op=$(plan_ms "$base/shardplan"); np=$(plan_ms ./shardplan)
+    else
+        n=$(us ./bench/bench_cost); o=$(us "$base/bench/bench_cost")
+        np=$(plan_ms ./shardplan); op=$(plan_ms "$base/shardplan")
+    fi
+    echo "$i $o $n $op $np" | awk '{printf "%-6s %12s %12s %12s %12s %12s %12s\n", $1, $2, $4, $3, $5, $6, $7}'
+    i=$((i + 1))
+done | tee /tmp/cost_compare.$$
+awk '{r1[NR] = $3 / $2; r2[NR] = $5 / $4; r3[NR] = $7 / $6}
+     function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                    return a[int((n + 1) / 2)] }
+     END { printf "# median new/old: evaluation %.2f, fresh %.2f, plan %.2f (target <= 1.20)\n", med(r1, NR), med(r2, NR), med(r3, NR) }' /tmp/cost_compare.$$
+rm -f /tmp/cost_compare.$$
