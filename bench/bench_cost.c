@@ -24,7 +24,15 @@
  * `rep stos` for the step zeroing, see configure.ac).
  * Measured on the 2-core development VM (load ~1-2), five runs of
  * `bench_cost 2`: 1.08-1.16M evaluations/s (0.86-0.93 us each); fresh
- * ~0.5M/s; dependent adds ~1.2e9/s.
+ * ~0.5M/s; dependent adds ~1.2e9/s.  That was before the cost model
+ * scheduled programs (sp_cost.h "Schedule"): pricing a program now also
+ * runs its steps on two streams when one of its collectives overlaps
+ * compute (a chain otherwise: the sum), two layers of ~50 steps at ~10-15
+ * ns per step, twice for decode (first and last context): ~+1-2 us per
+ * program lowered.  bench/cost_compare.sh measures old and new binaries in
+ * one run; on the shared VM at load ~16 (2 cores), 5 rounds: evaluation
+ * 2.20x, fresh 2.33x, plan (whole process) 1.75x the binary before the
+ * cost terms (ad5b896), which also predates later lowering work.
  *
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if
