@@ -599,7 +599,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     }
     memset(out, 0, sizeof *out);
     out->chips = sp_layout_chips(l);
-    if (hw->topo == SP_TOPO_TORUS && !sp_layout_torus_map(l, hw, NULL))
+    if (hw->topo == SP_TOPO_TORUS && !sp_layout_torus_map(l, hw, &out->torus))
         return opts->quiet ? SP_EINVAL
                            : spi_fail(SP_EINVAL, "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers",
                                       l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], hw->name);

@@ -36,6 +36,8 @@ void *sp_cost_to_json(const sp_cost *c, const sp_layout *l)
     json_object_set_new(o, "cost_chip_s_per_token", json_real(c->cost_chip_s_per_token));
     json_object_set_new(o, "comm_bytes_per_chip", json_pack("{sIsI}", "prefill", (json_int_t)c->comm_bytes_prefill,
                                                             "decode_step", (json_int_t)c->comm_bytes_decode_step));
+    if (c->torus.slice[0] > 0)
+        json_object_set_new(o, "torus_slice", json_pack("[iii]", c->torus.slice[0], c->torus.slice[1], c->torus.slice[2]));
     json_t *tb = json_object();
     json_object_set_new(tb, "prefill", phase_json(&c->prefill));
     json_object_set_new(tb, "decode_step", phase_json(&c->decode));

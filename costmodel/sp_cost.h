@@ -117,6 +117,8 @@ typedef struct sp_cost {
     sp_mem_sizes mem;             /* worst stage */
     int64_t capacity;             /* HBM × usable fraction */
     int chips;
+    sp_torus_map torus;           /* torus: the rented slice and how the axes lie on it
+                                     (sp_layout_torus_map); all 0 on a cluster */
 } sp_cost;
 
 /* Options: NULL means defaults. */
@@ -190,7 +192,8 @@ void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, 
 /* The JSON form `estimate --json` prints, as a new Jansson reference (json_t *):
  * layout, feasible, shortfall_bytes, prefill_s, decode_step_s, decode_s, total_s,
  * tokens_per_s, mfu, mfu_prefill, mfu_decode, cost_chip_s_per_token,
- * comm_bytes_per_chip.{prefill,decode_step}, time_breakdown.{prefill,decode}.
+ * comm_bytes_per_chip.{prefill,decode_step}, torus_slice ([X, Y, Z] rented; torus
+ * only), time_breakdown.{prefill,decode}.
  * {compute_s, memory_s, roofline_s, comm_s, all-gather, ...}, memory_per_chip.
  * {weights, gathered_weights, kv, activations, workspace, total, capacity}. */
 void *sp_cost_to_json(const sp_cost *c, const sp_layout *l);

@@ -613,6 +613,12 @@ START_TEST(test_slices)
     ck_assert(sp_layout_torus_map(&l, &hw, &map));
     ck_assert_int_eq(map.slice[0] * map.slice[1] * map.slice[2], 64);
     ck_assert(sp_hw_slice_rentable(&hw, map.slice));
+    /* sp_cost_eval reports the slice it priced on */
+    sp_model m64 = make_model(1024, 4096, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_workload w = {64, 16, 4};
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m64, &hw, &l, &w, NULL, &c), SP_OK);
+    ck_assert_int_eq(memcmp(&c.torus, &map, sizeof map), 0);
     /* 12 chips: no slice of 12 is offered */
     int m12[3] = {12, 1, 1};
     ck_assert(!sp_layout_fits_torus(m12, 1, 1, &hw));

@@ -84,6 +84,24 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     row(t, "chip-seconds per token", a);
     row(t, "comm per chip, prefill", cli_fmt_bytes((double)c->comm_bytes_prefill, a, sizeof a));
     row(t, "comm per chip, decode step", cli_fmt_bytes((double)c->comm_bytes_decode_step, a, sizeof a));
+    if (c->torus.slice[0] > 0) {
+        /* the rented slice, and each axis's chips along its physical dimensions (folded: AxB) */
+        static const char letters[SP_AXIS_COUNT] = {'s', 'r', 'x', 'y', 'z'};
+        char sl[160], ax[128] = "";
+        size_t n = 0;
+        for (int i = 0; i < SP_AXIS_COUNT && n < sizeof ax; i++) {
+            const int *f = c->torus.factor[i];
+            if (f[0] * f[1] * f[2] <= 1) continue;
+            char dims[32] = "";
+            size_t k = 0;
+            for (int d = 0; d < 3 && k < sizeof dims; d++)
+                if (f[d] > 1) k += (size_t)snprintf(dims + k, sizeof dims - k, "%s%d", k ? "x" : "", f[d]);
+            n += (size_t)snprintf(ax + n, sizeof ax - n, "%s%c %s", n ? ", " : "", letters[i], dims);
+        }
+        snprintf(sl, sizeof sl, "%dx%dx%d%s%s%s", c->torus.slice[0], c->torus.slice[1], c->torus.slice[2],
+                 n ? " (" : "", ax, n ? ")" : "");
+        row(t, "torus slice", sl);
+    }
     cli_table_print(t, stdout);
     cli_table_free(t);
 
