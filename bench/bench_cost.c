@@ -43,6 +43,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <time.h>
+#include "spi_common.h"
 #include "costmodel/sp_cost.h"
 #include "sp_hw.h"
 #include "sp_layout.h"
@@ -98,6 +99,9 @@ static double timed_passes(pass_arg *a, double seconds)
 
 int main(int argc, char **argv)
 {
+#if defined(SP_BUILDDIR) && defined(SP_SRCDATADIR)
+    spi_use_build_tree_data(SP_BUILDDIR, SP_SRCDATADIR);   /* bundled models and hardware, uninstalled */
+#endif
     /* bench_cost [SECONDS] | bench_cost --passes N (fixed work, for instruction
      * counts under valgrind --tool=callgrind; prints no rate) */
     int passes = argc > 2 && !strcmp(argv[1], "--passes") ? atoi(argv[2]) : 0;

@@ -24,6 +24,7 @@
  * decode program at the middle context) / decode_step_s; copy GB/s =
  * bytes copied / t (read + write traffic is twice that, printed too).
  */
+#include "spi_common.h"
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +138,9 @@ static void validate(const char *wdt)
 
 int main(int argc, char **argv)
 {
+#if defined(SP_BUILDDIR) && defined(SP_SRCDATADIR)
+    spi_use_build_tree_data(SP_BUILDDIR, SP_SRCDATADIR);   /* bundled models and hardware, uninstalled */
+#endif
     const char *model = argc > 1 ? argv[1] : "bench-1b", *wdt = argc > 2 ? argv[2] : "f32";
     int64_t P = argc > 3 ? atoll(argv[3]) : 256, G = argc > 4 ? atoll(argv[4]) : 4, B = 1;
     sp_kern_set_blas_threads(1);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "spi_common.h"
 #include "sp_plan.h"
 
 static double now_s(void)
@@ -44,6 +45,9 @@ static int cmpd(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+#if defined(SP_BUILDDIR) && defined(SP_SRCDATADIR)
+    spi_use_build_tree_data(SP_BUILDDIR, SP_SRCDATADIR);   /* bundled models and hardware, uninstalled */
+#endif
     int runs = argc > 1 ? atoi(argv[1]) : 5;
     int do_frontier = argc > 2 ? atoi(argv[2]) : 1;
     if (runs < 1) runs = 1;

@@ -2,4 +2,5 @@
 EXTRA_PROGRAMS += bench/bench_exec
 SP_BENCH_BINS += bench/bench_exec$(EXEEXT)
 bench_bench_exec_SOURCES = bench/bench_exec.c
+bench_bench_exec_CPPFLAGS = $(SP_BENCH_CPPFLAGS)
 bench_bench_exec_LDADD = libspcore.la $(SP_DEP_LIBS) $(BLAS_LIBS)

@@ -3,6 +3,7 @@
 EXTRA_PROGRAMS += bench/bench_plan
 SP_BENCH_BINS += bench/bench_plan$(EXEEXT)
 bench_bench_plan_SOURCES = bench/bench_plan.c
+bench_bench_plan_CPPFLAGS = $(SP_BENCH_CPPFLAGS)
 bench_bench_plan_LDADD = libspcore.la $(SP_DEP_LIBS)
 CLEANFILES += bench/bench_plan$(EXEEXT)
 EXTRA_DIST += bench/plan_process.sh

@@ -57,9 +57,9 @@
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
-#include "exec/sp_comm.h"
-#include "exec/sp_weights.h"
-#include "kernels/cpu/sp_kern.h"
+#include "sp_comm.h"
+#include "sp_weights.h"
+#include "sp_kern.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include "sp_common.h"
 #include "sp_model.h"
-#include "exec/sp_weights.h"
-#include "kernels/cpu/sp_kern.h"
+#include "sp_weights.h"
+#include "sp_kern.h"
 
 #ifdef __cplusplus
 extern "C" {

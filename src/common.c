@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <assert.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "spi_common.h"
 
 static const char *const status_names[] = {
@@ -181,13 +182,27 @@ static int is_dir(const char *p)
     return p && p[0] && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* set by a program running from its build tree (the CLI: spi_set_data_dir) */
+static char data_override[1024];
+
+void spi_set_data_dir(const char *dir) { snprintf(data_override, sizeof data_override, "%s", dir ? dir : ""); }
+
+void spi_use_build_tree_data(const char *exe_dir, const char *data_dir)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    size_t dl = strlen(exe_dir);
+    if (n <= 0) return;
+    exe[n] = '\0';
+    /* the program file itself sits in exe_dir (not deeper: an install prefix may live below it) */
+    if (!strncmp(exe, exe_dir, dl) && exe[dl] == '/' && !strchr(exe + dl + 1, '/')) spi_set_data_dir(data_dir);
+}
+
 const char *sp_data_dir(void)
 {
     const char *env = sp_env(SP_ENV_DATA);
     if (is_dir(env)) return env;
-#ifdef SP_SRCDATADIR
-    if (is_dir(SP_SRCDATADIR "/models")) return SP_SRCDATADIR;
-#endif
+    if (is_dir(data_override)) return data_override;
 #ifdef SP_DATADIR
     return SP_DATADIR;
 #else
@@ -201,9 +216,7 @@ sp_status sp_data_path(const char *relpath, char *out, size_t size)
     int nd = 0;
     const char *env = sp_env(SP_ENV_DATA);
     if (env[0]) dirs[nd++] = env;
-#ifdef SP_SRCDATADIR
-    dirs[nd++] = SP_SRCDATADIR;
-#endif
+    if (data_override[0]) dirs[nd++] = data_override;
 #ifdef SP_DATADIR
     dirs[nd++] = SP_DATADIR;
 #endif
@@ -212,7 +225,7 @@ sp_status sp_data_path(const char *relpath, char *out, size_t size)
         int w = snprintf(out, size, "%s/%s", dirs[i], relpath);
         if (w > 0 && (size_t)w < size && stat(out, &st) == 0 && S_ISREG(st.st_mode)) return SP_OK;
     }
-    return spi_fail(SP_EIO, "no bundled file %s (searched $SHARDPLAN_DATA, the build tree and %s)", relpath,
+    return spi_fail(SP_EIO, "no bundled file %s (searched $SHARDPLAN_DATA, the program's build tree and %s)", relpath,
 #ifdef SP_DATADIR
                     SP_DATADIR
 #else

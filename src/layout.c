@@ -130,9 +130,10 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
                 q += dl + (x ? 1 : 0);
                 if (x && q == end) nd = 4;
             }
-            if (q < end || nd > 3)
+            if (q < end || nd != 3)
                 return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, "mesh",
-                                     "'%.*s' is not XxYxZ (1 to 3 positive integers joined by x)", (int)vlen, v);
+                                     "'%.*s' is not XxYxZ: give all three tensor-mesh dimensions (e.g. 4x4x1)",
+                                     (int)vlen, v);
             memcpy(l->mesh, dims, sizeof dims);
         } else if (!strcmp(key, "weights") || !strcmp(key, "kv")) {
             char dt[16];
@@ -208,13 +209,13 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
             else if (k[0] == 'r') l->replicas = x;
             else l->microbatches = x;
         } else if (!strcmp(k, "mesh")) {
-            if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > 3)
-                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 1 to 3 positive integers [X, Y, Z]");
+            if (!json_is_array(v) || json_array_size(v) != 3)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
             int dims[3] = {1, 1, 1};
             for (size_t i = 0; i < json_array_size(v); i++) {
                 json_t *d = json_array_get(v, i);
                 if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > 1 << 20)
-                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 1 to 3 positive integers [X, Y, Z]");
+                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
                 dims[i] = (int)json_integer_value(d);
             }
             memcpy(l->mesh, dims, sizeof dims);

@@ -127,7 +127,8 @@ const char *sp_env_default(sp_env_knob knob);
 
 /* ---- bundled data ----------------------------------------------------------------
  * Resolves "models/NAME.json" or "hw/NAME.json" against, in order:
- * $SHARDPLAN_DATA, the build tree's data/ (when running uninstalled), the
+ * $SHARDPLAN_DATA, the source tree's data/ when the shardplan program runs
+ * from its build tree (never for an installed library or program), the
  * installed $(pkgdatadir).  Writes the first existing path into out. */
 sp_status sp_data_path(const char *relpath, char *out, size_t size);
 /* The directory searched for bundled data (first of the above that exists). */

@@ -5,10 +5,13 @@
  *   micro-batches, and per phase (prefill, decode) an FFN layout and an
  *   attention layout, plus the placement of mesh axes on the topology.
  *
- * Text form (omitted keys take the defaults shown):
- *   stages=1,replicas=1,mesh=4x4x4,weights=bf16,kv=bf16,microbatches=1,
- *   prefill=ws2d/heads,decode=ws2d/batch,placement=zyx
- * JSON form:
+ * Text form; omitted keys take these defaults (sp_layout_init):
+ *   stages=1,replicas=1,mesh=1x1x1,weights=bf16,kv=bf16,microbatches=1,
+ *   prefill=ws2d/heads,decode=ws2d/heads,placement=zyx
+ * mesh takes all three tensor dimensions XxYxZ.  An example, the PaLM 540B
+ * decode layout on 64 TPU v4 chips:
+ *   mesh=4x4x4,weights=int8,prefill=ws2d/heads,decode=ws2d/batch
+ * JSON form (same keys and defaults):
  *   {"stages":1,"replicas":1,"mesh":[4,4,4],"weights":"int8","kv":"bf16",
  *    "microbatches":1,"prefill":{"ffn":"ws2d","attn":"heads"},
  *    "decode":{"ffn":"ws2d","attn":"batch"},"placement":"zyx"}

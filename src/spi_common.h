@@ -5,6 +5,13 @@
 #include "sp_common.h"
 
 /* Records a message as this thread's last error and returns status. */
+/* The data directory of a program that runs from its build tree (searched
+ * after $SHARDPLAN_DATA, before the installed one); "" clears it. */
+void spi_set_data_dir(const char *dir);
+/* For programs run from their build tree: when this process's executable sits
+ * in exe_dir, spi_set_data_dir(data_dir).  The directories are the calling
+ * program's own (compiled into it, never into the library). */
+void spi_use_build_tree_data(const char *exe_dir, const char *data_dir);
 sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Fills err (if non-NULL) and the last error; returns code. */
 sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int line, int column,

@@ -48,6 +48,13 @@ assert d["total_s"] > 0 and d["prefill_s"] > 0 and d["decode_step_s"] > 0
 PY
     done
 done
+# a --layout naming no file, and a mesh without its three dimensions: exit 2 saying so
+check "missing layout file" 2 "$SHARDPLAN" estimate --model tiny-llama --hw h100 --chips 1 --batch 1 --prompt 4 --gen 4 \
+    --layout no-such-layout.json
+grep -q "no-such-layout.json: no such layout file" /tmp/sp_est_err.$$ || { echo "FAIL: missing layout file message"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+check "two-dimensional mesh" 2 "$SHARDPLAN" estimate --model tiny-llama --hw h100 --chips 16 --batch 1 --prompt 4 --gen 4 \
+    --layout mesh=4x4
+grep -q "'4x4' is not XxYxZ: give all three" /tmp/sp_est_err.$$ || { echo "FAIL: mesh=4x4 message"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
 # the paper's PaLM 540B layout on 64 TPU v4 chips, and its JSON accepted back as a layout
 check "palm-540b 2D" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
     --layout mesh=4x4x4,weights=int8,prefill=ws2d/heads,decode=ws2d/batch --json

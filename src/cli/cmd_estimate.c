@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli.h"
+#include "spi_common.h"
 #include "costmodel/sp_cost.h"
 #include "sp_hw.h"
 #include "sp_layout.h"
@@ -40,6 +41,12 @@ int cli_load_layout(const char *arg, sp_layout *out, sp_error *err)
 {
     struct stat st;
     if (stat(arg, &st) == 0 && S_ISREG(st.st_mode)) return sp_layout_load_file(arg, out, err);
+    /* layout text has key=value pairs, JSON text starts with '{': anything else meant a file */
+    const char *p = arg;
+    while (*p == ' ') p++;
+    if (*p != '{' && !strchr(arg, '='))
+        return spi_error_set(err, SP_EIO, arg, 0, 0, "",
+                             "no such layout file (a layout is a file, key=value text such as mesh=2x2x1, or JSON)");
     return sp_layout_parse(arg, out, err);
 }
 

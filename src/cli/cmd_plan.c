@@ -109,7 +109,10 @@ static int parse_double(const char *verb, const char *opt, const char *s, double
 
 static void print_frontier(const sp_plan *p, int labels)
 {
-    static const char *const hdr[6] = {"#", "chips:batch", "latency", "chip-s/token", "tokens/s", "layout"};
+    /* a prefill frontier prices prompt tokens: cost per prompt token, prompt tokens per second */
+    int pre = p->opts.latency_metric == SP_PLAN_LAT_PREFILL;
+    const char *hdr[6] = {"#", "chips:batch", "latency", pre ? "chip-s/prompt token" : "chip-s/token",
+                          pre ? "prompt tokens/s" : "tokens/s", "layout"};
     cli_table *t = cli_table_new(6, hdr);
     for (int i = 0; i < p->n_frontier; i++) {
         const sp_plan_point *f = &p->frontier[i];
@@ -118,7 +121,9 @@ static void print_frontier(const sp_plan *p, int labels)
         snprintf(lb, sizeof lb, "%d:%lld", f->chips, (long long)f->batch);
         cli_fmt_seconds(f->latency_s, la, sizeof la);
         snprintf(co, sizeof co, "%.4g", f->cost_s);
-        snprintf(tp, sizeof tp, "%.1f", f->cost.tokens_per_s);
+        double tps = f->cost.tokens_per_s;
+        if (pre) tps = f->cost.prefill_s > 0 ? (double)f->batch * (double)p->workload.prompt / f->cost.prefill_s : 0;
+        snprintf(tp, sizeof tp, "%.1f", tps);
         sp_layout_format(&f->layout, lay, sizeof lay);
         const char *cells[6] = {n, lb, la, co, tp, lay};
         cli_table_add(t, cells);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"
+#include "spi_common.h"
 
 /* One line per verb; keep the order of `shardplan --help`. */
 static const struct cli_verb verbs[] = {
@@ -37,6 +38,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+#if defined(SP_BUILDDIR) && defined(SP_SRCDATADIR)
+    /* run uninstalled: the source tree's data (the installed program is elsewhere) */
+    spi_use_build_tree_data(SP_BUILDDIR, SP_SRCDATADIR);
+#endif
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;
