@@ -13,12 +13,6 @@
 #include "spi_common.h"
 #include "exec/spi_exec.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- host data through the communicator -------------------------------------------
  * The token hand-off and the result exchange move host data; where the
@@ -73,6 +67,7 @@ typedef struct xstats {
     int64_t comm_steps, mismatches;
     int64_t alloc_bytes, pred_bytes;
     double prefill_s, decode_step_s, tokens_per_s;
+    double class_s[2][SP_CLASS_COUNT];
     char first_mismatch[256];
 } xstats;
 
@@ -91,12 +86,19 @@ static void chip_xstats(const chip *ch, xstats *x)
     x->prefill_s = ch->prefill_s;
     x->decode_step_s = ch->decode_step_s;
     x->tokens_per_s = ch->tokens_per_s;
+    memcpy(x->class_s, ch->class_s, sizeof x->class_s);
     memcpy(x->first_mismatch, ch->first_mismatch, sizeof x->first_mismatch);
 }
 
-/* adds chip totals x into st (the first mismatch text from the lowest rank) */
-static void add_xstats(sp_exec_stats *st, const xstats *x, int rank)
+/* adds chip totals x into st (the first mismatch text from the lowest rank);
+ * class times: the mean over a stage's chips, summed over stages, per decode step */
+static void add_xstats(const sp_exec *ex, sp_exec_stats *st, const xstats *x, int rank)
 {
+    double per_stage = (double)ex->l.stages / (double)ex->nchips;
+    for (int c = 0; c < SP_CLASS_COUNT; c++) {
+        st->measured_prefill_class_s[c] += x->class_s[0][c] * per_stage;
+        if (ex->G > 1) st->measured_decode_class_s[c] += x->class_s[1][c] * per_stage / (double)(ex->G - 1);
+    }
     for (int k = 0; k < SP_COLL_COUNT; k++) {
         st->measured_bytes[k] += x->meas[k];
         st->predicted_bytes[k] += x->pred[k];
@@ -150,7 +152,7 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
             const char *b = recv + (size_t)g * blk;
             xstats x;
             memcpy(&x, b, sizeof x);
-            add_xstats(&tot, &x, members[g]);
+            add_xstats(ex, &tot, &x, members[g]);
             int c[SP_AXIS_COUNT];
             sp_mesh_coords(&ex->mesh, members[g], c);
             if (!is_writer(ex, c) || (members[g] >= ex->local_first && members[g] < ex->local_first + ex->local_count))
@@ -189,8 +191,9 @@ static sp_status chip_run(chip *ch)
     for (int64_t b = 0; b < Br && !st; b++) rng[b] = ex->samp.seed + (uint64_t)(base + b);
     double t0 = 0, t1 = 0;
     if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
-    if (ch->rank == 0) t0 = now_s();
+    if (ch->rank == 0) t0 = spi_now_s();
     for (int64_t s = 0; s < G && !st; s++) {
+        ch->token = s;
         if (s == 0) ch->prog = ch->pf;
         else {
             sp_shape sh = spi_shape_of(ex, 1, s);
@@ -205,11 +208,11 @@ static sp_status chip_run(chip *ch)
                 for (int64_t t = 0; t < L; t++)
                     in[b * L + t] = s == 0 ? ex->prompt[(base + r0 + b) * P + t] : cur[r0 + b];
             ch->in_tok = in;
-            if ((st = spi_run_steps(ch, &p->pre, mb))) break;
-            for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = spi_run_steps(ch, &p->layer, mb);
+            if ((st = spi_run_steps(ch, SP_PART_PRE, mb))) break;
+            for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = spi_run_steps(ch, SP_PART_LAYER, mb);
             if (st) break;
             ch->li = p->n_layers - 1;
-            if ((st = spi_run_steps(ch, &p->post, mb))) break;
+            if ((st = spi_run_steps(ch, SP_PART_POST, mb))) break;
             if (!last) continue;
             const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
                                                                                           : SP_BUF_LOGITS];
@@ -249,10 +252,10 @@ static sp_status chip_run(chip *ch)
             ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
         }
         if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
-        if (s == 0 && ch->rank == 0) t1 = now_s();
+        if (s == 0 && ch->rank == 0) t1 = spi_now_s();
     }
     if (!st && ch->rank == 0) {
-        double t2 = now_s();
+        double t2 = spi_now_s();
         ch->prefill_s = t1 - t0;
         ch->decode_step_s = G > 1 ? (t2 - t1) / (double)(G - 1) : 0;
         ch->tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
@@ -265,11 +268,33 @@ static sp_status chip_run(chip *ch)
     return st;
 }
 
+/* Writes the chip's timeline: one complete event per step it ran, named and
+ * numbered as sp_trace.h says (decode steps by the program at the run's last
+ * context: the same steps, labels and streams at every context). */
+static sp_status write_timeline(chip *ch)
+{
+    sp_exec *ex = ch->ex;
+    for (int64_t i = 0; i < ch->nev; i++) {
+        const spi_event *v = &ch->ev[i];
+        const sp_program *p = v->token == 0 ? ch->pf : ch->dc;
+        const sp_steps *ss = v->part == SP_PART_PRE ? &p->pre : v->part == SP_PART_LAYER ? &p->layer : &p->post;
+        const sp_step *s = &ss->s[v->index];
+        char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
+        sp_trace_step_id(p->phase, v->token - 1, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
+        sp_trace_event te = {.chip = ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
+                             .dur_s = v->t1 - v->t0, .name = sp_trace_step_label(s, name, sizeof name), .id = id,
+                             .mb = v->mb, .bytes = v->bytes, .flops = v->flops};
+        SP_CHECK(sp_trace_write(ex->trace, &te));
+    }
+    return SP_OK;
+}
+
 static void *chip_thread(void *arg)
 {
     chip *ch = arg;
     sp_exec *ex = ch->ex;
     sp_status st = chip_run(ch);
+    if (!st && ex->trace) st = write_timeline(ch);
     pthread_mutex_lock(&ex->mu);
     if (st && !ex->err) {
         ex->err = st;
@@ -279,13 +304,15 @@ static void *chip_thread(void *arg)
         /* every chip is here: sum in place */
         xstats x;
         chip_xstats(ch, &x);
-        add_xstats(&ex->st, &x, ch->rank);
+        add_xstats(ex, &ex->st, &x, ch->rank);
     }
     pthread_mutex_unlock(&ex->mu);
     if (st) sp_comm_abort(ex->world, sp_last_error());
     sp_comm_close(ch->c);
     ch->c = NULL;
     spi_chip_teardown(ch);
+    free(ch->ev);
+    ch->ev = NULL;
     return NULL;
 }
 
@@ -364,7 +391,18 @@ void sp_exec_free(sp_exec *ex)
     sp_comm_world_free(ex->world);
     pthread_mutex_destroy(&ex->mu);
     free(ex->rope_inv);
+    free(ex->trace_path);
     free(ex);
+}
+
+sp_status sp_exec_set_trace(sp_exec *ex, const char *path)
+{
+    if (!ex) return spi_fail(SP_EINVAL, "sp_exec_set_trace: no executor");
+    char *p = NULL;
+    if (path && !(p = strdup(path))) return spi_fail(SP_ENOMEM, "trace path");
+    free(ex->trace_path);
+    ex->trace_path = p;
+    return SP_OK;
 }
 
 sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
@@ -398,6 +436,19 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
         return spi_fail(SP_ENOMEM, "threads");
     }
     sp_kern_set_blas_threads(1);
+    if (ex->trace_path) {
+        /* this process's chips; a process that hosts only some (MPI) writes PATH.<its first chip> */
+        char path[4096];
+        if (ex->local_count == ex->nchips) snprintf(path, sizeof path, "%s", ex->trace_path);
+        else snprintf(path, sizeof path, "%s.%d", ex->trace_path, ex->local_first);
+        sp_status ts = sp_trace_open(path, ex->local_first, ex->local_count, &ex->trace);
+        if (ts) {
+            free(chips);
+            free(th);
+            return ts;
+        }
+    }
+    ex->t_base = spi_now_s();
     int started = 0;
     for (int i = 0; i < n; i++) {
         chip *ch = &chips[i];
@@ -422,6 +473,14 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
     for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
     free(chips);
     free(th);
+    if (ex->trace) {
+        sp_status ts = sp_trace_close(ex->trace);
+        ex->trace = NULL;
+        if (ts && !ex->err) {
+            ex->err = ts;
+            snprintf(ex->errmsg, sizeof ex->errmsg, "%s", sp_last_error());
+        }
+    }
     if (stats) *stats = ex->st;
     if (ex->err) return spi_fail(ex->err, "%s", ex->errmsg);
     return SP_OK;

@@ -229,13 +229,47 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     }
 }
 
-sp_status spi_run_steps(chip *ch, const sp_steps *ss, int mb)
+/* appends one step's times to the chip's timeline, growing it as needed */
+static sp_status record(chip *ch, const sp_step *s, sp_prog_part part, int i, int mb, double t0, double t1)
 {
+    if (ch->nev == ch->cap_ev) {
+        int64_t cap = ch->cap_ev ? 2 * ch->cap_ev : 1024;
+        spi_event *ev = realloc(ch->ev, (size_t)cap * sizeof *ev);
+        if (!ev) return spi_fail(SP_ENOMEM, "timeline of %lld steps", (long long)cap);
+        ch->ev = ev;
+        ch->cap_ev = cap;
+    }
+    spi_event *e = &ch->ev[ch->nev++];
+    e->t0 = t0;
+    e->t1 = t1;
+    e->token = ch->token;
+    e->layer = ch->li;
+    e->flops = s->flops;
+    e->bytes = sp_trace_step_bytes(s);
+    e->part = part;
+    e->index = i;
+    e->mb = mb;
+    return SP_OK;
+}
+
+sp_status spi_run_steps(chip *ch, sp_prog_part part, int mb)
+{
+    const sp_program *p = ch->prog;
+    const sp_steps *ss = part == SP_PART_PRE ? &p->pre : part == SP_PART_LAYER ? &p->layer : &p->post;
+    double *cls = ch->class_s[p->phase == SP_PHASE_DECODE];
+    /* a device that queues work is waited for after each step, so a step's time is its own */
+    int wait = !ch->ops->host_memory;
     for (int i = 0; i < ss->n; i++) {
-        sp_status st = run_step(ch, &ss->s[i], mb);
+        const sp_step *s = &ss->s[i];
+        double t0 = spi_now_s();
+        sp_status st = run_step(ch, s, mb);
+        if (!st && wait) st = ch->ops->sync(&ch->dev);
+        double t1 = spi_now_s();
         if (st)
-            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->rank, sp_phase_name(ch->prog->phase), i,
-                            sp_step_kind_name(ss->s[i].kind), sp_last_error());
+            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->rank, sp_phase_name(p->phase), i,
+                            sp_step_kind_name(s->kind), sp_last_error());
+        cls[sp_step_class_of(s)] += t1 - t0;
+        if (ch->ex->trace) SP_CHECK(record(ch, s, part, i, mb, t0, t1));
     }
     return SP_OK;
 }

@@ -87,6 +87,16 @@ typedef struct sp_exec_stats {
      * a block that does not fit fails the run (SP_EINTERNAL), bytes left over count a mismatch */
     int64_t allocated_bytes_per_chip;   /* the largest chip's arena bytes */
     int64_t predicted_bytes_per_chip;   /* the largest chip's predicted total */
+    /* measured wall time per step class (sp_step_class: matmul, attention, each collective
+     * kind, other), seconds: each chip's time in the class's steps, averaged over the chips
+     * of a stage and summed over the stages.  prefill: the prefill step; decode: one decode
+     * step, the mean over the gen - 1 decode steps (0 when gen == 1).  A step's time is from
+     * before it starts to after it returns; on a GPU the chip waits for its stream after each
+     * step so the time is the step's own (which also stops work of one step overlapping the
+     * next).  Time outside the steps (sampling, the pipeline token hand-off, barriers) is in
+     * prefill_s / decode_step_s but in no class. */
+    double measured_prefill_class_s[SP_CLASS_COUNT];
+    double measured_decode_class_s[SP_CLASS_COUNT];
 } sp_exec_stats;
 
 /* Validates the layout against the model and the job (lowers every stage
@@ -102,6 +112,16 @@ typedef struct sp_exec_stats {
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                         const sp_weights *w, sp_comm_backend backend, sp_exec **out);
 void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */
+
+/* The next runs write their measured timeline to path (NULL: none, the
+ * default): one Chrome trace event per step each chip ran, with the step
+ * names and ids of sp_trace.h (as the simulator writes them), ts from the
+ * start of the run (setup included), on each chip's compute or comm track.
+ * Events are kept in memory during the run (a few words per step, outside
+ * the chips' arenas) and written after it.  A process that hosts only some
+ * of the chips (MPI, NCCL) writes path.<its first chip>.  The path is
+ * copied. */
+sp_status sp_exec_set_trace(sp_exec *ex, const char *path);
 
 /* Runs prefill on prompt (batch, prompt) and generates gen tokens per
  * sequence into tokens (batch, gen).  sample NULL or temperature <= 0:

@@ -12,9 +12,11 @@
 #define SPI_EXEC_H
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 #include "spi_common.h"
 #include "exec/sp_exec.h"
 #include "exec/spi_xdev.h"
+#include "sp_trace.h"
 
 struct sp_exec {
     sp_model m;
@@ -40,7 +42,20 @@ struct sp_exec {
     sp_exec_stats st;
     sp_status err;
     char errmsg[256];
+    /* measured timeline (sp_exec_set_trace) */
+    char *trace_path;                /* owned; NULL: none */
+    sp_trace *trace;                 /* open during a run that writes one */
+    double t_base;                   /* the run's time origin (spi_now_s) */
 };
+
+/* One step as it ran on a chip: which step of which program, and its times. */
+typedef struct spi_event {
+    double t0, t1;                   /* spi_now_s around the step */
+    int64_t token;                   /* run step: 0 prefill, s >= 1 decode step s - 1 */
+    int64_t layer;                   /* stage-local layer (layer part) */
+    int64_t flops, bytes;            /* of the step as lowered for this run step (sp_trace_step_bytes) */
+    int part, index, mb;
+} spi_event;
 
 typedef struct chip {
     sp_exec *ex;
@@ -83,7 +98,20 @@ typedef struct chip {
     int64_t comm_steps, mismatches;
     char first_mismatch[256];
     double prefill_s, decode_step_s, tokens_per_s;   /* chip 0 only */
+    /* measured: wall time per step class, [0] prefill, [1] decode (all decode steps) */
+    double class_s[2][SP_CLASS_COUNT];
+    int64_t token;                   /* the run step being run (0: prefill) */
+    spi_event *ev;                   /* the timeline, when the run writes one (host, outside the arena) */
+    int64_t nev, cap_ev;
 } chip;
+
+/* seconds on the monotonic clock */
+static inline double spi_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- a chip's block of an axis sequence, as the lowering numbers them -------------- */
 static inline int spi_aidx(const chip *ch, const char *axes) { return sp_lower_axes_index(ch->l, ch->rank, axes); }
@@ -119,6 +147,8 @@ sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a,
 int spi_peer_stage(const chip *ch, int stage);
 
 /* ---- the interpreter (exec_step.c) ------------------------------------------------ */
-sp_status spi_run_steps(chip *ch, const sp_steps *ss, int mb);
+/* Runs one part of the chip's current program (ch->prog) for micro-batch mb,
+ * timing every step into ch->class_s and, when a timeline is kept, ch->ev. */
+sp_status spi_run_steps(chip *ch, sp_prog_part part, int mb);
 
 #endif

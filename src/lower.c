@@ -42,6 +42,26 @@ const char *sp_step_kind_name(sp_step_kind k) { return k < SP_STEP_COUNT ? step_
 const char *sp_buf_name(sp_buf b) { return b < SP_BUF_COUNT ? buf_names[b] : "?"; }
 const char *sp_weight_name(sp_weight w) { return w < SP_W_COUNT ? weight_names[w] : "?"; }
 const char *sp_scr_name(sp_scr s) { return s < SP_SCR_COUNT ? scr_names[s] : "?"; }
+
+static const char *const class_names[SP_CLASS_COUNT] = {
+    "matmul", "attention", "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv", "other"};
+_Static_assert(SPI_ARRAY_LEN(class_names) == SP_CLASS_COUNT, "class names");
+_Static_assert(SP_CLASS_ALLGATHER + SP_COLL_ALLGATHER == SP_CLASS_ALLGATHER &&
+                   SP_CLASS_ALLGATHER + SP_COLL_SENDRECV == SP_CLASS_SENDRECV &&
+                   SP_CLASS_ALLGATHER + SP_COLL_COUNT == SP_CLASS_OTHER,
+               "one class per collective kind, in sp_coll_kind's order");
+const char *sp_step_class_name(sp_step_class c) { return (unsigned)c < SP_CLASS_COUNT ? class_names[c] : "?"; }
+
+sp_step_class sp_step_class_of(const sp_step *s)
+{
+    switch (s->kind) {
+    case SP_STEP_MATMUL: case SP_STEP_LOGITS: return SP_CLASS_MATMUL;
+    case SP_STEP_ATTN: return SP_CLASS_ATTN;
+    case SP_STEP_COLL: return (sp_step_class)(SP_CLASS_ALLGATHER + s->coll.kind);
+    case SP_STEP_SEND: case SP_STEP_RECV: return SP_CLASS_SENDRECV;
+    default: return SP_CLASS_OTHER;
+    }
+}
 int sp_scr_host(sp_scr s)
 {
     return s == SP_SCR_SCORES || s == SP_SCR_POS || s == SP_SCR_SAMPLE || s == SP_SCR_LOGITS_ROW;

@@ -62,6 +62,19 @@ const char *sp_step_kind_name(sp_step_kind k);
 
 /* sp_coll_kind (kinds of data movement) lives in sp_common.h. */
 
+/* Step classes, for per-class time totals set side by side (predicted and
+ * measured): matmul (MATMUL, LOGITS), attention (ATTN), one per collective
+ * kind (COLL by coll.kind; SEND/RECV are send-recv), other (every other
+ * step).  Append-only. */
+typedef enum sp_step_class {
+    SP_CLASS_MATMUL = 0, SP_CLASS_ATTN = 1,
+    SP_CLASS_ALLGATHER = 2, SP_CLASS_REDUCESCATTER = 3, SP_CLASS_ALLREDUCE = 4, SP_CLASS_ALLTOALL = 5,
+    SP_CLASS_SENDRECV = 6,
+    SP_CLASS_OTHER = 7,
+    SP_CLASS_COUNT
+} sp_step_class;
+const char *sp_step_class_name(sp_step_class c);   /* "matmul", "attention", "all-gather", ..., "other" */
+
 /* Named activation buffers.  Sizes: sp_lower_buffer_sizes(). */
 typedef enum sp_buf {
     SP_BUF_NONE = 0,
@@ -190,6 +203,8 @@ typedef struct sp_step {
     int64_t act_bytes;       /* activation bytes read + written */
     sp_coll coll;            /* COLL, SEND, RECV */
 } sp_step;
+/* The class of a step (sp_step_class). */
+sp_step_class sp_step_class_of(const sp_step *s);
 
 #define SP_PROG_MAX_STEPS 64
 

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
 #include "exec/spi_exec.h"   /* spi_exec_arena_delta */
+#include <jansson.h>
 
 typedef struct exec_case {
     const char *model;
@@ -229,6 +231,110 @@ START_TEST(test_arena_size_checked)
 }
 END_TEST
 
+/* The measured timeline: valid JSON, and every step of every chip's programs
+ * appears exactly once per (chip, step id, micro-batch), on the stream and
+ * under the label sp_trace.h gives it; the per-class times are those of the
+ * steps (each chip's step times fit in the run's wall time). */
+static const struct { const char *model, *layout; int64_t B, P, G; } trace_cases[] = {
+    {"tiny-llama", "mesh=2x1x1," INT8 "prefill=wg-x/heads,decode=ws2d/batch", 4, 5, 4},
+    {"tiny-gpt2", "replicas=2,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 3, 3},
+    {"tiny-palm", "stages=2,microbatches=2,mesh=1x2x1," BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 4, 3},
+};
+
+START_TEST(test_trace_every_step_once)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(trace_cases[_i].model, &m, &err), SP_OK);
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse(trace_cases[_i].layout, &l, &err), SP_OK);
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 11, &w), SP_OK);
+    int64_t B = trace_cases[_i].B, P = trace_cases[_i].P, G = trace_cases[_i].G;
+    int32_t prompt[64], tok[64];
+    for (int i = 0; i < 64; i++) prompt[i] = (int32_t)(i * 7 % m.vocab);
+    char path[] = "/tmp/check_exec_trace_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    sp_exec *ex;
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+    ck_assert_int_eq(sp_exec_set_trace(ex, path), SP_OK);
+    sp_exec_stats st;
+    ck_assert_msg(sp_exec_run(ex, prompt, NULL, tok, NULL, &st) == SP_OK, "%s", sp_last_error());
+    sp_exec_free(ex);
+
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    ck_assert_msg(root, "%s: %s at %d:%d", path, je.text, je.line, je.column);
+    unlink(path);
+    json_t *evs = json_object_get(root, "traceEvents");
+    ck_assert(json_is_array(evs));
+    /* expected: each chip runs, per run step and micro-batch, its stage's pre, n_layers × layer, post */
+    sp_mesh mesh;
+    sp_layout_mesh(&l, &mesh);
+    int n = sp_mesh_size(&mesh);
+    int64_t total = 0;
+    static sp_program pp, dp;
+    for (int r = 0; r < n; r++) {
+        int c[SP_AXIS_COUNT];
+        sp_mesh_coords(&mesh, r, c);
+        sp_shape psh = {B, P, P, P + G, SP_DT_F32}, dsh = {B, 1, P + G, P + G, SP_DT_F32};
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, c[SP_AXIS_STAGE], &pp), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, c[SP_AXIS_STAGE], &dp), SP_OK);
+        for (int64_t s = 0; s < G; s++) {
+            const sp_program *p = s == 0 ? &pp : &dp;
+            for (int mb = 0; mb < l.microbatches; mb++)
+                for (int part = 0; part < SP_PART_COUNT; part++) {
+                    const sp_steps *ss = part == SP_PART_PRE ? &p->pre : part == SP_PART_LAYER ? &p->layer : &p->post;
+                    int64_t layers = part == SP_PART_LAYER ? p->n_layers : 1;
+                    for (int64_t li = 0; li < layers; li++)
+                        for (int i = 0; i < ss->n; i++) {
+                            char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
+                            sp_trace_step_id(p->phase, s - 1, (sp_prog_part)part, li, i, id, sizeof id);
+                            sp_trace_step_label(&ss->s[i], name, sizeof name);
+                            int found = 0;
+                            size_t k;
+                            json_t *e;
+                            json_array_foreach(evs, k, e) {
+                                if (strcmp(json_string_value(json_object_get(e, "ph")), "X")) continue;
+                                json_t *a = json_object_get(e, "args");
+                                if (json_integer_value(json_object_get(e, "pid")) != r ||
+                                    json_integer_value(json_object_get(a, "mb")) != mb ||
+                                    strcmp(json_string_value(json_object_get(a, "id")), id))
+                                    continue;
+                                found++;
+                                ck_assert_str_eq(json_string_value(json_object_get(e, "name")), name);
+                                ck_assert_int_eq(json_integer_value(json_object_get(e, "tid")),
+                                                 sp_trace_step_stream(&ss->s[i]));
+                                ck_assert(json_number_value(json_object_get(e, "dur")) >= 0);
+                            }
+                            ck_assert_msg(found == 1, "chip %d %s mb %d: %d events", r, id, mb, found);
+                            total++;
+                        }
+                }
+        }
+    }
+    int64_t complete = 0;
+    size_t k;
+    json_t *e;
+    json_array_foreach(evs, k, e) complete += !strcmp(json_string_value(json_object_get(e, "ph")), "X");
+    ck_assert_int_eq(complete, total);   /* and nothing else */
+    json_decref(root);
+
+    double pf = 0, dc = 0;
+    for (int c = 0; c < SP_CLASS_COUNT; c++) {
+        ck_assert(st.measured_prefill_class_s[c] >= 0 && st.measured_decode_class_s[c] >= 0);
+        pf += st.measured_prefill_class_s[c];
+        dc += st.measured_decode_class_s[c];
+    }
+    ck_assert(pf > 0 && dc > 0 && st.measured_prefill_class_s[SP_CLASS_MATMUL] > 0);
+    if (l.stages == 1) ck_assert_msg(pf <= st.prefill_s && dc <= st.decode_step_s, "classes %g %g vs wall %g %g", pf,
+                                     dc, st.prefill_s, st.decode_step_s);
+    sp_weights_free(&w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec");
@@ -237,6 +343,7 @@ int main(void)
     tcase_add_loop_test(tc, test_layout_matches_reference, 0, N_CASES);
     tcase_add_test(tc, test_bad_layout_rejected);
     tcase_add_test(tc, test_arena_size_checked);
+    tcase_add_loop_test(tc, test_trace_every_step_once, 0, (int)(sizeof trace_cases / sizeof trace_cases[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

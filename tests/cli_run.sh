@@ -31,6 +31,11 @@ assert d["comm"]["measured_bytes"] == d["comm"]["predicted_bytes"], d["comm"]
 assert d["comm"]["mismatches"] == 0
 assert len(d["tokens"]) == d["batch"] and all(len(t) == d["gen"] for t in d["tokens"])
 assert d["prefill_s"] > 0 and d["tokens_per_s"] > 0
+meas = d["measured"]
+assert meas["prefill_s"] == d["prefill_s"] and set(meas["steps"]) == {"prefill", "decode_step"}, meas
+for ph in meas["steps"].values():
+    assert set(ph) == {"matmul", "attention", "all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                       "send-recv", "other"} and all(v >= 0 for v in ph.values()) and ph["matmul"] > 0, ph
 mem = d["memory"]
 assert mem["allocated_bytes_per_chip"] == mem["predicted_bytes_per_chip"] > 0, mem
 PY
@@ -44,6 +49,24 @@ for case in \
     set -- $case
     check "run $1 $2" 0 $run --model "$1" --layout "$2" && json_ok "run $1 $2"
 done
+# --trace: Chrome Trace Event JSON with one complete event per step and chip
+trace=/tmp/sp_run_trace.$$
+check "run --trace" 0 $run --model tiny-llama --trace $trace \
+    --layout mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch && json_ok "run --trace"
+python3 - $trace <<'PY' || { echo "FAIL: --trace: file"; fail=$((fail + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+keys = [(e["pid"], e["args"]["id"], e["args"]["mb"]) for e in ev]
+assert ev and len(keys) == len(set(keys)), "a step appears twice"
+assert {e["pid"] for e in ev} == {0, 1, 2, 3}
+assert all(e["dur"] >= 0 and e["tid"] in (0, 1) for e in ev)
+assert any(k[1].startswith("decode2/") for k in keys) and any(k[1].startswith("prefill/layer/") for k in keys)
+PY
+rm -f $trace
+check "run --trace unwritable" 2 $run --model tiny-llama --trace /nonexistent/dir/t.json \
+    --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+grep -q "/nonexistent/dir/t.json" $errf || { echo "FAIL: --trace unwritable: file not named"; fail=$((fail + 1)); }
 # auto: planned for a GPU profile, run here; the chosen layout is printed
 for m in tiny-llama tiny-gpt2 tiny-palm; do
     for n in 1 4 8; do

@@ -58,6 +58,17 @@ done <<'EOF2'
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
 8 tiny-llama mesh=2x2x2,weights=fp8,kv=bf16,prefill=wg-xyz/heads,decode=ws2d/batch
 EOF2
+# --trace: each rank writes its chip's timeline to FILE.<chip>, valid JSON, its chip's steps only
+mpi 2 --model tiny-llama --batch 2 --prompt 4 --gen 3 --trace $tmp/tr.json \
+    --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads >$tmp/tr.out 2>$tmp/tr.err ||
+    { echo "FAIL: --trace under mpi"; cat $tmp/tr.err; fail=$((fail + 1)); }
+for r in 0 1; do
+    python3 - $tmp/tr.json.$r $r <<'PY' || { echo "FAIL: --trace under mpi: chip $r"; fail=$((fail + 1)); }
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+assert ev and all(e["pid"] == int(sys.argv[2]) for e in ev), sys.argv
+PY
+done
 # every rank rejects a layout alike: exit 2, one message, no hang
 mpi 2 --model tiny-llama --batch 3 --prompt 4 --gen 2 --layout mesh=3x1x1,prefill=ws1d/heads,decode=ws1d/heads \
     >$tmp/b.out 2>$tmp/b.err

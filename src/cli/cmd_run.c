@@ -23,7 +23,7 @@ static void usage(void)
            "                     [--chips N] [--hw H] [--backend threads|mpi|cuda] [--seed S]\n"
            "                     [--weights DIR] [--weights-dtype f32|bf16|f16|int8|fp8]\n"
            "                     [--temperature T [--top-k K] [--top-p P]] [--prompt-ids FILE|-]\n"
-           "                     [--logits FILE [--logits-all]] [--json]\n"
+           "                     [--logits FILE [--logits-all]] [--trace FILE] [--json]\n"
            "Runs prefill + decode of M under a layout and checks that every collective moves\n"
            "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
            "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed\n"
@@ -55,12 +55,16 @@ static void usage(void)
            "  --logits FILE      write the last step's logits as NumPy .npy, float32\n"
            "                     (batch, vocab): the logits the last token was chosen from\n"
            "  --logits-all       --logits holds every step's: (gen, batch, vocab)\n"
+           "  --trace FILE       write the measured timeline: every step of every chip with its\n"
+           "                     wall time, in Chrome Trace Event JSON (Perfetto, chrome://tracing),\n"
+           "                     the step names and ids of `shardplan simulate --trace`; a rank\n"
+           "                     that hosts one chip of several writes FILE.<chip>\n"
            "Exit 0: ran and bytes matched; 1: no layout fits (auto) or bytes differ;\n"
            "2: bad usage, or the layout does not apply to the model and job (reason on stderr).\n");
 }
 
 typedef struct run_args {
-    const char *model, *layout, *wdt, *hw, *logits, *weights, *prompt_ids;
+    const char *model, *layout, *wdt, *hw, *logits, *weights, *prompt_ids, *trace;
     int logits_all;
     int32_t *ids;   /* --prompt-ids: (B, P), owned */
     long long chips, B, P, G, seed, top_k;
@@ -136,6 +140,18 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(mem, "allocated_bytes_per_chip", json_integer(s->allocated_bytes_per_chip));
         json_object_set_new(mem, "predicted_bytes_per_chip", json_integer(s->predicted_bytes_per_chip));
         json_object_set_new(o, "memory", mem);
+        /* measured: wall times, and per step class (sp_exec_stats) */
+        json_t *meas = json_object(), *steps = json_object(), *spf = json_object(), *sdc = json_object();
+        for (int k = 0; k < SP_CLASS_COUNT; k++) {
+            json_object_set_new(spf, sp_step_class_name((sp_step_class)k), json_real(s->measured_prefill_class_s[k]));
+            json_object_set_new(sdc, sp_step_class_name((sp_step_class)k), json_real(s->measured_decode_class_s[k]));
+        }
+        json_object_set_new(steps, "prefill", spf);
+        json_object_set_new(steps, "decode_step", sdc);
+        json_object_set_new(meas, "prefill_s", json_real(s->prefill_s));
+        json_object_set_new(meas, "decode_step_s", json_real(s->decode_step_s));
+        json_object_set_new(meas, "steps", steps);
+        json_object_set_new(o, "measured", meas);
         cli_print_json(o, stdout);
         json_decref(o);
         return;
@@ -152,6 +168,11 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
            s->decode_step_s, s->tokens_per_s);
     printf("memory per chip (largest): %lld B allocated, %lld B predicted\n", (long long)s->allocated_bytes_per_chip,
            (long long)s->predicted_bytes_per_chip);
+    printf("measured per step class, seconds (prefill / decode step):");
+    for (int k = 0; k < SP_CLASS_COUNT; k++)
+        printf("%s %s %.6f / %.6f", k ? "," : "", sp_step_class_name((sp_step_class)k), s->measured_prefill_class_s[k],
+               s->measured_decode_class_s[k]);
+    printf("\n");
     printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
     for (int k = 0; k < SP_COLL_COUNT; k++)
         printf("%-15s %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s->measured_bytes[k],
@@ -405,6 +426,7 @@ static int run_job(const run_args *a)
     so.top_k = (int)a->top_k;
     so.top_p = a->top_p > 0 ? (float)a->top_p : 1.0f;
     so.seed = (uint64_t)a->seed;
+    if (!st && a->trace) st = sp_exec_set_trace(ex, a->trace);
     if (!st) st = sp_exec_run_logits(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, a->logits_all, &s);
     if (st) {
 #ifdef HAVE_MPI
@@ -452,7 +474,7 @@ int cli_cmd_run(int argc, char **argv)
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"chips", 1, 0, 'n'}, {"batch", 1, 0, 'b'}, {"prompt", 1, 0, 'p'},
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
-        {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'},
+        {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'}, {"trace", 1, 0, 'R'},
         {"weights", 1, 0, 'W'}, {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'K'}, {"top-p", 1, 0, 'P'},
         {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     run_args a;
@@ -471,6 +493,7 @@ int cli_cmd_run(int argc, char **argv)
         case 'w': a.wdt = optarg; break;
         case 'H': a.hw = optarg; break;
         case 'L': a.logits = optarg; break;
+        case 'R': a.trace = optarg; break;
         case 'k':
             if (!strcmp(optarg, "mpi")) a.mpi = 1, a.cuda = 0;
             else if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl")) a.mpi = a.cuda = 1;
