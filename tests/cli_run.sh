@@ -97,5 +97,39 @@ else
     if test -x "$probe"; then want="no GPU is visible (.*cuda.*)"; else want="this build has no CUDA .*--with-cuda"; fi
     grep -qi -- "--backend cuda: $want" $errf || { echo "FAIL: cuda: no reason ($want)"; cat $errf; fail=$((fail + 1)); }
 fi
+# --prompt-ids: lines and JSON give the same run; --json echoes the ids; a ragged
+# batch, a bad id and an id outside the vocabulary exit 2 saying so; --logits .npy
+ids=/tmp/sp_run_ids.$$
+printf '1 2 3 4\n5 6 7 8\n' > $ids
+L=mesh=2x1x1,weights=f32,kv=f32
+if check "prompt ids (lines)" 0 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 3 --json \
+    --logits $ids.npy --logits-all; then
+    python3 - $out $ids.npy <<'PY' || { echo "FAIL: prompt ids JSON / npy"; fail=$((fail + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["prompt_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]], d["prompt_ids"]
+assert d["batch"] == 2 and d["prompt"] == 4 and len(d["tokens"]) == 2
+raw = open(sys.argv[2], "rb").read()
+assert raw[:6] == b"\x93NUMPY"
+hl = raw[8] | raw[9] << 8
+hdr = raw[10:10 + hl].decode()
+assert "'<f4'" in hdr and "(3, 2, 512)" in hdr, hdr
+assert len(raw) == 10 + hl + 3 * 2 * 512 * 4
+PY
+    cp $out $ids.lines
+fi
+check "prompt ids (JSON, stdin)" 0 sh -c "echo '[[1,2,3,4],[5,6,7,8]]' | \"$SHARDPLAN\" run --model tiny-llama --layout $L --prompt-ids - --gen 3 --json" &&
+    python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a["tokens"] == b["tokens"]' $out $ids.lines ||
+    { echo "FAIL: JSON prompt ids differ from lines"; fail=$((fail + 1)); }
+printf '1 2 3\n4 5\n' > $ids
+check "ragged prompts" 2 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 2 &&
+    { grep -q "prompts of different lengths (a ragged batch) are not implemented" $errf || { echo "FAIL: ragged message"; cat $errf; fail=$((fail + 1)); }; }
+printf '1 x\n' > $ids
+check "bad prompt id" 2 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 2 &&
+    { grep -q "$ids:1: expected token ids" $errf || { echo "FAIL: bad id message"; cat $errf; fail=$((fail + 1)); }; }
+printf '1 600\n' > $ids
+check "id outside vocab" 2 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 2 &&
+    { grep -q "id 600 (sequence 0) is outside the vocabulary of 512" $errf || { echo "FAIL: vocab message"; cat $errf; fail=$((fail + 1)); }; }
+rm -f $ids $ids.npy $ids.lines
 [ $fail -eq 0 ] && echo "cli_run: all passed" || echo "cli_run: $fail failed"
 [ $fail -eq 0 ]
