@@ -7,3 +7,4 @@ bench_bench_plan_CPPFLAGS = $(SP_BENCH_CPPFLAGS)
 bench_bench_plan_LDADD = libspcore.la $(SP_DEP_LIBS)
 CLEANFILES += bench/bench_plan$(EXEEXT)
 EXTRA_DIST += bench/plan_process.sh
+EXTRA_DIST += bench/autoconfig_process.sh

@@ -641,7 +641,7 @@ static int check_opts(const sp_plan_opts *o)
     return o->size == sizeof *o && (unsigned)o->objective < SP_PLAN_OBJECTIVE_COUNT &&
            (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
            (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
-           o->min_tokens_per_s >= 0;
+           o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0;
 }
 
 /* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
@@ -741,6 +741,7 @@ static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const
     for (int i = 0; i < k && st == SP_OK; i++) {
         spi_space_free(&s);
         spi_space_init(&s, m, hw);
+        spi_space_narrow(&s, o);
         st = spi_space_add(&s, cnt[i], w, o->weights, o->kv);
         p->stats.eval_s += s.eval_s;
         if (st == SP_OK) st = spi_space_reduce(&s, 0, &red);
@@ -778,6 +779,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     SP_CHECK(plan_new(opts, w, chips, &o, &p));
     spi_space s;
     spi_space_init(&s, m, hw);
+    spi_space_narrow(&s, &o);
     sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
@@ -824,6 +826,7 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
     sp_status st = SP_OK;
     for (int k = 0; k < n_lm; k++) {
         SP_CHECKGOTO(plan_new(opts, w, chips[0], &o[k], &out[k]), st, fail);
+        if (k == 0) spi_space_narrow(&raw, &o[0]);
         o[k].frontier = 1;
         o[k].latency_metric = lms[k];
         out[k]->opts = o[k];
@@ -945,33 +948,6 @@ sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workloa
     }
     free(cnt);
     return spi_fail(SP_EINFEASIBLE, "no chip count up to %d meets the targets", hi);
-}
-
-sp_status sp_autoconfig(const sp_model *m, const sp_hw *hw, int chips, int64_t batch, const sp_workload *w,
-                        const sp_plan_opts *opts, sp_layout *out)
-{
-    if (!w || !out) return spi_fail(SP_EINVAL, "sp_autoconfig: NULL argument");
-    sp_plan_opts o;
-    if (opts) o = *opts;
-    else sp_plan_opts_init(&o);
-    o.frontier = 0;
-    o.rivals = 0;
-    o.search_min_chips = 0;
-    sp_workload wi = *w;
-    wi.batch = batch;
-    sp_plan *p;
-    SP_CHECK(sp_plan_solve(m, hw, chips, &wi, &o, &p));
-    sp_status st = SP_OK;
-    if (p->has_chosen) *out = p->chosen.layout;
-    else if (p->min_shortfall_bytes < 0)
-        st = spi_fail(SP_EINFEASIBLE, "no layout applies to %s on %d chips at batch %lld", m->name, chips,
-                      (long long)batch);
-    else if (p->min_shortfall_bytes > 0)
-        st = spi_fail(SP_EINFEASIBLE, "nothing fits: the best layout is %lld bytes per chip over capacity",
-                      (long long)p->min_shortfall_bytes);
-    else st = spi_fail(SP_EINFEASIBLE, "no layout meets the bounds (%s)", sp_plan_result_name(p->result));
-    sp_plan_free(p);
-    return st;
 }
 
 void sp_plan_free(sp_plan *p)

@@ -1,3 +1,4 @@
 # src/plan.mk: the planner (GLPK MILP over the layout space, priced by costmodel/).
-libspcore_la_SOURCES += src/sp_plan.h src/spi_plan.h src/plan.c src/plan_space.c src/sp_fit.h src/fit.c
-shardplaninclude_HEADERS += src/sp_plan.h src/sp_fit.h
+libspcore_la_SOURCES += src/sp_plan.h src/spi_plan.h src/plan.c src/plan_space.c src/sp_fit.h src/fit.c \
+	src/sp_autoconfig.h src/autoconfig.c
+shardplaninclude_HEADERS += src/sp_plan.h src/sp_fit.h src/sp_autoconfig.h

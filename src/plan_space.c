@@ -24,6 +24,15 @@ void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
     s->min_short = -1;
 }
 
+void spi_space_narrow(spi_space *s, const sp_plan_opts *o)
+{
+    s->ffn_mask = o->ffn_layouts;
+    s->attn_mask = o->attn_layouts;
+    s->wt_mask = o->weight_dtypes;
+    s->tensor_1d = o->tensor_1d;
+    s->m_per_stage = o->microbatches_per_stage;
+}
+
 void spi_space_free(spi_space *s)
 {
     free(s->c);
@@ -190,6 +199,12 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
             return spi_fail(SP_EINVAL, "%s has no fp8 peak: fp8 weights are not supported there", hw->name);
         wts[nw++] = SP_DT_FP8;
     }
+    if (s->wt_mask) {
+        int k = 0;
+        for (int i = 0; i < nw; i++)
+            if (s->wt_mask >> wts[i] & 1u) wts[k++] = wts[i];
+        nw = k;
+    }
     const int64_t B = w->batch;
     double t0 = now_s();
     for (int S = 1; S <= chips; S++) {
@@ -201,13 +216,14 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
             if (S == 1) Ms[nm++] = 1;
             else
                 for (int k = 1; k <= 4; k *= 2)
-                    if ((B / R) % (k * S) == 0) Ms[nm++] = k * S;
+                    if ((B / R) % (k * S) == 0 && (!s->m_per_stage || k == s->m_per_stage)) Ms[nm++] = k * S;
             if (!nm) continue;
             for (int X = 1; X <= T; X++) {
                 if (T % X) continue;
                 for (int Y = 1; Y <= T / X; Y++) {
                     if ((T / X) % Y) continue;
                     int mesh[3] = {X, Y, T / X / Y};
+                    if (s->tensor_1d && (X != 1 || Y != 1)) continue;
                     if (!sp_layout_fits_torus(mesh, R, S, hw)) continue;
                     int sigs[6][14], nsig = 0;
                     int nperm = hw->topo == SP_TOPO_CLUSTER ? 6 : 1;
@@ -242,6 +258,9 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                     for (int dc = 0; dc < 2 * SP_FL_COUNT; dc++) {
                                         sp_ffn_layout pff = (sp_ffn_layout)(pf / 2), dcf = (sp_ffn_layout)(dc / 2);
                                         if (sp_ffn_layout_is_1d(pff) != sp_ffn_layout_is_1d(dcf)) continue;
+                                        if (s->ffn_mask && !(s->ffn_mask >> pff & s->ffn_mask >> dcf & 1u)) continue;
+                                        if (s->attn_mask && !(s->attn_mask >> (pf % 2) & s->attn_mask >> (dc % 2) & 1u))
+                                            continue;
                                         l->phase[SP_PHASE_PREFILL].ffn = pff;
                                         l->phase[SP_PHASE_PREFILL].attn = (sp_attn_layout)(pf % 2);
                                         l->phase[SP_PHASE_DECODE].ffn = dcf;

@@ -109,7 +109,11 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
     X(COMM_TIMEOUT_S, "SHARDPLAN_COMM_TIMEOUT_S", "60",                                   \
       "seconds a collective may wait for its peers before the run fails")               \
     X(BLAS_THREADS, "SHARDPLAN_BLAS_THREADS", "1", "BLAS threads per chip thread")                 \
-    X(THREADS, "SHARDPLAN_THREADS", "0", "threads the planner prices layouts on (0: one per online CPU)")
+    X(THREADS, "SHARDPLAN_THREADS", "0", "threads the planner prices layouts on (0: one per online CPU)") \
+    X(CACHE_DIR, "SHARDPLAN_CACHE_DIR", "",                                               \
+      "autoconfig plan cache directory; off: no cache (default $XDG_CACHE_HOME/shardplan)") \
+    X(XDG_CACHE_HOME, "XDG_CACHE_HOME", "", "base of the plan cache (default $HOME/.cache)") \
+    X(HOME, "HOME", "", "home directory: the plan cache falls back to $HOME/.cache/shardplan")
 
 typedef enum sp_env_knob {
 #define SP_ENV_ENUM_(id, var, def, doc) SP_ENV_##id,

@@ -108,6 +108,13 @@ typedef struct sp_plan_opts {
                                         fits; default 1 */
     int max_chips;                   /* upper end of chip-count searches; 0: hw->max_chips, or
                                         4096 when the hardware gives none */
+    /* The space narrowed to what a serving system can run (sp_autoconfig.h's
+     * server profiles); every default (0) narrows nothing. */
+    unsigned ffn_layouts;            /* bit 1u << sp_ffn_layout per FFN layout allowed */
+    unsigned attn_layouts;           /* bit 1u << sp_attn_layout per attention layout allowed */
+    unsigned weight_dtypes;          /* bit 1u << sp_dtype per weight precision `weights` may pick */
+    int tensor_1d;                   /* 1: tensor meshes 1x1xT only (one tensor-parallel axis) */
+    int microbatches_per_stage;      /* k > 0: pipelines run exactly k·stages micro-batches */
 } sp_plan_opts;
 
 /* Defaults as above. */
@@ -271,7 +278,8 @@ int sp_plan_chip_counts(const sp_hw *hw, int lo, int hi, int *out, int cap);
  *   The best layout for opts->objective (opts may be NULL: minimum total
  *   latency) for `batch` sequences of w's prompt and gen on `chips` chips.
  *   No frontier, no rivals.  Ties are broken by a fixed candidate order, so
- *   the same inputs give the same layout.
+ *   the same inputs give the same layout.  Goes through the plan cache of
+ *   sp_autoconfig.h (sp_autoconfig_ex with its default options).
  * RETURNS
  *   SP_OK with *out; SP_EINFEASIBLE when nothing fits (message says by how
  *   much); other errors as sp_plan_solve.

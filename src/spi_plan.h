@@ -34,6 +34,9 @@ typedef struct spi_inst {
 typedef struct spi_space {
     const sp_model *m;
     const sp_hw *hw;
+    /* sp_plan_opts' narrowing of the space (0: none), set by spi_space_narrow */
+    unsigned ffn_mask, attn_mask, wt_mask;
+    int tensor_1d, m_per_stage;
     int n, cap;
     spi_cand *c;
     int n_inst;
@@ -57,6 +60,9 @@ typedef struct spi_space {
 
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw);
 void spi_space_free(spi_space *s);
+/* Narrows the layouts later spi_space_add calls generate to o's ffn_layouts,
+ * attn_layouts, weight_dtypes, tensor_1d and microbatches_per_stage. */
+void spi_space_narrow(spi_space *s, const sp_plan_opts *o);
 /* Adds every layout of (chips, w) to the space (w->batch is the batch). */
 sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv);
 /* Numbers the decision values; call once after the last spi_space_add (and

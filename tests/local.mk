@@ -7,6 +7,7 @@ AM_TESTS_ENVIRONMENT = \
 	top_builddir='$(abs_top_builddir)'; export top_builddir; \
 	SHARDPLAN='$(abs_top_builddir)/shardplan'; export SHARDPLAN; \
 	SHARDPLAN_DATA='$(abs_top_srcdir)/data'; export SHARDPLAN_DATA; \
+	SHARDPLAN_CACHE_DIR='$(abs_top_builddir)/tests/plan-cache'; export SHARDPLAN_CACHE_DIR; \
 	MPIRUN='$(MPIRUN)'; export MPIRUN; \
 	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS;
 SP_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)

@@ -15,3 +15,12 @@ tests_check_fit_SOURCES = tests/check_fit.c
 tests_check_fit_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_fit_LDADD = $(SP_TEST_LIBS)
 endif
+if HAVE_CHECK
+check_PROGRAMS += tests/check_autoconfig
+TESTS += tests/check_autoconfig
+tests_check_autoconfig_SOURCES = tests/check_autoconfig.c
+tests_check_autoconfig_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_autoconfig_LDADD = $(SP_TEST_LIBS)
+endif
+TESTS += tests/cli_autoconfig.sh
+EXTRA_DIST += tests/cli_autoconfig.sh

@@ -36,6 +36,7 @@ int cli_cmd_frontier(int argc, char **argv);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
 int cli_cmd_simulate(int argc, char **argv);
+int cli_cmd_autoconfig(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
@@ -49,6 +50,8 @@ void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage error for verb: message plus a pointer to --help; returns CLI_EXIT_USAGE. */
 int cli_usage(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Parses a number > 0 for option opt (usage error otherwise); 0 on success (cmd_plan.c). */
+int cli_parse_double(const char *verb, const char *opt, const char *s, double *out);
 /* Parses a decimal integer in [min, max] for option opt; 0 on success. */
 int cli_parse_long(const char *verb, const char *opt, const char *s, long long min, long long max, long long *out);
 

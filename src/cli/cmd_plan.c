@@ -95,7 +95,7 @@ static int load_problem(const char *verb, const char *model_arg, const char *hw_
     return rc == CLI_EXIT_OK ? -1 : rc;
 }
 
-static int parse_double(const char *verb, const char *opt, const char *s, double *out)
+int cli_parse_double(const char *verb, const char *opt, const char *s, double *out)
 {
     char *end;
     double v = strtod(s, &end);
@@ -222,10 +222,10 @@ int cli_cmd_plan(int argc, char **argv)
         case 'o': st = sp_plan_objective_parse(optarg, &o.objective); break;
         case 'L': st = sp_plan_latency_parse(optarg, &o.latency_metric); break;
         case 'W': st = sp_plan_weights_parse(optarg, &o.weights); break;
-        case 'x': if (parse_double("plan", "--max-latency-ms", optarg, &v)) return CLI_EXIT_USAGE;
+        case 'x': if (cli_parse_double("plan", "--max-latency-ms", optarg, &v)) return CLI_EXIT_USAGE;
             o.max_latency_s = v * 1e-3;
             break;
-        case 't': if (parse_double("plan", "--min-tokens-per-s", optarg, &v)) return CLI_EXIT_USAGE;
+        case 't': if (cli_parse_double("plan", "--min-tokens-per-s", optarg, &v)) return CLI_EXIT_USAGE;
             o.min_tokens_per_s = v;
             break;
         case 'c': minchips = 1; break;
