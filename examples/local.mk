@@ -5,4 +5,3 @@ TESTS += examples/autoconfig
 examples_autoconfig_SOURCES = examples/autoconfig.c
 examples_autoconfig_CFLAGS = $(AM_CFLAGS)
 examples_autoconfig_LDADD = libshardplan.la $(SP_DEP_LIBS)
-EXTRA_DIST += examples/autoconfig.c

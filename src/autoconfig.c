@@ -194,6 +194,7 @@ static void cache_key(const sp_model *m, const sp_hw *hw, int chips, const sp_wo
     KH(&k, o->min_tokens_per_s);
     KH(&k, o->weights);
     KH(&k, o->kv);
+    KH(&k, o->time_limit_ms);     /* a time limit can stop at a feasible, not optimal, layout */
     KH(&k, o->ffn_layouts);
     KH(&k, o->attn_layouts);
     KH(&k, o->weight_dtypes);

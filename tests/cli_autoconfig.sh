@@ -58,6 +58,12 @@ check "trtllm: engine limits" has "$tmp/trt.out" "trtllm-build --max_batch_size 
 check "trtllm: max_seq_len" has "$tmp/trt.out" "--max_seq_len 1152"
 ac $A --emit trtllm --quant int8 >"$tmp/trt8.out" 2>/dev/null
 check "trtllm: int8 weight-only flags" has "$tmp/trt8.out" "--use_weight_only --weight_only_precision int8"
+ac $A --emit trtllm --quant int8 --kv-dtype fp8 >"$tmp/trt8f.out" 2>/dev/null
+check "trtllm: int8 weight-only with an fp8 KV cache" has "$tmp/trt8f.out" "--qformat int8_wo --kv_cache_dtype fp8"
+ac $A --emit trtllm --quant bf16 --kv-dtype fp8 >"$tmp/trtbf.out" 2>/dev/null
+check "trtllm: bf16 weights with an fp8 KV cache" has "$tmp/trtbf.out" "--qformat full_prec --kv_cache_dtype fp8"
+ac $A --emit vllm --kv-dtype fp8 >"$tmp/vkv.out" 2>/dev/null
+check "vllm: fp8 KV cache" has "$tmp/vkv.out" "--kv-cache-dtype fp8"
 # env
 ac $A --emit env >"$tmp/env.out" 2>/dev/null; rc=$?
 check "env exits 0" test "$rc" -eq 0

@@ -119,11 +119,12 @@ static void express(sp_server s, const sp_layout *l, int64_t B, int64_t prompt, 
     case SP_SERVER_TRTLLM:
         /* checkpoint conversion (or quantisation), then the engine build */
         if (l->weights == SP_DT_FP8 || l->kv == SP_DT_FP8) {
-            addf(b, n, "quantize.py --qformat %s", l->weights == SP_DT_FP8 ? "fp8" : "full_prec");
+            /* quantize.py sets weights and KV cache together */
+            addf(b, n, "quantize.py --qformat %s",
+                 l->weights == SP_DT_FP8 ? "fp8" : l->weights == SP_DT_INT8 ? "int8_wo" : "full_prec");
             if (l->kv == SP_DT_FP8) addf(b, n, " --kv_cache_dtype fp8");
             else if (l->kv == SP_DT_INT8) addf(b, n, " --kv_cache_dtype int8");
             addf(b, n, " --tp_size %d --pp_size %d", tp, l->stages);
-            if (l->weights == SP_DT_INT8) NOTE(e, "TensorRT-LLM: int8 weight-only with an fp8 KV cache: use --qformat int8_wo");
         } else {
             addf(b, n, "convert_checkpoint.py --tp_size %d --pp_size %d --dtype %s", tp, l->stages,
                  l->weights == SP_DT_F16 ? "float16" : "bfloat16");
