@@ -2,7 +2,8 @@
 bin_PROGRAMS += shardplan
 shardplan_SOURCES = src/cli/cli.h src/cli/main.c src/cli/cli_util.c src/cli/cmd_describe.c \
 	src/cli/cmd_estimate.c src/cli/cmd_simulate.c src/cli/cmd_run.c src/cli/cmd_plan.c \
-	src/cli/cmd_calibrate.c src/cli/cmd_calibrate_local.c src/cli/cmd_autoconfig.c
+	src/cli/cmd_calibrate.c src/cli/cmd_calibrate_local.c src/cli/cmd_autoconfig.c \
+	src/cli/cmd_sweep.c
 shardplan_LDADD = libspcore.la $(SP_DEP_LIBS)
 # the program (not the library) knows its build tree, used only when it runs from there
 shardplan_CPPFLAGS = $(AM_CPPFLAGS) -DSP_BUILDDIR='"$(abs_top_builddir)"' -DSP_SRCDATADIR='"$(abs_top_srcdir)/data"'
