@@ -20,3 +20,5 @@ calibrate-profiles: shardplan$(EXEEXT)
 	./shardplan calibrate --fit $(srcdir)/data/calibration/tpu-v4-pope.csv --hw tpu-v4 \
 	    --out $(srcdir)/data/hw/tpu-v4.json
 .PHONY: calibrate-profiles
+sweepsdir = $(pkgdatadir)/sweeps
+dist_sweeps_DATA = $(sort $(wildcard $(srcdir)/data/sweeps/*.json))

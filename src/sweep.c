@@ -436,7 +436,9 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
         sp_layout_format(&p->chosen.layout, r->layout, sizeof r->layout);
     } else {
         r->status = ROW_NO_LAYOUT;
-        if (p->result == SP_PLAN_INFEASIBLE)
+        if (p->result == SP_PLAN_INFEASIBLE && p->min_shortfall_bytes < 0)
+            snprintf(r->message, sizeof r->message, "no layout applies to %d chips of %s", chips, hw->name);
+        else if (p->result == SP_PLAN_INFEASIBLE)
             snprintf(r->message, sizeof r->message, "no layout fits: short by %" PRId64 " bytes at best",
                      p->min_shortfall_bytes);
         else
@@ -758,8 +760,9 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
         st = spi_fail(SP_ENOMEM, "cannot start a sweep thread");
         goto out_sync;
     }
+    /* workers may already have finished: discount only those never started */
     pthread_mutex_lock(&R.mu);
-    R.workers_left = started;
+    R.workers_left -= opts->jobs - started;
     pthread_mutex_unlock(&R.mu);
 
     int64_t in_txn = 0;

@@ -24,3 +24,5 @@ tests_check_autoconfig_LDADD = $(SP_TEST_LIBS)
 endif
 TESTS += tests/cli_autoconfig.sh
 EXTRA_DIST += tests/cli_autoconfig.sh
+TESTS += tests/cli_sweep.sh
+EXTRA_DIST += tests/cli_sweep.sh
