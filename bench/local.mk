@@ -6,6 +6,7 @@ include bench/comm.mk
 include bench/kern.mk
 include bench/cost.mk
 include bench/plan.mk
+include bench/sweep.mk
 include bench/exec.mk
 include bench/mpi.mk
 bench: $(SP_BENCH_BINS)

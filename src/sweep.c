@@ -188,6 +188,42 @@ static sp_status get_axis(const spi_jctx *c, const json_t *root, const char *key
     return spi_json_fail(c, SP_EPARSE, "", key, "must be an integer, an array of integers, or a range object");
 }
 
+typedef sp_status (*find_fn)(const char *name, void *out, sp_error *err);
+static sp_status find_model(const char *name, void *out, sp_error *err) { return sp_model_find(name, out, err); }
+static sp_status find_hw(const char *name, void *out, sp_error *err) { return sp_hw_find(name, out, err); }
+
+/* The names of root[key] (a string list) into *names, each resolved by find
+ * into *objs (n elements of elem bytes); errors name /key/i. */
+static sp_status get_named(const spi_jctx *c, const json_t *root, const char *key, const char *what, size_t elem,
+                           find_fn find, int64_t *n_out, char (**names)[128], void **objs)
+{
+    json_t *arr;
+    size_t n;
+    SP_CHECK(get_str_list(c, root, key, &arr, &n));
+    char p[64];
+    snprintf(p, sizeof p, "/%s", key);
+    *n_out = (int64_t)n;
+    *names = calloc(n, sizeof **names);
+    *objs = calloc(n, elem);
+    if (!*names || !*objs) return spi_fail(SP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char k[24];
+        snprintf(k, sizeof k, "%zu", i);
+        const char *name = str_at(arr, i);
+        if (strlen(name) >= sizeof **names)
+            return spi_json_fail(c, SP_EPARSE, p, k, "name longer than %zu bytes", sizeof **names - 1);
+        snprintf((*names)[i], sizeof **names, "%s", name);
+        sp_error e;
+        sp_error_init(&e);
+        if (find(name, (char *)*objs + i * elem, &e) != SP_OK) {
+            char msg[400];
+            sp_error_format(&e, msg, sizeof msg);
+            return spi_json_fail(c, SP_EINVAL, p, k, "%s '%s': %s", what, name, msg);
+        }
+    }
+    return SP_OK;
+}
+
 static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
 {
     SP_CHECK(spi_json_expect_object(c, "", root));
@@ -201,53 +237,18 @@ static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
     SP_CHECK(spi_json_get_enum(c, "", root, "compute", 1, compute_names, SP_SWEEP_COMPUTE_COUNT, &ci));
     s->compute = (sp_sweep_compute)ci;
 
-    json_t *arr;
-    size_t n;
-    SP_CHECK(get_str_list(c, root, "models", &arr, &n));
-    s->n[AX_MODEL] = (int64_t)n;
-    s->model_name = calloc(n, sizeof *s->model_name);
-    s->models = calloc(n, sizeof *s->models);
-    if (!s->model_name || !s->models) return spi_fail(SP_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char k[24];
-        snprintf(k, sizeof k, "%zu", i);
-        const char *name = str_at(arr, i);
-        if (strlen(name) >= sizeof s->model_name[i])
-            return spi_json_fail(c, SP_EPARSE, "/models", k, "name longer than %zu bytes", sizeof s->model_name[i] - 1);
-        snprintf(s->model_name[i], sizeof s->model_name[i], "%s", name);
-        sp_error e;
-        sp_error_init(&e);
-        if (sp_model_find(name, &s->models[i], &e) != SP_OK) {
-            char msg[400];
-            sp_error_format(&e, msg, sizeof msg);
-            return spi_json_fail(c, SP_EINVAL, "/models", k, "model '%s': %s", name, msg);
-        }
-    }
-    SP_CHECK(get_str_list(c, root, "hw", &arr, &n));
-    s->n[AX_HW] = (int64_t)n;
-    s->hw_name = calloc(n, sizeof *s->hw_name);
-    s->hw = calloc(n, sizeof *s->hw);
-    if (!s->hw_name || !s->hw) return spi_fail(SP_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char k[24];
-        snprintf(k, sizeof k, "%zu", i);
-        const char *name = str_at(arr, i);
-        if (strlen(name) >= sizeof s->hw_name[i])
-            return spi_json_fail(c, SP_EPARSE, "/hw", k, "name longer than %zu bytes", sizeof s->hw_name[i] - 1);
-        snprintf(s->hw_name[i], sizeof s->hw_name[i], "%s", name);
-        sp_error e;
-        sp_error_init(&e);
-        if (sp_hw_find(name, &s->hw[i], &e) != SP_OK) {
-            char msg[400];
-            sp_error_format(&e, msg, sizeof msg);
-            return spi_json_fail(c, SP_EINVAL, "/hw", k, "hardware '%s': %s", name, msg);
-        }
-    }
+    void *objs;
+    SP_CHECK(get_named(c, root, "models", "model", sizeof *s->models, find_model, &s->n[AX_MODEL], &s->model_name,
+                       &objs));
+    s->models = objs;
+    SP_CHECK(get_named(c, root, "hw", "hardware", sizeof *s->hw, find_hw, &s->n[AX_HW], &s->hw_name, &objs));
+    s->hw = objs;
     SP_CHECK(get_axis(c, root, "chips", 1, 1 << 20, &s->vals[0], &s->n[AX_CHIPS]));
     SP_CHECK(get_axis(c, root, "batch", 1, 1 << 24, &s->vals[1], &s->n[AX_BATCH]));
     SP_CHECK(get_axis(c, root, "prompt", 0, 1 << 24, &s->vals[2], &s->n[AX_PROMPT]));
     SP_CHECK(get_axis(c, root, "gen", 0, 1 << 24, &s->vals[3], &s->n[AX_GEN]));
 
+    size_t n;
     json_t *lay = json_object_get(root, "layouts");
     sp_plan_opts_init(&s->popts);
     if (s->compute == SP_SWEEP_ESTIMATE) {
@@ -417,8 +418,7 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
             return;
         }
         r->status = ROW_OK;
-        r->has_cost = 1;
-        snprintf(r->layout, sizeof r->layout, "%s", s->layout_text[r->ax[AX_LAYOUT]]);
+        r->has_cost = 1;   /* layout stays "": the priced layout is layout_in */
         return;
     }
     sp_plan *p = NULL;
@@ -450,10 +450,12 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
 /* ---- the database ------------------------------------------------------------ */
 
 /* Columns of `points`, schema version 1 (doc/sweep.md lists them with units).
- * The key is the point's inputs; idx is the point's number in the spec. */
+ * The key is the point's inputs (UNIQUE); idx, the point's number in the
+ * spec, is the rowid, so rows are stored in spec order and the table costs
+ * one B-tree besides the key's index. */
 static const char points_ddl[] =
     "CREATE TABLE IF NOT EXISTS points ("
-    "idx INTEGER NOT NULL UNIQUE, model TEXT NOT NULL, hw TEXT NOT NULL, chips INTEGER NOT NULL, "
+    "idx INTEGER PRIMARY KEY, model TEXT NOT NULL, hw TEXT NOT NULL, chips INTEGER NOT NULL, "
     "batch INTEGER NOT NULL, prompt INTEGER NOT NULL, gen INTEGER NOT NULL, compute TEXT NOT NULL, "
     "layout_in TEXT NOT NULL, status TEXT NOT NULL, message TEXT, plan_result TEXT, candidates INTEGER, "
     "layout TEXT, feasible INTEGER, shortfall_bytes INTEGER, prefill_s REAL, decode_step_s REAL, "
@@ -463,7 +465,7 @@ static const char points_ddl[] =
     "decode_compute_s REAL, decode_memory_s REAL, decode_comm_s REAL, "
     "mem_weights INTEGER, mem_gathered_weights INTEGER, mem_kv INTEGER, mem_activations INTEGER, "
     "mem_workspace INTEGER, mem_total INTEGER, capacity INTEGER, "
-    "PRIMARY KEY (model, hw, chips, batch, prompt, gen, compute, layout_in))";
+    "UNIQUE (model, hw, chips, batch, prompt, gen, compute, layout_in))";
 #define N_COLS 40
 
 static sp_status db_fail(sqlite3 *db, const char *what)
@@ -569,7 +571,8 @@ static void bind_cost(sqlite3_stmt *q, int k, const row *r)
         for (int i = k; i <= N_COLS; i++) sqlite3_bind_null(q, i);
         return;
     }
-    sqlite3_bind_text(q, k++, r->layout, -1, SQLITE_STATIC);
+    if (r->layout[0]) sqlite3_bind_text(q, k++, r->layout, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(q, k++);
     sqlite3_bind_int(q, k++, c->feasible);
     sqlite3_bind_int64(q, k++, c->shortfall_bytes);
     const double d[] = {c->prefill_s, c->decode_step_s, c->decode_s, c->total_s, c->tokens_per_s, c->mfu,
@@ -726,6 +729,7 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
      * every commit of a killed process (not of a lost machine's last moment) */
     SP_CHECKGOTO(db_exec(db, "PRAGMA journal_mode=WAL"), st, out);
     SP_CHECKGOTO(db_exec(db, "PRAGMA synchronous=NORMAL"), st, out);
+    SP_CHECKGOTO(db_exec(db, "PRAGMA cache_size=-65536"), st, out);   /* 64 MiB: the key's index stays cached */
     SP_CHECKGOTO(db_prepare(db, db_path, s), st, out);
     if (!(bits = calloc((size_t)(s->points + 7) / 8, 1))) {
         st = spi_fail(SP_ENOMEM, "out of memory");

@@ -118,7 +118,22 @@ check "no applicable layout is a row, not a failure" sh -c \
     'grep -q "\"tpu-v4\",1,1,16,8,\"plan\",\"\",\"no_layout\"" "$0"' "$tmp/plan1.csv"
 
 # ---- the bundled specs load and run ---------------------------------------------
+# (the figure 1 specs are plan sweeps of hundreds of points: checked, not run)
 for s in "$top_srcdir"/data/sweeps/*.json; do
-    check "bundled $(basename "$s") runs" "$SHARDPLAN" sweep "$s" --db "$tmp/$(basename "$s").db" --quiet
+    check "bundled $(basename "$s") is a valid spec" sh -c '"$SHARDPLAN" sweep "$0" --dry-run | grep -q " points$"' "$s"
 done
+s=$top_srcdir/data/sweeps/fig3-ffn-comm.json
+check "bundled fig3-ffn-comm.json runs" "$SHARDPLAN" sweep "$s" --db "$tmp/fig3.db" --quiet
+# figure 3's shape (when python3 is there to read the JSON export): at the
+# largest batch XYZ weight-gathered moves the least and 1D the most; at the
+# smallest, 2D weight-stationary moves less than 1D
+"$SHARDPLAN" sweep --export json --db "$tmp/fig3.db" >"$tmp/fig3.json"
+check "figure 3: crossovers" sh -c 'command -v python3 >/dev/null || exit 0; python3 -c "
+import json, sys
+pts = json.load(open(sys.argv[1]))[\"points\"]
+v = {(p[\"batch\"], p[\"layout_in\"].split(\"prefill=\")[1].split(\"/\")[0]): p[\"comm_bytes_prefill\"] for p in pts}
+big, small = max(b for b, _ in v), min(b for b, _ in v)
+assert v[(big, \"wg-xyz\")] < v[(big, \"ws2d\")] < v[(big, \"ws1d\")], v
+assert v[(small, \"ws2d\")] < v[(small, \"ws1d\")], v
+" "$0"' "$tmp/fig3.json"
 exit $fail

@@ -9,6 +9,7 @@
 
 static const char usage[] =
     "usage: shardplan sweep SPEC --db FILE [--jobs N] [--quiet]\n"
+    "       shardplan sweep SPEC --dry-run\n"
     "       shardplan sweep --export csv|json --db FILE [--out FILE]\n"
     "\n"
     "Computes every point of the grid in SPEC (JSON: models, hw, chips, batch, prompt,\n"
@@ -22,6 +23,7 @@ static const char usage[] =
     "  --jobs N         computing threads (default 1; the main thread writes)\n"
     "  --batch-rows N   rows per transaction (default 4096)\n"
     "  --quiet          no progress and no summary\n"
+    "  --dry-run        check SPEC and print how many points it has; compute nothing\n"
     "  --export F       write the database's rows (idx order) to stdout as csv or json\n"
     "  --out FILE       with --export: write to FILE instead of stdout\n"
     "\n"
@@ -82,10 +84,11 @@ int cli_cmd_sweep(int argc, char **argv)
         {"db", required_argument, 0, 'd'},     {"jobs", required_argument, 0, 'j'},
         {"quiet", no_argument, 0, 'q'},        {"export", required_argument, 0, 'e'},
         {"out", required_argument, 0, 'o'},    {"batch-rows", required_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"dry-run", no_argument, 0, 'n'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     const char *db = NULL, *export_arg = NULL, *out_arg = NULL;
     long long jobs = 1, batch_rows = 4096;
-    int quiet = 0, ch;
+    int quiet = 0, dry = 0, ch;
     optind = 0;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -95,6 +98,7 @@ int cli_cmd_sweep(int argc, char **argv)
             if (cli_parse_long("sweep", "--batch-rows", optarg, 1, 1 << 24, &batch_rows)) return CLI_EXIT_USAGE;
             break;
         case 'q': quiet = 1; break;
+        case 'n': dry = 1; break;
         case 'e': export_arg = optarg; break;
         case 'o': out_arg = optarg; break;
         case 'h': fputs(usage, stdout); return CLI_EXIT_OK;
@@ -106,7 +110,8 @@ int cli_cmd_sweep(int argc, char **argv)
         cli_errorf("sweep across MPI ranks (mpirun -np %d) is not implemented: run one process with --jobs N", np);
         return CLI_EXIT_USAGE;
     }
-    if (!db) return cli_usage("sweep", "--db FILE is required");
+    if (!db && !dry) return cli_usage("sweep", "--db FILE is required");
+    if (export_arg && dry) return cli_usage("sweep", "--dry-run goes with a SPEC, not --export");
     if (export_arg) {
         if (optind < argc) return cli_usage("sweep", "--export takes no SPEC (unexpected '%s')", argv[optind]);
         sp_sweep_format fmt;
@@ -137,6 +142,12 @@ int cli_cmd_sweep(int argc, char **argv)
     if (st != SP_OK) {
         cli_report(st, &err);
         return CLI_EXIT_USAGE;
+    }
+    if (dry) {
+        printf("%s: %lld %s points\n", spec_path, (long long)sp_sweep_spec_points(s),
+               sp_sweep_compute_name(sp_sweep_spec_compute(s)));
+        sp_sweep_spec_free(s);
+        return CLI_EXIT_OK;
     }
     sp_sweep_opts o;
     sp_sweep_opts_init(&o);
