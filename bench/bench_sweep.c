@@ -39,6 +39,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "spi_common.h"
 #include "costmodel/sp_cost.h"
 #include "sp_hw.h"
 #include "sp_layout.h"
@@ -100,6 +101,9 @@ static void *compute_part(void *arg)
 
 int main(int argc, char **argv)
 {
+#if defined(SP_BUILDDIR) && defined(SP_SRCDATADIR)
+    spi_use_build_tree_data(SP_BUILDDIR, SP_SRCDATADIR);   /* bundled models and hardware, uninstalled */
+#endif
     int jobs = argc > 1 ? atoi(argv[1]) : 2;
     const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     if (jobs < 1 || jobs > 64) {
