@@ -197,8 +197,8 @@ static sp_status find_hw(const char *name, void *out, sp_error *err) { return sp
 static sp_status get_named(const spi_jctx *c, const json_t *root, const char *key, const char *what, size_t elem,
                            find_fn find, int64_t *n_out, char (**names)[128], void **objs)
 {
-    json_t *arr;
-    size_t n;
+    json_t *arr = NULL;
+    size_t n = 0;
     SP_CHECK(get_str_list(c, root, key, &arr, &n));
     char p[64];
     snprintf(p, sizeof p, "/%s", key);
