@@ -243,8 +243,12 @@ static int cache_write(const char *dir, const char *path, const char *key, const
                        int chips, const sp_workload *w, sp_server server, const sp_layout *l)
 {
     if (mkdir_p(dir)) return -1;
+    /* unique per process and per call: threads of one server writing the
+     * same key never share a temporary file */
+    static _Atomic unsigned serial;
     char tmp[1100];
-    if (snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, key, (long)getpid()) >= (int)sizeof tmp) return -1;
+    if (snprintf(tmp, sizeof tmp, "%s/.%s.%ld.%u.tmp", dir, key, (long)getpid(), serial++) >= (int)sizeof tmp)
+        return -1;
     json_t *j = json_object();
     json_object_set_new(j, "format", json_integer(CACHE_FORMAT));
     json_object_set_new(j, "version", json_string(sp_version()));
@@ -257,7 +261,7 @@ static int cache_write(const char *dir, const char *path, const char *key, const
     json_object_set_new(j, "gen", json_integer(w->gen));
     json_object_set_new(j, "server", json_string(sp_server_name(server)));
     json_object_set_new(j, "layout", (json_t *)sp_layout_to_json(l));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
     int rc = -1;
     if (fd >= 0) {
         FILE *f = fdopen(fd, "w");

@@ -7,6 +7,7 @@
  * sp_autoconfig going through the same cache. */
 #include <check.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -362,6 +363,43 @@ START_TEST(test_cache_unwritable)
 }
 END_TEST
 
+/* Threads of one server starting together on an empty cache: every call
+ * answers the same, the entry left is whole, no temporary file remains. */
+typedef struct racer {
+    sp_model m;
+    sp_hw hw;
+    sp_workload w;
+    sp_autoconfig_opts ao;
+    sp_autoconfig_result r;
+    sp_status st;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *x = arg;
+    x->st = sp_autoconfig_ex(&x->m, &x->hw, 4, &x->w, NULL, &x->ao, &x->r);
+    return NULL;
+}
+
+START_TEST(test_cache_concurrent_writers)
+{
+    setup_dir();
+    enum { N = 4 };
+    racer x[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) problem(&x[i].m, &x[i].hw, &x[i].w, &x[i].ao);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, race, &x[i]), 0);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) ck_assert_int_eq(x[i].st, SP_OK);
+    for (int i = 1; i < N; i++) ck_assert_mem_eq(&x[i].r.layout, &x[0].r.layout, sizeof x[0].r.layout);
+    ck_assert_int_eq(count_tmp(tmpdir), 0);
+    sp_autoconfig_result r;
+    ck_assert_int_eq(sp_autoconfig_ex(&x[0].m, &x[0].hw, 4, &x[0].w, NULL, &x[0].ao, &r), SP_OK);
+    ck_assert_int_eq(r.cache, SP_CACHE_HIT);
+    rm_dir(tmpdir);
+}
+END_TEST
+
 /* sp_autoconfig goes through the same cache (SHARDPLAN_CACHE_DIR, set by
  * main before the environment is first read). */
 START_TEST(test_legacy_entry_point_uses_cache)
@@ -401,6 +439,7 @@ int main(void)
     tcase_add_test(tk, test_cache_miss_hit);
     tcase_add_test(tk, test_cache_corrupt);
     tcase_add_test(tk, test_cache_unwritable);
+    tcase_add_test(tk, test_cache_concurrent_writers);
     tcase_add_test(tk, test_legacy_entry_point_uses_cache);
     suite_add_tcase(s, tk);
     SRunner *sr = srunner_create(s);
