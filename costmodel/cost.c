@@ -239,18 +239,19 @@ typedef struct price_ctx {
     int64_t ctx[2];
     int have_map;
     sp_torus_map map;   /* torus: looked up once per program */
+    spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
 } price_ctx;
 
 /* The terms of one compute step (sp_cost.h) at one context. */
 typedef struct step_terms { double c, m; int64_t flops; } step_terms;
 
-static void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times)
+static void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times, spi_ckd *ck)
 {
     sums->compute_s += x->c * times;
     sums->memory_s += x->m * times;
     sums->roofline_s += (x->c > x->m ? x->c : x->m) * times;
     sums->dispatch_s += dispatch * times;
-    sums->flops += x->flops * times;
+    spi_ck_addmul(ck, "FLOPs per chip", &sums->flops, x->flops, times);
 }
 
 /* Compute time of a step at context ctx (0: as lowered): duration, its terms, coefficients. */
@@ -299,21 +300,22 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
     if (r->mode == SPI_RUN_COMPUTE) {
         step_terms x;
         r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
-        add_terms(&sums[0], &x, hw->dispatch_s, times);
+        add_terms(&sums[0], &x, hw->dispatch_s, times, pc->ck);
         if (two) {
             if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &x, NULL);
-            add_terms(&sums[1], &x, hw->dispatch_s, times);
+            add_terms(&sums[1], &x, hw->dispatch_s, times, pc->ck);
         }
         return;
     }
     sp_coll_terms ct;
     coll_terms(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &ct);
     double t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
-    int64_t bytes = (s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv) * times;
+    int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
+                               s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
     for (int k = 0; k <= two; k++) {
         sums[k].coll_s[s->coll.kind] += t * times;
         sums[k].comm_s += t * times;
-        sums[k].comm_bytes += bytes;
+        sums[k].comm_bytes = spi_ck_add(pc->ck, "bytes sent per chip", sums[k].comm_bytes, bytes);
     }
     if (coef && r->mode != SPI_RUN_RECV) {
         coef[SP_CP_ALPHA_NEAR] = ct.steps[NEAR];
@@ -331,9 +333,11 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
 void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}};
+    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL};
     sp_cost_params(hw, p->layout.weights, pc.par);
     pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);
+    spi_ckd ck = SPI_CKD_INIT;
+    pc.ck = &ck;
     eff_bind(hw);
     int two = ctx[1] > 0;
     memset(out->sums, 0, sizeof out->sums);
@@ -346,6 +350,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
                        coef ? (*coef)[k][i] : NULL);
             out->overlaps |= out->run[k][i].mode == SPI_RUN_OVERLAP;
         }
+    out->ck = ck;
     if (!out->overlaps) return;
     /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64) */
     uint64_t touched = 0;
@@ -451,26 +456,40 @@ static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k,
 }
 
 /* Prices a program at up to two contexts (decode's first and last step
- * differ only in the attention terms); out1 may be NULL. */
-static void price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], sp_phase_cost *out0,
-                          sp_phase_cost *out1)
+ * differ only in the attention terms); out1 may be NULL.  SP_EINVAL, naming
+ * the quantity, when an int64 sum overflows or the program would run longer
+ * than the picosecond clock holds (SPI_PS_MAX_S). */
+static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], sp_phase_cost *out0,
+                               sp_phase_cost *out1)
 {
     static _Thread_local spi_prog_run pr;
     spi_sched st = {{0}, NULL};
     int64_t c2[2] = {ctx[0], out1 ? ctx[1] : 0};
     spi_cost_price_program(p, hw, c2, &pr, NULL);
+    if (pr.ck.overflow)
+        return spi_fail(SP_EINVAL, "%s phase: %s over %lld layers do not fit in 64 bits (the request is too large to represent)",
+                        sp_phase_name(p->phase), pr.ck.what, (long long)p->n_layers);
+    for (int k = 0; k < 2; k++) {
+        const sp_phase_cost *x = &pr.sums[k];
+        /* every step's duration is at most its roofline, dispatch and communication terms, summed here */
+        double bound = x->roofline_s + x->dispatch_s + 2 * x->comm_s;
+        if (!(bound < SPI_PS_MAX_S))
+            return spi_fail(SP_EINVAL, "%s phase: one pass takes about %.3g s, beyond the cost model's range (%g s): "
+                            "the request is too large to price", sp_phase_name(p->phase), bound, SPI_PS_MAX_S);
+    }
     for (int k = 0; k < 2; k++) {
         sp_phase_cost *out = k ? out1 : out0;
         if (!out) break;
         *out = pr.sums[k];
         out->time_s = (double)sched_program(p, &pr, k, &st, NULL) * 1e-12;
     }
+    return SP_OK;
 }
 
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
 {
     int64_t ctx[2] = {context, 0};
-    price_program(p, hw, ctx, out, NULL);
+    if (price_program(p, hw, ctx, out, NULL) != SP_OK) memset(out, 0, sizeof *out);   /* see sp_cost.h */
 }
 
 static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
@@ -544,13 +563,11 @@ static _Thread_local sp_program prog;   /* the program being priced (large: kept
 static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx, phase_val *v)
 {
     SP_CHECK(sp_lower_finish(&prog));
-    int64_t ctx[2] = {first_ctx, sh->max_context};
-    if (phase == SP_PHASE_PREFILL) sp_cost_program(&prog, hw, 0, &v->c0);
-    else price_program(&prog, hw, ctx, &v->c0, &v->c1);
+    int64_t ctx[2] = {phase == SP_PHASE_PREFILL ? 0 : first_ctx, sh->max_context};
+    SP_CHECK(price_program(&prog, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
     memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
     memcpy(v->scratch_bytes, prog.scratch_bytes, sizeof v->scratch_bytes);
-    sp_lower_mem_stage(&prog, &v->mem);
-    return SP_OK;
+    return sp_lower_mem_stage(&prog, &v->mem);
 }
 
 /* The prices of one phase of stage s: from the memo, or lowered now. */
@@ -584,6 +601,90 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
     return SP_OK;
 }
 
+sp_status sp_cost_check_workload(const sp_model *m, const sp_workload *w)
+{
+    if (!m || !w) return spi_fail(SP_EINVAL, "sp_cost_check_workload: NULL argument");
+    if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
+        return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
+                        (long long)w->batch, (long long)w->prompt, (long long)w->gen);
+    spi_ckd ck = SPI_CKD_INIT;
+    int64_t ctx = spi_ck_add(&ck, "context (prompt + gen)", w->prompt, w->gen);
+    if (ck.overflow)
+        return spi_fail(SP_EINVAL, "context: prompt %lld + gen %lld does not fit in 64 bits", (long long)w->prompt,
+                        (long long)w->gen);
+    sp_model_stats st;
+    SP_CHECK(sp_model_derive(m, ctx, &st));
+    struct { const char *what; int64_t a, b, c; const char *unit; } q[] = {
+        {"tokens", w->batch, ctx, 1, "tokens"},
+        {"KV cache bytes (fp32)", w->batch, ctx, st.kv_bytes_per_token * 2, "bytes per token"},
+        {"prompt activation bytes (fp32)", w->batch, w->prompt, m->d_model * 4, "bytes per token"},
+        {"logits bytes (fp32)", w->batch, m->vocab, 4, "bytes"},
+        {"matmul FLOPs", w->batch, ctx, st.matmul_flops_per_token, "FLOPs per token"},
+        {"attention FLOPs", w->batch, ctx, st.attention_flops_per_token, "FLOPs per token"},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(q); i++) {
+        spi_ckd c = SPI_CKD_INIT;
+        spi_ck_mul3(&c, q[i].what, q[i].a, q[i].b, q[i].c);
+        if (c.overflow)
+            return spi_fail(SP_EINVAL,
+                            "the request cannot be represented: %s = batch %lld × %lld × %lld %s does not fit in 64 bits",
+                            q[i].what, (long long)q[i].a, (long long)q[i].b, (long long)q[i].c, q[i].unit);
+    }
+    return SP_OK;
+}
+
+
+sp_status sp_cost_check(const sp_cost *c)
+{
+    if (!c) return spi_fail(SP_EINVAL, "sp_cost_check: NULL argument");
+    const struct { const char *name; double v; } d[] = {
+        {"prefill_s", c->prefill_s}, {"decode_step_s", c->decode_step_s}, {"decode_s", c->decode_s},
+        {"total_s", c->total_s}, {"tokens_per_s", c->tokens_per_s}, {"mfu", c->mfu}, {"mfu_prefill", c->mfu_prefill},
+        {"mfu_decode", c->mfu_decode}, {"cost_chip_s_per_token", c->cost_chip_s_per_token},
+        {"prefill.time_s", c->prefill.time_s}, {"prefill.compute_s", c->prefill.compute_s},
+        {"prefill.memory_s", c->prefill.memory_s}, {"prefill.roofline_s", c->prefill.roofline_s},
+        {"prefill.dispatch_s", c->prefill.dispatch_s}, {"prefill.comm_s", c->prefill.comm_s},
+        {"decode.time_s", c->decode.time_s}, {"decode.compute_s", c->decode.compute_s},
+        {"decode.memory_s", c->decode.memory_s}, {"decode.roofline_s", c->decode.roofline_s},
+        {"decode.dispatch_s", c->decode.dispatch_s}, {"decode.comm_s", c->decode.comm_s},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(d); i++)
+        if (!(d[i].v >= 0) || !isfinite(d[i].v))
+            return spi_fail(SP_EINTERNAL, "cost model: %s is %g, not a finite figure >= 0", d[i].name, d[i].v);
+    for (int k = 0; k < SP_COLL_COUNT; k++)
+        if (!(c->prefill.coll_s[k] >= 0 && isfinite(c->prefill.coll_s[k]) && c->decode.coll_s[k] >= 0 &&
+              isfinite(c->decode.coll_s[k])))
+            return spi_fail(SP_EINTERNAL, "cost model: %s time is not a finite figure >= 0", sp_coll_kind_name((sp_coll_kind)k));
+    const struct { const char *name; int64_t v; } n[] = {
+        {"shortfall_bytes", c->shortfall_bytes}, {"comm_bytes_prefill", c->comm_bytes_prefill},
+        {"comm_bytes_decode_step", c->comm_bytes_decode_step}, {"capacity", c->capacity}, {"chips", c->chips},
+        {"prefill.flops", c->prefill.flops}, {"decode.flops", c->decode.flops},
+        {"prefill.comm_bytes", c->prefill.comm_bytes}, {"decode.comm_bytes", c->decode.comm_bytes},
+        {"mem.weights", c->mem.weights}, {"mem.gathered_weights", c->mem.gathered_weights}, {"mem.kv", c->mem.kv},
+        {"mem.activations", c->mem.activations}, {"mem.workspace", c->mem.workspace}, {"mem.scratch", c->mem.scratch},
+        {"mem.total", c->mem.total},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(n); i++)
+        if (n[i].v < 0) return spi_fail(SP_EINTERNAL, "cost model: %s is %lld, negative", n[i].name, (long long)n[i].v);
+    spi_ckd ck = SPI_CKD_INIT;
+    int64_t sum = spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.weights, c->mem.gathered_weights),
+                             spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.kv, c->mem.activations),
+                                        spi_ck_add(&ck, "", c->mem.workspace, c->mem.scratch)));
+    if (ck.overflow || sum != c->mem.total)
+        return spi_fail(SP_EINTERNAL, "cost model: memory parts sum to %lld%s, the total says %lld", (long long)sum,
+                        ck.overflow ? " (overflowed)" : "", (long long)c->mem.total);
+    int fits = c->mem.total <= c->capacity;
+    int64_t short_by = fits ? 0 : c->mem.total - c->capacity;
+    if (!c->feasible != !fits || c->shortfall_bytes != short_by)
+        return spi_fail(SP_EINTERNAL, "cost model: says %s (short by %lld bytes) but %lld bytes %s a capacity of %lld",
+                        c->feasible ? "it fits" : "it does not fit", (long long)c->shortfall_bytes,
+                        (long long)c->mem.total, fits ? "fit in" : "exceed", (long long)c->capacity);
+    return SP_OK;
+}
+
+/* the largest system sp_hw describes (a 4096^3 torus is refused above 2^24 chips) */
+#define SP_COST_MAX_CHIPS (1 << 24)
+
 /* Pipeline timing over stages (sp_cost.h): returns the time; sums the breakdown. */
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
@@ -593,12 +694,16 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
                         (long long)w->batch, (long long)w->prompt, (long long)w->gen);
     sp_cost_opts defaults;
+    if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));   /* searches check once, up front */
     if (!opts) {
         sp_cost_opts_init(&defaults);
         opts = &defaults;
     }
     memset(out, 0, sizeof *out);
     out->chips = sp_layout_chips(l);
+    if (out->chips < 1 || out->chips > SP_COST_MAX_CHIPS)
+        return spi_fail(SP_EINVAL, "layout of %lld chips: at most %d", (long long)out->chips, SP_COST_MAX_CHIPS);
+    spi_ckd ck = SPI_CKD_INIT;
     if (hw->topo == SP_TOPO_TORUS && !sp_layout_torus_map(l, hw, &out->torus))
         return opts->quiet ? SP_EINVAL
                            : spi_fail(SP_EINVAL, "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers",
@@ -655,8 +760,8 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
                 memcpy(dc_scr, v->scratch_bytes, sizeof dc_scr);
             }
-            sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem);
-            sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem);
+            SP_CHECK(sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem));
+            SP_CHECK(sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem));
         }
     accumulate:
         if (w->prompt > 0) {
@@ -664,7 +769,8 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             pf_sum += t;
             if (t > pf_max) pf_max = t;
             add_phase(&out->prefill, &k->pf);
-            if (k->pf.comm_bytes * M > out->comm_bytes_prefill) out->comm_bytes_prefill = k->pf.comm_bytes * M;
+            int64_t cb = spi_ck_mul(&ck, "prefill bytes sent per chip", k->pf.comm_bytes, M);
+            if (cb > out->comm_bytes_prefill) out->comm_bytes_prefill = cb;
         }
         if (w->gen > 0) {
             int64_t t1 = spi_ps(k->d1.time_s), tn = spi_ps(k->dn.time_s);
@@ -680,7 +786,8 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             out->mem = k->mem;
         }
     }
-    out->comm_bytes_decode_step *= M;
+    out->comm_bytes_decode_step = spi_ck_mul(&ck, "decode bytes sent per chip", out->comm_bytes_decode_step, M);
+    if (ck.overflow) return spi_fail(SP_EINVAL, "%s do not fit in 64 bits (the request is too large to represent)", ck.what);
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
     out->feasible = out->shortfall_bytes == 0;
 
@@ -719,7 +826,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     }
     if (w->prompt > 0) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
     out->mfu = n2 * (double)w->batch * (w->prompt + w->gen) / (peak * out->total_s);
-    return SP_OK;
+    return sp_cost_check(out);   /* nothing negative, NaN or infinite; the verdict exact */
 }
 
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,

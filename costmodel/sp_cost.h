@@ -116,7 +116,7 @@ typedef struct sp_cost {
     int64_t comm_bytes_decode_step;
     sp_mem_sizes mem;             /* worst stage */
     int64_t capacity;             /* HBM × usable fraction */
-    int chips;
+    int64_t chips;
     sp_torus_map torus;           /* torus: the rented slice and how the axes lie on it
                                      (sp_layout_torus_map); all 0 on a cluster */
 } sp_cost;
@@ -139,6 +139,22 @@ void sp_cost_opts_init(sp_cost_opts *o);
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
 
+
+/* The honest-answer guard: every figure of c is finite and not negative, the
+ * memory parts sum exactly (int64, checked) to the total, and the verdict
+ * agrees with the capacity in exact integer arithmetic (feasible iff total <=
+ * capacity, shortfall = total - capacity otherwise).  SP_EINTERNAL naming the
+ * first figure that breaks it: a priced layout that breaks it is a bug, never
+ * an answer.  sp_cost_eval runs it on everything it returns. */
+sp_status sp_cost_check(const sp_cost *c);
+
+/* Whether a workload's layout-independent sizes are representable: tokens
+ * (batch × (prompt + gen)), the whole KV cache, the prompt's activations and
+ * the FLOPs, each a checked int64 (fp32 bytes, the widest a layout may use).
+ * SP_EINVAL naming the quantity and its factors when one does not fit: such a
+ * request cannot be represented, on any number of chips.  sp_cost_eval and
+ * the planner's entry points call it first. */
+sp_status sp_cost_check_workload(const sp_model *m, const sp_workload *w);
 
 /* Prices one program; context > 0 re-prices decode attention at that context. */
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out);

@@ -4,6 +4,7 @@
  * arithmetic) gives bit-for-bit the simulator's figure. */
 #ifndef SPI_COST_H
 #define SPI_COST_H
+#include "spi_ckd.h"
 #include "costmodel/sp_cost.h"
 #include <string.h>
 #include "sp_trace.h"
@@ -42,6 +43,7 @@ typedef struct spi_prog_run {
     int n_ops[SP_PART_COUNT];
     struct { int idx; int64_t add[2]; } op[SP_PART_COUNT][SP_PROG_MAX_STEPS + 1];
     sp_phase_cost sums[2];   /* every field but time_s */
+    spi_ckd ck;              /* an int64 sum (FLOPs, bytes sent) that overflowed: the sums are not to be used */
 } spi_prog_run;
 typedef double spi_step_coefs[SP_PART_COUNT][SP_PROG_MAX_STEPS][SP_CP_COUNT];
 
@@ -131,6 +133,10 @@ static inline int64_t spi_sched_commit(spi_sched *st, const spi_step_run *r, int
 }
 
 /* Seconds to whole picoseconds (nearest; durations are >= 0); exact back
- * from (double)ps * 1e-12 for any time under hours. */
-static inline int64_t spi_ps(double s) { return (int64_t)(s * 1e12 + 0.5); }
+ * from (double)ps * 1e-12 for any time under hours.  Picoseconds in an int64
+ * reach 106 days: a program is scheduled only when its summed step times stay
+ * under SPI_PS_MAX_S (cost.c checks), and a step past it is clamped rather
+ * than converted out of range (undefined). */
+#define SPI_PS_MAX_S 1e6
+static inline int64_t spi_ps(double s) { return s < SPI_PS_MAX_S ? (int64_t)(s * 1e12 + 0.5) : (int64_t)(SPI_PS_MAX_S * 1e12); }
 #endif

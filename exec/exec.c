@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "spi_common.h"
 #include "exec/spi_exec.h"
 
@@ -317,6 +318,21 @@ static void *chip_thread(void *arg)
 }
 
 /* ---- public ------------------------------------------------------------------ */
+/* Chips that keep their memory on the host share this machine's: a run that
+ * needs more than it has is refused up front with the bytes it needs, not
+ * left to fail (or to swap) in the middle of allocating. */
+static sp_status host_fits(int64_t chip_bytes, int local_chips)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int64_t have, need;
+    if (pages <= 0 || page <= 0 || !spi_ckd_mul(pages, page, &have)) return SP_OK;   /* unknown: let allocation say */
+    if (spi_ckd_mul(chip_bytes, local_chips, &need) && need <= have) return SP_OK;
+    return spi_fail(SP_EINFEASIBLE,
+                    "the run needs %lld bytes per chip × %d chips in this process = %.0f bytes, more than this "
+                    "machine's %lld bytes of memory",
+                    (long long)chip_bytes, local_chips, (double)chip_bytes * local_chips, (long long)have);
+}
+
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                         const sp_weights *w, sp_comm_backend backend, sp_exec **out)
 {
@@ -343,14 +359,18 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(l->kv));
     if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");
-    sp_program *p = malloc(sizeof *p);
+    sp_program *p = malloc(2 * sizeof *p);   /* a stage's prefill and decode programs */
     if (!p) return spi_fail(SP_ENOMEM, "program");
     sp_status st = SP_OK;
+    int64_t chip_bytes = 0;   /* the largest stage's bytes per chip: what chip_setup will allocate */
     for (int s = 0; s < l->stages && !st; s++) {
         sp_shape sh = {batch, prompt, prompt, prompt + gen, SP_DT_F32};
-        st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, p);
+        st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &p[0]);
         sp_shape sd = {batch, 1, prompt + gen, prompt + gen, SP_DT_F32};
-        if (!st) st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s, p);
+        if (!st) st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s, &p[1]);
+        sp_mem_sizes ms;
+        if (!st) st = sp_lower_mem_sizes(&p[0], &p[1], &ms);
+        if (!st && ms.total > chip_bytes) chip_bytes = ms.total;
     }
     free(p);
     if (st) return st;
@@ -377,6 +397,7 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     }
     if (!st) st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
     if (!st) st = sp_comm_world_local_ranks(ex->world, &ex->local_first, &ex->local_count);
+    if (!st && ops->host_memory) st = host_fits(chip_bytes, ex->local_count);
     if (st) {
         sp_exec_free(ex);
         return st;

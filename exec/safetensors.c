@@ -51,6 +51,48 @@ static int st_elem_bytes(const char *dtype, int *dt)
     return 0;
 }
 
+static int cmp_offset(const void *a, const void *b)
+{
+    const sp_st_tensor *x = *(const sp_st_tensor *const *)a, *y = *(const sp_st_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+/* The data section, as the format requires: every byte belongs to exactly one
+ * tensor (sorted by begin, each begins where the one before ends, the last
+ * ends at the end of the file).  An overlap would let two tensors alias; a
+ * hole or a tail means a header that does not describe its file. */
+static sp_status check_extents(const sp_safetensors *st, int first, const char *path, uint64_t data0,
+                               uint64_t data_size, sp_error *err)
+{
+    int n = st->n - first;
+    if (n == 0) return SP_OK;
+    const sp_st_tensor **v = malloc((size_t)n * sizeof *v);
+    if (!v) return spi_error_set(err, SP_ENOMEM, path, 0, 0, "", "out of memory");
+    for (int i = 0; i < n; i++) v[i] = &st->t[first + i];
+    qsort(v, (size_t)n, sizeof *v, cmp_offset);
+    sp_status s = SP_OK;
+    uint64_t at = data0;
+    for (int i = 0; i < n && s == SP_OK; i++) {
+        uint64_t b = v[i]->offset - data0, e = b + v[i]->nbytes;
+        if (v[i]->offset < at)
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, v[i]->name,
+                              "data_offsets [%llu, %llu) overlap tensor %s's [%llu, %llu)", (unsigned long long)b,
+                              (unsigned long long)e, v[i - 1]->name, (unsigned long long)(v[i - 1]->offset - data0),
+                              (unsigned long long)(at - data0));
+        else if (v[i]->offset > at)
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, v[i]->name,
+                              "data_offsets begin at %llu but the data before ends at %llu: bytes no tensor holds",
+                              (unsigned long long)b, (unsigned long long)(at - data0));
+        at = v[i]->offset + v[i]->nbytes;
+    }
+    if (s == SP_OK && at != data0 + data_size)
+        s = spi_error_set(err, SP_EPARSE, path, 0, 0, v[n - 1]->name,
+                          "the last tensor ends at %llu of a %llu-byte data section: trailing bytes no tensor holds",
+                          (unsigned long long)(at - data0), (unsigned long long)data_size);
+    free(v);
+    return s;
+}
+
 static sp_status add_file(sp_safetensors *st, const char *path, sp_error *err)
 {
     int fi = st->nfiles;
@@ -91,6 +133,7 @@ static sp_status add_file(sp_safetensors *st, const char *path, sp_error *err)
                              "header length %llu exceeds the file (%zu bytes) or the %u-byte limit; truncated or not safetensors",
                              (unsigned long long)hlen, f->size, SPI_ST_MAX_HEADER);
     uint64_t data0 = 8 + hlen, data_size = f->size - data0;
+    int first = st->n;   /* this file's tensors: st->t[first .. st->n) */
     json_error_t je;
     json_t *root = json_loadb((const char *)f->map + 8, (size_t)hlen, 0, &je);
     if (!root)
@@ -126,6 +169,12 @@ static sp_status add_file(sp_safetensors *st, const char *path, sp_error *err)
         t->file = fi;
         snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(jdt));
         int eb = st_elem_bytes(json_string_value(jdt), &t->dt);
+        if (!eb) {
+            s = spi_error_set(err, SP_EPARSE, path, 0, 0, key,
+                              "unknown dtype \"%.16s\" (F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, "
+                              "U32, U16, U8, BOOL)", json_string_value(jdt));
+            goto out;
+        }
         t->ndim = (int)json_array_size(jsh);
         uint64_t numel = 1;
         for (int d = 0; d < t->ndim; d++) {
@@ -160,6 +209,7 @@ static sp_status add_file(sp_safetensors *st, const char *path, sp_error *err)
         }
         st->n++;
     }
+    if (s == SP_OK) s = check_extents(st, first, path, data0, data_size, err);
 out:
     json_decref(root);
     return s;
@@ -278,8 +328,9 @@ sp_status sp_safetensors_read_rows_cols(const sp_safetensors *st, const sp_st_te
 {
     if (!st || !t || !out) return spi_error_set(err, SP_EINVAL, "", 0, 0, "", "read_rows_cols: bad arguments");
     const char *src = st->files[t->file].path;
-    if (t->dt < 0)
-        return spi_error_set(err, SP_ENOTSUP, src, 0, 0, t->name, "dtype %s cannot be converted to fp32", t->dtype);
+    if (t->dt < 0)   /* bad input for a weight, not something left unimplemented */
+        return spi_error_set(err, SP_EINVAL, src, 0, 0, t->name, "dtype %s is not a weight type (F32, F16, BF16, F8_E4M3)",
+                             t->dtype);
     if (t->ndim > 2)
         return spi_error_set(err, SP_EPARSE, src, 0, 0, t->name, "tensor is %d-D, expected a matrix or vector", t->ndim);
     int64_t R, C;
@@ -569,6 +620,77 @@ sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_wt t, int
     return sp_safetensors_read_rows_cols(h->st, ts, r0, r1, o.c0 + c0, o.c0 + c1, 0, out, err);
 }
 
+/* names tagged with one leading character, ordered by the name after it */
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a + 1, *(char *const *)b + 1); }
+static int cmp_key(const void *key, const void *b) { return strcmp((const char *)key, *(char *const *)b + 1); }
+
+/* Buffers a checkpoint may carry that the computation derives itself: rotary
+ * frequencies and causal masks (GPT-2's attn.bias and attn.masked_bias,
+ * GPT-NeoX's attention.bias and attention.masked_bias). */
+static int hf_derived_buffer(const spi_hf_src *h, const char *name)
+{
+    static const char *const any[] = {".rotary_emb.inv_freq", ".attn.masked_bias", ".attention.masked_bias",
+                                      ".attention.bias"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < SPI_ARRAY_LEN(any); i++)
+        if (has_suffix(name, any[i]) && (i != 3 || h->neox)) return 1;
+    /* GPT-2's causal mask shares its name pattern with nothing it computes: h.N.attn.bias, 4-D */
+    const sp_st_tensor *t = sp_safetensors_find(h->st, name);
+    return h->gpt2 && n > 10 && has_suffix(name, ".attn.bias") && t && t->ndim == 4;
+}
+
+/* Every tensor of the checkpoint is one the model reads (hf_where), or a
+ * buffer it derives: a tensor config.json does not explain means the config
+ * and the checkpoint disagree (another architecture, a missing field), and
+ * running without it would compute something else without a word.  A bias
+ * the naming knows but config.json does not declare is named as such. */
+static sp_status hf_check_explained(const spi_hf_src *h, const sp_model *m, sp_error *err)
+{
+    int64_t sz[SP_WT_COUNT], total;
+    SP_CHECK(sp_weights_sizes(m, sz, &total));
+    int cap = 0, n = 0;
+    char **names = NULL;   /* "1name": the model reads it; "0name": the naming has it, this model does not */
+    sp_status s = SP_OK;
+    for (int t = 0; t < SP_WT_COUNT && s == SP_OK; t++) {
+        int global = t <= SP_WT_FINAL_NORM_B;
+        for (int64_t l = 0; l < (global ? 1 : m->n_layers) && s == SP_OK; l++) {
+            hf_loc o;
+            if (!hf_where(h, m, (sp_wt)t, l, &o)) continue;
+            if (n == cap) {
+                char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 256) * sizeof *nn);
+                if (!nn) { s = spi_fail(SP_ENOMEM, "out of memory"); break; }
+                names = nn;
+            }
+            size_t len = strlen(o.name) + 2;
+            if (!(names[n] = malloc(len))) { s = spi_fail(SP_ENOMEM, "out of memory"); break; }
+            snprintf(names[n++], len, "%c%s", sz[t] > 0 || o.required ? '1' : '0', o.name);
+        }
+    }
+    if (s == SP_OK) qsort(names, (size_t)n, sizeof *names, cmp_name);
+    /* one name, several kinds (fused q|k|v): read if any kind is read */
+    for (int pass = 0; s == SP_OK && pass < 2; pass++)
+        for (int i = 1; i < n; i++) {
+            char *a = names[pass ? n - i : i - 1], *b = names[pass ? n - i - 1 : i];
+            if (a[0] == '1' && !strcmp(a + 1, b + 1)) b[0] = '1';
+        }
+    for (int i = 0; s == SP_OK && i < sp_safetensors_count(h->st); i++) {
+        const sp_st_tensor *t = sp_safetensors_at(h->st, i);
+        char **hit = bsearch(t->name, names, (size_t)n, sizeof *names, cmp_key);
+        if (hit && (*hit)[0] == '1') continue;
+        if (hit)
+            s = spi_error_set(err, SP_EPARSE, h->st->files[t->file].path, 0, 0, t->name,
+                              "the checkpoint has this bias but config.json declares none (attention_bias, mlp_bias): "
+                              "refused rather than ignored");
+        else if (!hit && !hf_derived_buffer(h, t->name))
+            s = spi_error_set(err, SP_EPARSE, h->st->files[t->file].path, 0, 0, t->name,
+                              "tensor not explained by config.json: %s reads no such tensor (another architecture, or "
+                              "a field config.json lacks?)", m->name);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return s;
+}
+
 sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_error *err)
 {
     *out = NULL;
@@ -597,6 +719,7 @@ sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_e
                           "none of Llama (model.embed_tokens.weight), GPT-2 (wte.weight) or GPT-NeoX "
                           "(gpt_neox.embed_in.weight) naming found");
     }
+    if (s == SP_OK) s = hf_check_explained(h, m, err);
     if (s != SP_OK) {
         spi_hf_close(h);
         return s;
@@ -616,17 +739,7 @@ void spi_hf_close(spi_hf_src *h)
  * checks every tensor the model needs is in the checkpoint. */
 sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_error *err)
 {
-    /* a bias the checkpoint holds but the config does not declare would be ignored: refuse it */
-    static const sp_wt biases[] = {SP_WT_BQ, SP_WT_BK, SP_WT_BV, SP_WT_BO, SP_WT_B_IN, SP_WT_B_UP, SP_WT_B_OUT};
-    int64_t sz[SP_WT_COUNT], total;
-    SP_CHECK(sp_weights_sizes(m, sz, &total));
-    for (size_t i = 0; i < SPI_ARRAY_LEN(biases); i++) {
-        hf_loc o;
-        if (sz[biases[i]] || !hf_where(h, m, biases[i], 0, &o) || !sp_safetensors_find(h->st, o.name)) continue;
-        return spi_error_set(err, SP_EPARSE, h->dir, 0, 0, o.name,
-                             "the checkpoint has this bias but config.json declares none (attention_bias, mlp_bias): "
-                             "refused rather than ignored");
-    }
+    /* a tensor the config does not explain (an undeclared bias, ...) was refused by spi_hf_open */
     for (int t = 0; t < SP_WT_COUNT; t++) {
         if (!w->sizes[t]) continue;
         int global = t <= SP_WT_FINAL_NORM_B;

@@ -39,12 +39,17 @@ static _Thread_local char last_error[512];
 
 const char *sp_last_error(void) { return last_error; }
 
+/* Formatted into a local buffer first: callers add context to an inner error
+ * as spi_fail(s, "scratch: %s", sp_last_error()), and formatting the
+ * thread's buffer into itself would garble the cause ("scratch: scratch: scr"). */
 sp_status spi_fail(sp_status status, const char *fmt, ...)
 {
+    char buf[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(last_error, buf, sizeof last_error);
     sp_log(SP_LOG_INFO, "ERROR", "%s: %s", sp_status_str(status), last_error);
     return status;
 }
@@ -62,12 +67,14 @@ sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int l
     err->code = code;
     err->line = line;
     err->column = column;
-    snprintf(err->source, sizeof err->source, "%s", source ? source : "");
-    snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+    if (source != err->source) snprintf(err->source, sizeof err->source, "%s", source ? source : "");
+    if (path != err->path) snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+    char text[sizeof err->text];   /* the arguments may be err->text or the last error: not formatted in place */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->text, sizeof err->text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(err->text, text, sizeof text);
     char buf[800];
     snprintf(last_error, sizeof last_error, "%s", sp_error_format(err, buf, sizeof buf));
     return code;

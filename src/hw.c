@@ -94,30 +94,55 @@ static sp_status hfail(const char *source, sp_error *err, const char *path, cons
     return spi_error_set(err, SP_EINVAL, source, 0, 0, path, "%s", text);
 }
 
+/* Physical ranges: wide enough for any chip built or planned, narrow enough
+ * that every time the cost model derives (bytes / bandwidth, FLOPs / peak,
+ * with sizes up to 2^63) is a finite double and every capacity is an exact
+ * int64.  Out of range is bad input (the message names field and range). */
+#define HW_RATE_MIN 1e6          /* FLOP/s and bytes/s */
+#define HW_RATE_MAX 1e18
+#define HW_BYTES_MIN (INT64_C(1) << 20)
+#define HW_BYTES_MAX (INT64_C(1) << 50)
+#define HW_LATENCY_MAX 1.0       /* seconds per hop or collective step */
+#define HW_FRACTION_MIN 0.01     /* efficiencies and usable fractions */
+
+static sp_status range_fail(const char *src, sp_error *err, const char *path, double lo, double hi, const char *unit,
+                            double v, int zero_ok)
+{
+    char t[200];
+    snprintf(t, sizeof t, "must be %sin [%g, %g] %s, got %g", zero_ok ? "0 or " : "", lo, hi, unit, v);
+    return hfail(src, err, path, t);
+}
+
+/* v in [lo, hi] (or exactly 0 when zero_ok); NaN is outside every range */
+static int in_range(double v, double lo, double hi, int zero_ok) { return (zero_ok && v == 0) || (v >= lo && v <= hi); }
+
+#define RANGE_(v, lo, hi, unit, zero_ok, path)                                               \
+    do {                                                                                      \
+        if (!in_range((double)(v), (lo), (hi), (zero_ok)))                                    \
+            return range_fail(src, err, (path), (lo), (hi), (unit), (double)(v), (zero_ok)); \
+    } while (0)
+
 static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err)
 {
     char t[200];
     if (!hw) return spi_error_set(err, SP_EINVAL, src, 0, 0, "", "no hardware description");
-    if (!(hw->peak_flops[SP_DT_BF16] > 0)) return hfail(src, err, "/chip/peak_flops/bf16", "must be > 0");
-    for (int i = 0; i < SP_DT_COUNT; i++)
-        if (!(hw->peak_flops[i] >= 0) || !isfinite(hw->peak_flops[i])) {
-            snprintf(t, sizeof t, "/chip/peak_flops/%s", sp_dtype_name((sp_dtype)i));
-            return hfail(src, err, t, "must be >= 0 (0: unsupported)");
-        }
-    if (hw->hbm_bytes <= 0) return hfail(src, err, "/chip/hbm_bytes", "must be > 0");
+    for (int i = 0; i < SP_DT_COUNT; i++) {
+        snprintf(t, sizeof t, "/chip/peak_flops/%s", sp_dtype_name((sp_dtype)i));
+        RANGE_(hw->peak_flops[i], HW_RATE_MIN, HW_RATE_MAX, "FLOP/s", i != SP_DT_BF16, t);
+    }
+    RANGE_(hw->hbm_bytes, (double)HW_BYTES_MIN, (double)HW_BYTES_MAX, "bytes", 0, "/chip/hbm_bytes");
     if (!(hw->dispatch_s >= 0 && hw->dispatch_s <= 1)) return hfail(src, err, "/chip/dispatch_s", "seconds in [0, 1]");
-    if (!(hw->hbm_bw > 0) || !isfinite(hw->hbm_bw)) return hfail(src, err, "/chip/hbm_bw", "must be > 0");
+    RANGE_(hw->hbm_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 0, "/chip/hbm_bw");
     if (hw->topo == SP_TOPO_TORUS) {
         long long chips = 1;
         for (int i = 0; i < 3; i++) {
-            if (hw->torus_dims[i] <= 0) return hfail(src, err, "/topology/dims", "each dimension must be > 0");
+            RANGE_(hw->torus_dims[i], 1, 4096, "chips", 0, "/topology/dims");
             chips *= hw->torus_dims[i];
         }
         if (chips > (1 << 24)) return hfail(src, err, "/topology/dims", "more than 2^24 chips");
-        if (!(hw->link_bw > 0) || !isfinite(hw->link_bw)) return hfail(src, err, "/topology/link_bw", "must be > 0");
-        if (hw->links_per_chip <= 0) return hfail(src, err, "/topology/links_per_chip", "must be > 0");
-        if (!(hw->hop_latency >= 0) || !isfinite(hw->hop_latency))
-            return hfail(src, err, "/topology/hop_latency", "must be >= 0");
+        RANGE_(hw->link_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 0, "/topology/link_bw");
+        RANGE_(hw->links_per_chip, 1, 64, "links", 0, "/topology/links_per_chip");
+        RANGE_(hw->hop_latency, 0, HW_LATENCY_MAX, "seconds", 0, "/topology/hop_latency");
         if (hw->n_slice_shapes < 0 || hw->n_slice_shapes > SP_HW_SLICE_SHAPES)
             return hfail(src, err, "/topology/slices/shapes", "at most 16 shapes");
         for (int i = 0; i < hw->n_slice_shapes; i++)
@@ -130,17 +155,17 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (hw->slice_min_chips > 0 && hw->slice_multiple < 1)
             return hfail(src, err, "/topology/slices/cuboid_multiple", "must be >= 1 with cuboid_min_chips");
     } else if (hw->topo == SP_TOPO_CLUSTER) {
-        if (hw->chips_per_node <= 0) return hfail(src, err, "/topology/chips_per_node", "must be > 0");
-        if (!(hw->intra_bw > 0) || !isfinite(hw->intra_bw)) return hfail(src, err, "/topology/intra_node_bw", "must be > 0");
-        if (!(hw->inter_bw > 0) || !isfinite(hw->inter_bw)) return hfail(src, err, "/topology/inter_node_bw", "must be > 0");
-        if (!(hw->intra_latency >= 0)) return hfail(src, err, "/topology/intra_node_latency", "must be >= 0");
-        if (!(hw->inter_latency >= 0)) return hfail(src, err, "/topology/inter_node_latency", "must be >= 0");
-        if (hw->max_chips < 0) return hfail(src, err, "/topology/max_chips", "must be >= 0 (0: unbounded)");
+        RANGE_(hw->chips_per_node, 1, 1 << 16, "chips", 0, "/topology/chips_per_node");
+        RANGE_(hw->intra_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 0, "/topology/intra_node_bw");
+        RANGE_(hw->inter_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 0, "/topology/inter_node_bw");
+        RANGE_(hw->intra_latency, 0, HW_LATENCY_MAX, "seconds", 0, "/topology/intra_node_latency");
+        RANGE_(hw->inter_latency, 0, HW_LATENCY_MAX, "seconds", 0, "/topology/inter_node_latency");
+        RANGE_(hw->max_chips, 0, 1 << 24, "chips (0: unbounded)", 0, "/topology/max_chips");
     } else {
         return hfail(src, err, "/topology/kind", "must be one of torus, cluster");
     }
-    if (hw->host_bytes < 0) return hfail(src, err, "/host/memory_bytes", "must be >= 0");
-    if (!(hw->host_link_bw >= 0)) return hfail(src, err, "/host/link_bw", "must be >= 0");
+    RANGE_(hw->host_bytes, 0, (double)HW_BYTES_MAX, "bytes", 0, "/host/memory_bytes");
+    RANGE_(hw->host_link_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 1, "/host/link_bw");
     if (hw->eff_points < 0 || hw->eff_points > SP_HW_EFF_POINTS)
         return hfail(src, err, "/efficiency/matmul", "at most 8 points");
     for (int i = 0; i < hw->eff_points; i++) {
@@ -149,8 +174,8 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             return hfail(src, err, t, "FLOPs must be > 0");
         if (i > 0 && !(hw->eff_flops[i] > hw->eff_flops[i - 1]))
             return hfail(src, err, t, "FLOPs must increase from point to point");
-        if (!(hw->eff_value[i] > 0 && hw->eff_value[i] <= 1))
-            return hfail(src, err, t, "efficiency must be in (0, 1]");
+        if (!(hw->eff_value[i] >= HW_FRACTION_MIN && hw->eff_value[i] <= 1))
+            return hfail(src, err, t, "efficiency must be in [0.01, 1]");
     }
     for (int i = 0; i < 3; i++)
         if (hw->matmul_tile[i] < 0 || hw->matmul_tile[i] > 65536)
@@ -162,21 +187,21 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (!(hw->mem_bytes[i] > 0) || !isfinite(hw->mem_bytes[i])) return hfail(src, err, t, "bytes must be > 0");
         if (i > 0 && !(hw->mem_bytes[i] > hw->mem_bytes[i - 1]))
             return hfail(src, err, t, "bytes must increase from point to point");
-        if (!(hw->mem_value[i] > 0 && hw->mem_value[i] <= 1))
-            return hfail(src, err, t, "efficiency must be in (0, 1]");
+        if (!(hw->mem_value[i] >= HW_FRACTION_MIN && hw->mem_value[i] <= 1))
+            return hfail(src, err, t, "efficiency must be in [0.01, 1]");
     }
-    if (!(hw->hbm_usable > 0 && hw->hbm_usable <= 1)) return hfail(src, err, "/efficiency/hbm_usable", "must be in (0, 1]");
-    if (!(hw->hbm_bw_eff > 0 && hw->hbm_bw_eff <= 1)) return hfail(src, err, "/efficiency/hbm_bw", "must be in (0, 1]");
-    if (!(hw->net_bw_eff > 0 && hw->net_bw_eff <= 1)) return hfail(src, err, "/efficiency/network", "must be in (0, 1]");
+    RANGE_(hw->hbm_usable, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_usable");
+    RANGE_(hw->hbm_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_bw");
+    RANGE_(hw->net_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/network");
     if ((unsigned)hw->overlap >= SP_OVERLAP_COUNT)
         return hfail(src, err, "/efficiency/overlap", "must be \"full\", \"none\" or {\"fraction\": f}");
     if (hw->overlap == SP_OVERLAP_FRACTION && !(hw->overlap_fraction >= 0 && hw->overlap_fraction <= 1))
         return hfail(src, err, "/efficiency/overlap/fraction", "must be in [0, 1]");
-    if (!(hw->chip_cost_per_hour >= 0) || !isfinite(hw->chip_cost_per_hour))
-        return hfail(src, err, "/cost_per_chip_hour", "must be >= 0");
+    RANGE_(hw->chip_cost_per_hour, 0, 1e6, "per chip-hour", 0, "/cost_per_chip_hour");
     if (!memchr(hw->name, '\0', sizeof hw->name)) return hfail(src, err, "/name", "not terminated");
     return SP_OK;
 }
+#undef RANGE_
 
 sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_src(hw, NULL, err); }
 

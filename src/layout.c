@@ -33,7 +33,13 @@ void sp_layout_init(sp_layout *l)
     l->placement[2] = SP_AXIS_X;
 }
 
-int sp_layout_chips(const sp_layout *l) { return l->stages * l->replicas * l->mesh[0] * l->mesh[1] * l->mesh[2]; }
+int64_t sp_layout_chips(const sp_layout *l)
+{
+    spi_ckd c = SPI_CKD_INIT;
+    int64_t n = spi_ck_mul(&c, "chips", spi_ck_mul3(&c, "chips", l->stages, l->replicas, l->mesh[0]),
+                           spi_ck_mul(&c, "chips", l->mesh[1], l->mesh[2]));
+    return c.overflow ? -1 : n;
+}
 
 void sp_layout_mesh(const sp_layout *l, sp_mesh *out)
 {
@@ -467,15 +473,20 @@ int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler)
     return 1;
 }
 
-sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int chips, int64_t batch,
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
                           sp_error *err)
 {
     char b[256];
-    int total = sp_layout_chips(l);
+    int64_t total = sp_layout_chips(l);
+    if (total < 0)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
+                             "stages (%d) × replicas (%d) × mesh %dx%dx%d overflows a 64-bit chip count",
+                             l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2]);
     if (total != chips)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
-                             "stages (%d) × replicas (%d) × mesh %dx%dx%d = %d chips, but %d chips were asked for",
-                             l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], total, chips);
+                             "stages (%d) × replicas (%d) × mesh %dx%dx%d = %lld chips, but %lld chips were asked for",
+                             l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], (long long)total,
+                             (long long)chips);
     if (l->weights == SP_DT_F32 && hw && hw->peak_flops[SP_DT_F32] <= 0)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s has no f32 matmul peak", hw->name);
     if (hw && hw->peak_flops[l->weights] <= 0 && l->weights != SP_DT_INT8)
@@ -483,9 +494,9 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
                              hw->name, sp_dtype_name(l->weights));
     if (hw && !sp_layout_fits_torus(l->mesh, l->replicas, l->stages, hw))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
-                             "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers (of %d chips, "
+                             "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers (of %lld chips, "
                              "within %dx%dx%d)", l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2],
-                             hw->name, total, hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]);
+                             hw->name, (long long)total, hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]);
     int straddler;
     if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",

@@ -4,7 +4,7 @@
 # the tests link libspcore.la so they may use internal (spi_) helpers.
 noinst_LTLIBRARIES += libspcore.la
 libspcore_la_SOURCES = \
-	src/sp_common.h src/spi_common.h src/common.c \
+	src/sp_common.h src/spi_common.h src/spi_ckd.h src/common.c \
 	src/spi_json.h src/spi_model.h src/json_util.c \
 	src/sp_model.h src/model.c src/model_hf.c \
 	src/sp_hw.h src/hw.c src/hw_calib.c \

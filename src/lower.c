@@ -220,6 +220,7 @@ typedef struct ctx {
     int kv;            /* how prefill's K/V reach the cache (kv_mode) */
     int act_b;         /* bytes per activation element */
     int w_b;           /* bytes per weight element */
+    spi_ckd ck;        /* the first size that overflowed int64 (checked where a shape multiplies) */
 } ctx;
 
 /* How prefill's K/V reach a KV cache laid out for decode. */
@@ -272,25 +273,26 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
     co->is_weight = is_weight;
     co->mask = mesh_mask(row_axes) | mesh_mask(col_axes);
     int64_t eb = sp_dtype_bytes(dt);
-    int64_t block = rows * cols;
+    spi_ckd *ck = &c->ck;
+    int64_t block = spi_ck_mul(ck, "collective elements", rows, cols);
     switch (kind) {
     case SP_COLL_ALLGATHER:
     case SP_COLL_REDUCESCATTER:
         co->elems = block;
-        co->bytes_sent = co->bytes_recv = (int64_t)(K - 1) * block * eb;
-        s->act_bytes = (int64_t)K * block * eb * (is_weight ? 0 : 1);
+        co->bytes_sent = co->bytes_recv = spi_ck_mul3(ck, "collective bytes", K - 1, block, eb);
+        s->act_bytes = is_weight ? 0 : spi_ck_mul3(ck, "collective bytes", K, block, eb);
         break;
     case SP_COLL_ALLREDUCE:
         /* padded so every chip's chunk is equal: ring reduce-scatter + all-gather */
-        co->elems = round_up(block, K);
-        co->bytes_sent = co->bytes_recv = 2 * (int64_t)(K - 1) * (co->elems / K) * eb;
-        s->act_bytes = 2 * co->elems * eb;
+        co->elems = spi_ck_add(ck, "collective elements", block, K - 1) / K * K;
+        co->bytes_sent = co->bytes_recv = spi_ck_mul4(ck, "collective bytes", 2, K - 1, co->elems / K, eb);
+        s->act_bytes = spi_ck_mul3(ck, "collective bytes", 2, co->elems, eb);
         break;
     case SP_COLL_ALLTOALL:
         co->elems = block;
-        co->bytes_sent = co->bytes_recv = (int64_t)(K - 1) * (block / K) * eb;
+        co->bytes_sent = co->bytes_recv = spi_ck_mul3(ck, "collective bytes", K - 1, block / K, eb);
         co->overlappable = 1;
-        s->act_bytes = 2 * block * eb;
+        s->act_bytes = spi_ck_mul3(ck, "collective bytes", 2, block, eb);
         break;
     default:
         break;
@@ -311,10 +313,13 @@ static sp_step *emit_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_wei
     s->m = m;
     s->k = k;
     s->n = n;
-    s->flops = 2 * m * k * n;
+    s->flops = spi_ck_mul4(&c->ck, "matmul FLOPs", 2, m, k, n);
     if (k > c->p->matmul_k_max) c->p->matmul_k_max = k;
-    s->weight_bytes = k * n * c->w_b;
-    s->act_bytes = (m * k + m * n) * c->act_b;
+    s->weight_bytes = spi_ck_mul3(&c->ck, "matmul weight bytes", k, n, c->w_b);
+    s->act_bytes = spi_ck_mul(&c->ck, "matmul activation bytes",
+                              spi_ck_add(&c->ck, "matmul activation bytes", spi_ck_mul(&c->ck, "matmul input elements", m, k),
+                                         spi_ck_mul(&c->ck, "matmul output elements", m, n)),
+                              c->act_b);
     return s;
 }
 
@@ -327,7 +332,7 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
     s->m = rows;
     s->n = cols;
     s->k = c->E;
-    s->act_bytes = rows * cols * c->act_b;
+    s->act_bytes = spi_ck_mul3(&c->ck, "norm activation bytes", rows, cols, c->act_b);
     /* statistics are always fp32: 2 numbers per row */
     emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_STATS, SP_BUF_STATS, "", reduce_axes, rows, 2, SP_DT_F32, 0);
     s = emit(ss, SP_STEP_NORM_APPLY);
@@ -338,7 +343,7 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
     s->n = cols;
     s->k = c->E;
     axcpy(s->axes, col_axes);
-    s->act_bytes = 2 * rows * cols * c->act_b;
+    s->act_bytes = spi_ck_mul4(&c->ck, "norm activation bytes", 2, rows, cols, c->act_b);
 }
 
 /* the bias group of a layer matrix */
@@ -356,10 +361,16 @@ static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t row
     s->m = rows;
     s->n = cols;
     axcpy(s->axes, col_axes);
-    s->act_bytes = 2 * rows * cols * c->act_b;
+    s->act_bytes = spi_ck_mul4(&c->ck, "bias activation bytes", 2, rows, cols, c->act_b);
 }
 
 /* ---- weight storage ---- */
+/* sp_mem_align, checked */
+static int64_t ck_align(spi_ckd *ck, const char *what, int64_t bytes)
+{
+    return spi_ck_add(ck, what, bytes, SP_MEM_ALIGN - 1) / SP_MEM_ALIGN * SP_MEM_ALIGN;
+}
+
 static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t rows_real, int64_t cols_real,
                      const char *ra, const char *ca, sp_dtype dt)
 {
@@ -376,9 +387,10 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     s->local_rows = rows / axes_size(c->l, ra);
     s->local_cols = cols / axes_size(c->l, ca);
     s->dtype = dt;
-    s->bytes = sp_mem_align(s->local_rows * s->local_cols * sp_dtype_bytes(dt));
+    s->bytes = ck_align(&c->ck, "weight shard bytes",
+                        spi_ck_mul3(&c->ck, "weight shard bytes", s->local_rows, s->local_cols, sp_dtype_bytes(dt)));
     /* weight-only int8/fp8 keep one fp32 scale per global output column */
-    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes += sp_mem_align(cols * 4);
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) s->bytes = spi_ck_add(&c->ck, "weight shard bytes", s->bytes, sp_mem_align(cols * 4));
 }
 
 sp_dtype sp_lower_table_dtype(sp_dtype weights)
@@ -476,8 +488,10 @@ static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
                            s->dtype, 1);
     if (!g) return SP_BUF_NONE;
     g->weight = w;
-    int64_t bytes = s->local_rows * sp_lower_axes_size(c->l, ra) * s->local_cols * sp_lower_axes_size(c->l, ca) *
-                    sp_dtype_bytes(s->dtype);
+    int64_t bytes = spi_ck_mul(&c->ck, "gathered weight bytes",
+                               spi_ck_mul3(&c->ck, "gathered weight bytes", s->local_rows, sp_lower_axes_size(c->l, ra),
+                                           s->local_cols),
+                               (int64_t)sp_lower_axes_size(c->l, ca) * sp_dtype_bytes(s->dtype));
     if (bytes > c->p->buf_bytes[buf]) c->p->buf_bytes[buf] = bytes;
     return buf;
 }
@@ -563,7 +577,7 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->k = T;
         s->m = T / sh->nC;
         s->n = Ein;
-        s->act_bytes = 2 * s->m * Ein * c->act_b;
+        s->act_bytes = spi_ck_mul4(&c->ck, "K/V input bytes", 2, s->m, Ein, c->act_b);
         int64_t rows_in = T / sh->nC;
         if (sh->nRx > 1) {
             emit_matmul(c, ss, SP_BUF_KP, SP_BUF_KVIN, SP_W_K, wk, rows_in, Ein, c->KVH * D, 0);
@@ -663,7 +677,8 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->context = c->p->shape.context;
         axcpy(s->axes, c->p->kv_head_axes);
         axcpy(s->batch_axes, c->p->kv_batch_axes);
-        s->kv_bytes_written = 2 * st_seqs * L * s->kv_heads * D * sp_dtype_bytes(c->l->kv);
+        s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2 * st_seqs, L, s->kv_heads,
+                                          D * sp_dtype_bytes(c->l->kv));
     }
 
     /* attention core */
@@ -688,11 +703,15 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         axcpy(s->batch_axes, a_batch_axes);
         /* QK^T and AV: 2 FLOPs per multiply-add each; causal prefill sums
          * contexts pos0+1 .. pos0+L */
-        int64_t ctx_sum = L * s->pos0 + L * (L + 1) / 2;
-        s->flops = 4 * a_seqs * a_heads * D * ctx_sum;
+        spi_ckd *ck = &c->ck;
+        int64_t ctx_sum = spi_ck_add(ck, "attention context sum", spi_ck_mul(ck, "attention context sum", L, s->pos0),
+                                     spi_ck_mul(ck, "attention context sum", L, L + 1) / 2);
+        s->flops = spi_ck_mul4(ck, "attention FLOPs", spi_ck_mul(ck, "attention FLOPs", 4, a_seqs), a_heads, D, ctx_sum);
         if (s->from_cache)
-            s->kv_bytes_read = 2 * a_seqs * s->context * s->kv_heads * D * sp_dtype_bytes(c->l->kv);
-        s->act_bytes = 2 * a_seqs * L * a_heads * D * c->act_b;
+            s->kv_bytes_read = spi_ck_mul4(ck, "KV cache bytes read per step", spi_ck_mul(ck, "KV cache bytes", 2, a_seqs),
+                                           s->context, s->kv_heads, D * sp_dtype_bytes(c->l->kv));
+        s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", spi_ck_mul(ck, "attention activation bytes", 2, a_seqs),
+                                   L, a_heads, D * c->act_b);
         if (al == SP_AL_BATCH) {
             sp_step *b = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_ATT, SP_BUF_ATTB, Gs, sh->G, T, Hl * D,
                                    c->p->shape.act_dtype, 0);
@@ -746,7 +765,7 @@ static void emit_ffn(ctx *c, sp_steps *ss, int acc)
     s->src2 = swiglu ? h2 : SP_BUF_NONE;
     s->m = T;
     s->n = hcols;
-    s->act_bytes = (swiglu ? 3 : 2) * T * hcols * c->act_b;
+    s->act_bytes = spi_ck_mul4(&c->ck, "ffn activation bytes", swiglu ? 3 : 2, T, hcols, c->act_b);
     if (sh->nRx > 1) emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_H, SP_BUF_HS, "", sh->Rx, T, hcols, ad, 0);
     sp_buf wout = gather_weight(c, ss, SP_W_OUT, SP_BUF_WOUT);
     emit_matmul(c, ss, SP_BUF_Y, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc);
@@ -766,7 +785,7 @@ static void emit_block_input(ctx *c, sp_steps *ss, sp_weight gain)
         s->k = T;
         s->m = T;
         s->n = Ein;
-        s->act_bytes = 2 * T * Ein * c->act_b;
+        s->act_bytes = spi_ck_mul4(&c->ck, "layer input bytes", 2, T, Ein, c->act_b);
     }
     emit_norm(c, ss, SP_BUF_XG, gain, T, Ein, sh->Rx, sh->Rx);
 }
@@ -788,7 +807,7 @@ static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of)
     s->src = y;
     s->m = T;
     s->n = Ec;
-    s->act_bytes = 3 * T * Ec * c->act_b;
+    s->act_bytes = spi_ck_mul4(&c->ck, "residual bytes", 3, T, Ec, c->act_b);
 }
 
 static void emit_layer(ctx *c, sp_steps *ss)
@@ -821,7 +840,8 @@ static void emit_layer(ctx *c, sp_steps *ss)
 static void emit_embed(ctx *c, sp_steps *ss)
 {
     const shard *sh = &c->sh;
-    int64_t L = c->p->shape.q_len, rows = c->p->micro_batch * L, Ec = c->E / sh->nact;
+    int64_t L = c->p->shape.q_len, rows = spi_ck_mul(&c->ck, "tokens per micro-batch", c->p->micro_batch, L);
+    int64_t Ec = c->E / sh->nact;
     sp_step *s = emit(ss, SP_STEP_EMBED);
     s->dst = SP_BUF_EMB;
     s->weight = SP_W_EMBED;
@@ -829,8 +849,9 @@ static void emit_embed(ctx *c, sp_steps *ss)
     s->n = c->E;
     axcpy(s->axes, "xyz");
     /* rows read from the table: at most one per token */
-    s->weight_bytes = rows * c->E * sp_dtype_bytes(sp_lower_table_dtype(c->l->weights)) / (c->n > 0 ? c->n : 1);
-    s->act_bytes = rows * c->E * c->act_b;
+    s->weight_bytes = spi_ck_mul3(&c->ck, "embedding bytes read", rows, c->E, sp_dtype_bytes(sp_lower_table_dtype(c->l->weights))) /
+                      (c->n > 0 ? c->n : 1);
+    s->act_bytes = spi_ck_mul3(&c->ck, "embedding activation bytes", rows, c->E, c->act_b);
     if (c->n > 1) {
         char Ns[4];
         axes_sorted(sh->N, Ns);
@@ -848,7 +869,7 @@ static void emit_embed(ctx *c, sp_steps *ss)
         s->q_len = L;
         axcpy(s->axes, sh->act);
         axcpy(s->batch_axes, sh->N);
-        s->act_bytes = 2 * c->T * Ec * c->act_b;
+        s->act_bytes = spi_ck_mul4(&c->ck, "position embedding bytes", 2, c->T, Ec, c->act_b);
     }
 }
 
@@ -891,9 +912,12 @@ static void emit_logits(ctx *c, sp_steps *ss)
     s->k = c->E;
     s->n = c->Vp / c->n;
     axcpy(s->axes, "xyz");
-    s->flops = 2 * B * c->E * s->n;
-    s->weight_bytes = c->E * s->n * sp_dtype_bytes(sp_lower_table_dtype(c->l->weights));
-    s->act_bytes = (B * c->E + B * s->n) * c->act_b;
+    s->flops = spi_ck_mul4(&c->ck, "logits FLOPs", 2, B, c->E, s->n);
+    s->weight_bytes = spi_ck_mul3(&c->ck, "logits weight bytes", c->E, s->n, sp_dtype_bytes(sp_lower_table_dtype(c->l->weights)));
+    s->act_bytes = spi_ck_mul(&c->ck, "logits activation bytes",
+                              spi_ck_add(&c->ck, "logits activation bytes", spi_ck_mul(&c->ck, "logits input elements", B, c->E),
+                                         spi_ck_mul(&c->ck, "logits elements", B, s->n)),
+                              c->act_b);
     if (c->n > 1)
         emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_LOGITS_ALL, SP_BUF_LOGITS, "", "xyz", B, c->Vp / c->n, ad, 0);
 }
@@ -909,60 +933,61 @@ static sp_step *emit_p2p(ctx *c, sp_steps *ss, sp_step_kind k)
     s->coll.group = 2;
     s->coll.rows = c->T;
     s->coll.cols = Ec;
-    s->coll.elems = c->T * Ec;
+    s->coll.elems = spi_ck_mul(&c->ck, "pipeline transfer elements", c->T, Ec);
     s->coll.dtype = c->p->shape.act_dtype;
-    int64_t bytes = c->T * Ec * c->act_b;
+    int64_t bytes = spi_ck_mul(&c->ck, "pipeline transfer bytes", s->coll.elems, c->act_b);
     if (k == SP_STEP_SEND) s->coll.bytes_sent = bytes;
     else s->coll.bytes_recv = bytes;
     return s;
 }
 
 /* ---- buffer sizes: every buffer must hold the largest tensor any step puts in it ---- */
-static void need(sp_program *p, sp_buf b, int64_t elems, int eb)
+static void need(spi_ckd *ck, sp_program *p, sp_buf b, int64_t elems, int eb)
 {
     if (b == SP_BUF_NONE) return;
-    int64_t bytes = elems * eb;
+    int64_t bytes = spi_ck_mul(ck, "buffer bytes", elems, eb);
     if (bytes > p->buf_bytes[b]) p->buf_bytes[b] = bytes;
 }
 
-static void size_buffers(sp_program *p, const sp_steps *ss, int64_t E, int64_t Vp)
+static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t E, int64_t Vp)
 {
     int ab = sp_dtype_bytes(p->shape.act_dtype);
+#define EL(a, b) spi_ck_mul(ck, "buffer elements", (a), (b))
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
         const sp_coll *co = &s->coll;
         switch (s->kind) {
-        case SP_STEP_MATMUL: need(p, s->dst, s->m * s->n, ab); need(p, s->src, s->m * s->k, ab); break;
-        case SP_STEP_NORM_STATS: need(p, s->dst, s->m * 2, 4); need(p, s->src, s->m * s->n, ab); break;
-        case SP_STEP_SLICE: need(p, s->dst, s->m * s->n, ab); need(p, s->src, s->k * s->n, ab); break;
-        case SP_STEP_EMBED: need(p, s->dst, s->m * E, ab); break;
-        case SP_STEP_LOGITS: need(p, s->dst, s->m * s->n, ab); break;
+        case SP_STEP_MATMUL: need(ck, p, s->dst, EL(s->m, s->n), ab); need(ck, p, s->src, EL(s->m, s->k), ab); break;
+        case SP_STEP_NORM_STATS: need(ck, p, s->dst, EL(s->m, 2), 4); need(ck, p, s->src, EL(s->m, s->n), ab); break;
+        case SP_STEP_SLICE: need(ck, p, s->dst, EL(s->m, s->n), ab); need(ck, p, s->src, EL(s->k, s->n), ab); break;
+        case SP_STEP_EMBED: need(ck, p, s->dst, EL(s->m, E), ab); break;
+        case SP_STEP_LOGITS: need(ck, p, s->dst, EL(s->m, s->n), ab); break;
         case SP_STEP_ACT: case SP_STEP_ADD: case SP_STEP_BIAS: case SP_STEP_POS:
-            need(p, s->dst, s->m * s->n, ab);
-            if (s->src) need(p, s->src, s->m * s->n, ab);
-            if (s->src2) need(p, s->src2, s->m * s->n, ab);
+            need(ck, p, s->dst, EL(s->m, s->n), ab);
+            if (s->src) need(ck, p, s->src, EL(s->m, s->n), ab);
+            if (s->src2) need(ck, p, s->src2, EL(s->m, s->n), ab);
             break;
         case SP_STEP_ATTN:
-            need(p, s->dst, s->batch * s->q_len * s->heads * s->d_head, ab);
-            need(p, s->src, s->batch * s->q_len * s->heads * s->d_head, ab);
+            need(ck, p, s->dst, EL(EL(s->batch, s->q_len), s->heads * s->d_head), ab);
+            need(ck, p, s->src, EL(EL(s->batch, s->q_len), s->heads * s->d_head), ab);
             if (!s->from_cache) {
-                need(p, s->src2, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
-                need(p, s->src3, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+                need(ck, p, s->src2, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
+                need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
             }
             break;
         case SP_STEP_KV_STORE:
-            need(p, s->src2, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
-            need(p, s->src3, s->batch * s->q_len * s->kv_heads_src * s->d_head, ab);
+            need(ck, p, s->src2, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
+            need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
             break;
-        case SP_STEP_SEND: case SP_STEP_RECV: need(p, SP_BUF_X, co->elems, ab); break;
+        case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
         case SP_STEP_COLL: {
             int eb = co->is_weight ? sp_dtype_bytes(co->dtype) : (co->dtype == SP_DT_F32 ? 4 : ab);
-            int64_t big = co->elems * co->group;
+            int64_t big = EL(co->elems, co->group);
             switch (co->kind) {
-            case SP_COLL_ALLGATHER: need(p, s->dst, big, eb); if (!co->is_weight) need(p, s->src, co->elems, eb); break;
-            case SP_COLL_REDUCESCATTER: need(p, s->dst, co->elems, eb); need(p, s->src, big, eb); break;
-            case SP_COLL_ALLREDUCE: need(p, s->dst, co->elems, eb); break;
-            case SP_COLL_ALLTOALL: need(p, s->dst, co->elems, eb); need(p, s->src, co->elems, eb); break;
+            case SP_COLL_ALLGATHER: need(ck, p, s->dst, big, eb); if (!co->is_weight) need(ck, p, s->src, co->elems, eb); break;
+            case SP_COLL_REDUCESCATTER: need(ck, p, s->dst, co->elems, eb); need(ck, p, s->src, big, eb); break;
+            case SP_COLL_ALLREDUCE: need(ck, p, s->dst, co->elems, eb); break;
+            case SP_COLL_ALLTOALL: need(ck, p, s->dst, co->elems, eb); need(ck, p, s->src, co->elems, eb); break;
             default: break;
             }
             break;
@@ -970,6 +995,7 @@ static void size_buffers(sp_program *p, const sp_steps *ss, int64_t E, int64_t V
         default: break;
         }
     }
+#undef EL
     (void)Vp;
 }
 
@@ -984,6 +1010,8 @@ void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *fir
  * layout applies; emits nothing.  quiet: no message (the planner probes
  * many layouts that do not apply). */
 #define BAD(...) return quiet ? SP_EINVAL : spi_fail(SP_EINVAL, __VA_ARGS__)
+/* a tensor mesh (X·Y·Z) larger than any torus or cluster sp_hw describes (2^24 chips) */
+#define SP_LOWER_MAX_MESH (1 << 24)
 static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
                        int stage, sp_program *p, int quiet)
 {
@@ -1008,7 +1036,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->m = m;
     c->l = l;
     c->p = p;
-    c->n = l->mesh[0] * l->mesh[1] * l->mesh[2];   /* chips of one stage of one replica */
+    /* chips of one stage of one replica: each axis is at most 2^20, the product checked */
+    c->n = spi_ck_mul3(&c->ck, "tensor mesh chips", l->mesh[0], l->mesh[1], l->mesh[2]);
+    if (c->ck.overflow || c->n < 1 || c->n > SP_LOWER_MAX_MESH)
+        BAD("mesh %dx%dx%d: more than %d chips in one tensor mesh", l->mesh[0], l->mesh[1], l->mesh[2],
+            SP_LOWER_MAX_MESH);
     /* written in place, not copied: a copy of just-written fields stalls the loads */
     phase_shard(l, l->phase[phase].ffn, &c->sh);
     phase_shard(l, l->phase[SP_PHASE_DECODE].ffn, &c->shd);
@@ -1049,7 +1081,9 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         BAD( "%s needs the micro-batch (%lld sequences) divisible by %d",
                         sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c->sh.nN);
     c->seqs = p->micro_batch / c->sh.nN;
-    c->T = c->seqs * shape->q_len;
+    c->T = spi_ck_mul(&c->ck, "rows per chip (sequences × tokens)", c->seqs, shape->q_len);
+    if (c->ck.overflow)
+        BAD("%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)shape->q_len);
     /* attention batch sharding splits a chip's sequences over the head group */
     for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
         if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph]->nN * both[ph]->nG)))
@@ -1140,7 +1174,7 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
 }
 
 static void need_scr(sp_program *p, sp_scr slot, int64_t bytes)
-{
+{   /* bytes: a checked product (size_scratch) */
     if (bytes > p->scratch_bytes[slot]) p->scratch_bytes[slot] = bytes;
 }
 
@@ -1148,19 +1182,20 @@ static void need_scr(sp_program *p, sp_scr slot, int64_t bytes)
  * into while it packs a collective, runs attention, applies positions or
  * reads a gathered INT8/FP8 weight's scales.  q/k/v are fp32 rows of the
  * activations' dtype width (ab). */
-static void size_scratch(sp_program *p, const sp_steps *ss)
+static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
 {
+#define SCR(...) spi_ck_mul4(ck, "scratch bytes", __VA_ARGS__)
     int ab = sp_dtype_bytes(p->shape.act_dtype);
     const sp_weight_spec *wq = &p->wspec[SP_W_Q];
     int padded_heads = wq->present && wq->cols_real < wq->cols;   /* some chip's q block runs past the real heads */
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
         const sp_coll *co = &s->coll;
-        int64_t rows = s->batch * s->q_len, D = s->d_head;
+        int64_t rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len), D = s->d_head;
         switch (s->kind) {
         case SP_STEP_COLL: {
-            int64_t blk = co->elems * sp_dtype_bytes(co->dtype);
-            if (co->kind == SP_COLL_ALLGATHER || co->kind == SP_COLL_REDUCESCATTER) need_scr(p, SP_SCR_PACK, co->group * blk);
+            int64_t blk = spi_ck_mul(ck, "scratch bytes", co->elems, sp_dtype_bytes(co->dtype));
+            if (co->kind == SP_COLL_ALLGATHER || co->kind == SP_COLL_REDUCESCATTER) need_scr(p, SP_SCR_PACK, spi_ck_mul(ck, "scratch bytes", co->group, blk));
             if (co->kind == SP_COLL_ALLTOALL) {
                 need_scr(p, SP_SCR_PACK, blk);
                 need_scr(p, SP_SCR_PACK2, blk);
@@ -1168,22 +1203,22 @@ static void size_scratch(sp_program *p, const sp_steps *ss)
             break;
         }
         case SP_STEP_ATTN:
-            need_scr(p, SP_SCR_Q, rows * s->heads * D * ab);
-            need_scr(p, SP_SCR_POS, rows * 8);
-            need_scr(p, SP_SCR_SCORES, s->context * 4);
-            if (!s->from_cache) need_scr(p, SP_SCR_K, rows * s->kv_heads_src * D * ab);
+            need_scr(p, SP_SCR_Q, SCR(rows, s->heads, D, ab));
+            need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
+            need_scr(p, SP_SCR_SCORES, spi_ck_mul(ck, "scratch bytes", s->context, 4));
+            if (!s->from_cache) need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads_src, D, ab));
             if (s->from_cache && padded_heads) {
                 /* the real heads computed densely: queries in V, outputs in K */
-                need_scr(p, SP_SCR_K, rows * s->heads * D * ab);
-                need_scr(p, SP_SCR_V, rows * s->heads * D * ab);
+                need_scr(p, SP_SCR_K, SCR(rows, s->heads, D, ab));
+                need_scr(p, SP_SCR_V, SCR(rows, s->heads, D, ab));
             }
             break;
         case SP_STEP_KV_STORE:
-            need_scr(p, SP_SCR_K, rows * s->kv_heads * D * ab);
-            need_scr(p, SP_SCR_V, rows * s->kv_heads * D * ab);
-            need_scr(p, SP_SCR_POS, rows * 8);
+            need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads, D, ab));
+            need_scr(p, SP_SCR_V, SCR(rows, s->kv_heads, D, ab));
+            need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
             break;
-        case SP_STEP_POS: need_scr(p, SP_SCR_POS, s->m * 8); break;
+        case SP_STEP_POS: need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", s->m, 8)); break;
         case SP_STEP_MATMUL:
             if (s->wbuf && (p->wspec[s->weight].dtype == SP_DT_INT8 || p->wspec[s->weight].dtype == SP_DT_FP8))
                 need_scr(p, SP_SCR_SCALES, s->n * 4);
@@ -1196,10 +1231,13 @@ static void size_scratch(sp_program *p, const sp_steps *ss)
         default: break;
         }
     }
+#undef SCR
 }
 
-/* emits the steps of the program the context was set up for */
-static void emit_program(ctx *c)
+/* emits the steps of the program the context was set up for; SP_EINVAL, naming
+ * the quantity, when one of its sizes overflows int64 (the shape is too large
+ * to represent, whatever the chips) */
+static sp_status emit_program(ctx *c)
 {
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
@@ -1215,15 +1253,19 @@ static void emit_program(ctx *c)
     if (last_stage) emit_logits(c, &p->post);
     else emit_p2p(c, &p->post, SP_STEP_SEND);
 
-    size_buffers(p, &p->pre, c->E, c->Vp);
-    size_buffers(p, &p->layer, c->E, c->Vp);
-    size_buffers(p, &p->post, c->E, c->Vp);
-    size_scratch(p, &p->pre);
-    size_scratch(p, &p->layer);
-    size_scratch(p, &p->post);
+    size_buffers(&c->ck, p, &p->pre, c->E, c->Vp);
+    size_buffers(&c->ck, p, &p->layer, c->E, c->Vp);
+    size_buffers(&c->ck, p, &p->post, c->E, c->Vp);
+    size_scratch(&c->ck, p, &p->pre);
+    size_scratch(&c->ck, p, &p->layer);
+    size_scratch(&c->ck, p, &p->post);
     /* the sampled tokens of the replica's sequences cross to stage 0 through device memory */
     if (c->l->stages > 1 && (first_stage || last_stage))
-        need_scr(p, SP_SCR_TOKENS, p->micro_batch * c->l->microbatches * 4);
+        need_scr(p, SP_SCR_TOKENS, spi_ck_mul3(&c->ck, "token hand-off bytes", p->micro_batch, c->l->microbatches, 4));
+    if (c->ck.overflow)
+        return spi_fail(SP_EINVAL, "%s do not fit in 64 bits: batch %lld × %lld tokens of %s is too large to represent",
+                        c->ck.what, (long long)p->shape.batch, (long long)p->shape.q_len, c->m->name);
+    return SP_OK;
 }
 
 sp_status sp_lower_finish(sp_program *p)
@@ -1231,8 +1273,7 @@ sp_status sp_lower_finish(sp_program *p)
     if (!p || begun.p != p)
         return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program on this thread");
     begun.p = NULL;
-    emit_program(&begun.c);
-    return SP_OK;
+    return emit_program(&begun.c);
 }
 
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
@@ -1240,8 +1281,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
-    emit_program(&c);
-    return SP_OK;
+    return emit_program(&c);
 }
 
 /* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE
@@ -1249,31 +1289,47 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
  * its stored shard), fp32. */
 #define SP_DEQUANT_TILE 64
 
+static sp_status mem_overflow(const spi_ckd *ck)
+{
+    return spi_fail(SP_EINVAL, "memory per chip: %s do not fit in 64 bits (the request is too large to represent)",
+                    ck->what);
+}
+
 /* any: a program of the stage (weights, KV geometry); bufs_a/bufs_b: the
  * buffer sizes of the two phases' programs (either may be NULL) */
-void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
-                              sp_mem_sizes *out)
+sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
+                                   sp_mem_sizes *out)
 {
     static const int64_t none[SP_BUF_COUNT];
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
+    spi_ckd ck = SPI_CKD_INIT;
     int64_t sum = 0, gathered = 0;   /* every buffer; the weight buffers WQ..WOUT */
-    for (int i = 1; i < SP_BUF_COUNT; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
-    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
+    for (int i = 1; i < SP_BUF_COUNT; i++) sum = spi_ck_add(&ck, "activation bytes", sum, ck_align(&ck, "activation bytes", a[i] > b[i] ? a[i] : b[i]));
+    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);   /* a part of sum */
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
-    r.total = r.weights + r.gathered_weights + r.kv + r.activations + r.workspace + r.scratch;
+    r.total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.weights, r.gathered_weights),
+                         spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.kv, r.activations),
+                                    spi_ck_add(&ck, "total bytes", r.workspace, r.scratch)));
+    if (ck.overflow) return mem_overflow(&ck);
     *out = r;
+    return SP_OK;
 }
 
-void sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out)
+sp_status sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out)
 {
     static const int64_t none[SP_SCR_COUNT];
     const int64_t *a = scr_a ? scr_a : none, *b = scr_b ? scr_b : none;
+    spi_ckd ck = SPI_CKD_INIT;
     int64_t sum = 0;
-    for (int i = 0; i < SP_SCR_COUNT; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
-    out->total += sum - out->scratch;
+    for (int i = 0; i < SP_SCR_COUNT; i++)
+        sum = spi_ck_add(&ck, "scratch bytes", sum, ck_align(&ck, "scratch bytes", a[i] > b[i] ? a[i] : b[i]));
+    int64_t total = spi_ck_add(&ck, "total bytes", out->total - out->scratch, sum);
+    if (ck.overflow) return mem_overflow(&ck);
+    out->total = total;
     out->scratch = sum;
+    return SP_OK;
 }
 
 static int64_t dequant_workspace(const sp_program *p)
@@ -1281,33 +1337,37 @@ static int64_t dequant_workspace(const sp_program *p)
     return p->layout.weights != SP_DT_F32 ? p->matmul_k_max * SP_DEQUANT_TILE * 4 : 0;
 }
 
-void sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
+sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
     const sp_layout *l = &any->layout;
+    spi_ckd ck = SPI_CKD_INIT;
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
         int per_layer = w <= SP_W_NORM2;
-        out->weights += s->bytes * (per_layer ? any->n_layers : 1);
+        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? any->n_layers : 1);
     }
     /* KV: every micro-batch's sequences stay resident, at full capacity; K and V one block each */
-    out->kv = 2 * sp_mem_align(any->kv_seqs * l->microbatches * any->shape.max_context * any->kv_heads_cache *
-                               (any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0) *
-                               sp_dtype_bytes(l->kv) * any->n_layers);
+    int64_t d_head = any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0;
+    out->kv = spi_ck_mul(&ck, "KV cache bytes", 2,
+                         ck_align(&ck, "KV cache bytes",
+                                  spi_ck_mul4(&ck, "KV cache bytes", spi_ck_mul(&ck, "KV cache bytes", any->kv_seqs, l->microbatches),
+                                              any->shape.max_context, any->kv_heads_cache,
+                                              spi_ck_mul3(&ck, "KV cache bytes", d_head, sp_dtype_bytes(l->kv), any->n_layers))));
     out->workspace = dequant_workspace(any);
-    out->total = out->weights + out->kv + out->workspace;
+    out->total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", out->weights, out->kv), out->workspace);
+    return ck.overflow ? mem_overflow(&ck) : SP_OK;
 }
 
 sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_sizes *out)
 {
     const sp_program *any = pf ? pf : dc;
     if (!any) return spi_fail(SP_EINVAL, "sp_lower_mem_sizes: no program");
-    sp_lower_mem_stage(any, out);
+    SP_CHECK(sp_lower_mem_stage(any, out));
     if (pf && dc && dequant_workspace(dc) > out->workspace) out->workspace = dequant_workspace(dc);   /* the taller tile */
-    sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out);
-    sp_lower_mem_scratch_merge(pf ? pf->scratch_bytes : NULL, dc ? dc->scratch_bytes : NULL, out);
-    return SP_OK;
+    SP_CHECK(sp_lower_mem_sizes_merge(out, pf ? pf->buf_bytes : NULL, dc ? dc->buf_bytes : NULL, out));
+    return sp_lower_mem_scratch_merge(pf ? pf->scratch_bytes : NULL, dc ? dc->scratch_bytes : NULL, out);
 }
 
 

@@ -59,33 +59,23 @@ int sp_model_has_bias(const sp_model *m, int group) { return (m->bias & group) !
 
 int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m->rotary_dims : m->d_head; }
 
-/* ---- checked arithmetic: remembers the first overflow and the field to blame ---- */
-typedef struct ck {
-    int overflow;
-    const char *path;
-    const char *what;
-} ck;
+/* ---- checked arithmetic (spi_ckd.h), remembering the field to blame ---- */
+typedef spi_ckd ck;
 
 static int64_t ck_mul(ck *c, const char *path, const char *what, int64_t a, int64_t b)
 {
-    uint64_t r;
-    if (c->overflow) return 0;
-    if (a < 0 || b < 0 || !spi_mul_u64((uint64_t)a, (uint64_t)b, &r) || r > (uint64_t)INT64_MAX) {
-        c->overflow = 1, c->path = path, c->what = what;
-        return 0;
-    }
-    return (int64_t)r;
+    int was = c->overflow;
+    int64_t r = spi_ck_mul(c, what, a, b);
+    if (!was && c->overflow) c->path = path;
+    return r;
 }
 
 static int64_t ck_add(ck *c, const char *path, const char *what, int64_t a, int64_t b)
 {
-    uint64_t r;
-    if (c->overflow) return 0;
-    if (a < 0 || b < 0 || !spi_add_u64((uint64_t)a, (uint64_t)b, &r) || r > (uint64_t)INT64_MAX) {
-        c->overflow = 1, c->path = path, c->what = what;
-        return 0;
-    }
-    return (int64_t)r;
+    int was = c->overflow;
+    int64_t r = spi_ck_add(c, what, a, b);
+    if (!was && c->overflow) c->path = path;
+    return r;
 }
 
 /* Everything derived, in checked arithmetic.  Counting conventions (doc/formats.md):
@@ -185,6 +175,20 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
             snprintf(t, sizeof t, "must be > 0, got %lld", (long long)pos[i].v);
             return vfail(source, err, pos[i].path, t);
         }
+    /* Upper bounds far above any published model, low enough that every size
+     * the lowering derives from them and a request's shape (batch x tokens x
+     * width x bytes) is a checked int64 product rather than an input that
+     * cannot be represented at all. */
+    struct { const char *path; int64_t v, max; } hi[] = {
+        {"/n_layers", m->n_layers, 1 << 16}, {"/d_model", m->d_model, 1 << 20}, {"/d_ff", m->d_ff, 1 << 24},
+        {"/n_heads", m->n_heads, 1 << 16}, {"/d_head", m->d_head, 1 << 16}, {"/vocab", m->vocab, 1 << 27},
+        {"/max_context", m->max_context, INT64_C(1) << 32}, {"/n_experts", m->n_experts, 1 << 16},
+    };
+    for (size_t i = 0; i < SPI_ARRAY_LEN(hi); i++)
+        if (hi[i].v > hi[i].max) {
+            snprintf(t, sizeof t, "too large: at most %lld, got %lld", (long long)hi[i].max, (long long)hi[i].v);
+            return vfail(source, err, hi[i].path, t);
+        }
     if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads) {
         snprintf(t, sizeof t, "n_heads (%lld) must be a multiple of n_kv_heads (%lld)", (long long)m->n_heads,
                  (long long)m->n_kv_heads);
@@ -233,7 +237,7 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
     }
     if (!memchr(m->name, '\0', sizeof m->name)) return vfail(source, err, "/name", "not terminated");
     sp_model_stats st;
-    ck c = {0, NULL, NULL};
+    ck c = SPI_CKD_INIT;
     derive_ck(m, m->max_context, &st, &c);
     if (c.overflow) {
         snprintf(t, sizeof t, "too large: %s overflows 64 bits", c.what && c.what[0] ? c.what : "a derived size");
@@ -250,7 +254,7 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
     if (context < 0) return spi_fail(SP_EINVAL, "sp_model_derive: context %lld < 0", (long long)context);
     SP_CHECK(sp_model_validate(m, NULL));
     if (context == 0) context = m->max_context;
-    ck c = {0, NULL, NULL};
+    ck c = SPI_CKD_INIT;
     derive_ck(m, context, out, &c);
     if (c.overflow) return spi_fail(SP_EINVAL, "model %s: %s overflows 64 bits at context %lld", m->name, c.what,
                                     (long long)context);

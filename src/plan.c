@@ -696,6 +696,7 @@ static sp_status check_args(const sp_model *m, const sp_hw *hw, const sp_workloa
     if (w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
         return spi_fail(SP_EINVAL, "workload: prompt %lld, gen %lld: need prompt >= 0, gen >= 0, not both 0",
                         (long long)w->prompt, (long long)w->gen);
+    if (w->batch >= 1) SP_CHECK(sp_cost_check_workload(m, w));   /* representable before any search */
     return SP_OK;
 }
 
@@ -721,15 +722,40 @@ static int max_chips_of(const sp_hw *hw, const sp_plan_opts *o)
     return 4096;
 }
 
-/* Smallest chip count above `chips` with a layout that fits in memory. */
+/* A lower bound, monotone in the chip count, on what any layout needs: each
+ * weight and each KV number is held by at least one chip, in at least one
+ * byte, so no count below (parameters + batch × context × KV numbers per
+ * token) / usable HBM per chip fits.  INT64_MAX when that does not fit in
+ * 64 bits. */
+static int64_t fit_chips_bound(const sp_model *m, const sp_hw *hw, const sp_workload *w)
+{
+    sp_model_stats st;
+    spi_ckd ck = SPI_CKD_INIT;
+    int64_t ctx = spi_ck_add(&ck, "context", w->prompt, w->gen);
+    if (ck.overflow || sp_model_derive(m, ctx, &st) != SP_OK) return INT64_MAX;
+    /* kv_bytes_per_token counts bf16: 2 bytes a number */
+    int64_t need = spi_ck_add(&ck, "bytes", st.params_total,
+                              spi_ck_mul3(&ck, "bytes", w->batch, ctx, st.kv_bytes_per_token / 2));
+    int64_t cap = (int64_t)((double)hw->hbm_bytes * hw->hbm_usable);
+    if (ck.overflow) return INT64_MAX;
+    return cap > 0 ? need / cap + (need % cap != 0) : INT64_MAX;
+}
+
+/* Smallest chip count above `chips` with a layout that fits in memory:
+ * counts below the monotone bound are skipped unpriced, and the search
+ * stops at opts.time_limit_ms (min_chips_searched says how far it got). */
 static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                             const sp_plan_opts *o, sp_plan *p)
 {
+    double t0 = now_s();
     int hi = max_chips_of(hw, o);
-    if (chips >= hi) return SP_OK;
+    p->min_chips_bound = fit_chips_bound(m, hw, w);
+    p->min_chips_searched = hi;
+    if (chips >= hi || p->min_chips_bound > hi) return SP_OK;
+    int lo = chips + 1 > p->min_chips_bound ? chips + 1 : (int)p->min_chips_bound;
     int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
     if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
-    int k = sp_plan_chip_counts(hw, chips + 1, hi, cnt, cap);
+    int k = sp_plan_chip_counts(hw, lo, hi, cnt, cap);
     /* memory only: no bounds, a constant objective */
     sp_plan_opts of = *o;
     of.max_latency_s = 0;
@@ -739,6 +765,10 @@ static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const
     spi_space s;
     spi_space_init(&s, m, hw);
     for (int i = 0; i < k && st == SP_OK; i++) {
+        if (o->time_limit_ms > 0 && (now_s() - t0) * 1e3 > o->time_limit_ms) {
+            p->min_chips_searched = i > 0 ? cnt[i - 1] : chips;
+            break;
+        }
         spi_space_free(&s);
         spi_space_init(&s, m, hw);
         spi_space_narrow(&s, o);
@@ -840,6 +870,7 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
             }
             sp_workload wi = *w;
             wi.batch = batches[j];
+            SP_CHECKGOTO(sp_cost_check_workload(m, &wi), st, fail);
             raw.n = 0;
             SP_CHECKGOTO(spi_space_add(&raw, chips[i], &wi, o[0].weights, o[0].kv), st, fail);
             for (int k = 0; k < n_lm; k++) SP_CHECKGOTO(spi_space_append(&s[k], &raw, &red[k]), st, fail);
@@ -928,7 +959,13 @@ sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workloa
     int hi = max_chips_of(hw, &o);
     int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
     if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
-    int k = sp_plan_chip_counts(hw, 1, hi, cnt, cap);
+    int64_t bound = fit_chips_bound(m, hw, w);   /* no count below it fits: not solved */
+    if (bound > hi) {
+        free(cnt);
+        return spi_fail(SP_EINFEASIBLE, "no chip count up to %d fits: the weights and KV cache need at least %lld chips",
+                        hi, (long long)bound);
+    }
+    int k = sp_plan_chip_counts(hw, bound > 1 ? (int)bound : 1, hi, cnt, cap);
     sp_plan_opts oi = o;
     oi.search_min_chips = 0;
     for (int i = 0; i < k; i++) {
@@ -1016,6 +1053,11 @@ void *sp_plan_to_json(const sp_plan *p)
         json_object_set_new(o, "infeasible", json_pack("{sIsi}", "min_shortfall_bytes",
                                                        (json_int_t)p->min_shortfall_bytes, "min_chips_fit",
                                                        p->min_chips_fit));
+    if (p->result == SP_PLAN_INFEASIBLE && p->min_chips_searched > 0) {
+        json_t *inf = json_object_get(o, "infeasible");
+        json_object_set_new(inf, "min_chips_searched", json_integer(p->min_chips_searched));
+        json_object_set_new(inf, "min_chips_bound", json_integer((json_int_t)p->min_chips_bound));
+    }
     json_object_set_new(o, "stats", json_pack("{sisisisisfsfsf}", "candidates", p->stats.candidates, "rejected",
                                               p->stats.rejected, "feasible", p->stats.feasible, "solves",
                                               p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,

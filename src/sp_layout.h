@@ -69,7 +69,9 @@ typedef struct sp_layout {
  * bf16 weights and KV, 1 micro-batch, prefill ws2d/heads, decode ws2d/heads,
  * placement zyx. */
 void sp_layout_init(sp_layout *l);
-int sp_layout_chips(const sp_layout *l);            /* P * R * X * Y * Z */
+/* P * R * X * Y * Z in 64 bits (each factor is at most 2^20, so the product may not fit:
+ * -1 then, which no check accepts) */
+int64_t sp_layout_chips(const sp_layout *l);
 void sp_layout_mesh(const sp_layout *l, sp_mesh *out);
 /* 1 if the phase layout stores weights as 1D (E F_xyz), 0 for 2D (E_x F_yz). */
 int sp_ffn_layout_is_1d(sp_ffn_layout f);
@@ -121,7 +123,7 @@ int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler);
  * axes of each phase; layers >= stages; KV heads vs head shards), on the
  * given hardware (torus dims, node size).  hw may be NULL.  The reason goes
  * to sp_last_error() and, when err is non-NULL, to err. */
-sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int chips, int64_t batch,
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
                           sp_error *err);
 
 #ifdef __cplusplus

@@ -337,16 +337,17 @@ sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode
  * (the stage's: either phase's program gives the same) and the
  * dequantisation workspace (this program's: one tile of 64 fp32 columns of
  * its tallest weight operand; a stage needs the larger of its two
- * programs'); buffers 0. */
-void sp_lower_mem_stage(const sp_program *p, sp_mem_sizes *out);
+ * programs'); buffers 0.  Every sum is checked: SP_EINVAL naming the part
+ * when one does not fit in int64 (out is then not to be used). */
+sp_status sp_lower_mem_stage(const sp_program *p, sp_mem_sizes *out);
 /* The same for callers that keep only sizes: weights, KV and workspace
  * from `stage_sizes` (sp_lower_mem_stage with the two phases' larger
  * workspace), buffers from both phases' buf_bytes (either may be NULL). */
-void sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
+sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
                               sp_mem_sizes *out);
 /* The same for the scratch slots (scratch_bytes of either phase, either may
  * be NULL): out->scratch is the sum over slots of the larger, total updated. */
-void sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out);
+sp_status sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b, sp_mem_sizes *out);
 
 /* Utility: group size of an axis sequence under a layout ("yz" -> Y*Z). */
 int sp_lower_axes_size(const sp_layout *l, const char *axes);

@@ -190,7 +190,11 @@ typedef struct sp_plan {
     /* INFEASIBLE: */
     int64_t min_shortfall_bytes;     /* smallest memory shortfall over the space (-1: no layout applies) */
     int min_chips_fit;               /* smallest chip count > chips where some layout fits (0: none
-                                        up to opts.max_chips, or not searched) */
+                                        up to min_chips_searched, or not searched) */
+    int min_chips_searched;          /* the search covered every count up to this one: opts.max_chips,
+                                        or less when it stopped at opts.time_limit_ms */
+    int64_t min_chips_bound;         /* no count below this fits: the model's weights and the KV
+                                        cache at one byte per number over the usable HBM per chip */
     sp_plan_stats stats;
 } sp_plan;
 

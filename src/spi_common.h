@@ -3,6 +3,7 @@
 #define SPI_COMMON_H
 #include <stdarg.h>
 #include "sp_common.h"
+#include "spi_ckd.h"
 
 /* Records a message as this thread's last error and returns status. */
 /* The data directory of a program that runs from its build tree (searched
@@ -35,9 +36,7 @@ sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int l
         }                                                                             \
     } while (0)
 
-/* Overflow-checked 64-bit arithmetic: return 0 on overflow. */
-static inline int spi_mul_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
-static inline int spi_add_u64(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
+/* Overflow-checked arithmetic: spi_ckd.h. */
 
 #define SPI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #endif

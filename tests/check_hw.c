@@ -170,6 +170,35 @@ START_TEST(test_new_fields)
 }
 END_TEST
 
+/* Every number outside its physical range is refused with the field and the range. */
+static const struct { const char *path; double v; } out_of_range[] = {
+    {"/chip/hbm_bw", 1e-300}, {"/chip/peak_flops/bf16", 1e-300}, {"/chip/peak_flops/int8", 1e300},
+    {"/chip/hbm_bytes", 1}, {"/topology/intra_node_bw", 1e-300}, {"/topology/inter_node_latency", 1e9},
+    {"/efficiency/hbm_bw", 1e-300}, {"/efficiency/hbm_usable", 1e-300},
+};
+
+START_TEST(test_ranges)
+{
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_validate(&hw, &err), SP_OK);
+    const char *p = out_of_range[_i].path;
+    double v = out_of_range[_i].v;
+    if (!strcmp(p, "/chip/hbm_bw")) hw.hbm_bw = v;
+    else if (!strcmp(p, "/chip/peak_flops/bf16")) hw.peak_flops[SP_DT_BF16] = v;
+    else if (!strcmp(p, "/chip/peak_flops/int8")) hw.peak_flops[SP_DT_INT8] = v;
+    else if (!strcmp(p, "/chip/hbm_bytes")) hw.hbm_bytes = (int64_t)v;
+    else if (!strcmp(p, "/topology/intra_node_bw")) hw.intra_bw = v;
+    else if (!strcmp(p, "/topology/inter_node_latency")) hw.inter_latency = v;
+    else if (!strcmp(p, "/efficiency/hbm_bw")) hw.hbm_bw_eff = v;
+    else hw.hbm_usable = v;
+    ck_assert_int_eq(sp_hw_validate(&hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, p);
+    ck_assert_msg(strstr(err.text, "must be") && strstr(err.text, "in ["), "%s: %s", p, err.text);
+}
+END_TEST
+
 START_TEST(test_dtypes)
 {
     sp_dtype t;
@@ -195,6 +224,7 @@ int main(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_dtypes);
     tcase_add_test(tc, test_new_fields);
+    tcase_add_loop_test(tc, test_ranges, 0, (int)(sizeof out_of_range / sizeof out_of_range[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -251,7 +251,8 @@ static const struct { const char *edit_key, *edit_val, *path, *text; } bad[] = {
     {"n_kv_heads", "3", "/n_kv_heads", "multiple"},
     {"ffn", "\"relu\"", "/ffn", "must be one of gelu, swiglu"},
     {"d_ff", "\"16\"", "/d_ff", "must be an integer"},
-    {"vocab", "4611686018427387904", "/vocab", "overflows 64 bits"},
+    {"vocab", "4611686018427387904", "/vocab", "too large"},
+    {"n_heads", "330000000000000000", "/n_heads", "too large"},
     {"typo_key", "1", "/typo_key", "unknown key"},
     {"bias", "null", "/bias", "missing field"},
 };
@@ -285,7 +286,12 @@ START_TEST(test_validate_struct)
     ck_assert_int_eq(loads(tiny, &m, &err), SP_OK);
     m.n_layers = INT64_MAX / 2;
     ck_assert_int_eq(sp_model_validate(&m, &err), SP_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err.text, "overflows"));
+    ck_assert_ptr_nonnull(strstr(err.text, "too large"));
+    /* each dimension within its bound, the products still overflowing */
+    ck_assert_int_eq(loads(tiny, &m, &err), SP_OK);
+    m.n_layers = 1 << 16, m.d_model = 1 << 20, m.d_ff = 1 << 24, m.n_experts = 1 << 16, m.top_k = 1, m.moe_every = 1;
+    ck_assert_int_eq(sp_model_validate(&m, &err), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.text, "overflows 64 bits"));
     sp_model_stats st;
     ck_assert_int_eq(sp_model_derive(&m, 1, &st), SP_EINVAL);
 }

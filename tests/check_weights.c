@@ -350,6 +350,20 @@ START_TEST(test_roundtrip_llama)
     ck_assert_int_eq(sp_weights_load_hf(tmpdir, &m2, &r, &err), SP_EPARSE);
     ck_assert_ptr_nonnull(strstr(err.path, "mlp.gate_proj.weight"));
     ck_assert_ptr_nonnull(strstr(err.text, "wrong shape"));
+    /* a tensor config.json does not explain (one more layer than n_layers), then
+     * a bias it does not declare: refused with the file and the tensor */
+    float extra[4] = {0};
+    l->e[l->n] = (sp_st_entry){"model.layers.9.mlp.up_proj.weight", SP_DT_F32, 2, {2, 2}, extra};
+    ck_assert_int_eq(sp_safetensors_write(p1, l->e, l->n + 1, &err), SP_OK);
+    ck_assert_int_eq(sp_weights_load_hf(tmpdir, &m, &r, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "model.layers.9.mlp.up_proj.weight");
+    ck_assert_ptr_nonnull(strstr(err.source, "model.safetensors"));
+    ck_assert_ptr_nonnull(strstr(err.text, "not explained by config.json"));
+    l->e[l->n] = (sp_st_entry){"model.layers.0.self_attn.o_proj.bias", SP_DT_F32, 1, {m.d_model}, w.slab};
+    ck_assert_int_eq(sp_safetensors_write(p1, l->e, l->n + 1, &err), SP_OK);
+    ck_assert_int_eq(sp_weights_load_hf(tmpdir, &m, &r, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "model.layers.0.self_attn.o_proj.bias");
+    ck_assert_ptr_nonnull(strstr(err.text, "declares none"));
     free_list(l);
     free(l);
     sp_weights_free(&w);
@@ -425,6 +439,14 @@ START_TEST(test_corrupt_files)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, 0, SP_EPARSE, "shape"},
         {"{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8, 0, SP_EPARSE, "shape"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, 0, SP_EPARSE, "out of range"},
+        /* a dtype outside the format is bad input, not something unimplemented */
+        {"{\"a\":{\"dtype\":\"Q4_K\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0, SP_EPARSE, "unknown dtype"},
+        /* data sections: overlapping, out of order with a hole, trailing bytes */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, 0, SP_EPARSE, "overlap tensor a"},
+        {"{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12, 0, SP_EPARSE, "no tensor holds"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, 0, SP_EPARSE, "trailing bytes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         write_hdr(p, cases[i].json, cases[i].data, cases[i].len);
@@ -444,7 +466,8 @@ START_TEST(test_corrupt_files)
     write_hdr(p, "{\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]},\"__metadata__\":{\"format\":\"pt\"}}", 8, 0);
     ck_assert_int_eq(sp_safetensors_open(p, &st, &err), SP_OK);
     float f[1];
-    ck_assert_int_eq(sp_safetensors_read_rows_cols(st, sp_safetensors_find(st, "i"), 0, 1, 0, 1, 0, f, &err), SP_ENOTSUP);
+    ck_assert_int_eq(sp_safetensors_read_rows_cols(st, sp_safetensors_find(st, "i"), 0, 1, 0, 1, 0, f, &err), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.text, "not a weight type"));
     sp_safetensors_close(st);
     sp_model m = make_model(M_LLAMA);
     sp_weights w, r;

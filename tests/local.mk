@@ -19,3 +19,4 @@ include tests/kern.mk
 include tests/plan.mk
 include tests/mpi.mk
 include tests/exec.mk
+include tests/rel.mk

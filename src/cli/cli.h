@@ -41,7 +41,7 @@ int cli_cmd_autoconfig(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
-/* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE -> 1; OK -> 0; others -> 3. */
+/* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE, ENOMEM -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);
 
 /* Prints "shardplan: <message>" to stderr: the formatted err when it has text,

@@ -12,7 +12,8 @@ int cli_exit_for(sp_status s)
     switch (s) {
     case SP_OK: return CLI_EXIT_OK;
     case SP_EINVAL: case SP_EPARSE: case SP_EIO: return CLI_EXIT_USAGE;
-    case SP_EINFEASIBLE: return CLI_EXIT_INFEASIBLE;
+    case SP_EINFEASIBLE:
+    case SP_ENOMEM: return CLI_EXIT_INFEASIBLE;   /* the request needs more memory than could be had */
     default: return CLI_EXIT_INTERNAL;
     }
 }

@@ -141,11 +141,18 @@ static void print_infeasible(const sp_plan *p)
     else if (p->min_shortfall_bytes > 0)
         printf("nothing fits: the smallest memory shortfall is %s per chip\n",
                cli_fmt_bytes((double)p->min_shortfall_bytes, a, sizeof a));
+    else if (p->result == SP_PLAN_TIME_LIMIT)
+        printf("no layout found within the solver's time limit (--time-limit-ms %d)\n", p->opts.time_limit_ms);
     else
         printf("nothing meets the bounds (layouts fit in memory but miss the latency/throughput target)\n");
     if (p->min_chips_fit > 0) printf("fewest chips that fit: %d\n", p->min_chips_fit);
-    else if (p->min_shortfall_bytes != 0 && p->opts.search_min_chips)
-        printf("no chip count up to the hardware's limit fits\n");
+    else if (p->min_chips_bound > p->min_chips_searched && p->min_chips_searched > 0)
+        printf("no chip count up to %d fits: the weights and KV cache alone need at least %lld chips\n",
+               p->min_chips_searched, (long long)p->min_chips_bound);
+    else if (p->min_shortfall_bytes != 0 && p->opts.search_min_chips && p->min_chips_searched > 0)
+        printf("no chip count up to %d fits%s\n", p->min_chips_searched,
+               p->min_chips_searched < (p->opts.max_chips > 0 ? p->opts.max_chips : p->min_chips_searched)
+                   ? " (searched until the time limit)" : "");
 }
 
 static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
@@ -277,8 +284,9 @@ int cli_cmd_plan(int argc, char **argv)
         cli_print_json(j, stdout);
         json_decref(j);
     } else print_plan(p, &m, &hw);
-    rc = p->has_chosen ? CLI_EXIT_OK : p->result == SP_PLAN_TIME_LIMIT ? CLI_EXIT_INTERNAL : CLI_EXIT_INFEASIBLE;
-    if (p->result == SP_PLAN_TIME_LIMIT) cli_errorf("GLPK hit its time limit before finding a layout; raise --time-limit-ms");
+    rc = p->has_chosen ? CLI_EXIT_OK : CLI_EXIT_INFEASIBLE;
+    if (p->result == SP_PLAN_TIME_LIMIT)
+        cli_errorf("GLPK hit its time limit (%d ms) before finding a layout; raise --time-limit-ms", p->opts.time_limit_ms);
     sp_plan_free(p);
     return rc;
 }

@@ -118,7 +118,7 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(o, "layout_source", json_string(planned ? "auto" : "given"));
         if (planned) json_object_set_new(o, "planned_for_hw", json_string(a->hw));
         json_object_set_new(o, "backend", json_string(backend_label(a)));
-        json_object_set_new(o, "chips", json_integer(sp_layout_chips(l)));
+        json_object_set_new(o, "chips", json_integer((json_int_t)sp_layout_chips(l)));
         json_object_set_new(o, "batch", json_integer(B));
         json_object_set_new(o, "prompt", json_integer(a->P));
         json_object_set_new(o, "gen", json_integer(G));
@@ -156,9 +156,9 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_decref(o);
         return;
     }
-    if (planned) printf("layout (auto: sp_autoconfig for %d x %s): %s\n", sp_layout_chips(l), a->hw, lt);
+    if (planned) printf("layout (auto: sp_autoconfig for %lld x %s): %s\n", (long long)sp_layout_chips(l), a->hw, lt);
     else printf("layout: %s\n", lt);
-    printf("backend: %s, %d chips\n", backend_label(a), sp_layout_chips(l));
+    printf("backend: %s, %lld chips\n", backend_label(a), (long long)sp_layout_chips(l));
     for (long long b = 0; b < B; b++) {
         printf("seq %lld:", b);
         for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
@@ -324,7 +324,7 @@ static int get_layout(const run_args *a, const sp_model *m, sp_layout *l, int *p
         l->weights = d;
     }
     if (a->chips && a->chips != sp_layout_chips(l)) {
-        if (is_root) cli_errorf("layout uses %d chips, --chips is %lld", sp_layout_chips(l), a->chips);
+        if (is_root) cli_errorf("layout uses %lld chips, --chips is %lld", (long long)sp_layout_chips(l), a->chips);
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;

@@ -114,7 +114,7 @@ int cli_cmd_simulate(int argc, char **argv)
     }
     cli_table_print(tb, stdout);
     cli_table_free(tb);
-    printf("%lld steps simulated on %d chips", (long long)(r.prefill.events + r.decode.events), c.chips);
+    printf("%lld steps simulated on %lld chips", (long long)(r.prefill.events + r.decode.events), (long long)c.chips);
     if (trace_arg) printf("; trace: %s", trace_arg);
     printf("\n");
     return CLI_EXIT_OK;
