@@ -190,9 +190,15 @@ static sp_status chip_run(chip *ch)
     sp_status st = SP_OK;
     if (!cur || !in || !rng || !dstep) st = spi_fail(SP_ENOMEM, "run state");
     for (int64_t b = 0; b < Br && !st; b++) rng[b] = ex->samp.seed + (uint64_t)(base + b);
-    double t0 = 0, t1 = 0;
-    if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
+    /* Wall intervals that contain every chip's steps: t0 before rank 0 enters
+     * the starting barrier (no chip leaves it earlier); the prefill ends when
+     * rank 0 leaves the first token's barrier (t1, every chip done), and the
+     * decode steps start when rank 0 enters it (t1_in: no chip starts its
+     * next step earlier).  So a chip's per-step times never sum past them,
+     * however the threads are scheduled. */
+    double t0 = 0, t1 = 0, t1_in = 0;
     if (ch->rank == 0) t0 = spi_now_s();
+    if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
     for (int64_t s = 0; s < G && !st; s++) {
         ch->token = s;
         if (s == 0) ch->prog = ch->pf;
@@ -252,13 +258,14 @@ static sp_status chip_run(chip *ch)
             sp_comm_stats(ch->c, &b);
             ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
         }
+        if (s == 0 && ch->rank == 0) t1_in = spi_now_s();
         if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
         if (s == 0 && ch->rank == 0) t1 = spi_now_s();
     }
     if (!st && ch->rank == 0) {
         double t2 = spi_now_s();
         ch->prefill_s = t1 - t0;
-        ch->decode_step_s = G > 1 ? (t2 - t1) / (double)(G - 1) : 0;
+        ch->decode_step_s = G > 1 ? (t2 - t1_in) / (double)(G - 1) : 0;
         ch->tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
     }
     if (!st && ex->local_count < ex->nchips) st = exchange_results(ch, Br, base);
