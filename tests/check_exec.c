@@ -144,10 +144,10 @@ START_TEST(test_layout_matches_reference)
     /* memory: every chip's arena is the lowering's prediction for its stage, exactly */
     int64_t pred = 0;
     static sp_program pp, dp;
-    for (int s = 0; s < l.stages; s++) {
+    for (int stg = 0; stg < l.stages; stg++) {
         sp_shape psh = {B, P, P, P + G, SP_DT_F32}, dsh = {B, 1, P + G, P + G, SP_DT_F32};
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, s, &pp), SP_OK);
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, s, &dp), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, stg, &pp), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, stg, &dp), SP_OK);
         sp_mem_sizes ms;
         ck_assert_int_eq(sp_lower_mem_sizes(&pp, &dp, &ms), SP_OK);
         ck_assert_int_gt(ms.scratch, 0);
