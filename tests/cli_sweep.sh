@@ -5,8 +5,8 @@
 # with `shardplan plan`; export, a foreign spec, the MPI refusal, progress.
 : "${top_srcdir:?}" "${SHARDPLAN:?}"
 fail=0
-tmp=${TMPDIR:-/tmp}/cli_sweep.$$
-mkdir -p "$tmp" && trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_sweep.XXXXXX") || exit 99   # fresh: a reused pid must not find an old database
+trap 'rm -rf "$tmp"' EXIT
 check() { # description, command...
     d=$1; shift
     if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fail=1; fi
