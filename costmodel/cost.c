@@ -185,11 +185,12 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
  * curves; eff_bind (once per program priced) empties it when they differ
  * (compared by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
-typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, -1); memory (bytes, -2, -2) */
+typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, d_head); memory (bytes, -2, -2) */
 static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
 static _Thread_local struct {
-    int points, mem_points, tile[3];
+    int points, mem_points, tile[3], attn_points;
     double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS], mb[SP_HW_EFF_POINTS], mv[SP_HW_EFF_POINTS], bw_eff;
+    double ad[SP_HW_EFF_POINTS], av[SP_HW_EFF_POINTS];
 } eff_curve;
 
 static void eff_bind(const sp_hw *hw)
@@ -197,7 +198,9 @@ static void eff_bind(const sp_hw *hw)
     if (eff_curve.points != hw->eff_points || memcmp(eff_curve.f, hw->eff_flops, sizeof eff_curve.f) ||
         memcmp(eff_curve.v, hw->eff_value, sizeof eff_curve.v) || eff_curve.mem_points != hw->mem_points ||
         memcmp(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb) || memcmp(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv) ||
-        memcmp(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile) || eff_curve.bw_eff != hw->hbm_bw_eff) {
+        memcmp(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile) || eff_curve.bw_eff != hw->hbm_bw_eff ||
+        eff_curve.attn_points != hw->attn_points || memcmp(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad) ||
+        memcmp(eff_curve.av, hw->attn_value, sizeof eff_curve.av)) {
         eff_curve.points = hw->eff_points;
         memcpy(eff_curve.f, hw->eff_flops, sizeof eff_curve.f);
         memcpy(eff_curve.v, hw->eff_value, sizeof eff_curve.v);
@@ -206,6 +209,9 @@ static void eff_bind(const sp_hw *hw)
         memcpy(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv);
         memcpy(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile);
         eff_curve.bw_eff = hw->hbm_bw_eff;
+        eff_curve.attn_points = hw->attn_points;
+        memcpy(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad);
+        memcpy(eff_curve.av, hw->attn_value, sizeof eff_curve.av);
         memset(eff_memo, 0xff, sizeof eff_memo);   /* keys of -1: never a real key */
     }
 }
@@ -217,7 +223,7 @@ static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c)
     if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c) {
         eff_memo[i].k = (eff_key){a, b, c};
         eff_memo[i].eff = b == -2 ? sp_hw_memory_eff(hw, (double)a)
-                        : b == -1 ? sp_hw_matmul_eff(hw, (double)a) : sp_hw_matmul_shape_eff(hw, a, b, c);
+                        : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, a, b, c);
     }
     return eff_memo[i].eff;
 }
@@ -240,6 +246,7 @@ typedef struct price_ctx {
     int have_map;
     sp_torus_map map;   /* torus: looked up once per program */
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
+    double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
 } price_ctx;
 
 /* The terms of one compute step (sp_cost.h) at one context. */
@@ -267,20 +274,30 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     double eff = 1.0;
     if (flops > 0)
         eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? eff_lookup(hw, s->m, s->n, s->k)
-                                                                     : eff_lookup(hw, flops, -1, -1);
+                                                                     : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head)
+                                                                                               : eff_lookup(hw, flops, -1, -1);
     double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
+    if (s->kind == SP_STEP_ACT) {
+        /* CPU activations are bound by their transcendental arithmetic per element */
+        double es = hw->act_elem_s[s->src2 != SP_BUF_NONE];
+        if (es > 0) c = (double)s->m * (double)s->n * es;
+    }
     int64_t bytes = s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes;
     double meff = bytes > 0 ? eff_lookup(hw, bytes, -2, -2) : 1.0;
     double m = bytes / (pc->bw * meff);
+    /* chips time-sharing cores: every part of a compute step stretches alike */
+    double sh = pc->share;
+    c *= sh;
+    m *= sh;
     x->c = c;
     x->m = m;
     x->flops = flops;
     if (coef) {
-        coef[SP_CP_DISPATCH] = 1;
-        if (c > m) coef[SP_CP_FLOP] = flops / eff;
-        else coef[SP_CP_HBM_BYTE] = bytes / meff;
+        coef[SP_CP_DISPATCH] = sh;
+        if (c > m) coef[SP_CP_FLOP] = sh * flops / eff;
+        else coef[SP_CP_HBM_BYTE] = sh * bytes / meff;
     }
-    return spi_ps(hw->dispatch_s + (c > m ? c : m));
+    return spi_ps(sh * hw->dispatch_s + (c > m ? c : m));
 }
 
 /* Prices one step at both contexts; adds its terms (× times) to sums[0..1]. */
@@ -300,10 +317,10 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
     if (r->mode == SPI_RUN_COMPUTE) {
         step_terms x;
         r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
-        add_terms(&sums[0], &x, hw->dispatch_s, times, pc->ck);
+        add_terms(&sums[0], &x, pc->share * hw->dispatch_s, times, pc->ck);
         if (two) {
             if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &x, NULL);
-            add_terms(&sums[1], &x, hw->dispatch_s, times, pc->ck);
+            add_terms(&sums[1], &x, pc->share * hw->dispatch_s, times, pc->ck);
         }
         return;
     }
@@ -333,7 +350,15 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
 void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL};
+    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0};
+    if (hw->shared_cores > 0) {
+        /* chips of the layout computing at once: every tensor chip of every
+         * replica, times the stages busy together (at most the micro-batches) */
+        const sp_layout *l = &p->layout;
+        int busy = l->stages < l->microbatches ? l->stages : l->microbatches;
+        double n = (double)sp_layout_chips(l) / l->stages * (busy > 0 ? busy : 1);
+        if (n > hw->shared_cores) pc.share = n / hw->shared_cores;
+    }
     sp_cost_params(hw, p->layout.weights, pc.par);
     pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);
     spi_ckd ck = SPI_CKD_INIT;
@@ -792,7 +817,15 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->feasible = out->shortfall_bytes == 0;
 
     if (w->prompt > 0) out->prefill_s = (double)(pf_sum + (M - 1) * pf_max) * 1e-12;
-    if (w->gen > 0) {
+    if (w->gen > 0 && hw->token_sync_s > 0) {
+        /* a runtime that synchronises after every token runs each decode step
+         * as prefill runs (a flow shop of stages and micro-batches), then syncs */
+        double sync = hw->token_sync_s * (sp_layout_chips(l) - 1);
+        double step1 = (double)(d1_sum + (M - 1) * d1_max) * 1e-12 + sync;
+        double stepn = (double)(dn_sum + (M - 1) * dn_max) * 1e-12 + sync;
+        out->decode_step_s = stepn;
+        out->decode_s = w->gen * 0.5 * (step1 + stepn);
+    } else if (w->gen > 0) {
         double step1 = (double)(M * d1_max > d1_sum ? M * d1_max : d1_sum) * 1e-12;
         double stepn = (double)(M * dn_max > dn_sum ? M * dn_max : dn_sum) * 1e-12;
         out->decode_step_s = stepn;
@@ -908,7 +941,12 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         out->prefill_s += (M - 1) * pf_max;
         for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += (M - 1) * v_pf_max[j];
     }
-    if (w->gen > 0) {
+    if (w->gen > 0 && hw->token_sync_s > 0) {
+        /* as sp_cost_eval: a flow shop plus the per-token sync, which is no
+         * free parameter (the coefficients reproduce the rest) */
+        out->decode_step_s = dc_sum + (M - 1) * dc_max + hw->token_sync_s * (sp_layout_chips(l) - 1);
+        for (int j = 0; j < SP_CP_COUNT; j++) out->decode_step[j] = v_dc_sum[j] + (M - 1) * v_dc_max[j];
+    } else if (w->gen > 0) {
         int bubble = M * dc_max > dc_sum;
         out->decode_step_s = bubble ? M * dc_max : dc_sum;
         for (int j = 0; j < SP_CP_COUNT; j++) out->decode_step[j] = bubble ? M * v_dc_max[j] : v_dc_sum[j];

@@ -15,9 +15,17 @@
  *               int8/fp8 weights are dequantised, so the matmul runs at the
  *               bf16 peak (f32 weights at the f32 peak).  A small-M (decode)
  *               matmul is bound by its weight bytes through `memory`.
+ *               Attention runs at sp_hw_attention_eff (the profile's curve
+ *               by head width when it has one: a CPU's attention kernel is
+ *               far from its matmul rate); an activation step, when the
+ *               profile gives chip.act_elem_s, at elements × that (its
+ *               transcendental arithmetic: GELU's tanh, SiLU's exp).
  *     memory  = bytes / (hbm_bw × sp_hw_memory_eff(bytes)), bytes = weights
  *               + KV read + KV written + activations; attention's FLOPs and
  *               KV bytes read are those of the context reached.
+ *     CPU chips sharing cores (chip.shared_cores = C): a compute step of a
+ *     layout whose n = replicas × X·Y·Z × min(stages, micro-batches) chips
+ *     compute at once takes max(1, n / C) times as long.
  *   collective (alpha-beta, a latency α per step of the algorithm and a
  *   bandwidth β = 1/bw per byte, per tier; c = one chip's block):
  *     cluster (tier near = inside a node, far = between nodes; a group of
@@ -57,6 +65,9 @@
  *            Σ t_s + (M−1)·max t_s; a decode step (every sequence one token)
  *            takes max(M·max t_s, Σ t_s) (the generation schedule pays the
  *            bubble once, not per token).
+ *            With chip.token_sync_s > 0 (a runtime that synchronises every
+ *            chip after each token, as our CPU executor does), a decode
+ *            step is Σ t_s + (M−1)·max t_s + token_sync_s·(chips − 1) instead.
  *   decode over G tokens: the trapezoid of the first and last step (exact
  *            while the same term dominates, since every term is linear in
  *            the context).
@@ -192,7 +203,7 @@ void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT]);
  * decode_step_s (the critical path of each stage's schedule, rolled up
  * over the pipeline as sp_cost_eval does; decode at the last context):
  * Σ_j coef_j · param_j equals the prediction up to the picosecond rounding
- * of each step.  Lowers every stage afresh (not for search loops). */
+ * of each step (decode: plus chip.token_sync_s·(chips − 1), a constant).  Lowers every stage afresh (not for search loops). */
 typedef struct sp_cost_coefs {
     double prefill[SP_CP_COUNT];
     double decode_step[SP_CP_COUNT];
@@ -200,6 +211,29 @@ typedef struct sp_cost_coefs {
 } sp_cost_coefs;
 sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost_coefs *out);
+
+/* ---- time per step kind (beside an executor's measured totals) ---- */
+typedef enum sp_cost_kind {
+    SP_KIND_MATMUL = 0,        /* MATMUL and LOGITS steps */
+    SP_KIND_ATTENTION = 1,     /* ATTN (RoPE, KV append, attention) and KV_STORE */
+    SP_KIND_ALLGATHER = 2, SP_KIND_REDUCESCATTER = 3, SP_KIND_ALLREDUCE = 4, SP_KIND_ALLTOALL = 5,
+    SP_KIND_SENDRECV = 6,      /* pipeline hand-off */
+    SP_KIND_OTHER = 7,         /* embedding, norms, bias, activations, residual adds, slices */
+    SP_KIND_COUNT
+} sp_cost_kind;
+const char *sp_cost_kind_name(sp_cost_kind k);   /* "matmul", "attention", "all-gather", ..., "other" */
+sp_cost_kind sp_cost_step_kind(const sp_step *s);
+/* Seconds per step kind: the sum of the step times (sp_cost_program's per
+ * step rule, dispatch included) of one chip of every stage, over every
+ * micro-batch: prefill for the whole prompt, decode for one step at the last
+ * context.  Not a schedule: overlap and waits are not in it, so the kinds
+ * add up to at least the makespan of a stage's program. */
+typedef struct sp_cost_kinds {
+    double prefill[SP_KIND_COUNT];
+    double decode_step[SP_KIND_COUNT];
+} sp_cost_kinds;
+sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost_kinds *out);
 
 /* Chips in a node and nodes spanned by a group over `axes` (cluster
  * topologies; a torus reports the whole group in one tier). */

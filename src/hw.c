@@ -57,6 +57,12 @@ double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k)
     return e * tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
 }
 
+double sp_hw_attention_eff(const sp_hw *hw, double flops, int64_t d_head)
+{
+    if (hw->attn_points > 0) return sp_hw_curve(hw->attn_points, hw->attn_dhead, hw->attn_value, (double)d_head, 1.0);
+    return sp_hw_matmul_eff(hw, flops);
+}
+
 double sp_hw_memory_eff(const sp_hw *hw, double bytes)
 {
     return sp_hw_curve(hw->mem_points, hw->mem_bytes, hw->mem_value, bytes, hw->hbm_bw_eff > 0 ? hw->hbm_bw_eff : 1.0);
@@ -190,6 +196,22 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (!(hw->mem_value[i] >= HW_FRACTION_MIN && hw->mem_value[i] <= 1))
             return hfail(src, err, t, "efficiency must be in [0.01, 1]");
     }
+    if (hw->attn_points < 0 || hw->attn_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/efficiency/attention", "at most 8 points");
+    for (int i = 0; i < hw->attn_points; i++) {
+        snprintf(t, sizeof t, "/efficiency/attention/%d", i);
+        if (!(hw->attn_dhead[i] > 0) || !isfinite(hw->attn_dhead[i])) return hfail(src, err, t, "d_head must be > 0");
+        if (i > 0 && !(hw->attn_dhead[i] > hw->attn_dhead[i - 1]))
+            return hfail(src, err, t, "d_head must increase from point to point");
+        if (!(hw->attn_value[i] > 0 && hw->attn_value[i] <= 1))
+            return hfail(src, err, t, "efficiency must be in (0, 1]");
+    }
+    for (int i = 0; i < 2; i++)
+        if (!(hw->act_elem_s[i] >= 0 && hw->act_elem_s[i] <= 1))
+            return hfail(src, err, i ? "/chip/act_elem_s/swiglu" : "/chip/act_elem_s/gelu", "seconds in [0, 1]");
+    if (!(hw->token_sync_s >= 0 && hw->token_sync_s <= 1)) return hfail(src, err, "/chip/token_sync_s", "seconds in [0, 1]");
+    if (hw->shared_cores < 0 || hw->shared_cores > 65536)
+        return hfail(src, err, "/chip/shared_cores", "an integer in [0, 65536] (0: chips do not share cores)");
     RANGE_(hw->hbm_usable, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_usable");
     RANGE_(hw->hbm_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_bw");
     RANGE_(hw->net_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/network");
@@ -207,14 +229,17 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 
 /* ---- JSON format ---- */
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
-                                       "calibration", NULL};
-static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", NULL};
+                                       "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
+static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
+                                        "act_elem_s", "token_sync_s", NULL};
+static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices", NULL};
 static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_min_chips", NULL};
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "hbm_usable", "hbm_bw", "network", "overlap", NULL};
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "attention", "hbm_usable", "hbm_bw",
+                                       "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
 #define C_(call) SP_CHECK(call)
@@ -232,6 +257,19 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
     C_(spi_json_get_num(c, "/chip", chip, "hbm_bw", 1, 1, 0, HUGE_VAL, "bytes/s > 0", &hw->hbm_bw));
     C_(spi_json_get_num(c, "/chip", chip, "dispatch_s", 0, 0, 0, 1, "seconds in [0, 1] per compute step",
                         &hw->dispatch_s));
+    int64_t sc = 0;
+    C_(spi_json_get_int(c, "/chip", chip, "shared_cores", 0, 0, 65536, "integer in [0, 65536]; 0: not shared", &sc));
+    hw->shared_cores = (int)sc;
+    C_(spi_json_get_num(c, "/chip", chip, "token_sync_s", 0, 0, 0, 1, "seconds in [0, 1] per generated token",
+                        &hw->token_sync_s));
+    json_t *ae;
+    C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
+    if (ae) {
+        C_(spi_json_check_keys(c, "/chip/act_elem_s", ae, act_keys));
+        for (int i = 0; i < 2; i++)
+            C_(spi_json_get_num(c, "/chip/act_elem_s", ae, act_keys[i], 0, 0, 0, 1, "seconds in [0, 1] per element",
+                                &hw->act_elem_s[i]));
+    }
     return SP_OK;
 }
 
@@ -354,6 +392,8 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     if (mm) C_(read_curve(c, "/efficiency/matmul", mm, "FLOPs", &hw->eff_points, hw->eff_flops, hw->eff_value));
     C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "attention", 0, JSON_ARRAY, &mm));
+    if (mm) C_(read_curve(c, "/efficiency/attention", mm, "d_head", &hw->attn_points, hw->attn_dhead, hw->attn_value));
     C_(spi_json_get_child(c, "/efficiency", e, "matmul_tile", 0, JSON_ARRAY, &mm));
     if (mm) {
         if (json_array_size(mm) != 3)
@@ -480,6 +520,11 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     json_object_set_new(chip, "hbm_bytes", json_integer(hw->hbm_bytes));
     json_object_set_new(chip, "hbm_bw", json_real(hw->hbm_bw));
     json_object_set_new(chip, "dispatch_s", json_real(hw->dispatch_s));
+    if (hw->shared_cores) json_object_set_new(chip, "shared_cores", json_integer(hw->shared_cores));
+    if (hw->act_elem_s[0] > 0 || hw->act_elem_s[1] > 0)
+        json_object_set_new(chip, "act_elem_s", json_pack("{s:f,s:f}", "gelu", hw->act_elem_s[0], "swiglu",
+                                                          hw->act_elem_s[1]));
+    if (hw->token_sync_s > 0) json_object_set_new(chip, "token_sync_s", json_real(hw->token_sync_s));
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));
     if (hw->topo == SP_TOPO_TORUS) {
@@ -520,6 +565,12 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         for (int i = 0; i < hw->mem_points; i++)
             json_array_append_new(mc, json_pack("[ff]", hw->mem_bytes[i], hw->mem_value[i]));
         json_object_set_new(e, "memory", mc);
+    }
+    if (hw->attn_points) {
+        json_t *ac = json_array();
+        for (int i = 0; i < hw->attn_points; i++)
+            json_array_append_new(ac, json_pack("[ff]", hw->attn_dhead[i], hw->attn_value[i]));
+        json_object_set_new(e, "attention", ac);
     }
     if (hw->matmul_tile[0] || hw->matmul_tile[1] || hw->matmul_tile[2])
         json_object_set_new(e, "matmul_tile", json_pack("[iii]", hw->matmul_tile[0], hw->matmul_tile[1],

@@ -113,7 +113,9 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
     X(CACHE_DIR, "SHARDPLAN_CACHE_DIR", "",                                               \
       "autoconfig plan cache directory; off: no cache (default $XDG_CACHE_HOME/shardplan)") \
     X(XDG_CACHE_HOME, "XDG_CACHE_HOME", "", "base of the plan cache (default $HOME/.cache)") \
-    X(HOME, "HOME", "", "home directory: the plan cache falls back to $HOME/.cache/shardplan")
+    X(HOME, "HOME", "", "home directory: the plan cache falls back to $HOME/.cache/shardplan") \
+    X(LOCAL_HW, "SHARDPLAN_LOCAL_HW", "",                                                 \
+      "this machine's profile (written by calibrate --backend): run and validate price with it when --hw is not given")
 
 typedef enum sp_env_knob {
 #define SP_ENV_ENUM_(id, var, def, doc) SP_ENV_##id,

@@ -59,6 +59,18 @@ typedef struct sp_hw {
     double hbm_bw;                    /* bytes/s */
     double dispatch_s;                /* seconds each compute step pays to start (kernel launch, op
                                          dispatch); 0 by default */
+    double act_elem_s[2];             /* seconds per output element of an activation step when it is
+                                         bound by its arithmetic (CPU transcendental kernels):
+                                         [0] GELU, [1] SiLU·gate (SwiGLU); 0 = priced by bytes only */
+    double token_sync_s;              /* the runtime synchronises every chip after each generated
+                                         token (a barrier; pipelines return the tokens to stage 0):
+                                         > 0 prices it at this many seconds per chip beyond the first,
+                                         and a decode step then runs its stages and micro-batches as
+                                         a flow shop, like prefill; 0 = the generation schedule of
+                                         sp_cost.h (no per-token sync) */
+    int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
+                                         cores: a compute step of n chips running at once takes
+                                         max(1, n / shared_cores) times as long; 0 = not shared */
     /* topology */
     sp_topo_kind topo;
     int torus_dims[3];                /* torus: X, Y, Z of the full slice (chips = product) */
@@ -90,6 +102,10 @@ typedef struct sp_hw {
                                          bandwidth); none: hbm_bw_eff for every size */
     double mem_bytes[SP_HW_EFF_POINTS];
     double mem_value[SP_HW_EFF_POINTS];
+    int attn_points;                  /* attention: points (head width d_head, fraction of the peak
+                                         its FLOPs run at); none: the matmul curve by FLOPs */
+    double attn_dhead[SP_HW_EFF_POINTS];
+    double attn_value[SP_HW_EFF_POINTS];
     double hbm_usable;                /* fraction of HBM usable for weights+KV+activations (default 0.9) */
     double hbm_bw_eff;                /* achieved fraction of HBM bandwidth (default 1.0) */
     double net_bw_eff;                /* achieved fraction of every network bandwidth (link_bw,
@@ -128,6 +144,10 @@ double sp_hw_matmul_eff(const sp_hw *hw, double flops);
 /* ... and at a local shape (m, k) · (k, n): sp_hw_matmul_eff × the tile
  * utilisation of each dimension (matmul_tile). */
 double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k);
+/* Efficiency of an attention step of `flops` FLOPs at head width d_head:
+ * the attention curve at d_head when the profile has one, else the matmul
+ * curve at flops. */
+double sp_hw_attention_eff(const sp_hw *hw, double flops, int64_t d_head);
 /* Fraction of HBM bandwidth a step moving `bytes` achieves: the memory
  * curve at bytes, else hbm_bw_eff. */
 double sp_hw_memory_eff(const sp_hw *hw, double bytes);

@@ -20,3 +20,4 @@ include tests/plan.mk
 include tests/mpi.mk
 include tests/exec.mk
 include tests/rel.mk
+include tests/local_fid.mk

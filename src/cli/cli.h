@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <jansson.h>
 #include "sp_common.h"
+#include "sp_cost.h"
 
 /* Exit codes. */
 enum {
@@ -38,6 +39,7 @@ int cli_cmd_sweep(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
 int cli_cmd_simulate(int argc, char **argv);
 int cli_cmd_autoconfig(int argc, char **argv);
+int cli_cmd_validate(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
@@ -75,6 +77,17 @@ char *cli_fmt_bytes(double x, char *buf, size_t n);    /* 1.23 GiB */
 char *cli_fmt_seconds(double x, char *buf, size_t n);  /* 2.5 ms */
 char *cli_fmt_flops(double x, char *buf, size_t n);    /* 275 TFLOP/s */
 char *cli_fmt_rate(double x, char *buf, size_t n);     /* 1.2 TB/s (decimal: link figures are quoted so) */
+
+/* What run and validate put beside a measurement (cmd_validate.c): the cost
+ * model's prefill and mean decode step (decode_s / gen) for the CPU
+ * executor (fp32 activations), and the time per step kind.  CLI_EXIT_USAGE
+ * with sp_last_error() when the layout cannot be priced. */
+typedef struct cli_prediction {
+    double prefill_s, decode_step_s;
+    sp_cost_kinds kinds;
+} cli_prediction;
+int cli_predict_run(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                    int64_t gen, cli_prediction *out);
 
 /* Shared by estimate, plan and run (cmd_estimate.c). */
 struct sp_cost;

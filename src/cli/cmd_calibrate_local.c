@@ -1,12 +1,278 @@
 /* cmd_calibrate_local.c: shardplan calibrate --backend B: measures this
- * machine's chips and writes a hardware profile. */
+ * machine's chips with microbenchmarks (exec/sp_calib.h) and writes a
+ * hardware profile (doc/formats.md) with the points every figure came from. */
+#include "config.h"
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include "cli.h"
+#include "sp_hw.h"
+#include "spi_json.h"
+#include "exec/sp_calib.h"
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+#ifdef HAVE_CUDA
+#include "kernels/cuda/sp_cuda.h"
+#endif
+
+static void help(void)
+{
+    printf("Usage: shardplan calibrate --backend threads|mpi|cuda [--chips N] --out FILE\n"
+           "                           [--cores C] [--quick] [--quiet]\n\n"
+           "Measures this machine's chips with microbenchmarks through the executor's own\n"
+           "code and writes a hardware profile (the format of data/hw, doc/formats.md):\n"
+           "  matmul        sp_kern_matmul over a grid of shapes (T x K x N) and weight dtypes:\n"
+           "                chip.peak_flops per dtype, efficiency.matmul by local FLOPs\n"
+           "  memory        weight streams (T = 1 matmuls) of 16 KiB .. 256 MiB: chip.hbm_bw\n"
+           "                (the best rate) and efficiency.memory by bytes\n"
+           "  collectives   all-gather, reduce-scatter, all-reduce, all-to-all over groups of\n"
+           "                every divisor of N, blocks of 256 B .. 1 MiB, and send/recv, on the\n"
+           "                backend's communicator: one latency per algorithm step and one\n"
+           "                bandwidth (topology intra_node_latency / intra_node_bw)\n"
+           "  dispatch      the interpreter's seconds per program step: chip.dispatch_s\n"
+           "Each point is the minimum over 5 timed rounds after a warm-up call (interference\n"
+           "only adds time).  The profile's \"measured\" section holds every measured point,\n"
+           "the machine (hostname, CPU model), the date and the fits' errors.\n\n"
+           "  --backend threads  chips are threads of this process (the run backend's)\n"
+           "  --backend mpi      one chip per rank: mpirun -np N shardplan calibrate --backend mpi\n"
+           "  --backend cuda     GPUs: refused (no GPU microbenchmarks in this version)\n"
+           "  --chips N          chips to measure at (threads; default 1; mpi: the world size).\n"
+           "                     Compute benchmarks run on min(N, cores) chips at once, the\n"
+           "                     collectives on all N: with more chips than cores the\n"
+           "                     collectives' latency includes the time-sharing\n"
+           "  --cores C          cores the chips share (default: online CPUs)\n"
+           "  --quick            a reduced grid (seconds; for tests, not for predictions)\n"
+           "  --quiet            no progress lines on stderr\n"
+           "To have `run` price its layout with the profile by default, point\n"
+           "SHARDPLAN_LOCAL_HW at the file.\n");
+}
+
+static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
+{
+    json_t *mm = json_array(), *mem = json_array(), *coll = json_array();
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        double flops = 2.0 * (double)(p->T * p->K * p->N);
+        if (p->T == 1 && p->dt == SP_DT_F32) {
+            double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
+            json_array_append_new(mem, json_pack("{s:I,s:I,s:f,s:f,s:f}", "K", (json_int_t)p->K, "N",
+                                                 (json_int_t)p->N, "bytes", by, "seconds", p->seconds,
+                                                 "bytes_per_s", by / p->seconds));
+            continue;
+        }
+        json_array_append_new(mm, json_pack("{s:s,s:I,s:I,s:I,s:f,s:f}", "dtype", sp_dtype_name((sp_dtype)p->dt),
+                                            "T", (json_int_t)p->T, "K", (json_int_t)p->K, "N", (json_int_t)p->N,
+                                            "seconds", p->seconds, "flops_per_s", flops / p->seconds));
+    }
+    for (int i = 0; i < r->n_coll; i++) {
+        const sp_calib_coll_pt *p = &r->coll[i];
+        double fit = f->alpha * p->steps + f->beta * p->beta_bytes;
+        json_array_append_new(coll, json_pack("{s:s,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind),
+                                              "group", p->K, "block_bytes", (json_int_t)p->block_bytes, "seconds",
+                                              p->seconds, "steps", p->steps, "beta_bytes", p->beta_bytes,
+                                              "fitted_seconds", fit));
+    }
+    json_t *attn = json_array();
+    for (int i = 0; i < r->n_attn; i++) {
+        const sp_calib_attn *a = &r->attn[i];
+        json_array_append_new(attn, json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "B", (json_int_t)a->B, "Lq",
+                                              (json_int_t)a->Lq, "pos0", (json_int_t)a->pos0, "heads",
+                                              (json_int_t)a->H, "d_head", (json_int_t)a->D, "flops", a->flops,
+                                              "seconds", a->seconds, "flops_per_s", a->flops / a->seconds));
+    }
+    json_t *disp = json_pack("{s:[I,I],s:[f,f],s:s}", "steps_per_token", (json_int_t)r->disp_steps[0],
+                             (json_int_t)r->disp_steps[1], "seconds_per_token", r->disp_seconds[0],
+                             r->disp_seconds[1], "method",
+                             "decode of a width-16 synthetic model at 2 and 10 layers on one chip (min of 4 runs "
+                             "after a warm-up); dispatch_s = difference in seconds / difference in steps");
+    return json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:o,s:f,s:o}", "matmul", mm, "memory", mem, "attention", attn,
+                     "activation_s_per_element", "gelu", r->act_s[0], "swiglu", r->act_s[1], "collectives", coll,
+                     "barrier_all_chips_s", r->barrier_s, "dispatch", disp);
+}
+
+static int write_profile(const char *path, const sp_calib_result *r, const sp_calib_fit *f)
+{
+    sp_hw hw;
+    sp_hw_init(&hw);
+    snprintf(hw.name, sizeof hw.name, "local-%.32s-%s-%d", r->host, sp_comm_backend_name(r->backend), r->chips);
+    for (int d = 0; d < SP_DT_COUNT && d < 5; d++) hw.peak_flops[d] = f->peak_flops[d];
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double mem = pages > 0 && psz > 0 ? (double)pages * (double)psz : 8.0 * (1 << 30);
+    hw.hbm_bytes = (int64_t)(mem / r->chips);
+    hw.hbm_bw = f->mem_bw;
+    hw.dispatch_s = f->dispatch_s;
+    hw.topo = SP_TOPO_CLUSTER;
+    hw.chips_per_node = r->chips;
+    hw.max_chips = r->chips;
+    /* one tier: the threads (or ranks) of one host; inter = intra so a
+     * layout never crosses a tier the calibration did not measure */
+    hw.intra_latency = hw.inter_latency = f->alpha;
+    hw.intra_bw = hw.inter_bw = f->beta > 0 ? 1.0 / f->beta : 1e12;
+    hw.eff_points = f->eff_points;
+    for (int i = 0; i < f->eff_points; i++) hw.eff_flops[i] = f->eff_flops[i], hw.eff_value[i] = f->eff_value[i];
+    hw.matmul_tile[0] = f->tile_m;
+    hw.attn_points = f->attn_points;
+    for (int i = 0; i < f->attn_points; i++) hw.attn_dhead[i] = f->attn_dhead[i], hw.attn_value[i] = f->attn_value[i];
+    hw.shared_cores = r->cores;
+    hw.act_elem_s[0] = f->act_elem_s[0];
+    hw.act_elem_s[1] = f->act_elem_s[1];
+    hw.token_sync_s = f->token_sync_s;
+    hw.mem_points = f->mem_points;
+    for (int i = 0; i < f->mem_points; i++) hw.mem_bytes[i] = f->mem_bytes[i], hw.mem_value[i] = f->mem_value[i];
+    /* the CPU executor runs every collective on the chip's own thread */
+    hw.overlap = SP_OVERLAP_NONE;
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_hw_validate(&hw, &err);
+    if (st) return cli_report(st, &err);
+    json_t *j = spi_hw_to_json(&hw);
+    char src[512];
+    snprintf(src, sizeof src, "shardplan calibrate --backend %s --chips %d on %s (%s, %d cores), %s",
+             sp_comm_backend_name(r->backend), r->chips, r->host, r->cpu, r->cores, r->date);
+    json_object_set_new(j, "source", json_string(src));
+    json_object_set_new(j, "notes",
+                        json_string("Measured, not datasheet: peak_flops = the best compute-bound (T >= 8) "
+                                    "sp_kern_matmul rate per weight dtype; efficiency.matmul = f32 rates / peak, "
+                                    "binned by FLOPs; hbm_bw = the best weight-stream (T = 1 matmul) rate and "
+                                    "efficiency.memory its fraction by bytes (caches included); one collective "
+                                    "tier fitted as latency per algorithm step + bytes / bandwidth (least squares "
+                                    "in relative error); overlap none (collectives run on the chip's thread); "
+                                    "hbm_bytes = host memory / chips.  Every point in measured.points."));
+    json_t *cal = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:s,s:o,s:{s:f,s:f}}", "backend",
+                            sp_comm_backend_name(r->backend), "host", r->host, "cpu", r->cpu, "date", r->date,
+                            "chips", r->chips, "cores", r->cores, "compute_chips", r->compute_chips, "seconds",
+                            r->seconds, "method",
+                            "every point: one warm-up call, then the minimum over 5 timed rounds of the mean call "
+                            "time on chip 0; compute points on min(chips, cores) chips at once, collectives on "
+                            "all chips (groups of K side by side)",
+                            "points", measured_json(r, f), "collective_fit", "median_rel_err", f->coll_median_err,
+                            "worst_rel_err", f->coll_worst_err);
+    json_object_set_new(cal, "matmul_fit", json_pack("{s:i,s:f}", "tile_m", f->tile_m, "median_rel_err",
+                                                     f->mm_median_err));
+    json_object_set_new(j, "measured", cal);
+    int rc = CLI_EXIT_OK;
+    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) {
+        cli_errorf("cannot write %s", path);
+        rc = CLI_EXIT_USAGE;
+    }
+    json_decref(j);
+    if (!rc) {
+        /* the profile must load as any other */
+        sp_hw back;
+        sp_error_init(&err);
+        if ((st = sp_hw_load_file(path, 0, &back, &err))) {
+            cli_errorf("the profile written to %s does not load back", path);
+            return cli_report(st, &err);
+        }
+    }
+    return rc;
+}
+
+static int cuda_refusal(void)
+{
+#ifdef HAVE_CUDA
+    char why[256] = "";
+    if (!sp_cuda_available(why, sizeof why)) {
+        cli_errorf("calibrate --backend cuda: no GPU is visible (%s); use --backend threads or mpi", why);
+        return CLI_EXIT_USAGE;
+    }
+    cli_errorf("calibrate --backend cuda: GPU microbenchmarks are not implemented; use --backend threads or mpi "
+               "for the CPUs, or calibrate --fit with published GPU measurements");
+#else
+    cli_errorf("calibrate --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR) and GPU "
+               "microbenchmarks are not implemented; use --backend threads or mpi");
+#endif
+    return CLI_EXIT_USAGE;
+}
+
+static int calibrate(const sp_calib_opts *o, const char *out, int root)
+{
+    sp_calib_result *r = NULL;
+    sp_status st = sp_calib_run(o, &r);
+    if (st) return root ? cli_report(st, NULL) : cli_exit_for(st);
+    int rc = CLI_EXIT_OK;
+    if (root) {
+        sp_calib_fit f;
+        if ((st = sp_calib_fit_result(r, &f))) rc = cli_report(st, NULL);
+        else rc = write_profile(out, r, &f);
+        if (!rc) {
+            char b[6][32];
+            printf("wrote %s: %d chips (%s, %d cores), %.1f s\n", out, r->chips, sp_comm_backend_name(r->backend),
+                   r->cores, r->seconds);
+            printf("  peak f32 %s, bf16 %s; weight stream %s; matmul tile M %d (median err %.0f%%)\n"
+                   "  dispatch %s a step; collective step %s + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
+                   cli_fmt_flops(f.peak_flops[SP_DT_F32], b[0], 32), cli_fmt_flops(f.peak_flops[SP_DT_BF16], b[1], 32),
+                   cli_fmt_rate(f.mem_bw, b[2], 32), f.tile_m, 100 * f.mm_median_err,
+                   cli_fmt_seconds(f.dispatch_s, b[3], 32), cli_fmt_seconds(f.alpha, b[4], 32),
+                   cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
+                   100 * f.coll_worst_err);
+        }
+    }
+    sp_calib_free(r);
+    return rc;
+}
 
 int cli_calibrate_local(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_errorf("calibrate --backend: measuring this machine is not implemented yet; "
-               "calibrate --fit CSV --hw H fits a profile to measurements");
-    return CLI_EXIT_USAGE;
+    static const struct option opts[] = {{"backend", 1, 0, 'k'}, {"chips", 1, 0, 'n'}, {"out", 1, 0, 'o'},
+                                         {"cores", 1, 0, 'c'},   {"quick", 0, 0, 'q'}, {"quiet", 0, 0, 'Q'},
+                                         {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    sp_calib_opts o;
+    sp_calib_opts_init(&o);
+    o.log = stderr;
+    const char *out = NULL, *backend = NULL;
+    long long chips = 0, cores = 0;
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'k': backend = optarg; break;
+        case 'n': if (cli_parse_long("calibrate", "--chips", optarg, 1, 64, &chips)) return CLI_EXIT_USAGE; break;
+        case 'c': if (cli_parse_long("calibrate", "--cores", optarg, 1, 4096, &cores)) return CLI_EXIT_USAGE; break;
+        case 'o': out = optarg; break;
+        case 'q': o.quick = 1; break;
+        case 'Q': o.log = NULL; break;
+        case 'h': help(); return CLI_EXIT_OK;
+        default: return cli_usage("calibrate", "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (!backend) return cli_usage("calibrate", "--backend threads|mpi|cuda is required");
+    if (!strcmp(backend, "cuda") || !strcmp(backend, "nccl")) return cuda_refusal();
+    if (strcmp(backend, "threads") && strcmp(backend, "mpi"))
+        return cli_usage("calibrate", "--backend %s: threads, mpi or cuda", backend);
+    if (!out) return cli_usage("calibrate", "--out FILE is required");
+    o.cores = (int)cores;
+    if (!strcmp(backend, "threads")) {
+        o.backend = SP_COMM_BACKEND_THREADS;
+        o.chips = chips ? (int)chips : 1;
+        return calibrate(&o, out, 1);
+    }
+#ifdef HAVE_MPI
+    int provided = 0, rank = 0, size = 1;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        cli_errorf("calibrate --backend mpi: MPI_Init_thread failed");
+        return CLI_EXIT_INTERNAL;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rc;
+    if (chips && chips != size) {
+        if (!rank) cli_errorf("calibrate --backend mpi: --chips %lld but the MPI world has %d ranks", chips, size);
+        rc = CLI_EXIT_USAGE;
+    } else {
+        o.backend = SP_COMM_BACKEND_MPI;
+        o.chips = size;
+        if (rank) o.log = NULL;
+        rc = calibrate(&o, out, rank == 0);
+    }
+    MPI_Finalize();
+    return rc;
+#else
+    return cli_usage("calibrate", "--backend mpi: this build has no MPI (configure --with-mpi)");
+#endif
 }

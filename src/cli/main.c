@@ -17,6 +17,7 @@ static const struct cli_verb verbs[] = {
     {"autoconfig", "a server's configuration at startup: layout as vLLM/SGLang/TensorRT-LLM flags, env or JSON (plan cache)", cli_cmd_autoconfig},
     {"calibrate", "fit a hardware profile to measurements (--fit CSV): errors in and out of sample", cli_cmd_calibrate},
     {"sweep", "a grid of points (estimate or plan) into SQLite, resumable; --export csv|json", cli_cmd_sweep},
+    {"validate", "run a case set on the executor: predicted vs measured, |error| and Kendall tau", cli_cmd_validate},
     {"run", "run a model under a layout (threads, MPI or CUDA backend): tokens, timings, bytes vs prediction", cli_cmd_run},
 };
 

@@ -1,0 +1,77 @@
+/* cost_kinds.c: predicted time per step kind (sp_cost_kinds_eval, sp_cost.h),
+ * for putting a prediction beside an executor's measured per-kind totals. */
+#include <stdlib.h>
+#include <string.h>
+#include "spi_common.h"
+#include "costmodel/spi_cost.h"
+
+static const char *const kind_names[SP_KIND_COUNT] = {"matmul", "attention", "all-gather", "reduce-scatter",
+                                                      "all-reduce", "all-to-all", "send-recv", "other"};
+const char *sp_cost_kind_name(sp_cost_kind k) { return (unsigned)k < SP_KIND_COUNT ? kind_names[k] : "?"; }
+
+sp_cost_kind sp_cost_step_kind(const sp_step *s)
+{
+    switch (s->kind) {
+    case SP_STEP_MATMUL:
+    case SP_STEP_LOGITS: return SP_KIND_MATMUL;
+    case SP_STEP_ATTN:
+    case SP_STEP_KV_STORE: return SP_KIND_ATTENTION;
+    case SP_STEP_SEND:
+    case SP_STEP_RECV: return SP_KIND_SENDRECV;
+    case SP_STEP_COLL:
+        switch (s->coll.kind) {
+        case SP_COLL_ALLGATHER: return SP_KIND_ALLGATHER;
+        case SP_COLL_REDUCESCATTER: return SP_KIND_REDUCESCATTER;
+        case SP_COLL_ALLREDUCE: return SP_KIND_ALLREDUCE;
+        case SP_COLL_ALLTOALL: return SP_KIND_ALLTOALL;
+        default: return SP_KIND_SENDRECV;
+        }
+    default: return SP_KIND_OTHER;
+    }
+}
+
+/* Adds one program's step times per kind (× times) to out. */
+static void add_program(const sp_program *p, const sp_hw *hw, int64_t context, double times, double *out,
+                        spi_prog_run *run)
+{
+    const int64_t ctx[2] = {context, 0};
+    spi_cost_price_program(p, hw, ctx, run, NULL);
+    const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
+    for (int k = 0; k < SP_PART_COUNT; k++) {
+        double n = k == SP_PART_LAYER ? (double)p->n_layers : 1.0;
+        for (int i = 0; i < parts[k]->n; i++)
+            out[sp_cost_step_kind(&parts[k]->s[i])] += times * n * 1e-12 * (double)run->run[k][i].dur_ps[0];
+    }
+}
+
+sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost_kinds *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_kinds_eval: NULL argument");
+    sp_cost_opts defaults;
+    if (!opts) {
+        sp_cost_opts_init(&defaults);
+        opts = &defaults;
+    }
+    memset(out, 0, sizeof *out);
+    sp_program *prog = malloc(sizeof *prog);
+    spi_prog_run *run = malloc(sizeof *run);
+    if (!prog || !run) {
+        free(prog);
+        free(run);
+        return spi_fail(SP_ENOMEM, "sp_cost_kinds_eval: out of memory");
+    }
+    int64_t max_ctx = w->prompt + w->gen;
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+    sp_status st = SP_OK;
+    for (int s = 0; s < l->stages && !st; s++) {
+        if (w->prompt > 0 && !(st = sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, prog)))
+            add_program(prog, hw, 0, (double)l->microbatches, out->prefill, run);
+        if (!st && w->gen > 0 && !(st = sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, prog)))
+            add_program(prog, hw, max_ctx, (double)l->microbatches, out->decode_step, run);
+    }
+    free(prog);
+    free(run);
+    return st;
+}

@@ -1,0 +1,724 @@
+/* calib.c: microbenchmarks of the local chips (sp_calib.h). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "spi_common.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+#include "sp_model.h"
+#include "sp_hw.h"
+#include "sp_validate.h"
+#include "exec/sp_calib.h"
+#include "exec/sp_exec.h"
+#include "exec/sp_weights.h"
+#include "kernels/cpu/sp_kern.h"
+
+void sp_calib_opts_init(sp_calib_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
+    o->backend = SP_COMM_BACKEND_THREADS;
+    o->chips = 1;
+    o->rounds = 5;
+}
+
+static const char *const coll_names[SP_CALIB_COLL_COUNT] = {"all-gather", "reduce-scatter", "all-reduce",
+                                                            "all-to-all", "send-recv"};
+const char *sp_calib_coll_name(sp_calib_coll k)
+{
+    return (unsigned)k < SP_CALIB_COLL_COUNT ? coll_names[k] : "?";
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the grids ----------------------------------------------------------------------
+ * Matmul shapes span the executor's: tiny models (K, N of 32..512 per chip)
+ * to bench-1b (K = 2048, N up to 5632 per chip), T = 1 (decode) to 256
+ * tokens (prefill of a batch).  (K, N) pairs, then T values. */
+static const int64_t mm_kn[][2] = {{64, 64}, {128, 384}, {512, 512}, {2048, 1408}, {2048, 5632}};
+static const int64_t mm_t[] = {4, 16, 64, 256};
+static const int64_t mm_kn_quick[][2] = {{64, 64}, {512, 512}};
+static const int64_t mm_t_quick[] = {16};
+/* Other weight dtypes (dequantised tile by tile, then sgemm): fewer shapes. */
+static const int64_t dq_kn[][2] = {{512, 512}, {2048, 1408}};
+static const int64_t dq_t[] = {1, 64};
+/* Weight streams (T = 1): bytes K·N·4 from 16 KiB to 256 MiB. */
+static const int64_t mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256},   {512, 512},  {1024, 1024},
+                                    {2048, 2048}, {2048, 8192}, {2048, 32768}};
+static const int64_t mem_kn_quick[][2] = {{64, 64}, {256, 256}};
+/* One chip's block of a collective, bytes. */
+static const int64_t coll_c[] = {256, 4096, 65536, 1048576};
+static const int64_t coll_c_quick[] = {256, 65536};
+
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- running a function on every chip ------------------------------------------------ */
+typedef struct calib_ctx calib_ctx;
+typedef sp_status (*chip_fn)(calib_ctx *cx, sp_comm *c);
+
+struct calib_ctx {
+    const sp_calib_opts *o;
+    sp_calib_result *r;
+    sp_comm_world *w;
+    chip_fn fn;
+    int K;                  /* collective group size of this world */
+    int ystride;            /* its y extent: the global-rank distance of x neighbours */
+    pthread_mutex_t mu;
+    sp_status err;
+};
+
+typedef struct chip_arg {
+    calib_ctx *cx;
+    int rank;
+} chip_arg;
+
+static void *chip_main(void *p)
+{
+    chip_arg *a = p;
+    calib_ctx *cx = a->cx;
+    sp_kern_set_blas_threads(1);   /* the executor's rule: one BLAS thread per chip */
+    sp_comm *c = NULL;
+    sp_status st = sp_comm_open(cx->w, a->rank, &c);
+    if (!st) st = cx->fn(cx, c);
+    if (st) sp_comm_abort(cx->w, sp_last_error());
+    sp_comm_close(c);
+    pthread_mutex_lock(&cx->mu);
+    if (st && !cx->err) cx->err = st;
+    pthread_mutex_unlock(&cx->mu);
+    return NULL;
+}
+
+/* Runs fn on every local chip of a world of mesh (1, 1, x, y, 1). */
+static sp_status on_chips(calib_ctx *cx, int x, int y, chip_fn fn)
+{
+    sp_mesh m = {{1, 1, x, y, 1}};
+    sp_status st = sp_comm_world_create(cx->o->backend, &m, &cx->w);
+    if (st) return st;
+    cx->fn = fn;
+    cx->err = SP_OK;
+    int first = 0, count = 0;
+    if ((st = sp_comm_world_local_ranks(cx->w, &first, &count))) goto out;
+    if (cx->o->backend != SP_COMM_BACKEND_THREADS) {
+        chip_arg a = {cx, first};
+        chip_main(&a);
+    } else {
+        pthread_t *th = calloc((size_t)count, sizeof *th);
+        chip_arg *args = calloc((size_t)count, sizeof *args);
+        int started = 0;
+        if (!th || !args) st = SP_ENOMEM;
+        for (int i = 0; !st && i < count; i++) {
+            args[i] = (chip_arg){cx, first + i};
+            if (pthread_create(&th[i], NULL, chip_main, &args[i])) {
+                sp_comm_abort(cx->w, "calibrate: pthread_create failed");
+                st = spi_fail(SP_ENOMEM, "calibrate: cannot start chip thread %d", i);
+                break;
+            }
+            started++;
+        }
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+        free(th);
+        free(args);
+    }
+    if (!st) st = cx->err;
+out:
+    sp_comm_world_free(cx->w);
+    cx->w = NULL;
+    return st;
+}
+
+/* ---- matmul and weight streams ------------------------------------------------------- */
+typedef struct mm_job {
+    int dt;
+    int64_t T, K, N;
+    int mem;   /* 1: a memory (weight stream) point */
+} mm_job;
+
+static int64_t mm_reps(double flops)
+{
+    double r = 4e7 / (flops > 1 ? flops : 1);   /* about 40 MFLOP a round: ~1-10 ms at CPU rates */
+    return r < 2 ? 2 : r > 2000 ? 2000 : (int64_t)r;
+}
+
+static size_t jobs_of(const sp_calib_opts *o, mm_job *jobs)
+{
+    size_t n = 0;
+    int q = o->quick;
+    int nkn = q ? NELEM(mm_kn_quick) : NELEM(mm_kn), nt = q ? NELEM(mm_t_quick) : NELEM(mm_t);
+    for (int i = 0; i < nkn; i++)
+        for (int j = 0; j < nt; j++) {
+            const int64_t *kn = q ? mm_kn_quick[i] : mm_kn[i];
+            jobs[n++] = (mm_job){SP_DT_F32, q ? mm_t_quick[j] : mm_t[j], kn[0], kn[1], 0};
+        }
+    for (int d = SP_DT_BF16; d <= SP_DT_FP8; d++)
+        for (int i = 0; i < (q ? 1 : NELEM(dq_kn)); i++)
+            for (int j = 0; j < NELEM(dq_t); j++) jobs[n++] = (mm_job){d, dq_t[j], dq_kn[i][0], dq_kn[i][1], 0};
+    int nm = q ? NELEM(mem_kn_quick) : NELEM(mem_kn);
+    for (int i = 0; i < nm; i++) {
+        const int64_t *kn = q ? mem_kn_quick[i] : mem_kn[i];
+        jobs[n++] = (mm_job){SP_DT_F32, 1, kn[0], kn[1], 1};
+    }
+    return n;
+}
+
+/* Fills the weight view's storage of dtype dt with small values that every
+ * dtype represents (no NaN / inf), scales 1/64. */
+static sp_status fill_weights(int dt, int64_t K, int64_t N, void **data, float **scale)
+{
+    int64_t n = K * N;
+    size_t es = (size_t)sp_dtype_bytes((sp_dtype)dt);
+    *data = malloc((size_t)n * es);
+    *scale = NULL;
+    if (!*data) return spi_fail(SP_ENOMEM, "calibrate: %lld x %lld weights", (long long)K, (long long)N);
+    uint64_t rng = 7;
+    for (int64_t i = 0; i < n; i++) {
+        float v = sp_kern_rng_float(&rng) - 0.5f;
+        switch (dt) {
+        case SP_DT_F32: ((float *)*data)[i] = v; break;
+        case SP_DT_BF16: ((uint16_t *)*data)[i] = sp_kern_f32_to_bf16(v); break;
+        case SP_DT_F16: ((uint16_t *)*data)[i] = sp_kern_f32_to_f16(v); break;
+        case SP_DT_INT8: ((int8_t *)*data)[i] = (int8_t)(v * 200.0f); break;
+        default: ((uint8_t *)*data)[i] = sp_kern_f32_to_fp8(v); break;
+        }
+    }
+    if (dt == SP_DT_INT8 || dt == SP_DT_FP8) {
+        if (!(*scale = malloc((size_t)N * sizeof **scale))) return spi_fail(SP_ENOMEM, "calibrate: scales");
+        for (int64_t i = 0; i < N; i++) (*scale)[i] = 1.0f / 64.0f;
+    }
+    return SP_OK;
+}
+
+/* One matmul point on every compute chip at once; chips beyond the cores
+ * only keep the barriers.  Chip 0 records the minimum over rounds. */
+static sp_status mm_point(calib_ctx *cx, sp_comm *c, const mm_job *j, double *best)
+{
+    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    void *wd = NULL, *scr = NULL;
+    float *sc = NULL, *x = NULL, *y = NULL;
+    sp_status st = SP_OK;
+    size_t sb = 0;
+    sp_kern_wview wv;
+    if (active) {
+        st = fill_weights(j->dt, j->K, j->N, &wd, &sc);
+        wv = (sp_kern_wview){(sp_dtype)j->dt, wd, j->N, sc};
+        sb = sp_kern_matmul_scratch_bytes(&wv, j->K, j->N);
+        x = malloc((size_t)(j->T * j->K) * sizeof *x);
+        y = malloc((size_t)(j->T * j->N) * sizeof *y);
+        scr = sb ? malloc(sb) : NULL;
+        if (!st && (!x || !y || (sb && !scr))) st = spi_fail(SP_ENOMEM, "calibrate: matmul buffers");
+        for (int64_t i = 0; !st && i < j->T * j->K; i++) x[i] = (float)(i % 7) * 0.125f;
+        if (!st) st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);   /* warm */
+    }
+    int64_t R = mm_reps(2.0 * (double)j->T * (double)j->K * (double)j->N);
+    *best = INFINITY;
+    for (int round = 0; round < cx->o->rounds; round++) {
+        sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+        if (bs) { st = bs; break; }
+        if (!active || st) continue;
+        double t0 = now_s();
+        for (int64_t i = 0; i < R && !st; i++)
+            st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);
+        double t = (now_s() - t0) / (double)R;
+        if (t < *best) *best = t;
+    }
+    sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+    if (!st) st = bs;
+    free(wd);
+    free(sc);
+    free(x);
+    free(y);
+    free(scr);
+    return st;
+}
+
+/* Attention points: (B, Lq, pos0, H, D). */
+static const int64_t attn_grid[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4, 1, 255, 8, 64},
+                                       {1, 64, 0, 8, 64}, {4, 1, 255, 8, 128}, {1, 64, 0, 8, 128}};
+
+static sp_status attn_point(calib_ctx *cx, sp_comm *c, const int64_t *g, double *best)
+{
+    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    int64_t B = g[0], Lq = g[1], pos0 = g[2], H = g[3], D = g[4], ctx = pos0 + Lq;
+    sp_status st = SP_OK;
+    float *k = NULL, *v = NULL, *q = NULL, *o = NULL;
+    void *scr = NULL;
+    size_t sb = sp_kern_attention_scratch_bytes(ctx);
+    sp_kern_kv kv = {SP_DT_F32, NULL, NULL, B, ctx, H, D};
+    if (active) {
+        size_t n = (size_t)(B * ctx * H * D);
+        k = calloc(n, sizeof *k), v = calloc(n, sizeof *v);
+        q = calloc((size_t)(B * Lq * H * D), sizeof *q), o = calloc((size_t)(B * Lq * H * D), sizeof *o);
+        scr = malloc(sb ? sb : 1);
+        if (!k || !v || !q || !o || !scr) st = spi_fail(SP_ENOMEM, "calibrate: attention buffers");
+        for (size_t i = 0; !st && i < n; i++) k[i] = v[i] = (float)(i % 5) * 0.1f;
+        kv.k = k, kv.v = v;
+        if (!st) st = sp_kern_attention(o, q, &kv, Lq, pos0, H, H, 0, H, 0, scr, sb);   /* warm */
+    }
+    double flops = 4.0 * (double)(B * H * D) * (double)(Lq * pos0 + Lq * (Lq + 1) / 2);
+    int64_t R = mm_reps(flops);
+    *best = INFINITY;
+    for (int round = 0; round < cx->o->rounds; round++) {
+        sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+        if (bs) { st = bs; break; }
+        if (!active || st) continue;
+        double t0 = now_s();
+        for (int64_t i = 0; i < R && !st; i++) st = sp_kern_attention(o, q, &kv, Lq, pos0, H, H, 0, H, 0, scr, sb);
+        double t = (now_s() - t0) / (double)R;
+        if (t < *best) *best = t;
+    }
+    sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+    if (!st) st = bs;
+    free(k), free(v), free(q), free(o), free(scr);
+    return st;
+}
+
+/* Activations: seconds per element of sp_kern_gelu (which = 0) and sp_kern_swiglu (1). */
+static sp_status act_point(calib_ctx *cx, sp_comm *c, int which, double *best)
+{
+    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    const int64_t n = 65536;
+    float *x = NULL, *g = NULL, *o = NULL;
+    sp_status st = SP_OK;
+    if (active) {
+        x = malloc((size_t)n * sizeof *x), g = malloc((size_t)n * sizeof *g), o = malloc((size_t)n * sizeof *o);
+        if (!x || !g || !o) st = spi_fail(SP_ENOMEM, "calibrate: activation buffers");
+        for (int64_t i = 0; !st && i < n; i++) x[i] = (float)(i % 17) * 0.25f - 2.0f, g[i] = 0.5f;
+    }
+    *best = INFINITY;
+    for (int round = 0; round < cx->o->rounds; round++) {
+        sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+        if (bs) { st = bs; break; }
+        if (!active || st) continue;
+        double t0 = now_s();
+        for (int i = 0; i < 10; i++) {
+            if (which) sp_kern_swiglu(o, x, g, n);
+            else sp_kern_gelu(o, x, n);
+        }
+        double t = (now_s() - t0) / (10.0 * (double)n);
+        if (t < *best) *best = t;
+    }
+    sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
+    if (!st) st = bs;
+    free(x), free(g), free(o);
+    return st;
+}
+
+/* The barrier over all chips (chip 0's time, minimum over rounds). */
+static sp_status barrier_chip(calib_ctx *cx, sp_comm *c)
+{
+    double best = INFINITY;
+    sp_status st = sp_comm_barrier(c, SP_AXES_ALL);
+    for (int round = 0; round < cx->o->rounds && !st; round++) {
+        double t0 = now_s();
+        for (int i = 0; i < 100 && !st; i++) st = sp_comm_barrier(c, SP_AXES_ALL);
+        double t = (now_s() - t0) / 100.0;
+        if (t < best) best = t;
+    }
+    if (!st && sp_comm_rank(c) == 0) cx->r->barrier_s = best;
+    return st;
+}
+
+static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
+{
+    mm_job jobs[128];
+    size_t n = jobs_of(cx->o, jobs);
+    sp_calib_result *r = cx->r;
+    for (size_t i = 0; i < n; i++) {
+        double t;
+        sp_status st = mm_point(cx, c, &jobs[i], &t);
+        if (st) return st;
+        if (sp_comm_rank(c) != 0) continue;
+        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, t};
+        if (cx->o->log)
+            fprintf(cx->o->log, "matmul %-4s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
+                    sp_dtype_name((sp_dtype)jobs[i].dt), (long long)jobs[i].T, (long long)jobs[i].K,
+                    (long long)jobs[i].N, t, 2e-9 * (double)(jobs[i].T * jobs[i].K * jobs[i].N) / t,
+                    1e-9 * (double)(jobs[i].K * jobs[i].N * sp_dtype_bytes((sp_dtype)jobs[i].dt)) / t);
+    }
+    for (int which = 0; which < 2; which++) {
+        double t;
+        sp_status st = act_point(cx, c, which, &t);
+        if (st) return st;
+        if (sp_comm_rank(c) != 0) continue;
+        r->act_s[which] = t;
+        if (cx->o->log) fprintf(cx->o->log, "%-8s %10.3g s per element\n", which ? "swiglu" : "gelu", t);
+    }
+    for (int i = 0; i < NELEM(attn_grid); i++) {
+        if (cx->o->quick && i > 1) break;
+        double t;
+        sp_status st = attn_point(cx, c, attn_grid[i], &t);
+        if (st) return st;
+        if (sp_comm_rank(c) != 0) continue;
+        const int64_t *g = attn_grid[i];
+        double fl = 4.0 * (double)(g[0] * g[3] * g[4]) * (double)(g[1] * g[2] + g[1] * (g[1] + 1) / 2);
+        r->attn[r->n_attn++] = (sp_calib_attn){g[0], g[1], g[2], g[3], g[4], fl, t};
+        if (cx->o->log)
+            fprintf(cx->o->log, "attention B=%lld Lq=%-3lld pos0=%-3lld H=%lld D=%-3lld %10.3g s %8.2f GFLOP/s\n",
+                    (long long)g[0], (long long)g[1], (long long)g[2], (long long)g[3], (long long)g[4], t,
+                    1e-9 * fl / t);
+    }
+    return SP_OK;
+}
+
+/* ---- collectives --------------------------------------------------------------------- */
+static sp_status coll_once(sp_comm *c, sp_calib_coll k, float *snd, float *rcv, size_t cnt, int K, int g,
+                           int ystride)
+{
+    switch (k) {
+    case SP_CALIB_AG: return sp_comm_allgather(c, SP_AXES_X, snd, rcv, cnt, SP_DT_F32);
+    case SP_CALIB_RS: return sp_comm_reducescatter(c, SP_AXES_X, snd, rcv, cnt, SP_DT_F32);
+    case SP_CALIB_AR: return sp_comm_allreduce(c, SP_AXES_X, snd, rcv, cnt * (size_t)K, SP_DT_F32);
+    case SP_CALIB_A2A: return sp_comm_alltoall(c, SP_AXES_X, snd, rcv, cnt, SP_DT_F32);
+    default: {
+        /* pairs along x (K = 2): x neighbours' global ranks differ by y's extent
+         * (mixed radix, z fastest), ystride here */
+        int me = sp_comm_rank(c);
+        int peer = (g & 1) ? me - ystride : me + ystride;
+        return (g & 1) ? sp_comm_recv(c, peer, rcv, cnt, SP_DT_F32) : sp_comm_send(c, peer, snd, cnt, SP_DT_F32);
+    }
+    }
+}
+
+static sp_status coll_chip(calib_ctx *cx, sp_comm *c)
+{
+    int K = cx->K, g = sp_comm_group_rank(c, SP_AXES_X), q = cx->o->quick;
+    int nc = q ? NELEM(coll_c_quick) : NELEM(coll_c);
+    sp_calib_result *r = cx->r;
+    sp_status st = SP_OK;
+    for (int kind = 0; kind < SP_CALIB_COLL_COUNT && !st; kind++) {
+        /* send/recv once, between pairs (K = 2 world) */
+        if (kind == SP_CALIB_SENDRECV && K != 2) continue;
+        for (int i = 0; i < nc && !st; i++) {
+            int64_t cb = q ? coll_c_quick[i] : coll_c[i];
+            size_t cnt = (size_t)cb / sizeof(float);
+            /* all-reduce and all-to-all: whole vectors of K blocks each side */
+            float *snd = calloc(cnt * (size_t)K, sizeof *snd), *rcv = calloc(cnt * (size_t)K, sizeof *rcv);
+            if (!snd || !rcv) st = spi_fail(SP_ENOMEM, "calibrate: collective buffers");
+            /* the reduce-scatter input is K blocks; all-gather sends one */
+            if (!st) st = coll_once(c, kind, snd, rcv, cnt, K, g, cx->ystride);
+            double total = (double)cb * K;
+            int64_t R = (int64_t)(4e6 / total);
+            R = R < 3 ? 3 : R > 300 ? 300 : R;
+            double best = INFINITY;
+            for (int round = 0; round < cx->o->rounds && !st; round++) {
+                if ((st = sp_comm_barrier(c, SP_AXES_ALL))) break;
+                double t0 = now_s();
+                for (int64_t j = 0; j < R && !st; j++) st = coll_once(c, kind, snd, rcv, cnt, K, g, cx->ystride);
+                if (kind == SP_CALIB_SENDRECV && !st) st = sp_comm_barrier(c, SP_AXES_X);   /* the last copy done */
+                double t = (now_s() - t0) / (double)R;
+                if (t < best) best = t;
+            }
+            free(snd);
+            free(rcv);
+            if (st || sp_comm_rank(c) != 0) continue;
+            sp_calib_coll_pt p = {kind, K, cb, best, 0, 0};
+            if (kind == SP_CALIB_SENDRECV) p.steps = 1, p.beta_bytes = (double)cb;
+            else if (kind == SP_CALIB_AR) p.steps = 2.0 * (K - 1), p.beta_bytes = 2.0 * (K - 1) * (double)cb;
+            else p.steps = K - 1, p.beta_bytes = (double)(K - 1) * (double)cb;
+            r->coll[r->n_coll++] = p;
+            if (cx->o->log)
+                fprintf(cx->o->log, "%-14s K=%-2d c=%-8lld %10.3g s\n", sp_calib_coll_name(kind), K, (long long)cb,
+                        best);
+        }
+    }
+    return st;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------
+ * A model whose kernels do almost nothing (width 16, 2 heads of 8, vocab 64):
+ * the time of a decode step is the interpreter's per-step cost plus each
+ * token's fixed work; two layer counts separate the two. */
+static sp_status dispatch_run(int layers, int64_t *steps, double *seconds)
+{
+    char js[512];
+    snprintf(js, sizeof js,
+             "{\"name\":\"calib-dispatch\",\"n_layers\":%d,\"d_model\":16,\"d_ff\":32,\"n_heads\":2,"
+             "\"n_kv_heads\":2,\"d_head\":8,\"vocab\":64,\"ffn\":\"swiglu\",\"block\":\"serial\","
+             "\"norm\":\"rmsnorm\",\"positions\":\"rope\",\"tied_embeddings\":false,\"bias\":false,"
+             "\"max_context\":64}",
+             layers);
+    sp_model m;
+    sp_error err;
+    memset(&err, 0, sizeof err);
+    sp_status st = sp_model_loads(js, 0, &m, &err);
+    if (st) return spi_fail(st, "calibrate: synthetic model: %s", err.text);
+    sp_layout l;
+    if ((st = sp_layout_parse("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads", &l, &err)))
+        return st;
+    const int64_t G = 48;
+    sp_shape sh = {1, 1, 2, 1 + G, SP_DT_F32};
+    sp_program *p = malloc(sizeof *p);
+    if (!p) return SP_ENOMEM;
+    if ((st = sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, p))) {
+        free(p);
+        return st;
+    }
+    *steps = (int64_t)p->pre.n + p->n_layers * p->layer.n + p->post.n;
+    free(p);
+    sp_weights w;
+    if ((st = sp_weights_build_random(&m, 1, &w))) return st;
+    sp_exec *ex = NULL;
+    int32_t prompt[1] = {1}, tok[48];
+    *seconds = INFINITY;
+    st = sp_exec_build(&m, &l, 1, 1, G, &w, SP_COMM_BACKEND_THREADS, &ex);
+    for (int i = 0; !st && i < 5; i++) {
+        sp_exec_stats s;
+        if (!(st = sp_exec_run(ex, prompt, NULL, tok, NULL, &s)) && i > 0 && s.decode_step_s < *seconds)
+            *seconds = s.decode_step_s;   /* run 0 warms up */
+    }
+    sp_exec_free(ex);
+    sp_weights_free(&w);
+    return st;
+}
+
+/* ---- the whole run -------------------------------------------------------------------- */
+static void machine_names(sp_calib_result *r)
+{
+    if (gethostname(r->host, sizeof r->host - 1)) snprintf(r->host, sizeof r->host, "unknown");
+    snprintf(r->cpu, sizeof r->cpu, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = 0;
+        snprintf(r->cpu, sizeof r->cpu, "%s", v);
+        break;
+    }
+    if (f) fclose(f);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
+{
+    *out = NULL;
+    if (o->backend == SP_COMM_BACKEND_NCCL)
+        return spi_fail(SP_ENOTSUP, "calibrate: the cuda backend has no microbenchmarks in this build");
+    if (o->chips < 1 || o->chips > 64 || o->rounds < 1)
+        return spi_fail(SP_EINVAL, "calibrate: chips %d must be 1..64 and rounds %d >= 1", o->chips, o->rounds);
+    double t0 = now_s();
+    sp_calib_result *r = calloc(1, sizeof *r);
+    if (!r) return SP_ENOMEM;
+    r->mm = calloc(128, sizeof *r->mm);
+    r->coll = calloc(256, sizeof *r->coll);
+    if (!r->mm || !r->coll) {
+        sp_calib_free(r);
+        return SP_ENOMEM;
+    }
+    machine_names(r);
+    r->backend = o->backend;
+    r->chips = o->chips;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    r->cores = o->cores > 0 ? o->cores : nc > 0 ? (int)nc : 1;
+    r->compute_chips = r->chips < r->cores ? r->chips : r->cores;
+    calib_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.o = o;
+    cx.r = r;
+    pthread_mutex_init(&cx.mu, NULL);
+    sp_status st = SP_OK;
+    /* dispatch first, on one chip: the interpreter alone */
+    if (!st) st = dispatch_run(2, &r->disp_steps[0], &r->disp_seconds[0]);
+    if (!st) st = dispatch_run(10, &r->disp_steps[1], &r->disp_seconds[1]);
+    if (!st && o->log)
+        fprintf(o->log, "dispatch: %.3g s per step (%.3g s a token)\n",
+              (r->disp_seconds[1] - r->disp_seconds[0]) / (double)(r->disp_steps[1] - r->disp_steps[0]),
+              r->disp_seconds[0]);
+    if (!st) st = on_chips(&cx, r->chips, 1, mm_chip);
+    if (!st && r->chips > 1) st = on_chips(&cx, r->chips, 1, barrier_chip);
+    if (!st && o->log && r->chips > 1) fprintf(o->log, "barrier over %d chips %10.3g s\n", r->chips, r->barrier_s);
+    /* collectives: groups of every divisor K > 1 of the chips (at least 2 chips) */
+    int n = r->chips < 2 ? 2 : r->chips;
+    if (o->backend == SP_COMM_BACKEND_MPI && r->chips < 2 && !st)
+        st = spi_fail(SP_EINVAL, "calibrate --backend mpi needs at least 2 ranks to measure collectives");
+    for (int K = 2; K <= n && !st; K++) {
+        if (n % K) continue;
+        if (o->quick && K > 2 && K != n) continue;
+        cx.K = K;
+        cx.ystride = n / K;
+        st = on_chips(&cx, K, n / K, coll_chip);
+    }
+    pthread_mutex_destroy(&cx.mu);
+    r->seconds = now_s() - t0;
+    if (st) {
+        sp_calib_free(r);
+        return st;
+    }
+    *out = r;
+    return SP_OK;
+}
+
+void sp_calib_free(sp_calib_result *r)
+{
+    if (!r) return;
+    free(r->mm);
+    free(r->coll);
+    free(r);
+}
+
+/* ---- fits ---------------------------------------------------------------------------- */
+void sp_calib_fit_alpha_beta(int n, const double *s, const double *b, const double *t, double *alpha, double *beta)
+{
+    /* minimise Σ ((α s + β b - t) / t)²: normal equations of rows (s/t, b/t) -> 1 */
+    double ss = 0, sb = 0, bb = 0, sy = 0, by = 0;
+    for (int i = 0; i < n; i++) {
+        double u = s[i] / t[i], v = b[i] / t[i];
+        ss += u * u, sb += u * v, bb += v * v, sy += u, by += v;
+    }
+    double det = ss * bb - sb * sb;
+    double a = det != 0 ? (sy * bb - by * sb) / det : 0, be = det != 0 ? (ss * by - sb * sy) / det : 0;
+    if (a < 0 || det == 0) a = 0, be = bb > 0 ? by / bb : 0;        /* β alone */
+    if (be < 0) be = 0, a = ss > 0 ? sy / ss : 0;                    /* α alone */
+    *alpha = a;
+    *beta = be;
+}
+
+int sp_calib_curve(int n, const double *x, const double *y, int max, double *cx, double *cy)
+{
+    if (n <= 0 || max <= 0) return 0;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        double lx = log(x[i]);
+        if (lx < lo) lo = lx;
+        if (lx > hi) hi = lx;
+    }
+    double w = (hi - lo) / max;
+    int k = 0;
+    for (int bin = 0; bin < max; bin++) {
+        double sx = 0, sy = 0;
+        int cnt = 0;
+        for (int i = 0; i < n; i++) {
+            double lx = log(x[i]);
+            int bi = w > 0 ? (int)((lx - lo) / w) : 0;
+            if (bi >= max) bi = max - 1;
+            if (bi != bin) continue;
+            sx += lx, sy += y[i], cnt++;
+        }
+        if (!cnt) continue;
+        cx[k] = exp(sx / cnt);
+        cy[k] = sy / cnt;
+        k++;
+    }
+    return k;
+}
+
+sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
+{
+    memset(f, 0, sizeof *f);
+    double x[128], y[128];
+    int n = 0;
+    /* compute-bound points: T >= 8 (weight reuse over tokens) */
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        if (p->T < 8) continue;
+        double rate = 2.0 * (double)(p->T * p->K * p->N) / p->seconds;
+        if (rate > f->peak_flops[p->dt]) f->peak_flops[p->dt] = rate;
+    }
+    if (f->peak_flops[SP_DT_F32] <= 0) return spi_fail(SP_EINVAL, "calibrate: no f32 matmul point with T >= 8");
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        if (p->T < 8 || p->dt != SP_DT_F32) continue;
+        double fl = 2.0 * (double)(p->T * p->K * p->N);
+        x[n] = fl;
+        y[n] = fl / p->seconds / f->peak_flops[SP_DT_F32];
+        n++;
+    }
+    f->eff_points = sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->eff_flops, f->eff_value);
+    /* attention: fraction of the f32 peak by head width, mean over the shapes of each width */
+    n = 0;
+    for (int i = 0; i < r->n_attn; i++) {
+        x[n] = (double)r->attn[i].D;
+        y[n] = r->attn[i].flops / r->attn[i].seconds / f->peak_flops[SP_DT_F32];
+        if (y[n] > 1) y[n] = 1;
+        n++;
+    }
+    f->attn_points = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < f->attn_points && f->attn_dhead[k] != x[i]) k++;
+        if (k == f->attn_points) {
+            if (k == SP_CALIB_CURVE) continue;
+            double sum = 0;
+            int cnt = 0;
+            for (int j = 0; j < n; j++)
+                if (x[j] == x[i]) sum += y[j], cnt++;
+            f->attn_dhead[k] = x[i];
+            f->attn_value[k] = sum / cnt;
+            f->attn_points++;
+        }
+    }
+    /* memory: the T = 1 f32 weight streams */
+    n = 0;
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        if (p->T != 1 || p->dt != SP_DT_F32) continue;
+        double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
+        x[n] = by;
+        y[n] = by / p->seconds;
+        if (y[n] > f->mem_bw) f->mem_bw = y[n];
+        n++;
+    }
+    if (f->mem_bw <= 0) return spi_fail(SP_EINVAL, "calibrate: no weight-stream point");
+    for (int i = 0; i < n; i++) y[i] /= f->mem_bw;
+    f->mem_points = sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->mem_bytes, f->mem_value);
+    for (int i = 0; i < f->mem_points; i++)
+        if (f->mem_value[i] > 1) f->mem_value[i] = 1;   /* a bin's mean never exceeds its best */
+    /* matmul_tile M: the token granularity (none, 2 .. 32) under which the
+     * roofline max(compute, memory) best matches every f32 point, T = 1 and
+     * T = 4 included (the compute curve comes from T >= 8, multiples of 16) */
+    static const int tiles[] = {0, 2, 4, 8, 16, 32};
+    double best_err = INFINITY;
+    for (int ti = 0; ti < NELEM(tiles); ti++) {
+        int m = 0;
+        for (int i = 0; i < r->n_mm && m < 128; i++) {
+            const sp_calib_mm *p = &r->mm[i];
+            if (p->dt != SP_DT_F32) continue;
+            double fl = 2.0 * (double)(p->T * p->K * p->N), tm = (double)tiles[ti];
+            double util = tm > 0 ? (double)p->T / (ceil((double)p->T / tm) * tm) : 1.0;
+            double c = fl / (f->peak_flops[SP_DT_F32] * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0) *
+                             util);
+            double by = (double)(p->K * p->N + p->T * p->K + p->T * p->N) * 4.0;
+            double mt = by / (f->mem_bw * sp_hw_curve(f->mem_points, f->mem_bytes, f->mem_value, by, 1.0));
+            x[m++] = ((c > mt ? c : mt) - p->seconds) / p->seconds;
+        }
+        double e = sp_abs_median(m, x);
+        if (e < best_err) best_err = e, f->tile_m = tiles[ti];
+    }
+    f->mm_median_err = best_err;
+    /* collectives */
+    double s[256], b[256], t[256], e[256];
+    n = 0;
+    for (int i = 0; i < r->n_coll && n < 256; i++) {
+        s[n] = r->coll[i].steps;
+        b[n] = r->coll[i].beta_bytes;
+        t[n] = r->coll[i].seconds;
+        n++;
+    }
+    if (n) {
+        sp_calib_fit_alpha_beta(n, s, b, t, &f->alpha, &f->beta);
+        for (int i = 0; i < n; i++) e[i] = (f->alpha * s[i] + f->beta * b[i] - t[i]) / t[i];
+        f->coll_median_err = sp_abs_median(n, e);
+        f->coll_worst_err = sp_abs_max(n, e);
+    }
+    f->act_elem_s[0] = r->act_s[0];
+    f->act_elem_s[1] = r->act_s[1];
+    f->token_sync_s = r->chips > 1 ? r->barrier_s / (r->chips - 1) : 0;   /* per chip beyond the first */
+    if (r->disp_steps[1] > r->disp_steps[0]) {
+        f->dispatch_s = (r->disp_seconds[1] - r->disp_seconds[0]) / (double)(r->disp_steps[1] - r->disp_steps[0]);
+        if (f->dispatch_s < 0) f->dispatch_s = 0;
+    }
+    return SP_OK;
+}

@@ -1,0 +1,147 @@
+/*
+ * sp_calib.h: microbenchmarks of this machine's chips, and the fits that turn
+ * them into the figures of a hardware profile (doc/formats.md), for
+ * `shardplan calibrate --backend threads|mpi`.
+ *
+ *   sp_calib_opts o;
+ *   sp_calib_opts_init(&o);
+ *   o.backend = SP_COMM_BACKEND_THREADS; o.chips = 4;
+ *   sp_calib_result *r;
+ *   SP_CHECK(sp_calib_run(&o, &r));          // about 30-60 s on 2 cores
+ *   sp_calib_fit f;
+ *   SP_CHECK(sp_calib_fit_result(r, &f));
+ *   ...                                      // write the profile from f and r's points
+ *   sp_calib_free(r);
+ *
+ * What is measured, always through the code the executor runs:
+ *   matmul   sp_kern_matmul (T, K) . (K, N) for each weight dtype over a grid
+ *            of shapes; FLOP/s = 2·T·K·N / t.
+ *   memory   sp_kern_matmul with T = 1 (a weight stream: the decode matmul,
+ *            bound by the weight bytes), bytes = K·N·s + (K + N)·4; B/s = bytes / t.
+ *   collectives  every kind over groups of K = each divisor of the chip count
+ *            above 1 (all N chips busy: N/K groups at once, as in a run), one
+ *            chip's block c of 256 B .. 1 MiB; send/recv between chip pairs.
+ *   attention sp_kern_attention (decode: 1 query over 256 positions; prefill:
+ *            64 causal queries) at head widths 8, 64, 128, FLOPs counted as
+ *            the lowering counts them.
+ *   activations  sp_kern_gelu and sp_kern_swiglu per element; the barrier
+ *            over all chips that the executor holds after every token.
+ *   dispatch the interpreter's seconds per step: sp_exec on a synthetic model
+ *            whose kernels do almost nothing, at two layer counts; the
+ *            difference in time over the difference in steps.
+ * Chips.  The compute benchmarks run on min(chips, cores) chips at once
+ * (each chip then has a core, the per-chip rate the profile states; more
+ * chips than cores time-share them, which the profile's host.cores tells the
+ * cost model); the collectives run on all chips asked, so their latency
+ * includes the scheduling of chips beyond the cores.
+ * Timing: one untimed call (warm-up), then `rounds` (5) timed rounds of R calls
+ * each (R fixed per point from its size), separated by barriers; the point is
+ * the MINIMUM over rounds of the mean call time on chip 0 (robust against a
+ * noisy shared machine: interference only ever adds time).
+ * MPI: every rank calls sp_calib_run under mpirun with the same options;
+ * rank 0's result holds the points (other ranks get them too, unfitted use).
+ */
+#ifndef SP_CALIB_H
+#define SP_CALIB_H
+#include <stdint.h>
+#include <stdio.h>
+#include "sp_common.h"
+#include "sp_comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_calib_opts {
+    size_t size;               /* sizeof(sp_calib_opts) */
+    sp_comm_backend backend;   /* THREADS or MPI (NCCL: SP_ENOTSUP, see calibrate --backend cuda) */
+    int chips;                 /* chips to measure at (threads: 1..64; MPI: the world size) */
+    int cores;                 /* cores the chips share (0: online CPUs of this host) */
+    int rounds;                /* timed rounds per point (default 5) */
+    int quick;                 /* 1: a reduced grid (tests): seconds, not a minute */
+    FILE *log;                 /* progress lines, or NULL */
+} sp_calib_opts;
+void sp_calib_opts_init(sp_calib_opts *o);
+
+typedef enum sp_calib_coll {
+    SP_CALIB_AG = 0, SP_CALIB_RS = 1, SP_CALIB_AR = 2, SP_CALIB_A2A = 3, SP_CALIB_SENDRECV = 4, SP_CALIB_COLL_COUNT
+} sp_calib_coll;
+const char *sp_calib_coll_name(sp_calib_coll k);   /* "all-gather", ... as sp_coll_kind_name */
+
+typedef struct sp_calib_mm {
+    int dt;                    /* sp_dtype of the weights */
+    int64_t T, K, N;
+    double seconds;            /* one call */
+} sp_calib_mm;
+
+typedef struct sp_calib_coll_pt {
+    sp_calib_coll kind;
+    int K;                     /* group size (2 for send/recv) */
+    int64_t block_bytes;       /* one chip's block c (all-reduce: the whole vector is K·c; send: c) */
+    double seconds;
+    double steps;              /* algorithm steps (the α count): K-1, 2(K-1) for all-reduce, 1 for send */
+    double beta_bytes;         /* bytes on β: (K-1)·c, 2(K-1)·c for all-reduce, c for send */
+} sp_calib_coll_pt;
+
+typedef struct sp_calib_attn {
+    int64_t B, Lq, pos0, H, D;   /* H query heads = H kv heads, one chip */
+    double flops;                /* the lowering's count: 4·B·H·D·(Lq·pos0 + Lq(Lq+1)/2) */
+    double seconds;
+} sp_calib_attn;
+
+typedef struct sp_calib_result {
+    char host[128];            /* hostname */
+    char cpu[128];             /* /proc/cpuinfo model name */
+    char date[32];             /* UTC, ISO 8601 */
+    sp_comm_backend backend;
+    int chips, cores, compute_chips;
+    int n_mm, n_coll, n_attn;
+    sp_calib_mm *mm;
+    sp_calib_attn attn[16];
+    sp_calib_coll_pt *coll;
+    double act_s[2];           /* seconds per element: sp_kern_gelu, sp_kern_swiglu (64 Ki elements) */
+    double barrier_s;          /* sp_comm_barrier over all chips */
+    /* dispatch: two runs of the synthetic model */
+    int64_t disp_steps[2];
+    double disp_seconds[2];
+    double seconds;            /* wall time of the whole calibration */
+} sp_calib_result;
+
+/* Runs every benchmark.  Caller frees *out with sp_calib_free. */
+sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out);
+void sp_calib_free(sp_calib_result *r);   /* NULL is a no-op */
+
+/* ---- fits ---- */
+#define SP_CALIB_CURVE 8
+typedef struct sp_calib_fit {
+    double peak_flops[5];      /* per sp_dtype: the best compute-bound rate measured (0: not measured) */
+    int eff_points;            /* matmul efficiency by local FLOPs (f32 points with T >= 8) */
+    double eff_flops[SP_CALIB_CURVE], eff_value[SP_CALIB_CURVE];
+    int tile_m;                /* matmul_tile M (0: none): the T granularity that fits the points best */
+    double mm_median_err;      /* |roofline model - measured| / measured over the f32 matmul points */
+    int attn_points;           /* attention efficiency (fraction of the f32 peak) by d_head */
+    double attn_dhead[SP_CALIB_CURVE], attn_value[SP_CALIB_CURVE];
+    double mem_bw;             /* the best weight-stream rate, B/s */
+    int mem_points;            /* fraction of mem_bw by bytes moved */
+    double mem_bytes[SP_CALIB_CURVE], mem_value[SP_CALIB_CURVE];
+    double alpha, beta;        /* seconds per collective step, seconds per byte */
+    double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */
+    double dispatch_s;         /* seconds per interpreter step */
+    double act_elem_s[2];      /* r->act_s */
+    double token_sync_s;       /* r->barrier_s / (chips - 1) with 2 chips or more, else 0 */
+} sp_calib_fit;
+sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
+
+/* Least squares of t ≈ α·s + β·b in relative error (weights 1/t), α, β >= 0.
+ * Exposed for tests. */
+void sp_calib_fit_alpha_beta(int n, const double *s, const double *b, const double *t, double *alpha,
+                             double *beta);
+/* A curve of at most `max` points through (x_i, y_i), x > 0: points grouped
+ * by x into `max` equal bins of log(x), each bin's mean log x and mean y;
+ * x increasing.  Returns the number of points written.  Exposed for tests. */
+int sp_calib_curve(int n, const double *x, const double *y, int max, double *cx, double *cy);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,340 @@
+/* cmd_validate.c: shardplan validate --hw FILE [--cases FILE]: runs a set of
+ * cases on the executor, prices each with the cost model, and reports
+ * predicted vs measured prefill and decode-step times: |error| median and
+ * worst, and Kendall's tau of the orderings within each (model, chips). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "sp_cost.h"
+#include "sp_hw.h"
+#include "sp_validate.h"
+#include "exec/sp_exec.h"
+
+static void help(void)
+{
+    printf("Usage: shardplan validate [--hw FILE] [--backend threads] [--cases FILE] [--repeat R]\n"
+           "                          [--json]\n\n"
+           "Runs each case (model, chips, layout, batch, prompt, gen) on the executor and prices\n"
+           "it with the cost model on the profile, then prints predicted, measured and the\n"
+           "relative error (predicted - measured) / measured of the prefill time and of the\n"
+           "mean decode step, the median and worst |error|, and Kendall's tau between the\n"
+           "predicted and measured orderings of the cases of each (model, chips) group.\n\n"
+           "Measurement: weights are random (seed 1, fp32 before the layout's storage dtype);\n"
+           "each case runs once untimed (warm-up), then R times (default 3) and more while the\n"
+           "timed runs add up to less than S seconds (--min-seconds, default 2; at most 100 R);\n"
+           "the figure is the minimum over\n"
+           "those runs of the executor's prefill wall time and of its mean decode-step wall\n"
+           "time (interference on a shared machine only adds time).\n"
+           "Prediction: sp_cost_eval with fp32 activations (the CPU executor's); decode step =\n"
+           "decode_s / gen (the mean over the generated tokens).\n\n"
+           "  --hw FILE      the profile (default: $SHARDPLAN_LOCAL_HW, from calibrate --backend)\n"
+           "  --backend B    threads (the cases run in this process); mpi and cuda: refused\n"
+           "  --cases FILE   the case set (default: the bundled validate/local.cases; format in\n"
+           "                 src/sp_validate.h and doc/fidelity-local.md)\n"
+           "  --repeat R     timed runs per case (default 3)\n"
+           "  --min-seconds S  keep timing a case while its runs total under S (default 2)\n"
+           "  --json         machine-readable\n"
+           "Exit 0: every case ran; 2: bad input, or a case the executor refuses.\n");
+}
+
+
+typedef struct vres {
+    int runs;
+    double pred_pf, pred_dc, meas_pf, meas_dc;
+    double err_pf, err_dc;
+} vres;
+
+static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *w, int repeat, double min_s,
+                        vres *out)
+{
+    sp_exec *ex = NULL;
+    sp_status st = sp_exec_build(m, &c->layout, c->batch, c->prompt, c->gen, w, SP_COMM_BACKEND_THREADS, &ex);
+    if (st) {
+        cli_errorf("case at line %d (%s %s): %s", c->line, c->model, c->layout_text, sp_last_error());
+        return cli_exit_for(st) == CLI_EXIT_INTERNAL ? CLI_EXIT_INTERNAL : CLI_EXIT_USAGE;
+    }
+    int64_t B = c->batch, P = c->prompt, G = c->gen;
+    int32_t *prompt = malloc((size_t)(B * P) * sizeof *prompt), *tok = malloc((size_t)(B * G) * sizeof *tok);
+    if (!prompt || !tok) st = SP_ENOMEM;
+    uint64_t rs = 1;
+    for (int64_t i = 0; !st && i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)m->vocab);
+    out->meas_pf = out->meas_dc = INFINITY;
+    /* at least `repeat` timed runs, more (up to 100 x repeat) while they take
+     * under min_s in all: short cases get many chances of a quiet moment */
+    double spent = 0;
+    out->runs = 0;
+    for (int r = 0; !st && (r <= repeat || (spent < min_s && r <= 100 * repeat)); r++) {
+        sp_exec_stats s;
+        if ((st = sp_exec_run(ex, prompt, NULL, tok, NULL, &s))) break;
+        if (r == 0) continue;   /* warm-up */
+        spent += s.prefill_s + s.decode_step_s * (double)(G - 1);
+        out->runs++;
+        if (s.prefill_s < out->meas_pf) out->meas_pf = s.prefill_s;
+        if (s.decode_step_s < out->meas_dc) out->meas_dc = s.decode_step_s;
+    }
+    free(prompt);
+    free(tok);
+    sp_exec_free(ex);
+    if (st) return cli_report(st, NULL);
+    return CLI_EXIT_OK;
+}
+
+int cli_predict_run(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                    int64_t gen, cli_prediction *out)
+{
+    sp_cost_opts o;
+    sp_cost_opts_init(&o);
+    o.act_dtype = SP_DT_F32;   /* the CPU executor's activations */
+    sp_workload wl = {batch, prompt, gen};
+    sp_cost cost;
+    sp_status st = sp_cost_eval(m, hw, l, &wl, &o, &cost);
+    if (!st) st = sp_cost_kinds_eval(m, hw, l, &wl, &o, &out->kinds);
+    if (st) return CLI_EXIT_USAGE;
+    out->prefill_s = cost.prefill_s;
+    out->decode_step_s = gen > 0 ? cost.decode_s / (double)gen : 0;
+    return CLI_EXIT_OK;
+}
+
+static int predict_case(const sp_vcase *c, const sp_model *m, const sp_hw *hw, vres *out)
+{
+    cli_prediction p;
+    if (cli_predict_run(m, hw, &c->layout, c->batch, c->prompt, c->gen, &p)) {
+        cli_errorf("case at line %d (%s %s): cannot price: %s", c->line, c->model, c->layout_text, sp_last_error());
+        return CLI_EXIT_USAGE;
+    }
+    out->pred_pf = p.prefill_s;
+    out->pred_dc = p.decode_step_s;
+    return CLI_EXIT_OK;
+}
+
+/* Tau of each (model, chips) group; returns the number of groups with >= 2 cases. */
+typedef struct vgroup {
+    const char *model;
+    int chips, n;
+    double tau_pf, tau_dc;
+} vgroup;
+
+static int groups_of(const sp_vcases *cs, const vres *r, vgroup *g)
+{
+    int ng = 0;
+    double *x = malloc((size_t)cs->n * 4 * sizeof *x);
+    if (!x) return 0;
+    double *y = x + cs->n, *x2 = y + cs->n, *y2 = x2 + cs->n;
+    for (int i = 0; i < cs->n; i++) {
+        int seen = 0;
+        for (int k = 0; k < ng && !seen; k++) seen = !strcmp(g[k].model, cs->c[i].model) && g[k].chips == cs->c[i].chips;
+        if (seen) continue;
+        int n = 0;
+        for (int j = i; j < cs->n; j++) {
+            if (strcmp(cs->c[j].model, cs->c[i].model) || cs->c[j].chips != cs->c[i].chips) continue;
+            x[n] = r[j].pred_pf, y[n] = r[j].meas_pf, x2[n] = r[j].pred_dc, y2[n] = r[j].meas_dc;
+            n++;
+        }
+        g[ng++] = (vgroup){cs->c[i].model, cs->c[i].chips, n, sp_kendall_tau(n, x, y), sp_kendall_tau(n, x2, y2)};
+    }
+    free(x);
+    return ng;
+}
+
+static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void report(const sp_vcases *cs, const vres *r, const char *hw_path, int repeat, double min_s, int json)
+{
+    double *e = malloc((size_t)cs->n * 2 * sizeof *e);
+    vgroup *g = calloc((size_t)cs->n, sizeof *g);
+    if (!e || !g) {
+        free(e);
+        free(g);
+        cli_errorf("out of memory");
+        return;
+    }
+    double *e2 = e + cs->n;
+    for (int i = 0; i < cs->n; i++) e[i] = r[i].err_pf, e2[i] = r[i].err_dc;
+    double med_pf = sp_abs_median(cs->n, e), worst_pf = sp_abs_max(cs->n, e);
+    double med_dc = sp_abs_median(cs->n, e2), worst_dc = sp_abs_max(cs->n, e2);
+    int ng = groups_of(cs, r, g);
+    double min_tau_pf = INFINITY, min_tau_dc = INFINITY;
+    for (int k = 0; k < ng; k++) {
+        if (g[k].n < 2) continue;
+        if (g[k].tau_pf < min_tau_pf) min_tau_pf = g[k].tau_pf;
+        if (g[k].tau_dc < min_tau_dc) min_tau_dc = g[k].tau_dc;
+    }
+    if (json) {
+        json_t *cases = json_array(), *groups = json_array();
+        for (int i = 0; i < cs->n; i++) {
+            const sp_vcase *c = &cs->c[i];
+            json_array_append_new(
+                cases, json_pack("{s:i,s:s,s:i,s:s,s:I,s:I,s:I,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o}}", "line", c->line,
+                                 "model", c->model, "chips", c->chips, "layout", c->layout_text, "batch",
+                                 (json_int_t)c->batch, "prompt", (json_int_t)c->prompt, "gen", (json_int_t)c->gen,
+                                 "runs", r[i].runs, "prefill_s", "predicted", jnum(r[i].pred_pf), "measured", jnum(r[i].meas_pf),
+                                 "error", jnum(r[i].err_pf), "decode_step_s", "predicted", jnum(r[i].pred_dc),
+                                 "measured", jnum(r[i].meas_dc), "error", jnum(r[i].err_dc)));
+        }
+        for (int k = 0; k < ng; k++)
+            json_array_append_new(groups, json_pack("{s:s,s:i,s:i,s:o,s:o}", "model", g[k].model, "chips", g[k].chips,
+                                                    "cases", g[k].n, "tau_prefill", jnum(g[k].tau_pf),
+                                                    "tau_decode_step", jnum(g[k].tau_dc)));
+        json_t *o = json_pack(
+            "{s:s,s:s,s:i,s:f,s:s,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o},s:o,s:o}", "hw", hw_path, "backend",
+            "threads", "repeat", repeat, "min_seconds", min_s, "method",
+            "minimum over at least repeat timed runs (more while they total under min_seconds, at most 100 x "
+            "repeat) "
+            "after one warm-up run", "cases_run", cs->n, "prefill",
+            "median_abs_err", jnum(med_pf), "worst_abs_err", jnum(worst_pf), "min_group_tau", jnum(min_tau_pf),
+            "decode_step", "median_abs_err", jnum(med_dc), "worst_abs_err", jnum(worst_dc), "min_group_tau",
+            jnum(min_tau_dc), "groups", groups, "cases", cases);
+        cli_print_json(o, stdout);
+        json_decref(o);
+    } else {
+        const char *hdr[] = {"model",   "chips",     "layout",       "B",       "P",        "G",
+                             "prefill", "predicted", "err",          "decode", "predicted", "err"};
+        cli_table *t = cli_table_new(12, hdr);
+        for (int i = 0; i < cs->n; i++) {
+            const sp_vcase *c = &cs->c[i];
+            char cell[12][272];
+            snprintf(cell[0], sizeof cell[0], "%s", c->model);
+            snprintf(cell[1], sizeof cell[1], "%d", c->chips);
+            snprintf(cell[2], sizeof cell[2], "%s", c->layout_text);
+            snprintf(cell[3], sizeof cell[3], "%lld", (long long)c->batch);
+            snprintf(cell[4], sizeof cell[4], "%lld", (long long)c->prompt);
+            snprintf(cell[5], sizeof cell[5], "%lld", (long long)c->gen);
+            cli_fmt_seconds(r[i].meas_pf, cell[6], sizeof cell[6]);
+            cli_fmt_seconds(r[i].pred_pf, cell[7], sizeof cell[7]);
+            snprintf(cell[8], sizeof cell[8], "%+.0f%%", 100 * r[i].err_pf);
+            cli_fmt_seconds(r[i].meas_dc, cell[9], sizeof cell[9]);
+            cli_fmt_seconds(r[i].pred_dc, cell[10], sizeof cell[10]);
+            snprintf(cell[11], sizeof cell[11], "%+.0f%%", 100 * r[i].err_dc);
+            const char *cp[12];
+            for (int k = 0; k < 12; k++) cp[k] = cell[k];
+            cli_table_add(t, cp);
+        }
+        printf("hw: %s; %d cases, each the minimum of at least %d runs (more while under %.2g s) after a "
+               "warm-up\n(prefill, decode: measured)\n",
+               hw_path, cs->n, repeat, min_s);
+        cli_table_print(t, stdout);
+        cli_table_free(t);
+        printf("\n%-26s %8s %8s\n", "|error|", "median", "worst");
+        printf("%-26s %7.1f%% %7.1f%%\n", "prefill", 100 * med_pf, 100 * worst_pf);
+        printf("%-26s %7.1f%% %7.1f%%\n", "decode step", 100 * med_dc, 100 * worst_dc);
+        printf("\n%-14s %5s %5s %12s %12s\n", "Kendall tau", "chips", "cases", "prefill", "decode step");
+        for (int k = 0; k < ng; k++) {
+            if (g[k].n < 2) continue;
+            printf("%-14s %5d %5d %12.2f %12.2f\n", g[k].model, g[k].chips, g[k].n, g[k].tau_pf, g[k].tau_dc);
+        }
+        printf("%-14s %5s %5s %12.2f %12.2f\n", "minimum", "", "", min_tau_pf, min_tau_dc);
+    }
+    free(e);
+    free(g);
+}
+
+int cli_cmd_validate(int argc, char **argv)
+{
+    static const struct option opts[] = {{"hw", 1, 0, 'H'},     {"backend", 1, 0, 'k'}, {"cases", 1, 0, 'c'},
+                                         {"repeat", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"min-seconds", 1, 0, 'S'},    {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *hw_path = NULL, *cases_path = NULL;
+    long long repeat = 3;
+    double min_s = 2.0;
+    int json = 0, c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'H': hw_path = optarg; break;
+        case 'c': cases_path = optarg; break;
+        case 'k':
+            if (!strcmp(optarg, "threads")) break;
+            if (!strcmp(optarg, "mpi") || !strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
+                return cli_usage("validate", "--backend %s: validate runs its cases in one process; only threads "
+                                             "is implemented",
+                                 optarg);
+            return cli_usage("validate", "--backend %s: threads, mpi or cuda", optarg);
+        case 'r': if (cli_parse_long("validate", "--repeat", optarg, 1, 100, &repeat)) return CLI_EXIT_USAGE; break;
+        case 'j': json = 1; break;
+        case 'S': {
+            char *end;
+            min_s = strtod(optarg, &end);
+            if (*end || end == optarg || !(min_s >= 0 && min_s <= 3600))
+                return cli_usage("validate", "--min-seconds must be a number in [0, 3600]");
+            break;
+        }
+        case 'h': help(); return CLI_EXIT_OK;
+        default: return cli_usage("validate", "unknown option");
+        }
+    }
+    if (optind < argc) return cli_usage("validate", "unexpected argument '%s'", argv[optind]);
+    if (!hw_path && *sp_env(SP_ENV_LOCAL_HW)) hw_path = sp_env(SP_ENV_LOCAL_HW);
+    if (!hw_path)
+        return cli_usage("validate", "--hw FILE is required (or set SHARDPLAN_LOCAL_HW to the profile that "
+                                     "calibrate --backend wrote)");
+    sp_error err;
+    sp_error_init(&err);
+    sp_hw hw;
+    sp_status st = sp_hw_find(hw_path, &hw, &err);
+    if (st) return cli_report(st, &err);
+    char def[4096];
+    if (!cases_path) {
+        if ((st = sp_data_path("validate/local.cases", def, sizeof def))) {
+            cli_errorf("no --cases and the bundled validate/local.cases is not found under %s", sp_data_dir());
+            return CLI_EXIT_USAGE;
+        }
+        cases_path = def;
+    }
+    sp_vcases cs;
+    sp_vcases_init(&cs);
+    if ((st = sp_vcases_load_file(cases_path, &cs, &err))) return cli_report(st, &err);
+    if (!cs.n) {
+        sp_vcases_free(&cs);
+        cli_errorf("%s: no cases", cases_path);
+        return CLI_EXIT_USAGE;
+    }
+    vres *r = calloc((size_t)cs.n, sizeof *r);
+    if (!r) {
+        sp_vcases_free(&cs);
+        return cli_report(SP_ENOMEM, NULL);
+    }
+    int rc = CLI_EXIT_OK;
+    sp_kern_set_blas_threads(1);
+    /* cases of one model share its weights (built once: random values do not change the timings) */
+    char wmodel[128] = "";
+    sp_model m;
+    sp_weights w;
+    memset(&w, 0, sizeof w);
+    for (int i = 0; i < cs.n && !rc; i++) {
+        const sp_vcase *vc = &cs.c[i];
+        if (strcmp(wmodel, vc->model)) {
+            sp_weights_free(&w);
+            wmodel[0] = 0;
+            sp_error_init(&err);
+            if ((st = sp_model_find(vc->model, &m, &err))) {
+                rc = cli_report(st, &err);
+                break;
+            }
+            if ((st = sp_weights_build_random(&m, 1, &w))) {
+                rc = cli_report(st, NULL);
+                break;
+            }
+            snprintf(wmodel, sizeof wmodel, "%s", vc->model);
+        }
+        sp_error_init(&err);
+        if ((st = sp_model_check_run(&m, vc->prompt + vc->gen, &err))) {
+            rc = cli_report(st, &err);
+            break;
+        }
+        if ((rc = predict_case(vc, &m, &hw, &r[i]))) break;
+        if ((rc = measure_case(vc, &m, &w, (int)repeat, min_s, &r[i]))) break;
+        r[i].err_pf = (r[i].pred_pf - r[i].meas_pf) / r[i].meas_pf;
+        r[i].err_dc = (r[i].pred_dc - r[i].meas_dc) / r[i].meas_dc;
+        if (!json)
+            fprintf(stderr, "validate: %d/%d %s %s: prefill %+.0f%%, decode %+.0f%%\n", i + 1, cs.n, vc->model,
+                    vc->layout_text, 100 * r[i].err_pf, 100 * r[i].err_dc);
+    }
+    sp_weights_free(&w);
+    if (!rc) report(&cs, r, hw_path, (int)repeat, min_s, json);
+    free(r);
+    sp_vcases_free(&cs);
+    return rc;
+}

@@ -1,0 +1,160 @@
+/* check_validate.c: validation case files (sp_validate.h), Kendall's tau,
+ * |error| summaries, and the calibration fits (exec/sp_calib.h). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sp_validate.h"
+#include "exec/sp_calib.h"
+
+START_TEST(test_tau_known)
+{
+    double x[5] = {1, 2, 3, 4, 5}, up[5] = {10, 20, 30, 40, 50}, down[5] = {5, 4, 3, 2, 1};
+    ck_assert_double_eq_tol(sp_kendall_tau(5, x, up), 1.0, 1e-12);
+    ck_assert_double_eq_tol(sp_kendall_tau(5, x, down), -1.0, 1e-12);
+    /* one swapped neighbour pair: 9 concordant, 1 discordant of 10 -> 0.8 */
+    double one[5] = {1, 3, 2, 4, 5};
+    ck_assert_double_eq_tol(sp_kendall_tau(5, x, one), 0.8, 1e-12);
+    /* tau-b with a tie in y: pairs 6, ties_y 1, C 5, D 0 -> 5 / sqrt(6 * 5) */
+    double a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 2, 3};
+    ck_assert_double_eq_tol(sp_kendall_tau(4, a, b), 5.0 / sqrt(30.0), 1e-12);
+    /* scale invariance: only orderings count */
+    double sx[4] = {1e-6, 3e-6, 2e-6, 9e-6}, sy[4] = {7, 30, 20, 100};
+    ck_assert_double_eq_tol(sp_kendall_tau(4, sx, sy), 1.0, 1e-12);
+    ck_assert(isnan(sp_kendall_tau(1, x, up)));
+    double flat[3] = {2, 2, 2};
+    ck_assert(isnan(sp_kendall_tau(3, x, flat)));
+}
+END_TEST
+
+START_TEST(test_abs_stats)
+{
+    double v[5] = {-0.3, 0.1, 0.05, -0.2, 0.4};
+    ck_assert_double_eq_tol(sp_abs_median(5, v), 0.2, 1e-12);
+    ck_assert_double_eq_tol(sp_abs_max(5, v), 0.4, 1e-12);
+    ck_assert_double_eq_tol(sp_abs_median(4, v), 0.15, 1e-12);   /* |.| sorted .05 .1 .2 .3 -> (.1 + .2) / 2 */
+    ck_assert_double_eq_tol(v[0], -0.3, 0);                                /* not reordered */
+    ck_assert(isnan(sp_abs_median(0, v)));
+}
+END_TEST
+
+static const char *good =
+    "# comment line\n"
+    "\n"
+    "tiny-llama 2 mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 4 16 8  # why\n"
+    "  tiny-palm\t4\tstages=2,mesh=2x1x1,microbatches=2,prefill=ws1d/heads,decode=ws1d/heads 8 32 2\r\n";
+
+START_TEST(test_parse_good)
+{
+    sp_vcases s;
+    sp_vcases_init(&s);
+    sp_error err;
+    sp_error_init(&err);
+    ck_assert_int_eq(sp_vcases_loads(good, "good", &s, &err), SP_OK);
+    ck_assert_int_eq(s.n, 2);
+    ck_assert_str_eq(s.c[0].model, "tiny-llama");
+    ck_assert_int_eq(s.c[0].chips, 2);
+    ck_assert_int_eq(s.c[0].layout.mesh[0], 2);
+    ck_assert_int_eq(s.c[0].batch, 4);
+    ck_assert_int_eq(s.c[0].prompt, 16);
+    ck_assert_int_eq(s.c[0].gen, 8);
+    ck_assert_int_eq(s.c[0].line, 3);
+    ck_assert_str_eq(s.c[1].model, "tiny-palm");
+    ck_assert_int_eq(s.c[1].layout.stages, 2);
+    ck_assert_int_eq(s.c[1].chips, 4);
+    ck_assert_int_eq(s.c[1].line, 4);
+    ck_assert_int_eq(s.c[1].gen, 2);
+    sp_vcases_free(&s);
+    ck_assert_int_eq(s.n, 0);
+}
+END_TEST
+
+/* Bad lines: the error names the line, the column of the field and the field. */
+static const struct {
+    const char *text, *field;
+    int line, column;
+} bad[] = {
+    {"tiny-llama 2 mesh=2x1x1 4 16\n", "gen", 1, 29},
+    {"\ntiny-llama x mesh=2x1x1 4 16 8\n", "chips", 2, 12},
+    {"tiny-llama 4 mesh=2x1x1 4 16 8\n", "chips", 1, 12},
+    {"tiny-llama 2 mesh=2x1x1,ffn=zz 4 16 8\n", "layout", 1, 14},
+    {"tiny-llama 2 mesh=2x1x1 0 16 8\n", "batch", 1, 25},
+    {"tiny-llama 2 mesh=2x1x1 4 16 1\n", "gen", 1, 30},
+    {"tiny-llama 2 mesh=2x1x1 4 16 8 9\n", "", 1, 32},
+};
+
+START_TEST(test_parse_bad)
+{
+    sp_vcases s;
+    sp_vcases_init(&s);
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_vcases_loads(bad[_i].text, "bad.cases", &s, &err);
+    ck_assert_int_ne(st, SP_OK);
+    ck_assert_msg(err.line == bad[_i].line && err.column == bad[_i].column && !strcmp(err.path, bad[_i].field),
+                  "case %d: line %d column %d field '%s' (%s), wanted %d %d '%s'", _i, err.line, err.column, err.path,
+                  err.text, bad[_i].line, bad[_i].column, bad[_i].field);
+    ck_assert_str_eq(err.source, "bad.cases");
+    sp_vcases_free(&s);
+}
+END_TEST
+
+START_TEST(test_parse_file_missing)
+{
+    sp_vcases s;
+    sp_vcases_init(&s);
+    sp_error err;
+    sp_error_init(&err);
+    ck_assert_int_eq(sp_vcases_load_file("/nonexistent/x.cases", &s, &err), SP_EIO);
+    sp_vcases_free(&s);
+}
+END_TEST
+
+/* α and β are recovered exactly from points on the line, and never negative. */
+START_TEST(test_alpha_beta)
+{
+    double s[6] = {1, 1, 3, 3, 6, 2}, b[6] = {256, 1e6, 768, 3e6, 2e5, 4096}, t[6];
+    for (int i = 0; i < 6; i++) t[i] = 2e-5 * s[i] + 2.5e-10 * b[i];
+    double a, be;
+    sp_calib_fit_alpha_beta(6, s, b, t, &a, &be);
+    ck_assert_double_eq_tol(a, 2e-5, 1e-12);
+    ck_assert_double_eq_tol(be, 2.5e-10, 1e-16);
+    /* times that fall with bytes: β would be negative; clamped to 0, α alone */
+    double t2[2] = {2e-5, 1e-5}, s2[2] = {1, 1}, b2[2] = {1e3, 1e6};
+    sp_calib_fit_alpha_beta(2, s2, b2, t2, &a, &be);
+    ck_assert(be == 0 && a > 0);
+}
+END_TEST
+
+START_TEST(test_curve_bins)
+{
+    double x[6] = {1e3, 1.1e3, 1e6, 1.2e6, 1e9, 0.9e9}, y[6] = {0.1, 0.3, 0.5, 0.7, 0.9, 0.9};
+    double cx[8], cy[8];
+    int n = sp_calib_curve(6, x, y, 3, cx, cy);
+    ck_assert_int_eq(n, 3);
+    ck_assert_double_eq_tol(cy[0], 0.2, 1e-12);
+    ck_assert_double_eq_tol(cy[1], 0.6, 1e-12);
+    ck_assert_double_eq_tol(cy[2], 0.9, 1e-12);
+    ck_assert(cx[0] < cx[1] && cx[1] < cx[2]);
+    ck_assert_double_eq_tol(cx[0], sqrt(1e3 * 1.1e3), 1e-6);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("validate");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_tau_known);
+    tcase_add_test(tc, test_abs_stats);
+    tcase_add_test(tc, test_parse_good);
+    tcase_add_loop_test(tc, test_parse_bad, 0, (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, test_parse_file_missing);
+    tcase_add_test(tc, test_alpha_beta);
+    tcase_add_test(tc, test_curve_bins);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,57 @@
+#!/bin/sh
+# cli_validate.sh: `calibrate --backend threads --quick` writes a profile that
+# loads (estimate prices with it) and holds its measured points and machine;
+# `validate` runs a tiny case set with it (text and JSON); the cuda backend
+# and bad input are refused with exit 2.
+set -u
+SHARDPLAN=${SHARDPLAN:-./shardplan}
+top_srcdir=${top_srcdir:-.}
+d=$(mktemp -d /tmp/sp_validate.XXXXXX)
+trap 'rm -rf $d' EXIT
+fail=0
+check() { # name, expected exit, command...
+    name=$1; want=$2; shift 2
+    "$@" >$d/out 2>$d/err
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL: $name: exit $rc, wanted $want"; sed 's/^/  /' $d/err | head -5; fail=$((fail + 1)); return 1
+    fi
+    return 0
+}
+has() { # name, file, fixed string
+    grep -qF -- "$3" "$2" || { echo "FAIL: $1: no '$3' in $2"; sed 's/^/  /' "$2" | head -5; fail=$((fail + 1)); }
+}
+
+hw=$d/local.json
+check "calibrate" 0 $SHARDPLAN calibrate --backend threads --chips 2 --quick --quiet --out $hw
+has "calibrate prints" $d/out "wrote $hw: 2 chips"
+for k in '"source"' '"dispatch_s"' '"shared_cores": 2' '"token_sync_s"' '"act_elem_s"' '"measured"' \
+         '"points"' '"matmul"' '"memory"' '"attention"' '"collectives"' '"intra_node_latency"' "$(hostname)"; do
+    has "profile key $k" $hw "$k"
+done
+# the profile loads as any other and prices a layout
+check "estimate with the profile" 0 $SHARDPLAN estimate --model tiny-llama --hw $hw --chips 2 --batch 2 --prompt 8 \
+    --gen 3 --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+cases=$top_srcdir/tests/validate_tiny.cases
+check "validate" 0 $SHARDPLAN validate --hw $hw --cases $cases --repeat 1 --min-seconds 0
+for k in "|error|" "prefill" "decode step" "Kendall tau" "tiny-llama         2     2"; do has "validate text $k" $d/out "$k"; done
+check "validate json" 0 $SHARDPLAN validate --hw $hw --cases $cases --repeat 1 --min-seconds 0 --json
+for k in '"cases_run": 3' '"median_abs_err"' '"worst_abs_err"' '"min_group_tau"' '"tau_prefill"' '"runs": 1'; do
+    has "validate json $k" $d/out "$k"
+done
+# SHARDPLAN_LOCAL_HW stands in for --hw
+SHARDPLAN_LOCAL_HW=$hw check "validate via SHARDPLAN_LOCAL_HW" 0 $SHARDPLAN validate --cases $cases --repeat 1 \
+    --min-seconds 0
+# refusals
+check "calibrate cuda" 2 $SHARDPLAN calibrate --backend cuda --out $d/x.json
+has "calibrate cuda says why" $d/err "calibrate --backend cuda"
+check "calibrate without --out" 2 $SHARDPLAN calibrate --backend threads
+check "validate without --hw" 2 env SHARDPLAN_LOCAL_HW= $SHARDPLAN validate --cases $cases
+check "validate --backend mpi" 2 $SHARDPLAN validate --hw $hw --backend mpi --cases $cases
+printf 'tiny-llama 4 mesh=2x1x1 2 8 3\n' >$d/bad.cases
+check "validate bad case file" 2 $SHARDPLAN validate --hw $hw --cases $d/bad.cases
+has "bad case names line and field" $d/err "bad.cases:1:12"
+check "validate --help" 0 $SHARDPLAN validate --help
+check "calibrate --backend --help" 0 $SHARDPLAN calibrate --backend threads --help
+[ $fail -eq 0 ] && echo "cli_validate: all passed"
+exit $fail
