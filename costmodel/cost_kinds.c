@@ -1,34 +1,9 @@
-/* cost_kinds.c: predicted time per step kind (sp_cost_kinds_eval, sp_cost.h),
- * for putting a prediction beside an executor's measured per-kind totals. */
+/* cost_kinds.c: predicted time per step class (sp_cost_kinds_eval, sp_cost.h),
+ * for putting a prediction beside the executor's measured per-class totals. */
 #include <stdlib.h>
 #include <string.h>
 #include "spi_common.h"
 #include "costmodel/spi_cost.h"
-
-static const char *const kind_names[SP_KIND_COUNT] = {"matmul", "attention", "all-gather", "reduce-scatter",
-                                                      "all-reduce", "all-to-all", "send-recv", "other"};
-const char *sp_cost_kind_name(sp_cost_kind k) { return (unsigned)k < SP_KIND_COUNT ? kind_names[k] : "?"; }
-
-sp_cost_kind sp_cost_step_kind(const sp_step *s)
-{
-    switch (s->kind) {
-    case SP_STEP_MATMUL:
-    case SP_STEP_LOGITS: return SP_KIND_MATMUL;
-    case SP_STEP_ATTN:
-    case SP_STEP_KV_STORE: return SP_KIND_ATTENTION;
-    case SP_STEP_SEND:
-    case SP_STEP_RECV: return SP_KIND_SENDRECV;
-    case SP_STEP_COLL:
-        switch (s->coll.kind) {
-        case SP_COLL_ALLGATHER: return SP_KIND_ALLGATHER;
-        case SP_COLL_REDUCESCATTER: return SP_KIND_REDUCESCATTER;
-        case SP_COLL_ALLREDUCE: return SP_KIND_ALLREDUCE;
-        case SP_COLL_ALLTOALL: return SP_KIND_ALLTOALL;
-        default: return SP_KIND_SENDRECV;
-        }
-    default: return SP_KIND_OTHER;
-    }
-}
 
 /* Adds one program's step times per kind (× times) to out. */
 static void add_program(const sp_program *p, const sp_hw *hw, int64_t context, double times, double *out,
@@ -40,7 +15,7 @@ static void add_program(const sp_program *p, const sp_hw *hw, int64_t context, d
     for (int k = 0; k < SP_PART_COUNT; k++) {
         double n = k == SP_PART_LAYER ? (double)p->n_layers : 1.0;
         for (int i = 0; i < parts[k]->n; i++)
-            out[sp_cost_step_kind(&parts[k]->s[i])] += times * n * 1e-12 * (double)run->run[k][i].dur_ps[0];
+            out[sp_step_class_of(&parts[k]->s[i])] += times * n * 1e-12 * (double)run->run[k][i].dur_ps[0];
     }
 }
 

@@ -212,25 +212,15 @@ typedef struct sp_cost_coefs {
 sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost_coefs *out);
 
-/* ---- time per step kind (beside an executor's measured totals) ---- */
-typedef enum sp_cost_kind {
-    SP_KIND_MATMUL = 0,        /* MATMUL and LOGITS steps */
-    SP_KIND_ATTENTION = 1,     /* ATTN (RoPE, KV append, attention) and KV_STORE */
-    SP_KIND_ALLGATHER = 2, SP_KIND_REDUCESCATTER = 3, SP_KIND_ALLREDUCE = 4, SP_KIND_ALLTOALL = 5,
-    SP_KIND_SENDRECV = 6,      /* pipeline hand-off */
-    SP_KIND_OTHER = 7,         /* embedding, norms, bias, activations, residual adds, slices */
-    SP_KIND_COUNT
-} sp_cost_kind;
-const char *sp_cost_kind_name(sp_cost_kind k);   /* "matmul", "attention", "all-gather", ..., "other" */
-sp_cost_kind sp_cost_step_kind(const sp_step *s);
-/* Seconds per step kind: the sum of the step times (sp_cost_program's per
- * step rule, dispatch included) of one chip of every stage, over every
- * micro-batch: prefill for the whole prompt, decode for one step at the last
- * context.  Not a schedule: overlap and waits are not in it, so the kinds
- * add up to at least the makespan of a stage's program. */
+/* ---- time per step class (beside the executor's measured totals) ---- */
+/* Seconds per step class (sp_step_class_of): the sum of the step times
+ * (sp_cost_program's per-step rule, dispatch included) of one chip of every
+ * stage, over every micro-batch: prefill for the whole prompt, decode for one
+ * step at the last context; the convention of sp_exec_stats'
+ * measured_*_class_s.  Not a schedule: overlap and waits are not in it. */
 typedef struct sp_cost_kinds {
-    double prefill[SP_KIND_COUNT];
-    double decode_step[SP_KIND_COUNT];
+    double prefill[SP_CLASS_COUNT];
+    double decode_step[SP_CLASS_COUNT];
 } sp_cost_kinds;
 sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost_kinds *out);

@@ -42,6 +42,18 @@ done
 # SHARDPLAN_LOCAL_HW stands in for --hw
 SHARDPLAN_LOCAL_HW=$hw check "validate via SHARDPLAN_LOCAL_HW" 0 $SHARDPLAN validate --cases $cases --repeat 1 \
     --min-seconds 0
+# run prices its own layout with the profile, beside the measurement
+lay=mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+check "run --hw" 0 $SHARDPLAN run --model tiny-llama --batch 2 --prompt 8 --gen 3 --layout $lay --hw $hw
+for k in "predicted on $hw" "prefill" "decode step" "matmul" "attention" "all-gather"; do has "run text $k" $d/out "$k"; done
+SHARDPLAN_LOCAL_HW=$hw check "run --json (SHARDPLAN_LOCAL_HW)" 0 $SHARDPLAN run --model tiny-llama --batch 2 --prompt 8 \
+    --gen 3 --layout $lay --json
+for k in '"predicted"' '"prefill_s"' '"decode_step_s"' '"steps"' '"reduce-scatter"' '"error"'; do
+    has "run json $k" $d/out "$k"
+done
+check "run without a profile" 0 env SHARDPLAN_LOCAL_HW= $SHARDPLAN run --model tiny-llama --batch 2 --prompt 8 --gen 3 \
+    --layout $lay
+has "run says there is no prediction" $d/out "no prediction"
 # refusals
 check "calibrate cuda" 2 $SHARDPLAN calibrate --backend cuda --out $d/x.json
 has "calibrate cuda says why" $d/err "calibrate --backend cuda"

@@ -59,6 +59,11 @@ static void usage(void)
            "                     wall time, in Chrome Trace Event JSON (Perfetto, chrome://tracing),\n"
            "                     the step names and ids of `shardplan simulate --trace`; a rank\n"
            "                     that hosts one chip of several writes FILE.<chip>\n"
+           "  --hw H             with a given layout: the profile the run is priced with (default:\n"
+           "                     $SHARDPLAN_LOCAL_HW, the profile calibrate --backend wrote); the\n"
+           "                     predicted prefill and decode step (decode_s / gen) and the time per\n"
+           "                     step kind are printed beside the measured ones with the relative\n"
+           "                     error; no profile: measured only\n"
            "Exit 0: ran and bytes matched; 1: no layout fits (auto) or bytes differ;\n"
            "2: bad usage, or the layout does not apply to the model and job (reason on stderr).\n");
 }
@@ -90,8 +95,53 @@ static json_t *bytes_obj(const uint64_t *v)
     return o;
 }
 
+static json_t *kinds_obj(const double *v)
+{
+    json_t *o = json_object();
+    for (int k = 0; k < SP_CLASS_COUNT; k++) json_object_set_new(o, sp_step_class_name((sp_step_class)k), json_real(v[k]));
+    return o;
+}
+
+static double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0; }
+
+/* The prediction beside the measurement (pred NULL: none was made). */
+static void print_prediction(const run_args *a, const char *hw_name, const cli_prediction *p, const sp_exec_stats *s,
+                             json_t *o)
+{
+    if (o) {
+        json_t *steps = json_pack("{s:o,s:o}", "prefill", kinds_obj(p->kinds.prefill), "decode_step",
+                                  kinds_obj(p->kinds.decode_step));
+        json_object_set_new(o, "predicted", json_pack("{s:s,s:s,s:f,s:f,s:o}", "hw", hw_name, "activations", "f32",
+                                                      "prefill_s", p->prefill_s, "decode_step_s", p->decode_step_s,
+                                                      "steps", steps));
+        json_object_set_new(o, "error", json_pack("{s:f,s:f}", "prefill", rel_err(p->prefill_s, s->prefill_s),
+                                                  "decode_step", rel_err(p->decode_step_s, s->decode_step_s)));
+        return;
+    }
+    char b[4][32];
+    printf("predicted on %s (decode: mean step over the generated tokens):\n", hw_name);
+    printf("  %-12s %12s %12s %8s\n", "", "predicted", "measured", "error");
+    printf("  %-12s %12s %12s %+7.0f%%\n", "prefill", cli_fmt_seconds(p->prefill_s, b[0], 32),
+           cli_fmt_seconds(s->prefill_s, b[1], 32), 100 * rel_err(p->prefill_s, s->prefill_s));
+    if (a->G > 1)
+        printf("  %-12s %12s %12s %+7.0f%%\n", "decode step", cli_fmt_seconds(p->decode_step_s, b[2], 32),
+               cli_fmt_seconds(s->decode_step_s, b[3], 32), 100 * rel_err(p->decode_step_s, s->decode_step_s));
+    printf("  time per step class (each chip of a stage, summed over the stages; measured: the\n"
+           "  executor's step timers, time outside steps in no class):\n");
+    printf("  %-15s %11s %11s %7s %11s %11s %7s\n", "class", "prefill", "measured", "error", "decode", "measured",
+           "error");
+    for (int k = 0; k < SP_CLASS_COUNT; k++) {
+        const double *pp = p->kinds.prefill, *pd = p->kinds.decode_step;
+        const double *mp = s->measured_prefill_class_s, *md = s->measured_decode_class_s;
+        if (!(pp[k] > 0 || pd[k] > 0 || mp[k] > 0 || md[k] > 0)) continue;
+        printf("  %-15s %11s %11s %+6.0f%% %11s %11s %+6.0f%%\n", sp_step_class_name((sp_step_class)k),
+               cli_fmt_seconds(pp[k], b[0], 32), cli_fmt_seconds(mp[k], b[1], 32), 100 * rel_err(pp[k], mp[k]),
+               cli_fmt_seconds(pd[k], b[2], 32), cli_fmt_seconds(md[k], b[3], 32), 100 * rel_err(pd[k], md[k]));
+    }
+}
+
 static void print_report(const run_args *a, const sp_layout *l, int planned, const sp_model *m, const int32_t *tok,
-                         const sp_exec_stats *s)
+                         const sp_exec_stats *s, const char *hw_name, const cli_prediction *pred)
 {
     char lt[512];
     sp_layout_format(l, lt, sizeof lt);
@@ -152,6 +202,7 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(meas, "decode_step_s", json_real(s->decode_step_s));
         json_object_set_new(meas, "steps", steps);
         json_object_set_new(o, "measured", meas);
+        if (pred) print_prediction(a, hw_name, pred, s, o);
         cli_print_json(o, stdout);
         json_decref(o);
         return;
@@ -180,6 +231,8 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
     printf("pipeline token hand-off: %llu B; byte mismatches: %lld%s%s%s\n", (unsigned long long)s->token_bytes,
            (long long)s->mismatches, s->mismatches ? " (first: " : "", s->mismatches ? s->first_mismatch : "",
            s->mismatches ? ")" : "");
+    if (pred) print_prediction(a, hw_name, pred, s, NULL);
+    else printf("no prediction: give --hw or set SHARDPLAN_LOCAL_HW (calibrate --backend threads writes a profile)\n");
 }
 
 /* --prompt-ids: appends one sequence's ids; all must have the first's length */
@@ -376,6 +429,16 @@ static int run_job(const run_args *a)
     sp_layout l;
     int planned = 0, rc = get_layout(a, &m, &l, &planned);
     if (rc) return rc;
+    /* the profile this run is priced with: --hw, else this machine's (calibrate) */
+    const char *hw_name = a->hw ? a->hw : *sp_env(SP_ENV_LOCAL_HW) ? sp_env(SP_ENV_LOCAL_HW) : NULL;
+    cli_prediction pred;
+    int have_pred = 0;
+    if (hw_name) {
+        sp_hw phw;
+        if ((st = sp_hw_find(hw_name, &phw, &err))) return fail(st, &err);
+        if (cli_predict_run(&m, &phw, &l, a->B, a->P, a->G, &pred) == CLI_EXIT_OK) have_pred = 1;
+        else if (is_root) cli_errorf("no prediction on %s: %s", hw_name, sp_last_error());
+    }
     sp_weights w;
     if (a->weights) {
         /* opened for slices: each chip reads its own rows of the checkpoint */
@@ -439,7 +502,7 @@ static int run_job(const run_args *a)
 #endif
         rc = fail(st, NULL);
     } else if (is_root) {
-        print_report(a, &l, planned, &m, tok, &s);
+        print_report(a, &l, planned, &m, tok, &s, hw_name, have_pred ? &pred : NULL);
         if (a->logits) rc = write_logits(a->logits, lg, B, S, V, a->logits_all);
         if (!rc && s.mismatches) rc = CLI_EXIT_INFEASIBLE;
         for (int k = 0; k < SP_COLL_COUNT && !rc; k++)
