@@ -185,12 +185,13 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
  * curves; eff_bind (once per program priced) empties it when they differ
  * (compared by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
-typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, d_head); memory (bytes, -2, -2) */
+typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, d_head); memory (bytes, -2, -2);
+                                                          weight stream (bytes, -3, -3) */
 static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
 static _Thread_local struct {
-    int points, mem_points, tile[3], attn_points;
+    int points, mem_points, tile[3], attn_points, ws_points;
     double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS], mb[SP_HW_EFF_POINTS], mv[SP_HW_EFF_POINTS], bw_eff;
-    double ad[SP_HW_EFF_POINTS], av[SP_HW_EFF_POINTS];
+    double ad[SP_HW_EFF_POINTS], av[SP_HW_EFF_POINTS], wb[SP_HW_EFF_POINTS], wv[SP_HW_EFF_POINTS];
 } eff_curve;
 
 static void eff_bind(const sp_hw *hw)
@@ -200,7 +201,8 @@ static void eff_bind(const sp_hw *hw)
         memcmp(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb) || memcmp(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv) ||
         memcmp(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile) || eff_curve.bw_eff != hw->hbm_bw_eff ||
         eff_curve.attn_points != hw->attn_points || memcmp(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad) ||
-        memcmp(eff_curve.av, hw->attn_value, sizeof eff_curve.av)) {
+        memcmp(eff_curve.av, hw->attn_value, sizeof eff_curve.av) || eff_curve.ws_points != hw->ws_points ||
+        memcmp(eff_curve.wb, hw->ws_bytes, sizeof eff_curve.wb) || memcmp(eff_curve.wv, hw->ws_value, sizeof eff_curve.wv)) {
         eff_curve.points = hw->eff_points;
         memcpy(eff_curve.f, hw->eff_flops, sizeof eff_curve.f);
         memcpy(eff_curve.v, hw->eff_value, sizeof eff_curve.v);
@@ -212,6 +214,9 @@ static void eff_bind(const sp_hw *hw)
         eff_curve.attn_points = hw->attn_points;
         memcpy(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad);
         memcpy(eff_curve.av, hw->attn_value, sizeof eff_curve.av);
+        eff_curve.ws_points = hw->ws_points;
+        memcpy(eff_curve.wb, hw->ws_bytes, sizeof eff_curve.wb);
+        memcpy(eff_curve.wv, hw->ws_value, sizeof eff_curve.wv);
         memset(eff_memo, 0xff, sizeof eff_memo);   /* keys of -1: never a real key */
     }
 }
@@ -222,7 +227,8 @@ static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c)
     unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
     if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c) {
         eff_memo[i].k = (eff_key){a, b, c};
-        eff_memo[i].eff = b == -2 ? sp_hw_memory_eff(hw, (double)a)
+        eff_memo[i].eff = b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
+                        : b == -2 ? sp_hw_memory_eff(hw, (double)a)
                         : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, a, b, c);
     }
     return eff_memo[i].eff;
@@ -247,6 +253,7 @@ typedef struct price_ctx {
     sp_torus_map map;   /* torus: looked up once per program */
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
+    int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
 } price_ctx;
 
 /* The terms of one compute step (sp_cost.h) at one context. */
@@ -283,7 +290,13 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
         if (es > 0) c = (double)s->m * (double)s->n * es;
     }
     int64_t bytes = s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes;
-    double meff = bytes > 0 ? eff_lookup(hw, bytes, -2, -2) : 1.0;
+    /* with an efficiency.weight_stream curve, a step that reads weights runs
+     * at the rate of the whole stream a pass makes through the chip's
+     * weights (each weight once per token), not of its own bytes: a CPU's
+     * caches hold what the pass touches, not one matrix */
+    double meff = bytes <= 0 ? 1.0
+                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, -3, -3)
+                                                           : eff_lookup(hw, bytes, -2, -2);
     double m = bytes / (pc->bw * meff);
     /* chips time-sharing cores: every part of a compute step stretches alike */
     double sh = pc->share;
@@ -350,7 +363,13 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
 void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0};
+    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0, 0};
+    {
+        const sp_steps *wp[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
+        for (int k = 0; k < SP_PART_COUNT; k++)
+            for (int i = 0; i < wp[k]->n; i++)
+                pc.wstream += wp[k]->s[i].weight_bytes * (k == SP_PART_LAYER ? p->n_layers : 1);
+    }
     if (hw->shared_cores > 0) {
         /* chips of the layout computing at once: every tensor chip of every
          * replica, times the stages busy together (at most the micro-batches) */

@@ -50,9 +50,13 @@ static const int64_t mm_t_quick[] = {16};
 /* Other weight dtypes (dequantised tile by tile, then sgemm): fewer shapes. */
 static const int64_t dq_kn[][2] = {{512, 512}, {2048, 1408}};
 static const int64_t dq_t[] = {1, 64};
-/* Weight streams (T = 1): bytes K·N·4 from 16 KiB to 256 MiB. */
+/* Weight streams (T = 1): working sets K·N·4 from 16 KiB to 256 MiB; above
+ * 16 MiB a ring of 2048 x 2048 matrices, one per call, so that each is
+ * evicted before it comes round again (a decode step streams every layer's
+ * weights once: what matters is the working set, not one matrix). */
 static const int64_t mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256},   {512, 512},  {1024, 1024},
                                     {2048, 2048}, {2048, 8192}, {2048, 32768}};
+#define RING_ELEMS ((int64_t)2048 * 2048)
 static const int64_t mem_kn_quick[][2] = {{64, 64}, {256, 256}};
 /* One chip's block of a collective, bytes. */
 static const int64_t coll_c[] = {256, 4096, 65536, 1048576};
@@ -139,6 +143,7 @@ typedef struct mm_job {
     int dt;
     int64_t T, K, N;
     int mem;   /* 1: a memory (weight stream) point */
+    int ring;  /* weight matrices cycled through (a working set of ring · K · N elements) */
 } mm_job;
 
 static int64_t mm_reps(double flops)
@@ -155,15 +160,17 @@ static size_t jobs_of(const sp_calib_opts *o, mm_job *jobs)
     for (int i = 0; i < nkn; i++)
         for (int j = 0; j < nt; j++) {
             const int64_t *kn = q ? mm_kn_quick[i] : mm_kn[i];
-            jobs[n++] = (mm_job){SP_DT_F32, q ? mm_t_quick[j] : mm_t[j], kn[0], kn[1], 0};
+            jobs[n++] = (mm_job){SP_DT_F32, q ? mm_t_quick[j] : mm_t[j], kn[0], kn[1], 0, 1};
         }
     for (int d = SP_DT_BF16; d <= SP_DT_FP8; d++)
         for (int i = 0; i < (q ? 1 : NELEM(dq_kn)); i++)
-            for (int j = 0; j < NELEM(dq_t); j++) jobs[n++] = (mm_job){d, dq_t[j], dq_kn[i][0], dq_kn[i][1], 0};
+            for (int j = 0; j < NELEM(dq_t); j++) jobs[n++] = (mm_job){d, dq_t[j], dq_kn[i][0], dq_kn[i][1], 0, 1};
     int nm = q ? NELEM(mem_kn_quick) : NELEM(mem_kn);
     for (int i = 0; i < nm; i++) {
         const int64_t *kn = q ? mem_kn_quick[i] : mem_kn[i];
-        jobs[n++] = (mm_job){SP_DT_F32, 1, kn[0], kn[1], 1};
+        int64_t e = kn[0] * kn[1];
+        if (e > RING_ELEMS) jobs[n++] = (mm_job){SP_DT_F32, 1, 2048, 2048, 1, (int)(e / RING_ELEMS)};
+        else jobs[n++] = (mm_job){SP_DT_F32, 1, kn[0], kn[1], 1, 1};
     }
     return n;
 }
@@ -205,8 +212,17 @@ static sp_status mm_point(calib_ctx *cx, sp_comm *c, const mm_job *j, double *be
     sp_status st = SP_OK;
     size_t sb = 0;
     sp_kern_wview wv;
+    /* a ring of matrices: the first filled, the rest copies of it */
+    size_t wbytes = (size_t)(j->K * j->N) * (size_t)sp_dtype_bytes((sp_dtype)j->dt);
     if (active) {
         st = fill_weights(j->dt, j->K, j->N, &wd, &sc);
+        if (!st && j->ring > 1) {
+            void *big = malloc(wbytes * (size_t)j->ring);
+            if (!big) st = spi_fail(SP_ENOMEM, "calibrate: %d weight matrices", j->ring);
+            for (int i = 0; !st && i < j->ring; i++) memcpy((char *)big + wbytes * (size_t)i, wd, wbytes);
+            free(wd);
+            wd = big;
+        }
         wv = (sp_kern_wview){(sp_dtype)j->dt, wd, j->N, sc};
         sb = sp_kern_matmul_scratch_bytes(&wv, j->K, j->N);
         x = malloc((size_t)(j->T * j->K) * sizeof *x);
@@ -217,14 +233,17 @@ static sp_status mm_point(calib_ctx *cx, sp_comm *c, const mm_job *j, double *be
         if (!st) st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);   /* warm */
     }
     int64_t R = mm_reps(2.0 * (double)j->T * (double)j->K * (double)j->N);
+    if (R < 2 * j->ring) R = 2 * j->ring;   /* every matrix of the ring at least twice */
     *best = INFINITY;
     for (int round = 0; round < cx->o->rounds; round++) {
         sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
         if (bs) { st = bs; break; }
         if (!active || st) continue;
         double t0 = now_s();
-        for (int64_t i = 0; i < R && !st; i++)
+        for (int64_t i = 0; i < R && !st; i++) {
+            wv.data = (char *)wd + wbytes * (size_t)(i % j->ring);
             st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);
+        }
         double t = (now_s() - t0) / (double)R;
         if (t < *best) *best = t;
     }
@@ -335,7 +354,7 @@ static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
         sp_status st = mm_point(cx, c, &jobs[i], &t);
         if (st) return st;
         if (sp_comm_rank(c) != 0) continue;
-        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, t};
+        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t};
         if (cx->o->log)
             fprintf(cx->o->log, "matmul %-4s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
                     sp_dtype_name((sp_dtype)jobs[i].dt), (long long)jobs[i].T, (long long)jobs[i].K,
@@ -666,7 +685,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         const sp_calib_mm *p = &r->mm[i];
         if (p->T != 1 || p->dt != SP_DT_F32) continue;
         double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
-        x[n] = by;
+        x[n] = by * p->ring;   /* the working set */
         y[n] = by / p->seconds;
         if (y[n] > f->mem_bw) f->mem_bw = y[n];
         n++;
@@ -685,7 +704,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         int m = 0;
         for (int i = 0; i < r->n_mm && m < 128; i++) {
             const sp_calib_mm *p = &r->mm[i];
-            if (p->dt != SP_DT_F32) continue;
+            if (p->dt != SP_DT_F32 || p->ring > 1) continue;
             double fl = 2.0 * (double)(p->T * p->K * p->N), tm = (double)tiles[ti];
             double util = tm > 0 ? (double)p->T / (ceil((double)p->T / tm) * tm) : 1.0;
             double c = fl / (f->peak_flops[SP_DT_F32] * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0) *

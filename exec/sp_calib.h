@@ -17,7 +17,9 @@
  *   matmul   sp_kern_matmul (T, K) . (K, N) for each weight dtype over a grid
  *            of shapes; FLOP/s = 2·T·K·N / t.
  *   memory   sp_kern_matmul with T = 1 (a weight stream: the decode matmul,
- *            bound by the weight bytes), bytes = K·N·s + (K + N)·4; B/s = bytes / t.
+ *            bound by the weight bytes), bytes = K·N·s + (K + N)·4; B/s = bytes / t,
+ *            by working set (16 KiB .. 256 MiB; above 16 MiB a ring of
+ *            matrices, one per call, as a decode step streams its layers).
  *   collectives  every kind over groups of K = each divisor of the chip count
  *            above 1 (all N chips busy: N/K groups at once, as in a run), one
  *            chip's block c of 256 B .. 1 MiB; send/recv between chip pairs.
@@ -71,6 +73,7 @@ const char *sp_calib_coll_name(sp_calib_coll k);   /* "all-gather", ... as sp_co
 typedef struct sp_calib_mm {
     int dt;                    /* sp_dtype of the weights */
     int64_t T, K, N;
+    int ring;                  /* weight matrices cycled through (working set ring·K·N) */
     double seconds;            /* one call */
 } sp_calib_mm;
 

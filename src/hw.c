@@ -196,6 +196,15 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (!(hw->mem_value[i] >= HW_FRACTION_MIN && hw->mem_value[i] <= 1))
             return hfail(src, err, t, "efficiency must be in [0.01, 1]");
     }
+    if (hw->ws_points < 0 || hw->ws_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/efficiency/weight_stream", "at most 8 points");
+    for (int i = 0; i < hw->ws_points; i++) {
+        snprintf(t, sizeof t, "/efficiency/weight_stream/%d", i);
+        if (!(hw->ws_bytes[i] > 0) || !isfinite(hw->ws_bytes[i])) return hfail(src, err, t, "bytes must be > 0");
+        if (i > 0 && !(hw->ws_bytes[i] > hw->ws_bytes[i - 1]))
+            return hfail(src, err, t, "bytes must increase from point to point");
+        if (!(hw->ws_value[i] > 0 && hw->ws_value[i] <= 1)) return hfail(src, err, t, "efficiency must be in (0, 1]");
+    }
     if (hw->attn_points < 0 || hw->attn_points > SP_HW_EFF_POINTS)
         return hfail(src, err, "/efficiency/attention", "at most 8 points");
     for (int i = 0; i < hw->attn_points; i++) {
@@ -238,8 +247,8 @@ static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_mi
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "attention", "hbm_usable", "hbm_bw",
-                                       "network", "overlap", NULL};
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "weight_stream", "attention",
+                                       "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
 #define C_(call) SP_CHECK(call)
@@ -392,6 +401,8 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     if (mm) C_(read_curve(c, "/efficiency/matmul", mm, "FLOPs", &hw->eff_points, hw->eff_flops, hw->eff_value));
     C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "weight_stream", 0, JSON_ARRAY, &mm));
+    if (mm) C_(read_curve(c, "/efficiency/weight_stream", mm, "bytes", &hw->ws_points, hw->ws_bytes, hw->ws_value));
     C_(spi_json_get_child(c, "/efficiency", e, "attention", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/attention", mm, "d_head", &hw->attn_points, hw->attn_dhead, hw->attn_value));
     C_(spi_json_get_child(c, "/efficiency", e, "matmul_tile", 0, JSON_ARRAY, &mm));
@@ -565,6 +576,12 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         for (int i = 0; i < hw->mem_points; i++)
             json_array_append_new(mc, json_pack("[ff]", hw->mem_bytes[i], hw->mem_value[i]));
         json_object_set_new(e, "memory", mc);
+    }
+    if (hw->ws_points) {
+        json_t *wc = json_array();
+        for (int i = 0; i < hw->ws_points; i++)
+            json_array_append_new(wc, json_pack("[ff]", hw->ws_bytes[i], hw->ws_value[i]));
+        json_object_set_new(e, "weight_stream", wc);
     }
     if (hw->attn_points) {
         json_t *ac = json_array();

@@ -102,6 +102,12 @@ typedef struct sp_hw {
                                          bandwidth); none: hbm_bw_eff for every size */
     double mem_bytes[SP_HW_EFF_POINTS];
     double mem_value[SP_HW_EFF_POINTS];
+    int ws_points;                    /* weight streams: points (weight bytes one pass of a chip's
+                                         program reads, fraction of HBM bandwidth); when present a
+                                         step that reads weights uses it at the pass's bytes instead
+                                         of the memory curve at its own bytes (CPU caches) */
+    double ws_bytes[SP_HW_EFF_POINTS];
+    double ws_value[SP_HW_EFF_POINTS];
     int attn_points;                  /* attention: points (head width d_head, fraction of the peak
                                          its FLOPs run at); none: the matmul curve by FLOPs */
     double attn_dhead[SP_HW_EFF_POINTS];

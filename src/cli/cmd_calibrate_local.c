@@ -59,9 +59,9 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
         double flops = 2.0 * (double)(p->T * p->K * p->N);
         if (p->T == 1 && p->dt == SP_DT_F32) {
             double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
-            json_array_append_new(mem, json_pack("{s:I,s:I,s:f,s:f,s:f}", "K", (json_int_t)p->K, "N",
-                                                 (json_int_t)p->N, "bytes", by, "seconds", p->seconds,
-                                                 "bytes_per_s", by / p->seconds));
+            json_array_append_new(mem, json_pack("{s:I,s:I,s:i,s:f,s:f,s:f}", "K", (json_int_t)p->K, "N",
+                                                 (json_int_t)p->N, "matrices", p->ring, "working_set_bytes",
+                                                 by * p->ring, "seconds", p->seconds, "bytes_per_s", by / p->seconds));
             continue;
         }
         json_array_append_new(mm, json_pack("{s:s,s:I,s:I,s:I,s:f,s:f}", "dtype", sp_dtype_name((sp_dtype)p->dt),
@@ -121,8 +121,13 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.act_elem_s[0] = f->act_elem_s[0];
     hw.act_elem_s[1] = f->act_elem_s[1];
     hw.token_sync_s = f->token_sync_s;
-    hw.mem_points = f->mem_points;
-    for (int i = 0; i < f->mem_points; i++) hw.mem_bytes[i] = f->mem_bytes[i], hw.mem_value[i] = f->mem_value[i];
+    /* one measured curve by working set: steps that read weights look it up at
+     * the weights a pass streams, the others at their own bytes */
+    hw.mem_points = hw.ws_points = f->mem_points;
+    for (int i = 0; i < f->mem_points; i++) {
+        hw.mem_bytes[i] = hw.ws_bytes[i] = f->mem_bytes[i];
+        hw.mem_value[i] = hw.ws_value[i] = f->mem_value[i];
+    }
     /* the CPU executor runs every collective on the chip's own thread */
     hw.overlap = SP_OVERLAP_NONE;
     sp_error err;
