@@ -128,6 +128,28 @@ static int in_range(double v, double lo, double hi, int zero_ok) { return (zero_
             return range_fail(src, err, (path), (lo), (hi), (unit), (double)(v), (zero_ok)); \
     } while (0)
 
+/* A curve of n points (x increasing and > 0, values in [HW_FRACTION_MIN, 1]) at path. */
+static sp_status check_curve(const char *src, sp_error *err, const char *path, const char *xname, int n,
+                             const double *x, const double *y)
+{
+    char t[96];
+    if (n < 0 || n > SP_HW_EFF_POINTS) return hfail(src, err, path, "at most 8 points");
+    for (int i = 0; i < n; i++) {
+        snprintf(t, sizeof t, "%s/%d", path, i);
+        char why[64];
+        if (!(x[i] > 0) || !isfinite(x[i])) {
+            snprintf(why, sizeof why, "%s must be > 0", xname);
+            return hfail(src, err, t, why);
+        }
+        if (i > 0 && !(x[i] > x[i - 1])) {
+            snprintf(why, sizeof why, "%s must increase from point to point", xname);
+            return hfail(src, err, t, why);
+        }
+        if (!(y[i] >= HW_FRACTION_MIN && y[i] <= 1)) return hfail(src, err, t, "efficiency must be in [0.01, 1]");
+    }
+    return SP_OK;
+}
+
 static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err)
 {
     char t[200];
@@ -172,49 +194,13 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     }
     RANGE_(hw->host_bytes, 0, (double)HW_BYTES_MAX, "bytes", 0, "/host/memory_bytes");
     RANGE_(hw->host_link_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 1, "/host/link_bw");
-    if (hw->eff_points < 0 || hw->eff_points > SP_HW_EFF_POINTS)
-        return hfail(src, err, "/efficiency/matmul", "at most 8 points");
-    for (int i = 0; i < hw->eff_points; i++) {
-        snprintf(t, sizeof t, "/efficiency/matmul/%d", i);
-        if (!(hw->eff_flops[i] > 0) || !isfinite(hw->eff_flops[i]))
-            return hfail(src, err, t, "FLOPs must be > 0");
-        if (i > 0 && !(hw->eff_flops[i] > hw->eff_flops[i - 1]))
-            return hfail(src, err, t, "FLOPs must increase from point to point");
-        if (!(hw->eff_value[i] >= HW_FRACTION_MIN && hw->eff_value[i] <= 1))
-            return hfail(src, err, t, "efficiency must be in [0.01, 1]");
-    }
+    SP_CHECK(check_curve(src, err, "/efficiency/matmul", "FLOPs", hw->eff_points, hw->eff_flops, hw->eff_value));
     for (int i = 0; i < 3; i++)
         if (hw->matmul_tile[i] < 0 || hw->matmul_tile[i] > 65536)
             return hfail(src, err, "/efficiency/matmul_tile", "each of M, N, K an integer in [0, 65536] (0: no tiling)");
-    if (hw->mem_points < 0 || hw->mem_points > SP_HW_EFF_POINTS)
-        return hfail(src, err, "/efficiency/memory", "at most 8 points");
-    for (int i = 0; i < hw->mem_points; i++) {
-        snprintf(t, sizeof t, "/efficiency/memory/%d", i);
-        if (!(hw->mem_bytes[i] > 0) || !isfinite(hw->mem_bytes[i])) return hfail(src, err, t, "bytes must be > 0");
-        if (i > 0 && !(hw->mem_bytes[i] > hw->mem_bytes[i - 1]))
-            return hfail(src, err, t, "bytes must increase from point to point");
-        if (!(hw->mem_value[i] >= HW_FRACTION_MIN && hw->mem_value[i] <= 1))
-            return hfail(src, err, t, "efficiency must be in [0.01, 1]");
-    }
-    if (hw->ws_points < 0 || hw->ws_points > SP_HW_EFF_POINTS)
-        return hfail(src, err, "/efficiency/weight_stream", "at most 8 points");
-    for (int i = 0; i < hw->ws_points; i++) {
-        snprintf(t, sizeof t, "/efficiency/weight_stream/%d", i);
-        if (!(hw->ws_bytes[i] > 0) || !isfinite(hw->ws_bytes[i])) return hfail(src, err, t, "bytes must be > 0");
-        if (i > 0 && !(hw->ws_bytes[i] > hw->ws_bytes[i - 1]))
-            return hfail(src, err, t, "bytes must increase from point to point");
-        if (!(hw->ws_value[i] > 0 && hw->ws_value[i] <= 1)) return hfail(src, err, t, "efficiency must be in (0, 1]");
-    }
-    if (hw->attn_points < 0 || hw->attn_points > SP_HW_EFF_POINTS)
-        return hfail(src, err, "/efficiency/attention", "at most 8 points");
-    for (int i = 0; i < hw->attn_points; i++) {
-        snprintf(t, sizeof t, "/efficiency/attention/%d", i);
-        if (!(hw->attn_dhead[i] > 0) || !isfinite(hw->attn_dhead[i])) return hfail(src, err, t, "d_head must be > 0");
-        if (i > 0 && !(hw->attn_dhead[i] > hw->attn_dhead[i - 1]))
-            return hfail(src, err, t, "d_head must increase from point to point");
-        if (!(hw->attn_value[i] > 0 && hw->attn_value[i] <= 1))
-            return hfail(src, err, t, "efficiency must be in (0, 1]");
-    }
+    SP_CHECK(check_curve(src, err, "/efficiency/memory", "bytes", hw->mem_points, hw->mem_bytes, hw->mem_value));
+    SP_CHECK(check_curve(src, err, "/efficiency/weight_stream", "bytes", hw->ws_points, hw->ws_bytes, hw->ws_value));
+    SP_CHECK(check_curve(src, err, "/efficiency/attention", "d_head", hw->attn_points, hw->attn_dhead, hw->attn_value));
     for (int i = 0; i < 2; i++)
         if (!(hw->act_elem_s[i] >= 0 && hw->act_elem_s[i] <= 1))
             return hfail(src, err, i ? "/chip/act_elem_s/swiglu" : "/chip/act_elem_s/gelu", "seconds in [0, 1]");
