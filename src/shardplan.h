@@ -28,5 +28,7 @@
 #include <shardplan/sp_ref.h>
 #include <shardplan/sp_trace.h>
 #include <shardplan/sp_weights.h>
+#include <shardplan/sp_validate.h>
+#include <shardplan/sp_calib.h>
 #include <shardplan/sp_version.h>
 #endif
