@@ -114,6 +114,13 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.intra_bw = hw.inter_bw = f->beta > 0 ? 1.0 / f->beta : 1e12;
     hw.eff_points = f->eff_points;
     for (int i = 0; i < f->eff_points; i++) hw.eff_flops[i] = f->eff_flops[i], hw.eff_value[i] = f->eff_value[i];
+    /* profiles take efficiencies down to 0.01 (src/hw.c): a slower measured
+     * point is written at that floor */
+    sp_calib_fit g = *f;
+    for (int i = 0; i < g.eff_points; i++) g.eff_value[i] = g.eff_value[i] < 0.01 ? 0.01 : g.eff_value[i];
+    for (int i = 0; i < g.mem_points; i++) g.mem_value[i] = g.mem_value[i] < 0.01 ? 0.01 : g.mem_value[i];
+    for (int i = 0; i < g.attn_points; i++) g.attn_value[i] = g.attn_value[i] < 0.01 ? 0.01 : g.attn_value[i];
+    f = &g;
     hw.matmul_tile[0] = f->tile_m;
     hw.attn_points = f->attn_points;
     for (int i = 0; i < f->attn_points; i++) hw.attn_dhead[i] = f->attn_dhead[i], hw.attn_value[i] = f->attn_value[i];
