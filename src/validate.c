@@ -69,7 +69,7 @@ static sp_status parse_line(char *line, const char *source, int lineno, sp_vcase
     c->chips = (int)v[1];
     if (sp_layout_chips(&c->layout) != c->chips)
         return spi_error_set(err, SP_EINVAL, source, lineno, (int)st[1] + 1, "chips",
-                             "%d, but the layout uses %d chips", c->chips, sp_layout_chips(&c->layout));
+                             "%d, but the layout uses %lld chips", c->chips, (long long)sp_layout_chips(&c->layout));
     c->batch = v[3];
     c->prompt = v[4];
     c->gen = v[5];
