@@ -8,6 +8,7 @@
 #include "sp_fit.h"
 #include "sp_layout.h"
 #include "sp_model.h"
+#include "sp_validate.h"
 #include "spi_common.h"
 
 /* Free parameters and their physical bounds.  Efficiencies are fractions of
@@ -282,21 +283,6 @@ static double search(problem *pb, const sp_fit_opts *o)
     return objective(pb, u);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median and maximum of |e| over n values (n >= 1); scratch has room for n. */
-static void summarise(const double *e, int n, double *scratch, double *median, double *worst)
-{
-    for (int i = 0; i < n; i++) scratch[i] = fabs(e[i]);
-    qsort(scratch, (size_t)n, sizeof *scratch, cmp_double);
-    *median = n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
-    *worst = scratch[n - 1];
-}
-
 /* The profile records where its numbers come from. */
 static void record_calibration(sp_fit *f, const sp_fit_param *all, int np_all, int lomo)
 {
@@ -427,9 +413,11 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
         f->rows[i].err = f->rows[i].pred / rows[i].meas->value - 1;
         e[i] = f->rows[i].err;
     }
-    summarise(e, f->n_rows, e + f->n_rows, &f->median_abs_err, &f->worst_abs_err);
+    f->median_abs_err = sp_abs_median(f->n_rows, e);
+    f->worst_abs_err = sp_abs_max(f->n_rows, e);
     for (int i = 0; i < f->n_rows; i++) e[i] = f->rows[i].err_prior;
-    summarise(e, f->n_rows, e + f->n_rows, &f->median_abs_err_prior, &f->worst_abs_err_prior);
+    f->median_abs_err_prior = sp_abs_median(f->n_rows, e);
+    f->worst_abs_err_prior = sp_abs_max(f->n_rows, e);
     f->evals = pb.evals;
 
     /* Leave one model out: needs a second model to fit to. */
@@ -449,7 +437,8 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
             }
         }
         for (int i = 0; i < f->n_rows; i++) e[i] = f->rows[i].err_lomo;
-        summarise(e, f->n_rows, e + f->n_rows, &f->median_abs_err_lomo, &f->worst_abs_err_lomo);
+        f->median_abs_err_lomo = sp_abs_median(f->n_rows, e);
+        f->worst_abs_err_lomo = sp_abs_max(f->n_rows, e);
     }
     /* a prediction alone keeps the section the profile was loaded with */
     if (!o.predict_only) record_calibration(f, all, np_all, f->n_models > 1 && o.leave_one_out);

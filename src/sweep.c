@@ -409,7 +409,7 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
         const sp_layout *l = &s->layouts[r->ax[AX_LAYOUT]];
         if (sp_layout_chips(l) != chips) {
             r->status = ROW_NOT_APPLICABLE;
-            snprintf(r->message, sizeof r->message, "layout has %d chips, the point %d", sp_layout_chips(l), chips);
+            snprintf(r->message, sizeof r->message, "layout has %lld chips, the point %d", (long long)sp_layout_chips(l), chips);
             return;
         }
         if (sp_cost_eval(m, hw, l, &w, NULL, &r->cost) != SP_OK) {
