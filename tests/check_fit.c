@@ -100,6 +100,20 @@ START_TEST(test_parse_bad)
 }
 END_TEST
 
+/* Every row prices on the bundled profile it names, to a positive figure. */
+static void price_every_row(const sp_measure_set *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        sp_hw hw;
+        sp_error err;
+        sp_error_init(&err);
+        ck_assert_int_eq(sp_hw_find(s->rows[i].hw, &hw, &err), SP_OK);
+        double pred = 0;
+        ck_assert_msg(sp_fit_predict(&s->rows[i], &hw, &pred) == SP_OK, "%s", sp_last_error());
+        ck_assert(pred > 0 && isfinite(pred));
+    }
+}
+
 START_TEST(test_training_sets_load)
 {
     static const char *const files[] = {"/calibration/a100-80g-fastertransformer.csv", "/calibration/tpu-v4-pope.csv"};
@@ -114,16 +128,7 @@ START_TEST(test_training_sets_load)
         ck_assert_msg(sp_measure_load_file(path, &s, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
     }
     ck_assert_int_eq(s.n, 62 + 2);
-    /* every row prices on its bundled profile */
-    for (int i = 0; i < s.n; i++) {
-        sp_hw hw;
-        sp_error err;
-        sp_error_init(&err);
-        ck_assert_int_eq(sp_hw_find(s.rows[i].hw, &hw, &err), SP_OK);
-        double pred = 0;
-        ck_assert_msg(sp_fit_predict(&s.rows[i], &hw, &pred) == SP_OK, "%s", sp_last_error());
-        ck_assert(pred > 0 && isfinite(pred));
-    }
+    price_every_row(&s);
     sp_measure_set_free(&s);
 }
 END_TEST
@@ -151,15 +156,7 @@ START_TEST(test_validation_sets_load)
     }
     closedir(d);
     ck_assert_int_ge(files, 1);
-    for (int i = 0; i < s.n; i++) {
-        sp_hw hw;
-        sp_error err;
-        sp_error_init(&err);
-        ck_assert_int_eq(sp_hw_find(s.rows[i].hw, &hw, &err), SP_OK);
-        double pred = 0;
-        ck_assert_msg(sp_fit_predict(&s.rows[i], &hw, &pred) == SP_OK, "%s", sp_last_error());
-        ck_assert(pred > 0 && isfinite(pred));
-    }
+    price_every_row(&s);
     sp_measure_set_free(&s);
 }
 END_TEST
