@@ -34,6 +34,7 @@ tests_fuzz_replay_cli_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz
 tests_fuzz_replay_cli_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/cli
 tests_fuzz_replay_cli_LDADD = libspcli.la libspcore.la $(SP_DEP_LIBS)
 TESTS += tests/fuzz/replay.sh
+CLEANFILES += $(SP_FUZZ_REPLAY:=.err)
 EXTRA_DIST += tests/fuzz/replay.sh tests/fuzz/build.sh tests/fuzz/regress tests/fuzz/seeds
 
 fuzz: libspcore.la libspcli.la
