@@ -65,5 +65,8 @@ check "validate bad case file" 2 $SHARDPLAN validate --hw $hw --cases $d/bad.cas
 has "bad case names line and field" $d/err "bad.cases:1:12"
 check "validate --help" 0 $SHARDPLAN validate --help
 check "calibrate --backend --help" 0 $SHARDPLAN calibrate --backend threads --help
+# fitting to one set and predicting another are separate calls, never silently one of them
+check "calibrate --fit with --predict" 2 $SHARDPLAN calibrate --fit $top_srcdir/data/calibration/tpu-v4-pope.csv --predict $top_srcdir/data/calibration/tpu-v4-pope.csv --hw tpu-v4
+grep -q "do not mix" $d/err || { echo "FAIL: --fit with --predict: no reason"; fail=$((fail + 1)); }
 [ $fail -eq 0 ] && echo "cli_validate: all passed"
 exit $fail

@@ -74,6 +74,22 @@ static json_t *report_json(const sp_fit *f)
     return o;
 }
 
+/* The row's own columns (model, chips, batch, prompt, gen, metric, measured)
+ * and the given profile's prediction with its error: 9 cells from c[0]. */
+static void row_cells(const sp_fit_row *r, double pred, double err, char c[][300])
+{
+    const char *model = strrchr(r->meas->model, '/') ? strrchr(r->meas->model, '/') + 1 : r->meas->model;
+    snprintf(c[0], sizeof c[0], "%s", model);
+    snprintf(c[1], sizeof c[1], "%lld", (long long)r->meas->chips);
+    snprintf(c[2], sizeof c[2], "%lld", (long long)r->meas->batch);
+    snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->prompt);
+    snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->gen);
+    snprintf(c[5], sizeof c[5], "%s", sp_metric_name(r->meas->metric));
+    snprintf(c[6], sizeof c[6], "%.4g%s", r->meas->value, r->shortfall_bytes > 0 ? " (!)" : "");
+    snprintf(c[7], sizeof c[7], "%.4g", pred);
+    snprintf(c[8], sizeof c[8], "%+.1f%%", pct(err));
+}
+
 /* --predict: the profile as given against rows it was not fitted to. */
 static void predict_text(const sp_fit *f)
 {
@@ -84,17 +100,8 @@ static void predict_text(const sp_fit *f)
         const sp_fit_row *r = &f->rows[i];
         char c[10][300];
         const char *file = strrchr(r->meas->file, '/') ? strrchr(r->meas->file, '/') + 1 : r->meas->file;
-        const char *model = strrchr(r->meas->model, '/') ? strrchr(r->meas->model, '/') + 1 : r->meas->model;
         snprintf(c[0], sizeof c[0], "%s:%d", file, r->meas->line);
-        snprintf(c[1], sizeof c[1], "%s", model);
-        snprintf(c[2], sizeof c[2], "%lld", (long long)r->meas->chips);
-        snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->batch);
-        snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->prompt);
-        snprintf(c[5], sizeof c[5], "%lld", (long long)r->meas->gen);
-        snprintf(c[6], sizeof c[6], "%s", sp_metric_name(r->meas->metric));
-        snprintf(c[7], sizeof c[7], "%.4g%s", r->meas->value, r->shortfall_bytes > 0 ? " (!)" : "");
-        snprintf(c[8], sizeof c[8], "%.4g", r->pred_prior);
-        snprintf(c[9], sizeof c[9], "%+.1f%%", pct(r->err_prior));
+        row_cells(r, r->pred_prior, r->err_prior, c + 1);
         const char *cells[10];
         for (int k = 0; k < 10; k++) cells[k] = c[k];
         cli_table_add(t, cells);
@@ -114,17 +121,8 @@ static void report_text(const sp_fit *f)
     cli_table *t = cli_table_new(13, hdr);
     for (int i = 0; i < f->n_rows; i++) {
         const sp_fit_row *r = &f->rows[i];
-        char c[13][272];
-        const char *model = strrchr(r->meas->model, '/') ? strrchr(r->meas->model, '/') + 1 : r->meas->model;
-        snprintf(c[0], sizeof c[0], "%s", model);
-        snprintf(c[1], sizeof c[1], "%lld", (long long)r->meas->chips);
-        snprintf(c[2], sizeof c[2], "%lld", (long long)r->meas->batch);
-        snprintf(c[3], sizeof c[3], "%lld", (long long)r->meas->prompt);
-        snprintf(c[4], sizeof c[4], "%lld", (long long)r->meas->gen);
-        snprintf(c[5], sizeof c[5], "%s", sp_metric_name(r->meas->metric));
-        snprintf(c[6], sizeof c[6], "%.4g%s", r->meas->value, r->shortfall_bytes > 0 ? " (!)" : "");
-        snprintf(c[7], sizeof c[7], "%.4g", r->pred_prior);
-        snprintf(c[8], sizeof c[8], "%+.1f%%", pct(r->err_prior));
+        char c[13][300];
+        row_cells(r, r->pred_prior, r->err_prior, c);
         snprintf(c[9], sizeof c[9], "%.4g", r->pred);
         snprintf(c[10], sizeof c[10], "%+.1f%%", pct(r->err));
         if (r->pred_lomo > 0) {
@@ -253,8 +251,10 @@ int cli_cmd_calibrate(int argc, char **argv)
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'p': predict = 1; /* fall through */
+        case 'p': predict |= 1; goto file;
         case 'f':
+            predict |= 2;
+        file:
             if (n_files == (int)(sizeof files / sizeof files[0])) return cli_usage("calibrate", "too many --fit files");
             files[n_files++] = optarg;
             break;
@@ -272,6 +272,8 @@ int cli_cmd_calibrate(int argc, char **argv)
         return share_profile(share_arg, hw_arg, out_path);
     }
     if (!n_files || !hw_arg) return cli_usage("calibrate", "--fit CSV (or --predict CSV) and --hw are required");
+    if (predict == 3) return cli_usage("calibrate", "--fit and --predict do not mix: fit to one set, predict another in a second call");
+    predict = predict == 1;
     if (predict && out_path) return cli_usage("calibrate", "--predict fits nothing: there is no profile to --out");
 
     sp_error err;
