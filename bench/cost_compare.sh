@@ -26,17 +26,21 @@ rounds=${2:-3}
 for b in "$base/bench/bench_cost" "$base/shardplan" ./bench/bench_cost ./shardplan; do
     test -x "$b" || { echo "cost_compare: $b not found (make bench/bench_cost shardplan in both trees)" >&2; exit 1; }
 done
-us() { "$1" 2 | awk '/^us per evaluation  /{e=$4} /^us per evaluation, fresh/{f=$5} END {print e, f}'; }
-plan_ms() { SHARDPLAN=$1 sh bench/plan_process.sh 11 | awk '/^plan palm/{print $5}'; }
+# OLD_ENV: the old binaries read the old tree's data (BASELINE_BUILD_DIR/data
+# when there is one: a profile format that grew since would not load in them)
+OLD_ENV=
+test -d "$base/data" && OLD_ENV="SHARDPLAN_DATA=$(cd "$base/data" && pwd)"
+us() { env ${2:-} "$1" 2 | awk '/^us per evaluation  /{e=$4} /^us per evaluation, fresh/{f=$5} END {print e, f}'; }
+plan_ms() { env SHARDPLAN="$1" ${2:-} sh bench/plan_process.sh 11 | awk '/^plan palm/{print $5}'; }
 printf '%-6s %12s %12s %12s %12s %12s %12s\n' round "old us" "new us" "old fresh" "new fresh" "old plan ms" "new plan ms"
 i=1
 while [ "$i" -le "$rounds" ]; do
     if [ $((i % 2)) -eq 1 ]; then
-        o=$(us "$base/bench/bench_cost"); n=$(us ./bench/bench_cost)
-        op=$(plan_ms "$base/shardplan"); np=$(plan_ms ./shardplan)
+        o=$(us "$base/bench/bench_cost" "$OLD_ENV"); n=$(us ./bench/bench_cost)
+        op=$(plan_ms "$base/shardplan" "$OLD_ENV"); np=$(plan_ms ./shardplan)
     else
-        n=$(us ./bench/bench_cost); o=$(us "$base/bench/bench_cost")
-        np=$(plan_ms ./shardplan); op=$(plan_ms "$base/shardplan")
+        n=$(us ./bench/bench_cost); o=$(us "$base/bench/bench_cost" "$OLD_ENV")
+        np=$(plan_ms ./shardplan); op=$(plan_ms "$base/shardplan" "$OLD_ENV")
     fi
     echo "$i $o $n $op $np" | awk '{printf "%-6s %12s %12s %12s %12s %12s %12s\n", $1, $2, $4, $3, $5, $6, $7}'
     i=$((i + 1))

@@ -1,5 +1,6 @@
 /* cost.c: prices lowered programs on a hardware description (rules in sp_cost.h). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include "spi_common.h"
@@ -87,18 +88,19 @@ void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, 
 enum { NEAR = 0, FAR = 1 };
 
 static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
-                       sp_coll_terms *out);
+                       unsigned mask, sp_coll_terms *out);
 
 void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out)
 {
     sp_torus_map map;
     int have = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(l, hw, &map);
-    coll_terms(hw, l, have ? &map : NULL, c, out);
+    coll_terms(hw, l, have ? &map : NULL, c, axes_mask(c->row_axes) | axes_mask(c->col_axes), out);
 }
 
-/* map: the layout's torus map (NULL: none, or not a torus) */
+/* map: the layout's torus map (NULL: none, or not a torus); mask: the
+ * group's axes (a lowered step carries them as sp_coll.mask) */
 static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
-                       sp_coll_terms *out)
+                       unsigned mask, sp_coll_terms *out)
 {
     memset(out, 0, sizeof *out);
     if (c->kind == SP_COLL_SENDRECV) {
@@ -113,7 +115,6 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
     int K = c->group;
     if (K <= 1) return;
     double bytes = (double)c->bytes_recv;
-    unsigned mask = axes_mask(c->row_axes) | axes_mask(c->col_axes);
     if (hw->topo == SP_TOPO_TORUS) {
         if (!map) {
             out->bytes[NEAR] = HUGE_VAL;   /* sp_cost_eval refuses such a layout first */
@@ -188,35 +189,33 @@ enum { EFF_SLOTS = 512 };
 typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, d_head); memory (bytes, -2, -2);
                                                           weight stream (bytes, -3, -3) */
 static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
+/* What the curves read of a profile (sp_hw_matmul_shape_eff,
+ * sp_hw_memory_eff, sp_hw_attention_eff, the weight-stream curve): the
+ * fields from eff_points to attn_value, which sp_hw keeps together, and
+ * hbm_bw_eff.  Compared as one block of bytes (padding included: a
+ * difference there only empties the memo once more). */
+#define EFF_FIRST offsetof(sp_hw, eff_points)
+#define EFF_END (offsetof(sp_hw, attn_value) + sizeof ((sp_hw *)0)->attn_value)
+_Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offsetof(sp_hw, eff_flops) < offsetof(sp_hw, eff_value) &&
+               offsetof(sp_hw, eff_value) < offsetof(sp_hw, matmul_tile) && offsetof(sp_hw, matmul_tile) < offsetof(sp_hw, mem_points) &&
+               offsetof(sp_hw, mem_points) < offsetof(sp_hw, mem_bytes) && offsetof(sp_hw, mem_bytes) < offsetof(sp_hw, mem_value) &&
+               offsetof(sp_hw, mem_value) < offsetof(sp_hw, ws_points) && offsetof(sp_hw, ws_points) < offsetof(sp_hw, ws_bytes) &&
+               offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, attn_points) &&
+               offsetof(sp_hw, attn_points) < offsetof(sp_hw, attn_dhead) && offsetof(sp_hw, attn_dhead) < offsetof(sp_hw, attn_value),
+               "the efficiency curves lie between eff_points and attn_value");
 static _Thread_local struct {
-    int points, mem_points, tile[3], attn_points, ws_points;
-    double f[SP_HW_EFF_POINTS], v[SP_HW_EFF_POINTS], mb[SP_HW_EFF_POINTS], mv[SP_HW_EFF_POINTS], bw_eff;
-    double ad[SP_HW_EFF_POINTS], av[SP_HW_EFF_POINTS], wb[SP_HW_EFF_POINTS], wv[SP_HW_EFF_POINTS];
+    int bound;
+    unsigned char curves[EFF_END - EFF_FIRST];
+    double bw_eff;
 } eff_curve;
 
 static void eff_bind(const sp_hw *hw)
 {
-    if (eff_curve.points != hw->eff_points || memcmp(eff_curve.f, hw->eff_flops, sizeof eff_curve.f) ||
-        memcmp(eff_curve.v, hw->eff_value, sizeof eff_curve.v) || eff_curve.mem_points != hw->mem_points ||
-        memcmp(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb) || memcmp(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv) ||
-        memcmp(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile) || eff_curve.bw_eff != hw->hbm_bw_eff ||
-        eff_curve.attn_points != hw->attn_points || memcmp(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad) ||
-        memcmp(eff_curve.av, hw->attn_value, sizeof eff_curve.av) || eff_curve.ws_points != hw->ws_points ||
-        memcmp(eff_curve.wb, hw->ws_bytes, sizeof eff_curve.wb) || memcmp(eff_curve.wv, hw->ws_value, sizeof eff_curve.wv)) {
-        eff_curve.points = hw->eff_points;
-        memcpy(eff_curve.f, hw->eff_flops, sizeof eff_curve.f);
-        memcpy(eff_curve.v, hw->eff_value, sizeof eff_curve.v);
-        eff_curve.mem_points = hw->mem_points;
-        memcpy(eff_curve.mb, hw->mem_bytes, sizeof eff_curve.mb);
-        memcpy(eff_curve.mv, hw->mem_value, sizeof eff_curve.mv);
-        memcpy(eff_curve.tile, hw->matmul_tile, sizeof eff_curve.tile);
+    const unsigned char *c = (const unsigned char *)hw + EFF_FIRST;
+    if (!eff_curve.bound || memcmp(eff_curve.curves, c, sizeof eff_curve.curves) || eff_curve.bw_eff != hw->hbm_bw_eff) {
+        memcpy(eff_curve.curves, c, sizeof eff_curve.curves);
         eff_curve.bw_eff = hw->hbm_bw_eff;
-        eff_curve.attn_points = hw->attn_points;
-        memcpy(eff_curve.ad, hw->attn_dhead, sizeof eff_curve.ad);
-        memcpy(eff_curve.av, hw->attn_value, sizeof eff_curve.av);
-        eff_curve.ws_points = hw->ws_points;
-        memcpy(eff_curve.wb, hw->ws_bytes, sizeof eff_curve.wb);
-        memcpy(eff_curve.wv, hw->ws_value, sizeof eff_curve.wv);
+        eff_curve.bound = 1;
         memset(eff_memo, 0xff, sizeof eff_memo);   /* keys of -1: never a real key */
     }
 }
@@ -338,7 +337,7 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
         return;
     }
     sp_coll_terms ct;
-    coll_terms(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &ct);
+    coll_terms(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, s->coll.mask, &ct);
     double t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
     int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
                                s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
@@ -406,6 +405,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
             touched |= 1ull << r->dst;
         }
     touched &= ~1ull;   /* SP_BUF_NONE */
+    uint64_t live = 0;   /* buffers the layer's ops read or write */
     for (int k = 0; k < SP_PART_COUNT; k++) {
         int n = 0;
         int64_t add[2] = {0, 0};
@@ -418,9 +418,26 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
                 add[1] += r->dur_ps[1];
                 continue;
             }
-            out->op[k][n].idx = i;
-            out->op[k][n].add[0] = add[0];
-            out->op[k][n].add[1] = add[1];
+            if (k == SP_PART_LAYER) live |= uses;
+            struct spi_op *o = &out->op[k][n];
+            o->idx = i;
+            o->add[0] = add[0];
+            o->add[1] = add[1];
+            /* the slots spi_sched_ready reads and spi_sched_commit writes */
+            o->n_dep = o->n_set = o->n_rdm = 0;
+            if (r->mode != SPI_RUN_OVERLAP) o->dep[o->n_dep++] = SPI_SLOT_COMP;
+            if (r->mode != SPI_RUN_COMPUTE) o->dep[o->n_dep++] = SPI_SLOT_COMM;
+            for (int j = 0; j < 4; j++)
+                if (r->rd[j] != SP_BUF_NONE) o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->rd[j]);
+            if (r->dst != SP_BUF_NONE) {
+                o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->dst);
+                o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_READ + r->dst);
+            }
+            if (r->mode != SPI_RUN_OVERLAP) o->set[o->n_set++] = SPI_SLOT_COMP;
+            if (r->mode != SPI_RUN_COMPUTE) o->set[o->n_set++] = SPI_SLOT_COMM;
+            if (r->dst != SP_BUF_NONE) o->set[o->n_set++] = (unsigned char)(SPI_SLOT_BUF + r->dst);
+            for (int j = 0; j < 4; j++)
+                if (r->rd[j] != SP_BUF_NONE && r->rd[j] != r->dst) o->rdm[o->n_rdm++] = (unsigned char)(SPI_SLOT_READ + r->rd[j]);
             n++;
             add[0] = add[1] = 0;
         }
@@ -429,20 +446,36 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
         out->op[k][n].add[1] = add[1];
         out->n_ops[k] = n + 1;
     }
+    live &= ~1ull;   /* SP_BUF_NONE's slots are never written */
+    out->live[0] = SPI_SLOT_COMP;
+    out->live[1] = SPI_SLOT_COMM;
+    out->n_live = 2;
+    for (; live; live &= live - 1) {
+        int b = __builtin_ctzll(live);
+        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_BUF + b);
+        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_READ + b);
+    }
 }
 
 static void sched_part(spi_sched *st, const sp_steps *ss, const spi_prog_run *pr, int part, int k,
                        const double (*coef)[SP_CP_COUNT])
 {
     const spi_step_run *run = pr->run[part];
-    if (!st->vec) {   /* the shortcut (spi_prog_run) */
+    if (!st->vec) {   /* the shortcut (spi_prog_run): spi_sched_ready and _commit on resolved slots */
+        int64_t *t = st->t;
         for (int j = 0; j < pr->n_ops[part]; j++) {
-            st->t[SPI_SLOT_COMP] += pr->op[part][j].add[k];
-            int i = pr->op[part][j].idx;
-            if (i < 0) break;
-            int from;
-            int64_t start = spi_sched_ready(st, &run[i], &from);
-            spi_sched_commit(st, &run[i], k, start, NULL, NULL);
+            const struct spi_op *o = &pr->op[part][j];
+            t[SPI_SLOT_COMP] += o->add[k];
+            if (o->idx < 0) break;
+            const spi_step_run *r = &run[o->idx];
+            int64_t start = t[o->dep[0]];
+            for (int d = 1; d < o->n_dep; d++)
+                if (t[o->dep[d]] > start) start = t[o->dep[d]];
+            int64_t end = start + r->dur_ps[k];
+            for (int d = 0; d < o->n_set; d++) t[o->set[d]] = end;
+            for (int d = 0; d < o->n_rdm; d++)
+                if (t[o->rdm[d]] < end) t[o->rdm[d]] = end;
+            t[SPI_SLOT_COMP] += r->pen_ps[k];
         }
         return;
     }
@@ -478,20 +511,28 @@ static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k,
     memset(st->t, 0, sizeof st->t);
     if (st->vec) memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
     sched_part(st, &p->pre, pr, SP_PART_PRE, k, coef ? (*coef)[SP_PART_PRE] : NULL);
+    /* the state compared is that of the layer's live slots (spi_prog_run):
+     * a layer neither reads nor writes the others, so they keep their
+     * values however many layers run */
     int64_t prev[SPI_SLOTS], prev_base = 0;
-    int have_prev = 0;
+    int have_prev = 0, nl = pr->n_live;
     for (int64_t layer = 0; layer < p->n_layers; layer++) {
         sched_part(st, &p->layer, pr, SP_PART_LAYER, k, coef ? (*coef)[SP_PART_LAYER] : NULL);
         if (st->vec) continue;
         int64_t base = st->t[SPI_SLOT_COMP] < st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
         int64_t rel[SPI_SLOTS];
-        for (int j = 0; j < SPI_SLOTS; j++) rel[j] = (st->t[j] > base ? st->t[j] : base) - base;
-        if (have_prev && !memcmp(rel, prev, sizeof rel)) {
+        int same = have_prev;
+        for (int j = 0; j < nl; j++) {
+            int64_t t = st->t[pr->live[j]];
+            rel[j] = (t > base ? t : base) - base;
+            same &= rel[j] == prev[j];
+        }
+        if (same) {
             int64_t left = p->n_layers - 1 - layer, delta = base - prev_base;
-            for (int j = 0; j < SPI_SLOTS; j++) st->t[j] = base + rel[j] + left * delta;
+            for (int j = 0; j < nl; j++) st->t[pr->live[j]] = base + rel[j] + left * delta;
             break;
         }
-        memcpy(prev, rel, sizeof rel);
+        memcpy(prev, rel, (size_t)nl * sizeof *rel);
         prev_base = base;
         have_prev = 1;
     }
@@ -738,7 +779,20 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
                         (long long)w->batch, (long long)w->prompt, (long long)w->gen);
     sp_cost_opts defaults;
-    if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));   /* searches check once, up front */
+    if (!opts || !opts->quiet) {
+        /* searches check once, up front (quiet); others too, per thread:
+         * the check depends on the model and workload alone, and the last
+         * pair that passed is kept (a caller pricing many layouts of one
+         * request pays it once) */
+        static _Thread_local struct { int ok; sp_model m; sp_workload w; } checked;
+        if (!checked.ok || memcmp(&checked.w, w, sizeof *w) || memcmp(&checked.m, m, sizeof *m)) {
+            checked.ok = 0;
+            SP_CHECK(sp_cost_check_workload(m, w));
+            memcpy(&checked.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
+            checked.w = *w;
+            checked.ok = 1;
+        }
+    }
     if (!opts) {
         sp_cost_opts_init(&defaults);
         opts = &defaults;

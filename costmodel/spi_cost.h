@@ -41,7 +41,21 @@ typedef struct spi_prog_run {
      * steps before it that do not (those only advance the compute stream:
      * their inputs are compute-stream outputs, ready by then) */
     int n_ops[SP_PART_COUNT];
-    struct { int idx; int64_t add[2]; } op[SP_PART_COUNT][SP_PROG_MAX_STEPS + 1];
+    struct spi_op {
+        int idx;                  /* the step (-1: the tail, add only) */
+        int64_t add[2];
+        /* its slots (spi_sched), resolved once: the start is the latest of
+         * dep (its stream(s), then its inputs' and its output's slots; those
+         * of SP_BUF_NONE, never written, left out), the end is written to
+         * set and raises rdm (the read-by slots of its inputs) */
+        unsigned char n_dep, n_set, n_rdm;
+        unsigned char dep[2 + 4 + 2], set[3], rdm[4];
+    } op[SP_PART_COUNT][SP_PROG_MAX_STEPS + 1];
+    /* The slots the layer's ops read or write, streams first: the only part
+     * of the state a layer changes or depends on, so the shortcut's test
+     * for a repeated state compares these alone */
+    int n_live;
+    unsigned char live[2 + 2 * SP_BUF_COUNT];   /* [SPI_SLOTS] */
     sp_phase_cost sums[2];   /* every field but time_s */
     spi_ckd ck;              /* an int64 sum (FLOPs, bytes sent) that overflowed: the sums are not to be used */
 } spi_prog_run;
@@ -59,6 +73,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
 _Static_assert(SP_BUF_COUNT <= 64, "spi_step_run keeps buffers in a byte, sets of them in 64 bits");
 enum { SPI_SLOT_COMP = 0, SPI_SLOT_COMM = 1, SPI_SLOT_BUF = 2, SPI_SLOT_READ = 2 + SP_BUF_COUNT,
        SPI_SLOTS = 2 + 2 * SP_BUF_COUNT };
+_Static_assert(sizeof ((spi_prog_run *)0)->live == SPI_SLOTS, "spi_prog_run.live holds every slot");
 typedef struct spi_sched {
     int64_t t[SPI_SLOTS];
     double (*vec)[SP_CP_COUNT];   /* optional [SPI_SLOTS]: the coefficients of each slot's time */
