@@ -130,7 +130,7 @@ sp_status spi_chip_setup(chip *ch)
     ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb);
     if (!ch->lw || !ch->lscale || !ch->lb) return spi_fail(SP_ENOMEM, "weight tables");
     for (int64_t li = 0; li < cnt; li++)
-        for (int w = SP_W_Q; w <= SP_W_NORM2; w++) {
+        for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
             const sp_weight_spec *s = &pf->wspec[w];
             if (!s->present) continue;
             int64_t i = li * SP_W_COUNT + w;
@@ -143,7 +143,7 @@ sp_status spi_chip_setup(chip *ch)
             if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
         }
     /* model weights: final norm, vocabulary tables, learned positions */
-    for (int w = SP_W_NORMF; w <= SP_W_POS; w++) {
+    for (int w = 1; w < SP_W_FIRST_LAYER; w++) {
         const sp_weight_spec *s = &pf->wspec[w];
         if (!s->present) continue;
         if (s->dtype == SP_DT_INT8 || s->dtype == SP_DT_FP8 || s->bias)

@@ -12,36 +12,13 @@
 #include "exec/spi_exec.h"
 
 /* ---- weights ---------------------------------------------------------------- */
-static sp_wt wt_of(sp_weight w)
-{
-    switch (w) {
-    case SP_W_Q: return SP_WT_WQ;
-    case SP_W_K: return SP_WT_WK;
-    case SP_W_V: return SP_WT_WV;
-    case SP_W_O: return SP_WT_WO;
-    case SP_W_IN: return SP_WT_W_IN;
-    case SP_W_UP: return SP_WT_W_UP;
-    case SP_W_OUT: return SP_WT_W_OUT;
-    default: return SP_WT_COUNT;
-    }
-}
-
 /* the global bias of a matrix and its length (NULL when the model has none) */
 const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len)
 {
-    const sp_weights_layer *L = &ch->ex->w->layers[layer];
-    const sp_model *m = ch->m;
-    int64_t HD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
-    switch (w) {
-    case SP_W_Q: *len = HD; return L->bq;
-    case SP_W_K: *len = KD; return L->bk;
-    case SP_W_V: *len = KD; return L->bv;
-    case SP_W_O: *len = m->d_model; return L->bo;
-    case SP_W_IN: *len = m->d_ff; return L->b_in;
-    case SP_W_UP: *len = m->d_ff; return L->b_up;
-    case SP_W_OUT: *len = m->d_model; return L->b_out;
-    default: *len = 0; return NULL;
-    }
+    sp_weight b = sp_weight_bias(w);
+    int64_t rows;
+    sp_weight_shape(ch->m, b, &rows, len);
+    return sp_weights_tensor(ch->ex->w, b, layer);
 }
 
 /* this chip's copy of the current layer's bias of a matrix (NULL: none) */
@@ -54,7 +31,7 @@ const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len)
 /* this chip's copy of a norm: (1 or 2, E) fp32, gain row then LayerNorm bias row */
 void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b)
 {
-    const float *n = w == SP_W_NORMF ? (const float *)ch->wt[w] : (const float *)ch->lw[ch->li * SP_W_COUNT + w];
+    const float *n = sp_weight_per_layer(w) ? (const float *)ch->lw[ch->li * SP_W_COUNT + w] : (const float *)ch->wt[w];
     *g = n;
     *b = ch->m->norm == SP_NORM_LAYERNORM ? n + ch->m->d_model : NULL;
 }
@@ -87,7 +64,6 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
     if (r1 > s->rows_real) r1 = s->rows_real;
     if (c1 > s->cols_real) c1 = s->cols_real;
     sp_weight w = s->weight;
-    sp_wt t = wt_of(w);
     sp_dtype dt = s->dtype;   /* norms are fp32 in the spec; vocab tables f32, bf16 or f16 */
     int eb = sp_dtype_bytes(dt);
     size_t bytes = (size_t)(s->local_rows * s->local_cols * eb);
@@ -104,21 +80,21 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
         } else {
             /* zero rows: only the scales of the whole real column range */
             int8_t none;
-            st = sp_weights_block(ch->ex->w, t, layer, 0, 0, 0, s->cols_real, dt, &none, full);
+            st = sp_weights_block(ch->ex->w, w, layer, 0, 0, 0, s->cols_real, dt, &none, full);
         }
         if (full) st = from_host(ch, scale_dst, full, sb, st);
     }
-    if (!st && r1 > r0 && c1 > c0 && t != SP_WT_COUNT) {
+    if (!st && r1 > r0 && c1 > c0 && sp_weight_is_matrix(w)) {
         char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
         if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
-        else st = sp_weights_block(ch->ex->w, t, layer, r0, r1, c0, c1, dt, blk, lsc);
+        else st = sp_weights_block(ch->ex->w, w, layer, r0, r1, c0, c1, dt, blk, lsc);
         if (!st) spi_copy_block_host(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
     } else if (!st && r1 > r0 && c1 > c0) {
         if (w == SP_W_EMBED || w == SP_W_LMHEAD || w == SP_W_POS) {
             /* the chip's rows of a vocabulary / positions table, read as fp32
              * (from the checkpoint's slice when the weights are opened lazily) */
-            sp_wt vt = w == SP_W_POS ? SP_WT_POS : w == SP_W_EMBED || ch->m->tied_embeddings ? SP_WT_EMBED : SP_WT_LM_HEAD;
+            sp_weight vt = w == SP_W_LMHEAD && ch->m->tied_embeddings ? SP_W_EMBED : w;
             int64_t nr = r1 - r0, nc = c1 - c0;
             float *blk = malloc((size_t)(nr * nc) * sizeof *blk);   // (nr, nc)
             if (!blk) st = spi_fail(SP_ENOMEM, "table block");
@@ -139,10 +115,8 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
             free(blk);
         } else if (w == SP_W_NORM1 || w == SP_W_NORM2 || w == SP_W_NORMF) {
             /* gain row, then the LayerNorm bias row */
-            const sp_weights *W = ch->ex->w;
-            const sp_weights_layer *L = w == SP_W_NORMF ? NULL : &W->layers[layer];
-            const float *rowv[2] = {w == SP_W_NORMF ? W->final_norm : w == SP_W_NORM1 ? L->attn_norm : L->ffn_norm,
-                                    w == SP_W_NORMF ? W->final_norm_b : w == SP_W_NORM1 ? L->attn_norm_b : L->ffn_norm_b};
+            const float *rowv[2] = {sp_weights_tensor(ch->ex->w, w, layer),
+                                    sp_weights_tensor(ch->ex->w, sp_weight_bias(w), layer)};
             for (int64_t r = r0; r < r1; r++)
                 if (rowv[r]) memcpy(shard + (r - r0) * s->local_cols * eb, rowv[r] + c0, (size_t)((c1 - c0) * eb));
         }

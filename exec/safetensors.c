@@ -447,7 +447,7 @@ typedef struct hf_loc {
 } hf_loc;
 
 /* GPT-NeoX naming: fused per-head q | k | v, Linear weights (out, in) */
-static int hf_where_neox(const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
+static int hf_where_neox(const sp_model *m, sp_weight t, int64_t l, hf_loc *o)
 {
     int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, V = m->vocab;
     long long ll = (long long)l;
@@ -455,32 +455,32 @@ static int hf_where_neox(const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
     (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = 0, \
      o->c1 = (sr_) != 0 ? ((tr_) ? (sc_) : (sr_)) : (sc_), o->transpose = (tr_), o->part = (part_), 1)
     switch (t) {
-    case SP_WT_EMBED: return LOCN(V, E, 0, 0, "%s", "gpt_neox.embed_in.weight");
-    case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOCN(V, E, 0, 0, "%s", "embed_out.weight");
-    case SP_WT_FINAL_NORM: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.weight");
-    case SP_WT_FINAL_NORM_B: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.bias");
-    case SP_WT_ATTN_NORM: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.weight", ll);
-    case SP_WT_ATTN_NORM_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.bias", ll);
-    case SP_WT_FFN_NORM: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.weight", ll);
-    case SP_WT_FFN_NORM_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.bias", ll);
-    case SP_WT_WQ: return LOCN(3 * QD, E, 1, 1, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
-    case SP_WT_WK: return LOCN(3 * QD, E, 1, 2, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
-    case SP_WT_WV: return LOCN(3 * QD, E, 1, 3, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
-    case SP_WT_WO: return LOCN(E, QD, 1, 0, "gpt_neox.layers.%lld.attention.dense.weight", ll);
-    case SP_WT_W_IN: return LOCN(F, E, 1, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.weight", ll);
-    case SP_WT_W_OUT: return LOCN(E, F, 1, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.weight", ll);
-    case SP_WT_BQ: return LOCN(0, 3 * QD, 0, 1, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
-    case SP_WT_BK: return LOCN(0, 3 * QD, 0, 2, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
-    case SP_WT_BV: return LOCN(0, 3 * QD, 0, 3, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
-    case SP_WT_BO: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.attention.dense.bias", ll);
-    case SP_WT_B_IN: return LOCN(0, F, 0, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.bias", ll);
-    case SP_WT_B_OUT: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.bias", ll);
+    case SP_W_EMBED: return LOCN(V, E, 0, 0, "%s", "gpt_neox.embed_in.weight");
+    case SP_W_LMHEAD: return m->tied_embeddings ? 0 : LOCN(V, E, 0, 0, "%s", "embed_out.weight");
+    case SP_W_NORMF: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.weight");
+    case SP_W_NORMF_B: return LOCN(0, E, 0, 0, "%s", "gpt_neox.final_layer_norm.bias");
+    case SP_W_NORM1: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.weight", ll);
+    case SP_W_NORM1_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.input_layernorm.bias", ll);
+    case SP_W_NORM2: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.weight", ll);
+    case SP_W_NORM2_B: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.post_attention_layernorm.bias", ll);
+    case SP_W_Q: return LOCN(3 * QD, E, 1, 1, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_W_K: return LOCN(3 * QD, E, 1, 2, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_W_V: return LOCN(3 * QD, E, 1, 3, "gpt_neox.layers.%lld.attention.query_key_value.weight", ll);
+    case SP_W_O: return LOCN(E, QD, 1, 0, "gpt_neox.layers.%lld.attention.dense.weight", ll);
+    case SP_W_IN: return LOCN(F, E, 1, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.weight", ll);
+    case SP_W_OUT: return LOCN(E, F, 1, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.weight", ll);
+    case SP_W_BQ: return LOCN(0, 3 * QD, 0, 1, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_W_BK: return LOCN(0, 3 * QD, 0, 2, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_W_BV: return LOCN(0, 3 * QD, 0, 3, "gpt_neox.layers.%lld.attention.query_key_value.bias", ll);
+    case SP_W_BO: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.attention.dense.bias", ll);
+    case SP_W_B_IN: return LOCN(0, F, 0, 0, "gpt_neox.layers.%lld.mlp.dense_h_to_4h.bias", ll);
+    case SP_W_B_OUT: return LOCN(0, E, 0, 0, "gpt_neox.layers.%lld.mlp.dense_4h_to_h.bias", ll);
     default: return 0;
     }
 #undef LOCN
 }
 
-static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, hf_loc *o)
+static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, hf_loc *o)
 {
     int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
     int ln = m->norm == SP_NORM_LAYERNORM;
@@ -493,37 +493,37 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, 
      o->c1 = (c1_), o->transpose = (tr_), 1)
     if (!h->gpt2) {
         switch (t) {
-        case SP_WT_EMBED: return LOC(V, E, 0, E, 0, "%s", "model.embed_tokens.weight");
-        case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
-        case SP_WT_FINAL_NORM: return LOC(0, E, 0, E, 0, "%s", "model.norm.weight");
-        case SP_WT_FINAL_NORM_B: return ln && LOC(0, E, 0, E, 0, "%s", "model.norm.bias");
-        case SP_WT_ATTN_NORM: return LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.weight", ll);
-        case SP_WT_ATTN_NORM_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.bias", ll);
-        case SP_WT_FFN_NORM: return LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.weight", ll);
-        case SP_WT_FFN_NORM_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.bias", ll);
+        case SP_W_EMBED: return LOC(V, E, 0, E, 0, "%s", "model.embed_tokens.weight");
+        case SP_W_LMHEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
+        case SP_W_NORMF: return LOC(0, E, 0, E, 0, "%s", "model.norm.weight");
+        case SP_W_NORMF_B: return ln && LOC(0, E, 0, E, 0, "%s", "model.norm.bias");
+        case SP_W_NORM1: return LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.weight", ll);
+        case SP_W_NORM1_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.input_layernorm.bias", ll);
+        case SP_W_NORM2: return LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.weight", ll);
+        case SP_W_NORM2_B: return ln && LOC(0, E, 0, E, 0, "model.layers.%lld.post_attention_layernorm.bias", ll);
         /* HF Linear weights are (out, in): transposed into our (in, out) */
-        case SP_WT_WQ: return LOC(QD, E, 0, E, 1, "model.layers.%lld.self_attn.q_proj.weight", ll);
-        case SP_WT_WK: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.k_proj.weight", ll);
-        case SP_WT_WV: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.v_proj.weight", ll);
-        case SP_WT_WO: return LOC(E, QD, 0, QD, 1, "model.layers.%lld.self_attn.o_proj.weight", ll);
-        case SP_WT_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.gate_proj.weight", ll);
-        case SP_WT_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.up_proj.weight", ll);
-        case SP_WT_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
+        case SP_W_Q: return LOC(QD, E, 0, E, 1, "model.layers.%lld.self_attn.q_proj.weight", ll);
+        case SP_W_K: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.k_proj.weight", ll);
+        case SP_W_V: return LOC(KD, E, 0, E, 1, "model.layers.%lld.self_attn.v_proj.weight", ll);
+        case SP_W_O: return LOC(E, QD, 0, QD, 1, "model.layers.%lld.self_attn.o_proj.weight", ll);
+        case SP_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.gate_proj.weight", ll);
+        case SP_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.up_proj.weight", ll);
+        case SP_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
         default: break;
         }
         /* biases: required where config.json declares them (attention_bias: q, k, v, o; Qwen2: q, k, v;
          * mlp_bias), and refused where it does not (spi_hf_fill) */
-        o->required = t == SP_WT_BQ || t == SP_WT_BK || t == SP_WT_BV ? sp_model_has_bias(m, SP_BIAS_QKV)
-                      : t == SP_WT_BO                                 ? sp_model_has_bias(m, SP_BIAS_O)
+        o->required = t == SP_W_BQ || t == SP_W_BK || t == SP_W_BV ? sp_model_has_bias(m, SP_BIAS_QKV)
+                      : t == SP_W_BO                                 ? sp_model_has_bias(m, SP_BIAS_O)
                                                                       : sp_model_has_bias(m, SP_BIAS_FFN);
         switch (t) {
-        case SP_WT_BQ: return LOC(0, QD, 0, QD, 0, "model.layers.%lld.self_attn.q_proj.bias", ll);
-        case SP_WT_BK: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.k_proj.bias", ll);
-        case SP_WT_BV: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.v_proj.bias", ll);
-        case SP_WT_BO: return LOC(0, E, 0, E, 0, "model.layers.%lld.self_attn.o_proj.bias", ll);
-        case SP_WT_B_IN: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.gate_proj.bias", ll);
-        case SP_WT_B_UP: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.up_proj.bias", ll);
-        case SP_WT_B_OUT: return LOC(0, E, 0, E, 0, "model.layers.%lld.mlp.down_proj.bias", ll);
+        case SP_W_BQ: return LOC(0, QD, 0, QD, 0, "model.layers.%lld.self_attn.q_proj.bias", ll);
+        case SP_W_BK: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.k_proj.bias", ll);
+        case SP_W_BV: return LOC(0, KD, 0, KD, 0, "model.layers.%lld.self_attn.v_proj.bias", ll);
+        case SP_W_BO: return LOC(0, E, 0, E, 0, "model.layers.%lld.self_attn.o_proj.bias", ll);
+        case SP_W_B_IN: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.gate_proj.bias", ll);
+        case SP_W_B_UP: return LOC(0, F, 0, F, 0, "model.layers.%lld.mlp.up_proj.bias", ll);
+        case SP_W_B_OUT: return LOC(0, E, 0, E, 0, "model.layers.%lld.mlp.down_proj.bias", ll);
         default: return 0;
         }
     }
@@ -531,27 +531,27 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, 
     int64_t QKV = QD + 2 * KD;
     /* GPT-2 Conv1D weights are already (in, out); c_attn fuses q | k | v along out */
     switch (t) {
-    case SP_WT_EMBED: return LOC(V, E, 0, E, 0, "%swte.weight", p);
-    case SP_WT_POS: return LOC(m->max_context, E, 0, E, 0, "%swpe.weight", p);
-    case SP_WT_LM_HEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
-    case SP_WT_FINAL_NORM: return LOC(0, E, 0, E, 0, "%sln_f.weight", p);
-    case SP_WT_FINAL_NORM_B: return LOC(0, E, 0, E, 0, "%sln_f.bias", p);
-    case SP_WT_ATTN_NORM: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.weight", p, ll);
-    case SP_WT_ATTN_NORM_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.bias", p, ll);
-    case SP_WT_FFN_NORM: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.weight", p, ll);
-    case SP_WT_FFN_NORM_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.bias", p, ll);
-    case SP_WT_WQ: return LOC(E, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
-    case SP_WT_WK: return LOC(E, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
-    case SP_WT_WV: return LOC(E, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
-    case SP_WT_WO: return LOC(QD, E, 0, E, 0, "%sh.%lld.attn.c_proj.weight", p, ll);
-    case SP_WT_W_IN: return LOC(E, F, 0, F, 0, "%sh.%lld.mlp.c_fc.weight", p, ll);
-    case SP_WT_W_OUT: return LOC(F, E, 0, E, 0, "%sh.%lld.mlp.c_proj.weight", p, ll);
-    case SP_WT_BQ: return LOC(0, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
-    case SP_WT_BK: return LOC(0, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
-    case SP_WT_BV: return LOC(0, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
-    case SP_WT_BO: return LOC(0, E, 0, E, 0, "%sh.%lld.attn.c_proj.bias", p, ll);
-    case SP_WT_B_IN: return LOC(0, F, 0, F, 0, "%sh.%lld.mlp.c_fc.bias", p, ll);
-    case SP_WT_B_OUT: return LOC(0, E, 0, E, 0, "%sh.%lld.mlp.c_proj.bias", p, ll);
+    case SP_W_EMBED: return LOC(V, E, 0, E, 0, "%swte.weight", p);
+    case SP_W_POS: return LOC(m->max_context, E, 0, E, 0, "%swpe.weight", p);
+    case SP_W_LMHEAD: return m->tied_embeddings ? 0 : LOC(V, E, 0, E, 0, "%s", "lm_head.weight");
+    case SP_W_NORMF: return LOC(0, E, 0, E, 0, "%sln_f.weight", p);
+    case SP_W_NORMF_B: return LOC(0, E, 0, E, 0, "%sln_f.bias", p);
+    case SP_W_NORM1: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.weight", p, ll);
+    case SP_W_NORM1_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_1.bias", p, ll);
+    case SP_W_NORM2: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.weight", p, ll);
+    case SP_W_NORM2_B: return LOC(0, E, 0, E, 0, "%sh.%lld.ln_2.bias", p, ll);
+    case SP_W_Q: return LOC(E, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_W_K: return LOC(E, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_W_V: return LOC(E, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.weight", p, ll);
+    case SP_W_O: return LOC(QD, E, 0, E, 0, "%sh.%lld.attn.c_proj.weight", p, ll);
+    case SP_W_IN: return LOC(E, F, 0, F, 0, "%sh.%lld.mlp.c_fc.weight", p, ll);
+    case SP_W_OUT: return LOC(F, E, 0, E, 0, "%sh.%lld.mlp.c_proj.weight", p, ll);
+    case SP_W_BQ: return LOC(0, QKV, 0, QD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_W_BK: return LOC(0, QKV, QD, QD + KD, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_W_BV: return LOC(0, QKV, QD + KD, QKV, 0, "%sh.%lld.attn.c_attn.bias", p, ll);
+    case SP_W_BO: return LOC(0, E, 0, E, 0, "%sh.%lld.attn.c_proj.bias", p, ll);
+    case SP_W_B_IN: return LOC(0, F, 0, F, 0, "%sh.%lld.mlp.c_fc.bias", p, ll);
+    case SP_W_B_OUT: return LOC(0, E, 0, E, 0, "%sh.%lld.mlp.c_proj.bias", p, ll);
     default: return 0;
     }
 #undef LOC
@@ -580,13 +580,13 @@ static sp_status hf_tensor(const spi_hf_src *h, const hf_loc *o, const sp_st_ten
 /* Block [r0, r1) x [c0, c1) of our (rows, cols) view of tensor kind t,
  * layer l, read from the checkpoint into out (r1-r0, c1-c0).  *absent is
  * set (and out left alone) for an optional tensor the checkpoint lacks. */
-sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, int64_t r0, int64_t r1,
+sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, int64_t r0, int64_t r1,
                             int64_t c0, int64_t c1, float *out, int *absent, sp_error *err)
 {
     hf_loc o;
     *absent = 0;
     if (!hf_where(h, m, t, l, &o))
-        return spi_fail(SP_EINVAL, "%s naming has no %s", h->neox ? "GPT-NeoX" : h->gpt2 ? "GPT-2" : "Llama", sp_wt_name(t));
+        return spi_fail(SP_EINVAL, "%s naming has no %s", h->neox ? "GPT-NeoX" : h->gpt2 ? "GPT-2" : "Llama", sp_weight_name(t));
     const sp_st_tensor *ts;
     SP_CHECK(hf_tensor(h, &o, &ts, err));
     if (!ts) {
@@ -646,16 +646,16 @@ static int hf_derived_buffer(const spi_hf_src *h, const char *name)
  * the naming knows but config.json does not declare is named as such. */
 static sp_status hf_check_explained(const spi_hf_src *h, const sp_model *m, sp_error *err)
 {
-    int64_t sz[SP_WT_COUNT], total;
+    int64_t sz[SP_W_COUNT], total;
     SP_CHECK(sp_weights_sizes(m, sz, &total));
     int cap = 0, n = 0;
     char **names = NULL;   /* "1name": the model reads it; "0name": the naming has it, this model does not */
     sp_status s = SP_OK;
-    for (int t = 0; t < SP_WT_COUNT && s == SP_OK; t++) {
-        int global = t <= SP_WT_FINAL_NORM_B;
+    for (int t = 0; t < SP_W_COUNT && s == SP_OK; t++) {
+        int global = !sp_weight_per_layer((sp_weight)t);
         for (int64_t l = 0; l < (global ? 1 : m->n_layers) && s == SP_OK; l++) {
             hf_loc o;
-            if (!hf_where(h, m, (sp_wt)t, l, &o)) continue;
+            if (!hf_where(h, m, (sp_weight)t, l, &o)) continue;
             if (n == cap) {
                 char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 256) * sizeof *nn);
                 if (!nn) { s = spi_fail(SP_ENOMEM, "out of memory"); break; }
@@ -740,19 +740,19 @@ void spi_hf_close(spi_hf_src *h)
 sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_error *err)
 {
     /* a tensor the config does not explain (an undeclared bias, ...) was refused by spi_hf_open */
-    for (int t = 0; t < SP_WT_COUNT; t++) {
+    for (int t = 0; t < SP_W_COUNT; t++) {
         if (!w->sizes[t]) continue;
-        int global = t <= SP_WT_FINAL_NORM_B;
+        int global = !sp_weight_per_layer((sp_weight)t);
         int64_t R, C;
-        sp_wt_shape(m, (sp_wt)t, &R, &C);
+        sp_weight_shape(m, (sp_weight)t, &R, &C);
         for (int64_t l = 0; l < (global ? 1 : m->n_layers); l++) {
             hf_loc o;
-            if (!hf_where(h, m, (sp_wt)t, l, &o)) continue;
+            if (!hf_where(h, m, (sp_weight)t, l, &o)) continue;
             const sp_st_tensor *ts;
             SP_CHECK(hf_tensor(h, &o, &ts, err));   /* shape and presence, even when read later */
             if (!w->t[t] || !ts) continue;
             int absent;
-            SP_CHECK(spi_hf_read_block(h, m, (sp_wt)t, l, 0, R, 0, C, w->t[t] + (global ? 0 : l * R * C), &absent, err));
+            SP_CHECK(spi_hf_read_block(h, m, (sp_weight)t, l, 0, R, 0, C, w->t[t] + (global ? 0 : l * R * C), &absent, err));
         }
     }
     return SP_OK;

@@ -23,39 +23,8 @@
 extern "C" {
 #endif
 
-/* Tensor kinds.  Append-only.  Global tensors first, then per-layer kinds
- * (stacked: (NL, ...)).  A kind the model does not have has size 0. */
-typedef enum sp_wt {
-    SP_WT_EMBED = 0,        /* (V, E) */
-    SP_WT_POS = 1,          /* (max_context, E), learned positions only */
-    SP_WT_LM_HEAD = 2,      /* (V, E), untied only */
-    SP_WT_FINAL_NORM = 3,   /* (E) */
-    SP_WT_FINAL_NORM_B = 4, /* (E), LayerNorm only */
-    SP_WT_ATTN_NORM = 5,    /* (NL, E) */
-    SP_WT_ATTN_NORM_B = 6,  /* (NL, E), LayerNorm only */
-    SP_WT_WQ = 7,           /* (NL, E, H*D) */
-    SP_WT_BQ = 8,           /* (NL, H*D), bias only */
-    SP_WT_WK = 9,           /* (NL, E, KVH*D) */
-    SP_WT_BK = 10,          /* (NL, KVH*D) */
-    SP_WT_WV = 11,          /* (NL, E, KVH*D) */
-    SP_WT_BV = 12,          /* (NL, KVH*D) */
-    SP_WT_WO = 13,          /* (NL, H*D, E) */
-    SP_WT_BO = 14,          /* (NL, E) */
-    SP_WT_FFN_NORM = 15,    /* (NL, E), serial block only */
-    SP_WT_FFN_NORM_B = 16,  /* (NL, E), serial block with LayerNorm */
-    SP_WT_W_IN = 17,        /* (NL, E, F): GELU up / SwiGLU gate */
-    SP_WT_B_IN = 18,        /* (NL, F) */
-    SP_WT_W_UP = 19,        /* (NL, E, F), SwiGLU only */
-    SP_WT_B_UP = 20,        /* (NL, F) */
-    SP_WT_W_OUT = 21,       /* (NL, F, E) */
-    SP_WT_B_OUT = 22,       /* (NL, E) */
-    SP_WT_COUNT
-} sp_wt;
-const char *sp_wt_name(sp_wt t);                 /* "wq", ... */
-int sp_wt_is_matrix(sp_wt t);                    /* the per-layer matrices that quantisation touches */
-/* Per-layer (rows, cols) of a per-layer kind (rows = 1 for vectors); of a
- * global kind, its whole shape. */
-void sp_wt_shape(const sp_model *m, sp_wt t, int64_t *rows, int64_t *cols);
+/* Tensor kinds are sp_weight (sp_model.h): its names, shapes and presence
+ * in a model; sizes[], t[] and scales[] below are indexed by it. */
 
 typedef struct sp_weights_layer {
     float *attn_norm;     /* (E) */
@@ -80,8 +49,8 @@ typedef struct sp_weights_layer {
 
 typedef struct sp_weights {
     sp_model model;
-    int64_t sizes[SP_WT_COUNT];     /* elements, from sp_weights_sizes */
-    float *t[SP_WT_COUNT];          /* into slab; NULL where sizes[] is 0 */
+    int64_t sizes[SP_W_COUNT];     /* elements, from sp_weights_sizes */
+    float *t[SP_W_COUNT];          /* into slab; NULL where sizes[] is 0 */
     float *slab;                    /* owned */
     size_t bytes;                   /* of slab */
     sp_weights_layer *layers;       /* (NL), owned */
@@ -94,15 +63,21 @@ typedef struct sp_weights {
      * through (F32 if never), and for INT8/FP8 the per-column scales of each
      * matrix kind, (NL, cols) each, owned. */
     sp_dtype quant;
-    float *scales[SP_WT_COUNT];
+    float *scales[SP_W_COUNT];
     /* sp_weights_open_hf: the checkpoint the layer matrices and vocabulary
      * tables are read from, block by block (their t[] are NULL); owned */
     struct spi_hf_src *src;
 } sp_weights;
 
-/* Elements per tensor kind into sizes[SP_WT_COUNT]; *total (may be NULL) gets
+/* Elements per tensor kind into sizes[SP_W_COUNT]; *total (may be NULL) gets
  * the sum.  Pure; the slab sp_weights_build_* allocates is 4 * total bytes. */
-sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_t *total);
+sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_W_COUNT], int64_t *total);
+
+/* Layer `layer`'s part of tensor k ((rows, cols) of sp_weight_shape; the
+ * layer is ignored for a model-level kind), borrowed from w; NULL when m has
+ * no k, the layer is out of range, or k stays in the checkpoint
+ * (sp_weights_open_hf's matrices and vocabulary tables: use sp_weights_block). */
+const float *sp_weights_tensor(const sp_weights *w, sp_weight k, int64_t layer);
 
 /* Allocates a zeroed slab for m (norm gains are NOT set). */
 sp_status sp_weights_alloc(const sp_model *m, sp_weights *w);
@@ -131,7 +106,7 @@ sp_status sp_weights_round_tables(sp_weights *w, sp_dtype dt);
  * scale_out (c1-c0).  Scales are those of the whole global column (from
  * w->scales after sp_weights_quantize, else computed), so dequantising the
  * block gives exactly the round-tripped weights. */
-sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
+sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
                            int64_t c1, sp_dtype dt, void *out, float *scale_out);
 /* Same for any fp32 matrix W (K, ld).  col_scale (ld) or NULL (computed from
  * the K rows of each column). */

@@ -15,6 +15,6 @@ void spi_hf_close(spi_hf_src *h);   /* NULL is a no-op */
 sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_error *err);
 /* Block [r0, r1) x [c0, c1) of our (rows, cols) view of kind t, layer l
  * (mmapped: only those rows of the file are touched). */
-sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_wt t, int64_t l, int64_t r0, int64_t r1,
+sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, int64_t r0, int64_t r1,
                             int64_t c0, int64_t c1, float *out, int *absent, sp_error *err);
 #endif

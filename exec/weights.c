@@ -9,67 +9,7 @@
 #include "exec/sp_weights.h"
 #include "exec/spi_hf.h"
 
-static const char *const wt_names[] = {
-    "embed", "pos", "lm_head", "final_norm", "final_norm_b", "attn_norm", "attn_norm_b",
-    "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ffn_norm", "ffn_norm_b",
-    "w_in", "b_in", "w_up", "b_up", "w_out", "b_out",
-};
-static_assert(SPI_ARRAY_LEN(wt_names) == SP_WT_COUNT, "one name per sp_wt");
-
-const char *sp_wt_name(sp_wt t)
-{
-    return (int)t >= 0 && t < SP_WT_COUNT ? wt_names[t] : "?";
-}
-
-int sp_wt_is_matrix(sp_wt t)
-{
-    return t == SP_WT_WQ || t == SP_WT_WK || t == SP_WT_WV || t == SP_WT_WO || t == SP_WT_W_IN ||
-           t == SP_WT_W_UP || t == SP_WT_W_OUT;
-}
-
-static int is_global(sp_wt t) { return t <= SP_WT_FINAL_NORM_B; }
-
-void sp_wt_shape(const sp_model *m, sp_wt t, int64_t *rows, int64_t *cols)
-{
-    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
-    int64_t r = 1, c = 0;
-    switch (t) {
-    case SP_WT_EMBED: case SP_WT_LM_HEAD: r = m->vocab; c = E; break;
-    case SP_WT_POS: r = m->max_context; c = E; break;
-    case SP_WT_WQ: r = E; c = QD; break;
-    case SP_WT_WK: case SP_WT_WV: r = E; c = KD; break;
-    case SP_WT_WO: r = QD; c = E; break;
-    case SP_WT_W_IN: case SP_WT_W_UP: r = E; c = F; break;
-    case SP_WT_W_OUT: r = F; c = E; break;
-    case SP_WT_BQ: c = QD; break;
-    case SP_WT_BK: case SP_WT_BV: c = KD; break;
-    case SP_WT_B_IN: case SP_WT_B_UP: c = F; break;
-    default: c = E; break;   /* norms and E-wide biases */
-    }
-    *rows = r;
-    *cols = c;
-}
-
-/* Does model m have tensor kind t? */
-static int wt_present(const sp_model *m, sp_wt t)
-{
-    int ln = m->norm == SP_NORM_LAYERNORM, norm2 = m->block != SP_BLOCK_PARALLEL, swiglu = m->ffn == SP_FFN_SWIGLU;
-    switch (t) {
-    case SP_WT_POS: return m->positions == SP_POS_LEARNED;
-    case SP_WT_LM_HEAD: return !m->tied_embeddings;
-    case SP_WT_FINAL_NORM_B: case SP_WT_ATTN_NORM_B: return ln;
-    case SP_WT_BQ: case SP_WT_BK: case SP_WT_BV: return sp_model_has_bias(m, SP_BIAS_QKV);
-    case SP_WT_BO: return sp_model_has_bias(m, SP_BIAS_O);
-    case SP_WT_B_IN: case SP_WT_B_OUT: return sp_model_has_bias(m, SP_BIAS_FFN);
-    case SP_WT_FFN_NORM: return norm2;
-    case SP_WT_FFN_NORM_B: return norm2 && ln;
-    case SP_WT_W_UP: return swiglu;
-    case SP_WT_B_UP: return swiglu && sp_model_has_bias(m, SP_BIAS_FFN);
-    default: return 1;
-    }
-}
-
-sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_t *total)
+sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_W_COUNT], int64_t *total)
 {
     if (!m || m->n_layers <= 0 || m->d_model <= 0 || m->d_ff <= 0 || m->n_heads <= 0 || m->n_kv_heads <= 0 ||
         m->d_head <= 0 || m->vocab <= 0 || m->n_heads % m->n_kv_heads)
@@ -77,14 +17,14 @@ sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_
     if (m->positions == SP_POS_LEARNED && m->max_context <= 0)
         return spi_fail(SP_EINVAL, "weights: learned positions need max_context > 0");
     uint64_t sum = 0;
-    for (int t = 0; t < SP_WT_COUNT; t++) {
+    for (int t = 0; t < SP_W_COUNT; t++) {
         uint64_t n = 0;
-        if (wt_present(m, (sp_wt)t)) {
+        if (sp_weight_present(m, (sp_weight)t)) {
             int64_t r, c;
-            sp_wt_shape(m, (sp_wt)t, &r, &c);
+            sp_weight_shape(m, (sp_weight)t, &r, &c);
             if (!spi_mul_u64((uint64_t)r, (uint64_t)c, &n) ||
-                (!is_global((sp_wt)t) && !spi_mul_u64(n, (uint64_t)m->n_layers, &n)))
-                return spi_fail(SP_EINVAL, "weights: size of %s overflows", sp_wt_name((sp_wt)t));
+                (sp_weight_per_layer((sp_weight)t) && !spi_mul_u64(n, (uint64_t)m->n_layers, &n)))
+                return spi_fail(SP_EINVAL, "weights: size of %s overflows", sp_weight_name((sp_weight)t));
         }
         if (n > (uint64_t)INT64_MAX / 8 || !spi_add_u64(sum, n, &sum))
             return spi_fail(SP_EINVAL, "weights: total size overflows");
@@ -95,15 +35,15 @@ sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_WT_COUNT], int64_
 }
 
 /* slab holds the kinds `keep` says (NULL: all); the others get t[] = NULL */
-static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_wt))
+static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_weight))
 {
     memset(w, 0, sizeof *w);
     int64_t total;
     SP_CHECK(sp_weights_sizes(m, w->sizes, &total));
     if (keep) {
         total = 0;
-        for (int t = 0; t < SP_WT_COUNT; t++)
-            if (keep((sp_wt)t)) total += w->sizes[t];
+        for (int t = 0; t < SP_W_COUNT; t++)
+            if (keep((sp_weight)t)) total += w->sizes[t];
     }
     w->model = *m;
     w->quant = SP_DT_F32;
@@ -115,38 +55,46 @@ static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_wt
         return spi_fail(SP_ENOMEM, "weights: cannot allocate %zu bytes", (size_t)total * sizeof(float));
     }
     float *p = w->slab;
-    for (int t = 0; t < SP_WT_COUNT; t++) {
-        int kept = !keep || keep((sp_wt)t);
+    for (int t = 0; t < SP_W_COUNT; t++) {
+        int kept = !keep || keep((sp_weight)t);
         w->t[t] = w->sizes[t] && kept ? p : NULL;
         if (kept) p += w->sizes[t];
     }
     for (int64_t l = 0; l < m->n_layers; l++) {
         sp_weights_layer *L = &w->layers[l];
-        float **dst[SP_WT_COUNT] = {0};
-        dst[SP_WT_ATTN_NORM] = &L->attn_norm; dst[SP_WT_ATTN_NORM_B] = &L->attn_norm_b;
-        dst[SP_WT_WQ] = &L->wq; dst[SP_WT_BQ] = &L->bq; dst[SP_WT_WK] = &L->wk; dst[SP_WT_BK] = &L->bk;
-        dst[SP_WT_WV] = &L->wv; dst[SP_WT_BV] = &L->bv; dst[SP_WT_WO] = &L->wo; dst[SP_WT_BO] = &L->bo;
-        dst[SP_WT_FFN_NORM] = &L->ffn_norm; dst[SP_WT_FFN_NORM_B] = &L->ffn_norm_b;
-        dst[SP_WT_W_IN] = &L->w_in; dst[SP_WT_B_IN] = &L->b_in; dst[SP_WT_W_UP] = &L->w_up;
-        dst[SP_WT_B_UP] = &L->b_up; dst[SP_WT_W_OUT] = &L->w_out; dst[SP_WT_B_OUT] = &L->b_out;
-        for (int t = SP_WT_ATTN_NORM; t < SP_WT_COUNT; t++)
+        float **dst[SP_W_COUNT] = {0};
+        dst[SP_W_NORM1] = &L->attn_norm; dst[SP_W_NORM1_B] = &L->attn_norm_b;
+        dst[SP_W_Q] = &L->wq; dst[SP_W_BQ] = &L->bq; dst[SP_W_K] = &L->wk; dst[SP_W_BK] = &L->bk;
+        dst[SP_W_V] = &L->wv; dst[SP_W_BV] = &L->bv; dst[SP_W_O] = &L->wo; dst[SP_W_BO] = &L->bo;
+        dst[SP_W_NORM2] = &L->ffn_norm; dst[SP_W_NORM2_B] = &L->ffn_norm_b;
+        dst[SP_W_IN] = &L->w_in; dst[SP_W_B_IN] = &L->b_in; dst[SP_W_UP] = &L->w_up;
+        dst[SP_W_B_UP] = &L->b_up; dst[SP_W_OUT] = &L->w_out; dst[SP_W_B_OUT] = &L->b_out;
+        for (int t = SP_W_FIRST_LAYER; t < SP_W_COUNT; t++)
             *dst[t] = w->t[t] ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
     }
-    w->embed = w->t[SP_WT_EMBED];
-    w->pos = w->t[SP_WT_POS];
-    w->lm_head = m->tied_embeddings ? w->embed : w->t[SP_WT_LM_HEAD];
-    w->final_norm = w->t[SP_WT_FINAL_NORM];
-    w->final_norm_b = w->t[SP_WT_FINAL_NORM_B];
+    w->embed = w->t[SP_W_EMBED];
+    w->pos = w->t[SP_W_POS];
+    w->lm_head = m->tied_embeddings ? w->embed : w->t[SP_W_LMHEAD];
+    w->final_norm = w->t[SP_W_NORMF];
+    w->final_norm_b = w->t[SP_W_NORMF_B];
     return SP_OK;
 }
 
 sp_status sp_weights_alloc(const sp_model *m, sp_weights *w) { return alloc_kinds(m, w, NULL); }
 
+const float *sp_weights_tensor(const sp_weights *w, sp_weight k, int64_t layer)
+{
+    if ((unsigned)k >= SP_W_COUNT || !w->t[k]) return NULL;
+    if (!sp_weight_per_layer(k)) return w->t[k];
+    if (layer < 0 || layer >= w->model.n_layers) return NULL;
+    return w->t[k] + layer * (w->sizes[k] / w->model.n_layers);
+}
+
 
 /* kinds read whole when a checkpoint is opened for slices */
-static int small_kind(sp_wt t)
+static int small_kind(sp_weight t)
 {
-    return !sp_wt_is_matrix(t) && t != SP_WT_EMBED && t != SP_WT_LM_HEAD;
+    return !sp_weight_is_matrix(t) && t != SP_W_EMBED && t != SP_W_LMHEAD;
 }
 
 sp_status sp_weights_open_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err)
@@ -177,13 +125,14 @@ sp_status sp_weights_build_random(const sp_model *m, uint64_t seed, sp_weights *
 {
     SP_CHECK(sp_weights_alloc(m, w));
     double proj_std = 0.02 / sqrt(2.0 * (double)m->n_layers);
-    for (int t = 0; t < SP_WT_COUNT; t++) {
+    for (int t = 0; t < SP_W_COUNT; t++) {
         float *p = w->t[t];
         if (!p) continue;
-        /* one stream per tensor kind, so adding a kind does not shift the others */
-        uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(t + 1));
-        int gain = t == SP_WT_FINAL_NORM || t == SP_WT_ATTN_NORM || t == SP_WT_FFN_NORM;
-        double std = (t == SP_WT_WO || t == SP_WT_W_OUT) ? proj_std : 0.02;
+        /* one stream per tensor kind (its sp_weight value, which never
+         * moves), so adding a kind does not shift the others */
+        uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)t);
+        int gain = t == SP_W_NORMF || t == SP_W_NORM1 || t == SP_W_NORM2;
+        double std = (t == SP_W_O || t == SP_W_OUT) ? proj_std : 0.02;
         for (int64_t i = 0; i < w->sizes[t]; i++) p[i] = (float)((gain ? 1.0 : 0.0) + std * randn(&s));
     }
     return SP_OK;
@@ -194,7 +143,7 @@ void sp_weights_free(sp_weights *w)
     if (!w) return;
     free(w->slab);
     free(w->layers);
-    for (int t = 0; t < SP_WT_COUNT; t++) free(w->scales[t]);
+    for (int t = 0; t < SP_W_COUNT; t++) free(w->scales[t]);
     spi_hf_close(w->src);
     memset(w, 0, sizeof *w);
     w->quant = SP_DT_F32;
@@ -260,13 +209,13 @@ sp_status sp_weights_quant_block(const float *W, int64_t K, int64_t ld, int64_t 
     return SP_OK;
 }
 
-sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
+sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
                            int64_t c1, sp_dtype dt, void *out, float *scale_out)
 {
-    if (!w || (int)t < 0 || t >= SP_WT_COUNT || !w->sizes[t] || (!w->t[t] && !w->src))
-        return spi_fail(SP_EINVAL, "weights_block: tensor %s absent", sp_wt_name(t));
+    if (!w || (int)t < 0 || t >= SP_W_COUNT || !w->sizes[t] || (!w->t[t] && !w->src))
+        return spi_fail(SP_EINVAL, "weights_block: tensor %s absent", sp_weight_name(t));
     int64_t R, C;
-    sp_wt_shape(&w->model, t, &R, &C);
+    sp_weight_shape(&w->model, t, &R, &C);
     if (!w->t[t]) {
         /* from the checkpoint: just these rows, or whole columns when the
          * per-column scales need them */
@@ -282,20 +231,20 @@ sp_status sp_weights_block(const sp_weights *w, sp_wt t, int64_t layer, int64_t 
         sp_error err;
         sp_error_init(&err);
         sp_status st = spi_hf_read_block(w->src, &w->model, t, layer, a0, a1, c0, c1, tmp, &absent, &err);
-        if (st == SP_OK && absent) st = spi_fail(SP_EINVAL, "weights_block: %s absent from the checkpoint", sp_wt_name(t));
+        if (st == SP_OK && absent) st = spi_fail(SP_EINVAL, "weights_block: %s absent from the checkpoint", sp_weight_name(t));
         if (st == SP_OK)
             st = sp_weights_quant_block(tmp, a1 - a0, c1 - c0, r0 - a0, r1 - a0, 0, c1 - c0, dt, NULL, out, scale_out);
         free(tmp);
         return st;
     }
     const float *base = w->t[t];
-    if (!is_global(t)) {
+    if (sp_weight_per_layer(t)) {
         if (layer < 0 || layer >= w->model.n_layers)
             return spi_fail(SP_EINVAL, "weights_block: layer %lld of %lld", (long long)layer, (long long)w->model.n_layers);
         base += layer * R * C;
     }
     const float *cs = NULL;
-    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (is_global(t) ? 0 : layer * C);
+    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (sp_weight_per_layer(t) ? layer * C : 0);
     return sp_weights_quant_block(base, R, C, r0, r1, c0, c1, dt, cs, out, scale_out);
 }
 
@@ -327,10 +276,10 @@ sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt)
     if (dt == SP_DT_F32) return SP_OK;
     int scaled = dt == SP_DT_INT8 || dt == SP_DT_FP8;
     int64_t NL = w->model.n_layers;
-    for (int t = 0; t < SP_WT_COUNT; t++) {
-        if (!sp_wt_is_matrix((sp_wt)t) || !w->t[t]) continue;
+    for (int t = 0; t < SP_W_COUNT; t++) {
+        if (!sp_weight_is_matrix((sp_weight)t) || !w->t[t]) continue;
         int64_t R, C;
-        sp_wt_shape(&w->model, (sp_wt)t, &R, &C);
+        sp_weight_shape(&w->model, (sp_weight)t, &R, &C);
         if (scaled) {
             w->scales[t] = malloc((size_t)(NL * C) * sizeof(float));
             if (!w->scales[t]) return spi_fail(SP_ENOMEM, "weights_quantize: no memory for scales");

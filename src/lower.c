@@ -24,23 +24,23 @@
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
     "add", "coll", "slice", "logits", "send", "recv", "kv-store"};
-static const char *const buf_names[SP_BUF_COUNT] = {
+static const char *const buf_names[] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
-    "wq", "wk", "wv", "wo", "win", "wup", "wout", "qp", "attg", "emb", "xf"};
+    "qp", "attg", "emb", "xf"};
 static const char *const scr_names[SP_SCR_COUNT] = {
     "pack", "pack2", "q", "k", "v", "scores", "pos", "scales", "sample", "tokens", "logits-row"};
-static const char *const weight_names[SP_W_COUNT] = {
-    "none", "wq", "wk", "wv", "wo", "w_in", "w_up", "w_out", "norm1", "norm2", "norm_f",
-    "embed", "lm_head", "pos"};
 _Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
-_Static_assert(SPI_ARRAY_LEN(buf_names) == SP_BUF_COUNT, "buf names");
-_Static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "weight names");
+_Static_assert(SPI_ARRAY_LEN(buf_names) == SP_BUF_GATHERED, "buf names");
 _Static_assert(SPI_ARRAY_LEN(scr_names) == SP_SCR_COUNT, "scratch names");
 
 const char *sp_step_kind_name(sp_step_kind k) { return k < SP_STEP_COUNT ? step_names[k] : "?"; }
-const char *sp_buf_name(sp_buf b) { return b < SP_BUF_COUNT ? buf_names[b] : "?"; }
-const char *sp_weight_name(sp_weight w) { return w < SP_W_COUNT ? weight_names[w] : "?"; }
+const char *sp_buf_name(sp_buf b)
+{
+    return b < SP_BUF_GATHERED ? buf_names[b]
+           : b < SP_BUF_COUNT  ? sp_weight_name((sp_weight)(b - SP_BUF_GATHERED + SP_W_FIRST_LAYER))
+                               : "?";
+}
 const char *sp_scr_name(sp_scr s) { return s < SP_SCR_COUNT ? scr_names[s] : "?"; }
 
 static const char *const class_names[SP_CLASS_COUNT] = {
@@ -346,15 +346,9 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
     s->act_bytes = spi_ck_mul4(&c->ck, "norm activation bytes", 2, rows, cols, c->act_b);
 }
 
-/* the bias group of a layer matrix */
-static int bias_group(sp_weight w)
-{
-    return w <= SP_W_V ? SP_BIAS_QKV : w == SP_W_O ? SP_BIAS_O : SP_BIAS_FFN;
-}
-
 static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t rows, int64_t cols, const char *col_axes)
 {
-    if (!sp_model_has_bias(c->m, bias_group(w))) return;
+    if (!sp_weight_present(c->m, sp_weight_bias(w))) return;
     sp_step *s = emit(ss, SP_STEP_BIAS);
     s->dst = buf;
     s->weight = w;
@@ -426,8 +420,8 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
     if (last_stage && !m->tied_embeddings)
         set_spec(c, SP_W_LMHEAD, c->Vp, c->E, m->vocab, c->E, "xyz", "", sp_lower_table_dtype(wd));
     /* biases are small: fp32, replicated whole (unpadded) on every chip, with their matrix */
-    for (int w = SP_W_Q; w <= SP_W_OUT; w++)
-        if (c->p->wspec[w].present && sp_model_has_bias(m, bias_group(w))) {
+    for (int w = 1; w < SP_W_COUNT; w++)
+        if (c->p->wspec[w].present && sp_weight_is_matrix(w) && sp_weight_present(m, sp_weight_bias(w))) {
             c->p->wspec[w].bias = 1;
             c->p->wspec[w].bytes += sp_mem_align(c->p->wspec[w].cols_real * 4);
         }
@@ -474,11 +468,13 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
     next ^= 1;
 }
 
-/* gather a stored weight over the phase's weight-gathered axes N into a buffer;
- * returns the buffer to multiply from (SP_BUF_NONE: use the stored shard) */
-static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w, sp_buf buf)
+/* gather a stored weight over the phase's weight-gathered axes N into its
+ * buffer (SP_BUF_GATHERED_OF(w)); returns the buffer to multiply from
+ * (SP_BUF_NONE: use the stored shard) */
+static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w)
 {
     if (!c->sh.N[0]) return SP_BUF_NONE;
+    sp_buf buf = SP_BUF_GATHERED_OF(w);
     const sp_weight_spec *s = &c->p->wspec[w];
     char ra[8], ca[8];
     axes_filter(s->row_axes, c->sh.N, 1, ra);
@@ -528,7 +524,7 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     int64_t grp_rows = T / sh->nG;   /* rows per head-group member in batch mode */
 
     /* Q: (T, Hp·D/|C|) [partial over Rx] -> (T, Hl·D) */
-    sp_buf wq = gather_weight(c, ss, SP_W_Q, SP_BUF_WQ);
+    sp_buf wq = gather_weight(c, ss, SP_W_Q);
     if (sh->nRx > 1) {
         emit_matmul(c, ss, SP_BUF_QP, SP_BUF_XG, SP_W_Q, wq, T, Ein, c->Hp * D / sh->nC, 0);
         emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_Q, SP_BUF_QP, "", sh->Rx, T, Hl * D, c->p->shape.act_dtype, 0);
@@ -540,8 +536,8 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     emit_bias(c, ss, SP_BUF_Q, SP_W_Q, T, Hl * D, qaxes);
 
     /* K, V */
-    sp_buf wk = gather_weight(c, ss, SP_W_K, SP_BUF_WK);
-    sp_buf wv = gather_weight(c, ss, SP_W_V, SP_BUF_WV);
+    sp_buf wk = gather_weight(c, ss, SP_W_K);
+    sp_buf wv = gather_weight(c, ss, SP_W_V);
     sp_buf kbuf = SP_BUF_K, vbuf = SP_BUF_V;
     int64_t k_rows = T;   /* rows of K/V as computed */
     int k_all_heads = !c->case_a;
@@ -726,7 +722,7 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_ATTG, SP_BUF_ATT, "", sh->Rx, T, Hl * D, c->p->shape.act_dtype, 0);
         att = SP_BUF_ATTG;
     }
-    sp_buf wo = gather_weight(c, ss, SP_W_O, SP_BUF_WO);
+    sp_buf wo = gather_weight(c, ss, SP_W_O);
     emit_matmul(c, ss, SP_BUF_Y, att, SP_W_O, wo, T, c->Hp * D / sh->nC, Ein, acc);
 }
 
@@ -741,10 +737,10 @@ static void emit_ffn(ctx *c, sp_steps *ss, int acc)
     char haxes[8];
     axcat(haxes, sh->C, sh->Rx);
 
-    sp_buf win = gather_weight(c, ss, SP_W_IN, SP_BUF_WIN);
+    sp_buf win = gather_weight(c, ss, SP_W_IN);
     emit_matmul(c, ss, SP_BUF_H, SP_BUF_XG, SP_W_IN, win, T, Ein, FC, 0);
     if (swiglu) {
-        sp_buf wup = gather_weight(c, ss, SP_W_UP, SP_BUF_WUP);
+        sp_buf wup = gather_weight(c, ss, SP_W_UP);
         emit_matmul(c, ss, SP_BUF_H2, SP_BUF_XG, SP_W_UP, wup, T, Ein, FC, 0);
     }
     sp_buf h = SP_BUF_H, h2 = SP_BUF_H2;
@@ -767,7 +763,7 @@ static void emit_ffn(ctx *c, sp_steps *ss, int acc)
     s->n = hcols;
     s->act_bytes = spi_ck_mul4(&c->ck, "ffn activation bytes", swiglu ? 3 : 2, T, hcols, c->act_b);
     if (sh->nRx > 1) emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_H, SP_BUF_HS, "", sh->Rx, T, hcols, ad, 0);
-    sp_buf wout = gather_weight(c, ss, SP_W_OUT, SP_BUF_WOUT);
+    sp_buf wout = gather_weight(c, ss, SP_W_OUT);
     emit_matmul(c, ss, SP_BUF_Y, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc);
 }
 
@@ -1304,9 +1300,9 @@ sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
     spi_ckd ck = SPI_CKD_INIT;
-    int64_t sum = 0, gathered = 0;   /* every buffer; the weight buffers WQ..WOUT */
+    int64_t sum = 0, gathered = 0;   /* every buffer; the gathered weights' buffers */
     for (int i = 1; i < SP_BUF_COUNT; i++) sum = spi_ck_add(&ck, "activation bytes", sum, ck_align(&ck, "activation bytes", a[i] > b[i] ? a[i] : b[i]));
-    for (int i = SP_BUF_WQ; i <= SP_BUF_WOUT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);   /* a part of sum */
+    for (int i = SP_BUF_GATHERED; i < SP_BUF_COUNT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);   /* a part of sum */
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
     r.total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.weights, r.gathered_weights),
@@ -1345,7 +1341,7 @@ sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
-        int per_layer = w <= SP_W_NORM2;
+        int per_layer = sp_weight_per_layer(w);
         spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? any->n_layers : 1);
     }
     /* KV: every micro-batch's sequences stay resident, at full capacity; K and V one block each */

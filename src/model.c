@@ -59,6 +59,69 @@ int sp_model_has_bias(const sp_model *m, int group) { return (m->bias & group) !
 
 int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m->rotary_dims : m->d_head; }
 
+/* ---- weight tensors (sp_weight) ---- */
+static const char *const weight_names[] = {
+    "none", "embed", "pos", "lm_head", "norm_f", "norm_f_b", "norm1", "norm1_b", "wq", "bq", "wk", "bk",
+    "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out"};
+static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "one name per sp_weight");
+/* the bias of each kind that has one (matrices: their bias; gains: the LayerNorm bias) */
+static const sp_weight weight_bias[SP_W_COUNT] = {
+    [SP_W_NORMF] = SP_W_NORMF_B, [SP_W_NORM1] = SP_W_NORM1_B, [SP_W_NORM2] = SP_W_NORM2_B,
+    [SP_W_Q] = SP_W_BQ, [SP_W_K] = SP_W_BK, [SP_W_V] = SP_W_BV, [SP_W_O] = SP_W_BO,
+    [SP_W_IN] = SP_W_B_IN, [SP_W_UP] = SP_W_B_UP, [SP_W_OUT] = SP_W_B_OUT};
+
+const char *sp_weight_name(sp_weight w) { return (unsigned)w < SP_W_COUNT ? weight_names[w] : "?"; }
+
+int sp_weight_is_matrix(sp_weight w)
+{
+    return w == SP_W_Q || w == SP_W_K || w == SP_W_V || w == SP_W_O || w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT;
+}
+
+int sp_weight_per_layer(sp_weight w) { return w >= SP_W_FIRST_LAYER && w < SP_W_COUNT; }
+
+sp_weight sp_weight_bias(sp_weight w) { return (unsigned)w < SP_W_COUNT ? weight_bias[w] : SP_W_NONE; }
+
+int sp_weight_present(const sp_model *m, sp_weight w)
+{
+    int ln = m->norm == SP_NORM_LAYERNORM, norm2 = m->block != SP_BLOCK_PARALLEL, swiglu = m->ffn == SP_FFN_SWIGLU;
+    switch (w) {
+    case SP_W_NONE: return 0;
+    case SP_W_POS: return m->positions == SP_POS_LEARNED;
+    case SP_W_LMHEAD: return !m->tied_embeddings;
+    case SP_W_NORMF_B: case SP_W_NORM1_B: return ln;
+    case SP_W_BQ: case SP_W_BK: case SP_W_BV: return sp_model_has_bias(m, SP_BIAS_QKV);
+    case SP_W_BO: return sp_model_has_bias(m, SP_BIAS_O);
+    case SP_W_B_IN: case SP_W_B_OUT: return sp_model_has_bias(m, SP_BIAS_FFN);
+    case SP_W_NORM2: return norm2;
+    case SP_W_NORM2_B: return norm2 && ln;
+    case SP_W_UP: return swiglu;
+    case SP_W_B_UP: return swiglu && sp_model_has_bias(m, SP_BIAS_FFN);
+    default: return (unsigned)w < SP_W_COUNT;
+    }
+}
+
+void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *cols)
+{
+    int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head;
+    int64_t r = 1, c = 0;
+    switch (w) {
+    case SP_W_NONE: r = 0; break;
+    case SP_W_EMBED: case SP_W_LMHEAD: r = m->vocab; c = E; break;
+    case SP_W_POS: r = m->max_context; c = E; break;
+    case SP_W_Q: r = E; c = QD; break;
+    case SP_W_K: case SP_W_V: r = E; c = KD; break;
+    case SP_W_O: r = QD; c = E; break;
+    case SP_W_IN: case SP_W_UP: r = E; c = F; break;
+    case SP_W_OUT: r = F; c = E; break;
+    case SP_W_BQ: c = QD; break;
+    case SP_W_BK: case SP_W_BV: c = KD; break;
+    case SP_W_B_IN: case SP_W_B_UP: c = F; break;
+    default: c = E; break;   /* norms and E-wide biases */
+    }
+    *rows = r;
+    *cols = c;
+}
+
 /* ---- checked arithmetic (spi_ckd.h), remembering the field to blame ---- */
 typedef spi_ckd ck;
 

@@ -96,15 +96,19 @@ typedef enum sp_buf {
     SP_BUF_LOGITS_ALL = 20, /* (rows, V) */
     SP_BUF_KVIN = 21,   /* rows of the layer input used for K/V (batch slice) */
     SP_BUF_KP = 22, SP_BUF_VP = 23,   /* K/V partial sums before their reduction */
-    /* gathered weights (weight-gathered layouts), reused across layers */
-    SP_BUF_WQ = 24, SP_BUF_WK = 25, SP_BUF_WV = 26, SP_BUF_WO = 27,
-    SP_BUF_WIN = 28, SP_BUF_WUP = 29, SP_BUF_WOUT = 30,
-    SP_BUF_QP = 31,     /* Q partial sums before the reduce-scatter over Rx */
-    SP_BUF_ATTG = 32,   /* attention output gathered over Rx before WO */
-    SP_BUF_EMB = 33,    /* (all rows of the micro-batch, E) embedding partial sums */
-    SP_BUF_XF = 34,     /* (sequences, E) final rows gathered whole for the LM head */
-    SP_BUF_COUNT
+    SP_BUF_QP = 24,     /* Q partial sums before the reduce-scatter over Rx */
+    SP_BUF_ATTG = 25,   /* attention output gathered over Rx before WO */
+    SP_BUF_EMB = 26,    /* (all rows of the micro-batch, E) embedding partial sums */
+    SP_BUF_XF = 27,     /* (sequences, E) final rows gathered whole for the LM head */
+    /* Gathered weights (weight-gathered layouts), reused across layers: the
+     * buffer of per-layer weight w is SP_BUF_GATHERED_OF(w), named by w, so
+     * weights have one vocabulary (sp_weight) and a new per-layer kind has
+     * its buffer without a new name here.  Insert activation buffers above. */
+    SP_BUF_GATHERED = 28,
+    SP_BUF_COUNT = SP_BUF_GATHERED + SP_W_COUNT - SP_W_FIRST_LAYER
 } sp_buf;
+#define SP_BUF_GATHERED_OF(w) ((sp_buf)(SP_BUF_GATHERED + (int)(w) - SP_W_FIRST_LAYER))
+/* "x", "xg", ...; a gathered weight's buffer by its weight's name ("wq"). */
 const char *sp_buf_name(sp_buf b);
 
 /* The executor's scratch, per chip, sized by the lowering from the program's
@@ -132,18 +136,7 @@ int sp_scr_host(sp_scr s);   /* 1: host memory on a device with its own memory *
  * CPU sampling kernel's scratch element. */
 #define SP_SAMPLE_CAND_BYTES 8
 
-/* Weight matrices of a layer (and the model-level ones). */
-typedef enum sp_weight {
-    SP_W_NONE = 0,
-    SP_W_Q = 1, SP_W_K = 2, SP_W_V = 3, SP_W_O = 4,
-    SP_W_IN = 5, SP_W_UP = 6, SP_W_OUT = 7,
-    SP_W_NORM1 = 8, SP_W_NORM2 = 9, SP_W_NORMF = 10,
-    SP_W_EMBED = 11,    /* (V, E), vocab-sharded; the LM head when tied */
-    SP_W_LMHEAD = 12,   /* (V, E), vocab-sharded, untied models */
-    SP_W_POS = 13,      /* (max_context, E), replicated */
-    SP_W_COUNT
-} sp_weight;
-const char *sp_weight_name(sp_weight w);
+/* Weights are named by sp_weight (sp_model.h). */
 
 #define SP_AXSEQ_MAX 8
 /* A collective: the data of one chip is a (rows, cols) matrix; the group is

@@ -140,6 +140,55 @@ int sp_model_has_bias(const sp_model *m, int group);
 /* Rotated dims per head (rotary_dims, or d_head when 0). */
 int64_t sp_model_rotary_dims(const sp_model *m);
 
+/* A model's weight tensors: the one name of each, used by the lowering (a
+ * step's weight, a chip's storage spec), the weight slab and checkpoint
+ * reader, and the executor.  Model-level tensors first, then the per-layer
+ * ones (stacked over the layers: (NL, ...)); every kind from SP_W_NORM1 on
+ * is per-layer, so append per-layer kinds only.  The values are part of the
+ * seeded random weights (one random stream per kind), so they never move.
+ * Shapes are global and unpadded, matrices (in, out): x (T, in) . W. */
+typedef enum sp_weight {
+    SP_W_NONE = 0,
+    SP_W_EMBED = 1,     /* (V, E); the LM head too when tied */
+    SP_W_POS = 2,       /* (max_context, E), learned positions only */
+    SP_W_LMHEAD = 3,    /* (V, E), untied only */
+    SP_W_NORMF = 4,     /* (E) final norm gain */
+    SP_W_NORMF_B = 5,   /* (E), LayerNorm only */
+    SP_W_NORM1 = 6,     /* (NL, E) attention-input norm gain */
+    SP_W_NORM1_B = 7,   /* (NL, E), LayerNorm only */
+    SP_W_Q = 8,         /* (NL, E, H*D) */
+    SP_W_BQ = 9,        /* (NL, H*D), bias only */
+    SP_W_K = 10,        /* (NL, E, KVH*D) */
+    SP_W_BK = 11,       /* (NL, KVH*D) */
+    SP_W_V = 12,        /* (NL, E, KVH*D) */
+    SP_W_BV = 13,       /* (NL, KVH*D) */
+    SP_W_O = 14,        /* (NL, H*D, E) */
+    SP_W_BO = 15,       /* (NL, E) */
+    SP_W_NORM2 = 16,    /* (NL, E) FFN-input norm gain, serial block only */
+    SP_W_NORM2_B = 17,  /* (NL, E), serial block with LayerNorm */
+    SP_W_IN = 18,       /* (NL, E, F): GELU up / SwiGLU gate */
+    SP_W_B_IN = 19,     /* (NL, F) */
+    SP_W_UP = 20,       /* (NL, E, F), SwiGLU only */
+    SP_W_B_UP = 21,     /* (NL, F) */
+    SP_W_OUT = 22,      /* (NL, F, E) */
+    SP_W_B_OUT = 23,    /* (NL, E) */
+    SP_W_COUNT
+} sp_weight;
+#define SP_W_FIRST_LAYER SP_W_NORM1   /* the first per-layer kind */
+const char *sp_weight_name(sp_weight w);   /* "wq", "w_in", "norm1", "bq", ...; "?" out of range */
+/* 1 for the layer matrices (wq wk wv wo w_in w_up w_out): what quantisation touches. */
+int sp_weight_is_matrix(sp_weight w);
+/* 1 for the per-layer kinds (w >= SP_W_FIRST_LAYER). */
+int sp_weight_per_layer(sp_weight w);
+/* The bias that goes with a matrix (wq -> bq) or the LayerNorm bias that
+ * goes with a norm gain (norm1 -> norm1_b); SP_W_NONE for the others. */
+sp_weight sp_weight_bias(sp_weight w);
+/* Does m have tensor w (a kind it lacks has no elements)? */
+int sp_weight_present(const sp_model *m, sp_weight w);
+/* Global shape of one layer's w (rows = 1 for vectors); of a model-level
+ * kind, its whole shape. */
+void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *cols);
+
 /* RoPE of the model at a context of `context` tokens: the rotary_dims/2
  * inverse frequencies (radians per position) in inv_freq, and the factor
  * cos and sin are multiplied by (yarn's attention factor, else 1).  Follows

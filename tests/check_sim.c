@@ -154,9 +154,9 @@ START_TEST(test_overlapped_gather)
     sp_layout_init(&l);
     l.mesh[0] = 4;
     prog_init(&prog[0], &l, SP_PHASE_PREFILL, 0, 1);
-    add_gather(&prog[0].layer, SP_BUF_WIN, SP_BUF_NONE, 4, 1);
+    add_gather(&prog[0].layer, SP_BUF_GATHERED_OF(SP_W_IN), SP_BUF_NONE, 4, 1);
     add_matmul(&prog[0].layer, SP_BUF_H, SP_BUF_X, SP_BUF_NONE, 5);
-    add_matmul(&prog[0].layer, SP_BUF_Y, SP_BUF_H, SP_BUF_WIN, 2);
+    add_matmul(&prog[0].layer, SP_BUF_Y, SP_BUF_H, SP_BUF_GATHERED_OF(SP_W_IN), 2);
     sp_sim_result r;
     ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 1, NULL, 0, &r), 7e-6, 1e-18);
     sp_phase_cost pc;

@@ -44,7 +44,7 @@ static sp_model make_model(int kind)
 START_TEST(test_sizes_equal_alloc)
 {
     sp_model m = make_model(_i);
-    int64_t sizes[SP_WT_COUNT], total;
+    int64_t sizes[SP_W_COUNT], total;
     ck_assert_int_eq(sp_weights_sizes(&m, sizes, &total), SP_OK);
     sp_weights w;
     ck_assert_int_eq(sp_weights_build_random(&m, 1, &w), SP_OK);
@@ -60,14 +60,14 @@ START_TEST(test_sizes_equal_alloc)
     want += NL * per;
     ck_assert_int_eq(total, want);
     /* pointers tile the slab, absent kinds are NULL */
-    for (int t = 0; t < SP_WT_COUNT; t++) {
+    for (int t = 0; t < SP_W_COUNT; t++) {
         ck_assert_int_eq(w.t[t] != NULL, sizes[t] != 0);
         if (w.t[t]) ck_assert(w.t[t] >= w.slab && w.t[t] + sizes[t] <= w.slab + total);
     }
-    ck_assert_ptr_eq(w.layers[1].wq, w.t[SP_WT_WQ] + E * QD);
+    ck_assert_ptr_eq(w.layers[1].wq, w.t[SP_W_Q] + E * QD);
     ck_assert_int_eq(w.layers[0].ffn_norm == NULL, m.block == SP_BLOCK_PARALLEL);
     ck_assert_int_eq(w.layers[0].w_up == NULL, m.ffn == SP_FFN_GELU);
-    ck_assert_ptr_eq(w.lm_head, m.tied_embeddings ? w.embed : w.t[SP_WT_LM_HEAD]);
+    ck_assert_ptr_eq(w.lm_head, m.tied_embeddings ? w.embed : w.t[SP_W_LMHEAD]);
     /* deterministic for a seed; sane scale */
     sp_weights w2;
     ck_assert_int_eq(sp_weights_build_random(&m, 1, &w2), SP_OK);
@@ -102,7 +102,7 @@ START_TEST(test_quantize_blocks)
     ck_assert(memcmp(w.embed, orig.embed, (size_t)(m.vocab * m.d_model) * 4) == 0);
     ck_assert(memcmp(w.final_norm, orig.final_norm, (size_t)m.d_model * 4) == 0);
     int64_t R, C;
-    sp_wt_shape(&m, SP_WT_W_IN, &R, &C);
+    sp_weight_shape(&m, SP_W_IN, &R, &C);
     int changed = 0;
     for (int64_t i = 0; i < R * C; i++) {
         changed += w.layers[1].w_in[i] != orig.layers[1].w_in[i];
@@ -114,7 +114,7 @@ START_TEST(test_quantize_blocks)
     int eb = sp_dtype_bytes(dt);
     void *q = malloc((size_t)(nr * nc * eb));
     float scale[64];
-    ck_assert_int_eq(sp_weights_block(&w, SP_WT_W_IN, 1, r0, r1, c0, c1, dt, q, scale), SP_OK);
+    ck_assert_int_eq(sp_weights_block(&w, SP_W_IN, 1, r0, r1, c0, c1, dt, q, scale), SP_OK);
     for (int64_t r = 0; r < nr; r++)
         for (int64_t c = 0; c < nc; c++) {
             int64_t i = r * nc + c;
@@ -127,8 +127,8 @@ START_TEST(test_quantize_blocks)
             }
             ck_assert_msg(deq == w.layers[1].w_in[(r0 + r) * C + c0 + c], "block (%lld,%lld)", (long long)r, (long long)c);
         }
-    ck_assert_int_eq(sp_weights_block(&w, SP_WT_W_IN, 2, r0, r1, c0, c1, dt, q, scale), SP_EINVAL);
-    ck_assert_int_eq(sp_weights_block(&w, SP_WT_W_IN, 0, r0, R + 1, c0, c1, dt, q, scale), SP_EINVAL);
+    ck_assert_int_eq(sp_weights_block(&w, SP_W_IN, 2, r0, r1, c0, c1, dt, q, scale), SP_EINVAL);
+    ck_assert_int_eq(sp_weights_block(&w, SP_W_IN, 0, r0, R + 1, c0, c1, dt, q, scale), SP_EINVAL);
     free(q);
     sp_weights_free(&w);
     sp_weights_free(&orig);
@@ -257,26 +257,26 @@ static void check_lazy_equals(const char *path, const sp_model *m, const sp_weig
     sp_error err;
     sp_error_init(&err);
     ck_assert_msg(sp_weights_open_hf(path, m, &lz, &err) == SP_OK, "open_hf: %s", err.text);
-    ck_assert_ptr_null(lz.t[SP_WT_WQ]);   /* matrices stay in the file */
+    ck_assert_ptr_null(lz.t[SP_W_Q]);   /* matrices stay in the file */
     static const sp_dtype dts[] = {SP_DT_F32, SP_DT_BF16, SP_DT_INT8};
     int blocks = 0;
-    for (int t = 0; t < SP_WT_COUNT; t++) {
-        if (!eager->t[t] || !(sp_wt_is_matrix((sp_wt)t) || t == SP_WT_EMBED || t == SP_WT_LM_HEAD || t == SP_WT_POS))
+    for (int t = 0; t < SP_W_COUNT; t++) {
+        if (!eager->t[t] || !(sp_weight_is_matrix((sp_weight)t) || t == SP_W_EMBED || t == SP_W_LMHEAD || t == SP_W_POS))
             continue;
         int64_t R, C;
-        sp_wt_shape(m, (sp_wt)t, &R, &C);
+        sp_weight_shape(m, (sp_weight)t, &R, &C);
         int64_t cuts[3][4] = {{0, R, 0, C}, {1, R / 2 + 1, C / 3, C - 1}, {R - 1, R, 0, 2}};
-        for (int64_t l = 0; l < (t <= SP_WT_FINAL_NORM_B ? 1 : m->n_layers); l++)
+        for (int64_t l = 0; l < (sp_weight_per_layer((sp_weight)t) ? m->n_layers : 1); l++)
             for (int k = 0; k < 3; k++)
                 for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
                     int64_t r0 = cuts[k][0], r1 = cuts[k][1], c0 = cuts[k][2], c1 = cuts[k][3];
                     size_t n = (size_t)((r1 - r0) * (c1 - c0)) * 4;
                     unsigned char *a = calloc(n + 1, 1), *b = calloc(n + 1, 1);
                     float *sa = calloc((size_t)C + 1, 4), *sb = calloc((size_t)C + 1, 4);
-                    ck_assert_int_eq(sp_weights_block(eager, (sp_wt)t, l, r0, r1, c0, c1, dts[d], a, sa), SP_OK);
-                    ck_assert_int_eq(sp_weights_block(&lz, (sp_wt)t, l, r0, r1, c0, c1, dts[d], b, sb), SP_OK);
+                    ck_assert_int_eq(sp_weights_block(eager, (sp_weight)t, l, r0, r1, c0, c1, dts[d], a, sa), SP_OK);
+                    ck_assert_int_eq(sp_weights_block(&lz, (sp_weight)t, l, r0, r1, c0, c1, dts[d], b, sb), SP_OK);
                     ck_assert_msg(!memcmp(a, b, n) && !memcmp(sa, sb, (size_t)(c1 - c0) * 4),
-                                  "%s layer %lld block %d %s differs", sp_wt_name((sp_wt)t), (long long)l, k,
+                                  "%s layer %lld block %d %s differs", sp_weight_name((sp_weight)t), (long long)l, k,
                                   sp_dtype_name(dts[d]));
                     free(a); free(b); free(sa); free(sb);
                     blocks++;
