@@ -890,12 +890,12 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->feasible = out->shortfall_bytes == 0;
 
     if (w->prompt > 0) out->prefill_s = (double)(pf_sum + (M - 1) * pf_max) * 1e-12;
-    if (w->gen > 0 && hw->token_sync_s > 0) {
+    int64_t sync_ps;
+    if (w->gen > 0 && spi_token_sync(hw, l, &sync_ps)) {
         /* a runtime that synchronises after every token runs each decode step
          * as prefill runs (a flow shop of stages and micro-batches), then syncs */
-        double sync = hw->token_sync_s * (sp_layout_chips(l) - 1);
-        double step1 = (double)(d1_sum + (M - 1) * d1_max) * 1e-12 + sync;
-        double stepn = (double)(dn_sum + (M - 1) * dn_max) * 1e-12 + sync;
+        double step1 = (double)(d1_sum + (M - 1) * d1_max + sync_ps) * 1e-12;
+        double stepn = (double)(dn_sum + (M - 1) * dn_max + sync_ps) * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
     } else if (w->gen > 0) {
@@ -1014,10 +1014,11 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         out->prefill_s += (M - 1) * pf_max;
         for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += (M - 1) * v_pf_max[j];
     }
-    if (w->gen > 0 && hw->token_sync_s > 0) {
+    int64_t sync_ps;
+    if (w->gen > 0 && spi_token_sync(hw, l, &sync_ps)) {
         /* as sp_cost_eval: a flow shop plus the per-token sync, which is no
          * free parameter (the coefficients reproduce the rest) */
-        out->decode_step_s = dc_sum + (M - 1) * dc_max + hw->token_sync_s * (sp_layout_chips(l) - 1);
+        out->decode_step_s = dc_sum + (M - 1) * dc_max + (double)sync_ps * 1e-12;
         for (int j = 0; j < SP_CP_COUNT; j++) out->decode_step[j] = v_dc_sum[j] + (M - 1) * v_dc_max[j];
     } else if (w->gen > 0) {
         int bubble = M * dc_max > dc_sum;

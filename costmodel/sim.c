@@ -184,9 +184,20 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[s]->shape.context : 0, 0};
         spi_cost_price_program(progs[s], hw, ctx, &x.pr[s], NULL);
     }
-    for (int t = 0; t < x.T; t++)
+    /* a runtime with a per-token barrier (spi_token_sync): after each token
+     * every chip waits until the last one is done, then the barrier's time */
+    int64_t sync_ps;
+    int barrier = phase == SP_PHASE_DECODE && spi_token_sync(hw, l, &sync_ps);
+    for (int t = 0; t < x.T; t++) {
         for (int j = 0; j < x.M; j++)
             for (int s = 0; s < x.S; s++) SP_CHECKGOTO(run_unit(&x, progs[s], s, t, j), st, done);
+        if (barrier) {
+            int64_t b = 0;
+            for (int c = 0; c < N; c++)
+                if (x.chip_end[c] > b) b = x.chip_end[c];
+            for (int c = 0; c < N; c++) x.chip_end[c] = b + sync_ps;
+        }
+    }
     int64_t end = 0;
     for (int c = 0; c < N; c++)
         if (x.chip_end[c] > end) end = x.chip_end[c];

@@ -22,6 +22,12 @@
  *     last stage (the end of the peer's unit (t−1, j): the next token of
  *     those sequences).  This is DeepSpeed-Inference's generation schedule
  *     with M micro-batches in flight (sp_layout_check asks M >= stages).
+ *     With chip.token_sync_s > 0 (a runtime that synchronises every chip
+ *     after each generated token), every chip waits after each decode token
+ *     until the last chip is done, plus token_sync_s·(chips − 1): the same
+ *     rule as the closed form's (one function, spi_token_sync), so a decode
+ *     step is the flow shop of one token plus the barrier, and the decode
+ *     makespan is tokens × step.
  *   - within a unit, every step as sp_cost.h says; a collective (not
  *     send/recv) starts at the latest of its group's members' ready times
  *     (its group: the chips sharing every coordinate outside sp_coll.mask).

@@ -154,4 +154,17 @@ static inline int64_t spi_sched_commit(spi_sched *st, const spi_step_run *r, int
  * than converted out of range (undefined). */
 #define SPI_PS_MAX_S 1e6
 static inline int64_t spi_ps(double s) { return s < SPI_PS_MAX_S ? (int64_t)(s * 1e12 + 0.5) : (int64_t)(SPI_PS_MAX_S * 1e12); }
+
+/* The per-token barrier (sp_cost.h, "pipeline"): with chip.token_sync_s > 0
+ * the runtime synchronises every chip after each generated token, at
+ * token_sync_s per chip beyond the first, so a decode step is a flow shop of
+ * the stages and micro-batches and then the barrier.  Returns 1 with the
+ * barrier's whole picoseconds in *ps when the profile has one, else 0
+ * (*ps = 0).  The closed form adds *ps to its flow shop, the simulator holds
+ * every chip until the barrier ends: one rule, one figure, to the bit. */
+static inline int spi_token_sync(const sp_hw *hw, const sp_layout *l, int64_t *ps)
+{
+    *ps = hw->token_sync_s > 0 ? spi_ps(hw->token_sync_s * (double)(sp_layout_chips(l) - 1)) : 0;
+    return hw->token_sync_s > 0;
+}
 #endif

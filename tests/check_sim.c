@@ -219,20 +219,24 @@ END_TEST
 /* The simulator's prefill time and decode step equal sp_cost_eval's, to
  * the bit, on every layout of the catalogue that applies: small models,
  * 8 chips, every stage/replica/mesh split, FFN and attention layout pair
- * and micro-batch count, on a torus and a two-tier cluster. */
-START_TEST(test_closed_form_catalogue)
+ * and micro-batch count, on the profiles hws (a100-80g on two tiers of 4).
+ * token_sync_s > 0: a runtime with a barrier after every token; then the
+ * decode makespan is also tokens × step.  Returns the layouts checked and,
+ * in *pipelines, those with stages. */
+static int check_catalogue(const char *const *hws, size_t n_hw, double token_sync_s, int *pipelines)
 {
     const char *models[] = {"tiny-llama", "tiny-gpt2", "tiny-palm"};
-    const char *hws[] = {"tpu-v4", "a100-80g"};
-    int checked = 0, pipelines = 0;
+    int checked = 0;
+    *pipelines = 0;
     for (size_t mi = 0; mi < 3; mi++)
-        for (size_t hi = 0; hi < 2; hi++) {
+        for (size_t hi = 0; hi < n_hw; hi++) {
             sp_model m;
             sp_hw hw;
             sp_error err;
             ck_assert_int_eq(sp_model_find(models[mi], &m, &err), SP_OK);
             ck_assert_int_eq(sp_hw_find(hws[hi], &hw, &err), SP_OK);
-            hw.chips_per_node = hi ? 4 : hw.chips_per_node;   /* two tiers on 8 chips */
+            if (!strcmp(hws[hi], "a100-80g")) hw.chips_per_node = 4;   /* two tiers on 8 chips */
+            hw.token_sync_s = token_sync_s;
             sp_workload w = {16, 16, 4};
             for (int S = 1; S <= 2; S++)
                 for (int R = 1; R <= 2; R++)
@@ -264,15 +268,42 @@ START_TEST(test_closed_form_catalogue)
                                                       sp_last_error());
                                         char text[256];
                                         ck_assert_msg(st.prefill_s == c.prefill_s && st.decode_step_s == c.decode_step_s,
-                                                      "%s %s %s: sim %.17g %.17g, closed form %.17g %.17g",
-                                                      models[mi], hws[hi], sp_layout_format(&l, text, sizeof text),
-                                                      st.prefill_s, st.decode_step_s, c.prefill_s, c.decode_step_s);
+                                                      "%s %s sync %g %s: sim %.17g %.17g, closed form %.17g %.17g",
+                                                      models[mi], hws[hi], token_sync_s,
+                                                      sp_layout_format(&l, text, sizeof text), st.prefill_s,
+                                                      st.decode_step_s, c.prefill_s, c.decode_step_s);
+                                        if (token_sync_s > 0) {
+                                            int T = S + 2;   /* sp_sim_opts.tokens' default */
+                                            ck_assert_double_eq_tol(st.decode.makespan_s, T * c.decode_step_s,
+                                                                     1e-12 * T * c.decode_step_s);
+                                        }
                                         checked++;
-                                        pipelines += S > 1;
+                                        *pipelines += S > 1;
                                     }
         }
+    return checked;
+}
+
+START_TEST(test_closed_form_catalogue)
+{
+    const char *hws[] = {"tpu-v4", "a100-80g"};
+    int pipelines, checked = check_catalogue(hws, 2, 0, &pipelines);
     ck_assert_int_gt(checked, 200);
     ck_assert_int_gt(pipelines, 20);
+}
+END_TEST
+
+/* The executor's per-token barrier (chip.token_sync_s, as `calibrate`
+ * fits it): the simulator pays it as the closed form does, so their decode
+ * steps stay equal; 3 us per chip beyond the first, 21 us on 8 chips, is
+ * far above a picosecond's rounding, and without the barrier the simulator
+ * gives the generation schedule's max(M·max t_s, Σ t_s) instead. */
+START_TEST(test_closed_form_token_sync)
+{
+    const char *hws[] = {"a100-80g"};
+    int pipelines, checked = check_catalogue(hws, 1, 3e-6, &pipelines);
+    ck_assert_int_gt(checked, 100);
+    ck_assert_int_gt(pipelines, 10);
 }
 END_TEST
 
@@ -369,6 +400,7 @@ int main(void)
     tcase_add_test(tc, test_overlapped_gather);
     tcase_add_test(tc, test_pipeline);
     tcase_add_test(tc, test_closed_form_catalogue);
+    tcase_add_test(tc, test_closed_form_token_sync);
     tcase_add_test(tc, test_trace);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
