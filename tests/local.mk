@@ -21,3 +21,4 @@ include tests/mpi.mk
 include tests/exec.mk
 include tests/rel.mk
 include tests/local_fid.mk
+include tests/report.mk

@@ -41,7 +41,7 @@ fuzz: libspcore.la libspcli.la
 	SP_FUZZ='$(SP_FUZZ)' CC_FUZZ='$(CC_FUZZ)' top_srcdir='$(top_srcdir)' top_builddir='$(top_builddir)' \
 	SP_CORE_SOURCES='$(libspcore_la_SOURCES)' SP_CORE_LIBADD='$(libspcore_la_LIBADD)' \
 	SP_CLI_SOURCES='$(libspcli_la_SOURCES)' SP_FUZZ_CPPFLAGS='$(filter -I%,$(AM_CPPFLAGS) $(CPPFLAGS))' \
-	SP_FUZZ_LIBS='$(SP_DEP_LIBS) $(LIBS)' $(SHELL) $(top_srcdir)/tests/fuzz/build.sh
+	SP_FUZZ_LIBS='$(SP_DEP_LIBS) $(libspcli_la_LIBADD) $(LIBS)' $(SHELL) $(top_srcdir)/tests/fuzz/build.sh
 CC_FUZZ = clang
 .PHONY: fuzz
 clean-local: clean-fuzz

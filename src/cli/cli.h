@@ -40,6 +40,7 @@ int cli_cmd_calibrate(int argc, char **argv);
 int cli_cmd_simulate(int argc, char **argv);
 int cli_cmd_autoconfig(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
+int cli_cmd_report(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
