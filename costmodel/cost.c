@@ -16,21 +16,14 @@ void sp_cost_opts_init(sp_cost_opts *o)
 
 static const char *const param_names[SP_CP_COUNT] = {
     "dispatch_s", "s_per_flop", "s_per_hbm_byte", "alpha_near_s", "beta_near_s_per_byte", "alpha_far_s",
-    "beta_far_s_per_byte"};
+    "beta_far_s_per_byte", "collective_launch_s"};
 _Static_assert(SPI_ARRAY_LEN(param_names) == SP_CP_COUNT, "one name per sp_cost_param");
 const char *sp_cost_param_name(sp_cost_param p) { return (unsigned)p < SP_CP_COUNT ? param_names[p] : "?"; }
-
-static double compute_peak(const sp_hw *hw, sp_dtype weights)
-{
-    /* weight-only quantisation dequantises to bf16 before the matmul */
-    if (weights == SP_DT_F32) return hw->peak_flops[SP_DT_F32] > 0 ? hw->peak_flops[SP_DT_F32] : hw->peak_flops[SP_DT_BF16];
-    return hw->peak_flops[SP_DT_BF16];
-}
 
 void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT])
 {
     out[SP_CP_DISPATCH] = hw->dispatch_s;
-    out[SP_CP_FLOP] = 1.0 / compute_peak(hw, weights);
+    out[SP_CP_FLOP] = 1.0 / sp_hw_compute_peak(hw, weights);
     out[SP_CP_HBM_BYTE] = 1.0 / hw->hbm_bw;
     int torus = hw->topo == SP_TOPO_TORUS;
     out[SP_CP_ALPHA_NEAR] = torus ? hw->hop_latency : hw->intra_latency;
@@ -38,6 +31,7 @@ void sp_cost_params(const sp_hw *hw, sp_dtype weights, double out[SP_CP_COUNT])
     out[SP_CP_BETA_NEAR] = 1.0 / ((torus ? hw->link_bw : hw->intra_bw) * hw->net_bw_eff);
     out[SP_CP_ALPHA_FAR] = torus ? 0.0 : hw->inter_latency;
     out[SP_CP_BETA_FAR] = torus ? 0.0 : 1.0 / (hw->inter_bw * hw->net_bw_eff);
+    out[SP_CP_COLL_LAUNCH] = hw->coll_latency;
 }
 
 /* ---- placement: how many of a group's chips share a node ---- */
@@ -110,6 +104,7 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
         int tier = hw->topo == SP_TOPO_CLUSTER && per_stage >= hw->chips_per_node ? FAR : NEAR;
         out->steps[tier] = 1;
         out->bytes[tier] = bytes;
+        out->launch = 1;
         return;
     }
     int K = c->group;
@@ -137,10 +132,12 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
         if (c->kind == SP_COLL_ALLREDUCE) steps *= 2;
         out->steps[NEAR] = steps;
         out->bytes[NEAR] = b;
+        out->launch = 1;
         return;
     }
     int kin, kout;
     group_tiers_mask(hw, l, mask, &kin, &kout);
+    out->launch = 1;
     switch (c->kind) {
     case SP_COLL_ALLGATHER:
     case SP_COLL_REDUCESCATTER:
@@ -167,8 +164,8 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
 
 static double coll_terms_time(const sp_coll_terms *t, const double par[SP_CP_COUNT])
 {
-    return t->steps[NEAR] * par[SP_CP_ALPHA_NEAR] + t->bytes[NEAR] * par[SP_CP_BETA_NEAR] +
-           t->steps[FAR] * par[SP_CP_ALPHA_FAR] + t->bytes[FAR] * par[SP_CP_BETA_FAR];
+    return t->launch * par[SP_CP_COLL_LAUNCH] + t->steps[NEAR] * par[SP_CP_ALPHA_NEAR] +
+           t->bytes[NEAR] * par[SP_CP_BETA_NEAR] + t->steps[FAR] * par[SP_CP_ALPHA_FAR] + t->bytes[FAR] * par[SP_CP_BETA_FAR];
 }
 
 double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
@@ -186,8 +183,8 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
  * curves; eff_bind (once per program priced) empties it when they differ
  * (compared by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
-typedef struct eff_key { int64_t a, b, c; } eff_key;   /* matmul (m, n, k); attention (flops, -1, d_head); memory (bytes, -2, -2);
-                                                          weight stream (bytes, -3, -3) */
+typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype); attention (flops, -1, d_head);
+                                                                 memory (bytes, -2, -2); weight stream (bytes, -3, -3) */
 static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
 /* What the curves read of a profile (sp_hw_matmul_shape_eff,
  * sp_hw_memory_eff, sp_hw_attention_eff, the weight-stream curve): the
@@ -197,7 +194,9 @@ static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
 #define EFF_FIRST offsetof(sp_hw, eff_points)
 #define EFF_END (offsetof(sp_hw, attn_value) + sizeof ((sp_hw *)0)->attn_value)
 _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offsetof(sp_hw, eff_flops) < offsetof(sp_hw, eff_value) &&
-               offsetof(sp_hw, eff_value) < offsetof(sp_hw, matmul_tile) && offsetof(sp_hw, matmul_tile) < offsetof(sp_hw, mem_points) &&
+               offsetof(sp_hw, eff_value) < offsetof(sp_hw, matmul_tile) && offsetof(sp_hw, matmul_tile) < offsetof(sp_hw, rows_points) &&
+               offsetof(sp_hw, rows_points) < offsetof(sp_hw, rows_m) && offsetof(sp_hw, rows_m) < offsetof(sp_hw, rows_value) &&
+               offsetof(sp_hw, rows_value) < offsetof(sp_hw, mem_points) &&
                offsetof(sp_hw, mem_points) < offsetof(sp_hw, mem_bytes) && offsetof(sp_hw, mem_bytes) < offsetof(sp_hw, mem_value) &&
                offsetof(sp_hw, mem_value) < offsetof(sp_hw, ws_points) && offsetof(sp_hw, ws_points) < offsetof(sp_hw, ws_bytes) &&
                offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, attn_points) &&
@@ -220,15 +219,16 @@ static void eff_bind(const sp_hw *hw)
     }
 }
 
-static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c)
+static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
 {
-    uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full) ^ ((uint64_t)c * 0x165667B19E3779F9ull);
+    uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full) ^
+                 ((uint64_t)c * 0x165667B19E3779F9ull) ^ ((uint64_t)d * 0x27D4EB2F165667C5ull);
     unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
-    if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c) {
-        eff_memo[i].k = (eff_key){a, b, c};
+    if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c || eff_memo[i].k.d != d) {
+        eff_memo[i].k = (eff_key){a, b, c, d};
         eff_memo[i].eff = b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
                         : b == -2 ? sp_hw_memory_eff(hw, (double)a)
-                        : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, a, b, c);
+                        : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
     }
     return eff_memo[i].eff;
 }
@@ -279,9 +279,9 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     }
     double eff = 1.0;
     if (flops > 0)
-        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? eff_lookup(hw, s->m, s->n, s->k)
-                                                                     : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head)
-                                                                                               : eff_lookup(hw, flops, -1, -1);
+        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? eff_lookup(hw, s->m, s->n, s->k, pc->p->layout.weights)
+                                                                     : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head, 0)
+                                                                                               : eff_lookup(hw, flops, -1, -1, 0);
     double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
     if (s->kind == SP_STEP_ACT) {
         /* CPU activations are bound by their transcendental arithmetic per element */
@@ -294,8 +294,8 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
      * weights (each weight once per token), not of its own bytes: a CPU's
      * caches hold what the pass touches, not one matrix */
     double meff = bytes <= 0 ? 1.0
-                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, -3, -3)
-                                                           : eff_lookup(hw, bytes, -2, -2);
+                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, -3, -3, 0)
+                                                           : eff_lookup(hw, bytes, -2, -2, 0);
     double m = bytes / (pc->bw * meff);
     /* chips time-sharing cores: every part of a compute step stretches alike */
     double sh = pc->share;
@@ -351,6 +351,7 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
         coef[SP_CP_BETA_NEAR] = ct.bytes[NEAR];
         coef[SP_CP_ALPHA_FAR] = ct.steps[FAR];
         coef[SP_CP_BETA_FAR] = ct.bytes[FAR];
+        coef[SP_CP_COLL_LAUNCH] = ct.launch;
     }
     r->dur_ps[0] = r->dur_ps[1] = spi_ps(t);
     if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION) {
@@ -362,7 +363,7 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
 void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0, 0};
+    price_ctx pc = {p, hw, {0}, sp_hw_compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0, 0};
     {
         const sp_steps *wp[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
         for (int k = 0; k < SP_PART_COUNT; k++)
@@ -918,7 +919,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             memo.params_active = params_active;
         }
     }
-    double peak = compute_peak(hw, l->weights) * out->chips;
+    double peak = sp_hw_compute_peak(hw, l->weights) * out->chips;
     double n2 = 2.0 * (double)params_active;
     if (w->gen > 0) {
         double gen_tokens = (double)w->batch * w->gen;

@@ -172,10 +172,13 @@ void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_p
 
 /* The alpha-beta terms of one collective: the latency steps and the
  * β-weighted bytes on each tier (0 near: inside a node or the torus links;
- * 1 far: between nodes).  time = Σ_tier steps·α_tier + bytes·β_tier. */
+ * 1 far: between nodes), and its launch (1 when it moves anything: the
+ * rendezvous every collective pays once, topology.collective_latency).
+ * time = launch·λ + Σ_tier steps·α_tier + bytes·β_tier. */
 typedef struct sp_coll_terms {
     double steps[2];
     double bytes[2];
+    double launch;
 } sp_coll_terms;
 void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out);
 /* Seconds one collective step takes on the layout's placement (the terms
@@ -194,6 +197,7 @@ typedef enum sp_cost_param {
     SP_CP_BETA_NEAR = 4,  /* seconds per byte: 1 / link_bw (torus), 1 / intra_node_bw */
     SP_CP_ALPHA_FAR = 5,  /* cluster inter_node_latency */
     SP_CP_BETA_FAR = 6,   /* 1 / inter_node_bw */
+    SP_CP_COLL_LAUNCH = 7, /* seconds per collective (topology.collective_latency) */
     SP_CP_COUNT
 } sp_cost_param;
 const char *sp_cost_param_name(sp_cost_param p);   /* "dispatch_s", "s_per_flop", ... */

@@ -44,12 +44,12 @@ static double now_s(void)
  * to bench-1b (K = 2048, N up to 5632 per chip), T = 1 (decode) to 256
  * tokens (prefill of a batch).  (K, N) pairs, then T values. */
 static const int64_t mm_kn[][2] = {{64, 64}, {128, 384}, {512, 512}, {2048, 1408}, {2048, 5632}};
-static const int64_t mm_t[] = {4, 16, 64, 256};
+static const int64_t mm_t[] = {2, 4, 8, 16, 32, 64, 256};
 static const int64_t mm_kn_quick[][2] = {{64, 64}, {512, 512}};
-static const int64_t mm_t_quick[] = {16};
+static const int64_t mm_t_quick[] = {4, 64};
 /* Other weight dtypes (dequantised tile by tile, then sgemm): fewer shapes. */
 static const int64_t dq_kn[][2] = {{512, 512}, {2048, 1408}};
-static const int64_t dq_t[] = {1, 64};
+static const int64_t dq_t[] = {1, 2, 4, 8, 16, 64};
 /* Weight streams (T = 1): working sets K·N·4 from 16 KiB to 256 MiB; above
  * 16 MiB a ring of 2048 x 2048 matrices, one per call, so that each is
  * evicted before it comes round again (a decode step streams every layer's
@@ -57,6 +57,8 @@ static const int64_t dq_t[] = {1, 64};
 static const int64_t mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256},   {512, 512},  {1024, 1024},
                                     {2048, 2048}, {2048, 8192}, {2048, 32768}};
 #define RING_ELEMS ((int64_t)2048 * 2048)
+/* From this many activation rows on, a matmul's rate depends on its FLOPs only. */
+#define ROWS_FULL 64
 static const int64_t mem_kn_quick[][2] = {{64, 64}, {256, 256}};
 /* One chip's block of a collective, bytes. */
 static const int64_t coll_c[] = {256, 4096, 65536, 1048576};
@@ -589,20 +591,70 @@ void sp_calib_free(sp_calib_result *r)
 }
 
 /* ---- fits ---------------------------------------------------------------------------- */
-void sp_calib_fit_alpha_beta(int n, const double *s, const double *b, const double *t, double *alpha, double *beta)
+/* Least squares in relative error with every coefficient >= 0: each
+ * subset of the P features is solved by its normal equations (rows
+ * feature/t -> 1), the feasible solution with the least residual wins.
+ * P <= 3, so 7 subsets: exact, and no iteration to converge. */
+static void nnls_rel(int n, int P, const double *f, const double *t, double *x)
 {
-    /* minimise Σ ((α s + β b - t) / t)²: normal equations of rows (s/t, b/t) -> 1 */
-    double ss = 0, sb = 0, bb = 0, sy = 0, by = 0;
-    for (int i = 0; i < n; i++) {
-        double u = s[i] / t[i], v = b[i] / t[i];
-        ss += u * u, sb += u * v, bb += v * v, sy += u, by += v;
+    double best = INFINITY;
+    for (int j = 0; j < P; j++) x[j] = 0;
+    for (unsigned set = 1; set < (1u << P); set++) {
+        int idx[3], k = 0;
+        for (int j = 0; j < P; j++)
+            if (set & (1u << j)) idx[k++] = j;
+        double A[3][4] = {{0}};   /* normal equations | right-hand side */
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < k; r++) {
+                double u = f[i * P + idx[r]] / t[i];
+                for (int c = 0; c < k; c++) A[r][c] += u * f[i * P + idx[c]] / t[i];
+                A[r][k] += u;
+            }
+        int ok = 1;
+        for (int c = 0; c < k && ok; c++) {   /* Gauss-Jordan, partial pivoting */
+            int piv = c;
+            for (int r = c + 1; r < k; r++)
+                if (fabs(A[r][c]) > fabs(A[piv][c])) piv = r;
+            if (!(fabs(A[piv][c]) > 0)) ok = 0;
+            for (int cc = 0; cc <= k && ok; cc++) { double v = A[c][cc]; A[c][cc] = A[piv][cc]; A[piv][cc] = v; }
+            for (int r = 0; r < k && ok; r++) {
+                if (r == c) continue;
+                double m = A[r][c] / A[c][c];
+                for (int cc = c; cc <= k; cc++) A[r][cc] -= m * A[c][cc];
+            }
+        }
+        double sol[3] = {0, 0, 0};
+        for (int r = 0; r < k && ok; r++) {
+            double v = A[r][k] / A[r][r];
+            if (!(v >= 0) || !isfinite(v)) ok = 0;
+            sol[idx[r]] = v;
+        }
+        if (!ok) continue;
+        double res = 0;
+        for (int i = 0; i < n; i++) {
+            double e = -1;
+            for (int j = 0; j < P; j++) e += sol[j] * f[i * P + j] / t[i];
+            res += e * e;
+        }
+        if (res < best) {
+            best = res;
+            for (int j = 0; j < P; j++) x[j] = sol[j];
+        }
     }
-    double det = ss * bb - sb * sb;
-    double a = det != 0 ? (sy * bb - by * sb) / det : 0, be = det != 0 ? (ss * by - sb * sy) / det : 0;
-    if (a < 0 || det == 0) a = 0, be = bb > 0 ? by / bb : 0;        /* β alone */
-    if (be < 0) be = 0, a = ss > 0 ? sy / ss : 0;                    /* α alone */
-    *alpha = a;
-    *beta = be;
+}
+
+void sp_calib_fit_coll(int n, const double *s, const double *b, const double *t, double *launch, double *alpha,
+                       double *beta)
+{
+    double *f = malloc((size_t)(n > 0 ? n : 1) * 3 * sizeof *f), x[3] = {0, 0, 0};
+    if (f) {
+        for (int i = 0; i < n; i++) f[3 * i] = 1, f[3 * i + 1] = s[i], f[3 * i + 2] = b[i];
+        nnls_rel(n, 3, f, t, x);
+        free(f);
+    }
+    *launch = x[0];
+    *alpha = x[1];
+    *beta = x[2];
 }
 
 int sp_calib_curve(int n, const double *x, const double *y, int max, double *cx, double *cy)
@@ -639,7 +691,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     memset(f, 0, sizeof *f);
     double x[128], y[128];
     int n = 0;
-    /* compute-bound points: T >= 8 (weight reuse over tokens) */
+    /* peak: the best rate with T >= 8 (weight reuse over tokens) */
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
         if (p->T < 8) continue;
@@ -647,15 +699,49 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         if (rate > f->peak_flops[p->dt]) f->peak_flops[p->dt] = rate;
     }
     if (f->peak_flops[SP_DT_F32] <= 0) return spi_fail(SP_EINVAL, "calibrate: no f32 matmul point with T >= 8");
+    /* the FLOPs curve from the f32 points with T >= ROWS_FULL, where the
+     * activation rows no longer limit the kernel */
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T < 8 || p->dt != SP_DT_F32) continue;
+        if (p->T < ROWS_FULL || p->dt != SP_DT_F32) continue;
         double fl = 2.0 * (double)(p->T * p->K * p->N);
         x[n] = fl;
         y[n] = fl / p->seconds / f->peak_flops[SP_DT_F32];
         n++;
     }
+    if (!n) return spi_fail(SP_EINVAL, "calibrate: no f32 matmul point with T >= %d", ROWS_FULL);
     f->eff_points = sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->eff_flops, f->eff_value);
+    /* the rows curves: for each weight dtype and each T measured,
+     * the median over the shapes of measured rate / (the dtype's compute
+     * peak × FLOPs curve) (T = 1 f32: the single-matrix
+     * weight streams; the f32 curve is near 1 from ROWS_FULL on by
+     * construction, the others need not be).
+     * OpenBLAS's sgemm runs a few rows far below its rate at the same FLOPs
+     * with many rows; quantised weights take a fused path up to T = 8 that
+     * the weight bytes bound (kernels/cpu/matmul.c) */
+    sp_hw pk;
+    sp_hw_init(&pk);
+    memcpy(pk.peak_flops, f->peak_flops, sizeof f->peak_flops);
+    for (int d = 0; d < 5; d++) {
+        double peak = sp_hw_compute_peak(&pk, (sp_dtype)d);
+        f->rows_points[d] = 0;
+        for (int64_t T = 1, next; T > 0 && f->rows_points[d] < SP_CALIB_CURVE && peak > 0; T = next) {
+            int m = 0;
+            next = 0;   /* the next larger T measured */
+            for (int i = 0; i < r->n_mm && m < 128; i++) {
+                const sp_calib_mm *p = &r->mm[i];
+                if (p->dt != d || p->ring > 1) continue;
+                if (p->T > T && (!next || p->T < next)) next = p->T;
+                if (p->T != T) continue;
+                double fl = 2.0 * (double)(p->T * p->K * p->N);
+                y[m++] = fl / p->seconds / (peak * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0));
+            }
+            if (!m) continue;
+            double u = sp_abs_median(m, y);   /* rates: all > 0 */
+            f->rows_m[d][f->rows_points[d]] = (double)T;
+            f->rows_value[d][f->rows_points[d]++] = u > 1 ? 1 : u;
+        }
+    }
     /* attention: fraction of the f32 peak by head width, mean over the shapes of each width */
     n = 0;
     for (int i = 0; i < r->n_attn; i++) {
@@ -696,8 +782,8 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     for (int i = 0; i < f->mem_points; i++)
         if (f->mem_value[i] > 1) f->mem_value[i] = 1;   /* a bin's mean never exceeds its best */
     /* matmul_tile M: the token granularity (none, 2 .. 32) under which the
-     * roofline max(compute, memory) best matches every f32 point, T = 1 and
-     * T = 4 included (the compute curve comes from T >= 8, multiples of 16) */
+     * roofline max(compute, memory) best matches every f32 point (with the
+     * rows curve, a granularity seldom adds anything on a CPU) */
     static const int tiles[] = {0, 2, 4, 8, 16, 32};
     double best_err = INFINITY;
     for (int ti = 0; ti < NELEM(tiles); ti++) {
@@ -708,6 +794,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             double fl = 2.0 * (double)(p->T * p->K * p->N), tm = (double)tiles[ti];
             double util = tm > 0 ? (double)p->T / (ceil((double)p->T / tm) * tm) : 1.0;
             double c = fl / (f->peak_flops[SP_DT_F32] * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0) *
+                             sp_hw_curve(f->rows_points[SP_DT_F32], f->rows_m[SP_DT_F32], f->rows_value[SP_DT_F32], (double)p->T, 1.0) *
                              util);
             double by = (double)(p->K * p->N + p->T * p->K + p->T * p->N) * 4.0;
             double mt = by / (f->mem_bw * sp_hw_curve(f->mem_points, f->mem_bytes, f->mem_value, by, 1.0));
@@ -727,8 +814,8 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         n++;
     }
     if (n) {
-        sp_calib_fit_alpha_beta(n, s, b, t, &f->alpha, &f->beta);
-        for (int i = 0; i < n; i++) e[i] = (f->alpha * s[i] + f->beta * b[i] - t[i]) / t[i];
+        sp_calib_fit_coll(n, s, b, t, &f->launch, &f->alpha, &f->beta);
+        for (int i = 0; i < n; i++) e[i] = (f->launch + f->alpha * s[i] + f->beta * b[i] - t[i]) / t[i];
         f->coll_median_err = sp_abs_median(n, e);
         f->coll_worst_err = sp_abs_max(n, e);
     }

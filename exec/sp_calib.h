@@ -118,8 +118,11 @@ void sp_calib_free(sp_calib_result *r);   /* NULL is a no-op */
 #define SP_CALIB_CURVE 8
 typedef struct sp_calib_fit {
     double peak_flops[5];      /* per sp_dtype: the best compute-bound rate measured (0: not measured) */
-    int eff_points;            /* matmul efficiency by local FLOPs (f32 points with T >= 8) */
+    int eff_points;            /* matmul efficiency by local FLOPs (f32 points with T >= 64) */
     double eff_flops[SP_CALIB_CURVE], eff_value[SP_CALIB_CURVE];
+    int rows_points[5];        /* per weight dtype: fraction of that efficiency (at the dtype's compute
+                                  peak, sp_hw_compute_peak) by activation rows T, median over shapes */
+    double rows_m[5][SP_CALIB_CURVE], rows_value[5][SP_CALIB_CURVE];
     int tile_m;                /* matmul_tile M (0: none): the T granularity that fits the points best */
     double mm_median_err;      /* |roofline model - measured| / measured over the f32 matmul points */
     int attn_points;           /* attention efficiency (fraction of the f32 peak) by d_head */
@@ -127,7 +130,7 @@ typedef struct sp_calib_fit {
     double mem_bw;             /* the best weight-stream rate, B/s */
     int mem_points;            /* fraction of mem_bw by bytes moved */
     double mem_bytes[SP_CALIB_CURVE], mem_value[SP_CALIB_CURVE];
-    double alpha, beta;        /* seconds per collective step, seconds per byte */
+    double launch, alpha, beta; /* seconds per collective, per collective step, per byte */
     double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */
     double dispatch_s;         /* seconds per interpreter step */
     double act_elem_s[2];      /* r->act_s */
@@ -135,10 +138,10 @@ typedef struct sp_calib_fit {
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
 
-/* Least squares of t ≈ α·s + β·b in relative error (weights 1/t), α, β >= 0.
- * Exposed for tests. */
-void sp_calib_fit_alpha_beta(int n, const double *s, const double *b, const double *t, double *alpha,
-                             double *beta);
+/* Least squares of t ≈ λ + α·s + β·b in relative error (weights 1/t), every
+ * coefficient >= 0 (the best non-negative subset).  Exposed for tests. */
+void sp_calib_fit_coll(int n, const double *s, const double *b, const double *t, double *launch, double *alpha,
+                       double *beta);
 /* A curve of at most `max` points through (x_i, y_i), x > 0: points grouped
  * by x into `max` equal bins of log(x), each bin's mean log x and mean y;
  * x increasing.  Returns the number of points written.  Exposed for tests. */

@@ -38,6 +38,13 @@ double sp_hw_curve(int n, const double *x, const double *y, double v, double non
     return y[n - 1];
 }
 
+double sp_hw_compute_peak(const sp_hw *hw, sp_dtype weights)
+{
+    /* weight-only quantisation dequantises to bf16 before the matmul */
+    if (weights == SP_DT_F32) return hw->peak_flops[SP_DT_F32] > 0 ? hw->peak_flops[SP_DT_F32] : hw->peak_flops[SP_DT_BF16];
+    return hw->peak_flops[SP_DT_BF16];
+}
+
 double sp_hw_matmul_eff(const sp_hw *hw, double flops)
 {
     return hw ? sp_hw_curve(hw->eff_points, hw->eff_flops, hw->eff_value, flops, 1.0) : 1.0;
@@ -50,10 +57,11 @@ static double tile_util(int64_t d, int tile)
     return (double)d / (double)padded;
 }
 
-double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k)
+double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n, int64_t k)
 {
     double e = sp_hw_matmul_eff(hw, 2.0 * (double)m * (double)n * (double)k);
     if (!hw) return e;
+    if ((unsigned)dt < SP_DT_COUNT) e *= sp_hw_curve(hw->rows_points[dt], hw->rows_m[dt], hw->rows_value[dt], (double)m, 1.0);
     return e * tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
 }
 
@@ -192,12 +200,17 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     } else {
         return hfail(src, err, "/topology/kind", "must be one of torus, cluster");
     }
+    RANGE_(hw->coll_latency, 0, HW_LATENCY_MAX, "seconds", 0, "/topology/collective_latency");
     RANGE_(hw->host_bytes, 0, (double)HW_BYTES_MAX, "bytes", 0, "/host/memory_bytes");
     RANGE_(hw->host_link_bw, HW_RATE_MIN, HW_RATE_MAX, "bytes/s", 1, "/host/link_bw");
     SP_CHECK(check_curve(src, err, "/efficiency/matmul", "FLOPs", hw->eff_points, hw->eff_flops, hw->eff_value));
     for (int i = 0; i < 3; i++)
         if (hw->matmul_tile[i] < 0 || hw->matmul_tile[i] > 65536)
             return hfail(src, err, "/efficiency/matmul_tile", "each of M, N, K an integer in [0, 65536] (0: no tiling)");
+    for (int d = 0; d < SP_DT_COUNT; d++) {
+        snprintf(t, sizeof t, "/efficiency/matmul_rows/%s", sp_dtype_name((sp_dtype)d));
+        SP_CHECK(check_curve(src, err, t, "M", hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]));
+    }
     SP_CHECK(check_curve(src, err, "/efficiency/memory", "bytes", hw->mem_points, hw->mem_bytes, hw->mem_value));
     SP_CHECK(check_curve(src, err, "/efficiency/weight_stream", "bytes", hw->ws_points, hw->ws_bytes, hw->ws_value));
     SP_CHECK(check_curve(src, err, "/efficiency/attention", "d_head", hw->attn_points, hw->attn_dhead, hw->attn_value));
@@ -228,12 +241,13 @@ static const char *const top_keys[] = {"name", "chip", "topology", "host", "effi
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
                                         "act_elem_s", "token_sync_s", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
-static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices", NULL};
+static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices",
+                                         "collective_latency", NULL};
 static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_min_chips", NULL};
-static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency",
+static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency", "collective_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "memory", "weight_stream", "attention",
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "memory", "weight_stream", "attention",
                                        "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
@@ -376,6 +390,7 @@ static sp_status read_topology(const spi_jctx *c, const json_t *t, sp_hw *hw)
         C_(spi_json_get_int(c, "/topology", t, "max_chips", 0, 0, 1 << 24, "integer >= 0; 0: unbounded", &mx));
         hw->max_chips = (int)mx;
     }
+    C_(spi_json_get_num(c, "/topology", t, "collective_latency", 0, 0, 0, 1, "seconds >= 0", &hw->coll_latency));
     return SP_OK;
 }
 
@@ -385,6 +400,17 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     C_(spi_json_check_keys(c, "/efficiency", e, eff_keys));
     C_(spi_json_get_child(c, "/efficiency", e, "matmul", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/matmul", mm, "FLOPs", &hw->eff_points, hw->eff_flops, hw->eff_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "matmul_rows", 0, JSON_OBJECT, &mm));
+    if (mm) {
+        C_(spi_json_check_keys(c, "/efficiency/matmul_rows", mm, dtype_keys));
+        for (int d = 0; d < SP_DT_COUNT; d++) {
+            char path[64];
+            json_t *cv;
+            snprintf(path, sizeof path, "/efficiency/matmul_rows/%s", sp_dtype_name((sp_dtype)d));
+            C_(spi_json_get_child(c, "/efficiency/matmul_rows", mm, sp_dtype_name((sp_dtype)d), 0, JSON_ARRAY, &cv));
+            if (cv) C_(read_curve(c, path, cv, "M", &hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]));
+        }
+    }
     C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
     C_(spi_json_get_child(c, "/efficiency", e, "weight_stream", 0, JSON_ARRAY, &mm));
@@ -507,6 +533,15 @@ static sp_status hw_find(const char *name_or_path, sp_hw *out, sp_error *err)
     return sp_hw_load_file(path, 0, out, err);
 }
 
+/* A curve as [[x, efficiency], ...] under key; nothing when it has no points. */
+static void curve_json(json_t *e, const char *key, int n, const double *x, const double *y)
+{
+    if (n <= 0) return;
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_pack("[ff]", x[i], y[i]));
+    json_object_set_new(e, key, a);
+}
+
 json_t *spi_hw_to_json(const sp_hw *hw)
 {
     json_t *j = json_object(), *chip = json_object(), *pf = json_object(), *t = json_object();
@@ -524,6 +559,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     if (hw->token_sync_s > 0) json_object_set_new(chip, "token_sync_s", json_real(hw->token_sync_s));
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));
+    if (hw->coll_latency > 0) json_object_set_new(t, "collective_latency", json_real(hw->coll_latency));
     if (hw->topo == SP_TOPO_TORUS) {
         json_object_set_new(t, "dims", json_pack("[iii]", hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]));
         json_object_set_new(t, "link_bw", json_real(hw->link_bw));
@@ -552,29 +588,16 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     json_object_set_new(j, "topology", t);
     json_object_set_new(j, "host", json_pack("{s:I,s:f}", "memory_bytes", (json_int_t)hw->host_bytes, "link_bw",
                                              hw->host_link_bw));
-    json_t *e = json_object(), *mm = json_array();
-    for (int i = 0; i < hw->eff_points; i++)
-        json_array_append_new(mm, json_pack("[ff]", hw->eff_flops[i], hw->eff_value[i]));
-    if (hw->eff_points) json_object_set_new(e, "matmul", mm);
-    else json_decref(mm);
-    if (hw->mem_points) {
-        json_t *mc = json_array();
-        for (int i = 0; i < hw->mem_points; i++)
-            json_array_append_new(mc, json_pack("[ff]", hw->mem_bytes[i], hw->mem_value[i]));
-        json_object_set_new(e, "memory", mc);
-    }
-    if (hw->ws_points) {
-        json_t *wc = json_array();
-        for (int i = 0; i < hw->ws_points; i++)
-            json_array_append_new(wc, json_pack("[ff]", hw->ws_bytes[i], hw->ws_value[i]));
-        json_object_set_new(e, "weight_stream", wc);
-    }
-    if (hw->attn_points) {
-        json_t *ac = json_array();
-        for (int i = 0; i < hw->attn_points; i++)
-            json_array_append_new(ac, json_pack("[ff]", hw->attn_dhead[i], hw->attn_value[i]));
-        json_object_set_new(e, "attention", ac);
-    }
+    json_t *e = json_object();
+    curve_json(e, "matmul", hw->eff_points, hw->eff_flops, hw->eff_value);
+    json_t *rows = json_object();
+    for (int d = 0; d < SP_DT_COUNT; d++)
+        curve_json(rows, sp_dtype_name((sp_dtype)d), hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]);
+    if (json_object_size(rows)) json_object_set_new(e, "matmul_rows", rows);
+    else json_decref(rows);
+    curve_json(e, "memory", hw->mem_points, hw->mem_bytes, hw->mem_value);
+    curve_json(e, "weight_stream", hw->ws_points, hw->ws_bytes, hw->ws_value);
+    curve_json(e, "attention", hw->attn_points, hw->attn_dhead, hw->attn_value);
     if (hw->matmul_tile[0] || hw->matmul_tile[1] || hw->matmul_tile[2])
         json_object_set_new(e, "matmul_tile", json_pack("[iii]", hw->matmul_tile[0], hw->matmul_tile[1],
                                                         hw->matmul_tile[2]));

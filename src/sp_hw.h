@@ -77,6 +77,9 @@ typedef struct sp_hw {
     double link_bw;                   /* torus: bytes/s one direction per link */
     int links_per_chip;               /* torus: 6 for a 3D torus */
     double hop_latency;               /* torus: seconds per collective step (one hop of a ring) */
+    double coll_latency;              /* seconds every collective pays once, beyond its steps (launch
+                                         and rendezvous of the group: a CPU executor's handoffs); 0 by
+                                         default, either topology */
     /* torus: the slices a user can rent (sp_hw_slice_rentable).  No shapes
      * and no cuboid rule: any sub-cuboid of torus_dims. */
     int n_slice_shapes;
@@ -98,6 +101,13 @@ typedef struct sp_hw {
     double eff_value[SP_HW_EFF_POINTS];
     int matmul_tile[3];               /* M, N, K granularity: a matmul dimension d runs at
                                          d / (ceil(d / tile) * tile) of the curve's efficiency; 0 = 1 */
+    int rows_points[SP_DT_COUNT];     /* matmul rows, per weight dtype: points (M, the activation rows
+                                         of a local matmul; fraction of the FLOPs curve's efficiency a
+                                         matmul of M rows reaches); none: 1 for every M.  A CPU's
+                                         small-M kernels (decode) run far below the rate of the same
+                                         FLOPs at large M, and each weight dtype takes its own path */
+    double rows_m[SP_DT_COUNT][SP_HW_EFF_POINTS];
+    double rows_value[SP_DT_COUNT][SP_HW_EFF_POINTS];
     int mem_points;                   /* memory-bound steps: points (bytes moved, fraction of HBM
                                          bandwidth); none: hbm_bw_eff for every size */
     double mem_bytes[SP_HW_EFF_POINTS];
@@ -144,12 +154,17 @@ void sp_hw_uncalibrate(sp_hw *hw);
 /* A curve of n points (x increasing, values y) at v: piecewise-linear in
  * log(x) between points, clamped at the ends; `none` when n = 0. */
 double sp_hw_curve(int n, const double *x, const double *y, double v, double none);
+/* The FLOP/s a matmul with weights of that dtype runs at before
+ * efficiencies: f32's peak (bf16's when the chip has none) for f32 weights,
+ * bf16's for every other (weight-only quantisation dequantises to bf16). */
+double sp_hw_compute_peak(const sp_hw *hw, sp_dtype weights);
 /* Matmul efficiency at a local problem of `flops` FLOPs: the efficiency
  * curve at flops; 1.0 with no curve. */
 double sp_hw_matmul_eff(const sp_hw *hw, double flops);
-/* ... and at a local shape (m, k) · (k, n): sp_hw_matmul_eff × the tile
- * utilisation of each dimension (matmul_tile). */
-double sp_hw_matmul_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k);
+/* ... and at a local shape (m, k) · (k, n) with weights of dtype dt:
+ * sp_hw_matmul_eff × the tile utilisation of each dimension (matmul_tile)
+ * × dt's rows curve at m. */
+double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n, int64_t k);
 /* Efficiency of an attention step of `flops` FLOPs at head width d_head:
  * the attention curve at d_head when the profile has one, else the matmul
  * curve at flops. */

@@ -480,7 +480,7 @@ END_TEST
  * bytes / (bandwidth × memory efficiency)) over its steps, layers n times. */
 static double step_closed_form(const sp_hw *hw, const sp_step *s)
 {
-    double eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? sp_hw_matmul_shape_eff(hw, s->m, s->n, s->k)
+    double eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? sp_hw_matmul_shape_eff(hw, SP_DT_BF16, s->m, s->n, s->k)
                                                                         : sp_hw_matmul_eff(hw, (double)s->flops);
     double c = s->flops > 0 ? s->flops / (hw->peak_flops[SP_DT_BF16] * eff) : 0;
     double bytes = (double)(s->weight_bytes + s->kv_bytes_read + s->kv_bytes_written + s->act_bytes);

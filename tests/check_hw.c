@@ -124,7 +124,8 @@ START_TEST(test_new_fields)
              "{\"name\":\"t\",\"chip\":{\"peak_flops\":{\"bf16\":1e12},\"hbm_bytes\":1073741824,\"hbm_bw\":1e11,"
              "\"dispatch_s\":5e-6},\"topology\":{\"kind\":\"torus\",\"dims\":[8,8,8],\"link_bw\":1e10,"
              "\"hop_latency\":1e-6,\"slices\":{\"shapes\":[[2,2,1]],\"cuboid_multiple\":4,\"cuboid_min_chips\":64}},"
-             "\"efficiency\":{\"matmul_tile\":[8,128,128],\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]]}}");
+             "\"efficiency\":{\"matmul_tile\":[8,128,128],\"matmul_rows\":{\"bf16\":[[1,0.2],[16,1]]},"
+             "\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]]}}");
     ck_assert_msg(sp_hw_loads(text, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
     ck_assert_double_eq(hw.dispatch_s, 5e-6);
     ck_assert_int_eq(hw.matmul_tile[1], 128);
@@ -132,7 +133,10 @@ START_TEST(test_new_fields)
     ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e5), 0.3, 1e-12);   /* log midpoint */
     ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e9), 0.9, 1e-12);   /* clamped */
     /* tile utilisation: m = 4 of 8, n = 192 of 256, k = 128 of 128; no FLOPs curve: 1.0 */
-    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, 4, 192, 128), 0.5 * 0.75, 1e-12);
+    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_F32, 4, 192, 128), 0.5 * 0.75, 1e-12);
+    /* bf16 weights also take their rows curve at m = 4: log midpoint of 1 and 16, 0.2 .. 1 */
+    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_BF16, 4, 192, 128), 0.5 * 0.75 * 0.6, 1e-12);
+    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_BF16, 64, 256, 128), 1.0, 1e-12);   /* clamped */
     int s221[3] = {1, 2, 2}, s444[3] = {4, 4, 4}, s448[3] = {4, 8, 4}, s228[3] = {2, 2, 8}, s888[3] = {8, 8, 8};
     int s16[3] = {16, 4, 4};
     ck_assert(sp_hw_slice_rentable(&hw, s221));
@@ -153,6 +157,9 @@ START_TEST(test_new_fields)
         {"[8,128,128]", "[8,128]", "/efficiency/matmul_tile"},
         {"[8,128,128]", "[8,-1,128]", "/efficiency/matmul_tile/1"},
         {"[1e6,0.5]", "[1e6,1.5]", "/efficiency/memory/1"},
+        {"[16,1]", "[16,1.5]", "/efficiency/matmul_rows/bf16/1"},
+        {"[16,1]", "[0.5,1]", "/efficiency/matmul_rows/bf16/1"},
+        {"rows\":{\"bf16\":", "rows\":{\"bf17\":", "/efficiency/matmul_rows/bf17"},
         {"[1e6,0.5]", "[1e3,0.5]", "/efficiency/memory/1"},
         {"[[2,2,1]]", "[[2,0,1]]", "/topology/slices/shapes/0"},
         {"\"cuboid_multiple\":4,", "", "/topology/slices/cuboid_multiple"},

@@ -110,19 +110,25 @@ START_TEST(test_parse_file_missing)
 }
 END_TEST
 
-/* α and β are recovered exactly from points on the line, and never negative. */
+/* λ, α and β are recovered exactly from points on the plane, and never negative. */
 START_TEST(test_alpha_beta)
 {
     double s[6] = {1, 1, 3, 3, 6, 2}, b[6] = {256, 1e6, 768, 3e6, 2e5, 4096}, t[6];
     for (int i = 0; i < 6; i++) t[i] = 2e-5 * s[i] + 2.5e-10 * b[i];
-    double a, be;
-    sp_calib_fit_alpha_beta(6, s, b, t, &a, &be);
+    double l, a, be;
+    sp_calib_fit_coll(6, s, b, t, &l, &a, &be);
+    ck_assert_double_eq_tol(l, 0, 1e-12);
     ck_assert_double_eq_tol(a, 2e-5, 1e-12);
     ck_assert_double_eq_tol(be, 2.5e-10, 1e-16);
-    /* times that fall with bytes: β would be negative; clamped to 0, α alone */
-    double t2[2] = {2e-5, 1e-5}, s2[2] = {1, 1}, b2[2] = {1e3, 1e6};
-    sp_calib_fit_alpha_beta(2, s2, b2, t2, &a, &be);
-    ck_assert(be == 0 && a > 0);
+    for (int i = 0; i < 6; i++) t[i] = 7e-6 + 2e-5 * s[i] + 2.5e-10 * b[i];
+    sp_calib_fit_coll(6, s, b, t, &l, &a, &be);
+    ck_assert_double_eq_tol(l, 7e-6, 1e-12);
+    ck_assert_double_eq_tol(a, 2e-5, 1e-12);
+    ck_assert_double_eq_tol(be, 2.5e-10, 1e-16);
+    /* times that fall with bytes: β would be negative; clamped to 0 */
+    double t2[3] = {2e-5, 1e-5, 3e-5}, s2[3] = {1, 1, 2}, b2[3] = {1e3, 1e6, 1e3};
+    sp_calib_fit_coll(3, s2, b2, t2, &l, &a, &be);
+    ck_assert(be == 0 && l >= 0 && a >= 0 && l + a > 0);
 }
 END_TEST
 

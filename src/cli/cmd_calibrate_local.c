@@ -70,7 +70,7 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
     }
     for (int i = 0; i < r->n_coll; i++) {
         const sp_calib_coll_pt *p = &r->coll[i];
-        double fit = f->alpha * p->steps + f->beta * p->beta_bytes;
+        double fit = f->launch + f->alpha * p->steps + f->beta * p->beta_bytes;
         json_array_append_new(coll, json_pack("{s:s,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind),
                                               "group", p->K, "block_bytes", (json_int_t)p->block_bytes, "seconds",
                                               p->seconds, "steps", p->steps, "beta_bytes", p->beta_bytes,
@@ -111,6 +111,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     /* one tier: the threads (or ranks) of one host; inter = intra so a
      * layout never crosses a tier the calibration did not measure */
     hw.intra_latency = hw.inter_latency = f->alpha;
+    hw.coll_latency = f->launch;
     hw.intra_bw = hw.inter_bw = f->beta > 0 ? 1.0 / f->beta : 1e12;
     hw.eff_points = f->eff_points;
     for (int i = 0; i < f->eff_points; i++) hw.eff_flops[i] = f->eff_flops[i], hw.eff_value[i] = f->eff_value[i];
@@ -120,6 +121,13 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     for (int i = 0; i < g.eff_points; i++) g.eff_value[i] = g.eff_value[i] < 0.01 ? 0.01 : g.eff_value[i];
     for (int i = 0; i < g.mem_points; i++) g.mem_value[i] = g.mem_value[i] < 0.01 ? 0.01 : g.mem_value[i];
     for (int i = 0; i < g.attn_points; i++) g.attn_value[i] = g.attn_value[i] < 0.01 ? 0.01 : g.attn_value[i];
+    for (int d = 0; d < 5 && d < SP_DT_COUNT; d++) {
+        hw.rows_points[d] = g.rows_points[d];
+        for (int i = 0; i < g.rows_points[d]; i++) {
+            hw.rows_m[d][i] = g.rows_m[d][i];
+            hw.rows_value[d][i] = g.rows_value[d][i] < 0.01 ? 0.01 : g.rows_value[d][i];
+        }
+    }
     f = &g;
     hw.matmul_tile[0] = f->tile_m;
     hw.attn_points = f->attn_points;
@@ -212,16 +220,22 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
         if ((st = sp_calib_fit_result(r, &f))) rc = cli_report(st, NULL);
         else rc = write_profile(out, r, &f);
         if (!rc) {
-            char b[6][32];
+            char b[7][32];
             printf("wrote %s: %d chips (%s, %d cores), %.1f s\n", out, r->chips, sp_comm_backend_name(r->backend),
                    r->cores, r->seconds);
             printf("  peak f32 %s, bf16 %s; weight stream %s; matmul tile M %d (median err %.0f%%)\n"
-                   "  dispatch %s a step; collective step %s + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
+                   "  dispatch %s a step; collective %s + %s a step + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
                    cli_fmt_flops(f.peak_flops[SP_DT_F32], b[0], 32), cli_fmt_flops(f.peak_flops[SP_DT_BF16], b[1], 32),
                    cli_fmt_rate(f.mem_bw, b[2], 32), f.tile_m, 100 * f.mm_median_err,
-                   cli_fmt_seconds(f.dispatch_s, b[3], 32), cli_fmt_seconds(f.alpha, b[4], 32),
+                   cli_fmt_seconds(f.dispatch_s, b[3], 32), cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
                    cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
                    100 * f.coll_worst_err);
+            for (int d = 0; d < 5; d++) {
+                if (!f.rows_points[d]) continue;
+                printf("  matmul rows %-4s (fraction of the FLOPs curve at T rows):", sp_dtype_name((sp_dtype)d));
+                for (int i = 0; i < f.rows_points[d]; i++) printf(" %g: %.2f", f.rows_m[d][i], f.rows_value[d][i]);
+                printf("\n");
+            }
         }
     }
     sp_calib_free(r);

@@ -340,6 +340,7 @@ static void hw_table(const sp_hw *hw)
     row2(t, "HBM", b);
     topo_str(hw, b, sizeof b);
     row2(t, "topology", b);
+    if (hw->coll_latency > 0) row2(t, "collective launch", cli_fmt_seconds(hw->coll_latency, x, sizeof x));
     if (hw->topo == SP_TOPO_TORUS) {
         snprintf(b, sizeof b, "%d x %s one way, %s per hop", hw->links_per_chip,
                  cli_fmt_rate(hw->link_bw, x, sizeof x), cli_fmt_seconds(hw->hop_latency, y, sizeof y));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "spi_common.h"
 #include "sp_cost.h"
 #include "sp_hw.h"
 #include "sp_validate.h"
@@ -16,7 +17,7 @@
 static void help(void)
 {
     printf("Usage: shardplan validate [--hw FILE] [--backend threads] [--cases FILE] [--repeat R]\n"
-           "                          [--json]\n\n"
+           "                          [--measured FILE] [--json]\n\n"
            "Runs each case (model, chips, layout, batch, prompt, gen) on the executor and prices\n"
            "it with the cost model on the profile, then prints predicted, measured and the\n"
            "relative error (predicted - measured) / measured of the prefill time and of the\n"
@@ -36,6 +37,9 @@ static void help(void)
            "                 src/sp_validate.h and doc/fidelity-local.md)\n"
            "  --repeat R     timed runs per case (default 3)\n"
            "  --min-seconds S  keep timing a case while its runs total under S (default 2)\n"
+           "  --measured FILE  do not run: take the cases and their measured figures from an\n"
+           "                 earlier `validate --json` output and price them on --hw (compare\n"
+           "                 profiles on the same measurements)\n"
            "  --json         machine-readable\n"
            "Exit 0: every case ran; 2: bad input, or a case the executor refuses.\n");
 }
@@ -231,12 +235,71 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, int 
     free(g);
 }
 
+/* --measured: the cases of an earlier `validate --json` output (each
+ * element of "cases" rebuilt as a case-file line, so the case checks are
+ * the file's) and their measured figures, kept in *doc for measured_of. */
+static sp_status load_measured(const char *path, sp_vcases *cs, json_t **doc, sp_error *err)
+{
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) return spi_error_set(err, SP_EPARSE, path, je.line, je.column, "", "%s", je.text);
+    json_t *cases = json_object_get(j, "cases");
+    if (!json_is_array(cases) || !json_array_size(cases)) {
+        json_decref(j);
+        return spi_error_set(err, SP_EPARSE, path, 0, 0, "/cases", "must be a non-empty array (validate --json output)");
+    }
+    size_t cap = 256 * json_array_size(cases) + 1, len = 0;
+    char *text = malloc(cap);
+    if (!text) {
+        json_decref(j);
+        return SP_ENOMEM;
+    }
+    sp_status st = SP_OK;
+    for (size_t i = 0; i < json_array_size(cases) && !st; i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *model = json_string_value(json_object_get(c, "model"));
+        const char *layout = json_string_value(json_object_get(c, "layout"));
+        json_t *pf = json_object_get(json_object_get(c, "prefill_s"), "measured");
+        json_t *dc = json_object_get(json_object_get(c, "decode_step_s"), "measured");
+        char where[32];
+        snprintf(where, sizeof where, "/cases/%zu", i);
+        if (!model || !layout || strlen(model) > 120 || strlen(layout) > 120 ||
+            !json_is_integer(json_object_get(c, "chips")) || !json_is_integer(json_object_get(c, "batch")) ||
+            !json_is_integer(json_object_get(c, "prompt")) || !json_is_integer(json_object_get(c, "gen")) ||
+            !(json_number_value(pf) > 0) || !(json_number_value(dc) > 0)) {
+            st = spi_error_set(err, SP_EPARSE, path, 0, 0, where,
+                               "needs model, layout, chips, batch, prompt, gen and measured prefill_s and "
+                               "decode_step_s > 0");
+            break;
+        }
+        len += (size_t)snprintf(text + len, cap - len, "%s %lld %s %lld %lld %lld\n", model,
+                                (long long)json_integer_value(json_object_get(c, "chips")), layout,
+                                (long long)json_integer_value(json_object_get(c, "batch")),
+                                (long long)json_integer_value(json_object_get(c, "prompt")),
+                                (long long)json_integer_value(json_object_get(c, "gen")));
+    }
+    if (!st) st = sp_vcases_loads(text, path, cs, err);
+    free(text);
+    if (st) json_decref(j);
+    else *doc = j;
+    return st;
+}
+
+static void measured_of(const json_t *doc, int i, vres *r)
+{
+    json_t *c = json_array_get(json_object_get(doc, "cases"), (size_t)i);
+    r->runs = (int)json_integer_value(json_object_get(c, "runs"));
+    r->meas_pf = json_number_value(json_object_get(json_object_get(c, "prefill_s"), "measured"));
+    r->meas_dc = json_number_value(json_object_get(json_object_get(c, "decode_step_s"), "measured"));
+}
+
 int cli_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {{"hw", 1, 0, 'H'},     {"backend", 1, 0, 'k'}, {"cases", 1, 0, 'c'},
                                          {"repeat", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"min-seconds", 1, 0, 'S'},    {"help", 0, 0, 'h'},
+                                         {"measured", 1, 0, 'M'},
                                          {0, 0, 0, 0}};
-    const char *hw_path = NULL, *cases_path = NULL;
+    const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
     int json = 0, c;
@@ -245,6 +308,7 @@ int cli_cmd_validate(int argc, char **argv)
         switch (c) {
         case 'H': hw_path = optarg; break;
         case 'c': cases_path = optarg; break;
+        case 'M': measured_path = optarg; break;
         case 'k':
             if (!strcmp(optarg, "threads")) break;
             if (!strcmp(optarg, "mpi") || !strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
@@ -283,9 +347,16 @@ int cli_cmd_validate(int argc, char **argv)
         }
         cases_path = def;
     }
+    if (measured_path && cases_path != def && cases_path)
+        return cli_usage("validate", "--measured takes its cases from FILE: give --cases or --measured, not both");
     sp_vcases cs;
     sp_vcases_init(&cs);
-    if ((st = sp_vcases_load_file(cases_path, &cs, &err))) return cli_report(st, &err);
+    json_t *mj = NULL;
+    if (measured_path) {
+        if ((st = load_measured(measured_path, &cs, &mj, &err))) return cli_report(st, &err);
+        cases_path = measured_path;
+    } else if ((st = sp_vcases_load_file(cases_path, &cs, &err)))
+        return cli_report(st, &err);
     if (!cs.n) {
         sp_vcases_free(&cs);
         cli_errorf("%s: no cases", cases_path);
@@ -313,7 +384,7 @@ int cli_cmd_validate(int argc, char **argv)
                 rc = cli_report(st, &err);
                 break;
             }
-            if ((st = sp_weights_build_random(&m, 1, &w))) {
+            if (!mj && (st = sp_weights_build_random(&m, 1, &w))) {
                 rc = cli_report(st, NULL);
                 break;
             }
@@ -325,7 +396,8 @@ int cli_cmd_validate(int argc, char **argv)
             break;
         }
         if ((rc = predict_case(vc, &m, &hw, &r[i]))) break;
-        if ((rc = measure_case(vc, &m, &w, (int)repeat, min_s, &r[i]))) break;
+        if (mj) measured_of(mj, i, &r[i]);
+        else if ((rc = measure_case(vc, &m, &w, (int)repeat, min_s, &r[i]))) break;
         r[i].err_pf = (r[i].pred_pf - r[i].meas_pf) / r[i].meas_pf;
         r[i].err_dc = (r[i].pred_dc - r[i].meas_dc) / r[i].meas_dc;
         if (!json)
@@ -334,6 +406,7 @@ int cli_cmd_validate(int argc, char **argv)
     }
     sp_weights_free(&w);
     if (!rc) report(&cs, r, hw_path, (int)repeat, min_s, json);
+    json_decref(mj);
     free(r);
     sp_vcases_free(&cs);
     return rc;
