@@ -279,9 +279,11 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     }
     double eff = 1.0;
     if (flops > 0)
-        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS ? eff_lookup(hw, s->m, s->n, s->k, pc->p->layout.weights)
-                                                                     : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head, 0)
-                                                                                               : eff_lookup(hw, flops, -1, -1, 0);
+        /* a grouped expert matmul runs as `experts` matmuls of m/experts rows */
+        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS
+                  ? eff_lookup(hw, s->experts > 1 ? s->m / s->experts : s->m, s->n, s->k, pc->p->layout.weights)
+              : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head, 0)
+                                        : eff_lookup(hw, flops, -1, -1, 0);
     double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
     if (s->kind == SP_STEP_ACT) {
         /* CPU activations are bound by their transcendental arithmetic per element */

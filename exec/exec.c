@@ -351,6 +351,12 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);
+    {   /* what the lowering prices but the executor does not run (mixture of experts) */
+        sp_error err;
+        sp_error_init(&err);
+        if (sp_model_check_exec(m, prompt + gen, &err))
+            return spi_fail(SP_ENOTSUP, "model %s: %s: %s", m->name, err.path, err.text);
+    }
     const spi_xops *ops = &spi_xops_cpu;
     if (backend == SP_COMM_BACKEND_NCCL) {
         /* GPUs: buffers in device memory, moved by NCCL */

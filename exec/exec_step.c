@@ -225,6 +225,8 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         SP_CHECK(sp_comm_stats(ch->c, &b));
         return spi_check_bytes(ch, s, &a, &b, s->coll.kind);
     }
+    case SP_STEP_ROUTE: case SP_STEP_DISPATCH: case SP_STEP_COMBINE:
+        return spi_fail(SP_ENOTSUP, "%s: the executor does not run mixture-of-experts steps", sp_step_kind_name(s->kind));
     default: return spi_fail(SP_EINVAL, "step kind %d", (int)s->kind);
     }
 }

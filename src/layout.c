@@ -31,6 +31,8 @@ void sp_layout_init(sp_layout *l)
     l->placement[0] = SP_AXIS_Z;
     l->placement[1] = SP_AXIS_Y;
     l->placement[2] = SP_AXIS_X;
+    l->experts = 1;
+    l->capacity = 1.0;
 }
 
 int64_t sp_layout_chips(const sp_layout *l)
@@ -91,6 +93,22 @@ bad:
     return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a positive integer", (int)len, v);
 }
 
+/* a capacity factor: a finite number in [1, 64] */
+static sp_status parse_capacity(const char *v, size_t len, double *out, const char *key, sp_error *err)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) goto bad;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    char *end;
+    double x = strtod(buf, &end);
+    if (*end || !(x >= 1 && x <= 64)) goto bad;
+    *out = x;
+    return SP_OK;
+bad:
+    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a capacity factor in [1, 64]", (int)len, v);
+}
+
 static sp_status parse_placement(const char *v, size_t len, sp_layout *l, sp_error *err)
 {
     int seen = 0;
@@ -126,6 +144,8 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         if (!strcmp(key, "stages")) st = parse_int(v, vlen, &l->stages, key, err);
         else if (!strcmp(key, "replicas")) st = parse_int(v, vlen, &l->replicas, key, err);
         else if (!strcmp(key, "microbatches")) st = parse_int(v, vlen, &l->microbatches, key, err);
+        else if (!strcmp(key, "experts")) st = parse_int(v, vlen, &l->experts, key, err);
+        else if (!strcmp(key, "capacity")) st = parse_capacity(v, vlen, &l->capacity, key, err);
         else if (!strcmp(key, "mesh")) {
             int dims[3] = {1, 1, 1}, nd = 0;
             const char *q = v, *end = v + vlen;
@@ -156,7 +176,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         else
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
-                                 "decode, placement)");
+                                 "decode, placement, experts, capacity)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -207,13 +227,19 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
     json_object_foreach(root, k, v) {
         char path[40];
         snprintf(path, sizeof path, "/%s", k);
-        if (!strcmp(k, "stages") || !strcmp(k, "replicas") || !strcmp(k, "microbatches")) {
+        if (!strcmp(k, "stages") || !strcmp(k, "replicas") || !strcmp(k, "microbatches") || !strcmp(k, "experts")) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
                 return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a positive integer");
             int x = (int)json_integer_value(v);
             if (k[0] == 's') l->stages = x;
             else if (k[0] == 'r') l->replicas = x;
+            else if (k[0] == 'e') l->experts = x;
             else l->microbatches = x;
+        } else if (!strcmp(k, "capacity")) {
+            double x = json_is_number(v) ? json_number_value(v) : 0;
+            if (!(x >= 1 && x <= 64))
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a capacity factor in [1, 64]");
+            l->capacity = x;
         } else if (!strcmp(k, "mesh")) {
             if (!json_is_array(v) || json_array_size(v) != 3)
                 return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
@@ -242,7 +268,8 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
             /* informational keys written by sp_layout_to_json */
         } else {
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
-                                 "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement)");
+                                 "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
+                                 "experts, capacity)");
         }
     }
     return SP_OK;
@@ -289,6 +316,10 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
              sp_dtype_name(l->kv), l->microbatches, sp_ffn_layout_name(l->phase[0].ffn),
              sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
              sp_attn_layout_name(l->phase[1].attn), ax[l->placement[0]], ax[l->placement[1]], ax[l->placement[2]]);
+    /* MoE keys only when set, so a dense layout's text is unchanged */
+    size_t n = strlen(buf);
+    if (l->experts != 1 && n < size) n += (size_t)snprintf(buf + n, size - n, ",experts=%d", l->experts);
+    if (l->capacity != 1.0 && n < size) snprintf(buf + n, size - n, ",capacity=%g", l->capacity);
     return buf;
 }
 
@@ -308,6 +339,8 @@ void *sp_layout_to_json(const sp_layout *l)
                             json_pack("{ssss}", "ffn", sp_ffn_layout_name(l->phase[p].ffn), "attn",
                                       sp_attn_layout_name(l->phase[p].attn)));
     json_object_set_new(o, "placement", json_string(pl));
+    if (l->experts != 1) json_object_set_new(o, "experts", json_integer(l->experts));
+    if (l->capacity != 1.0) json_object_set_new(o, "capacity", json_real(l->capacity));
     return o;
 }
 
@@ -505,6 +538,18 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches",
                              "%d pipeline stages need at least %d micro-batches in flight (the generation schedule)",
                              l->stages, l->stages);
+    if (l->experts != 1 || l->capacity != 1.0) {
+        const char *key = l->experts != 1 ? "experts" : "capacity";
+        if (m->n_experts <= 0)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, key, "model %s has no experts (dense)", m->name);
+        if (m->n_experts % l->experts)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "experts",
+                                 "%d does not divide the model's %lld experts", l->experts, (long long)m->n_experts);
+        if (l->experts != 1 && l->experts != l->replicas)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "experts",
+                                 "%d: experts are split over the replicas, so experts must be 1 or replicas (%d); "
+                                 "expert groups of part of the replicas are not implemented", l->experts, l->replicas);
+    }
     sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
         static _Thread_local sp_program prog;

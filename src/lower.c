@@ -15,6 +15,7 @@
  * it directly, by a local slice, or through one all-to-all (heads → batch);
  * any other change of KV layout between phases is rejected.
  */
+#include <math.h>
 #include <string.h>
 #include <stdio.h>
 #include "spi_common.h"
@@ -23,11 +24,11 @@
 
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
-    "add", "coll", "slice", "logits", "send", "recv", "kv-store"};
+    "add", "coll", "slice", "logits", "send", "recv", "kv-store", "route", "dispatch", "combine"};
 static const char *const buf_names[] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
-    "qp", "attg", "emb", "xf"};
+    "qp", "attg", "emb", "xf", "rlog", "gate", "disp", "exp"};
 static const char *const scr_names[SP_SCR_COUNT] = {
     "pack", "pack2", "q", "k", "v", "scores", "pos", "scales", "sample", "tokens", "logits-row"};
 _Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
@@ -220,6 +221,11 @@ typedef struct ctx {
     int kv;            /* how prefill's K/V reach the cache (kv_mode) */
     int act_b;         /* bytes per activation element */
     int w_b;           /* bytes per weight element */
+    /* MoE (n_experts > 0): experts held (NE / layout experts), slots per
+     * expert per source chip, and the local experts expected to be chosen
+     * by at least one token of a step (the mean over expert groups) */
+    int64_t experts_local, slots;
+    double experts_active;
     spi_ckd ck;        /* the first size that overflowed int64 (checked where a shape multiplies) */
 } ctx;
 
@@ -381,6 +387,7 @@ static void set_spec(ctx *c, sp_weight w, int64_t rows, int64_t cols, int64_t ro
     s->local_rows = rows / axes_size(c->l, ra);
     s->local_cols = cols / axes_size(c->l, ca);
     s->dtype = dt;
+    s->count = 1;
     s->bytes = ck_align(&c->ck, "weight shard bytes",
                         spi_ck_mul3(&c->ck, "weight shard bytes", s->local_rows, s->local_cols, sp_dtype_bytes(dt)));
     /* weight-only int8/fp8 keep one fp32 scale per global output column */
@@ -408,6 +415,17 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
     set_spec(c, SP_W_IN, c->E, c->Fp, c->E, m->d_ff, in_r, in_c, wd);
     if (m->ffn == SP_FFN_SWIGLU) set_spec(c, SP_W_UP, c->E, c->Fp, c->E, m->d_ff, in_r, in_c, wd);
     set_spec(c, SP_W_OUT, c->Fp, c->E, m->d_ff, c->E, out_r, out_c, wd);
+    if (m->n_experts > 0) {
+        /* every chip holds its replica's experts, each sharded like the dense FFN */
+        static const sp_weight ew[] = {SP_W_IN, SP_W_UP, SP_W_OUT};
+        for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
+            sp_weight_spec *ws = &c->p->wspec[ew[i]];
+            if (!ws->present) continue;
+            ws->count = c->experts_local;
+            ws->bytes = spi_ck_mul(&c->ck, "expert weight bytes", ws->bytes, c->experts_local);
+        }
+        set_spec(c, SP_W_ROUTER, c->E, m->n_experts, c->E, m->n_experts, in_r, "", wd);
+    }
     /* norm gains (and LayerNorm biases) are tiny: replicated, fp32 */
     int nrm = m->norm == SP_NORM_LAYERNORM ? 2 : 1;
     set_spec(c, SP_W_NORM1, nrm, c->E, nrm, c->E, "", "", SP_DT_F32);
@@ -439,7 +457,7 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
         sp_model m;
         int mesh[3];
         sp_dtype wd;
-        int one_d, first, last, used;
+        int one_d, first, last, used, experts;
     } storage_key;
     static _Thread_local struct {
         storage_key key;
@@ -452,6 +470,7 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
     memcpy(k.mesh, c->l->mesh, sizeof k.mesh);
     k.wd = c->l->weights;
     k.one_d = c->one_d;
+    k.experts = c->l->experts;
     k.first = first_stage;
     k.last = last_stage;
     k.used = 1;
@@ -727,21 +746,35 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
 }
 
 /* ---- feed-forward ----
- * in: XG (T, E/|Rx|) normed.  out: Y (T, E/|Rx|) partial over C (accumulates if acc). */
-static void emit_ffn(ctx *c, sp_steps *ss, int acc)
+ * in: (T, E/|Rx|) normed rows.  out: (T, E/|Rx|) partial over C (accumulates
+ * if acc).  Dense: XG -> Y, T = c->T.  MoE experts (experts > 0): T slot
+ * rows in `experts` blocks, each block through its own expert's matrices. */
+static sp_step *ffn_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_weight w, sp_buf wbuf, int64_t T,
+                           int64_t k, int64_t n, int acc, int64_t experts)
+{
+    sp_step *s = emit_matmul(c, ss, dst, src, w, wbuf, T, k, n, acc);
+    if (experts > 0) {
+        /* the weights of the experts some token chose (sp_lower.h) */
+        s->experts = experts;
+        s->weight_bytes = (int64_t)ceil(c->experts_active * (double)s->weight_bytes);
+    }
+    return s;
+}
+
+static void emit_ffn_rows(ctx *c, sp_steps *ss, sp_buf in, sp_buf out, int64_t T, int acc, int64_t experts)
 {
     const shard *sh = &c->sh;
     int swiglu = c->m->ffn == SP_FFN_SWIGLU;
-    int64_t T = c->T, Ein = c->E / sh->nRx, FC = c->Fp / sh->nC;
+    int64_t Ein = c->E / sh->nRx, FC = c->Fp / sh->nC;
     sp_dtype ad = c->p->shape.act_dtype;
     char haxes[8];
     axcat(haxes, sh->C, sh->Rx);
 
     sp_buf win = gather_weight(c, ss, SP_W_IN);
-    emit_matmul(c, ss, SP_BUF_H, SP_BUF_XG, SP_W_IN, win, T, Ein, FC, 0);
+    ffn_matmul(c, ss, SP_BUF_H, in, SP_W_IN, win, T, Ein, FC, 0, experts);
     if (swiglu) {
         sp_buf wup = gather_weight(c, ss, SP_W_UP);
-        emit_matmul(c, ss, SP_BUF_H2, SP_BUF_XG, SP_W_UP, wup, T, Ein, FC, 0);
+        ffn_matmul(c, ss, SP_BUF_H2, in, SP_W_UP, wup, T, Ein, FC, 0, experts);
     }
     sp_buf h = SP_BUF_H, h2 = SP_BUF_H2;
     int64_t hcols = FC;
@@ -764,7 +797,89 @@ static void emit_ffn(ctx *c, sp_steps *ss, int acc)
     s->act_bytes = spi_ck_mul4(&c->ck, "ffn activation bytes", swiglu ? 3 : 2, T, hcols, c->act_b);
     if (sh->nRx > 1) emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_H, SP_BUF_HS, "", sh->Rx, T, hcols, ad, 0);
     sp_buf wout = gather_weight(c, ss, SP_W_OUT);
-    emit_matmul(c, ss, SP_BUF_Y, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc);
+    ffn_matmul(c, ss, out, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc, experts);
+}
+
+/* An all-to-all of MoE slot rows over the replica axis (the expert-parallel
+ * group): `rows` × `cols` in, N equal row blocks, block g to replica g. */
+static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_t rows, int64_t cols)
+{
+    int64_t N = c->l->experts;
+    if (N <= 1) return;
+    sp_step *s = emit(ss, SP_STEP_COLL);
+    s->dst = dst;
+    s->src = src;
+    sp_coll *co = &s->coll;
+    spi_ckd *ck = &c->ck;
+    int64_t eb = c->act_b;
+    co->kind = SP_COLL_ALLTOALL;
+    axcpy(co->row_axes, "r");
+    co->group = (int)N;
+    co->rows = rows;
+    co->cols = cols;
+    co->dtype = c->p->shape.act_dtype;
+    co->mask = SP_AXES_REPLICA;
+    co->elems = spi_ck_mul(ck, "expert all-to-all elements", rows, cols);
+    /* rows = NE·S is a multiple of N: every block equal */
+    co->bytes_sent = co->bytes_recv = spi_ck_mul3(ck, "expert all-to-all bytes", N - 1, co->elems / N, eb);
+    co->overlappable = 1;
+    s->act_bytes = spi_ck_mul3(ck, "expert all-to-all bytes", 2, co->elems, eb);
+}
+
+/* MoE FFN (sp_lower.h): router, routing, dispatch, the local experts, combine. */
+static void emit_moe(ctx *c, sp_steps *ss, int acc)
+{
+    const shard *sh = &c->sh;
+    const sp_model *m = c->m;
+    spi_ckd *ck = &c->ck;
+    int64_t T = c->T, Ein = c->E / sh->nRx, NE = m->n_experts, K = m->top_k;
+    int64_t rows = spi_ck_mul(ck, "expert slot rows", NE, c->slots);
+    sp_dtype ad = c->p->shape.act_dtype;
+
+    emit_matmul(c, ss, SP_BUF_RLOG, SP_BUF_XG, SP_W_ROUTER, SP_BUF_NONE, T, Ein, NE, 0);
+    emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_RLOG, SP_BUF_RLOG, "", sh->Rx, T, NE, ad, 0);
+    sp_step *s = emit(ss, SP_STEP_ROUTE);
+    s->dst = SP_BUF_GATE;
+    s->src = SP_BUF_RLOG;
+    s->m = T;
+    s->n = NE;
+    s->k = K;
+    s->act_bytes = spi_ck_add(ck, "routing bytes", spi_ck_mul3(ck, "routing bytes", T, NE, c->act_b),
+                              spi_ck_mul3(ck, "routing bytes", T, K, 8));
+    s = emit(ss, SP_STEP_DISPATCH);
+    s->dst = SP_BUF_DISP;
+    s->src = SP_BUF_XG;
+    s->m = T;
+    s->n = Ein;
+    s->k = K;
+    s->experts = NE;
+    s->capacity = c->slots;
+    s->act_bytes = spi_ck_mul3(ck, "dispatch bytes", spi_ck_add(ck, "dispatch rows", rows, spi_ck_mul(ck, "", T, K)), Ein,
+                               c->act_b);
+    sp_buf xin = SP_BUF_DISP;
+    if (c->l->experts > 1) {
+        emit_expert_a2a(c, ss, SP_BUF_EXP, SP_BUF_DISP, rows, Ein);
+        xin = SP_BUF_EXP;
+    }
+    emit_ffn_rows(c, ss, xin, xin, rows, 0, c->experts_local);
+    if (c->l->experts > 1) emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ein);
+    s = emit(ss, SP_STEP_COMBINE);
+    s->dst = SP_BUF_Y;
+    s->src = SP_BUF_DISP;
+    s->src2 = SP_BUF_GATE;
+    s->accumulate = acc;
+    s->m = T;
+    s->n = Ein;
+    s->k = K;
+    s->experts = NE;
+    s->capacity = c->slots;
+    s->act_bytes = spi_ck_mul3(ck, "combine bytes", spi_ck_mul(ck, "combine rows", T, K + 1), Ein, c->act_b);
+}
+
+static void emit_ffn(ctx *c, sp_steps *ss, int acc)
+{
+    if (c->m->n_experts > 0) emit_moe(c, ss, acc);
+    else emit_ffn_rows(c, ss, SP_BUF_XG, SP_BUF_Y, c->T, acc, 0);
 }
 
 /* all-gather the layer input over C, normalise (statistics all-reduced over Rx) */
@@ -976,6 +1091,16 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
             break;
         case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
+        case SP_STEP_ROUTE: need(ck, p, s->dst, EL(s->m, s->k), 8); need(ck, p, s->src, EL(s->m, s->n), ab); break;
+        case SP_STEP_DISPATCH:
+            need(ck, p, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
+            need(ck, p, s->src, EL(s->m, s->n), ab);
+            break;
+        case SP_STEP_COMBINE:
+            need(ck, p, s->dst, EL(s->m, s->n), ab);
+            need(ck, p, s->src, EL(EL(s->experts, s->capacity), s->n), ab);
+            need(ck, p, s->src2, EL(s->m, s->k), 8);
+            break;
         case SP_STEP_COLL: {
             int eb = co->is_weight ? sp_dtype_bytes(co->dtype) : (co->dtype == SP_DT_F32 ? 4 : ab);
             int64_t big = EL(co->elems, co->group);
@@ -1088,6 +1213,26 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                             (long long)p->micro_batch, both[ph]->nN * both[ph]->nG);
     c->act_b = sp_dtype_bytes(shape->act_dtype);
     c->w_b = sp_dtype_bytes(l->weights);
+    if (m->n_experts > 0) {
+        /* experts split over the replicas (sp_layout.h) */
+        int N = l->experts;
+        if (N < 1 || m->n_experts % N || (N != 1 && N != l->replicas))
+            BAD("experts=%d: must divide the model's %lld experts and be 1 or replicas (%d)", N,
+                (long long)m->n_experts, l->replicas);
+        if (!(l->capacity >= 1)) BAD("capacity=%g: the capacity factor must be >= 1", l->capacity);
+        for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+            if (both[ph]->nN > 1)
+                BAD("%s in %s: weight-gathered expert FFNs are not implemented (ws1d and ws2d are)",
+                    sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
+        c->experts_local = m->n_experts / N;
+        double distinct, q_max;
+        sp_model_moe_routing(m, (double)N * (double)c->T, &distinct, &q_max);
+        c->experts_active = distinct / N;
+        double sl = ceil(l->capacity * (double)c->T * q_max);
+        c->slots = sl >= (double)c->T ? c->T : sl < 1 ? 1 : (int64_t)sl;
+    } else if (l->experts != 1 || l->capacity != 1.0) {
+        BAD("experts=%d, capacity=%g: model %s has no experts", l->experts, l->capacity, m->name);
+    }
     p->heads_padded = c->Hp;
     p->ffn_padded = c->Fp;
     p->vocab_padded = c->Vp;

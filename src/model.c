@@ -18,6 +18,7 @@ static const char *const pos_names[] = {"learned", "rope", "alibi"};
 static const char *const act_names[] = {"auto", "gelu_tanh", "gelu", "silu", "relu"};
 static const char *const rope_scaling_names[] = {"none", "linear", "dynamic", "llama3", "yarn"};
 static const char *const rope_style_names[] = {"half", "interleaved"};
+static const char *const router_names[] = {"topk_renorm", "topk"};
 static_assert(SPI_ARRAY_LEN(ffn_names) == SP_FFN_COUNT, "one name per sp_ffn_kind");
 static_assert(SPI_ARRAY_LEN(block_names) == SP_BLOCK_COUNT, "one name per sp_block_kind");
 static_assert(SPI_ARRAY_LEN(norm_names) == SP_NORM_COUNT, "one name per sp_norm_kind");
@@ -25,6 +26,7 @@ static_assert(SPI_ARRAY_LEN(pos_names) == SP_POS_COUNT, "one name per sp_pos_kin
 static_assert(SPI_ARRAY_LEN(act_names) == SP_ACT_COUNT, "one name per sp_act_kind");
 static_assert(SPI_ARRAY_LEN(rope_scaling_names) == SP_ROPE_COUNT, "one name per sp_rope_scaling");
 static_assert(SPI_ARRAY_LEN(rope_style_names) == SP_ROPE_STYLE_COUNT, "one name per sp_rope_style");
+static_assert(SPI_ARRAY_LEN(router_names) == SP_ROUTER_COUNT, "one name per sp_router_kind");
 
 const char *sp_ffn_name(sp_ffn_kind k) { return (unsigned)k < SP_FFN_COUNT ? ffn_names[k] : "?"; }
 const char *sp_block_name(sp_block_kind k) { return (unsigned)k < SP_BLOCK_COUNT ? block_names[k] : "?"; }
@@ -33,6 +35,7 @@ const char *sp_pos_name(sp_pos_kind k) { return (unsigned)k < SP_POS_COUNT ? pos
 const char *sp_act_name(sp_act_kind k) { return (unsigned)k < SP_ACT_COUNT ? act_names[k] : "?"; }
 const char *sp_rope_scaling_name(sp_rope_scaling k) { return (unsigned)k < SP_ROPE_COUNT ? rope_scaling_names[k] : "?"; }
 const char *sp_rope_style_name(sp_rope_style k) { return (unsigned)k < SP_ROPE_STYLE_COUNT ? rope_style_names[k] : "?"; }
+const char *sp_router_name(sp_router_kind k) { return (unsigned)k < SP_ROUTER_COUNT ? router_names[k] : "?"; }
 
 void sp_model_init(sp_model *m)
 {
@@ -62,7 +65,7 @@ int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m-
 /* ---- weight tensors (sp_weight) ---- */
 static const char *const weight_names[] = {
     "none", "embed", "pos", "lm_head", "norm_f", "norm_f_b", "norm1", "norm1_b", "wq", "bq", "wk", "bk",
-    "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out"};
+    "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out", "router"};
 static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "one name per sp_weight");
 /* the bias of each kind that has one (matrices: their bias; gains: the LayerNorm bias) */
 static const sp_weight weight_bias[SP_W_COUNT] = {
@@ -74,7 +77,8 @@ const char *sp_weight_name(sp_weight w) { return (unsigned)w < SP_W_COUNT ? weig
 
 int sp_weight_is_matrix(sp_weight w)
 {
-    return w == SP_W_Q || w == SP_W_K || w == SP_W_V || w == SP_W_O || w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT;
+    return w == SP_W_Q || w == SP_W_K || w == SP_W_V || w == SP_W_O || w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT ||
+           w == SP_W_ROUTER;
 }
 
 int sp_weight_per_layer(sp_weight w) { return w >= SP_W_FIRST_LAYER && w < SP_W_COUNT; }
@@ -96,6 +100,7 @@ int sp_weight_present(const sp_model *m, sp_weight w)
     case SP_W_NORM2_B: return norm2 && ln;
     case SP_W_UP: return swiglu;
     case SP_W_B_UP: return swiglu && sp_model_has_bias(m, SP_BIAS_FFN);
+    case SP_W_ROUTER: return m->n_experts > 0;
     default: return (unsigned)w < SP_W_COUNT;
     }
 }
@@ -113,6 +118,7 @@ void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *col
     case SP_W_O: r = QD; c = E; break;
     case SP_W_IN: case SP_W_UP: r = E; c = F; break;
     case SP_W_OUT: r = F; c = E; break;
+    case SP_W_ROUTER: r = E; c = m->n_experts; break;
     case SP_W_BQ: c = QD; break;
     case SP_W_BK: case SP_W_BV: c = KD; break;
     case SP_W_B_IN: case SP_W_B_UP: c = F; break;
@@ -145,7 +151,8 @@ static int64_t ck_add(ck *c, const char *path, const char *what, int64_t a, int6
  *  attention: Q (E x H*D), K and V (E x KVH*D each), O (H*D x E); biases H*D + 2*KVH*D (qkv)
  *             and E (o).
  *  ffn: 2 (GELU) or 3 (SwiGLU) E x F matrices; biases (ffn) F + E (GELU) or 2F + E (SwiGLU);
- *       MoE layers (every moe_every-th) hold n_experts of them plus an E x n_experts router.
+ *       MoE layers (every moe_every-th) hold n_experts + n_shared_experts of them plus an
+ *       E x n_experts router; top_k + n_shared_experts of them are active per token.
  *  norms: one per layer for a parallel block, two for serial, plus the final one;
  *         RMSNorm has a gain (E), LayerNorm gain and bias (2E).
  *  embedding: V x E, + max_context x E for learned positions, + V x E for an untied head. */
@@ -174,10 +181,12 @@ static void derive_ck(const sp_model *m, int64_t context, sp_model_stats *s, ck 
         int64_t every = m->moe_every > 0 ? m->moe_every : 1;
         n_moe = L / every;
         int64_t router = ck_mul(c, "/n_experts", "d_model * n_experts", E, m->n_experts);
+        int64_t held = ck_add(c, "/n_shared_experts", "experts per layer", m->n_experts, m->n_shared_experts);
+        int64_t used = ck_add(c, "/n_shared_experts", "experts per token", m->top_k, m->n_shared_experts);
         ffn_moe = ck_add(c, "/n_experts", "expert parameters",
-                         ck_mul(c, "/n_experts", "n_experts * expert size", expert, m->n_experts), router);
+                         ck_mul(c, "/n_experts", "n_experts * expert size", expert, held), router);
         ffn_moe_active = ck_add(c, "/top_k", "active expert parameters",
-                                ck_mul(c, "/top_k", "top_k * expert size", expert, m->top_k), router);
+                                ck_mul(c, "/top_k", "top_k * expert size", expert, used), router);
     }
     int64_t n_dense = L - n_moe;
 
@@ -292,6 +301,11 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
                      (long long)m->top_k);
             return vfail(source, err, "/top_k", t);
         }
+        if (m->n_shared_experts < 0 || m->n_shared_experts > m->n_experts)
+            return vfail(source, err, "/n_shared_experts", "must be between 0 and n_experts");
+        if ((unsigned)m->router >= SP_ROUTER_COUNT) return vfail(source, err, "/router", "must be topk_renorm or topk");
+        if (!(m->router_skew >= 0) || !isfinite(m->router_skew) || m->router_skew > 16)
+            return vfail(source, err, "/router_skew", "must be in [0, 16] (0: uniform router)");
         if (m->moe_every < 1 || m->moe_every > m->n_layers) {
             snprintf(t, sizeof t, "must be between 1 and n_layers (%lld), got %lld", (long long)m->n_layers,
                      (long long)m->moe_every);
@@ -328,7 +342,7 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
 static const char *const model_keys[] = {
     "name", "n_layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "vocab", "ffn", "block",
     "norm", "positions", "tied_embeddings", "bias", "max_context", "rope_theta", "norm_eps",
-    "n_experts", "top_k", "moe_every", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
+    "n_experts", "top_k", "moe_every", "n_shared_experts", "router", "router_skew", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
 static const char *const rope_scaling_keys[] = {
     "rope_type", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
     "beta_slow", "attention_factor", NULL};
@@ -424,6 +438,13 @@ static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
         SP_CHECK(spi_json_get_int(c, "", r, "top_k", 1, 1, m->n_experts, "integer between 1 and n_experts", &m->top_k));
         SP_CHECK(spi_json_get_int(c, "", r, "moe_every", 0, 1, m->n_layers, "integer between 1 and n_layers",
                                   &m->moe_every));
+        SP_CHECK(spi_json_get_int(c, "", r, "n_shared_experts", 0, 0, m->n_experts,
+                                  "integer between 0 and n_experts", &m->n_shared_experts));
+        v = 0;
+        SP_CHECK(spi_json_get_enum(c, "", r, "router", 0, router_names, SP_ROUTER_COUNT, &v));
+        m->router = (sp_router_kind)v;
+        SP_CHECK(spi_json_get_num(c, "", r, "router_skew", 0, 1, 0, 16, "number in [0, 16]; 0 means uniform",
+                                  &m->router_skew));
     }
     return SP_OK;
 }
@@ -535,6 +556,9 @@ json_t *spi_model_to_json(const sp_model *m)
         json_object_set_new(j, "n_experts", json_integer(m->n_experts));
         json_object_set_new(j, "top_k", json_integer(m->top_k));
         json_object_set_new(j, "moe_every", json_integer(m->moe_every));
+        if (m->n_shared_experts) json_object_set_new(j, "n_shared_experts", json_integer(m->n_shared_experts));
+        if (m->router != SP_ROUTER_TOPK_RENORM) json_object_set_new(j, "router", json_string(sp_router_name(m->router)));
+        if (m->router_skew > 0) json_object_set_new(j, "router_skew", json_real(m->router_skew));
     }
     return j;
 }
@@ -548,10 +572,18 @@ const char *spi_model_refusal(const sp_model *m, int64_t context, char *text, si
 {
 #define WHY(...) (text ? snprintf(text, size, __VA_ARGS__) : 0)
     if (context <= 0) context = m->max_context;
-    if (m->n_experts > 0) {
-        WHY("%lld: mixture-of-experts layers are not implemented (lowering, cost model, executor); refused rather "
-            "than computed and priced as a dense model", (long long)m->n_experts);
-        return "/n_experts";
+    if (m->n_experts > 0 && m->moe_every > 1) {
+        WHY("%lld: MoE layers between dense layers are not implemented (a stage's layers share one program); "
+            "only moe_every 1 is", (long long)m->moe_every);
+        return "/moe_every";
+    }
+    if (m->n_experts > 0 && (m->bias & SP_BIAS_FFN)) {
+        WHY("ffn: biases on expert FFNs are not implemented");
+        return "/bias";
+    }
+    if (m->n_shared_experts > 0) {
+        WHY("%lld: shared experts are not implemented", (long long)m->n_shared_experts);
+        return "/n_shared_experts";
     }
     if (m->positions == SP_POS_ALIBI) {
         WHY("alibi: ALiBi attention biases are not implemented");
@@ -585,6 +617,36 @@ sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err)
     const char *path = spi_model_refusal(m, context, text, sizeof text);
     if (path) return spi_error_set(err, SP_EINVAL, m->name, 0, 0, path, "%s", text);
     return SP_OK;
+}
+
+sp_status sp_model_check_exec(const sp_model *m, int64_t context, sp_error *err)
+{
+    SP_CHECK(sp_model_check_run(m, context, err));
+    if (m->n_experts > 0)
+        return spi_error_set(err, SP_EINVAL, m->name, 0, 0, "/n_experts",
+                             "%lld: the executor does not run mixture-of-experts layers (not implemented; "
+                             "estimate, plan and simulate price them)", (long long)m->n_experts);
+    return SP_OK;
+}
+
+/* Routing statistics under the independent-token assumption (sp_model.h):
+ * each token picks its experts independently of the others, expert i with
+ * probability q_i = min(1, k·p_i), p_i = (i+1)^-s / Σ_j (j+1)^-s.  Exact for
+ * s = 0 (top_k distinct experts uniformly: k/E each); for s > 0, k·p_i is the
+ * first-order probability of a weighted draw without replacement. */
+void sp_model_moe_routing(const sp_model *m, double tokens, double *distinct, double *q_max)
+{
+    *distinct = *q_max = 0;
+    if (m->n_experts <= 0) return;
+    const int64_t n = m->n_experts;
+    double z = 0;
+    for (int64_t i = 0; i < n; i++) z += pow((double)(i + 1), -m->router_skew);
+    for (int64_t i = 0; i < n; i++) {
+        double q = (double)m->top_k * pow((double)(i + 1), -m->router_skew) / z;
+        if (q > 1) q = 1;
+        if (q > *q_max) *q_max = q;
+        *distinct += 1.0 - pow(1.0 - q, tokens);
+    }
 }
 
 /* transformers' _compute_yarn_parameters helpers */

@@ -27,6 +27,25 @@
  * does not matter: the chips are a rentable slice of the torus
  * (sp_hw_slice_rentable) and each axis is laid over one or more of the
  * slice's physical dimensions (sp_layout_torus_map).
+ *
+ * Mixture-of-experts models (sp_model.n_experts > 0) take two more keys,
+ * written only when they differ from their defaults:
+ *   experts=N     expert-parallel degree (default 1: every chip holds every
+ *                 expert).  The experts are split over the N replicas: each
+ *                 replica (its tensor mesh) holds n_experts/N of them, each
+ *                 expert's matrices sharded over the tensor mesh like a dense
+ *                 FFN (expert-tensor parallelism); tokens reach their experts'
+ *                 replica by an all-to-all over the replica axis and come back
+ *                 by another (DeepSpeed-Inference's expert + tensor + data
+ *                 parallelism).  N must divide n_experts and equal 1 or
+ *                 replicas (expert groups of part of the replicas are not
+ *                 implemented).
+ *   capacity=C    capacity factor (>= 1, default 1): every expert's token
+ *                 slots per source chip are C times the expected load of the
+ *                 most popular expert (sp_model_moe_routing); the all-to-all
+ *                 and the expert matmuls are sized, and priced, at that
+ *                 padded size.
+ * JSON: "experts": N, "capacity": C.
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -63,6 +82,8 @@ typedef struct sp_layout {
     int microbatches;        /* M >= 1; pipelines need M >= stages for the generation schedule */
     sp_phase_layout phase[SP_PHASE_COUNT];
     sp_axis placement[3];    /* tensor axes, innermost first; default z, y, x */
+    int experts;             /* MoE: expert-parallel degree (1 or replicas), see above */
+    double capacity;         /* MoE: capacity factor >= 1 */
 } sp_layout;
 
 /* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,

@@ -30,6 +30,29 @@
  * all-gather(Rx)] or act, matmul, reduce-scatter(C).  Weight-gathered layouts
  * first all-gather their weights over N.  Attention projections follow the
  * same pattern with heads in place of F; see lower.c for the K/V rules.
+ *
+ * Mixture of experts (model n_experts = NE, top_k = k; layout experts = N,
+ * 1 or the replicas; ws1d and ws2d storage): the FFN becomes
+ *   router MATMUL  RLOG (T, NE) = XG (T, E/|Rx|) · W_ROUTER   [all-reduce Rx]
+ *   ROUTE          GATE (T, k): each token's k experts and weights
+ *   DISPATCH       DISP (NE·S, E/|Rx|): token rows copied into S slots per
+ *                  expert (S = capacity slots per expert per source chip),
+ *                  expert-major, so expert e's slots are rows e·S..(e+1)·S-1
+ *   all-to-all "r" EXP = DISP regrouped: the N row blocks of NE/N experts go
+ *                  to the N replicas (block g to replica g), which keep
+ *                  (NE/N experts × N sources × S slots) rows  [N > 1 only]
+ *   expert FFN     the dense FFN's steps over those rows, each MATMUL
+ *                  grouped: `experts` row blocks, block e times local
+ *                  expert e's matrix (sharded over the tensor mesh like the
+ *                  dense FFN: expert-tensor parallelism)
+ *   all-to-all "r" back into DISP  [N > 1 only]
+ *   COMBINE        Y (T, E/|Rx|) = Σ over a token's k slots of gate · row,
+ *                  partial over C like the dense FFN's output
+ * S = min(T, ceil(capacity · T · q_max)), q_max the most popular expert's
+ * share per token (sp_model_moe_routing).  A grouped MATMUL's weight_bytes
+ * count the local experts expected to be chosen at all in the step (the
+ * mean over expert groups: distinct(N·T)/N, sp_model_moe_routing), its
+ * FLOPs every slot (a padded implementation computes them).
  */
 #ifndef SP_LOWER_H
 #define SP_LOWER_H
@@ -56,6 +79,9 @@ typedef enum sp_step_kind {
     SP_STEP_SEND = 12,       /* send src to the same chip of the next stage */
     SP_STEP_RECV = 13,       /* receive dst from the same chip of the previous stage */
     SP_STEP_KV_STORE = 14,   /* write K=src2, V=src3 rows into the KV cache (decode's layout) */
+    SP_STEP_ROUTE = 15,      /* MoE: dst(m, k) = each row's top-k experts of src(m, n = experts) and their weights */
+    SP_STEP_DISPATCH = 16,   /* MoE: dst(experts·capacity, n) = src(m, n) rows placed in their experts' slots */
+    SP_STEP_COMBINE = 17,    /* MoE: dst(m, n) (+)= Σ_k gate src2 · slot row of src(experts·capacity, n) */
     SP_STEP_COUNT
 } sp_step_kind;
 const char *sp_step_kind_name(sp_step_kind k);
@@ -100,11 +126,15 @@ typedef enum sp_buf {
     SP_BUF_ATTG = 25,   /* attention output gathered over Rx before WO */
     SP_BUF_EMB = 26,    /* (all rows of the micro-batch, E) embedding partial sums */
     SP_BUF_XF = 27,     /* (sequences, E) final rows gathered whole for the LM head */
+    SP_BUF_RLOG = 28,   /* MoE router logits (rows, n_experts) */
+    SP_BUF_GATE = 29,   /* MoE routing (rows, top_k): expert index int32 + weight fp32 each */
+    SP_BUF_DISP = 30,   /* MoE token rows in expert slots (n_experts · slots, E cols of this chip) */
+    SP_BUF_EXP = 31,    /* MoE slots of this chip's experts after the dispatch all-to-all */
     /* Gathered weights (weight-gathered layouts), reused across layers: the
      * buffer of per-layer weight w is SP_BUF_GATHERED_OF(w), named by w, so
      * weights have one vocabulary (sp_weight) and a new per-layer kind has
      * its buffer without a new name here.  Insert activation buffers above. */
-    SP_BUF_GATHERED = 28,
+    SP_BUF_GATHERED = 32,
     SP_BUF_COUNT = SP_BUF_GATHERED + SP_W_COUNT - SP_W_FIRST_LAYER
 } sp_buf;
 #define SP_BUF_GATHERED_OF(w) ((sp_buf)(SP_BUF_GATHERED + (int)(w) - SP_W_FIRST_LAYER))
@@ -156,6 +186,9 @@ typedef struct sp_coll {
     int64_t rows, cols;              /* this chip's block (all-gather input, RS output, a2a input) */
     int64_t elems;                   /* elements of the operand: AG input, RS output, AR whole buffer
                                         padded to a multiple of group, A2A input, send/recv */
+                                     /* A2A over the replica axis (row_axes "r"): MoE dispatch and
+                                        combine; the rows are `group` equal blocks, block g goes to
+                                        member g and comes back in member order */
     int a2a_to_batch;                /* all-to-all: 1 heads→batch, 0 batch→heads */
     sp_dtype dtype;                  /* element type moved (weights: storage dtype) */
     int64_t bytes_sent;              /* per chip, exact, (K-1)/K factors included */
@@ -189,6 +222,10 @@ typedef struct sp_step {
     int64_t batch, q_len, heads, kv_heads_src, kv_heads, d_head, context, pos0;
     int kv_repl;             /* K/V source holds every KV head; cache keeps those this chip's q heads use */
     int from_cache;          /* ATTN: keys/values from the KV cache (decode) or from src2/src3 (prefill) */
+    /* MoE.  MATMUL: the rows are `experts` equal blocks, each times its own
+     * expert's matrix (0: one matrix).  ROUTE: k = top_k of n experts.
+     * DISPATCH / COMBINE: `experts` × `capacity` slot rows, k slots per token. */
+    int64_t experts, capacity;
     int64_t flops;           /* MATMUL/ATTN/LOGITS: FLOPs on this chip */
     int64_t weight_bytes;    /* weight bytes read from HBM */
     int64_t kv_bytes_read;   /* ATTN: KV-cache bytes read */
@@ -226,6 +263,8 @@ typedef struct sp_weight_spec {
     char col_axes[SP_AXSEQ_MAX];
     int64_t local_rows, local_cols;     /* this chip's block */
     sp_dtype dtype;                     /* storage dtype */
+    int64_t count;                      /* matrices of this shape held: the local experts of a MoE
+                                           layer's FFN weights, else 1 (bytes count all of them) */
     int64_t bytes;                      /* local bytes incl. per-column scales for INT8/FP8 (fp32,
                                            every global column) and the bias (fp32, whole); each of
                                            the three blocks rounded up to SP_MEM_ALIGN */

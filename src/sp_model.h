@@ -41,6 +41,12 @@ typedef enum sp_rope_scaling {
 /* Which dimensions of a head RoPE pairs: i with i + R/2 (rotate_half: Llama,
  * GPT-NeoX) or 2i with 2i+1 (GPT-J's rotate_every_two). */
 typedef enum sp_rope_style { SP_ROPE_HALF = 0, SP_ROPE_INTERLEAVED = 1, SP_ROPE_STYLE_COUNT } sp_rope_style;
+/* How a MoE layer's router turns its logits (tokens, n_experts) into the
+ * weights of a token's top_k experts.  topk_renorm: softmax over every
+ * expert, keep the top_k, renormalise them to sum 1 (Mixtral; equal to a
+ * softmax over the top_k logits).  topk: the top_k of the softmax as they are
+ * (Qwen2-MoE with norm_topk_prob false).  Both cost the same. */
+typedef enum sp_router_kind { SP_ROUTER_TOPK_RENORM = 0, SP_ROUTER_TOPK = 1, SP_ROUTER_COUNT } sp_router_kind;
 
 const char *sp_ffn_name(sp_ffn_kind k);
 const char *sp_block_name(sp_block_kind k);
@@ -49,6 +55,7 @@ const char *sp_pos_name(sp_pos_kind k);
 const char *sp_act_name(sp_act_kind k);
 const char *sp_rope_scaling_name(sp_rope_scaling k);
 const char *sp_rope_style_name(sp_rope_style k);
+const char *sp_router_name(sp_router_kind k);
 
 typedef struct sp_model {
     char name[64];
@@ -81,10 +88,18 @@ typedef struct sp_model {
     double rope_beta_slow;          /* yarn (1) */
     double rope_attn_factor;        /* yarn: cos/sin multiplier; 0 = 0.1 ln(factor) + 1 */
     int64_t sliding_window;         /* attention sees the last N tokens; 0 = all */
-    /* MoE, kept for later work: 0 experts means dense. */
+    /* Mixture of experts (0 experts: dense).  Every moe_every-th layer's FFN
+     * is n_experts FFNs of d_ff each behind a router (E x n_experts); a token
+     * goes through its top_k experts (and every shared expert). */
     int64_t n_experts;
     int64_t top_k;
     int64_t moe_every;
+    int64_t n_shared_experts;   /* experts every token goes through (DeepSeek/Qwen-MoE); d_ff each */
+    sp_router_kind router;
+    /* Not a computation: the routing the cost model assumes.  Expert i of n
+     * is picked by a token with probability k·p_i (capped at 1), p_i ∝
+     * (i+1)^-router_skew: 0 is a uniform router.  doc/formats.md. */
+    double router_skew;
 } sp_model;
 
 /* Derived quantities, all computed by sp_model_derive (the only place). */
@@ -172,11 +187,12 @@ typedef enum sp_weight {
     SP_W_B_UP = 21,     /* (NL, F) */
     SP_W_OUT = 22,      /* (NL, F, E) */
     SP_W_B_OUT = 23,    /* (NL, E) */
+    SP_W_ROUTER = 24,   /* (NL, E, n_experts): MoE router, MoE models only */
     SP_W_COUNT
 } sp_weight;
 #define SP_W_FIRST_LAYER SP_W_NORM1   /* the first per-layer kind */
 const char *sp_weight_name(sp_weight w);   /* "wq", "w_in", "norm1", "bq", ...; "?" out of range */
-/* 1 for the layer matrices (wq wk wv wo w_in w_up w_out): what quantisation touches. */
+/* 1 for the layer matrices (wq wk wv wo w_in w_up w_out router): what quantisation touches. */
 int sp_weight_is_matrix(sp_weight w);
 /* 1 for the per-layer kinds (w >= SP_W_FIRST_LAYER). */
 int sp_weight_per_layer(sp_weight w);
@@ -203,6 +219,20 @@ sp_status sp_model_rope_freqs(const sp_model *m, int64_t context, double *inv_fr
  * here (doc/formats.md, "What is computed").  estimate, plan and run call it
  * before anything else; the lowering refuses the same models. */
 sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err);
+/* sp_model_check_run, and what the executor (sp_exec_*) does not run yet
+ * although the lowering and the cost model price it (mixture-of-experts
+ * layers): `run` calls this one. */
+sp_status sp_model_check_exec(const sp_model *m, int64_t context, sp_error *err);
+
+/* MoE routing statistics (sp_model.router_skew), for a batch of `tokens`
+ * tokens routed independently over the model's n_experts:
+ *   *distinct: expected number of distinct experts chosen by at least one
+ *              token: Σ_i 1 − (1 − q_i)^tokens with q_i = min(1, top_k·p_i)
+ *              (uniform router: E·(1 − (1 − k/E)^tokens));
+ *   *q_max:    the largest q_i, a token's probability of choosing the most
+ *              popular expert (uniform: k/E).
+ * Both 0 for a dense model. */
+void sp_model_moe_routing(const sp_model *m, double tokens, double *distinct, double *q_max);
 
 #ifdef __cplusplus
 }

@@ -345,9 +345,15 @@ static const struct field_case {
     {"max_context", "{\"max_context\": 64}", 0, NULL},
     {"rope_theta", "{\"rope_theta\": 500000}", 0, NULL},
     {"norm_eps", "{\"norm_eps\": 1e-6}", 0, NULL},
-    {"n_experts", "{\"n_experts\": 4, \"top_k\": 2}", 0, "/n_experts"},
-    {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, "/n_experts"},
-    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/n_experts"},
+    /* MoE: computed by the lowering and the cost model; the executor refuses it (below) */
+    {"n_experts", "{\"n_experts\": 4, \"top_k\": 2}", 0, NULL},
+    {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, NULL},
+    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 1}", 0, NULL},
+    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/moe_every"},
+    {"n_shared_experts", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 1}", 0, "/n_shared_experts"},
+    {"router", "{\"n_experts\": 4, \"top_k\": 2, \"router\": \"topk\"}", 0, NULL},
+    {"router_skew", "{\"n_experts\": 4, \"top_k\": 2, \"router_skew\": 0.5}", 0, NULL},
+    {"bias", "{\"n_experts\": 4, \"top_k\": 2, \"bias\": [\"ffn\"]}", 0, "/bias"},
     {"act", "{\"act\": \"silu\"}", 0, NULL},
     {"act", "{\"act\": \"relu\"}", 0, NULL},
     {"act", "{\"act\": \"gelu\"}", 0, NULL},
@@ -418,6 +424,15 @@ START_TEST(test_every_field_computed_or_refused)
             ck_assert_str_eq(err.source, m.name);
         } else {
             ck_assert_msg(st == SP_OK, "%s: refused: %s", fc->json, sp_error_format(&err, buf, sizeof buf));
+            /* the executor runs all of it but mixture-of-experts layers */
+            sp_error_init(&err);
+            st = sp_model_check_exec(&m, fc->context, &err);
+            if (m.n_experts > 0) {
+                ck_assert_msg(st == SP_EINVAL && !strcmp(err.path, "/n_experts"), "%s: run not refused", fc->json);
+                ck_assert_msg(strstr(err.text, "not implemented") != NULL, "%s: %s", fc->json, err.text);
+            } else {
+                ck_assert_msg(st == SP_OK, "%s: run refused: %s", fc->json, sp_error_format(&err, buf, sizeof buf));
+            }
         }
         /* the description survives its own JSON form (show, --json) */
         json_t *back = spi_model_to_json(&m);

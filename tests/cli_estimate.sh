@@ -19,7 +19,7 @@ hws=$("$SHARDPLAN" hw --json | python3 -c 'import json,sys; print(" ".join(h["na
 # bundled models with a feature nothing computes: exit 2 naming the field
 refused_field() {
     case $1 in
-    mixtral-8x7b) echo /n_experts ;; bloom-176b) echo /positions ;; gpt-j-6b) echo /rope_style ;;
+    bloom-176b) echo /positions ;; gpt-j-6b) echo /rope_style ;;
     *) echo "" ;;
     esac
 }

@@ -24,3 +24,10 @@ tests_check_sim_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_sim_LDADD = $(SP_TEST_LIBS)
 TESTS += tests/cli_simulate.sh
 EXTRA_DIST += tests/cli_simulate.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_moe
+TESTS += tests/check_moe
+endif
+tests_check_moe_SOURCES = tests/check_moe.c
+tests_check_moe_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_moe_LDADD = $(SP_TEST_LIBS)

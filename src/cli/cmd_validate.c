@@ -391,7 +391,7 @@ int cli_cmd_validate(int argc, char **argv)
             snprintf(wmodel, sizeof wmodel, "%s", vc->model);
         }
         sp_error_init(&err);
-        if ((st = sp_model_check_run(&m, vc->prompt + vc->gen, &err))) {
+        if ((st = sp_model_check_exec(&m, vc->prompt + vc->gen, &err))) {
             rc = cli_report(st, &err);
             break;
         }

@@ -1,0 +1,317 @@
+/* check_moe.c: mixture-of-experts in the lowering and the cost model against
+ * closed forms: the routing statistics, the memory of the experts a chip
+ * holds, the router, dispatch/combine all-to-all bytes at a capacity factor,
+ * the expert matmuls (FLOPs of every slot, weights of the experts chosen),
+ * the layout key experts=N and its validation, and Mixtral-8x7B's fit on
+ * H100s. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "costmodel/sp_cost.h"
+#include "sp_hw.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+#include "sp_model.h"
+
+/* E 512, F 1024 per expert, 8 SwiGLU experts, top-2, 4 layers, 8 heads (MHA) */
+static sp_model moe_model(int64_t NE, int64_t k)
+{
+    sp_model m;
+    sp_model_init(&m);
+    snprintf(m.name, sizeof m.name, "moe");
+    m.n_layers = 4;
+    m.d_model = 512;
+    m.d_ff = 1024;
+    m.n_heads = 8;
+    m.n_kv_heads = 8;
+    m.d_head = 64;
+    m.vocab = 1024;
+    m.ffn = SP_FFN_SWIGLU;
+    m.norm = SP_NORM_RMSNORM;
+    m.positions = SP_POS_ROPE;
+    m.max_context = 4096;
+    m.n_experts = NE;
+    m.top_k = k;
+    m.moe_every = 1;
+    return m;
+}
+
+static sp_layout moe_layout(int R, int N, int X, sp_ffn_layout f)
+{
+    sp_layout l;
+    sp_layout_init(&l);
+    l.replicas = R;
+    l.experts = N;
+    l.mesh[0] = X;
+    l.phase[0].ffn = l.phase[1].ffn = f;
+    return l;
+}
+
+static sp_program prog, prog2;
+
+START_TEST(test_routing_closed_form)
+{
+    sp_model m = moe_model(8, 2);
+    double d, q;
+    int64_t T[] = {1, 2, 3, 7, 64, 1000};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        sp_model_moe_routing(&m, (double)T[i], &d, &q);
+        ck_assert_double_eq_tol(d, 8.0 * (1.0 - pow(1.0 - 2.0 / 8.0, (double)T[i])), 1e-12);
+        ck_assert_double_eq_tol(q, 0.25, 1e-15);
+    }
+    sp_model_moe_routing(&m, 0, &d, &q);
+    ck_assert_double_eq_tol(d, 0, 1e-15);
+    /* one token picks exactly top_k experts */
+    sp_model_moe_routing(&m, 1, &d, &q);
+    ck_assert_double_eq_tol(d, 2, 1e-12);
+    /* skewed: fewer distinct experts, a hotter most popular one */
+    m.router_skew = 1.0;
+    double ds, qs;
+    sp_model_moe_routing(&m, 16, &ds, &qs);
+    sp_model_moe_routing(&m, 16, &d, &q);
+    double H = 0;
+    for (int i = 1; i <= 8; i++) H += 1.0 / i;
+    ck_assert_double_eq_tol(qs, 2.0 / H, 1e-12);   /* min(1, 2·p_1), p_1 = 1/H_8 */
+    double want = 0;
+    for (int i = 1; i <= 8; i++) {
+        double qi = 2.0 / (i * H);
+        want += 1.0 - pow(1.0 - (qi > 1 ? 1 : qi), 16);
+    }
+    ck_assert_double_eq_tol(ds, want, 1e-12);
+    m.router_skew = 0;
+    sp_model_moe_routing(&m, 16, &d, &q);
+    ck_assert(ds < d);
+    /* dense: nothing */
+    m.n_experts = 0;
+    sp_model_moe_routing(&m, 16, &d, &q);
+    ck_assert(d == 0 && q == 0);
+}
+END_TEST
+
+/* weights of a chip: every local expert (each sharded like the dense FFN),
+ * the router, attention and norms; against the dense model of the same
+ * dimensions, the difference is (local experts − 1) expert shards and the
+ * router, per layer */
+START_TEST(test_memory_of_experts_held)
+{
+    sp_model m = moe_model(8, 2), dense = m;
+    dense.n_experts = dense.top_k = dense.moe_every = 0;
+    const int64_t E = 512, F = 1024, NE = 8, layers = 4;
+    sp_shape pf = {8, 16, 16, 32, SP_DT_BF16}, dc = {8, 1, 32, 32, SP_DT_BF16};
+    struct { int R, N, X; sp_ffn_layout f; } cases[] = {
+        {1, 1, 1, SP_FL_WS2D}, {2, 2, 1, SP_FL_WS2D}, {4, 4, 2, SP_FL_WS1D}, {2, 2, 4, SP_FL_WS2D},
+        {8, 8, 1, SP_FL_WS1D}, {2, 1, 2, SP_FL_WS1D},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sp_layout l = moe_layout(cases[i].R, cases[i].N, cases[i].X, cases[i].f);
+        sp_mem_sizes ms, md;
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
+        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &ms), SP_OK);
+        sp_layout ld = l;
+        ld.experts = 1;
+        ck_assert_int_eq(sp_lower(&dense, &ld, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
+        ck_assert_int_eq(sp_lower(&dense, &ld, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
+        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &md), SP_OK);
+        int64_t n = cases[i].X, El = NE / cases[i].N;
+        int64_t expert = 3 * E * F / n * 2;                                  /* bf16, all shard sizes 64-aligned */
+        int64_t router = (cases[i].f == SP_FL_WS1D ? E : E / n) * NE * 2;   /* rows split like W_in's */
+        ck_assert_msg(ms.weights - md.weights == layers * ((El - 1) * expert + router),
+                      "case %zu: %lld vs dense %lld", i, (long long)ms.weights, (long long)md.weights);
+        ck_assert_int_eq(prog.wspec[SP_W_IN].count, 1);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
+        ck_assert_int_eq(prog2.wspec[SP_W_IN].count, El);
+        ck_assert_int_eq(prog2.wspec[SP_W_UP].count, El);
+        ck_assert_int_eq(prog2.wspec[SP_W_OUT].count, El);
+        ck_assert(prog2.wspec[SP_W_ROUTER].present);
+    }
+}
+END_TEST
+
+/* one MoE layer's steps, for a table of (replicas, experts, X, layout, capacity, batch, tokens):
+ * the all-to-alls move (N−1)/N of NE·S slot rows of E/|Rx| columns each way,
+ * S = min(T, ceil(capacity · T · k / NE)); every expert matmul covers the NE·S
+ * slots of the chip's experts and reads the weights of distinct(N·T)/N experts */
+static const struct a2a_case {
+    int R, N, X;
+    sp_ffn_layout f;
+    double cap;
+    int64_t batch, L;
+} a2a_cases[] = {
+    {1, 1, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.25, 4, 16},
+    {4, 4, 2, SP_FL_WS2D, 2.0, 8, 1},   {8, 8, 1, SP_FL_WS1D, 1.0, 64, 1},  {2, 2, 4, SP_FL_WS1D, 1.5, 2, 100},
+    {4, 2, 1, SP_FL_WS2D, 1.0, 8, 8},   /* experts must be 1 or replicas: refused */
+};
+
+START_TEST(test_moe_steps_closed_form)
+{
+    const struct a2a_case *c = &a2a_cases[_i];
+    sp_model m = moe_model(8, 2);
+    const int64_t E = 512, F = 1024, NE = 8, k = 2, ab = 2, wb = 2;
+    sp_layout l = moe_layout(c->R, c->N, c->X, c->f);
+    l.capacity = c->cap;
+    sp_shape sh = {c->batch, c->L, c->L, c->L, SP_DT_BF16};
+    sp_status st = sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &prog);
+    if (c->N != 1 && c->N != c->R) {
+        ck_assert_int_eq(st, SP_EINVAL);
+        ck_assert_ptr_nonnull(strstr(sp_last_error(), "experts=2"));
+        return;
+    }
+    ck_assert_int_eq(st, SP_OK);
+    int64_t n = c->X, nRx = c->f == SP_FL_WS2D ? c->X : 1, Ein = E / nRx, FC = F / (n / nRx);   /* F over C */
+    int64_t T = c->batch / c->R * c->L;
+    int64_t S = (int64_t)ceil(c->cap * T * (double)k / NE);
+    if (S > T) S = T;
+    int64_t rows = NE * S;
+    double distinct = NE * (1.0 - pow(1.0 - (double)k / NE, (double)(c->N * T)));
+    int64_t a2a = 0, expert_mm = 0, route = 0, disp = 0, comb = 0, router_mm = 0;
+    for (int i = 0; i < prog.layer.n; i++) {
+        const sp_step *s = &prog.layer.s[i];
+        if (s->kind == SP_STEP_COLL && s->coll.mask == SP_AXES_REPLICA) {
+            a2a++;
+            ck_assert_int_eq(s->coll.kind, SP_COLL_ALLTOALL);
+            ck_assert_int_eq(s->coll.group, c->N);
+            ck_assert_int_eq(s->coll.bytes_sent, (c->N - 1) * (rows / c->N) * Ein * ab);
+            ck_assert_int_eq(s->coll.bytes_recv, s->coll.bytes_sent);
+        }
+        if (s->kind == SP_STEP_MATMUL && s->weight == SP_W_ROUTER) {
+            router_mm++;
+            ck_assert_int_eq(s->m, T);
+            ck_assert_int_eq(s->k, Ein);
+            ck_assert_int_eq(s->n, NE);
+            ck_assert_int_eq(s->flops, 2 * T * Ein * NE);
+        }
+        if (s->kind == SP_STEP_MATMUL && s->experts > 0) {
+            expert_mm++;
+            ck_assert_int_eq(s->experts, NE / c->N);
+            ck_assert_int_eq(s->m, rows);
+            int64_t kk = s->weight == SP_W_OUT ? FC : Ein, nn = s->weight == SP_W_OUT ? Ein : FC;
+            ck_assert_int_eq(s->k, kk);
+            ck_assert_int_eq(s->n, nn);
+            ck_assert_int_eq(s->flops, 2 * rows * kk * nn);
+            ck_assert_int_eq(s->weight_bytes, (int64_t)ceil(distinct / c->N * (double)(kk * nn * wb)));
+        }
+        if (s->kind == SP_STEP_ROUTE) route++;
+        if (s->kind == SP_STEP_DISPATCH) {
+            disp++;
+            ck_assert_int_eq(s->experts * s->capacity, rows);
+        }
+        if (s->kind == SP_STEP_COMBINE) comb++;
+    }
+    ck_assert_int_eq(a2a, c->N > 1 ? 2 : 0);
+    ck_assert_int_eq(router_mm, 1);
+    ck_assert_int_eq(expert_mm, 3);
+    ck_assert_int_eq(route, 1);
+    ck_assert_int_eq(disp, 1);
+    ck_assert_int_eq(comb, 1);
+    ck_assert_int_eq(prog.buf_bytes[SP_BUF_DISP], rows * Ein * ab);
+    if (c->N > 1) ck_assert_int_eq(prog.buf_bytes[SP_BUF_EXP], rows * Ein * ab);
+}
+END_TEST
+
+START_TEST(test_layout_key_and_validation)
+{
+    sp_model m = moe_model(8, 2), dense = moe_model(8, 2);
+    dense.n_experts = dense.top_k = dense.moe_every = 0;
+    sp_layout l, back;
+    sp_error err;
+    char a[300], b[300];
+    ck_assert_int_eq(sp_layout_parse("replicas=4,mesh=2x1x1,experts=4,capacity=1.25", &l, &err), SP_OK);
+    ck_assert_int_eq(l.experts, 4);
+    ck_assert_double_eq(l.capacity, 1.25);
+    sp_layout_format(&l, a, sizeof a);
+    ck_assert_ptr_nonnull(strstr(a, ",experts=4,capacity=1.25"));
+    ck_assert_int_eq(sp_layout_parse(a, &back, &err), SP_OK);
+    ck_assert(!memcmp(&l, &back, sizeof l));
+    json_t *j = sp_layout_to_json(&l);
+    char *s = json_dumps(j, 0);
+    ck_assert_ptr_nonnull(strstr(s, "\"experts\": 4"));
+    ck_assert_int_eq(sp_layout_parse(s, &back, &err), SP_OK);
+    ck_assert_str_eq(a, sp_layout_format(&back, b, sizeof b));
+    free(s);
+    json_decref(j);
+    /* a dense layout's text has no MoE keys */
+    sp_layout_init(&l);
+    ck_assert_ptr_null(strstr(sp_layout_format(&l, a, sizeof a), "experts"));
+    /* malformed values */
+    ck_assert_int_eq(sp_layout_parse("experts=0", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "experts");
+    ck_assert_int_eq(sp_layout_parse("capacity=0.5", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "capacity");
+    ck_assert_int_eq(sp_layout_parse("{\"experts\": -1}", &l, &err), SP_EPARSE);
+    ck_assert_int_eq(sp_layout_parse("{\"capacity\": \"big\"}", &l, &err), SP_EPARSE);
+    /* checks against the model: N divides the experts, N is 1 or the replicas, a dense model takes neither key */
+    struct { const char *text; const sp_model *model; int chips; const char *field, *says; } bad[] = {
+        {"replicas=3,experts=3", &m, 3, "experts", "does not divide"},
+        {"replicas=4,experts=2", &m, 4, "experts", "1 or replicas"},
+        {"replicas=2,experts=2", &dense, 2, "experts", "no experts"},
+        {"capacity=2", &dense, 1, "capacity", "no experts"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(sp_layout_parse(bad[i].text, &l, &err), SP_OK);
+        sp_error_init(&err);
+        ck_assert_int_eq(sp_layout_check(&l, bad[i].model, NULL, bad[i].chips, 12, &err), SP_EINVAL);
+        ck_assert_msg(!strcmp(err.path, bad[i].field), "%s: field %s", bad[i].text, err.path);
+        ck_assert_msg(strstr(err.text, bad[i].says) != NULL, "%s: %s", bad[i].text, err.text);
+    }
+    ck_assert_int_eq(sp_layout_parse("replicas=4,experts=4,mesh=2x1x1", &l, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_check(&l, &m, NULL, 8, 8, &err), SP_OK);
+    /* weight-gathered expert FFNs are refused by name */
+    ck_assert_int_eq(sp_layout_parse("mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads", &l, &err), SP_OK);
+    sp_error_init(&err);
+    ck_assert_int_eq(sp_layout_check(&l, &m, NULL, 2, 8, &err), SP_EINVAL);
+    ck_assert_msg(strstr(err.text, "wg-x in prefill: weight-gathered expert FFNs are not implemented") != NULL, "%s",
+                  err.text);
+    ck_assert_ptr_nonnull(strstr(err.text, "wg-x in prefill: weight-gathered expert FFNs are not implemented"));
+}
+END_TEST
+
+/* Mixtral-8x7B in bf16: ~87 GiB of weights does not fit one H100; with
+ * experts split over 2 replicas it does, each chip holding half the experts */
+START_TEST(test_mixtral_fit)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("mixtral-8x7b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l = moe_layout(1, 1, 1, SP_FL_WS2D);
+    sp_workload w = {2, 128, 32};
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+    sp_model_stats st;
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    double gib = (double)c.mem.weights / (1 << 30);
+    ck_assert_msg(gib > 86.5 && gib < 87.5, "%.2f GiB", gib);
+    ck_assert_msg(llabs(c.mem.weights - st.weight_bytes_bf16) < (16 << 20), "%lld vs %lld",
+                  (long long)c.mem.weights, (long long)st.weight_bytes_bf16);
+    ck_assert(!c.feasible);
+    l = moe_layout(2, 2, 1, SP_FL_WS2D);
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+    ck_assert(c.feasible);
+    ck_assert(c.mem.weights < 46LL << 30);
+    /* the same two replicas without expert parallelism each hold every expert */
+    l.experts = 1;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+    ck_assert(!c.feasible);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("moe");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_routing_closed_form);
+    tcase_add_test(tc, test_memory_of_experts_held);
+    tcase_add_loop_test(tc, test_moe_steps_closed_form, 0, (int)(sizeof a2a_cases / sizeof a2a_cases[0]));
+    tcase_add_test(tc, test_layout_key_and_validation);
+    tcase_add_test(tc, test_mixtral_fit);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
