@@ -218,6 +218,8 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                 for (int k = 1; k <= 4; k *= 2)
                     if ((B / R) % (k * S) == 0 && (!s->m_per_stage || k == s->m_per_stage)) Ms[nm++] = k * S;
             if (!nm) continue;
+            /* MoE: experts over the replicas (sp_layout.h), or every replica holds them all */
+            int Ns[2] = {1, R}, nN = m->n_experts > 0 && R > 1 && m->n_experts % R == 0 ? 2 : 1;
             for (int X = 1; X <= T; X++) {
                 if (T % X) continue;
                 for (int Y = 1; Y <= T / X; Y++) {
@@ -254,6 +256,9 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                             for (int wi = 0; wi < nw; wi++) {
                                 l->weights = wts[wi];
                                 c.key[SPI_DEC_PREC] = wts[wi];
+                                for (int ni = 0; ni < nN; ni++) {
+                                l->experts = Ns[ni];
+                                c.key[SPI_DEC_EXPERTS] = Ns[ni];
                                 for (int pf = 0; pf < 2 * SP_FL_COUNT; pf++)
                                     for (int dc = 0; dc < 2 * SP_FL_COUNT; dc++) {
                                         sp_ffn_layout pff = (sp_ffn_layout)(pf / 2), dcf = (sp_ffn_layout)(dc / 2);
@@ -269,6 +274,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         c.key[SPI_DEC_DC] = dc;
                                         SP_CHECK(pend(s, &c));
                                     }
+                                }
                             }
                         }
                     }
@@ -351,6 +357,7 @@ int64_t spi_cand_kind_value(const spi_cand *c, sp_plan_rival_kind k)
     case SP_RIVAL_ATTN: return l->phase[0].attn * 16 + l->phase[1].attn;
     case SP_RIVAL_MESH: return c->key[SPI_DEC_MESH];
     case SP_RIVAL_PRECISION: return c->key[SPI_DEC_PREC];
+    case SP_RIVAL_EXPERTS: return c->key[SPI_DEC_EXPERTS] > 1;   /* with or without expert parallelism */
     default: return c->key[SPI_DEC_PIPE];
     }
 }

@@ -137,9 +137,10 @@ typedef enum sp_plan_rival_kind {
     SP_RIVAL_MESH = 2,       /* another tensor mesh X×Y×Z or placement */
     SP_RIVAL_PRECISION = 3,  /* another weight precision */
     SP_RIVAL_PIPELINE = 4,   /* other stages / replicas / micro-batches */
+    SP_RIVAL_EXPERTS = 5,    /* MoE models: without expert parallelism if the chosen layout has it, else with */
     SP_RIVAL_KIND_COUNT
 } sp_plan_rival_kind;
-const char *sp_plan_rival_kind_name(sp_plan_rival_kind k);  /* "ffn", "attention", "mesh", "precision", "pipeline" */
+const char *sp_plan_rival_kind_name(sp_plan_rival_kind k);  /* "ffn", "attention", "mesh", "precision", "pipeline", "experts" */
 
 typedef enum sp_plan_loss {
     SP_LOSS_MEMORY = 0,      /* does not fit: shortfall_bytes */

@@ -12,6 +12,7 @@ typedef enum spi_dec {
     SPI_DEC_PREC = 3,    /* weight precision */
     SPI_DEC_PF = 4,      /* prefill (FFN, attention) */
     SPI_DEC_DC = 5,      /* decode (FFN, attention) */
+    SPI_DEC_EXPERTS = 6, /* expert-parallel degree (MoE models; 1 otherwise) */
     SPI_DEC_COUNT
 } spi_dec;
 

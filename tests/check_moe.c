@@ -14,6 +14,7 @@
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
+#include "sp_plan.h"
 
 /* E 512, F 1024 per expert, 8 SwiGLU experts, top-2, 4 layers, 8 heads (MHA) */
 static sp_model moe_model(int64_t NE, int64_t k)
@@ -299,6 +300,44 @@ START_TEST(test_mixtral_fit)
 }
 END_TEST
 
+/* the planner decides the expert-parallel degree: Mixtral on 8 H100s at
+ * batch 64 picks expert parallelism, and its experts rival is the best
+ * layout without it, slower */
+START_TEST(test_plan_picks_expert_parallelism)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("mixtral-8x7b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {64, 1024, 128};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    sp_plan *p = NULL;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 8, &w, &o, &p), SP_OK);
+    ck_assert(p->has_chosen);
+    ck_assert_int_gt(p->chosen.layout.experts, 1);
+    ck_assert_int_eq(p->chosen.layout.experts, p->chosen.layout.replicas);
+    int found = 0;
+    for (int i = 0; i < p->n_rivals; i++) {
+        const sp_plan_rival *r = &p->rivals[i];
+        if (r->kind != SP_RIVAL_EXPERTS) continue;
+        found = 1;
+        ck_assert_int_eq(r->point.layout.experts, 1);
+        ck_assert(r->objective_delta > 0 || r->loss == SP_LOSS_MEMORY);
+        ck_assert_ptr_nonnull(strstr(r->reason, "no expert parallelism"));
+    }
+    ck_assert(found);
+    sp_plan_free(p);
+    /* a dense model has no experts rival */
+    ck_assert_int_eq(sp_model_find("llama2-7b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 2, &w, &o, &p), SP_OK);
+    for (int i = 0; i < p->n_rivals; i++) ck_assert_int_ne(p->rivals[i].kind, SP_RIVAL_EXPERTS);
+    ck_assert_int_eq(p->chosen.layout.experts, 1);
+    sp_plan_free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("moe");
@@ -308,6 +347,8 @@ int main(void)
     tcase_add_loop_test(tc, test_moe_steps_closed_form, 0, (int)(sizeof a2a_cases / sizeof a2a_cases[0]));
     tcase_add_test(tc, test_layout_key_and_validation);
     tcase_add_test(tc, test_mixtral_fit);
+    tcase_add_test(tc, test_plan_picks_expert_parallelism);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

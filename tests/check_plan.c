@@ -87,17 +87,19 @@ static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *
                                 for (int wi = 0; wi < 3; wi++) {
                                     if (wsel != SP_PLAN_W_AUTO && wsel != (sp_plan_weights)(wi + 1)) continue;
                                     if (wi == 2 && hw->peak_flops[SP_DT_FP8] <= 0) continue;
-                                    for (int a = 0; a < 100; a++) {
+                                    for (int a = 0; a < (R > 1 ? 200 : 100); a++) {
                                         sp_layout l;
                                         sp_layout_init(&l);
                                         l.stages = S, l.replicas = R, l.mesh[0] = X, l.mesh[1] = Y, l.mesh[2] = Z;
                                         l.microbatches = M;
                                         memcpy(l.placement, perms[p], sizeof perms[p]);
                                         l.weights = wts[wi];
-                                        l.phase[0].ffn = (sp_ffn_layout)(a / 20);
+                                        l.phase[0].ffn = (sp_ffn_layout)(a % 100 / 20);
                                         l.phase[0].attn = (sp_attn_layout)(a / 10 % 2);
                                         l.phase[1].ffn = (sp_ffn_layout)(a / 2 % 5);
                                         l.phase[1].attn = (sp_attn_layout)(a % 2);
+                                        /* experts over the replicas, or not; the check keeps the valid ones */
+                                        l.experts = a < 100 ? 1 : R;
                                         if (sp_layout_check(&l, m, hw, N, w->batch, NULL) != SP_OK) continue;
                                         sp_cost c;
                                         if (sp_cost_eval(m, hw, &l, w, NULL, &c) != SP_OK) continue;
@@ -225,6 +227,12 @@ START_TEST(test_milp_equals_enumeration)
     rng_state = 1234u + 7919u * (unsigned)_i;
     sp_model m;
     random_model(&m);
+    if (_i % 3 == 2) {   /* mixture of experts: expert parallelism is one more decision */
+        m.n_experts = 4;
+        m.top_k = 2;
+        m.moe_every = 1;
+        m.bias = 0;
+    }
     sp_hw hw;
     static const int chips[] = {1, 2, 4, 8, 16, 6, 12};
     int N = chips[rnd((unsigned)(sizeof chips / sizeof chips[0]))];
