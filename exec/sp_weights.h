@@ -45,6 +45,7 @@ typedef struct sp_weights_layer {
     float *b_up;          /* (F) or NULL */
     float *w_out;         /* (F, E) */
     float *b_out;         /* (E) or NULL */
+    float *router;        /* (E, n_experts), MoE models only, else NULL */
 } sp_weights_layer;
 
 typedef struct sp_weights {

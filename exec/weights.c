@@ -69,6 +69,7 @@ static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_we
         dst[SP_W_NORM2] = &L->ffn_norm; dst[SP_W_NORM2_B] = &L->ffn_norm_b;
         dst[SP_W_IN] = &L->w_in; dst[SP_W_B_IN] = &L->b_in; dst[SP_W_UP] = &L->w_up;
         dst[SP_W_B_UP] = &L->b_up; dst[SP_W_OUT] = &L->w_out; dst[SP_W_B_OUT] = &L->b_out;
+        dst[SP_W_ROUTER] = &L->router;
         for (int t = SP_W_FIRST_LAYER; t < SP_W_COUNT; t++)
             *dst[t] = w->t[t] ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
     }
