@@ -108,4 +108,49 @@ for f in $(sed -n 's/^!\[.*\](\(.*\.svg\))$/\1/p' "$md/report.md"); do
 done
 check "the Markdown links 5 figures that exist" sh -c "[ $links_ok -eq 1 ] && [ \$(grep -c '^!\[' '$md/report.md') -eq 5 ]"
 check "the Markdown has no HTML" sh -c "! grep -q '<img\|<table\|<p>' '$md/report.md'"
+# ---- a sweep database ------------------------------------------------------
+cat >"$tmp/plan.json" <<'SPEC'
+{"models": ["llama2-7b", "llama3.1-8b"], "hw": ["h100"], "chips": [1, 2, 4, 8], "batch": [1, 4, 16, 64],
+ "prompt": [128], "gen": [32], "compute": "plan", "latency_metric": "decode"}
+SPEC
+"$SHARDPLAN" sweep "$tmp/plan.json" --db "$tmp/plan.db" --quiet >/dev/null 2>&1
+check "--db with a problem option is refused" usage_error dbmix -- --db --db "$tmp/plan.db" --out "$tmp/x" --model llama2-7b
+check "--db of a file that is no sweep exits 2" sh -c '"$SHARDPLAN" report --db "$0" --out "$1" >/dev/null 2>&1; [ $? -eq 2 ]' "$out/report.json" "$tmp/x"
+"$SHARDPLAN" report --db "$tmp/plan.db" --out "$tmp/db" >/dev/null 2>"$tmp/db.err"
+check "report --db exits 0, quietly" sh -c '[ $? -eq 0 ] && [ ! -s "$0" ]' "$tmp/db.err"
+check "report --db: the page parses" xmllint --noout "$tmp/db/report.html"
+# plain CSV for awk: commas inside quoted fields become ';', quotes go
+unquote() { sed -e ':a' -e 's/^\(\([^"]*"[^"]*"\)*[^"]*"[^",]*\),/\1;/' -e 'ta' -e 's/"//g' "$1"; }
+"$SHARDPLAN" sweep --export csv --db "$tmp/plan.db" >"$tmp/plan.q.csv"
+unquote "$tmp/plan.q.csv" >"$tmp/plan.csv"
+unquote "$tmp/db/frontier.csv" >"$tmp/frontier.csv"
+# frontier.csv: every fitting row of the sweep, its decode latency and phase cost taken from the row; the
+# rows marked on_frontier are exactly those no row of the same model beats on both
+frontier_ok=$(awk -F, '
+    NR == FNR { if (FNR == 1) { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                if ($col["status"] == "ok" && $col["feasible"] == 1) {
+                    k = $col["model"] "," $col["chips"] "," $col["batch"]; n_sweep++
+                    lat[k] = $col["decode_step_s"]; cost[k] = $col["chips"] * $col["decode_step_s"] / $col["batch"] }
+                next }
+    FNR == 1 { next }
+    { k = $1 "," $3 "," $4; rows++; m[rows] = $1; l[rows] = $9; c[rows] = $10; f[rows] = $12
+      if (!(k in lat) || (l[rows] - lat[k])^2 > (1e-6 * lat[k])^2 || (c[rows] - cost[k])^2 > (1e-6 * cost[k])^2) { print "  row " k " not the sweep'"'"'s"; bad = 1 } }
+    END {
+      if (rows != n_sweep) { print "  " rows " rows, sweep has " n_sweep " fitting"; bad = 1 }
+      for (i = 1; i <= rows; i++) { dom = 0
+          for (j = 1; j <= rows; j++) if (m[j] == m[i] && l[j] <= l[i] && c[j] <= c[i] && (l[j] < l[i] || c[j] < c[i])) dom = 1
+          if (dom == f[i]) { print "  row " i " on_frontier " f[i] " but dominated " dom; bad = 1 } }
+      print bad ? "bad" : "ok" }' "$tmp/plan.csv" "$tmp/frontier.csv")
+check "report --db: frontier.csv = the sweep's rows, frontier = the non-dominated ones" test "$(echo "$frontier_ok" | tail -1)" = ok
+echo "$frontier_ok" | grep '^  ' | head -5
+check "report --db: the spec's latency metric is used" grep -q 'decode latency' "$tmp/db/report.html"
+
+cat >"$tmp/est.json" <<'SPEC'
+{"models": ["llama2-7b"], "hw": ["h100"], "chips": [4], "batch": [1, 4, 16], "prompt": [128], "gen": [0],
+ "compute": "estimate", "layouts": ["mesh=1x1x4,prefill=ws1d/heads,decode=ws1d/heads", "mesh=1x1x4,prefill=ws2d/heads,decode=ws2d/heads"]}
+SPEC
+"$SHARDPLAN" sweep "$tmp/est.json" --db "$tmp/est.db" --quiet >/dev/null 2>&1
+"$SHARDPLAN" report --db "$tmp/est.db" --out "$tmp/est" --format md >/dev/null 2>&1
+check "report --db of an estimate sweep: communication figure and data" \
+    sh -c '[ -s "$0/g1-comm.svg" ] && [ $(grep -c "^llama2-7b,h100,4," "$0/comm.csv") -eq 6 ] && grep -q "prefill=ws1d/heads" "$0/report.md"' "$tmp/est"
 exit $fail

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "cli_fig.h"
 #include "sp_plan.h"
+#include "sp_sweep.h"
 
 static const char report_usage[] =
     "usage: shardplan report --model M[,M...] --hw H[,H...] --chips N --batch B --prompt P --gen G\n"
@@ -24,6 +25,7 @@ static const char report_usage[] =
     "                        [--max-chips N] [--objective latency|cost|throughput]\n"
     "                        [--latency-metric total|decode|prefill] [--max-latency-ms X]\n"
     "                        [--weights auto|bf16|int8|fp8] [--time-limit-ms MS]\n"
+    "       shardplan report --db SWEEP.db --out DIR [--format html|md] [--latency-metric L]\n"
     "\n"
     "A capacity-planning report for one workload on every model x hardware pair:\n"
     "the layout `plan` chooses on N chips with its time and memory breakdown (stacked\n"
@@ -37,6 +39,13 @@ static const char report_usage[] =
     "network fetches) or report.md (--format md: figures as files beside it);\n"
     "every figure as SVG and PNG; its data as CSV (frontier.csv, min_chips.csv,\n"
     "time.csv, memory.csv, rivals.csv); everything as report.json.\n"
+    "\n"
+    "With --db, a report of a sweep database (`shardplan sweep`): per hardware,\n"
+    "prompt and gen, the frontier of cost (chip-seconds per token of the latency\n"
+    "metric's phase) against latency over the rows that fit, one series per model\n"
+    "(and per layout for an estimate sweep, with each layout's communication per\n"
+    "chip against tokens per batch); the latency metric defaults to the spec's.\n"
+    "Data: frontier.csv (every fitting row, on_frontier marks the frontier), comm.csv.\n"
     "\n"
     "  --model M[,M...]     bundled model names or model JSON / HF config.json files\n"
     "  --hw H[,H...]        bundled hardware names or hardware JSON files\n"
@@ -53,6 +62,7 @@ static const char report_usage[] =
     "                       at most the hardware's max_chips)\n"
     "  --objective, --latency-metric, --max-latency-ms, --weights, --time-limit-ms\n"
     "                       as for `shardplan plan`\n"
+    "  --db FILE            report a sweep database instead of planning\n"
     "\n"
     "Exit: 0 the report was written, 1 it was written but no pair has a layout that\n"
     "fits, 2 bad input, 3 solver or internal error.\n";
@@ -92,6 +102,7 @@ typedef struct rep {
     const char *dir;
     char command[4096];
     int priced;                   /* every pair's profile has a price: figures in $ */
+    int db;                       /* a report of a sweep database (no report.json) */
 } rep;
 
 /* ---- small helpers ---- */
@@ -672,9 +683,9 @@ static void para(page *pg, const char *fmt, ...)
     para_end(pg);
 }
 
-static void code(page *pg, const char *text)
+static void code(page *pg, const char *lang, const char *text)
 {
-    if (pg->md) fprintf(pg->f, "```sh\n%s\n```\n\n", text);
+    if (pg->md) fprintf(pg->f, "```%s\n%s\n```\n\n", lang, text);
     else {
         fputs("<pre><code>", pg->f);
         esc(pg, text);
@@ -721,6 +732,36 @@ static void table_end(page *pg)
     fputs(pg->md ? "\n" : "</tbody>\n</table>\n", pg->f);
 }
 
+/* The page's head (HTML: the document, title and one stylesheet) and its <h1>. */
+static void page_begin(page *pg, const char *title)
+{
+    if (pg->md) {
+        fputs("# ", pg->f);
+        esc(pg, title);
+        fputs("\n\n", pg->f);
+        return;
+    }
+    fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+          "<meta charset=\"utf-8\"/>\n<title>", pg->f);
+    esc(pg, title);
+    fputs("</title>\n<style>\n"
+          "body { font-family: sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; color: #222; }\n"
+          "table { border-collapse: collapse; margin: 0.5em 0 1em; }\n"
+          "th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; "
+          "overflow-wrap: anywhere; }\n"
+          "pre { background: #f4f4f4; padding: 0.5em; overflow-x: auto; white-space: pre-wrap; }\n"
+          "figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; }\n"
+          "figcaption { font-size: 0.9em; color: #555; }\n"
+          "</style>\n</head>\n<body>\n<h1>", pg->f);
+    esc(pg, title);
+    fputs("</h1>\n", pg->f);
+}
+
+static void page_end(page *pg)
+{
+    if (!pg->md) fputs("</body>\n</html>\n", pg->f);
+}
+
 /* A figure: HTML embeds the SVG as a data: URI (no fetch); Markdown links
  * the file.  Both name the PNG and the CSV that hold the same data. */
 static int figure(page *pg, const char *stem, const char *caption, const char *csv)
@@ -759,7 +800,7 @@ static int figure(page *pg, const char *stem, const char *caption, const char *c
         fputs("</figcaption>\n</figure>\n", pg->f);
     }
     para_begin(pg);
-    escf(pg, "Files: %s.svg, %s.png; data: %s (and report.json).", stem, stem, csv);
+    escf(pg, "Files: %s.svg, %s.png; data: %s%s.", stem, stem, csv, pg->r->db ? "" : " (and report.json)");
     para_end(pg);
     return 0;
 }
@@ -846,7 +887,7 @@ static int pair_section(page *pg, const rep_pair *p)
     } else {
         para(pg, "Chosen layout on %d chips (%s, objective %s, %s latency):", pl->chips, sp_plan_result_name(pl->result),
              sp_plan_objective_name(pl->opts.objective), sp_plan_latency_name(pl->opts.latency_metric));
-        code(pg, sp_layout_format(&pl->chosen.layout, lay, sizeof lay));
+        code(pg, "", sp_layout_format(&pl->chosen.layout, lay, sizeof lay));
         metrics_table(pg, p, &pl->chosen);
     }
     char stem[256], cap[512];
@@ -915,25 +956,9 @@ static int write_page(const rep *r)
     for (int i = 0; i < r->n_pairs && k < sizeof title; i++)
         k += (size_t)snprintf(title + k, sizeof title - k, "%s%s on %s", i ? "; " : "", r->pairs[i].m.name,
                               r->pairs[i].hw.name);
-    if (r->md) fprintf(f, "# Capacity plan: ");
-    else {
-        fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
-              "<meta charset=\"utf-8\"/>\n<title>", f);
-        pg.md = 0;
-        esc(&pg, "Capacity plan: ");
-        esc(&pg, title);
-        fputs("</title>\n<style>\n"
-              "body { font-family: sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; color: #222; }\n"
-              "table { border-collapse: collapse; margin: 0.5em 0 1em; }\n"
-              "th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; "
-              "overflow-wrap: anywhere; }\n"
-              "pre { background: #f4f4f4; padding: 0.5em; overflow-x: auto; white-space: pre-wrap; }\n"
-              "figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; }\n"
-              "figcaption { font-size: 0.9em; color: #555; }\n"
-              "</style>\n</head>\n<body>\n<h1>Capacity plan: ", f);
-    }
-    esc(&pg, title);
-    fputs(r->md ? "\n\n" : "</h1>\n", f);
+    char full[1100];
+    snprintf(full, sizeof full, "Capacity plan: %s", title);
+    page_begin(&pg, full);
     para(&pg, "Workload: batch %lld, prompt %lld tokens, %lld generated tokens per sequence, on %d chips; objective %s "
               "(%s latency)%s%s. Figures from shardplan %s's cost model and planner.",
          (long long)r->w.batch, (long long)r->w.prompt, (long long)r->w.gen, r->chips,
@@ -941,7 +966,7 @@ static int write_page(const rep *r)
          r->o.max_latency_s > 0 ? ", latency at most " : "",
          r->o.max_latency_s > 0 ? cli_fmt_seconds(r->o.max_latency_s, a, sizeof a) : "", sp_version());
     para(&pg, "Reproduce this page with:");
-    code(&pg, r->command);
+    code(&pg, "sh", r->command);
 
     heading(&pg, 2, "Summary");
     char lat_h[48];
@@ -1022,8 +1047,394 @@ static int write_page(const rep *r)
     para(&pg, "report.json holds every figure above (the plans as `shardplan plan --json` writes them); frontier.csv, "
               "min_chips.csv, time.csv, memory.csv and rivals.csv hold each figure's data; every figure is also an "
               "SVG and a PNG file in this folder.");
-    if (!r->md) fputs("</body>\n</html>\n", f);
+    page_end(&pg);
     if (close_out(f, r, name)) rc = -1;
+    return rc;
+}
+
+/* ---- a report of a sweep database (--db) ----
+ *
+ * The rows come from sp_sweep_export's JSON (the library's one reader of the
+ * database, which checks its schema version).  Per (hardware, prompt, gen)
+ * group: the Pareto frontier of cost against latency of the rows that fit,
+ * one series per model (and per given layout for an estimate sweep); for an
+ * estimate sweep also each layout's communication per chip against tokens
+ * per batch (the paper's figure 3). */
+
+typedef struct db_pt {
+    const char *model, *hw, *layout_in, *layout;
+    int64_t chips, batch, prompt, gen, comm;
+    double lat, cost;
+    int series, group, on_front, fits;
+} db_pt;
+
+/* Short names for the distinct layouts of an estimate sweep: the key=value
+ * items of each layout (full text form) that not every layout shares
+ * ("prefill=ws1d/heads,decode=ws1d/heads"). */
+static void layout_short(const char *layout, const char *const *all, int n_all, char *out, size_t n)
+{
+    char buf[512];
+    size_t k = 0;
+    out[0] = 0;
+    snprintf(buf, sizeof buf, "%s", layout);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int common = 1;
+        size_t tl = strlen(t);
+        for (int i = 0; i < n_all && common; i++) {
+            const char *p = all[i];
+            int found = 0;
+            while (p && *p && !found) {
+                const char *e = strchr(p, ',');
+                size_t l = e ? (size_t)(e - p) : strlen(p);
+                found = l == tl && !strncmp(p, t, l);
+                p = e ? e + 1 : NULL;
+            }
+            common = found;
+        }
+        if (!common && k < n) k += (size_t)snprintf(out + k, n - k, "%s%s", k ? "," : "", t);
+    }
+    if (!out[0]) snprintf(out, n, "%s", n_all > 1 ? "layout" : "given layout");
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+    const char *v = json_string_value(json_object_get(o, k));
+    return v ? v : "";
+}
+
+static int64_t jint(json_t *o, const char *k)
+{
+    return (int64_t)json_integer_value(json_object_get(o, k));
+}
+
+static int cmp_lat(const void *a, const void *b)
+{
+    const db_pt *x = *(const db_pt *const *)a, *y = *(const db_pt *const *)b;
+    return x->lat < y->lat ? -1 : x->lat > y->lat ? 1 : x->cost < y->cost ? -1 : x->cost > y->cost;
+}
+
+/* The latency and cost of one row under the metric: decode and prefill use
+ * the phase's own cost (chip-seconds per generated, or per prompt, token);
+ * total uses cost_chip_s_per_token. */
+static int db_metric(json_t *row, sp_plan_latency lm, double *lat, double *cost)
+{
+    double chips = (double)jint(row, "chips"), b = (double)jint(row, "batch"), pr = (double)jint(row, "prompt");
+    double d = json_number_value(json_object_get(row, "decode_step_s"));
+    double p = json_number_value(json_object_get(row, "prefill_s"));
+    if (lm == SP_PLAN_LAT_DECODE) {
+        if (jint(row, "gen") <= 0) return 0;
+        *lat = d, *cost = chips * d / b;
+    } else if (lm == SP_PLAN_LAT_PREFILL) {
+        if (pr <= 0) return 0;
+        *lat = p, *cost = chips * p / (b * pr);
+    } else {
+        *lat = json_number_value(json_object_get(row, "total_s"));
+        *cost = json_number_value(json_object_get(row, "cost_chip_s_per_token"));
+    }
+    return *lat > 0 && *cost > 0;
+}
+
+static int report_db(rep *r, const char *db_path, int lm_given)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem) return CLI_EXIT_INTERNAL;
+    sp_status st = sp_sweep_export(db_path, SP_SWEEP_JSON, mem);
+    fclose(mem);
+    if (st != SP_OK) {
+        free(buf);
+        return cli_report(st == SP_EIO ? SP_EINVAL : st, NULL);
+    }
+    json_error_t je;
+    json_t *root = json_loadb(buf, len, 0, &je);
+    free(buf);
+    json_t *spec = json_object_get(root, "spec"), *rows = json_object_get(root, "points");
+    if (!root || !json_is_array(rows)) {
+        json_decref(root);
+        cli_errorf("%s: the export did not parse (%s)", db_path, je.text);
+        return CLI_EXIT_INTERNAL;
+    }
+    const char *compute = jstr(spec, "compute");
+    int estimate = !strcmp(compute, "estimate");
+    if (!lm_given && json_is_string(json_object_get(spec, "latency_metric")))
+        sp_plan_latency_parse(jstr(spec, "latency_metric"), &r->o.latency_metric);
+    sp_plan_latency lm = r->o.latency_metric;
+    size_t n = json_array_size(rows);
+    db_pt *pts = calloc(n + 1, sizeof *pts);
+    db_pt **ord = calloc(n + 1, sizeof *ord);
+    const char **lays = calloc(n + 1, sizeof *lays);
+    char (*snames)[256] = calloc(n + 1, sizeof *snames), (*gnames)[256] = calloc(n + 1, sizeof *gnames);
+    int rc = CLI_EXIT_OK, ns = 0, ng = 0, npts = 0;
+    int64_t n_ok = 0, n_fit = 0;
+    if (!pts || !ord || !snames || !gnames || !lays) {
+        rc = CLI_EXIT_INTERNAL;
+        goto out;
+    }
+    int nl = 0, n_models = 0;
+    const char *models_seen[REP_MAX_ITEMS];
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(rows, i);
+        const char *l = jstr(row, "layout_in"), *m = jstr(row, "model");
+        int k;
+        for (k = 0; k < nl && strcmp(lays[k], l); k++) {}
+        if (k == nl) lays[nl++] = l;
+        for (k = 0; k < n_models && strcmp(models_seen[k], m); k++) {}
+        if (k == n_models && n_models < REP_MAX_ITEMS) models_seen[n_models++] = m;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(rows, i);
+        if (strcmp(jstr(row, "status"), "ok")) continue;
+        n_ok++;
+        db_pt *q = &pts[npts];
+        q->fits = jint(row, "feasible") == 1;
+        n_fit += q->fits;
+        q->model = jstr(row, "model"), q->hw = jstr(row, "hw"), q->layout_in = jstr(row, "layout_in");
+        q->layout = estimate ? q->layout_in : jstr(row, "layout");
+        q->chips = jint(row, "chips"), q->batch = jint(row, "batch"), q->prompt = jint(row, "prompt");
+        q->gen = jint(row, "gen");
+        q->comm = q->gen > 0 && q->prompt == 0 ? jint(row, "comm_bytes_decode_step") : jint(row, "comm_bytes_prefill");
+        if (!db_metric(row, lm, &q->lat, &q->cost)) q->lat = q->cost = NAN;
+        char g[256], sn[256];
+        snprintf(g, sizeof g, "%s, prompt %lld, gen %lld", q->hw, (long long)q->prompt, (long long)q->gen);
+        if (estimate) {
+            char sl[200];
+            layout_short(q->layout_in, lays, nl, sl, sizeof sl);
+            if (n_models > 1) snprintf(sn, sizeof sn, "%s %s", q->model, sl);
+            else snprintf(sn, sizeof sn, "%s", sl);
+        } else snprintf(sn, sizeof sn, "%s", q->model);
+        int k;
+        for (k = 0; k < ng && strcmp(gnames[k], g); k++) {}
+        if (k == ng) snprintf(gnames[ng++], 256, "%s", g);
+        q->group = k;
+        for (k = 0; k < ns && strcmp(snames[k], sn); k++) {}
+        if (k == ns) snprintf(snames[ns++], 256, "%s", sn);
+        q->series = k;
+        npts++;
+    }
+    /* frontier per (group, series): by latency, each point cheaper than every faster one */
+    for (int i = 0; i < npts; i++) ord[i] = &pts[i];
+    qsort(ord, (size_t)npts, sizeof *ord, cmp_lat);
+    for (int g = 0; g < ng; g++)
+        for (int se = 0; se < ns; se++) {
+            /* ties (same latency and cost) are all on it: none beats another */
+            double best = INFINITY, best_lat = -1;
+            for (int i = 0; i < npts; i++) {
+                db_pt *q = ord[i];
+                if (q->group != g || q->series != se || !q->fits) continue;
+                if (!(q->cost < best) && !(q->cost == best && q->lat == best_lat)) continue;
+                q->on_front = 1;
+                best = q->cost, best_lat = q->lat;
+            }
+        }
+    /* hardware profiles, for price and provenance: as the data reads now */
+    sp_hw hws[REP_MAX_ITEMS];
+    int nh = 0;
+    for (int i = 0; i < npts && nh < REP_MAX_ITEMS; i++) {
+        int k;
+        for (k = 0; k < nh && strcmp(hws[k].name, pts[i].hw); k++) {}
+        if (k < nh) continue;
+        sp_error err;
+        sp_error_init(&err);
+        if (sp_hw_find(pts[i].hw, &hws[nh], &err) != SP_OK) {
+            rc = cli_report(SP_EINVAL, &err);
+            goto out;
+        }
+        snprintf(hws[nh].name, sizeof hws[nh].name, "%s", pts[i].hw);   /* "a100-80g:uncalibrated" stays itself */
+        nh++;
+    }
+    const char *unit = lm == SP_PLAN_LAT_PREFILL ? "prompt" : "generated";
+    /* CSV: every fitting row with its metric and frontier flag */
+    FILE *cf = open_out(r, "frontier.csv");
+    if (!cf) {
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    fprintf(cf, "model,hw,chips,batch,prompt,gen,layout_in,latency_metric,latency_s,cost_chip_s_per_token,"
+                "usd_per_million_tokens,on_frontier,layout\n");
+    for (int i = 0; i < npts; i++) {
+        const db_pt *q = &pts[i];
+        const sp_hw *h = NULL;
+        if (!q->fits) continue;
+        char b[64];
+        for (int k = 0; k < nh; k++)
+            if (!strcmp(hws[k].name, q->hw)) h = &hws[k];
+        fprintf(cf, "%s,%s,%lld,%lld,%lld,%lld,", q->model, q->hw, (long long)q->chips, (long long)q->batch,
+                (long long)q->prompt, (long long)q->gen);
+        csv_str(cf, q->layout_in);
+        fprintf(cf, ",%s,%.9g,%.9g,%s,%d,", sp_plan_latency_name(lm), q->lat, q->cost,
+                fmt_g(h ? usd_per_mtok(h, q->cost) : NAN, b, sizeof b), q->on_front);
+        csv_str(cf, q->layout);
+        fputc('\n', cf);
+    }
+    if (close_out(cf, r, "frontier.csv")) {
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (estimate) {
+        if (!(cf = open_out(r, "comm.csv"))) {
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        fprintf(cf, "model,hw,chips,batch,prompt,gen,tokens_per_batch,comm_bytes_per_chip,phase,fits,layout\n");
+        for (int i = 0; i < npts; i++) {
+            const db_pt *q = &pts[i];
+            int dec = q->gen > 0 && q->prompt == 0;
+            fprintf(cf, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%d,", q->model, q->hw, (long long)q->chips,
+                    (long long)q->batch, (long long)q->prompt, (long long)q->gen,
+                    (long long)(dec ? q->batch : q->batch * q->prompt), (long long)q->comm,
+                    dec ? "decode_step" : "prefill", q->fits);
+            csv_str(cf, q->layout_in);
+            fputc('\n', cf);
+        }
+        if (close_out(cf, r, "comm.csv")) {
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+    }
+    /* figures: per group, one frontier figure (and a communication figure for estimate sweeps) */
+    for (int g = 0; g < ng && rc == CLI_EXIT_OK; g++) {
+        cli_fig_series *se = calloc((size_t)ns, sizeof *se);
+        double *xy = calloc((size_t)npts * 4 + 1, sizeof *xy);
+        if (!se || !xy) {
+            free(se), free(xy);
+            rc = CLI_EXIT_INTERNAL;
+            break;
+        }
+        int used = 0, k = 0, usd = 1;
+        for (int s2 = 0; s2 < ns; s2++) {
+            double *x = xy + used, *y = xy + used + npts;
+            int m = 0;
+            for (int i = 0; i < npts; i++) {
+                const db_pt *q = ord[i];
+                if (q->group != g || q->series != s2 || !q->on_front) continue;
+                for (int h = 0; h < nh; h++)
+                    if (!strcmp(hws[h].name, q->hw) && !(hws[h].chip_cost_per_hour > 0)) usd = 0;
+                x[m] = q->lat * 1e3, y[m] = q->cost, m++;
+            }
+            if (!m) continue;
+            se[k++] = (cli_fig_series){snames[s2], m, x, y, 1};
+            used += m;
+            (void)used;
+        }
+        /* dollars when the group's hardware has a price (one hardware per group) */
+        const sp_hw *gh = NULL;
+        for (int i = 0; i < npts; i++)
+            if (pts[i].group == g)
+                for (int h = 0; h < nh; h++)
+                    if (!strcmp(hws[h].name, pts[i].hw)) gh = &hws[h];
+        if (usd && gh)
+            for (int s2 = 0; s2 < k; s2++)
+                for (int i = 0; i < se[s2].n; i++) ((double *)se[s2].y)[i] = usd_per_mtok(gh, se[s2].y[i]);
+        char title[400], xl[64], yl[64], svg[4096], png[4096], stem[64];
+        snprintf(title, sizeof title, "%s: cost vs %s latency (frontier of the sweep)", gnames[g], sp_plan_latency_name(lm));
+        snprintf(xl, sizeof xl, "%s latency (ms)", sp_plan_latency_name(lm));
+        const char *gu = unit;
+        for (int i = 0; i < npts; i++)
+            if (pts[i].group == g && pts[i].gen == 0) gu = "prompt";   /* gen 0: cost per prompt token */
+        snprintf(yl, sizeof yl, usd && gh ? "$ per million %s tokens" : "chip-seconds per %s token", gu);
+        cli_fig_xy f = {title, xl, yl, 1, 1, k, se, 0, NULL, NULL, NULL};
+        snprintf(stem, sizeof stem, "g%d-frontier", g + 1);
+        fig_names(r, stem, svg, png, sizeof svg);
+        if (k && cli_fig_xy_write(&f, svg, png)) rc = CLI_EXIT_INTERNAL;
+        if (estimate && rc == CLI_EXIT_OK) {
+            /* communication per chip against tokens per batch, one series per layout */
+            k = 0, used = 0;
+            for (int s2 = 0; s2 < ns; s2++) {
+                double *x = xy + 2 * (size_t)npts + used, *y = xy + 3 * (size_t)npts + used;
+                int m = 0;
+                for (int i = 0; i < npts; i++) {
+                    const db_pt *q = &pts[i];
+                    if (q->group != g || q->series != s2 || q->comm <= 0) continue;
+                    int dec = q->gen > 0 && q->prompt == 0;
+                    x[m] = (double)(dec ? q->batch : q->batch * q->prompt), y[m] = (double)q->comm / 1048576.0, m++;
+                }
+                if (!m) continue;
+                se[k++] = (cli_fig_series){snames[s2], m, x, y, 1};
+                used += m;
+            }
+            snprintf(title, sizeof title, "%s: communication per chip", gnames[g]);
+            cli_fig_xy f2 = {title, "tokens per batch", "MiB per chip", 1, 1, k, se, 0, NULL, NULL, NULL};
+            snprintf(stem, sizeof stem, "g%d-comm", g + 1);
+            fig_names(r, stem, svg, png, sizeof svg);
+            if (k && cli_fig_xy_write(&f2, svg, png)) rc = CLI_EXIT_INTERNAL;
+        }
+        free(se), free(xy);
+    }
+    if (rc != CLI_EXIT_OK) goto out;
+    /* the page */
+    const char *name = r->md ? "report.md" : "report.html";
+    FILE *f = open_out(r, name);
+    if (!f) {
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    page pg = {f, r->md, r, 0};
+    char title[512];
+    snprintf(title, sizeof title, "Sweep report: %s", db_path);
+    page_begin(&pg, title);
+    const char *desc = jstr(spec, "description");
+    if (desc[0]) para(&pg, "%s", desc);
+    para(&pg, "%zu rows (compute %s): %lld priced, %lld of them fit in memory; the frontiers use the %lld that fit. "
+              "Latency: %s; cost: chip-seconds per %s token%s. Hardware prices and calibrations are read from the "
+              "profiles as this shardplan (%s) finds them.",
+         n, compute, (long long)n_ok, (long long)n_fit, (long long)n_fit, sp_plan_latency_name(lm), unit,
+         lm == SP_PLAN_LAT_TOTAL ? " (chips x total time / generated tokens; prompt tokens where gen is 0)"
+         : lm == SP_PLAN_LAT_DECODE ? " (chips x decode step / batch)" : " (chips x prefill / (batch x prompt))",
+         sp_version());
+    para(&pg, "Reproduce this page with:");
+    code(&pg, "sh", r->command);
+    char *specs = json_dumps(spec, JSON_SORT_KEYS | JSON_INDENT(1));
+    para(&pg, "The sweep's spec (from the database):");
+    code(&pg, "json", specs ? specs : "null");
+    free(specs);
+    for (int g = 0; g < ng && !rc; g++) {
+        heading(&pg, 2, gnames[g]);
+        char stem[64], cap[512];
+        snprintf(stem, sizeof stem, "g%d-frontier", g + 1);
+        snprintf(cap, sizeof cap, "Cost vs %s latency: per series, the rows no other row beats on both.",
+                 sp_plan_latency_name(lm));
+        if (figure(&pg, stem, cap, "frontier.csv")) rc = CLI_EXIT_INTERNAL;
+        char lat_h[48], cost_h[48];
+        snprintf(lat_h, sizeof lat_h, "%s latency", sp_plan_latency_name(lm));
+        const char *gu = unit;
+        for (int i = 0; i < npts; i++)
+            if (pts[i].group == g && pts[i].gen == 0) gu = "prompt";
+        snprintf(cost_h, sizeof cost_h, "chip-s/%s token", gu);
+        const char *const hdr[6] = {"series", "chips", "batch", lat_h, cost_h, "layout"};
+        table_begin(&pg, 6, hdr);
+        for (int i = 0; i < npts; i++) {
+            const db_pt *q = ord[i];
+            if (q->group != g || !q->on_front) continue;
+            char c1[24], c2[24], c3[32], c4[32];
+            snprintf(c1, sizeof c1, "%lld", (long long)q->chips);
+            snprintf(c2, sizeof c2, "%lld", (long long)q->batch);
+            snprintf(c4, sizeof c4, "%.4g", q->cost);
+            const char *cells[6] = {snames[q->series], c1, c2, cli_fmt_seconds(q->lat, c3, sizeof c3), c4, q->layout};
+            table_row(&pg, cells);
+        }
+        table_end(&pg);
+        if (estimate && !rc) {
+            snprintf(stem, sizeof stem, "g%d-comm", g + 1);
+            if (figure(&pg, stem, "Communication per chip (bytes each chip sends: the whole prefill, or one decode "
+                       "step) against tokens per batch, per layout; every priced row, whether or not it fits in "
+                       "memory (comm.csv says which fit).", "comm.csv"))
+                rc = CLI_EXIT_INTERNAL;
+        }
+    }
+    for (int h = 0; h < nh && !rc; h++) {
+        char t[128];
+        snprintf(t, sizeof t, "Hardware profile: %.100s", hws[h].name);
+        heading(&pg, 2, t);
+        provenance(&pg, &hws[h]);
+    }
+    page_end(&pg);
+    if (close_out(f, r, name)) rc = CLI_EXIT_USAGE;
+    if (!rc) printf("%s/%s\n", r->dir, name);
+out:
+    free(pts), free(ord), free(snames), free(gnames), free(lays);
+    json_decref(root);
     return rc;
 }
 
@@ -1035,6 +1446,18 @@ static void make_tag(rep_pair *p)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
               *c == '-' || *c == '_'))
             *c = '-';
+}
+
+/* The command that reproduces the page: shardplan and argv, shell-quoted. */
+static int make_command(rep *r, int argc, char **argv)
+{
+    size_t k = (size_t)snprintf(r->command, sizeof r->command, "shardplan");
+    for (int i = 0; i < argc && k + 2 < sizeof r->command; i++) {
+        r->command[k++] = ' ';
+        k += shell_quote(argv[i], r->command + k, sizeof r->command - k);
+    }
+    if (k >= sizeof r->command) return cli_usage("report", "command line too long to reproduce in the report");
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1054,8 +1477,9 @@ int cli_cmd_report(int argc, char **argv)
         {"time-limit-ms", required_argument, 0, 'T'}, {"targets-ms", required_argument, 0, 't'},
         {"frontier-chips", required_argument, 0, 'F'}, {"max-chips", required_argument, 0, 'M'},
         {"out", required_argument, 0, 'O'}, {"format", required_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *models[REP_MAX_ITEMS], *hws[REP_MAX_ITEMS], *fchips_arg = NULL, *format = "html";
+        {"db", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *models[REP_MAX_ITEMS], *hws[REP_MAX_ITEMS], *fchips_arg = NULL, *format = "html", *db = NULL;
+    int problem_opts = 0, lm_given = 0;
     static char mstore[4096], hstore[4096];
     int nm = 0, nh = 0, ch;
     long long chips = 0, batch = 0, prompt = -1, gen = -1, tl = 0, maxc = 0;
@@ -1094,21 +1518,36 @@ int cli_cmd_report(int argc, char **argv)
             break;
         case 'F': fchips_arg = optarg; break;
         case 'O': r.dir = optarg; break;
+        case 'D': db = optarg; break;
         case 'f': format = optarg; break;
         case 'h': fputs(report_usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("report", "unknown option '%s'", argv[optind - 1]);
         }
         if (st != SP_OK) return cli_usage("report", "%s", sp_last_error());
+        if (ch == 'L') lm_given = 1;
+        else if (ch != 'O' && ch != 'f' && ch != 'D') problem_opts = 1;
     }
     if (optind < argc) return cli_usage("report", "unexpected argument '%s'", argv[optind]);
+    if (strcmp(format, "html") && strcmp(format, "md"))
+        return cli_usage("report", "--format: expected html or md, got \"%s\"", format);
+    r.md = !strcmp(format, "md");
+    if (db) {
+        if (problem_opts)
+            return cli_usage("report", "--db takes only --out, --format and --latency-metric: the problem is the sweep's");
+        if (!r.dir) return cli_usage("report", "--out is required");
+        if (make_command(&r, argc, argv)) return CLI_EXIT_USAGE;
+        if (mkdir(r.dir, 0777) != 0 && errno != EEXIST) {
+            cli_errorf("cannot create %s: %s", r.dir, strerror(errno));
+            return CLI_EXIT_USAGE;
+        }
+        r.db = 1;
+        return report_db(&r, db, lm_given);
+    }
     if (!nm || !nh || !chips || !batch || prompt < 0 || gen < 0 || !r.dir)
         return cli_usage("report", "--model, --hw, --chips, --batch, --prompt, --gen and --out are required");
     if (gen == 0) return cli_usage("report", "--gen must be > 0: the report prices generated tokens");
-    if (strcmp(format, "html") && strcmp(format, "md"))
-        return cli_usage("report", "--format: expected html or md, got \"%s\"", format);
     if (r.o.latency_metric == SP_PLAN_LAT_PREFILL && prompt == 0)
         return cli_usage("report", "--latency-metric prefill needs --prompt > 0");
-    r.md = !strcmp(format, "md");
     double fc[REP_MAX_FCHIPS];
     int nfc = 0;
     if (fchips_arg && parse_numbers("--frontier-chips", fchips_arg, fc, REP_MAX_FCHIPS, &nfc, 1)) return CLI_EXIT_USAGE;
@@ -1117,13 +1556,7 @@ int cli_cmd_report(int argc, char **argv)
     r.chips = (int)chips;
     r.o.frontier = 1;
     r.o.rivals = 1;
-    /* the command that reproduces the page */
-    size_t k = (size_t)snprintf(r.command, sizeof r.command, "shardplan");
-    for (int i = 0; i < argc && k + 2 < sizeof r.command; i++) {
-        r.command[k++] = ' ';
-        k += shell_quote(argv[i], r.command + k, sizeof r.command - k);
-    }
-    if (k >= sizeof r.command) return cli_usage("report", "command line too long to reproduce in the report");
+    if (make_command(&r, argc, argv)) return CLI_EXIT_USAGE;
 
     if (mkdir(r.dir, 0777) != 0 && errno != EEXIST) {
         cli_errorf("cannot create %s: %s", r.dir, strerror(errno));
