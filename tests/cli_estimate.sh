@@ -13,8 +13,9 @@ check() { # name, expected exit, command...
         echo "FAIL: $name: exit $rc, wanted $want"; sed 's/^/  /' /tmp/sp_est_err.$$ | head -5; fail=$((fail + 1))
     else ok=$((ok + 1)); fi
 }
-models=$("$SHARDPLAN" models --json | python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(sys.stdin)))')
-hws=$("$SHARDPLAN" hw --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')
+. "${top_srcdir:-.}/tests/json.sh"
+models=$("$SHARDPLAN" models --json | "$JSONQ" - '/*/name')
+hws=$("$SHARDPLAN" hw --json | "$JSONQ" - '/*/name')
 [ -n "$models" ] && [ -n "$hws" ] || { echo "FAIL: could not list bundled models/hw"; exit 1; }
 # bundled models with a feature nothing computes: exit 2 naming the field
 refused_field() {
@@ -34,18 +35,13 @@ for m in $models; do
     for h in $hws; do
         check "estimate $m on $h" 0 "$SHARDPLAN" estimate --model "$m" --hw "$h" --chips 8 --batch 8 --prompt 128 --gen 16 \
             --layout mesh=1x1x8,prefill=ws1d/heads,decode=ws1d/heads --json
-        python3 - /tmp/sp_est_out.$$ <<'PY' || { echo "FAIL: $m $h: JSON keys"; fail=$((fail + 1)); }
-import json, sys
-d = json.load(open(sys.argv[1]))
-for k in ["layout", "feasible", "prefill_s", "decode_step_s", "total_s", "tokens_per_s", "mfu",
-          "cost_chip_s_per_token", "time_breakdown"]:
-    assert k in d, k
-for k in ["prefill", "decode_step"]:
-    assert k in d["comm_bytes_per_chip"], k
-for k in ["weights", "kv", "activations", "total", "capacity"]:
-    assert k in d["memory_per_chip"], k
-assert d["total_s"] > 0 and d["prefill_s"] > 0 and d["decode_step_s"] > 0
-PY
+        # the documented keys are there (containers print as JSON, scalars as themselves), times positive
+        { "$JSONQ" /tmp/sp_est_out.$$ "" /layout /feasible /prefill_s /decode_step_s /total_s /tokens_per_s /mfu \
+              /cost_chip_s_per_token /time_breakdown /comm_bytes_per_chip/prefill /comm_bytes_per_chip/decode_step \
+              /memory_per_chip/weights /memory_per_chip/kv /memory_per_chip/activations /memory_per_chip/total \
+              /memory_per_chip/capacity >/dev/null &&
+          json_check '$1 > 0 && $2 > 0 && $3 > 0' -n /tmp/sp_est_out.$$ "" /total_s /prefill_s /decode_step_s; } ||
+            { echo "FAIL: $m $h: JSON keys"; fail=$((fail + 1)); }
     done
 done
 # a --layout naming no file, and a mesh without its three dimensions: exit 2 saying so
@@ -58,12 +54,12 @@ grep -q "'4x4' is not XxYxZ: give all three" /tmp/sp_est_err.$$ || { echo "FAIL:
 # the paper's PaLM 540B layout on 64 TPU v4 chips, and its JSON accepted back as a layout
 check "palm-540b 2D" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
     --layout mesh=4x4x4,weights=int8,prefill=ws2d/heads,decode=ws2d/batch --json
-python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["layout"]))' /tmp/sp_est_out.$$ >/tmp/sp_est_layout.$$
+"$JSONQ" /tmp/sp_est_out.$$ /layout >/tmp/sp_est_layout.$$
 check "layout JSON round trip" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
     --layout /tmp/sp_est_layout.$$
 check "max context" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 \
     --layout mesh=4x4x4,weights=int8,decode=ws2d/batch --max-context --kv-budget 0.3 --json
-python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["max_context"] > 1000, d' /tmp/sp_est_out.$$ \
+json_check '$1 > 1000' -n /tmp/sp_est_out.$$ /max_context \
     || { echo "FAIL: max_context"; fail=$((fail + 1)); }
 # bad layouts: exit 2 with a reason
 bad() { # name, expected stderr fragment, layout

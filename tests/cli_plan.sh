@@ -14,7 +14,7 @@ expect_rc() { # want, command...
     "$@" >/dev/null 2>&1; rc=$?
     [ "$rc" -eq "$want" ] || { echo "  exit $rc, want $want: $*"; return 1; }
 }
-have_py() { command -v python3 >/dev/null 2>&1; }
+. "$top_srcdir/tests/json.sh"
 P="--model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64"
 
 check "plan --help exits 0" expect_rc 0 "$SHARDPLAN" plan --help
@@ -30,49 +30,40 @@ check "frontier bad list exits 2" expect_rc 2 "$SHARDPLAN" frontier --model palm
 "$SHARDPLAN" plan $P --json >"$tmp/plan.json"; rc=$?
 check "plan palm-540b on 64 tpu-v4 exits 0" test "$rc" -eq 0
 check "plan table output" sh -c '"$SHARDPLAN" plan '"$P"' | grep -q "^chosen layout: "'
-if have_py; then
-    check "plan --json parses, status optimal, keys present" python3 -c "
-import json, sys
-p = json.load(open('$tmp/plan.json'))
-assert p['status'] == 'optimal', p['status']
-c = p['chosen']['costs']
-for k in ['layout', 'feasible', 'prefill_s', 'decode_step_s', 'total_s', 'tokens_per_s', 'mfu',
-          'cost_chip_s_per_token', 'comm_bytes_per_chip', 'time_breakdown', 'memory_per_chip']:
-    assert k in c, k
-for k in ['weights', 'kv', 'activations', 'total', 'capacity']:
-    assert k in c['memory_per_chip'], k
-assert isinstance(p['frontier'], list) and len(p['frontier']) >= 1
-assert isinstance(p['rivals'], list) and len(p['rivals']) >= 1
-assert all(r['reason'] for r in p['rivals'])
-json.dump(p['chosen']['layout'], open('$tmp/layout.json', 'w'))
-"
-    if "$SHARDPLAN" estimate --help >/dev/null 2>&1; then
-        check "chosen.layout round-trips through estimate --layout (same total_s)" sh -c '
-            "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
-                --layout "'"$tmp"'/layout.json" --json >"'"$tmp"'/est.json" &&
-            python3 -c "
-import json
-p = json.load(open(\"'"$tmp"'/plan.json\")); e = json.load(open(\"'"$tmp"'/est.json\"))
-a, b = p[\"chosen\"][\"costs\"][\"total_s\"], e[\"total_s\"]
-assert abs(a - b) <= 1e-9 * abs(a), (a, b)
-"'
-    else
-        echo "skip chosen.layout round trip: this shardplan has no estimate verb"
-    fi
-    check "frontier --json: decode and prefill frontiers, points labelled" sh -c '
-        "$SHARDPLAN" frontier --model palm-62b --hw tpu-v4 --chips 8,16 --batch 4,16 --prompt 128 --gen 16 --json |
-        python3 -c "
-import json, sys
-f = json.load(sys.stdin)
-for ph in (\"decode\", \"prefill\"):
-    pts = f[ph][\"frontier\"]
-    assert pts, ph
-    for a, b in zip(pts, pts[1:]):
-        assert b[\"cost_chip_s_per_token\"] > a[\"cost_chip_s_per_token\"] and b[\"latency_s\"] < a[\"latency_s\"]
-"'
+plan_json() { # plan.json: status optimal, the documented keys, a frontier and reasoned rivals
+    f=$tmp/plan.json
+    json_check '$1 == "optimal"' "$f" /status &&
+    "$JSONQ" "$f" /chosen/costs /layout /feasible /prefill_s /decode_step_s /total_s /tokens_per_s /mfu \
+        /cost_chip_s_per_token /comm_bytes_per_chip /time_breakdown /memory_per_chip /memory_per_chip/weights \
+        /memory_per_chip/kv /memory_per_chip/activations /memory_per_chip/total /memory_per_chip/capacity >/dev/null &&
+    json_check '$1 == "array" && $2 == "array"' -t "$f" "" /frontier /rivals &&
+    json_check '$1 >= 1 && $2 >= 1' -l "$f" "" /frontier /rivals &&
+    json_check '$1 == "string"' -t "$f" '/rivals/*/reason' &&
+    json_check '$0 != ""' "$f" '/rivals/*/reason' &&
+    "$JSONQ" "$f" /chosen/layout >"$tmp/layout.json"
+}
+layout_round_trip() { # the chosen layout, given back to estimate: the same total_s within 1e-9
+    "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64 \
+        --layout "$tmp/layout.json" --json >"$tmp/est.json" &&
+    a=$("$JSONQ" -n "$tmp/plan.json" /chosen/costs/total_s) &&
+    json_check "abs($a - \$1) <= 1e-9 * abs($a)" -n "$tmp/est.json" /total_s
+}
+frontier_json() { # per phase a frontier: each point costs more and answers sooner than the one before
+    "$SHARDPLAN" frontier --model palm-62b --hw tpu-v4 --chips 8,16 --batch 4,16 --prompt 128 --gen 16 --json \
+        >"$tmp/front.json" || return 1
+    for ph in decode prefill; do
+        "$JSONQ" -n "$tmp/front.json" "/$ph/frontier/*" /cost_chip_s_per_token /latency_s >"$tmp/pts" || return 1
+        awk -F '\t' 'NR > 1 && !($1 > c && $2 < l) { bad = 1 } { c = $1; l = $2 } END { exit bad || !NR }' "$tmp/pts" ||
+            { echo "  $ph frontier: cost must rise and latency fall (cost, latency):"; cat "$tmp/pts"; return 1; }
+    done
+}
+check "plan --json parses, status optimal, keys present" plan_json
+if "$SHARDPLAN" estimate --help >/dev/null 2>&1; then
+    check "chosen.layout round-trips through estimate --layout (same total_s)" layout_round_trip
 else
-    echo "skip JSON checks: no python3"
+    echo "skip chosen.layout round trip: this shardplan has no estimate verb"
 fi
+check "frontier --json: decode and prefill frontiers, points labelled" frontier_json
 check "frontier --csv writes rows" sh -c '
     "$SHARDPLAN" frontier --model palm-8b --hw tpu-v4 --chips 4,8 --batch 4,16 --prompt 64 --gen 8 --csv "'"$tmp"'/f.csv" >/dev/null &&
     head -1 "'"$tmp"'/f.csv" | grep -q "^phase,chips,batch" && grep -q "^decode,[0-9]*,[0-9]*," "'"$tmp"'/f.csv"'

@@ -19,26 +19,29 @@ check() { # name, expected exit, command...
     fi
     return 0
 }
+. "${top_srcdir:-.}/tests/json.sh"
 json_ok() { # name: the JSON in $out has the keys and measured == predicted
-    python3 - $out <<'PY' || { echo "FAIL: $1: JSON"; fail=$((fail + 1)); }
-import json, sys
-d = json.load(open(sys.argv[1]))
-for k in ["layout", "tokens", "prefill_s", "decode_step_s", "tokens_per_s", "comm"]:
-    assert k in d, k
-for k in ["measured_bytes", "predicted_bytes"]:
-    assert k in d["comm"], k
-assert d["comm"]["measured_bytes"] == d["comm"]["predicted_bytes"], d["comm"]
-assert d["comm"]["mismatches"] == 0
-assert len(d["tokens"]) == d["batch"] and all(len(t) == d["gen"] for t in d["tokens"])
-assert d["prefill_s"] > 0 and d["tokens_per_s"] > 0
-meas = d["measured"]
-assert meas["prefill_s"] == d["prefill_s"] and set(meas["steps"]) == {"prefill", "decode_step"}, meas
-for ph in meas["steps"].values():
-    assert set(ph) == {"matmul", "attention", "all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-                       "send-recv", "other"} and all(v >= 0 for v in ph.values()) and ph["matmul"] > 0, ph
-mem = d["memory"]
-assert mem["allocated_bytes_per_chip"] == mem["predicted_bytes_per_chip"] > 0, mem
-PY
+    json_keys_ok || { echo "FAIL: $1: JSON"; fail=$((fail + 1)); }
+}
+json_keys_ok() {
+    "$JSONQ" $out "" /layout /tokens /prefill_s /decode_step_s /tokens_per_s /comm /comm/measured_bytes \
+        /comm/predicted_bytes >/dev/null &&
+    json_check '$1 == $2' $out /comm /measured_bytes /predicted_bytes &&
+    json_check '$1 == 0' -n $out /comm/mismatches &&
+    # tokens: batch sequences of gen each
+    b=$("$JSONQ" -n $out /batch) && g=$("$JSONQ" -n $out /gen) &&
+    json_check "\$1 == $b" -l $out /tokens && json_check "\$1 == $g" -l $out '/tokens/*' &&
+    json_check '$1 > 0 && $2 > 0' -n $out "" /prefill_s /tokens_per_s &&
+    # measured: the same prefill time, per step kind the time per operation kind
+    json_check '$1 == $2' -n $out "" /measured/prefill_s /prefill_s &&
+    [ "$("$JSONQ" -k $out /measured/steps | sort | tr '\n' ' ')" = "decode_step prefill " ] &&
+    for st in prefill decode_step; do
+        [ "$("$JSONQ" -k $out /measured/steps/$st | sort | tr '\n' ' ')" = \
+            "all-gather all-reduce all-to-all attention matmul other reduce-scatter send-recv " ] &&
+        json_check '$1 >= 0' -n $out "/measured/steps/$st/*" &&
+        json_check '$1 > 0' -n $out /measured/steps/$st/matmul || { echo "  measured.steps.$st"; return 1; }
+    done &&
+    json_check '$1 == $2 && $2 > 0' -n $out /memory /allocated_bytes_per_chip /predicted_bytes_per_chip
 }
 run="$SHARDPLAN run --batch 4 --prompt 5 --gen 4 --json"
 for case in \
@@ -53,16 +56,14 @@ done
 trace=/tmp/sp_run_trace.$$
 check "run --trace" 0 $run --model tiny-llama --trace $trace \
     --layout mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch && json_ok "run --trace"
-python3 - $trace <<'PY' || { echo "FAIL: --trace: file"; fail=$((fail + 1)); }
-import json, sys
-d = json.load(open(sys.argv[1]))
-ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
-keys = [(e["pid"], e["args"]["id"], e["args"]["mb"]) for e in ev]
-assert ev and len(keys) == len(set(keys)), "a step appears twice"
-assert {e["pid"] for e in ev} == {0, 1, 2, 3}
-assert all(e["dur"] >= 0 and e["tid"] in (0, 1) for e in ev)
-assert any(k[1].startswith("decode2/") for k in keys) and any(k[1].startswith("prefill/layer/") for k in keys)
-PY
+# complete events: no (chip, step, microbatch) twice, chips 0-3, both threads, prefill and decode steps
+"$JSONQ" -w /ph=X $trace '/traceEvents/*' /pid /args/id /args/mb >$trace.ev &&
+    [ -s $trace.ev ] && [ -z "$(sort $trace.ev | uniq -d)" ] &&
+    [ "$(cut -f1 $trace.ev | sort -un | tr '\n' ' ')" = "0 1 2 3 " ] &&
+    json_check '$1 >= 0 && ($2 == 0 || $2 == 1)' -n -w /ph=X $trace '/traceEvents/*' /dur /tid &&
+    cut -f2 $trace.ev | grep -q '^decode2/' && cut -f2 $trace.ev | grep -q '^prefill/layer/' ||
+    { echo "FAIL: --trace: file"; fail=$((fail + 1)); }
+rm -f $trace.ev
 rm -f $trace
 check "run --trace unwritable" 2 $run --model tiny-llama --trace /nonexistent/dir/t.json \
     --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
@@ -71,8 +72,8 @@ grep -q "/nonexistent/dir/t.json" $errf || { echo "FAIL: --trace unwritable: fil
 for m in tiny-llama tiny-gpt2 tiny-palm; do
     for n in 1 4 8; do
         check "auto $m $n" 0 $run --model $m --layout auto --chips $n --hw a100-80g && json_ok "auto $m $n"
-        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["layout_source"] == "auto" and d["chips"] == int(sys.argv[2]), d' \
-            $out $n || { echo "FAIL: auto $m $n: layout_source/chips"; fail=$((fail + 1)); }
+        json_check '$1 == "auto"' $out /layout_source && json_check "\$1 == $n" -n $out /chips ||
+            { echo "FAIL: auto $m $n: layout_source/chips"; fail=$((fail + 1)); }
     done
 done
 check "auto human" 0 $SHARDPLAN run --model tiny-llama --batch 2 --prompt 4 --gen 2 --layout auto --chips 2 --hw h100
@@ -104,22 +105,18 @@ printf '1 2 3 4\n5 6 7 8\n' > $ids
 L=mesh=2x1x1,weights=f32,kv=f32
 if check "prompt ids (lines)" 0 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 3 --json \
     --logits $ids.npy --logits-all; then
-    python3 - $out $ids.npy <<'PY' || { echo "FAIL: prompt ids JSON / npy"; fail=$((fail + 1)); }
-import json, sys
-d = json.load(open(sys.argv[1]))
-assert d["prompt_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]], d["prompt_ids"]
-assert d["batch"] == 2 and d["prompt"] == 4 and len(d["tokens"]) == 2
-raw = open(sys.argv[2], "rb").read()
-assert raw[:6] == b"\x93NUMPY"
-hl = raw[8] | raw[9] << 8
-hdr = raw[10:10 + hl].decode()
-assert "'<f4'" in hdr and "(3, 2, 512)" in hdr, hdr
-assert len(raw) == 10 + hl + 3 * 2 * 512 * 4
-PY
+    # the ids echoed; the logits of every step as a float32 .npy of shape (gen, batch, vocab)
+    { json_check '$1 == "[[1,2,3,4],[5,6,7,8]]" && $2 == 2 && $3 == 4' $out "" /prompt_ids /batch /prompt &&
+      json_check '$1 == 2' -l $out /tokens &&
+      [ "$(od -An -tx1 -N6 $ids.npy | tr -d ' \n')" = 934e554d5059 ] &&   # \x93NUMPY
+      hl=$(od -An -tu1 -j8 -N2 $ids.npy | awk '{ print $1 + 256 * $2 }') &&
+      hdr=$(dd if=$ids.npy bs=1 skip=10 count="$hl" 2>/dev/null) &&
+      case $hdr in *"'<f4'"*"(3, 2, 512)"*|*"(3, 2, 512)"*"'<f4'"*) true ;; *) echo "  header: $hdr"; false ;; esac &&
+      [ "$(wc -c <$ids.npy)" -eq $((10 + hl + 3 * 2 * 512 * 4)) ]; } || { echo "FAIL: prompt ids JSON / npy"; fail=$((fail + 1)); }
     cp $out $ids.lines
 fi
 check "prompt ids (JSON, stdin)" 0 sh -c "echo '[[1,2,3,4],[5,6,7,8]]' | \"$SHARDPLAN\" run --model tiny-llama --layout $L --prompt-ids - --gen 3 --json" &&
-    python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a["tokens"] == b["tokens"]' $out $ids.lines ||
+    a=$("$JSONQ" $out /tokens) && b=$("$JSONQ" $ids.lines /tokens) && [ "$a" = "$b" ] ||
     { echo "FAIL: JSON prompt ids differ from lines"; fail=$((fail + 1)); }
 printf '1 2 3\n4 5\n' > $ids
 check "ragged prompts" 2 "$SHARDPLAN" run --model tiny-llama --layout $L --prompt-ids $ids --gen 2 &&

@@ -7,6 +7,7 @@
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_sweep.XXXXXX") || exit 99   # fresh: a reused pid must not find an old database
 trap 'rm -rf "$tmp"' EXIT
+. "$top_srcdir/tests/json.sh"
 check() { # description, command...
     d=$1; shift
     if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fail=1; fi
@@ -79,12 +80,11 @@ check "resumed database equals the uninterrupted one (csv)" cmp -s "$tmp/ref.csv
 check "resumed database equals the uninterrupted one (json)" cmp -s "$tmp/ref.jsonl" "$tmp/res.jsonl"
 check "a complete sweep rerun computes nothing" sh -c \
     '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "($2 already there, 0 computed)"' "$tmp/grid.json" "$tmp/res.db" "$total"
-check "export json parses" sh -c 'command -v python3 >/dev/null || exit 0; python3 -c "
-import json, sys
-d = json.load(open(sys.argv[1]))
-assert d[\"schema_version\"] == 1 and len(d[\"points\"]) == int(sys.argv[2])
-assert [p[\"idx\"] for p in d[\"points\"]] == list(range(int(sys.argv[2])))
-" "$0" "$1"' "$tmp/ref.jsonl" "$total"
+sweep_json() { # export, points: schema 1, that many points, numbered 0, 1, ... in order
+    json_check '$1 == 1' -n "$1" /schema_version && json_check "\$1 == $2" -l "$1" /points &&
+    json_check '$1 == NR - 1' -n "$1" '/points/*/idx'
+}
+check "export json parses" sweep_json "$tmp/ref.jsonl" "$total"
 
 # ---- the same database, another spec; export errors; MPI; progress ----------
 printf '{%s, "compute": "plan"}\n' "$G" >"$tmp/other.json"
@@ -124,16 +124,26 @@ for s in "$top_srcdir"/data/sweeps/*.json; do
 done
 s=$top_srcdir/data/sweeps/fig3-ffn-comm.json
 check "bundled fig3-ffn-comm.json runs" "$SHARDPLAN" sweep "$s" --db "$tmp/fig3.db" --quiet
-# figure 3's shape (when python3 is there to read the JSON export): at the
-# largest batch XYZ weight-gathered moves the least and 1D the most; at the
-# smallest, 2D weight-stationary moves less than 1D
+# figure 3's shape: at the largest batch XYZ weight-gathered moves the least and
+# 1D the most; at the smallest, 2D weight-stationary moves less than 1D
 "$SHARDPLAN" sweep --export json --db "$tmp/fig3.db" >"$tmp/fig3.json"
-check "figure 3: crossovers" sh -c 'command -v python3 >/dev/null || exit 0; python3 -c "
-import json, sys
-pts = json.load(open(sys.argv[1]))[\"points\"]
-v = {(p[\"batch\"], p[\"layout_in\"].split(\"prefill=\")[1].split(\"/\")[0]): p[\"comm_bytes_prefill\"] for p in pts}
-big, small = max(b for b, _ in v), min(b for b, _ in v)
-assert v[(big, \"wg-xyz\")] < v[(big, \"ws2d\")] < v[(big, \"ws1d\")], v
-assert v[(small, \"ws2d\")] < v[(small, \"ws1d\")], v
-" "$0"' "$tmp/fig3.json"
+fig3_shape() { # export: prefill bytes per (batch, prefill FFN layout) ordered as above
+    json_check 1 -n "$1" '/points/*/batch' &&
+    "$JSONQ" "$1" '/points/*' /batch /layout_in /comm_bytes_prefill >"$tmp/fig3.tsv" &&
+    awk -F '\t' '
+        function num(b, l) { return ((b, l) in v) && v[b, l] ~ /^-?[0-9][0-9.eE+-]*$/ }
+        { if (split($2, a, "prefill=") < 2) { print "  no prefill= in " $2; bad = 1 }
+          split(a[2], f, "/"); v[$1, f[1]] = $3
+          if (NR == 1 || $1 + 0 > big + 0) big = $1
+          if (NR == 1 || $1 + 0 < small + 0) small = $1 }
+        END {
+          if (bad || !NR) exit 1
+          ok = num(big, "wg-xyz") && num(big, "ws2d") && num(big, "ws1d") && num(small, "ws2d") && num(small, "ws1d") &&
+               v[big, "wg-xyz"] + 0 < v[big, "ws2d"] + 0 && v[big, "ws2d"] + 0 < v[big, "ws1d"] + 0 &&
+               v[small, "ws2d"] + 0 < v[small, "ws1d"] + 0
+          if (!ok) for (k in v) { split(k, p, SUBSEP); if (p[1] == big || p[1] == small) print "  batch " p[1] " " p[2] ": " v[k] }
+          exit !ok
+        }' "$tmp/fig3.tsv"
+}
+check "figure 3: crossovers" fig3_shape "$tmp/fig3.json"
 exit $fail

@@ -6,6 +6,9 @@
  *                               equal golden_tokens.txt, every step's logits
  *                               within TOL of golden_logits.npy (steps, B, V)
  *   golden_cmp npy A B TOL      two float32 .npy files: same shape, max |a-b| <= TOL
+ *   golden_cmp rel A B TOL      two float32 .npy files: same shape,
+ *                               max |a-b| / max |a| <= TOL (another backend's
+ *                               logits, summed in another order)
  *
  * Prints the largest difference; exit 0 when within TOL, 1 otherwise, 2 on
  * unreadable input. */
@@ -98,14 +101,23 @@ static double maxdiff(const float *a, const float *b, long long n)
     return m;
 }
 
-static int cmp_npy(const char *pa, const char *pb, double tol)
+/* max |a-b|, or with relative max |a-b| / max |a| (another backend's logits) */
+static int cmp_npy(const char *pa, const char *pb, double tol, int relative)
 {
     npy a, b;
     if (npy_read(pa, &a) || npy_read(pb, &b)) return 2;
     int same = a.nd == b.nd;
     for (int d = 0; same && d < a.nd; d++) same = a.shape[d] == b.shape[d];
     double m = same ? maxdiff(a.data, b.data, a.n) : INFINITY;
-    printf("%s: max |diff| %.3g%s\n", pa, m, same ? "" : " (shapes differ)");
+    if (relative) {
+        double scale = 1e-30;
+        for (long long i = 0; i < a.n; i++)
+            if (!(fabs((double)a.data[i]) <= scale)) scale = fabs((double)a.data[i]); /* NaN: the largest */
+        m /= scale;
+        printf("%s: %.2e relative difference (tolerance %g)%s\n", pb, m, tol, same ? "" : " (shapes differ)");
+    } else {
+        printf("%s: max |diff| %.3g%s\n", pa, m, same ? "" : " (shapes differ)");
+    }
     free(a.data);
     free(b.data);
     return m <= tol ? 0 : 1;
@@ -173,7 +185,8 @@ static int cmp_ref(const char *dir, double tol)
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "ref")) return cmp_ref(argv[2], atof(argv[3]));
-    if (argc == 5 && !strcmp(argv[1], "npy")) return cmp_npy(argv[2], argv[3], atof(argv[4]));
-    fprintf(stderr, "usage: golden_cmp ref DIR TOL | golden_cmp npy A.npy B.npy TOL\n");
+    if (argc == 5 && !strcmp(argv[1], "npy")) return cmp_npy(argv[2], argv[3], atof(argv[4]), 0);
+    if (argc == 5 && !strcmp(argv[1], "rel")) return cmp_npy(argv[2], argv[3], atof(argv[4]), 1);
+    fprintf(stderr, "usage: golden_cmp ref DIR TOL | golden_cmp npy|rel A.npy B.npy TOL\n");
     return 2;
 }

@@ -9,9 +9,17 @@ AM_TESTS_ENVIRONMENT = \
 	SHARDPLAN_DATA='$(abs_top_srcdir)/data'; export SHARDPLAN_DATA; \
 	SHARDPLAN_CACHE_DIR=off; export SHARDPLAN_CACHE_DIR; \
 	MPIRUN='$(MPIRUN)'; export MPIRUN; \
-	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS;
+	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS; \
+	JSONQ='$(abs_top_builddir)/tests/jsonq'; export JSONQ;
 SP_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 SP_TEST_LIBS = libspcore.la $(SP_DEP_LIBS) $(CHECK_LIBS)
+# jsonq reads the CLI's JSON for the shell tests (through tests/json.sh), so
+# make check needs no Python; it needs only Jansson, not Check.
+check_PROGRAMS += tests/jsonq
+tests_jsonq_SOURCES = tests/jsonq.c
+tests_jsonq_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_jsonq_LDADD = $(JANSSON_LIBS)
+EXTRA_DIST += tests/json.sh
 include tests/desc.mk
 include tests/cost.mk
 include tests/comm.mk

@@ -6,6 +6,7 @@
 # without MPI.
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
+. "${top_srcdir:-.}/tests/json.sh"
 if test -z "${MPIRUN:-}" || ! "$SHARDPLAN" run --help | grep -q "backend mpi"; then
     echo "mpi_exec: SKIP: no MPI (MPIRUN='${MPIRUN:-}')"
     exit 77
@@ -34,17 +35,13 @@ while read -r np model layout; do
     if ! mpi "$np" $args --logits $tmp/m.bin >$tmp/m.json 2>$tmp/m.err; then
         echo "FAIL: mpi -np $np $model $layout"; head -5 $tmp/m.err; fail=$((fail + 1)); continue
     fi
-    python3 - $tmp/t.json $tmp/m.json <<'PY' || { echo "FAIL: -np $np $model $layout: results differ"; fail=$((fail + 1)); }
-import json, sys
-t, m = (json.load(open(p)) for p in sys.argv[1:3])
-assert m["backend"] == "mpi" and t["backend"] == "threads"
-assert t["tokens"] == m["tokens"], (t["tokens"], m["tokens"])
-for k in ["measured_bytes", "predicted_bytes", "measured_recv", "predicted_recv"]:
-    assert t["comm"][k] == m["comm"][k], (k, t["comm"][k], m["comm"][k])
-assert m["comm"]["measured_bytes"] == m["comm"]["predicted_bytes"] and m["comm"]["mismatches"] == 0
-assert t["comm"]["token_bytes"] == m["comm"]["token_bytes"]
-assert t["memory"] == m["memory"] and m["memory"]["allocated_bytes_per_chip"] == m["memory"]["predicted_bytes_per_chip"]
-PY
+    { json_check '$1 == "threads"' $tmp/t.json /backend && json_check '$1 == "mpi"' $tmp/m.json /backend &&
+      json_same $tmp/t.json $tmp/m.json /tokens /comm/measured_bytes /comm/predicted_bytes /comm/measured_recv \
+          /comm/predicted_recv /comm/token_bytes /memory &&
+      json_check '$1 == $2' $tmp/m.json /comm /measured_bytes /predicted_bytes &&
+      json_check '$1 == 0' -n $tmp/m.json /comm/mismatches &&
+      json_check '$1 == $2' -n $tmp/m.json /memory /allocated_bytes_per_chip /predicted_bytes_per_chip; } ||
+        { echo "FAIL: -np $np $model $layout: results differ"; fail=$((fail + 1)); }
     cmp -s $tmp/t.bin $tmp/m.bin || { echo "FAIL: -np $np $model $layout: last logits not bit-identical"; fail=$((fail + 1)); }
 done <<'EOF2'
 2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
@@ -63,11 +60,9 @@ mpi 2 --model tiny-llama --batch 2 --prompt 4 --gen 3 --trace $tmp/tr.json \
     --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads >$tmp/tr.out 2>$tmp/tr.err ||
     { echo "FAIL: --trace under mpi"; cat $tmp/tr.err; fail=$((fail + 1)); }
 for r in 0 1; do
-    python3 - $tmp/tr.json.$r $r <<'PY' || { echo "FAIL: --trace under mpi: chip $r"; fail=$((fail + 1)); }
-import json, sys
-ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
-assert ev and all(e["pid"] == int(sys.argv[2]) for e in ev), sys.argv
-PY
+    # its complete events, at least one, all on its own chip
+    json_check "\$1 == $r" -n -w /ph=X $tmp/tr.json.$r '/traceEvents/*' /pid ||
+        { echo "FAIL: --trace under mpi: chip $r"; fail=$((fail + 1)); }
 done
 # every rank rejects a layout alike: exit 2, one message, no hang
 mpi 2 --model tiny-llama --batch 3 --prompt 4 --gen 2 --layout mesh=3x1x1,prefill=ws1d/heads,decode=ws1d/heads \
