@@ -19,7 +19,8 @@ check_PROGRAMS += tests/jsonq
 tests_jsonq_SOURCES = tests/jsonq.c
 tests_jsonq_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_jsonq_LDADD = $(JANSSON_LIBS)
-EXTRA_DIST += tests/json.sh
+TESTS += tests/json_tools.sh
+EXTRA_DIST += tests/json.sh tests/json_tools.sh
 include tests/desc.mk
 include tests/cost.mk
 include tests/comm.mk
