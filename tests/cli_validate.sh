@@ -59,7 +59,8 @@ check "calibrate cuda" 2 $SHARDPLAN calibrate --backend cuda --out $d/x.json
 has "calibrate cuda says why" $d/err "calibrate --backend cuda"
 check "calibrate without --out" 2 $SHARDPLAN calibrate --backend threads
 check "validate without --hw" 2 env SHARDPLAN_LOCAL_HW= $SHARDPLAN validate --cases $cases
-check "validate --backend mpi" 2 $SHARDPLAN validate --hw $hw --backend mpi --cases $cases
+check "validate --backend cuda" 2 $SHARDPLAN validate --hw $hw --backend cuda --cases $cases
+has "validate cuda says why" $d/err "not implemented"
 printf 'tiny-llama 4 mesh=2x1x1 2 8 3\n' >$d/bad.cases
 check "validate bad case file" 2 $SHARDPLAN validate --hw $hw --cases $d/bad.cases
 has "bad case names line and field" $d/err "bad.cases:1:12"

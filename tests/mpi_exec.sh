@@ -1,7 +1,8 @@
 #!/bin/sh
 # mpi_exec.sh: `mpirun -np N shardplan run --backend mpi` against the threads
 # backend on the same layout, on 2, 4 and 8 ranks: identical tokens, equal
-# measured bytes (and equal to the prediction), bit-identical last logits.
+# measured bytes (and equal to the prediction), bit-identical last logits;
+# and `validate --backend mpi`.
 # A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
 # without MPI.
 set -u
@@ -75,5 +76,29 @@ mpi 2 --model tiny-llama --batch 4 --prompt 4 --gen 2 --layout mesh=2x2x1,prefil
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: world size mismatch under mpi: exit $rc"; fail=$((fail + 1)); }
 grep -q "4" $tmp/b.err || { echo "FAIL: world size mismatch: no reason"; cat $tmp/b.err; fail=$((fail + 1)); }
+# validate --backend mpi: a chip per rank runs the set's cases of 2 chips (its 1-chip case is
+# skipped and named), reported as on threads; no case of 3 chips under -np 3: exit 2, the reason
+cases=${top_srcdir:-.}/tests/validate_tiny.cases
+vmpi() { # np, args...
+    np=$1; shift
+    timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$SHARDPLAN" validate --backend mpi "$@" </dev/null
+}
+vmpi 2 --hw a100-80g --cases $cases --repeat 1 --min-seconds 0 --json >$tmp/v.json 2>$tmp/v.err ||
+    { echo "FAIL: validate --backend mpi"; head -5 $tmp/v.err; fail=$((fail + 1)); }
+python3 - $tmp/v.json <<'PY' || { echo "FAIL: validate --backend mpi: report"; fail=$((fail + 1)); }
+import json, math, sys
+v = json.load(open(sys.argv[1]))   # rank 0 alone prints: one JSON document
+assert v["backend"] == "mpi" and v["cases_run"] == 2 and v["cases_skipped"] == 1, v
+for c in v["cases"]:
+    assert c["chips"] == 2 and c["runs"] == 1, c
+    for k in ("prefill_s", "decode_step_s"):
+        assert math.isfinite(c[k]["measured"]) and c[k]["measured"] > 0 and c[k]["predicted"] > 0, c
+PY
+grep -q "validate_tiny.cases:2 (tiny-llama, 1 chips)" $tmp/v.err ||
+    { echo "FAIL: validate --backend mpi: the skipped case is not named"; cat $tmp/v.err; fail=$((fail + 1)); }
+vmpi 3 --hw a100-80g --cases $cases --repeat 1 --min-seconds 0 >$tmp/v.out 2>$tmp/v.err
+rc=$?
+[ $rc -eq 2 ] && grep -q "has 3 chips" $tmp/v.err ||
+    { echo "FAIL: validate --backend mpi -np 3: exit $rc"; cat $tmp/v.err; fail=$((fail + 1)); }
 [ $fail -eq 0 ] && echo "mpi_exec: $n layouts passed" || echo "mpi_exec: $fail failed"
 [ $fail -eq 0 ]

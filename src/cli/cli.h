@@ -44,6 +44,14 @@ int cli_cmd_report(int argc, char **argv);
 /* calibrate --backend ...: microbenchmarks of this machine's chips (cmd_calibrate_local.c). */
 int cli_calibrate_local(int argc, char **argv);
 
+/* The verbs that run one chip per MPI rank (run, calibrate, validate with
+ * --backend mpi): initialises MPI (the verb then calls MPI_Finalize: this
+ * program initialises it, so it finalizes it too, exec/comm_mpi.c) and gives
+ * this process's rank and the world's size.  CLI_EXIT_OK; CLI_EXIT_INTERNAL
+ * when MPI_Init_thread fails; CLI_EXIT_USAGE in a build without MPI (both
+ * said on stderr, naming the verb). */
+int cli_mpi_init(const char *verb, int *rank, int *size);
+
 /* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE, ENOMEM -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);
 

@@ -1,4 +1,6 @@
-/* cli_util.c: exit codes, error printing, tables, JSON and number formatting. */
+/* cli_util.c: exit codes, error printing, tables, JSON and number formatting;
+ * MPI start-up for the verbs that run a chip per rank. */
+#include "config.h"
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -6,6 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+
+int cli_mpi_init(const char *verb, int *rank, int *size)
+{
+#ifdef HAVE_MPI
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        cli_errorf("%s --backend mpi: MPI_Init_thread failed", verb);
+        return CLI_EXIT_INTERNAL;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return CLI_EXIT_OK;
+#else
+    *rank = 0;
+    *size = 1;
+    return cli_usage(verb, "--backend mpi: this build has no MPI (configure --with-mpi)");
+#endif
+}
 
 int cli_exit_for(sp_status s)
 {

@@ -279,14 +279,8 @@ int cli_calibrate_local(int argc, char **argv)
         return calibrate(&o, out, 1);
     }
 #ifdef HAVE_MPI
-    int provided = 0, rank = 0, size = 1;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-        cli_errorf("calibrate --backend mpi: MPI_Init_thread failed");
-        return CLI_EXIT_INTERNAL;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int rc;
+    int rank, size, rc = cli_mpi_init("calibrate", &rank, &size);
+    if (rc) return rc;
     if (chips && chips != size) {
         if (!rank) cli_errorf("calibrate --backend mpi: --chips %lld but the MPI world has %d ranks", chips, size);
         rc = CLI_EXIT_USAGE;

@@ -609,13 +609,11 @@ int cli_cmd_run(int argc, char **argv)
         return rc;
     }
 #ifdef HAVE_MPI
-    /* this program initialises MPI, so it also finalizes it (exec/comm_mpi.c) */
-    int provided = 0, rank = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-        cli_errorf("--backend mpi: MPI_Init_thread failed");
-        return CLI_EXIT_INTERNAL;
+    int rank, size;
+    if ((rc = cli_mpi_init("run", &rank, &size))) {
+        free(a.ids);
+        return rc;
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     is_root = rank == 0;
     rc = run_job(&a);
     MPI_Finalize();

@@ -1,7 +1,10 @@
-/* cmd_validate.c: shardplan validate --hw FILE [--cases FILE]: runs a set of
- * cases on the executor, prices each with the cost model, and reports
- * predicted vs measured prefill and decode-step times: |error| median and
- * worst, and Kendall's tau of the orderings within each (model, chips). */
+/* cmd_validate.c: shardplan validate --hw FILE [--backend B] [--cases FILE]:
+ * runs a set of cases on the executor, prices each with the cost model, and
+ * reports predicted vs measured prefill and decode-step times: |error|
+ * median and worst, and Kendall's tau of the orderings within each
+ * (model, chips).  --backend mpi: under `mpirun -np N`, one chip per rank,
+ * the cases of N chips. */
+#include "config.h"
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,10 +16,17 @@
 #include "sp_hw.h"
 #include "sp_validate.h"
 #include "exec/sp_exec.h"
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+
+static int is_root = 1;   /* prints (MPI: rank 0) */
+/* errors are printed once (MPI: by rank 0) */
+static int fail(sp_status st, const sp_error *err) { return is_root ? cli_report(st, err) : cli_exit_for(st); }
 
 static void help(void)
 {
-    printf("Usage: shardplan validate [--hw FILE] [--backend threads] [--cases FILE] [--repeat R]\n"
+    printf("Usage: shardplan validate [--hw FILE] [--backend threads|mpi] [--cases FILE] [--repeat R]\n"
            "                          [--measured FILE] [--json]\n\n"
            "Runs each case (model, chips, layout, batch, prompt, gen) on the executor and prices\n"
            "it with the cost model on the profile, then prints predicted, measured and the\n"
@@ -32,7 +42,10 @@ static void help(void)
            "Prediction: sp_cost_eval with fp32 activations (the CPU executor's); decode step =\n"
            "decode_s / gen (the mean over the generated tokens).\n\n"
            "  --hw FILE      the profile (default: $SHARDPLAN_LOCAL_HW, from calibrate --backend)\n"
-           "  --backend B    threads (the cases run in this process); mpi and cuda: refused\n"
+           "  --backend B    threads (default): every case runs in this process, a chip per thread;\n"
+           "                 mpi: mpirun -np N shardplan validate --backend mpi ...: a chip per rank,\n"
+           "                 the cases of N chips (the others are listed as skipped: run them\n"
+           "                 under their own -np); rank 0 prints.  cuda: refused (not implemented)\n"
            "  --cases FILE   the case set (default: the bundled validate/local.cases; format in\n"
            "                 src/sp_validate.h and doc/fidelity-local.md)\n"
            "  --repeat R     timed runs per case (default 3)\n"
@@ -51,13 +64,15 @@ typedef struct vres {
     double err_pf, err_dc;
 } vres;
 
-static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *w, int repeat, double min_s,
-                        vres *out)
+static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *w, sp_comm_backend be, int repeat,
+                        double min_s, vres *out)
 {
     sp_exec *ex = NULL;
-    sp_status st = sp_exec_build(m, &c->layout, c->batch, c->prompt, c->gen, w, SP_COMM_BACKEND_THREADS, &ex);
+    /* MPI: every rank builds alike (a pure check) and gets rank 0's times
+     * (sp_exec_stats), so all take the same number of runs below */
+    sp_status st = sp_exec_build(m, &c->layout, c->batch, c->prompt, c->gen, w, be, &ex);
     if (st) {
-        cli_errorf("case at line %d (%s %s): %s", c->line, c->model, c->layout_text, sp_last_error());
+        if (is_root) cli_errorf("case at line %d (%s %s): %s", c->line, c->model, c->layout_text, sp_last_error());
         return cli_exit_for(st) == CLI_EXIT_INTERNAL ? CLI_EXIT_INTERNAL : CLI_EXIT_USAGE;
     }
     int64_t B = c->batch, P = c->prompt, G = c->gen;
@@ -79,11 +94,18 @@ static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *
         if (s.prefill_s < out->meas_pf) out->meas_pf = s.prefill_s;
         if (s.decode_step_s < out->meas_dc) out->meas_dc = s.decode_step_s;
     }
+#ifdef HAVE_MPI
+    if (st && be == SP_COMM_BACKEND_MPI) {
+        /* a peer may be waiting in a collective: end the whole job */
+        fprintf(stderr, "shardplan: validate: case at line %d failed (%s): %s; aborting the MPI job\n", c->line,
+                sp_status_str(st), sp_last_error());
+        MPI_Abort(MPI_COMM_WORLD, cli_exit_for(st) ? cli_exit_for(st) : CLI_EXIT_INTERNAL);
+    }
+#endif
     free(prompt);
     free(tok);
     sp_exec_free(ex);
-    if (st) return cli_report(st, NULL);
-    return CLI_EXIT_OK;
+    return st ? fail(st, NULL) : CLI_EXIT_OK;
 }
 
 int cli_predict_run(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
@@ -106,7 +128,7 @@ static int predict_case(const sp_vcase *c, const sp_model *m, const sp_hw *hw, v
 {
     cli_prediction p;
     if (cli_predict_run(m, hw, &c->layout, c->batch, c->prompt, c->gen, &p)) {
-        cli_errorf("case at line %d (%s %s): cannot price: %s", c->line, c->model, c->layout_text, sp_last_error());
+        if (is_root) cli_errorf("case at line %d (%s %s): cannot price: %s", c->line, c->model, c->layout_text, sp_last_error());
         return CLI_EXIT_USAGE;
     }
     out->pred_pf = p.prefill_s;
@@ -145,7 +167,8 @@ static int groups_of(const sp_vcases *cs, const vres *r, vgroup *g)
 
 static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-static void report(const sp_vcases *cs, const vres *r, const char *hw_path, int repeat, double min_s, int json)
+static void report(const sp_vcases *cs, const vres *r, const char *hw_path, const char *backend, int skipped,
+                   int repeat, double min_s, int json)
 {
     double *e = malloc((size_t)cs->n * 2 * sizeof *e);
     vgroup *g = calloc((size_t)cs->n, sizeof *g);
@@ -183,11 +206,11 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, int 
                                                     "cases", g[k].n, "tau_prefill", jnum(g[k].tau_pf),
                                                     "tau_decode_step", jnum(g[k].tau_dc)));
         json_t *o = json_pack(
-            "{s:s,s:s,s:i,s:f,s:s,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o},s:o,s:o}", "hw", hw_path, "backend",
-            "threads", "repeat", repeat, "min_seconds", min_s, "method",
+            "{s:s,s:s,s:i,s:f,s:s,s:i,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o},s:o,s:o}", "hw", hw_path, "backend",
+            backend, "repeat", repeat, "min_seconds", min_s, "method",
             "minimum over at least repeat timed runs (more while they total under min_seconds, at most 100 x "
             "repeat) "
-            "after one warm-up run", "cases_run", cs->n, "prefill",
+            "after one warm-up run", "cases_run", cs->n, "cases_skipped", skipped, "prefill",
             "median_abs_err", jnum(med_pf), "worst_abs_err", jnum(worst_pf), "min_group_tau", jnum(min_tau_pf),
             "decode_step", "median_abs_err", jnum(med_dc), "worst_abs_err", jnum(worst_dc), "min_group_tau",
             jnum(min_tau_dc), "groups", groups, "cases", cases);
@@ -216,9 +239,10 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, int 
             for (int k = 0; k < 12; k++) cp[k] = cell[k];
             cli_table_add(t, cp);
         }
-        printf("hw: %s; %d cases, each the minimum of at least %d runs (more while under %.2g s) after a "
-               "warm-up\n(prefill, decode: measured)\n",
-               hw_path, cs->n, repeat, min_s);
+        printf("hw: %s; backend %s; %d cases, each the minimum of at least %d runs (more while under %.2g s) "
+               "after a warm-up\n(prefill, decode: measured)\n",
+               hw_path, backend, cs->n, repeat, min_s);
+        if (skipped) printf("skipped: %d cases of other chip counts (listed on stderr)\n", skipped);
         cli_table_print(t, stdout);
         cli_table_free(t);
         printf("\n%-26s %8s %8s\n", "|error|", "median", "worst");
@@ -293,6 +317,9 @@ static void measured_of(const json_t *doc, int i, vres *r)
     r->meas_dc = json_number_value(json_object_get(json_object_get(c, "decode_step_s"), "measured"));
 }
 
+static int validate_job(const char *hw_path, const char *cases_path, const char *measured_path, sp_comm_backend be,
+                        int ranks, int repeat, double min_s, int json);
+
 int cli_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {{"hw", 1, 0, 'H'},     {"backend", 1, 0, 'k'}, {"cases", 1, 0, 'c'},
@@ -302,7 +329,7 @@ int cli_cmd_validate(int argc, char **argv)
     const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
-    int json = 0, c;
+    int json = 0, mpi = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -310,11 +337,12 @@ int cli_cmd_validate(int argc, char **argv)
         case 'c': cases_path = optarg; break;
         case 'M': measured_path = optarg; break;
         case 'k':
-            if (!strcmp(optarg, "threads")) break;
-            if (!strcmp(optarg, "mpi") || !strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
-                return cli_usage("validate", "--backend %s: validate runs its cases in one process; only threads "
-                                             "is implemented",
-                                 optarg);
+            if (!strcmp(optarg, "threads") || !strcmp(optarg, "mpi")) {
+                mpi = !strcmp(optarg, "mpi");
+                break;
+            }
+            if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
+                return cli_usage("validate", "--backend %s: not implemented (threads or mpi run on CPUs)", optarg);
             return cli_usage("validate", "--backend %s: threads, mpi or cuda", optarg);
         case 'r': if (cli_parse_long("validate", "--repeat", optarg, 1, 100, &repeat)) return CLI_EXIT_USAGE; break;
         case 'j': json = 1; break;
@@ -334,15 +362,35 @@ int cli_cmd_validate(int argc, char **argv)
     if (!hw_path)
         return cli_usage("validate", "--hw FILE is required (or set SHARDPLAN_LOCAL_HW to the profile that "
                                      "calibrate --backend wrote)");
+    if (mpi && measured_path)
+        return cli_usage("validate", "--measured runs nothing: it takes no --backend mpi");
+    if (!mpi)
+        return validate_job(hw_path, cases_path, measured_path, SP_COMM_BACKEND_THREADS, 0, (int)repeat, min_s, json);
+    int rank, size, rc = cli_mpi_init("validate", &rank, &size);
+    if (rc) return rc;
+    is_root = rank == 0;
+    rc = validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_MPI, size, (int)repeat, min_s, json);
+#ifdef HAVE_MPI
+    MPI_Finalize();
+#endif
+    return rc;
+}
+
+/* The cases of the set (or of --measured's earlier output, not run) on
+ * backend be: threads, or MPI with `ranks` ranks (every rank runs this
+ * alike; the cases of other chip counts are skipped, each named on stderr). */
+static int validate_job(const char *hw_path, const char *cases_path, const char *measured_path, sp_comm_backend be,
+                        int ranks, int repeat, double min_s, int json)
+{
     sp_error err;
     sp_error_init(&err);
     sp_hw hw;
     sp_status st = sp_hw_find(hw_path, &hw, &err);
-    if (st) return cli_report(st, &err);
+    if (st) return fail(st, &err);
     char def[4096];
     if (!cases_path) {
         if ((st = sp_data_path("validate/local.cases", def, sizeof def))) {
-            cli_errorf("no --cases and the bundled validate/local.cases is not found under %s", sp_data_dir());
+            if (is_root) cli_errorf("no --cases and the bundled validate/local.cases is not found under %s", sp_data_dir());
             return CLI_EXIT_USAGE;
         }
         cases_path = def;
@@ -353,19 +401,40 @@ int cli_cmd_validate(int argc, char **argv)
     sp_vcases_init(&cs);
     json_t *mj = NULL;
     if (measured_path) {
-        if ((st = load_measured(measured_path, &cs, &mj, &err))) return cli_report(st, &err);
+        if ((st = load_measured(measured_path, &cs, &mj, &err))) return fail(st, &err);
         cases_path = measured_path;
     } else if ((st = sp_vcases_load_file(cases_path, &cs, &err)))
-        return cli_report(st, &err);
+        return fail(st, &err);
+    /* MPI: the world is the layout's chips, so this job runs the cases of `ranks` chips */
+    int n_all = cs.n, skipped = 0;
+    if (be == SP_COMM_BACKEND_MPI) {
+        int k = 0;
+        for (int i = 0; i < cs.n; i++) {
+            if (cs.c[i].chips == ranks) {
+                cs.c[k++] = cs.c[i];
+                continue;
+            }
+            skipped++;
+            if (is_root)
+                fprintf(stderr, "validate: skipped %s:%d (%s, %d chips): the MPI job has %d ranks\n", cases_path,
+                        cs.c[i].line, cs.c[i].model, cs.c[i].chips, ranks);
+        }
+        cs.n = k;
+    }
     if (!cs.n) {
         sp_vcases_free(&cs);
-        cli_errorf("%s: no cases", cases_path);
+        json_decref(mj);
+        if (is_root && n_all)
+            cli_errorf("--backend mpi: none of the %d cases of %s has %d chips (the MPI job's ranks); run them "
+                       "under mpirun -np <their chips>", n_all, cases_path, ranks);
+        else if (is_root)
+            cli_errorf("%s: no cases", cases_path);
         return CLI_EXIT_USAGE;
     }
     vres *r = calloc((size_t)cs.n, sizeof *r);
     if (!r) {
         sp_vcases_free(&cs);
-        return cli_report(SP_ENOMEM, NULL);
+        return fail(SP_ENOMEM, NULL);
     }
     int rc = CLI_EXIT_OK;
     sp_kern_set_blas_threads(1);
@@ -381,31 +450,32 @@ int cli_cmd_validate(int argc, char **argv)
             wmodel[0] = 0;
             sp_error_init(&err);
             if ((st = sp_model_find(vc->model, &m, &err))) {
-                rc = cli_report(st, &err);
+                rc = fail(st, &err);
                 break;
             }
             if (!mj && (st = sp_weights_build_random(&m, 1, &w))) {
-                rc = cli_report(st, NULL);
+                rc = fail(st, NULL);
                 break;
             }
             snprintf(wmodel, sizeof wmodel, "%s", vc->model);
         }
         sp_error_init(&err);
         if ((st = sp_model_check_exec(&m, vc->prompt + vc->gen, &err))) {
-            rc = cli_report(st, &err);
+            rc = fail(st, &err);
             break;
         }
         if ((rc = predict_case(vc, &m, &hw, &r[i]))) break;
         if (mj) measured_of(mj, i, &r[i]);
-        else if ((rc = measure_case(vc, &m, &w, (int)repeat, min_s, &r[i]))) break;
+        else if ((rc = measure_case(vc, &m, &w, be, repeat, min_s, &r[i]))) break;
         r[i].err_pf = (r[i].pred_pf - r[i].meas_pf) / r[i].meas_pf;
         r[i].err_dc = (r[i].pred_dc - r[i].meas_dc) / r[i].meas_dc;
-        if (!json)
+        if (!json && is_root)
             fprintf(stderr, "validate: %d/%d %s %s: prefill %+.0f%%, decode %+.0f%%\n", i + 1, cs.n, vc->model,
                     vc->layout_text, 100 * r[i].err_pf, 100 * r[i].err_dc);
     }
     sp_weights_free(&w);
-    if (!rc) report(&cs, r, hw_path, (int)repeat, min_s, json);
+    if (!rc && is_root)
+        report(&cs, r, hw_path, be == SP_COMM_BACKEND_MPI ? "mpi" : "threads", skipped, repeat, min_s, json);
     json_decref(mj);
     free(r);
     sp_vcases_free(&cs);
