@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "spi_common.h"
+#include "spi_ckd.h"
 #include "exec/spi_exec.h"
 
 
@@ -179,6 +180,18 @@ static sp_status chip_run(chip *ch)
     const sp_layout *l = ch->l;
     SP_CHECK(sp_comm_open(ex->world, ch->rank, &ch->c));
     SP_CHECK(spi_chip_setup(ch));
+    if (ex->trace) {
+        /* one event per step run: M micro-batches x (the prefill + G - 1 decode
+         * steps) x the program's steps, reserved before the timed phases so
+         * that tracing adds one store per step to them */
+        spi_ckd ck = SPI_CKD_INIT;
+        int64_t npf = ch->pf->pre.n + spi_ck_mul(&ck, "timeline", ch->pf->n_layers, ch->pf->layer.n) + ch->pf->post.n;
+        int64_t ndc = ch->dc->pre.n + spi_ck_mul(&ck, "timeline", ch->dc->n_layers, ch->dc->layer.n) + ch->dc->post.n;
+        int64_t n = spi_ck_mul(&ck, "timeline", ch->l->microbatches,
+                               spi_ck_add(&ck, "timeline", npf, spi_ck_mul(&ck, "timeline", ex->G - 1, ndc)));
+        if (ck.overflow) return spi_fail(SP_ENOMEM, "timeline: %s overflow", ck.what);
+        SP_CHECK(spi_timeline_reserve(ch, n));
+    }
     int64_t Br = ex->B / l->replicas, base = ch->replica * Br, mbs = ch->pf->micro_batch;
     int64_t V = ch->m->vocab, Vp = ch->pf->vocab_padded, P = ex->P, G = ex->G;
     int last = ch->stage == l->stages - 1;

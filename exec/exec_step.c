@@ -231,16 +231,24 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     }
 }
 
-/* appends one step's times to the chip's timeline, growing it as needed */
+sp_status spi_timeline_reserve(chip *ch, int64_t cap)
+{
+    if (cap <= ch->cap_ev) return SP_OK;
+    uint64_t bytes;
+    if (!spi_mul_u64((uint64_t)cap, sizeof *ch->ev, &bytes) || bytes > SIZE_MAX)
+        return spi_fail(SP_ENOMEM, "timeline of %lld steps", (long long)cap);
+    spi_event *ev = realloc(ch->ev, (size_t)bytes);
+    if (!ev) return spi_fail(SP_ENOMEM, "timeline of %lld steps", (long long)cap);
+    ch->ev = ev;
+    ch->cap_ev = cap;
+    return SP_OK;
+}
+
+/* appends one step's times to the chip's timeline (reserved for the whole
+ * run by chip_run; grown here only if a run ever takes more steps) */
 static sp_status record(chip *ch, const sp_step *s, sp_prog_part part, int i, int mb, double t0, double t1)
 {
-    if (ch->nev == ch->cap_ev) {
-        int64_t cap = ch->cap_ev ? 2 * ch->cap_ev : 1024;
-        spi_event *ev = realloc(ch->ev, (size_t)cap * sizeof *ev);
-        if (!ev) return spi_fail(SP_ENOMEM, "timeline of %lld steps", (long long)cap);
-        ch->ev = ev;
-        ch->cap_ev = cap;
-    }
+    if (ch->nev == ch->cap_ev) SP_CHECK(spi_timeline_reserve(ch, ch->cap_ev ? 2 * ch->cap_ev : 1024));
     spi_event *e = &ch->ev[ch->nev++];
     e->t0 = t0;
     e->t1 = t1;

@@ -120,6 +120,8 @@ static inline int spi_asize(const chip *ch, const char *axes) { return sp_lower_
 /* ---- chip memory (exec_mem.c) ----------------------------------------------------- */
 sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step);
 sp_status spi_chip_setup(chip *ch);
+/* Room for cap events in the chip's timeline (ch->ev), kept if already there. */
+sp_status spi_timeline_reserve(chip *ch, int64_t cap);
 void spi_chip_teardown(chip *ch);
 /* dst (rows, cols) of leading dimension dld <- src of sld; elements of eb bytes, on the chip's device */
 sp_status spi_copy_block(chip *ch, void *dst, int64_t dld, const void *src, int64_t sld, int64_t rows, int64_t cols,
