@@ -5,8 +5,8 @@
  *
  *   bench/bench_exec [model] [weights f32|bf16|int8|fp8] [prompt] [gen]
  *   defaults: bench-1b f32 256 4
- *   bench/bench_exec --trace-overhead [rounds] [layout] [prompt] [gen]
- *   defaults: 6 mesh=2x1x1 16 8 (bench-1b, f32; see trace_overhead)
+ *   bench/bench_exec --trace-overhead [rounds] [layout] [prompt] [gen] [model]
+ *   defaults: 6 mesh=2x1x1 16 8 bench-1b (f32; see trace_overhead)
  *
  * Napkin math (bench-1b: 22 layers, E 2048, F 5632 SwiGLU, 32 q / 4 kv heads
  * of 64, V 32000, untied):
@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <cblas.h>
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
@@ -146,7 +147,9 @@ static void validate(const char *wdt)
  * so a drifting machine load cancels), and the median over rounds of each
  * round's traced / untraced ratio of the measured prefill time, decode step
  * time and the whole sp_exec_run call (setup, and the trace written after the
- * run, included).  In process rather than `shardplan run` twice: the same code
+ * run, included), in wall time and in the process's CPU time (user + system,
+ * every thread: what tracing adds in work, far less sensitive than wall time
+ * to other jobs on a loaded machine).  In process rather than `shardplan run` twice: the same code
  * path (run --trace is sp_exec_set_trace + sp_exec_run) without building
  * 1.1 G random weights per run.
  * Napkin math (bench-1b, 2 chips ws1d, f32): every step is timed whether
@@ -157,17 +160,25 @@ static void validate(const char *wdt)
  * ~220 ms decode step (1e-4) and a ~2.6 s prefill (1e-5).  Writing the JSON
  * (~9,000 events x ~1 us = ~10 ms) happens after the measured phases: it
  * shows only in the call's wall time, against ~10 s of setup and run (1e-3). */
-static void trace_overhead(int rounds, const char *layout, int64_t P, int64_t G)
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+static void trace_overhead(int rounds, const char *layout, int64_t P, int64_t G, const char *model)
 {
     sp_model m;
     sp_error err;
     sp_layout l;
-    DIE_IF(sp_model_find("bench-1b", &m, &err), "model: %s", err.text);
+    DIE_IF(sp_model_find(model, &m, &err), "model %s: %s", model, err.text);
     DIE_IF(sp_layout_parse(layout, &l, &err), "layout: %s", err.text);
     double t = now();
     sp_weights w;
     DIE_IF(sp_weights_build_random(&m, 1, &w), "weights");
-    printf("# bench-1b: %.2f GB of fp32 weights built in %.1f s; layout %s, batch 1, prompt %lld, gen %lld\n",
+    printf("# %s: %.2f GB of fp32 weights built in %.1f s; layout %s, batch 1, prompt %lld, gen %lld\n", model,
            (double)w.bytes * 1e-9, now() - t, layout, (long long)P, (long long)G);
     const int64_t B = 1;
     int32_t *prompt = malloc((size_t)(B * P) * 4), *tok[2] = {malloc((size_t)(B * G) * 4), malloc((size_t)(B * G) * 4)};
@@ -178,22 +189,24 @@ static void trace_overhead(int rounds, const char *layout, int64_t P, int64_t G)
     DIE_IF(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), "exec build");
     char path[64];
     snprintf(path, sizeof path, "/tmp/sp_bench_trace.%ld.json", (long)getpid());
-    enum { PF, DS, WALL, NFIG };
+    enum { PF, DS, WALL, CPU, NFIG };
     double *ratio[NFIG], v[2][NFIG];
     for (int f = 0; f < NFIG; f++) DIE_IF(!(ratio[f] = malloc((size_t)rounds * sizeof(double))), "alloc");
-    printf("%-5s %-8s %10s %10s %10s\n", "round", "trace", "prefill_s", "step_s", "run_s");
+    printf("%-5s %-8s %10s %10s %10s %10s\n", "round", "trace", "prefill_s", "step_s", "run_s", "run_cpu_s");
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < 2; k++) {
             int traced = (r % 2) ? !k : k;   /* ABBA */
             sp_exec_stats st;
             DIE_IF(sp_exec_set_trace(ex, traced ? path : NULL), "set trace");
             t = now();
+            double c0 = cpu_s();
             DIE_IF(sp_exec_run(ex, prompt, NULL, tok[traced], NULL, &st), "exec run");
+            v[traced][CPU] = cpu_s() - c0;
             v[traced][WALL] = now() - t;
             v[traced][PF] = st.prefill_s;
             v[traced][DS] = st.decode_step_s;
-            printf("%-5d %-8s %10.4f %10.4f %10.3f\n", r, traced ? "traced" : "none", st.prefill_s, st.decode_step_s,
-                   v[traced][WALL]);
+            printf("%-5d %-8s %10.4f %10.4f %10.3f %10.3f\n", r, traced ? "traced" : "none", st.prefill_s,
+                   st.decode_step_s, v[traced][WALL], v[traced][CPU]);
         }
         /* validation: the traced run computes the same tokens and writes a trace */
         DIE_IF(memcmp(tok[0], tok[1], (size_t)(B * G) * 4), "traced and untraced runs give different tokens");
@@ -212,7 +225,7 @@ static void trace_overhead(int rounds, const char *layout, int64_t P, int64_t G)
     printf("# traced / untraced, median of %d rounds' ratios (load average %.2f %.2f %.2f; target < 1.02)\n", rounds,
            lavg[0], lavg[1], lavg[2]);
     printf("%-12s %8s %8s %8s\n", "figure", "median", "min", "max");
-    const char *names[NFIG] = {"prefill", "decode_step", "run_call"};
+    const char *names[NFIG] = {"prefill", "decode_step", "run_call", "run_cpu"};
     for (int f = 0; f < NFIG; f++) {
         double lo = INFINITY, hi = 0;
         for (int r = 0; r < rounds; r++) lo = fmin(lo, ratio[f][r]), hi = fmax(hi, ratio[f][r]);
@@ -235,7 +248,7 @@ int main(int argc, char **argv)
         int rounds = argc > 2 ? atoi(argv[2]) : 6;
         DIE_IF(rounds < 1, "rounds must be >= 1");
         trace_overhead(rounds, argc > 3 ? argv[3] : "mesh=2x1x1", argc > 4 ? atoll(argv[4]) : 16,
-                       argc > 5 ? atoll(argv[5]) : 8);
+                       argc > 5 ? atoll(argv[5]) : 8, argc > 6 ? argv[6] : "bench-1b");
         return 0;
     }
     const char *model = argc > 1 ? argv[1] : "bench-1b", *wdt = argc > 2 ? argv[2] : "f32";
