@@ -85,15 +85,12 @@ vmpi() { # np, args...
 }
 vmpi 2 --hw a100-80g --cases $cases --repeat 1 --min-seconds 0 --json >$tmp/v.json 2>$tmp/v.err ||
     { echo "FAIL: validate --backend mpi"; head -5 $tmp/v.err; fail=$((fail + 1)); }
-python3 - $tmp/v.json <<'PY' || { echo "FAIL: validate --backend mpi: report"; fail=$((fail + 1)); }
-import json, math, sys
-v = json.load(open(sys.argv[1]))   # rank 0 alone prints: one JSON document
-assert v["backend"] == "mpi" and v["cases_run"] == 2 and v["cases_skipped"] == 1, v
-for c in v["cases"]:
-    assert c["chips"] == 2 and c["runs"] == 1, c
-    for k in ("prefill_s", "decode_step_s"):
-        assert math.isfinite(c[k]["measured"]) and c[k]["measured"] > 0 and c[k]["predicted"] > 0, c
-PY
+# rank 0 alone prints: one JSON document
+{ json_check '$1 == "mpi" && $2 == 2 && $3 == 1' $tmp/v.json "" /backend /cases_run /cases_skipped &&
+  json_check '$1 == 2 && $2 == 1' -n $tmp/v.json '/cases/*' /chips /runs &&
+  json_check '$1 > 0 && $2 > 0 && $3 > 0 && $4 > 0' -n $tmp/v.json '/cases/*' /prefill_s/measured \
+      /prefill_s/predicted /decode_step_s/measured /decode_step_s/predicted; } ||
+    { echo "FAIL: validate --backend mpi: report"; fail=$((fail + 1)); }
 grep -q "validate_tiny.cases:2 (tiny-llama, 1 chips)" $tmp/v.err ||
     { echo "FAIL: validate --backend mpi: the skipped case is not named"; cat $tmp/v.err; fail=$((fail + 1)); }
 vmpi 3 --hw a100-80g --cases $cases --repeat 1 --min-seconds 0 >$tmp/v.out 2>$tmp/v.err
