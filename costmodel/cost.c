@@ -366,7 +366,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
                             spi_step_coefs *coef)
 {
     price_ctx pc = {p, hw, {0}, sp_hw_compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0, 0};
-    {
+    if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */
         const sp_steps *wp[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
         for (int k = 0; k < SP_PART_COUNT; k++)
             for (int i = 0; i < wp[k]->n; i++)

@@ -1436,6 +1436,22 @@ static sp_status mem_overflow(const spi_ckd *ck)
                     ck->what);
 }
 
+/* Σ_i align(max(a[i], b[i])) over i in [i0, i1), checked.  Sizes under
+ * 2^56 bytes cannot overflow that sum (at most 64 terms), so the common
+ * case skips the per-term checks: the planner merges every layout's. */
+static int64_t sum_aligned_max(spi_ckd *ck, const char *what, const int64_t *a, const int64_t *b, int i0, int i1)
+{
+    uint64_t any = 0;
+    for (int i = i0; i < i1; i++) any |= (uint64_t)a[i] | (uint64_t)b[i];
+    int64_t sum = 0;
+    if (any < (1ull << 56) && i1 - i0 <= 64) {
+        for (int i = i0; i < i1; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
+        return sum;
+    }
+    for (int i = i0; i < i1; i++) sum = spi_ck_add(ck, what, sum, ck_align(ck, what, a[i] > b[i] ? a[i] : b[i]));
+    return sum;
+}
+
 /* any: a program of the stage (weights, KV geometry); bufs_a/bufs_b: the
  * buffer sizes of the two phases' programs (either may be NULL) */
 sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_t *bufs_a, const int64_t *bufs_b,
@@ -1445,9 +1461,9 @@ sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
     spi_ckd ck = SPI_CKD_INIT;
-    int64_t sum = 0, gathered = 0;   /* every buffer; the gathered weights' buffers */
-    for (int i = 1; i < SP_BUF_COUNT; i++) sum = spi_ck_add(&ck, "activation bytes", sum, ck_align(&ck, "activation bytes", a[i] > b[i] ? a[i] : b[i]));
-    for (int i = SP_BUF_GATHERED; i < SP_BUF_COUNT; i++) gathered += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);   /* a part of sum */
+    /* every buffer; the gathered weights' buffers (a part of sum) */
+    int64_t sum = sum_aligned_max(&ck, "activation bytes", a, b, 1, SP_BUF_COUNT);
+    int64_t gathered = sum_aligned_max(&ck, "activation bytes", a, b, SP_BUF_GATHERED, SP_BUF_COUNT);
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
     r.total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.weights, r.gathered_weights),
@@ -1463,9 +1479,7 @@ sp_status sp_lower_mem_scratch_merge(const int64_t *scr_a, const int64_t *scr_b,
     static const int64_t none[SP_SCR_COUNT];
     const int64_t *a = scr_a ? scr_a : none, *b = scr_b ? scr_b : none;
     spi_ckd ck = SPI_CKD_INIT;
-    int64_t sum = 0;
-    for (int i = 0; i < SP_SCR_COUNT; i++)
-        sum = spi_ck_add(&ck, "scratch bytes", sum, ck_align(&ck, "scratch bytes", a[i] > b[i] ? a[i] : b[i]));
+    int64_t sum = sum_aligned_max(&ck, "scratch bytes", a, b, 0, SP_SCR_COUNT);
     int64_t total = spi_ck_add(&ck, "total bytes", out->total - out->scratch, sum);
     if (ck.overflow) return mem_overflow(&ck);
     out->total = total;
