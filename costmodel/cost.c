@@ -621,12 +621,19 @@ static _Thread_local struct {
     phase_val val[MEMO_SLOTS];
 } memo;
 
+/* The profile's bytes the prices depend on: all but its calibration
+ * section (provenance, ~half of sp_hw; pricing never reads it), which sp_hw
+ * keeps last. */
+#define HW_PRICED offsetof(sp_hw, calibration)
+_Static_assert(offsetof(sp_hw, calibration) + sizeof ((sp_hw *)0)->calibration == sizeof(sp_hw),
+               "sp_hw's calibration section is its last member");
+
 static void memo_bind(const sp_model *m, const sp_hw *hw)
 {
-    if (memcmp(&memo.m, m, sizeof *m) || memcmp(&memo.hw, hw, sizeof *hw)) {
+    if (memcmp(&memo.m, m, sizeof *m) || memcmp(&memo.hw, hw, HW_PRICED)) {
         memset(memo.used, 0, sizeof memo.used);
         memcpy(&memo.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
-        memcpy(&memo.hw, hw, sizeof *hw);
+        memcpy(&memo.hw, hw, HW_PRICED);
         memo.params_ctx = 0;
     }
 }
