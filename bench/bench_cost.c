@@ -15,7 +15,7 @@
  * prices both phases), and this core's rate of a plain dependent-add loop
  * (its measured peak for scalar work).
  *
- * Napkin math: a lowering + pricing emits, sizes and prices ~56 steps of
+ * Napkin math (round 1): a lowering + pricing emits, sizes and prices ~56 steps of
  * 272 bytes at ~200 instructions a step (~11k), paid 0.95 times; the two
  * phases' checks, two memo probes (hash + compare of a 176-byte key) and
  * the pipeline arithmetic add ~4k: ~15k instructions, ~1 us at this VM's
@@ -25,14 +25,31 @@
  * Measured on the 2-core development VM (load ~1-2), five runs of
  * `bench_cost 2`: 1.08-1.16M evaluations/s (0.86-0.93 us each); fresh
  * ~0.5M/s; dependent adds ~1.2e9/s.  That was before the cost model
- * scheduled programs (sp_cost.h "Schedule"): pricing a program now also
- * runs its steps on two streams when one of its collectives overlaps
- * compute (a chain otherwise: the sum), two layers of ~50 steps at ~10-15
- * ns per step, twice for decode (first and last context): ~+1-2 us per
- * program lowered.  bench/cost_compare.sh measures old and new binaries in
- * one run; on the shared VM at load ~16 (2 cores), 5 rounds: evaluation
- * 2.20x, fresh 2.33x, plan (whole process) 1.75x the binary before the
- * cost terms (ad5b896), which also predates later lowering work.
+ * scheduled programs (sp_cost.h "Schedule") and priced the new terms.
+ *
+ * Since then, counted (instructions do not vary with the load; timings on
+ * the shared VM do, 2x): `valgrind --tool=callgrind --toggle-collect=one_pass
+ * bench/bench_cost --passes 3`, instructions per evaluation:
+ *                               round 1            with the new terms   now
+ *   lowering (sp_lower_finish)         6.8k               10.2k          10.2k
+ *   pricing + scheduling               2.9k         8.8k + 5.6k    9.5k + 3.8k
+ *   sp_lower_begin (two a layout)      1.2k                1.5k           1.5k
+ *   memo, memory merge, checks         2.0k                5.5k           4.0k
+ *   total                             12.9k               31.5k          29.0k
+ * (now the schedule's slots are resolved once while pricing, and the
+ * workload check, the profile comparisons and the memory merge cost less).
+ * A program is ~29 steps (2 pre, ~21 layer, ~6 post) of 280 bytes; 3/4 of
+ * them overlap a collective and are scheduled, two layers each (the state
+ * repeats after the second), ~15 steps of a layer taking part, twice for
+ * decode.  The lowering grew with the executor's scratch and resolved
+ * operands, the pricing with per-step efficiency curves and alpha-beta
+ * collectives: ~350 instructions a step lowered and as many priced.
+ * bench/cost_compare.sh against the round-1 binaries, 5 rounds, load
+ * 13-19 on 2 cores (medians new/old): evaluation 2.73, fresh 2.62, plan
+ * (whole process) 1.56; the binary before this count's last column, in
+ * the run right after: 3.07, 3.04, 2.34.  At that load the rounds spread
+ * 2x; the counts above are the reliable figure (2.25x round 1, target
+ * 1.2x: not met).
  *
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if

@@ -11,15 +11,19 @@
 # on 64 tpu-v4) back to back, alternating which goes first; the table gives
 # each round's figures and the median ratio new / old.
 #
-# Napkin math for the new cost terms: a program of ~56 steps (pre, one layer,
+# Napkin math for the new cost terms: a program of ~29 steps (pre, one layer,
 # post) is priced once as before (plus a memory-efficiency lookup per step),
 # then scheduled: a program with no overlapping collective is a chain (the
 # sum, free); otherwise the layer is scheduled until the state repeats (two
-# layers in practice, ~100 step-schedules of ~15 ns, only for the steps that
-# meet an overlapping one: ~1 us per program), twice for decode (first and
-# last context).  Lowering (~1.5 us) and the memo dominate the old ~2.5 us
-# evaluation, so ~+40-60 % is the expected cost of scheduling in the
-# planner's inner loop, unless the schedule is avoided altogether.
+# layers in practice, ~15 of its steps taking part), twice for decode
+# (first and last context).  Expected ~+40-60 % over round 1.
+# Measured (bench/bench_cost.c has the count per part): instructions per
+# evaluation 12.9k in round 1, 31.5k with the new terms, 29.0k now (2.25x;
+# the lowering and the per-step pricing grew as much as the schedule
+# added).  This script, 5 rounds against round 1 at load 13-19 on the 2
+# cores: evaluation 2.73, fresh 2.62, plan 1.56 (the binary before the
+# last changes, the run after: 3.07, 3.04, 2.34); at such a load the
+# rounds spread 2x, so compare instruction counts when the machine is busy.
 set -eu
 base=${1:?usage: cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
