@@ -460,28 +460,12 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     }
 }
 
+/* The whole schedule of one part, every step (the coefficient vectors'
+ * path: st->vec set). */
 static void sched_part(spi_sched *st, const sp_steps *ss, const spi_prog_run *pr, int part, int k,
                        const double (*coef)[SP_CP_COUNT])
 {
     const spi_step_run *run = pr->run[part];
-    if (!st->vec) {   /* the shortcut (spi_prog_run): spi_sched_ready and _commit on resolved slots */
-        int64_t *t = st->t;
-        for (int j = 0; j < pr->n_ops[part]; j++) {
-            const struct spi_op *o = &pr->op[part][j];
-            t[SPI_SLOT_COMP] += o->add[k];
-            if (o->idx < 0) break;
-            const spi_step_run *r = &run[o->idx];
-            int64_t start = t[o->dep[0]];
-            for (int d = 1; d < o->n_dep; d++)
-                if (t[o->dep[d]] > start) start = t[o->dep[d]];
-            int64_t end = start + r->dur_ps[k];
-            for (int d = 0; d < o->n_set; d++) t[o->set[d]] = end;
-            for (int d = 0; d < o->n_rdm; d++)
-                if (t[o->rdm[d]] < end) t[o->rdm[d]] = end;
-            t[SPI_SLOT_COMP] += r->pen_ps[k];
-        }
-        return;
-    }
     for (int i = 0; i < ss->n; i++) {
         int from;
         int64_t start = spi_sched_ready(st, &run[i], &from);
@@ -489,12 +473,57 @@ static void sched_part(spi_sched *st, const sp_steps *ss, const spi_prog_run *pr
     }
 }
 
-/* Makespan of one program from idle streams (ps).  Without overlapping
- * steps it is the sum of the steps.  Layers: the schedule is
- * a max-plus map, so once the state after a layer, taken relative to the
- * earlier stream, repeats the state after the layer before, every further
- * layer adds the same delta: the remaining layers are added at once
- * (exactly: integer times).  With coefficient vectors every layer is run. */
+/* The coefficient vectors of one program's schedule at context k: every
+ * layer run (ps; st->vec set). */
+static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k, spi_sched *st,
+                             const spi_step_coefs *coef)
+{
+    memset(st->t, 0, sizeof st->t);
+    memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
+    sched_part(st, &p->pre, pr, SP_PART_PRE, k, (*coef)[SP_PART_PRE]);
+    for (int64_t layer = 0; layer < p->n_layers; layer++) sched_part(st, &p->layer, pr, SP_PART_LAYER, k, (*coef)[SP_PART_LAYER]);
+    sched_part(st, &p->post, pr, SP_PART_POST, k, (*coef)[SP_PART_POST]);
+    return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
+}
+
+/* The shortcut's part (spi_prog_run's ops: spi_sched_ready and _commit on
+ * resolved slots) at contexts 0..nk-1 at once: decode's two contexts differ
+ * in durations only, so the ops and their slots are read once for both.
+ * Inline, nk a constant at each call. */
+static inline __attribute__((always_inline)) void shortcut_part(int64_t (*t)[SPI_SLOTS], int nk,
+                                                                const spi_prog_run *pr, int part)
+{
+    const spi_step_run *run = pr->run[part];
+    for (int j = 0; j < pr->n_ops[part]; j++) {
+        const struct spi_op *o = &pr->op[part][j];
+        for (int k = 0; k < nk; k++) t[k][SPI_SLOT_COMP] += o->add[k];
+        if (o->idx < 0) break;
+        const spi_step_run *r = &run[o->idx];
+        int64_t start[2], end[2];
+        for (int k = 0; k < nk; k++) start[k] = t[k][o->dep[0]];
+        for (int d = 1; d < o->n_dep; d++)
+            for (int k = 0; k < nk; k++)
+                if (t[k][o->dep[d]] > start[k]) start[k] = t[k][o->dep[d]];
+        for (int k = 0; k < nk; k++) end[k] = start[k] + r->dur_ps[k];
+        for (int d = 0; d < o->n_set; d++)
+            for (int k = 0; k < nk; k++) t[k][o->set[d]] = end[k];
+        for (int d = 0; d < o->n_rdm; d++)
+            for (int k = 0; k < nk; k++)
+                if (t[k][o->rdm[d]] < end[k]) t[k][o->rdm[d]] = end[k];
+        for (int k = 0; k < nk; k++) t[k][SPI_SLOT_COMP] += r->pen_ps[k];
+    }
+}
+
+/* Makespan of one program from idle streams (ps) at contexts 0..nk-1.
+ * Without overlapping steps it is the sum of the steps.  Layers: the
+ * schedule is a max-plus map, so once the state after a layer, taken
+ * relative to the earlier stream, repeats the state after the layer
+ * before, every further layer adds the same delta: the remaining layers
+ * are added at once (exactly: integer times).  The state compared is that
+ * of the layer's live slots (spi_prog_run): a layer neither reads nor
+ * writes the others, so they keep their values however many layers run.
+ * Once a context's state repeats it repeats after every further layer, so
+ * the contexts run together until all of them repeat. */
 static int64_t part_sum(const sp_steps *ss, const spi_step_run *run, int k)
 {
     int64_t t = 0;
@@ -502,45 +531,49 @@ static int64_t part_sum(const sp_steps *ss, const spi_step_run *run, int k)
     return t;
 }
 
-static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k, spi_sched *st,
-                             const spi_step_coefs *coef)
+static inline __attribute__((always_inline)) void sched_shortcut(const sp_program *p, const spi_prog_run *pr, int nk,
+                                                                 int64_t out[2])
 {
-    if (!pr->overlaps && !st->vec)
+    if (!pr->overlaps) {
         /* nothing runs beside the compute stream: every step starts when
          * the one before ends (its inputs are earlier still), so the
          * schedule is the chain and its time the sum */
-        return part_sum(&p->pre, pr->run[SP_PART_PRE], k) + p->n_layers * part_sum(&p->layer, pr->run[SP_PART_LAYER], k) +
-               part_sum(&p->post, pr->run[SP_PART_POST], k);
-    memset(st->t, 0, sizeof st->t);
-    if (st->vec) memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
-    sched_part(st, &p->pre, pr, SP_PART_PRE, k, coef ? (*coef)[SP_PART_PRE] : NULL);
-    /* the state compared is that of the layer's live slots (spi_prog_run):
-     * a layer neither reads nor writes the others, so they keep their
-     * values however many layers run */
-    int64_t prev[SPI_SLOTS], prev_base = 0;
+        for (int k = 0; k < nk; k++)
+            out[k] = part_sum(&p->pre, pr->run[SP_PART_PRE], k) + p->n_layers * part_sum(&p->layer, pr->run[SP_PART_LAYER], k) +
+                     part_sum(&p->post, pr->run[SP_PART_POST], k);
+        return;
+    }
+    int64_t t[2][SPI_SLOTS];
+    memset(t, 0, (size_t)nk * sizeof t[0]);
+    shortcut_part(t, nk, pr, SP_PART_PRE);
+    int64_t prev[2][SPI_SLOTS], prev_base[2] = {0, 0};
     int have_prev = 0, nl = pr->n_live;
     for (int64_t layer = 0; layer < p->n_layers; layer++) {
-        sched_part(st, &p->layer, pr, SP_PART_LAYER, k, coef ? (*coef)[SP_PART_LAYER] : NULL);
-        if (st->vec) continue;
-        int64_t base = st->t[SPI_SLOT_COMP] < st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
-        int64_t rel[SPI_SLOTS];
+        shortcut_part(t, nk, pr, SP_PART_LAYER);
+        int64_t base[2], rel[2][SPI_SLOTS];
         int same = have_prev;
-        for (int j = 0; j < nl; j++) {
-            int64_t t = st->t[pr->live[j]];
-            rel[j] = (t > base ? t : base) - base;
-            same &= rel[j] == prev[j];
+        for (int k = 0; k < nk; k++) {
+            base[k] = t[k][SPI_SLOT_COMP] < t[k][SPI_SLOT_COMM] ? t[k][SPI_SLOT_COMP] : t[k][SPI_SLOT_COMM];
+            for (int j = 0; j < nl; j++) {
+                int64_t x = t[k][pr->live[j]];
+                rel[k][j] = (x > base[k] ? x : base[k]) - base[k];
+                same &= rel[k][j] == prev[k][j];
+            }
         }
         if (same) {
-            int64_t left = p->n_layers - 1 - layer, delta = base - prev_base;
-            for (int j = 0; j < nl; j++) st->t[pr->live[j]] = base + rel[j] + left * delta;
+            int64_t left = p->n_layers - 1 - layer;
+            for (int k = 0; k < nk; k++)
+                for (int j = 0; j < nl; j++) t[k][pr->live[j]] = base[k] + rel[k][j] + left * (base[k] - prev_base[k]);
             break;
         }
-        memcpy(prev, rel, (size_t)nl * sizeof *rel);
-        prev_base = base;
+        for (int k = 0; k < nk; k++) {
+            memcpy(prev[k], rel[k], (size_t)nl * sizeof rel[k][0]);
+            prev_base[k] = base[k];
+        }
         have_prev = 1;
     }
-    sched_part(st, &p->post, pr, SP_PART_POST, k, coef ? (*coef)[SP_PART_POST] : NULL);
-    return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
+    shortcut_part(t, nk, pr, SP_PART_POST);
+    for (int k = 0; k < nk; k++) out[k] = t[k][SPI_SLOT_COMP] > t[k][SPI_SLOT_COMM] ? t[k][SPI_SLOT_COMP] : t[k][SPI_SLOT_COMM];
 }
 
 /* Prices a program at up to two contexts (decode's first and last step
@@ -551,7 +584,6 @@ static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64
                                sp_phase_cost *out1)
 {
     static _Thread_local spi_prog_run pr;
-    spi_sched st = {{0}, NULL};
     int64_t c2[2] = {ctx[0], out1 ? ctx[1] : 0};
     spi_cost_price_program(p, hw, c2, &pr, NULL);
     if (pr.ck.overflow)
@@ -565,11 +597,14 @@ static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64
             return spi_fail(SP_EINVAL, "%s phase: one pass takes about %.3g s, beyond the cost model's range (%g s): "
                             "the request is too large to price", sp_phase_name(p->phase), bound, SPI_PS_MAX_S);
     }
-    for (int k = 0; k < 2; k++) {
-        sp_phase_cost *out = k ? out1 : out0;
-        if (!out) break;
-        *out = pr.sums[k];
-        out->time_s = (double)sched_program(p, &pr, k, &st, NULL) * 1e-12;
+    int64_t ps[2];
+    if (out1) sched_shortcut(p, &pr, 2, ps);
+    else sched_shortcut(p, &pr, 1, ps);
+    *out0 = pr.sums[0];
+    out0->time_s = (double)ps[0] * 1e-12;
+    if (out1) {
+        *out1 = pr.sums[1];
+        out1->time_s = (double)ps[1] * 1e-12;
     }
     return SP_OK;
 }
