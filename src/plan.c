@@ -951,6 +951,24 @@ int sp_plan_chip_counts(const sp_hw *hw, int lo, int hi, int *out, int cap)
     return k;
 }
 
+/* The chip counts a capacity query tries, ascending: those the topology
+ * allows from the fit bound (no count below it can hold the weights and KV
+ * cache) to max_chips_of.  *cnt is new (caller frees); SP_EINFEASIBLE with
+ * a message when the bound is above the limit. */
+static sp_status min_chips_counts(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *o,
+                                  int **cnt, int *k)
+{
+    int hi = max_chips_of(hw, o);
+    int64_t bound = fit_chips_bound(m, hw, w);   /* no count below it fits: not solved */
+    if (bound > hi)
+        return spi_fail(SP_EINFEASIBLE, "no chip count up to %d fits: the weights and KV cache need at least %lld chips",
+                        hi, (long long)bound);
+    int cap = 4096;
+    if (!(*cnt = malloc((size_t)cap * sizeof **cnt))) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    *k = sp_plan_chip_counts(hw, bound > 1 ? (int)bound : 1, hi, *cnt, cap);
+    return SP_OK;
+}
+
 sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *opts,
                             int *chips_out, sp_plan **out)
 {
@@ -960,16 +978,8 @@ sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workloa
     if (opts) o = *opts;
     else sp_plan_opts_init(&o);
     if (!check_opts(&o)) return spi_fail(SP_EINVAL, "planner: bad sp_plan_opts");
-    int hi = max_chips_of(hw, &o);
-    int cap = 4096, *cnt = malloc((size_t)cap * sizeof *cnt);
-    if (!cnt) return spi_fail(SP_ENOMEM, "planner: out of memory");
-    int64_t bound = fit_chips_bound(m, hw, w);   /* no count below it fits: not solved */
-    if (bound > hi) {
-        free(cnt);
-        return spi_fail(SP_EINFEASIBLE, "no chip count up to %d fits: the weights and KV cache need at least %lld chips",
-                        hi, (long long)bound);
-    }
-    int k = sp_plan_chip_counts(hw, bound > 1 ? (int)bound : 1, hi, cnt, cap);
+    int *cnt = NULL, k = 0;
+    SP_CHECK(min_chips_counts(m, hw, w, &o, &cnt, &k));
     sp_plan_opts oi = o;
     oi.search_min_chips = 0;
     for (int i = 0; i < k; i++) {
@@ -988,7 +998,54 @@ sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workloa
         sp_plan_free(p);
     }
     free(cnt);
-    return spi_fail(SP_EINFEASIBLE, "no chip count up to %d meets the targets", hi);
+    return spi_fail(SP_EINFEASIBLE, "no chip count up to %d meets the targets", max_chips_of(hw, &o));
+}
+
+sp_status sp_plan_min_chips_targets(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *opts,
+                                    const double *targets_s, int n, int *chips_out, sp_plan **out)
+{
+    if (!chips_out || (n > 0 && !targets_s)) return spi_fail(SP_EINVAL, "sp_plan_min_chips_targets: NULL argument");
+    SP_CHECK(check_args(m, hw, w, out));
+    for (int t = 0; t < n; t++) {
+        if (!(targets_s[t] > 0)) return spi_fail(SP_EINVAL, "sp_plan_min_chips_targets: target %d is not > 0", t);
+        chips_out[t] = 0;
+        out[t] = NULL;
+    }
+    sp_plan_opts o;
+    if (opts) o = *opts;
+    else sp_plan_opts_init(&o);
+    if (!check_opts(&o)) return spi_fail(SP_EINVAL, "planner: bad sp_plan_opts");
+    int *cnt = NULL, k = 0;
+    sp_status st = min_chips_counts(m, hw, w, &o, &cnt, &k);
+    if (st == SP_EINFEASIBLE) return SP_OK;   /* no count fits: every target unmet */
+    SP_CHECK(st);
+    /* per count: the least latency (bounds other than the latency kept);
+     * a target it meets gets this count and the cheapest layout meeting it */
+    sp_plan_opts ol = o, oc = o;
+    ol.objective = SP_PLAN_MIN_LATENCY, ol.max_latency_s = 0, ol.frontier = 0, ol.rivals = 0, ol.search_min_chips = 0;
+    oc.objective = SP_PLAN_MIN_COST, oc.frontier = 0, oc.rivals = 0, oc.search_min_chips = 0;
+    int left = n;
+    for (int i = 0; i < k && left > 0 && st == SP_OK; i++) {
+        sp_plan *p = NULL;
+        if ((st = sp_plan_solve(m, hw, cnt[i], w, &ol, &p)) != SP_OK) break;
+        double best = p->has_chosen ? p->chosen.latency_s : INFINITY;
+        sp_plan_free(p);
+        for (int t = 0; t < n && st == SP_OK; t++) {
+            if (chips_out[t] || !(best <= targets_s[t])) continue;
+            oc.max_latency_s = targets_s[t];
+            if ((st = sp_plan_solve(m, hw, cnt[i], w, &oc, &p)) != SP_OK) break;
+            if (p->has_chosen) chips_out[t] = cnt[i], out[t] = p, left--;
+            else sp_plan_free(p);   /* the bound sits at the least latency within the solver's tolerance */
+        }
+    }
+    free(cnt);
+    if (st != SP_OK)
+        for (int t = 0; t < n; t++) {
+            sp_plan_free(out[t]);
+            out[t] = NULL;
+            chips_out[t] = 0;
+        }
+    return st;
 }
 
 void sp_plan_free(sp_plan *p)

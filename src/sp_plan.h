@@ -272,6 +272,24 @@ sp_status sp_plan_frontiers(const sp_model *m, const sp_hw *hw, const int *chips
 sp_status sp_plan_min_chips(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *opts,
                             int *chips_out, sp_plan **out);
 
+/*
+ * NAME
+ *   sp_plan_min_chips_targets - the fewest chips for each of several latency targets
+ * DESCRIPTION
+ *   What sp_plan_min_chips gives with opts->max_latency_s = targets_s[t] and
+ *   objective cost, for every t at once: the counts are tried once, in the
+ *   same order, each solved for its least latency (opts' other bounds kept);
+ *   each target that latency meets gets the count and, in out[t], the
+ *   cheapest layout meeting it.  chips_out[t] = 0 and out[t] = NULL for a
+ *   target no count up to the limit meets.
+ * RETURNS
+ *   SP_OK (read chips_out); SP_EINVAL for a target <= 0; other errors as
+ *   sp_plan_solve, with every out[t] NULL.  Each out[t] is a new plan: the
+ *   caller frees it with sp_plan_free.
+ */
+sp_status sp_plan_min_chips_targets(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *opts,
+                                    const double *targets_s, int n, int *chips_out, sp_plan **out);
+
 /* Chip counts the topology allows, ascending, from lo to hi inclusive; returns
  * how many were written (at most cap). */
 int sp_plan_chip_counts(const sp_hw *hw, int lo, int hi, int *out, int cap);

@@ -404,6 +404,57 @@ START_TEST(test_infeasible_reports_min_chips)
 }
 END_TEST
 
+/* Several latency targets at once = sp_plan_min_chips (objective cost, the
+ * target as bound) for each: same count, same cheapest cost; a target below
+ * every layout's latency is unmet in both. */
+START_TEST(test_min_chips_targets)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("llama2-7b", &m, &err), SP_OK);
+    sp_hw hw;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {8, 128, 32};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.frontier = 0;
+    o.rivals = 0;
+    o.search_min_chips = 0;
+    o.latency_metric = SP_PLAN_LAT_DECODE;
+    o.max_chips = 32;
+    double t[5] = {1e-4, 2e-3, 3e-3, 5e-3, 2e-2};
+    int chips[5];
+    sp_plan *ps[5];
+    ck_assert_int_eq(sp_plan_min_chips_targets(&m, &hw, &w, &o, t, 5, chips, ps), SP_OK);
+    int met = 0;
+    for (int i = 0; i < 5; i++) {
+        sp_plan_opts oi = o;
+        oi.objective = SP_PLAN_MIN_COST;
+        oi.max_latency_s = t[i];
+        int n = 0;
+        sp_plan *p = NULL;
+        sp_status st = sp_plan_min_chips(&m, &hw, &w, &oi, &n, &p);
+        if (st == SP_EINFEASIBLE) {
+            ck_assert_int_eq(chips[i], 0);
+            ck_assert_ptr_null(ps[i]);
+            continue;
+        }
+        ck_assert_int_eq(st, SP_OK);
+        ck_assert_int_eq(chips[i], n);
+        ck_assert_ptr_nonnull(ps[i]);
+        ck_assert(ps[i]->chosen.latency_s <= t[i]);
+        ck_assert_double_eq_tol(ps[i]->chosen.cost_s, p->chosen.cost_s, 1e-12 * p->chosen.cost_s);
+        met++;
+        sp_plan_free(p);
+        sp_plan_free(ps[i]);
+    }
+    ck_assert_int_eq(chips[0], 0);   /* 0.1 ms per token: nothing */
+    ck_assert_int_ge(met, 3);
+    double bad = 0;
+    ck_assert_int_eq(sp_plan_min_chips_targets(&m, &hw, &w, &o, &bad, 1, chips, ps), SP_EINVAL);
+}
+END_TEST
+
 START_TEST(test_chip_counts)
 {
     sp_hw hw;
@@ -497,6 +548,7 @@ int main(void)
     tcase_set_timeout(t2, 600);
     tcase_add_test(t2, test_autoconfig_deterministic);
     tcase_add_test(t2, test_infeasible_reports_min_chips);
+    tcase_add_test(t2, test_min_chips_targets);
     tcase_add_test(t2, test_chip_counts);
     tcase_add_test(t2, test_json_keys);
     tcase_add_test(t2, test_bad_args);

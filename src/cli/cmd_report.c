@@ -223,30 +223,23 @@ static int compute_pair(rep *r, rep_pair *p)
 
 static int compute_mins(rep *r, rep_pair *p)
 {
+    sp_plan_opts mo = r->o;
+    mo.frontier = 0;
+    mo.rivals = 0;
+    mo.search_min_chips = 0;
+    mo.max_chips = r->max_chips;
+    int chips[REP_MAX_ITEMS];
+    sp_plan *plans[REP_MAX_ITEMS];
+    sp_status st = sp_plan_min_chips_targets(&p->m, &p->hw, &r->w, &mo, r->targets, r->n_targets, chips, plans);
+    if (st != SP_OK) return cli_report(st, NULL);
     for (int t = 0; t < r->n_targets; t++) {
         rep_min *q = &p->mins[t];
         q->target_s = r->targets[t];
-        sp_plan_opts mo = r->o;
-        mo.objective = SP_PLAN_MIN_COST;
-        mo.max_latency_s = r->targets[t];
-        mo.frontier = 0;
-        mo.rivals = 0;
-        mo.search_min_chips = 0;
-        mo.max_chips = r->max_chips;
-        sp_plan *mp = NULL;
-        int n = 0;
-        sp_status st = sp_plan_min_chips(&p->m, &p->hw, &r->w, &mo, &n, &mp);
-        if (st == SP_EINFEASIBLE) {
-            q->found = 0;
-            snprintf(q->msg, sizeof q->msg, "%s", sp_last_error());
-            continue;
-        }
-        if (st != SP_OK) return cli_report(st, NULL);
-        q->found = mp->has_chosen;
-        q->chips = n;
-        if (mp->has_chosen) q->pt = mp->chosen;
-        else snprintf(q->msg, sizeof q->msg, "%s", sp_plan_result_name(mp->result));
-        sp_plan_free(mp);
+        q->found = plans[t] != NULL;
+        q->chips = chips[t];
+        if (q->found) q->pt = plans[t]->chosen;
+        else snprintf(q->msg, sizeof q->msg, "no chip count up to %d meets the target", r->max_chips);
+        sp_plan_free(plans[t]);
     }
     return CLI_EXIT_OK;
 }
