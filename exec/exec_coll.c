@@ -94,7 +94,11 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
         int64_t rk = rows / K, chunk = rk * cols;
         const char *src = ch->buf[s->src];
         char *dst = ch->buf[s->dst];
-        if (co->a2a_to_batch) {
+        if (mask == SP_AXES_REPLICA) {
+            /* MoE dispatch / combine over the replicas: row block g to replica g, and back in member order */
+            SP_CHECK(ch->ops->sync(&ch->dev));
+            st = sp_comm_alltoall(ch->c, mask, src, dst, (size_t)chunk, co->dtype);
+        } else if (co->a2a_to_batch) {
             /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
             for (int g = 0; g < K; g++)
                 SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + grp.row_blk[g] * chunk * eb, chunk, eb));

@@ -129,17 +129,29 @@ sp_status spi_chip_setup(chip *ch)
     ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
     ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb);
     if (!ch->lw || !ch->lscale || !ch->lb) return spi_fail(SP_ENOMEM, "weight tables");
+    /* experts split over the replicas: replica r holds the r-th block of them (sp_layout.h) */
+    ch->expert0 = ch->l->experts > 1 ? (int64_t)ch->coords[SP_AXIS_REPLICA] * pf->wspec[SP_W_IN].count : 0;
     for (int64_t li = 0; li < cnt; li++)
         for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
             const sp_weight_spec *s = &pf->wspec[w];
             if (!s->present) continue;
             int64_t i = li * SP_W_COUNT + w;
             int q8 = s->dtype == SP_DT_INT8 || s->dtype == SP_DT_FP8;
-            SP_CHECK(take(ch, &dev, s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype), sp_weight_name(w),
+            /* a MoE layer's local experts one after the other, each shard on its own
+             * SP_MEM_ALIGN boundary (count × the aligned shard, as the lowering counts) */
+            int64_t shard = s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype);
+            SP_CHECK(take(ch, &dev, s->count > 1 ? s->count * sp_mem_align(shard) : shard, sp_weight_name(w),
                           &ch->lw[i]));
             SP_CHECK(take(ch, &dev, q8 ? s->cols * 4 : 0, "weight scales", (void **)&ch->lscale[i]));
             SP_CHECK(take(ch, &dev, s->bias ? s->cols_real * 4 : 0, "bias", (void **)&ch->lb[i]));
-            SP_CHECK(spi_build_shard(ch, s, first + li, ch->lw[i], ch->lscale[i]));
+            if (s->count > 1 && (q8 || s->bias))
+                return spi_fail(SP_ENOTSUP, "%s of %lld experts stored as %s%s: not implemented", sp_weight_name(w),
+                                (long long)s->count, sp_dtype_name(s->dtype), s->bias ? " with a bias" : "");
+            /* a MoE layer's FFN matrices: the chip's experts, its replica's block of them */
+            int experts = ch->m->n_experts > 0 && (w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT);
+            for (int64_t e = 0; e < s->count; e++)
+                SP_CHECK(spi_build_shard(ch, s, first + li, experts ? ch->expert0 + e : 0,
+                                         (char *)ch->lw[i] + e * sp_mem_align(shard), ch->lscale[i]));
             if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
         }
     /* model weights: final norm, vocabulary tables, learned positions */
@@ -150,7 +162,7 @@ sp_status spi_chip_setup(chip *ch)
             return spi_fail(SP_EINTERNAL, "%s stored as %s%s", sp_weight_name(w), sp_dtype_name(s->dtype),
                             s->bias ? " with a bias" : "");
         SP_CHECK(take(ch, &dev, s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype), sp_weight_name(w), &ch->wt[w]));
-        SP_CHECK(spi_build_shard(ch, s, 0, ch->wt[w], NULL));
+        SP_CHECK(spi_build_shard(ch, s, 0, 0, ch->wt[w], NULL));
     }
     /* the dequantisation tile of matmuls and logits over 16/8-bit weights */
     SP_CHECK(take(ch, &dev, ms.workspace, "workspace", &d->ws));

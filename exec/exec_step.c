@@ -175,6 +175,24 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                 return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs gathered shards of (%lld, %lld)",
                                 sp_weight_name(s->weight), (long long)s->k, (long long)s->n,
                                 (long long)ws->local_rows, (long long)ws->local_cols);
+        } else if (s->experts > 0) {
+            /* MoE: blocks of `capacity` slot rows, block b times local expert b mod experts (sp_lower.h) */
+            if (ws->local_rows != s->k || ws->local_cols != s->n || s->capacity < 1 || s->m % s->capacity ||
+                ws->count != s->experts)
+                return spi_fail(SP_EINVAL, "expert matmul %s: step (%lld, %lld, %lld experts) vs shard (%lld, %lld, %lld)",
+                                sp_weight_name(s->weight), (long long)s->k, (long long)s->n, (long long)s->experts,
+                                (long long)ws->local_rows, (long long)ws->local_cols, (long long)ws->count);
+            if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) SP_CHECK(spi_matmul_scales(ch, s, ws, &v.scale));
+            int64_t S = s->capacity, shard = sp_mem_align(ws->local_rows * ws->local_cols * sp_dtype_bytes(v.dt));
+            const char *w0 = ch->lw[ch->li * SP_W_COUNT + s->weight];
+            v.ld = ws->local_cols;
+            for (int64_t b = 0; b < s->m / S; b++) {
+                v.data = w0 + (b % s->experts) * shard;
+                SP_CHECK(ch->ops->matmul(&ch->dev, (float *)ch->buf[s->dst] + b * S * s->n,
+                                         (const float *)ch->buf[s->src] + b * S * s->k, &v, S, s->k, s->n,
+                                         s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE));
+            }
+            return SP_OK;
         } else {
             if (ws->local_rows != s->k || ws->local_cols != s->n)
                 return spi_fail(SP_EINVAL, "matmul %s: step (%lld, %lld) vs shard (%lld, %lld)",
@@ -225,8 +243,21 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         SP_CHECK(sp_comm_stats(ch->c, &b));
         return spi_check_bytes(ch, s, &a, &b, s->coll.kind);
     }
-    case SP_STEP_ROUTE: case SP_STEP_DISPATCH: case SP_STEP_COMBINE:
-        return spi_fail(SP_ENOTSUP, "%s: the executor does not run mixture-of-experts steps", sp_step_kind_name(s->kind));
+    /* MoE routing on host memory (sp_exec_build keeps MoE models on the CPU device) */
+    /* the routing buffer: n_experts int64 counts, then the (m, k) choices (sp_lower.h) */
+#define ROUTES(buf, n) ((sp_kern_route *)(void *)((int64_t *)(buf) + (n)))
+    case SP_STEP_ROUTE:
+        sp_kern_moe_route(ROUTES(ch->buf[s->dst], s->n), ch->buf[s->src], s->m, s->n, s->k,
+                          m->router == SP_ROUTER_TOPK_RENORM, ch->buf[s->dst]);
+        return SP_OK;
+    case SP_STEP_DISPATCH:
+        return sp_kern_moe_dispatch(ch->buf[s->dst], ch->buf[s->src], ROUTES(ch->buf[s->src2], s->experts), s->m, s->n,
+                                    s->k, s->experts, s->capacity);
+    case SP_STEP_COMBINE:
+        sp_kern_moe_combine(ch->buf[s->dst], ch->buf[s->src], ROUTES(ch->buf[s->src2], s->experts), s->m, s->n, s->k,
+                            s->capacity, s->accumulate);
+        return SP_OK;
+#undef ROUTES
     default: return spi_fail(SP_EINVAL, "step kind %d", (int)s->kind);
     }
 }

@@ -56,8 +56,10 @@ static sp_status from_host(chip *ch, void *dst, void *h, size_t bytes, sp_status
  * the arena: local_rows × local_cols of the storage dtype); padded rows/cols
  * are zeros.  INT8/FP8: scale_dst (cols fp32) gets the scales of every
  * global column (padded ones 0): the lowering keeps them whole on every chip. */
-sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void *dst, float *scale_dst)
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, int64_t expert, void *dst, float *scale_dst)
 {
+    /* expert e of a MoE layer: rows [e·rows_real, (e+1)·rows_real) of the stacked tensor (sp_weight) */
+    const int64_t roff = expert * s->rows_real;
     int rb = spi_aidx(ch, s->row_axes), cb = spi_aidx(ch, s->col_axes);
     int64_t r0 = rb * s->local_rows, c0 = cb * s->local_cols;
     int64_t r1 = r0 + s->local_rows, c1 = c0 + s->local_cols;
@@ -87,7 +89,7 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void
     if (!st && r1 > r0 && c1 > c0 && sp_weight_is_matrix(w)) {
         char *blk = malloc((size_t)((r1 - r0) * (c1 - c0) * eb));
         if (!blk) st = spi_fail(SP_ENOMEM, "weight block");
-        else st = sp_weights_block(ch->ex->w, w, layer, r0, r1, c0, c1, dt, blk, lsc);
+        else st = sp_weights_block(ch->ex->w, w, layer, roff + r0, roff + r1, c0, c1, dt, blk, lsc);
         if (!st) spi_copy_block_host(shard, s->local_cols, blk, c1 - c0, r1 - r0, c1 - c0, eb);
         free(blk);
     } else if (!st && r1 > r0 && c1 > c0) {

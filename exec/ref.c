@@ -6,6 +6,7 @@
 #include <string.h>
 #include "spi_common.h"
 #include "exec/sp_ref.h"
+#include "kernels/cpu/sp_kern.h"   /* the MoE routing rule, shared with the executor */
 
 struct sp_ref {
     sp_model m;
@@ -21,6 +22,10 @@ struct sp_ref {
     float *fo;        // (T, E) FFN block output
     float *fa, *fb;   // (T, F)
     float *sc;        // (max_ctx) scores
+    float *rl;        // MoE: (T, n_experts) router logits
+    sp_kern_route *route;   // MoE: (T, top_k) choices
+    int64_t *counts;  // MoE: (n_experts) tokens per expert
+    float *eo;        // MoE: (E) one expert's output row
     double *inv_freq; // (rotary dims / 2) RoPE inverse frequencies
     double rope_scale;
 };
@@ -114,8 +119,16 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
     r->fa = malloc((size_t)(T * F) * sizeof(float));
     r->fb = malloc((size_t)(T * F) * sizeof(float));
     r->sc = malloc((size_t)max_ctx * sizeof(float));
+    int moe_bad = 0;
+    if (m->n_experts > 0) {
+        r->rl = malloc((size_t)(T * m->n_experts) * sizeof *r->rl);
+        r->route = malloc((size_t)(T * m->top_k) * sizeof *r->route);
+        r->counts = malloc((size_t)m->n_experts * sizeof *r->counts);
+        r->eo = malloc((size_t)E * sizeof *r->eo);
+        moe_bad = !r->rl || !r->route || !r->counts || !r->eo;
+    }
     if (!r->kc || !r->vc || !r->x || !r->h || !r->q || !r->k || !r->v || !r->att || !r->ao || !r->fo || !r->fa ||
-        !r->fb || !r->sc) {
+        !r->fb || !r->sc || moe_bad) {
         sp_ref_free(r);
         return spi_fail(SP_ENOMEM, "sp_ref_build: out of memory for B=%lld max_ctx=%lld", (long long)B,
                         (long long)max_ctx);
@@ -127,8 +140,10 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
 void sp_ref_free(sp_ref *r)
 {
     if (!r) return;
-    float *bufs[] = {r->kc, r->vc, r->x, r->h, r->q, r->k, r->v, r->att, r->ao, r->fo, r->fa, r->fb, r->sc};
+    float *bufs[] = {r->kc, r->vc, r->x, r->h, r->q, r->k, r->v, r->att, r->ao, r->fo, r->fa, r->fb, r->sc, r->rl, r->eo};
     for (size_t i = 0; i < SPI_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(r->route);
+    free(r->counts);
     free(r->inv_freq);
     free(r);
 }
@@ -190,15 +205,15 @@ static void attention(sp_ref *r, int64_t l, int64_t L)
     mm(r->ao, r->att, W->wo, W->bo, T, QD, E);
 }
 
-/* FFN block for layer l on r->h (T, E) -> r->fo (T, E) */
-static void ffn(sp_ref *r, int64_t l, int64_t T)
+/* one FFN (dense, or one expert's matrices) on in (T, E) -> out (T, E) */
+static void ffn_rows(sp_ref *r, const float *in, float *out, int64_t T, const float *w_in, const float *b_in,
+                     const float *w_up, const float *b_up, const float *w_out, const float *b_out)
 {
     const sp_model *m = &r->m;
-    const sp_weights_layer *W = &r->w->layers[l];
     int64_t E = m->d_model, F = m->d_ff;
-    mm(r->fa, r->h, W->w_in, W->b_in, T, E, F);
+    mm(r->fa, in, w_in, b_in, T, E, F);
     int gated = m->ffn == SP_FFN_SWIGLU;
-    if (gated) mm(r->fb, r->h, W->w_up, W->b_up, T, E, F);
+    if (gated) mm(r->fb, in, w_up, b_up, T, E, F);
     sp_act_kind act = sp_model_act(m);
     for (int64_t i = 0; i < T * F; i++) {
         double u = r->fa[i], y;
@@ -210,7 +225,31 @@ static void ffn(sp_ref *r, int64_t l, int64_t T)
         }
         r->fa[i] = (float)(gated ? y * r->fb[i] : y);
     }
-    mm(r->fo, r->fa, W->w_out, W->b_out, T, F, E);
+    mm(out, r->fa, w_out, b_out, T, F, E);
+}
+
+/* FFN block for layer l on r->h (T, E) -> r->fo (T, E).  MoE: each token
+ * through its top_k experts (expert e's matrices are rows e·E.. of w_in and
+ * w_up, e·F.. of w_out), weighted by the router */
+static void ffn(sp_ref *r, int64_t l, int64_t T)
+{
+    const sp_model *m = &r->m;
+    const sp_weights_layer *W = &r->w->layers[l];
+    int64_t E = m->d_model, F = m->d_ff, NE = m->n_experts, K = m->top_k;
+    if (NE <= 0) {
+        ffn_rows(r, r->h, r->fo, T, W->w_in, W->b_in, W->w_up, W->b_up, W->w_out, W->b_out);
+        return;
+    }
+    mm(r->rl, r->h, W->router, NULL, T, E, NE);
+    sp_kern_moe_route(r->route, r->rl, T, NE, K, m->router == SP_ROUTER_TOPK_RENORM, r->counts);
+    memset(r->fo, 0, (size_t)(T * E) * sizeof *r->fo);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++) {
+            int64_t e = r->route[t * K + j].expert;
+            ffn_rows(r, r->h + t * E, r->eo, 1, W->w_in + e * E * F, NULL, W->w_up ? W->w_up + e * E * F : NULL, NULL,
+                     W->w_out + e * F * E, NULL);
+            for (int64_t c = 0; c < E; c++) r->fo[t * E + c] += r->route[t * K + j].weight * r->eo[c];
+        }
 }
 
 sp_status sp_ref_forward(sp_ref *r, const int32_t *tokens, int64_t L, float *logits, int which)

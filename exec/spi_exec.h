@@ -63,6 +63,7 @@ typedef struct chip {
     const sp_layout *l;
     int rank, stage, replica;
     int coords[SP_AXIS_COUNT];
+    int64_t expert0;                 /* MoE: the global index of the chip's first expert */
     sp_comm *c;
     spi_xdev dev;                    /* where buffers, weights and the KV cache live */
     const spi_xops *ops;             /* dev.ops, NULL until the device is open */
@@ -138,7 +139,8 @@ extern int64_t spi_exec_arena_delta;
 const float *spi_global_bias(const chip *ch, int64_t layer, sp_weight w, int64_t *len);
 const float *spi_bias_of(const chip *ch, sp_weight w, int64_t *len);
 void spi_norm_of(const chip *ch, sp_weight w, const float **g, const float **b);
-sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, void *dst, float *scale_dst);
+sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, int64_t expert, void *dst,
+                          float *scale_dst);
 sp_status spi_build_bias(chip *ch, const sp_weight_spec *s, int64_t layer, float *dst);
 sp_status spi_matmul_scales(chip *ch, const sp_step *s, const sp_weight_spec *ws, const float **out);
 

@@ -756,6 +756,7 @@ static sp_step *ffn_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_weig
     if (experts > 0) {
         /* the weights of the experts some token chose (sp_lower.h) */
         s->experts = experts;
+        s->capacity = c->slots;
         s->weight_bytes = (int64_t)ceil(c->experts_active * (double)s->weight_bytes);
     }
     return s;
@@ -845,10 +846,11 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     s->n = NE;
     s->k = K;
     s->act_bytes = spi_ck_add(ck, "routing bytes", spi_ck_mul3(ck, "routing bytes", T, NE, c->act_b),
-                              spi_ck_mul3(ck, "routing bytes", T, K, 8));
+                              spi_ck_mul3(ck, "routing bytes", T, K, SP_ROUTE_BYTES));
     s = emit(ss, SP_STEP_DISPATCH);
     s->dst = SP_BUF_DISP;
     s->src = SP_BUF_XG;
+    s->src2 = SP_BUF_GATE;
     s->m = T;
     s->n = Ein;
     s->k = K;
@@ -1091,7 +1093,11 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
             break;
         case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
-        case SP_STEP_ROUTE: need(ck, p, s->dst, EL(s->m, s->k), 8); need(ck, p, s->src, EL(s->m, s->n), ab); break;
+        case SP_STEP_ROUTE:
+            /* the per-expert token counts, then the (m, k) routing choices */
+            need(ck, p, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 8)), 1);
+            need(ck, p, s->src, EL(s->m, s->n), ab);
+            break;
         case SP_STEP_DISPATCH:
             need(ck, p, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
             need(ck, p, s->src, EL(s->m, s->n), ab);
@@ -1099,7 +1105,6 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
         case SP_STEP_COMBINE:
             need(ck, p, s->dst, EL(s->m, s->n), ab);
             need(ck, p, s->src, EL(EL(s->experts, s->capacity), s->n), ab);
-            need(ck, p, s->src2, EL(s->m, s->k), 8);
             break;
         case SP_STEP_COLL: {
             int eb = co->is_weight ? sp_dtype_bytes(co->dtype) : (co->dtype == SP_DT_F32 ? 4 : ab);

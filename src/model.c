@@ -116,8 +116,9 @@ void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *col
     case SP_W_Q: r = E; c = QD; break;
     case SP_W_K: case SP_W_V: r = E; c = KD; break;
     case SP_W_O: r = QD; c = E; break;
-    case SP_W_IN: case SP_W_UP: r = E; c = F; break;
-    case SP_W_OUT: r = F; c = E; break;
+    /* a MoE layer's experts stacked along the rows: expert e's matrix is rows [e·E, (e+1)·E) */
+    case SP_W_IN: case SP_W_UP: r = E * (m->n_experts > 0 ? m->n_experts : 1); c = F; break;
+    case SP_W_OUT: r = F * (m->n_experts > 0 ? m->n_experts : 1); c = E; break;
     case SP_W_ROUTER: r = E; c = m->n_experts; break;
     case SP_W_BQ: c = QD; break;
     case SP_W_BK: case SP_W_BV: c = KD; break;
@@ -616,16 +617,6 @@ sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err)
     char text[400];
     const char *path = spi_model_refusal(m, context, text, sizeof text);
     if (path) return spi_error_set(err, SP_EINVAL, m->name, 0, 0, path, "%s", text);
-    return SP_OK;
-}
-
-sp_status sp_model_check_exec(const sp_model *m, int64_t context, sp_error *err)
-{
-    SP_CHECK(sp_model_check_run(m, context, err));
-    if (m->n_experts > 0)
-        return spi_error_set(err, SP_EINVAL, m->name, 0, 0, "/n_experts",
-                             "%lld: the executor does not run mixture-of-experts layers (not implemented; "
-                             "estimate, plan and simulate price them)", (long long)m->n_experts);
     return SP_OK;
 }
 

@@ -42,9 +42,11 @@
  *                  to the N replicas (block g to replica g), which keep
  *                  (NE/N experts × N sources × S slots) rows  [N > 1 only]
  *   expert FFN     the dense FFN's steps over those rows, each MATMUL
- *                  grouped: `experts` row blocks, block e times local
- *                  expert e's matrix (sharded over the tensor mesh like the
- *                  dense FFN: expert-tensor parallelism)
+ *                  grouped: blocks of S rows, block b times local expert
+ *                  (b mod NE/N)'s matrix (after the all-to-all the blocks
+ *                  are source-major: (source, expert, slot)), each expert
+ *                  sharded over the tensor mesh like the dense FFN
+ *                  (expert-tensor parallelism)
  *   all-to-all "r" back into DISP  [N > 1 only]
  *   COMBINE        Y (T, E/|Rx|) = Σ over a token's k slots of gate · row,
  *                  partial over C like the dense FFN's output
@@ -127,7 +129,7 @@ typedef enum sp_buf {
     SP_BUF_EMB = 26,    /* (all rows of the micro-batch, E) embedding partial sums */
     SP_BUF_XF = 27,     /* (sequences, E) final rows gathered whole for the LM head */
     SP_BUF_RLOG = 28,   /* MoE router logits (rows, n_experts) */
-    SP_BUF_GATE = 29,   /* MoE routing (rows, top_k): expert index int32 + weight fp32 each */
+    SP_BUF_GATE = 29,   /* MoE routing: n_experts int64 counts, then (rows, top_k) choices of SP_ROUTE_BYTES */
     SP_BUF_DISP = 30,   /* MoE token rows in expert slots (n_experts · slots, E cols of this chip) */
     SP_BUF_EXP = 31,    /* MoE slots of this chip's experts after the dispatch all-to-all */
     /* Gathered weights (weight-gathered layouts), reused across layers: the
@@ -165,6 +167,9 @@ int sp_scr_host(sp_scr s);   /* 1: host memory on a device with its own memory *
 /* Bytes of one sampling candidate (probability fp32, token id int32): the
  * CPU sampling kernel's scratch element. */
 #define SP_SAMPLE_CAND_BYTES 8
+/* Bytes of one MoE routing choice (expert int32, slot int32, weight fp32):
+ * the CPU kernel's sp_kern_route. */
+#define SP_ROUTE_BYTES 12
 
 /* Weights are named by sp_weight (sp_model.h). */
 
@@ -222,8 +227,9 @@ typedef struct sp_step {
     int64_t batch, q_len, heads, kv_heads_src, kv_heads, d_head, context, pos0;
     int kv_repl;             /* K/V source holds every KV head; cache keeps those this chip's q heads use */
     int from_cache;          /* ATTN: keys/values from the KV cache (decode) or from src2/src3 (prefill) */
-    /* MoE.  MATMUL: the rows are `experts` equal blocks, each times its own
-     * expert's matrix (0: one matrix).  ROUTE: k = top_k of n experts.
+    /* MoE.  MATMUL: the rows are blocks of `capacity` rows, block b times
+     * local expert (b mod `experts`)'s matrix (experts 0: one matrix).
+     * ROUTE: k = top_k of n experts.
      * DISPATCH / COMBINE: `experts` × `capacity` slot rows, k slots per token. */
     int64_t experts, capacity;
     int64_t flops;           /* MATMUL/ATTN/LOGITS: FLOPs on this chip */

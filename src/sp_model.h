@@ -181,11 +181,11 @@ typedef enum sp_weight {
     SP_W_BO = 15,       /* (NL, E) */
     SP_W_NORM2 = 16,    /* (NL, E) FFN-input norm gain, serial block only */
     SP_W_NORM2_B = 17,  /* (NL, E), serial block with LayerNorm */
-    SP_W_IN = 18,       /* (NL, E, F): GELU up / SwiGLU gate */
+    SP_W_IN = 18,       /* (NL, E, F): GELU up / SwiGLU gate; MoE: (NL, n_experts·E, F), expert-major */
     SP_W_B_IN = 19,     /* (NL, F) */
-    SP_W_UP = 20,       /* (NL, E, F), SwiGLU only */
+    SP_W_UP = 20,       /* (NL, E, F), SwiGLU only; MoE as SP_W_IN */
     SP_W_B_UP = 21,     /* (NL, F) */
-    SP_W_OUT = 22,      /* (NL, F, E) */
+    SP_W_OUT = 22,      /* (NL, F, E); MoE: (NL, n_experts·F, E), expert-major */
     SP_W_B_OUT = 23,    /* (NL, E) */
     SP_W_ROUTER = 24,   /* (NL, E, n_experts): MoE router, MoE models only */
     SP_W_COUNT
@@ -219,10 +219,6 @@ sp_status sp_model_rope_freqs(const sp_model *m, int64_t context, double *inv_fr
  * here (doc/formats.md, "What is computed").  estimate, plan and run call it
  * before anything else; the lowering refuses the same models. */
 sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err);
-/* sp_model_check_run, and what the executor (sp_exec_*) does not run yet
- * although the lowering and the cost model price it (mixture-of-experts
- * layers): `run` calls this one. */
-sp_status sp_model_check_exec(const sp_model *m, int64_t context, sp_error *err);
 
 /* MoE routing statistics (sp_model.router_skew), for a batch of `tokens`
  * tokens routed independently over the model's n_experts:

@@ -79,6 +79,24 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "stages=2,microbatches=2,mesh=1x2x1," INT8 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
     {"tiny-llama", "mesh=2x2x2," FP8 "prefill=wg-xy/heads,decode=ws2d/batch", 8, 5, 16},
     {"tiny-palm", "mesh=2x1x2," FP8 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 4, 5, 16},
+    /* mixture of experts (tiny-moe: 8 experts, top-2): experts on one chip, expert-tensor parallelism
+     * (each expert sharded over the tensor mesh), expert parallelism (experts split over the replicas,
+     * all-to-all dispatch and combine), both, and replicas without it; capacity 4 = every token fits */
+#define MOE "capacity=4,"
+    {"tiny-moe", "mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 2, 5, 16},
+    {"tiny-moe", "mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 2, 5, 16},
+    {"tiny-moe", "mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe", "mesh=2x2x2," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe", "replicas=2,experts=2,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe", "replicas=4,experts=4,mesh=1x1x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe", "replicas=8,experts=8,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe", "replicas=2,experts=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe", "replicas=2,experts=2,mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-moe", "replicas=4,experts=4,mesh=2x1x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/heads", 8, 5, 16},
+    {"tiny-moe", "replicas=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe", "stages=2,microbatches=2,replicas=2,experts=2,mesh=1x1x1," MOE F32
+                 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe", "replicas=2,experts=2,mesh=2x1x1," MOE BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -158,6 +176,8 @@ START_TEST(test_layout_matches_reference)
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)pred);
     if (sp_layout_chips(&l) / l.stages / l.replicas > 1) ck_assert_msg(st.comm_steps > 0, "no collective ran");
     if (l.stages > 1) ck_assert_msg(st.token_bytes > 0, "pipeline token hand-off not counted");
+    /* expert parallelism moves tokens to their experts' replicas (and the bytes matched above) */
+    if (l.experts > 1) ck_assert_msg(st.measured_bytes[SP_COLL_ALLTOALL] > 0, "no dispatch all-to-all ran");
     sp_exec_free(ex);
     sp_weights_free(&w);
     free(prompt);
@@ -177,6 +197,47 @@ static void tiny_job(const char *layout, uint64_t seed, sp_model *m, sp_layout *
     ck_assert_msg(sp_layout_parse(layout, l, &err) == SP_OK, "%s: %s", layout, err.text);
     ck_assert_int_eq(sp_weights_build_random(m, seed, w), SP_OK);
 }
+
+/* MoE: an expert chosen by more tokens than its capacity slots is refused by
+ * name (tokens are never dropped silently); the same job with room runs. */
+START_TEST(test_moe_capacity_refused)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-moe", &m, &err), SP_OK);
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 7, &w), SP_OK);
+    int64_t B = 4, P = 8, G = 2;
+    int32_t prompt[32], tok[8];
+    float logits[4 * 256];
+    rand_tokens(prompt, B * P, m.vocab, 5);
+    /* capacity 1: S = ceil(32 · 2 / 8) = 8 slots per expert for 64 choices: some expert overflows
+     * unless the router is perfectly balanced */
+    const char *lay[2] = {"mesh=1x1x1,weights=f32,kv=f32", "mesh=1x1x1,weights=f32,kv=f32,capacity=4"};
+    for (int i = 0; i < 2; i++) {
+        sp_layout l;
+        ck_assert_int_eq(sp_layout_parse(lay[i], &l, &err), SP_OK);
+        sp_exec *ex;
+        ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+        sp_exec_stats st;
+        sp_status s = sp_exec_run(ex, prompt, NULL, tok, logits, &st);
+        if (i == 0) {
+            ck_assert_int_eq(s, SP_EINFEASIBLE);
+            ck_assert_msg(strstr(sp_last_error(), "capacity") != NULL, "%s", sp_last_error());
+        } else {
+            ck_assert_msg(s == SP_OK, "%s", sp_last_error());
+        }
+        sp_exec_free(ex);
+    }
+    /* the executor keeps MoE on the CPU and unquantised */
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse("mesh=1x1x1,weights=int8,kv=f32", &l, &err), SP_OK);
+    sp_exec *ex = NULL;
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "int8 expert weights are not implemented"));
+    sp_weights_free(&w);
+}
+END_TEST
 
 /* A layout that does not fit the model is rejected with a reason. */
 START_TEST(test_bad_layout_rejected)
@@ -342,6 +403,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_layout_matches_reference, 0, N_CASES);
     tcase_add_test(tc, test_bad_layout_rejected);
+    tcase_add_test(tc, test_moe_capacity_refused);
     tcase_add_test(tc, test_arena_size_checked);
     tcase_add_loop_test(tc, test_trace_every_step_once, 0, (int)(sizeof trace_cases / sizeof trace_cases[0]));
     suite_add_tcase(s, tc);

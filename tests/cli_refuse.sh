@@ -13,14 +13,12 @@ OWN='"name": "t", "n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_he
 # name | JSON document | expected text (field and value) | verbs (default: estimate plan run)
 cases() {
 cat <<CASES
-own-moe|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2}|/n_experts: 4: the executor does not run mixture-of-experts|run
 own-moe-every|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2, "moe_every": 2}|/moe_every: 2: MoE layers between dense layers are not implemented
 own-moe-shared|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2, "n_shared_experts": 1}|/n_shared_experts: 1: shared experts are not implemented
 own-alibi|{$OWN, "positions": "alibi"}|/positions: alibi:
 own-interleaved|{$OWN, "positions": "rope", "rope_style": "interleaved"}|/rope_style: interleaved:
 own-window|{$OWN, "positions": "rope", "sliding_window": 8}|/sliding_window: 8: the job's context (12 tokens)
 own-dynamic|{$OWN, "positions": "rope", "rope_scaling": {"rope_type": "dynamic", "factor": 2, "original_max_position_embeddings": 10}}|/rope_scaling/rope_type: dynamic: the job's context (12 tokens)
-hf-mixtral|{"model_type": "mixtral", $LLB, "num_local_experts": 8, "num_experts_per_tok": 2}|/n_experts: 8:|run
 hf-act|{$LL, "hidden_act": "quick_gelu"}|/hidden_act: "quick_gelu": activation not implemented
 hf-rope-type|{$LL, "rope_scaling": {"rope_type": "longrope", "factor": 2}}|/rope_scaling/rope_type: "longrope": RoPE scaling not implemented
 hf-rope-key|{$LL, "rope_scaling": {"rope_type": "yarn", "factor": 2, "mscale": 0.7}}|/rope_scaling/mscale: not implemented

@@ -31,3 +31,5 @@ endif
 tests_check_moe_SOURCES = tests/check_moe.c
 tests_check_moe_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_moe_LDADD = $(SP_TEST_LIBS)
+TESTS += tests/cli_moe.sh
+EXTRA_DIST += tests/cli_moe.sh

@@ -55,6 +55,9 @@ done <<'EOF2'
 8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
 8 tiny-llama mesh=2x2x2,weights=fp8,kv=bf16,prefill=wg-xyz/heads,decode=ws2d/batch
+2 tiny-moe replicas=2,experts=2,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+4 tiny-moe replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
+8 tiny-moe replicas=4,experts=4,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 EOF2
 # --trace: each rank writes its chip's timeline to FILE.<chip>, valid JSON, its chip's steps only
 mpi 2 --model tiny-llama --batch 2 --prompt 4 --gen 3 --trace $tmp/tr.json \

@@ -5,6 +5,7 @@
 #include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
 #include "kernels/cpu/sp_kern.h"
+#include "sp_lower.h"   /* SP_ROUTE_BYTES */
 #include "kernels/spi_conv.h"
 
 void sp_kern_norm_stats(const float *x, int64_t T, int64_t Cl, float *stats)
@@ -235,4 +236,65 @@ void sp_kern_swiglu(float *out, const float *gate, const float *up, int64_t n) {
 void sp_kern_add(float *out, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) out[i] += x[i];
+}
+
+/* ---- mixture of experts ---- */
+_Static_assert(sizeof(sp_kern_route) == SP_ROUTE_BYTES, "the lowering sizes the routing buffer by SP_ROUTE_BYTES");
+void sp_kern_moe_route(sp_kern_route *route, const float *logits, int64_t T, int64_t n, int64_t k, int renorm,
+                       int64_t *counts)
+{
+    for (int64_t e = 0; e < n; e++) counts[e] = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const float *lg = logits + t * n;
+        sp_kern_route *r = route + t * k;
+        double mx = -INFINITY, z = 0, kept = 0;
+        for (int64_t e = 0; e < n; e++) mx = lg[e] > mx ? lg[e] : mx;
+        for (int64_t e = 0; e < n; e++) z += exp((double)lg[e] - mx);
+        for (int64_t j = 0; j < k; j++) {
+            /* the largest logit not chosen yet, ties to the lower expert */
+            int64_t best = -1;
+            for (int64_t e = 0; e < n; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j; i++) taken |= r[i].expert == e;
+                if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+            }
+            double p = exp((double)lg[best] - mx) / z;
+            r[j].expert = (int32_t)best;
+            r[j].slot = (int32_t)counts[best]++;
+            r[j].weight = (float)p;
+            kept += p;
+        }
+        if (renorm)
+            for (int64_t j = 0; j < k; j++) r[j].weight = (float)((double)r[j].weight / kept);
+    }
+}
+
+sp_status sp_kern_moe_dispatch(float *slots, const float *x, const sp_kern_route *route, int64_t T, int64_t C,
+                               int64_t k, int64_t n, int64_t S)
+{
+    memset(slots, 0, (size_t)(n * S * C) * sizeof *slots);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            const sp_kern_route *r = &route[t * k + j];
+            if (r->slot >= S)   /* the layout cannot serve this batch's routing: the request is not met */
+                return spi_fail(SP_EINFEASIBLE, "expert %d receives more than %lld of this chip's %lld tokens: over its "
+                                "capacity (raise the layout's capacity factor; dropping tokens is not implemented)",
+                                r->expert, (long long)S, (long long)T);
+            memcpy(slots + ((int64_t)r->expert * S + r->slot) * C, x + t * C, (size_t)C * sizeof *x);
+        }
+    return SP_OK;
+}
+
+void sp_kern_moe_combine(float *y, const float *slots, const sp_kern_route *route, int64_t T, int64_t C, int64_t k,
+                         int64_t S, int accumulate)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *yt = y + t * C;
+        if (!accumulate) memset(yt, 0, (size_t)C * sizeof *yt);
+        for (int64_t j = 0; j < k; j++) {
+            const sp_kern_route *r = &route[t * k + j];
+            const float *s = slots + ((int64_t)r->expert * S + r->slot) * C;
+            for (int64_t c = 0; c < C; c++) yt[c] += r->weight * s[c];
+        }
+    }
 }

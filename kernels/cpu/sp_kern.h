@@ -157,6 +157,29 @@ void sp_kern_swiglu(float *out, const float *gate, const float *up, int64_t n); 
 void sp_kern_act(float *out, const float *x, const float *up, int64_t n, sp_act_kind kind);
 void sp_kern_add(float *out, const float *x, int64_t n);              /* out += x (residual) */
 
+/* ---- mixture of experts ---------------------------------------------------------- */
+/* One routing choice of a token: its expert, the slot it takes among that
+ * expert's tokens (in token order, then choice order), and its weight. */
+typedef struct sp_kern_route {
+    int32_t expert, slot;
+    float weight;
+} sp_kern_route;
+/* route (T, k) from router logits (T, n): softmax over the n experts (fp64),
+ * the k largest (ties: the lower expert), weights renormalised to sum 1 when
+ * renorm (Mixtral) or kept as probabilities.  counts (n) is scratch: on
+ * return the tokens each expert received. */
+void sp_kern_moe_route(sp_kern_route *route, const float *logits, int64_t T, int64_t n, int64_t k, int renorm,
+                       int64_t *counts);
+/* slots (n·S, C) = each token's row x (T, C) in the slots of its k experts
+ * (expert e's slots are rows e·S .. e·S+S-1; unused slots zero).
+ * SP_EINFEASIBLE naming the expert when one receives more than S tokens
+ * (no token is dropped). */
+sp_status sp_kern_moe_dispatch(float *slots, const float *x, const sp_kern_route *route, int64_t T, int64_t C,
+                               int64_t k, int64_t n, int64_t S);
+/* y (T, C) (+)= Σ over a token's k choices of weight · its slot row. */
+void sp_kern_moe_combine(float *y, const float *slots, const sp_kern_route *route, int64_t T, int64_t C, int64_t k,
+                         int64_t S, int accumulate);
+
 /* ---- sampling (full-vocab logits) ----------------------------------------------- */
 /* splitmix64: state advances by a constant, output mixes it.  Deterministic. */
 uint64_t sp_kern_rng_next(uint64_t *state);

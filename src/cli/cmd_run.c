@@ -425,7 +425,7 @@ static int run_job(const run_args *a)
     }
     sp_status st = sp_model_find(model, &m, &err);
     if (st) return fail(st, &err);
-    if ((st = sp_model_check_exec(&m, a->P + a->G, &err))) return fail(st, &err);
+    if ((st = sp_model_check_run(&m, a->P + a->G, &err))) return fail(st, &err);
     sp_layout l;
     int planned = 0, rc = get_layout(a, &m, &l, &planned);
     if (rc) return rc;

@@ -460,7 +460,7 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
             snprintf(wmodel, sizeof wmodel, "%s", vc->model);
         }
         sp_error_init(&err);
-        if ((st = sp_model_check_exec(&m, vc->prompt + vc->gen, &err))) {
+        if ((st = sp_model_check_run(&m, vc->prompt + vc->gen, &err))) {
             rc = fail(st, &err);
             break;
         }
