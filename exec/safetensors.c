@@ -480,7 +480,14 @@ static int hf_where_neox(const sp_model *m, sp_weight t, int64_t l, hf_loc *o)
 #undef LOCN
 }
 
-static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, hf_loc *o)
+/* A MoE layer's expert matrices (sp_weight: the experts stacked along our rows). */
+static int hf_expert_kind(const sp_model *m, sp_weight t)
+{
+    return m->n_experts > 0 && (t == SP_W_IN || t == SP_W_UP || t == SP_W_OUT);
+}
+
+/* e: the expert of an expert kind (hf_expert_kind), else ignored */
+static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, int64_t e, hf_loc *o)
 {
     int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
     int ln = m->norm == SP_NORM_LAYERNORM;
@@ -491,6 +498,18 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t
 #define LOC(sr_, sc_, c0_, c1_, tr_, fmt, ...) \
     (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = (c0_), \
      o->c1 = (c1_), o->transpose = (tr_), 1)
+    if (!h->gpt2 && m->n_experts > 0) {
+        /* Mixtral (MixtralSparseMoeBlock): router `gate` (n_experts, E); expert e's w1 gate (F, E),
+         * w3 up (F, E), w2 down (E, F); every one a Linear weight (out, in) */
+        long long ee = (long long)e;
+        switch (t) {
+        case SP_W_ROUTER: return LOC(m->n_experts, E, 0, E, 1, "model.layers.%lld.block_sparse_moe.gate.weight", ll);
+        case SP_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", ll, ee);
+        case SP_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", ll, ee);
+        case SP_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", ll, ee);
+        default: break;
+        }
+    }
     if (!h->gpt2) {
         switch (t) {
         case SP_W_EMBED: return LOC(V, E, 0, E, 0, "%s", "model.embed_tokens.weight");
@@ -585,7 +604,22 @@ sp_status spi_hf_read_block(const spi_hf_src *h, const sp_model *m, sp_weight t,
 {
     hf_loc o;
     *absent = 0;
-    if (!hf_where(h, m, t, l, &o))
+    if (hf_expert_kind(m, t)) {
+        /* rows [r0, r1) may span experts: each expert's part from its own tensor */
+        int64_t per = t == SP_W_OUT ? m->d_ff : m->d_model;
+        for (int64_t a = r0; a < r1;) {
+            int64_t e = a / per, b = (e + 1) * per < r1 ? (e + 1) * per : r1;
+            if (!hf_where(h, m, t, l, e, &o)) return spi_fail(SP_EINVAL, "no %s of expert %lld", sp_weight_name(t), (long long)e);
+            const sp_st_tensor *ts;
+            SP_CHECK(hf_tensor(h, &o, &ts, err));
+            if (!ts) return spi_fail(SP_EINVAL, "%s absent", o.name);
+            SP_CHECK(sp_safetensors_read_rows_cols(h->st, ts, c0, c1, a - e * per, b - e * per, 1,
+                                                   out + (a - r0) * (c1 - c0), err));
+            a = b;
+        }
+        return SP_OK;
+    }
+    if (!hf_where(h, m, t, l, 0, &o))
         return spi_fail(SP_EINVAL, "%s naming has no %s", h->neox ? "GPT-NeoX" : h->gpt2 ? "GPT-2" : "Llama", sp_weight_name(t));
     const sp_st_tensor *ts;
     SP_CHECK(hf_tensor(h, &o, &ts, err));
@@ -653,9 +687,10 @@ static sp_status hf_check_explained(const spi_hf_src *h, const sp_model *m, sp_e
     sp_status s = SP_OK;
     for (int t = 0; t < SP_W_COUNT && s == SP_OK; t++) {
         int global = !sp_weight_per_layer((sp_weight)t);
-        for (int64_t l = 0; l < (global ? 1 : m->n_layers) && s == SP_OK; l++) {
+        for (int64_t l = 0; l < (global ? 1 : m->n_layers) && s == SP_OK; l++)
+        for (int64_t e = 0; e < (hf_expert_kind(m, (sp_weight)t) ? m->n_experts : 1) && s == SP_OK; e++) {
             hf_loc o;
-            if (!hf_where(h, m, (sp_weight)t, l, &o)) continue;
+            if (!hf_where(h, m, (sp_weight)t, l, e, &o)) continue;
             if (n == cap) {
                 char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 256) * sizeof *nn);
                 if (!nn) { s = spi_fail(SP_ENOMEM, "out of memory"); break; }
@@ -747,10 +782,17 @@ sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_
         sp_weight_shape(m, (sp_weight)t, &R, &C);
         for (int64_t l = 0; l < (global ? 1 : m->n_layers); l++) {
             hf_loc o;
-            if (!hf_where(h, m, (sp_weight)t, l, &o)) continue;
-            const sp_st_tensor *ts;
-            SP_CHECK(hf_tensor(h, &o, &ts, err));   /* shape and presence, even when read later */
-            if (!w->t[t] || !ts) continue;
+            int present = 1;
+            for (int64_t e = 0; e < (hf_expert_kind(m, (sp_weight)t) ? m->n_experts : 1); e++) {
+                if (!hf_where(h, m, (sp_weight)t, l, e, &o)) {
+                    present = 0;
+                    continue;
+                }
+                const sp_st_tensor *ts;
+                SP_CHECK(hf_tensor(h, &o, &ts, err));   /* shape and presence, even when read later */
+                present &= ts != NULL;
+            }
+            if (!w->t[t] || !present) continue;
             int absent;
             SP_CHECK(spi_hf_read_block(h, m, (sp_weight)t, l, 0, R, 0, C, w->t[t] + (global ? 0 : l * R * C), &absent, err));
         }
