@@ -7,6 +7,7 @@
 # expert over its capacity (exit 1) and quantised experts (exit 2).
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
+. "${top_srcdir:-.}/tests/json.sh"
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -19,12 +20,12 @@ expect() { # name, wanted exit, command...
 }
 EST="estimate --model mixtral-8x7b --hw h100 --batch 2 --prompt 128 --gen 32 --json"
 if expect "mixtral on 1 h100" 0 $SHARDPLAN $EST --chips 1 --layout mesh=1x1x1,weights=bf16; then
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); w=d["memory_per_chip"]["weights"]/2**30
-assert not d["feasible"] and 86.5 < w < 87.5, (d["feasible"], w)' "$tmp/out" || { echo "FAIL: 1 chip: fits or weights off"; fail=$((fail + 1)); }
+    json_check '$1 == "false" && $2 / 2^30 > 86.5 && $2 / 2^30 < 87.5' "$tmp/out" "" /feasible /memory_per_chip/weights ||
+        { echo "FAIL: 1 chip: fits or weights off"; fail=$((fail + 1)); }
 fi
 if expect "mixtral on 2 h100, experts=2" 0 $SHARDPLAN $EST --chips 2 --layout replicas=2,experts=2,weights=bf16; then
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); w=d["memory_per_chip"]["weights"]/2**30
-assert d["feasible"] and w < 46 and "experts=2" in d["layout_text"], (d["feasible"], w)' "$tmp/out" || { echo "FAIL: 2 chips: does not fit"; fail=$((fail + 1)); }
+    json_check '$1 == "true" && $2 / 2^30 < 46 && $3 ~ /experts=2/' "$tmp/out" "" /feasible /memory_per_chip/weights /layout_text ||
+        { echo "FAIL: 2 chips: does not fit"; fail=$((fail + 1)); }
 fi
 for bad in "replicas=3,experts=3" "replicas=4,experts=2"; do
     n=$(echo "$bad" | sed 's/.*replicas=\([0-9]*\).*/\1/')
@@ -34,15 +35,15 @@ done
 expect "experts on a dense model" 2 $SHARDPLAN estimate --model llama2-7b --hw h100 --chips 2 --batch 2 --prompt 8 --gen 4 \
     --layout replicas=2,experts=2
 if expect "plan mixtral 8 h100" 0 $SHARDPLAN plan --model mixtral-8x7b --hw h100 --chips 8 --batch 64 --prompt 1024 --gen 128 --json; then
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["chosen"]["layout"]
-assert c.get("experts", 1) > 1, c
-r=[x for x in d["rivals"] if x["kind"] == "experts"]
-assert r and "no expert parallelism" in r[0]["reason"], r' "$tmp/out" || { echo "FAIL: plan: no expert parallelism or no experts rival"; fail=$((fail + 1)); }
+    { json_check '$1 > 1' -n "$tmp/out" /chosen/layout/experts &&
+      json_check '$1 ~ /no expert parallelism/' -w /kind=experts "$tmp/out" "/rivals/*" /reason; } ||
+        { echo "FAIL: plan: no expert parallelism or no experts rival"; fail=$((fail + 1)); }
 fi
 RUN="run --model tiny-moe --batch 4 --prompt 8 --gen 4 --json"
 if expect "run tiny-moe replicas=2,experts=2" 0 $SHARDPLAN $RUN --layout replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32; then
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["comm"]
-assert c["mismatches"] == 0 and c["measured_bytes"] == c["predicted_bytes"] and c["measured_bytes"]["all-to-all"] > 0, c' "$tmp/out" || { echo "FAIL: run: bytes"; fail=$((fail + 1)); }
+    { json_check '$1 == 0 && $2 > 0' -n "$tmp/out" "" /comm/mismatches /comm/measured_bytes/all-to-all &&
+      [ "$("$JSONQ" "$tmp/out" /comm/measured_bytes)" = "$("$JSONQ" "$tmp/out" /comm/predicted_bytes)" ]; } ||
+        { echo "FAIL: run: bytes"; fail=$((fail + 1)); }
 fi
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }

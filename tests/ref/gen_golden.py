@@ -7,7 +7,9 @@ the greedy continuation of fixed prompt ids computed here with PyTorch in
 float64, following the published transformers semantics of each family:
 rotate_half RoPE with each rope_type's frequencies, repeat_kv for grouped
 KV heads, RMSNorm/LayerNorm eps inside the root, tied heads, GPT-2's Conv1D
-(in, out) weights, GPT-NeoX's per-head fused q|k|v and partial rotary.
+(in, out) weights, GPT-NeoX's per-head fused q|k|v and partial rotary, and
+Mixtral's sparse MoE block (softmax router, top-k, renormalised; experts'
+w1 gate, w3 up, w2 down).
 
     /usr/bin/python3 tests/ref/gen_golden.py OUTDIR
 
@@ -177,6 +179,38 @@ def llama_forward(cfg, w, ids):
     return h @ head.T
 
 
+def mixtral_moe(cfg, w, p, x):
+    """transformers' MixtralSparseMoeBlock: softmax over the router logits, the
+    top num_experts_per_tok, renormalised; each expert w2(act(w1 x) * w3 x)."""
+    act = act_fn(cfg.get("hidden_act", "silu"))
+    ne, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(x @ w[p + "block_sparse_moe.gate.weight"].T, dim=-1)
+    top, idx = probs.topk(k, dim=-1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(ne):
+        q = p + "block_sparse_moe.experts.%d." % e
+        y = (act(x @ w[q + "w1.weight"].T) * (x @ w[q + "w3.weight"].T)) @ w[q + "w2.weight"].T
+        out = out + y * (top * (idx == e)).sum(-1, keepdim=True)
+    return out
+
+
+def mixtral_forward(cfg, w, ids):
+    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    lin = lambda x, n: x @ w[n + ".weight"].T
+    h = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
+        q, k, v = heads(lin(x, p + "self_attn.q_proj"), nh), heads(lin(x, p + "self_attn.k_proj"), nkv), \
+            heads(lin(x, p + "self_attn.v_proj"), nkv)
+        q, k = apply_rope(q, k, cfg, q.shape[-1])
+        h = h + lin(attention(q, k, v), p + "self_attn.o_proj")
+        h = h + mixtral_moe(cfg, w, p, rms_norm(h, w[p + "post_attention_layernorm.weight"], eps))
+    h = rms_norm(h, w["model.norm.weight"], eps)
+    return h @ w["lm_head.weight"].T
+
+
 def gpt2_forward(cfg, w, ids):
     eps, nh = cfg["layer_norm_epsilon"], cfg["n_head"]
     act = act_fn(cfg.get("activation_function", "gelu_new"))
@@ -250,6 +284,24 @@ def llama_weights(cfg, gen):
     return w
 
 
+def mixtral_weights(cfg, gen):
+    nh, nkv, e, f = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"], cfg["intermediate_size"]
+    d = e // nh
+    w = {"model.embed_tokens.weight": rnd(gen, V, e, scale=1.0), "model.norm.weight": 1 + 0.1 * rnd(gen, e, scale=1.0),
+         "lm_head.weight": rnd(gen, V, e, scale=1.0)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+        w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+        for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
+            w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
+        w[p + "block_sparse_moe.gate.weight"] = rnd(gen, cfg["num_local_experts"], e)
+        for x in range(cfg["num_local_experts"]):
+            for n, o, i_ in (("w1", f, e), ("w3", f, e), ("w2", e, f)):
+                w[p + "block_sparse_moe.experts.%d.%s.weight" % (x, n)] = rnd(gen, o, i_)
+    return w
+
+
 def gpt2_weights(cfg, gen):
     e, f = cfg["n_embd"], cfg["n_inner"]
     w = {"wte.weight": rnd(gen, V, e, scale=1.0), "wpe.weight": rnd(gen, cfg["n_positions"], e, scale=0.5),
@@ -314,10 +366,15 @@ VARIANTS = {
     "gpt2-untied-gelu": (GPT2, {"activation_function": "gelu", "tie_word_embeddings": False}),
     "neox": (NEOX, {}),
     "neox-serial": (NEOX, {"use_parallel_residual": False, "rotary_pct": 0.5, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+    "mixtral": (LLAMA, {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "sliding_window": None}),
 }
+# each variant's random stream: fixed, so that adding a variant changes no other's files
+SEED_BASE = {name: i for i, name in enumerate(sorted(n for n in VARIANTS if n != "mixtral"))}
+SEED_BASE["mixtral"] = 100
 FAMILY = {"llama": (llama_weights, llama_forward), "mistral": (llama_weights, llama_forward),
           "qwen2": (llama_weights, llama_forward), "gpt2": (gpt2_weights, gpt2_forward),
-          "gpt_neox": (neox_weights, neox_forward)}
+          "gpt_neox": (neox_weights, neox_forward), "mixtral": (mixtral_weights, mixtral_forward)}
 
 
 def greedy(cfg, w, prompt):
@@ -333,10 +390,10 @@ def greedy(cfg, w, prompt):
 
 
 def main(out):
-    for vi, (name, (base, over)) in enumerate(sorted(VARIANTS.items())):
+    for name, (base, over) in sorted(VARIANTS.items()):
         cfg = dict(base, **over)
         for seed in range(100):
-            gen = torch.Generator().manual_seed(1000 * vi + seed)
+            gen = torch.Generator().manual_seed(1000 * SEED_BASE[name] + seed)
             w16 = FAMILY[cfg["model_type"]][0](cfg, gen)
             # the checkpoint holds float16: compute with exactly those values
             w = {k: v.to(torch.float16).to(T) for k, v in w16.items()}
