@@ -18,5 +18,5 @@ for verb in $("$prog" --help | awk '/^Verbs:/ { on = 1; next } on && /^  [a-z]/ 
     printf '.fi\n'
 done
 printf '.SH FILES\n.TP\nshare/shardplan/\nbundled models/ and hw/ descriptions (or $SHARDPLAN_DATA)\n'
-printf '.TP\nshare/doc/shardplan/\ndesign.md, formats.md, planner.md\n'
+printf '.TP\nshare/doc/shardplan/\ndesign.md, formats.md, planner.md, autoconfig.md, report.md\n'
 printf '.SH SEE ALSO\n.BR pkg-config (1)\n(the library: pkg-config shardplan; headers <shardplan.h>)\n'

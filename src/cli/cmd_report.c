@@ -1019,11 +1019,11 @@ static int write_page(const rep *r)
                 char la[32];
                 if (!q->found) snprintf(cells_s[i], sizeof cells_s[i], "none up to %d chips", r->max_chips);
                 else if (p->hw.chip_cost_per_hour > 0)
-                    snprintf(cells_s[i], sizeof cells_s[i], "%d chips, %s, $%s/M tokens", q->chips,
+                    snprintf(cells_s[i], sizeof cells_s[i], "%d chip%s, %s, $%s/M tokens", q->chips, q->chips == 1 ? "" : "s",
                              cli_fmt_seconds(q->pt.latency_s, la, sizeof la),
                              fmt_g(usd_per_mtok(&p->hw, q->pt.cost.cost_chip_s_per_token), b, sizeof b));
                 else
-                    snprintf(cells_s[i], sizeof cells_s[i], "%d chips, %s, %.4g chip-s/token", q->chips,
+                    snprintf(cells_s[i], sizeof cells_s[i], "%d chip%s, %s, %.4g chip-s/token", q->chips, q->chips == 1 ? "" : "s",
                              cli_fmt_seconds(q->pt.latency_s, la, sizeof la), q->pt.cost.cost_chip_s_per_token);
                 row[i + 1] = cells_s[i];
             }
