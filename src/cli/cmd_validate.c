@@ -253,7 +253,11 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, cons
             if (g[k].n < 2) continue;
             printf("%-14s %5d %5d %12.2f %12.2f\n", g[k].model, g[k].chips, g[k].n, g[k].tau_pf, g[k].tau_dc);
         }
-        printf("%-14s %5s %5s %12.2f %12.2f\n", "minimum", "", "", min_tau_pf, min_tau_dc);
+        /* no group of two or more cases with a defined tau: no minimum */
+        char a[16] = "-", b[16] = "-";
+        if (isfinite(min_tau_pf)) snprintf(a, sizeof a, "%.2f", min_tau_pf);
+        if (isfinite(min_tau_dc)) snprintf(b, sizeof b, "%.2f", min_tau_dc);
+        printf("%-14s %5s %5s %12s %12s\n", "minimum", "", "", a, b);
     }
     free(e);
     free(g);
