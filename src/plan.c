@@ -1110,10 +1110,17 @@ void *sp_plan_to_json(const sp_plan *p)
         json_array_append_new(rv, j);
     }
     json_object_set_new(o, "rivals", rv);
-    if (p->result == SP_PLAN_INFEASIBLE)
-        json_object_set_new(o, "infeasible", json_pack("{sIsi}", "min_shortfall_bytes",
-                                                       (json_int_t)p->min_shortfall_bytes, "min_chips_fit",
-                                                       p->min_chips_fit));
+    if (p->result == SP_PLAN_INFEASIBLE) {
+        /* Only true figures: the -1 and 0 sentinels of sp_plan become a flag
+         * ("no_layout_applies") and an absent "min_chips_fit". */
+        json_t *inf = json_object();
+        if (p->min_shortfall_bytes < 0)
+            json_object_set_new(inf, "no_layout_applies", json_true());
+        else
+            json_object_set_new(inf, "min_shortfall_bytes", json_integer((json_int_t)p->min_shortfall_bytes));
+        if (p->min_chips_fit > 0) json_object_set_new(inf, "min_chips_fit", json_integer(p->min_chips_fit));
+        json_object_set_new(o, "infeasible", inf);
+    }
     if (p->result == SP_PLAN_INFEASIBLE && p->min_chips_searched > 0) {
         json_t *inf = json_object_get(o, "infeasible");
         json_object_set_new(inf, "min_chips_searched", json_integer(p->min_chips_searched));

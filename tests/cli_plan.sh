@@ -72,6 +72,9 @@ check "nothing fits prints shortfall and min chips" sh -c '
     "$SHARDPLAN" plan --model palm-540b --hw tpu-v4 --chips 4 --batch 8 --prompt 128 --gen 8 |
     grep -q "smallest memory shortfall" &&
     "$SHARDPLAN" plan --model palm-540b --hw tpu-v4 --chips 4 --batch 8 --prompt 128 --gen 8 | grep -q "fewest chips that fit: "'
+check "plan --json where no layout applies (7 tpu-v4 chips): a flag, no negative figure" sh -c '
+    out=$("$SHARDPLAN" plan --model llama2-7b --hw tpu-v4 --chips 7 --batch 1 --prompt 16 --gen 16 --json)
+    echo "$out" | grep -q "\"no_layout_applies\": true" && ! echo "$out" | grep -Eq ": -[0-9]"'
 check "impossible latency bound exits 1" expect_rc 1 "$SHARDPLAN" plan --model palm-8b --hw tpu-v4 --chips 8 --batch 8 --prompt 64 --gen 8 --max-latency-ms 0.001
 check "--gen 0 plans prefill only" expect_rc 0 "$SHARDPLAN" plan --model palm-8b --hw tpu-v4 --chips 8 --batch 8 --prompt 64 --gen 0
 check "--min-chips finds a count" sh -c '"$SHARDPLAN" plan --model palm-62b --hw tpu-v4 --batch 8 --prompt 128 --gen 8 --min-chips --chips 64 | grep -q "^min chips: [0-9]"'
