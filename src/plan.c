@@ -176,7 +176,37 @@ struct spi_milp {
     unsigned char *fixed;        /* column currently fixed at 0 */
     int *ind;
     double *coef;
+    int holds_env;               /* counted in glpk_users (glpk_env_get) */
 };
+
+/* GLPK keeps one environment per thread (glp_init_env, thread-local) and
+ * frees it only on glp_free_env: a sweep worker or a caller's thread that
+ * plans and exits would leak it (about 5 KB a thread).  The planner frees
+ * the environment when the last of its problems in this thread is gone, but
+ * only one it created itself: a caller that uses GLPK keeps its own. */
+static _Thread_local int glpk_users, glpk_env_ours;
+
+static sp_status glpk_env_get(spi_milp *q)
+{
+    if (glpk_users == 0) {
+        int r = glp_init_env();   /* 0: created now, 1: the caller's, else failed */
+        if (r != 0 && r != 1) return spi_fail(SP_ENOMEM, "planner: GLPK cannot set up its environment (%d)", r);
+        glpk_env_ours = r == 0;
+    }
+    glpk_users++;
+    q->holds_env = 1;
+    return SP_OK;
+}
+
+static void glpk_env_put(spi_milp *q)
+{
+    if (!q->holds_env) return;
+    q->holds_env = 0;
+    if (--glpk_users == 0 && glpk_env_ours) {
+        glp_free_env();
+        glpk_env_ours = 0;
+    }
+}
 
 typedef struct order_ctx {
     const double *k1, *k2;
@@ -228,6 +258,7 @@ void spi_milp_free(spi_milp *q)
 {
     if (!q) return;
     if (q->P) glp_delete_prob(q->P);
+    glpk_env_put(q);
     free(q->ul);
     free(q->ut);
     free(q->ord);
@@ -260,6 +291,7 @@ sp_status spi_milp_new(const spi_space *s, const double *lat, const double *ntps
     }
     SP_CHECKGOTO(distinct(n, lat, &q->ul, &q->nul), st, fail);
     SP_CHECKGOTO(distinct(n, ntps, &q->ut, &q->nut), st, fail);
+    SP_CHECKGOTO(glpk_env_get(q), st, fail);
     double t0 = now_s();
     int term = glp_term_out(GLP_OFF);
     glp_prob *P = q->P = glp_create_prob();
