@@ -79,7 +79,10 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
 #define SPI_NB 256
 #define SPI_KU 8
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: gcc's ifunc resolvers for the clones run before
+ * the TSan runtime is initialised and crash the program at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define SPI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
