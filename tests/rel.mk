@@ -9,7 +9,7 @@ tests_check_errors_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_errors_LDADD = $(SP_TEST_LIBS)
 
 TESTS += tests/cli_hostile.sh
-EXTRA_DIST += tests/cli_hostile.sh
+EXTRA_DIST += tests/cli_hostile.sh tests/lsan.supp
 
 # ---- fuzzing (tests/fuzz/) ----
 # One libFuzzer harness per parser.  `make check` replays, through a plain
