@@ -237,12 +237,17 @@ static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
     SP_CHECK(spi_json_get_enum(c, "", root, "compute", 1, compute_names, SP_SWEEP_COMPUTE_COUNT, &ci));
     s->compute = (sp_sweep_compute)ci;
 
-    void *objs;
-    SP_CHECK(get_named(c, root, "models", "model", sizeof *s->models, find_model, &s->n[AX_MODEL], &s->model_name,
-                       &objs));
+    /* the arrays go to the spec whether or not every name resolved:
+     * sp_sweep_spec_free frees them on the error path too */
+    void *objs = NULL;
+    sp_status named = get_named(c, root, "models", "model", sizeof *s->models, find_model, &s->n[AX_MODEL],
+                                &s->model_name, &objs);
     s->models = objs;
-    SP_CHECK(get_named(c, root, "hw", "hardware", sizeof *s->hw, find_hw, &s->n[AX_HW], &s->hw_name, &objs));
+    SP_CHECK(named);
+    objs = NULL;
+    named = get_named(c, root, "hw", "hardware", sizeof *s->hw, find_hw, &s->n[AX_HW], &s->hw_name, &objs);
     s->hw = objs;
+    SP_CHECK(named);
     SP_CHECK(get_axis(c, root, "chips", 1, 1 << 20, &s->vals[0], &s->n[AX_CHIPS]));
     SP_CHECK(get_axis(c, root, "batch", 1, 1 << 24, &s->vals[1], &s->n[AX_BATCH]));
     SP_CHECK(get_axis(c, root, "prompt", 0, 1 << 24, &s->vals[2], &s->n[AX_PROMPT]));
