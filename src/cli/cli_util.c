@@ -34,7 +34,8 @@ int cli_exit_for(sp_status s)
 {
     switch (s) {
     case SP_OK: return CLI_EXIT_OK;
-    case SP_EINVAL: case SP_EPARSE: case SP_EIO: return CLI_EXIT_USAGE;
+    case SP_EINVAL: case SP_EPARSE: case SP_EIO:
+    case SP_ENOTSUP: return CLI_EXIT_USAGE;   /* a request for what is not implemented or not built is refused, by name */
     case SP_EINFEASIBLE:
     case SP_ENOMEM: return CLI_EXIT_INFEASIBLE;   /* the request needs more memory than could be had */
     default: return CLI_EXIT_INTERNAL;
