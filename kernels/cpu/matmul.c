@@ -1,6 +1,7 @@
 /* matmul.c: dtype conversions and the weight-view matmul (CBLAS sgemm). */
 #include "config.h"
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include "kernels/cpu/spi_blas_dl.h"
 #include "spi_common.h"
@@ -92,7 +93,14 @@ __attribute__((optimize("tree-vectorize"))) static void dequant_tile(float *tile
 #endif
 
 static float spi_fp8_lut[256];
-static int spi_fp8_lut_ready;
+static pthread_once_t spi_fp8_lut_once = PTHREAD_ONCE_INIT;
+
+/* Filled once before any reader: chip threads used to fill it concurrently
+ * with plain stores while others read it (a data race ThreadSanitizer found). */
+static void spi_fp8_lut_fill(void)
+{
+    for (int b = 0; b < 256; b++) spi_fp8_lut[b] = spi_fp8_to_f32((uint8_t)b);
+}
 
 SPI_CLONES __attribute__((optimize("tree-vectorize", "no-math-errno"))) static void
 matmul_small(float *restrict out, const float *restrict in, const sp_kern_wview *w, int64_t T, int64_t K,
@@ -243,11 +251,7 @@ sp_status sp_kern_matmul(float *out, const float *in, const sp_kern_wview *w, co
     } else if (T == 1 && w->dt == SP_DT_INT8) {
         gemv_int8(out, in, w, K, N, mode);
     } else if (T <= SPI_SMALL_T) {
-        if (w->dt == SP_DT_FP8 && !__atomic_load_n(&spi_fp8_lut_ready, __ATOMIC_ACQUIRE)) {
-            /* idempotent: racing threads write the same values */
-            for (int b = 0; b < 256; b++) spi_fp8_lut[b] = spi_fp8_to_f32((uint8_t)b);
-            __atomic_store_n(&spi_fp8_lut_ready, 1, __ATOMIC_RELEASE);
-        }
+        if (w->dt == SP_DT_FP8) pthread_once(&spi_fp8_lut_once, spi_fp8_lut_fill);
         matmul_small(out, in, w, T, K, N, mode);
     } else {
         float *tile = scratch;   // (kb, nb)
