@@ -856,7 +856,7 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     s->k = K;
     s->experts = NE;
     s->capacity = c->slots;
-    s->act_bytes = spi_ck_mul3(ck, "dispatch bytes", spi_ck_add(ck, "dispatch rows", rows, spi_ck_mul(ck, "", T, K)), Ein,
+    s->act_bytes = spi_ck_mul3(ck, "dispatch bytes", spi_ck_add(ck, "dispatch rows", rows, spi_ck_mul(ck, "dispatch rows", T, K)), Ein,
                                c->act_b);
     sp_buf xin = SP_BUF_DISP;
     if (c->l->experts > 1) {

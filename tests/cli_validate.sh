@@ -9,6 +9,7 @@ top_srcdir=${top_srcdir:-.}
 d=$(mktemp -d /tmp/sp_validate.XXXXXX)
 trap 'rm -rf $d' EXIT
 fail=0
+. "${top_srcdir:-.}/tests/json.sh"
 check() { # name, expected exit, command...
     name=$1; want=$2; shift 2
     "$@" >$d/out 2>$d/err
@@ -39,6 +40,18 @@ check "validate json" 0 $SHARDPLAN validate --hw $hw --cases $cases --repeat 1 -
 for k in '"cases_run": 3' '"median_abs_err"' '"worst_abs_err"' '"min_group_tau"' '"tau_prefill"' '"runs": 1'; do
     has "validate json $k" $d/out "$k"
 done
+# --measured re-prices an earlier run's measurements without running: on the
+# same profile every case's figures come back as they were
+cp $d/out $d/v.json
+check "validate --measured" 0 $SHARDPLAN validate --hw $hw --measured $d/v.json --json
+# (the relative errors are recomputed from the measurements as printed: not compared)
+f="/layout /prefill_s/predicted /prefill_s/measured /decode_step_s/predicted /decode_step_s/measured"
+"$JSONQ" $d/v.json "/cases/*" $f > $d/a && "$JSONQ" $d/out "/cases/*" $f > $d/b && [ -s $d/a ] && cmp -s $d/a $d/b || { echo "FAIL: --measured figures"; fail=$((fail + 1)); }
+check "validate --measured with --repeat" 2 $SHARDPLAN validate --hw $hw --measured $d/v.json --repeat 2
+check "validate --measured with --cases" 2 $SHARDPLAN validate --hw $hw --measured $d/v.json --cases $cases
+sed 's/"measured": [0-9.e-]*/"measured": -1/' $d/v.json > $d/bad.json
+check "validate --measured, a negative measurement" 2 $SHARDPLAN validate --hw $hw --measured $d/bad.json
+has "names the case" $d/err "/cases/0"
 # SHARDPLAN_LOCAL_HW stands in for --hw
 SHARDPLAN_LOCAL_HW=$hw check "validate via SHARDPLAN_LOCAL_HW" 0 $SHARDPLAN validate --cases $cases --repeat 1 \
     --min-seconds 0

@@ -276,7 +276,8 @@ static sp_status load_measured(const char *path, sp_vcases *cs, json_t **doc, sp
         json_decref(j);
         return spi_error_set(err, SP_EPARSE, path, 0, 0, "/cases", "must be a non-empty array (validate --json output)");
     }
-    size_t cap = 256 * json_array_size(cases) + 1, len = 0;
+    /* a line: model and layout (<= 120 bytes each, checked below) and four integers */
+    size_t cap = 512 * json_array_size(cases) + 1, len = 0;
     char *text = malloc(cap);
     if (!text) {
         json_decref(j);
@@ -300,11 +301,16 @@ static sp_status load_measured(const char *path, sp_vcases *cs, json_t **doc, sp
                                "decode_step_s > 0");
             break;
         }
-        len += (size_t)snprintf(text + len, cap - len, "%s %lld %s %lld %lld %lld\n", model,
-                                (long long)json_integer_value(json_object_get(c, "chips")), layout,
-                                (long long)json_integer_value(json_object_get(c, "batch")),
-                                (long long)json_integer_value(json_object_get(c, "prompt")),
-                                (long long)json_integer_value(json_object_get(c, "gen")));
+        int w = snprintf(text + len, cap - len, "%s %lld %s %lld %lld %lld\n", model,
+                         (long long)json_integer_value(json_object_get(c, "chips")), layout,
+                         (long long)json_integer_value(json_object_get(c, "batch")),
+                         (long long)json_integer_value(json_object_get(c, "prompt")),
+                         (long long)json_integer_value(json_object_get(c, "gen")));
+        if (w < 0 || (size_t)w >= cap - len) {   /* cannot happen with the bounds above; never write past */
+            st = spi_error_set(err, SP_EPARSE, path, 0, 0, where, "case line too long");
+            break;
+        }
+        len += (size_t)w;
     }
     if (!st) st = sp_vcases_loads(text, path, cs, err);
     free(text);
@@ -333,7 +339,7 @@ int cli_cmd_validate(int argc, char **argv)
     const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
-    int json = 0, mpi = 0, c;
+    int json = 0, mpi = 0, timing_given = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -348,9 +354,13 @@ int cli_cmd_validate(int argc, char **argv)
             if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
                 return cli_usage("validate", "--backend %s: not implemented (threads or mpi run on CPUs)", optarg);
             return cli_usage("validate", "--backend %s: threads, mpi or cuda", optarg);
-        case 'r': if (cli_parse_long("validate", "--repeat", optarg, 1, 100, &repeat)) return CLI_EXIT_USAGE; break;
+        case 'r':
+            if (cli_parse_long("validate", "--repeat", optarg, 1, 100, &repeat)) return CLI_EXIT_USAGE;
+            timing_given = 1;
+            break;
         case 'j': json = 1; break;
         case 'S': {
+            timing_given = 1;
             char *end;
             min_s = strtod(optarg, &end);
             if (*end || end == optarg || !(min_s >= 0 && min_s <= 3600))
@@ -362,6 +372,8 @@ int cli_cmd_validate(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("validate", "unexpected argument '%s'", argv[optind]);
+    if (measured_path && timing_given)
+        return cli_usage("validate", "--repeat and --min-seconds time runs; --measured runs nothing");
     if (!hw_path && *sp_env(SP_ENV_LOCAL_HW)) hw_path = sp_env(SP_ENV_LOCAL_HW);
     if (!hw_path)
         return cli_usage("validate", "--hw FILE is required (or set SHARDPLAN_LOCAL_HW to the profile that "
