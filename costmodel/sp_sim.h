@@ -21,7 +21,8 @@
  *     of the peer chip's send of (t, j)), and on stage 0 for t > 0 from the
  *     last stage (the end of the peer's unit (t−1, j): the next token of
  *     those sequences).  This is DeepSpeed-Inference's generation schedule
- *     with M micro-batches in flight (sp_layout_check asks M >= stages).
+ *     with M micro-batches in flight (M < stages: the stages wait on the
+ *     token's return, the bubble).
  *     With chip.token_sync_s > 0 (a runtime that synchronises every chip
  *     after each generated token), every chip waits after each decode token
  *     until the last chip is done, plus token_sync_s·(chips − 1): the same

@@ -534,10 +534,9 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "mesh axis of %d chips straddles %d-chip nodes unevenly", straddler, hw->chips_per_node);
-    if (l->stages > 1 && l->microbatches < l->stages)
-        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches",
-                             "%d pipeline stages need at least %d micro-batches in flight (the generation schedule)",
-                             l->stages, l->stages);
+    if (l->microbatches < 1)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
+                             l->microbatches);
     if (l->experts != 1 || l->capacity != 1.0) {
         const char *key = l->experts != 1 ? "experts" : "capacity";
         if (m->n_experts <= 0)

@@ -217,6 +217,11 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
             else
                 for (int k = 1; k <= 4; k *= 2)
                     if ((B / R) % (k * S) == 0 && (!s->m_per_stage || k == s->m_per_stage)) Ms[nm++] = k * S;
+            /* a replica's batch too small to fill the pipeline (B/R sequences, none of S, 2S, 4S
+             * dividing it): its largest divisor below S, the bubble priced */
+            if (!nm && S > 1 && !s->m_per_stage)
+                for (int d = (int)((B / R) < S ? B / R : S - 1); d >= 1 && !nm; d--)
+                    if ((B / R) % d == 0) Ms[nm++] = d;
             if (!nm) continue;
             /* MoE: experts over the replicas (sp_layout.h), or every replica holds them all */
             int Ns[2] = {1, R}, nN = m->n_experts > 0 && R > 1 && m->n_experts % R == 0 ? 2 : 1;

@@ -79,7 +79,8 @@ typedef struct sp_layout {
     int mesh[3];             /* X, Y, Z >= 1 */
     sp_dtype weights;        /* BF16, F16, INT8, FP8 (F32 for the executor's tests) */
     sp_dtype kv;             /* KV-cache dtype */
-    int microbatches;        /* M >= 1; pipelines need M >= stages for the generation schedule */
+    int microbatches;        /* M >= 1 dividing the batch of a replica; M < stages leaves
+                                stages idle (the bubble, priced and simulated) */
     sp_phase_layout phase[SP_PHASE_COUNT];
     sp_axis placement[3];    /* tensor axes, innermost first; default z, y, x */
     int experts;             /* MoE: expert-parallel degree (1 or replicas), see above */

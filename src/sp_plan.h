@@ -27,7 +27,8 @@
  *   (ordered; on a torus the shapes that fit its dims; on a cluster every
  *   placement of the axes in the node, equivalent placements merged),
  *   weights bf16/int8 (+fp8 where the chip has an fp8 peak), KV bf16,
- *   micro-batches 1 when S = 1, else S, 2S, 4S where they divide B/R, and
+ *   micro-batches 1 when S = 1, else S, 2S, 4S where they divide B/R (when
+ *   none does, the largest divisor of B/R below S: the bubble is priced), and
  *   (prefill, decode) × (FFN, attention) layouts sharing one weight storage.
  *   Layouts sp_cost_eval rejects (SP_EINVAL) are not part of the space.
  */

@@ -54,6 +54,11 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=2x1x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=1x4x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    /* fewer micro-batches than stages: the bubble, run as the lock-step schedule */
+    {"tiny-llama", "stages=4,microbatches=1,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 1, 5, 8},
+    {"tiny-llama", "stages=4,microbatches=2,mesh=1x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 8},
+    {"tiny-palm", "stages=2,microbatches=1,mesh=1x2x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 3, 5, 8},
+    {"tiny-gpt2", "stages=2,microbatches=1,replicas=2,mesh=2x1x1," F32 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 8},
     /* quantised weights: the reference runs on the round-tripped weights;
      * gathers move storage bytes, per-column scales stay whole on every chip */
 #define BF16 "weights=bf16,kv=f32,"

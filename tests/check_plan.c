@@ -81,8 +81,13 @@ static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *
                 for (int Y = 1; Y <= N; Y++)
                     for (int Z = 1; Z <= N; Z++) {
                         if (S * R * X * Y * Z != N) continue;
+                        /* S, 2S, 4S dividing B/R; when none does, the largest divisor of B/R below S */
+                        int64_t br = w->batch % R ? 0 : w->batch / R, below = 0;
+                        for (int d = 1; d < S; d++)
+                            if (br % d == 0) below = d;
+                        int fills = br % S == 0;
                         for (int M = 1; M <= 4 * S; M++) {
-                            if (S == 1 ? M != 1 : (M != S && M != 2 * S && M != 4 * S)) continue;
+                            if (S == 1 ? M != 1 : fills ? (M != S && M != 2 * S && M != 4 * S) : M != below) continue;
                             for (int p = 0; p < 6; p++)
                                 for (int wi = 0; wi < 3; wi++) {
                                     if (wsel != SP_PLAN_W_AUTO && wsel != (sp_plan_weights)(wi + 1)) continue;

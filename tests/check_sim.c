@@ -216,6 +216,47 @@ START_TEST(test_pipeline)
 }
 END_TEST
 
+/* The same 3 stages (1, 3, 2 us) with fewer micro-batches than stages.
+ * M = 1: prefill 1 + 3 + 2 = 6 us; every token waits for its own return
+ * from the last stage, so a decode step is the whole round, 6 us (the
+ * bubble: stages busy 1, 3 and 2 us of every 6).  M = 2: prefill
+ * 6 + (2 − 1) × 3 = 9 us; a token of micro-batch 0 re-enters stage 0 at
+ * 6 us after it left, and stage 1 needs 2 × 3 = 6 us per round: a step is
+ * max(2 × 3, 6) = 6 us.  The closed form prices both alike
+ * (max(M·max t_s, Σ t_s)). */
+START_TEST(test_pipeline_bubble)
+{
+    sp_hw hw = round_hw();
+    hw.intra_latency = hw.inter_latency = 0;
+    sp_layout l;
+    sp_layout_init(&l);
+    l.stages = 3;
+    const int64_t us[3] = {1, 3, 2};
+    const double pf_us[3] = {0, 6, 9}, dc_us[3] = {0, 6, 6};
+    for (int M = 1; M <= 2; M++) {
+        l.microbatches = M;
+        for (int ph = 0; ph < 2; ph++) {
+            for (int s = 0; s < 3; s++) {
+                prog_init(&prog[s], &l, (sp_phase)ph, s, 1);
+                if (s > 0) add_p2p(&prog[s].pre, SP_STEP_RECV);
+                add_matmul(&prog[s].layer, SP_BUF_X, SP_BUF_X, SP_BUF_NONE, us[s]);
+                if (s < 2) add_p2p(&prog[s].post, SP_STEP_SEND);
+            }
+            sp_sim_result r;
+            if (ph == 0) {
+                ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_PREFILL, 3, NULL, 0, &r), pf_us[M] * 1e-6, 1e-18);
+                ck_assert_int_eq(r.events, M * (2 + 3 + 2));
+            } else {
+                for (int T = 2; T <= 5; T++) {
+                    ck_assert_double_eq_tol(sim1(&l, &hw, SP_PHASE_DECODE, 3, NULL, T, &r), dc_us[M] * 1e-6, 1e-18);
+                    ck_assert_double_eq_tol(r.makespan_s, (pf_us[M] + (T - 1) * dc_us[M]) * 1e-6, 1e-18);
+                }
+            }
+        }
+    }
+}
+END_TEST
+
 /* The simulator's prefill time and decode step equal sp_cost_eval's, to
  * the bit, on every layout of the catalogue that applies: small models,
  * 8 chips, every stage/replica/mesh split, FFN and attention layout pair
@@ -244,7 +285,7 @@ static int check_catalogue(const char *const *hws, size_t n_hw, double token_syn
                         for (int Y = 1; X * Y <= 8 / (S * R); Y *= 2)
                             for (int f = 0; f < SP_FL_COUNT * SP_FL_COUNT; f++)
                                 for (int a = 0; a < 4; a++)
-                                    for (int mm = 1; mm <= 2; mm++) {
+                                    for (int mm = S > 1 ? 0 : 1; mm <= 2; mm++) {   /* mm 0: 1 micro-batch, fewer than stages */
                                         sp_layout l;
                                         sp_layout_init(&l);
                                         l.stages = S;
@@ -252,7 +293,7 @@ static int check_catalogue(const char *const *hws, size_t n_hw, double token_syn
                                         l.mesh[0] = X;
                                         l.mesh[1] = Y;
                                         l.mesh[2] = 8 / (S * R * X * Y);
-                                        l.microbatches = S * mm;
+                                        l.microbatches = mm ? S * mm : 1;
                                         l.phase[0].ffn = (sp_ffn_layout)(f / SP_FL_COUNT);
                                         l.phase[1].ffn = (sp_ffn_layout)(f % SP_FL_COUNT);
                                         l.phase[0].attn = (sp_attn_layout)(a / 2);
@@ -399,6 +440,7 @@ int main(void)
     tcase_add_test(tc, test_slowest_member);
     tcase_add_test(tc, test_overlapped_gather);
     tcase_add_test(tc, test_pipeline);
+    tcase_add_test(tc, test_pipeline_bubble);
     tcase_add_test(tc, test_closed_form_catalogue);
     tcase_add_test(tc, test_closed_form_token_sync);
     tcase_add_test(tc, test_trace);
