@@ -1,8 +1,9 @@
 /*
  * sp_sweep.h: research sweeps.  A spec (JSON) is a grid over models,
  * hardware, chip counts, batches, prompt and generated lengths (and, for
- * "estimate", layouts); every point is priced or planned and written as one
- * row of the SQLite table `points`, keyed by the point's inputs.  A sweep
+ * "estimate", layouts), or a list of points; every point is priced, planned
+ * or given its frontier and written as one row of the SQLite table `points`,
+ * keyed by the point's inputs.  A sweep
  * killed at any moment (SIGKILL included) is resumed by running it again on
  * the same database: only the missing points are computed, nothing is
  * duplicated, and the result equals an uninterrupted run's.  Schema and
@@ -18,8 +19,9 @@
  *   sp_sweep_spec_free(s);
  *
  * Points are numbered in row-major order over the spec's axes
- * (models, hw, chips, batch, prompt, gen, layouts), the last fastest; the
- * number is stored as column `idx`, so exports are in spec order.
+ * (models, hw, chips, batch, prompt, gen, layouts), the last fastest, or in
+ * the order of a list; the number is stored as column `idx`, so exports are
+ * in spec order.
  */
 #ifndef SP_SWEEP_H
 #define SP_SWEEP_H
@@ -32,17 +34,21 @@ extern "C" {
 #endif
 
 /* Version of the `points` table and the `meta` table (doc/sweep.md).
- * Bumped on any change of columns or their meaning; a database written
- * under another version is refused, not migrated. */
-#define SP_SWEEP_SCHEMA_VERSION 1
+ * Bumped on any change of columns or their meaning.  2 appended the column
+ * frontier: a version 1 database is migrated when a sweep runs on it; a
+ * later version than this build's is refused. */
+#define SP_SWEEP_SCHEMA_VERSION 2
 
 /* What is computed per point.  Append-only. */
 typedef enum sp_sweep_compute {
     SP_SWEEP_ESTIMATE = 0,   /* price each given layout (sp_cost_eval) */
     SP_SWEEP_PLAN = 1,       /* best layout per point (sp_plan_solve, no frontier or rivals) */
+    SP_SWEEP_FRONTIER = 2,   /* PLAN's row plus the point's cost-vs-latency frontier (column frontier) */
     SP_SWEEP_COMPUTE_COUNT
 } sp_sweep_compute;
-const char *sp_sweep_compute_name(sp_sweep_compute c);   /* "estimate", "plan" */
+/* "estimate", "plan", "frontier".  ("fleet" is refused by the spec reader:
+ * not implemented.) */
+const char *sp_sweep_compute_name(sp_sweep_compute c);
 
 typedef struct sp_sweep_spec sp_sweep_spec;
 
@@ -82,14 +88,14 @@ typedef struct sp_sweep_stats {
  * NAME
  *   sp_sweep_run - compute the points of a spec that the database lacks
  * DESCRIPTION
- *   Opens (or creates) db_path in WAL mode, creates the schema, records the
- *   spec (canonical JSON) in `meta`, and computes every point whose idx has
+ *   Opens (or creates) db_path in WAL mode, creates the schema (or migrates
+ *   a version 1 one), records the spec (canonical JSON) in `meta`, and computes every point whose idx has
  *   no row yet: opts->jobs threads compute blocks of points, the calling
  *   thread inserts their rows, opts->batch_rows per transaction
  *   (INSERT ... ON CONFLICT DO NOTHING on the inputs' key).
  * RETURNS
  *   SP_OK when every point has its row; SP_EINVAL when the database holds
- *   another spec or schema version (the message says which); SP_EIO on a
+ *   another spec or a later schema version (the message says which); SP_EIO on a
  *   SQLite error; SP_ENOMEM.
  */
 sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,
@@ -100,7 +106,8 @@ typedef enum sp_sweep_format { SP_SWEEP_CSV = 0, SP_SWEEP_JSON = 1, SP_SWEEP_FOR
 sp_status sp_sweep_format_parse(const char *s, sp_sweep_format *out);
 
 /* Writes every row of `points` in idx order: CSV with a header line, or a
- * JSON object {"schema_version", "spec", "points": [{column: value}...]}.
+ * JSON object {"schema_version", "spec", "points": [{column: value}...]}
+ * (the frontier column as JSON).  Reads schema versions 1 and 2.
  * SP_EIO when the file is not a sweep database (message says why). */
 sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f);
 

@@ -37,9 +37,11 @@
 #define SWEEP_BLOCK 256
 #define SWEEP_MAX_POINTS ((int64_t)1 << 32)   /* the done-bitmap is 512 MiB there */
 #define SWEEP_MAX_AXIS 1000000
+#define SWEEP_MAX_LIST (1 << 22)                /* points of the list form */
+#define SWEEP_MAX_FRONTIER_PAIRS 128            /* chips x batch of one frontier, as the frontier verb */
 #define LAYOUT_TEXT 256
 
-static const char *const compute_names[SP_SWEEP_COMPUTE_COUNT] = {"estimate", "plan"};
+static const char *const compute_names[SP_SWEEP_COMPUTE_COUNT] = {"estimate", "plan", "frontier"};
 _Static_assert(sizeof compute_names / sizeof compute_names[0] == SP_SWEEP_COMPUTE_COUNT, "names");
 
 const char *sp_sweep_compute_name(sp_sweep_compute c)
@@ -60,12 +62,20 @@ enum { AX_MODEL, AX_HW, AX_CHIPS, AX_BATCH, AX_PROMPT, AX_GEN, AX_LAYOUT, AX_COU
 
 struct sp_sweep_spec {
     sp_sweep_compute compute;
-    int64_t n[AX_COUNT];             /* values per axis (layouts: 1 for plan) */
+    /* grid: values per axis (layouts: 1 for plan and frontier); list: the
+     * entries of the model, hw and layout tables, the points on the others */
+    int64_t n[AX_COUNT];
+    int64_t (*pt)[AX_COUNT];         /* list form: per point, its index on each axis; NULL for a grid */
+    /* frontier: the chip counts and batches each frontier ranges over (the
+     * spec's chips and batch); the chips and batch axes then hold one 0 */
+    int *fr_chips;
+    int64_t *fr_batch;
+    int n_fr_chips, n_fr_batch;
     char (*model_name)[128];         /* as written in the spec: the key column */
     sp_model *models;
     char (*hw_name)[128];
     sp_hw *hw;
-    int64_t *vals[4];                /* chips, batch, prompt, gen */
+    int64_t *vals[4];                /* chips, batch, prompt, gen (list form: one per point) */
     sp_layout *layouts;
     char (*layout_text)[LAYOUT_TEXT];  /* canonical text form: the key column */
     sp_plan_opts popts;
@@ -76,6 +86,9 @@ struct sp_sweep_spec {
 void sp_sweep_spec_free(sp_sweep_spec *s)
 {
     if (!s) return;
+    free(s->pt);
+    free(s->fr_chips);
+    free(s->fr_batch);
     free(s->model_name);
     free(s->models);
     free(s->hw_name);
@@ -123,8 +136,8 @@ static const char *str_at(const json_t *v, size_t i)
 /* A numeric axis: an integer, an array of integers, or a range object
  * {"from": a, "to": b, "step": k} (a, a+k, ... <= b) or {"from", "to",
  * "times": k} (a, a·k, ... <= b).  Values in [min, max]. */
-static sp_status get_axis(const spi_jctx *c, const json_t *root, const char *key, int64_t min, int64_t max,
-                          int64_t **out, int64_t *n)
+static sp_status get_axis_values(const spi_jctx *c, const json_t *root, const char *key, int64_t min, int64_t max,
+                                 int64_t **out, int64_t *n)
 {
     json_t *v = json_object_get(root, key);
     char p[64];
@@ -188,132 +201,229 @@ static sp_status get_axis(const spi_jctx *c, const json_t *root, const char *key
     return spi_json_fail(c, SP_EPARSE, "", key, "must be an integer, an array of integers, or a range object");
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* get_axis_values, with a value given twice refused (two points would
+ * share one key, so one of them would never get its row). */
+static sp_status get_axis(const spi_jctx *c, const json_t *root, const char *key, int64_t min, int64_t max,
+                          int64_t **out, int64_t *n)
+{
+    SP_CHECK(get_axis_values(c, root, key, min, max, out, n));
+    int64_t *v = malloc((size_t)*n * sizeof *v);
+    if (!v) return spi_fail(SP_ENOMEM, "out of memory");
+    memcpy(v, *out, (size_t)*n * sizeof *v);
+    qsort(v, (size_t)*n, sizeof *v, cmp_i64);
+    sp_status st = SP_OK;
+    for (int64_t i = 1; i < *n && st == SP_OK; i++)
+        if (v[i] == v[i - 1])
+            st = spi_json_fail(c, SP_EPARSE, "", key, "value %" PRId64 " given twice", v[i]);
+    free(v);
+    return st;
+}
+
 typedef sp_status (*find_fn)(const char *name, void *out, sp_error *err);
 static sp_status find_model(const char *name, void *out, sp_error *err) { return sp_model_find(name, out, err); }
 static sp_status find_hw(const char *name, void *out, sp_error *err) { return sp_hw_find(name, out, err); }
 
-/* The names of root[key] (a string list) into *names, each resolved by find
- * into *objs (n elements of elem bytes); errors name /key/i. */
-static sp_status get_named(const spi_jctx *c, const json_t *root, const char *key, const char *what, size_t elem,
-                           find_fn find, int64_t *n_out, char (**names)[128], void **objs)
+/* Grows an array of n elements of elem bytes when n is 0 or a power of two
+ * (capacity 1, 2, 4, ...), so n + 1 elements fit. */
+static sp_status grow(void **arr, int64_t n, size_t elem)
+{
+    if (n & (n - 1)) return SP_OK;
+    size_t cap = n ? 2 * (size_t)n : 1, bytes;
+    if (__builtin_mul_overflow(cap, elem, &bytes)) return spi_fail(SP_ENOMEM, "out of memory");
+    void *p = realloc(*arr, bytes);
+    if (!p) return spi_fail(SP_ENOMEM, "out of memory");
+    *arr = p;
+    return SP_OK;
+}
+
+/* A name table (models or hardware): names as written (the key column) and
+ * what each resolves to, n entries of elem bytes. */
+typedef struct named_tab {
+    int64_t *n;
+    char (**names)[128];
+    void **objs;
+    size_t elem;
+    find_fn find;
+    const char *what;                /* "model", "hardware" */
+} named_tab;
+
+/* The entry of name in t, added and resolved when new (*is_new says which);
+ * errors name prefix/key. */
+static sp_status intern_name(const spi_jctx *c, const char *prefix, const char *key, const named_tab *t,
+                             const char *name, int64_t *index, int *is_new)
+{
+    for (int64_t i = 0; i < *t->n; i++)
+        if (!strcmp((*t->names)[i], name)) {
+            *index = i;
+            *is_new = 0;
+            return SP_OK;
+        }
+    if (strlen(name) >= sizeof **t->names)
+        return spi_json_fail(c, SP_EPARSE, prefix, key, "name longer than %zu bytes", sizeof **t->names - 1);
+    SP_CHECK(grow((void **)t->names, *t->n, sizeof **t->names));
+    SP_CHECK(grow(t->objs, *t->n, t->elem));
+    int64_t i = *t->n;
+    snprintf((*t->names)[i], sizeof **t->names, "%s", name);
+    sp_error e;
+    sp_error_init(&e);
+    if (t->find(name, (char *)*t->objs + (size_t)i * t->elem, &e) != SP_OK) {
+        char msg[400];
+        sp_error_format(&e, msg, sizeof msg);
+        return spi_json_fail(c, SP_EINVAL, prefix, key, "%s '%s': %s", t->what, name, msg);
+    }
+    (*t->n)++;
+    *index = i;
+    *is_new = 1;
+    return SP_OK;
+}
+
+/* The names of root[key] (a string list) into table t; errors name /key/i,
+ * a name given twice too (it would make two points with one key). */
+static sp_status get_named(const spi_jctx *c, const json_t *root, const char *key, const named_tab *t)
 {
     json_t *arr = NULL;
     size_t n = 0;
     SP_CHECK(get_str_list(c, root, key, &arr, &n));
     char p[64];
     snprintf(p, sizeof p, "/%s", key);
-    *n_out = (int64_t)n;
-    *names = calloc(n, sizeof **names);
-    *objs = calloc(n, elem);
-    if (!*names || !*objs) return spi_fail(SP_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         char k[24];
         snprintf(k, sizeof k, "%zu", i);
-        const char *name = str_at(arr, i);
-        if (strlen(name) >= sizeof **names)
-            return spi_json_fail(c, SP_EPARSE, p, k, "name longer than %zu bytes", sizeof **names - 1);
-        snprintf((*names)[i], sizeof **names, "%s", name);
-        sp_error e;
-        sp_error_init(&e);
-        if (find(name, (char *)*objs + i * elem, &e) != SP_OK) {
-            char msg[400];
-            sp_error_format(&e, msg, sizeof msg);
-            return spi_json_fail(c, SP_EINVAL, p, k, "%s '%s': %s", what, name, msg);
-        }
+        int64_t at;
+        int is_new;
+        SP_CHECK(intern_name(c, p, k, t, str_at(arr, i), &at, &is_new));
+        if (!is_new) return spi_json_fail(c, SP_EPARSE, p, k, "same name as /%s/%" PRId64, key, at);
     }
     return SP_OK;
 }
 
-static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
+/* The layout l (text form or JSON object) into the spec's layout table; a
+ * layout already there (same canonical text) gives its entry, *is_new 0. */
+static sp_status intern_layout(const spi_jctx *c, const char *prefix, const char *key, const json_t *l,
+                               sp_sweep_spec *s, int64_t *index, int *is_new)
 {
-    SP_CHECK(spi_json_expect_object(c, "", root));
-    static const char *const keys[] = {"version", "models", "hw", "chips", "batch", "prompt", "gen", "compute",
-                                       "layouts", "objective", "latency_metric", "weights", "description",
-                                       NULL};
-    SP_CHECK(spi_json_check_keys(c, "", root, keys));
-    int64_t version = 1;
-    SP_CHECK(spi_json_get_int(c, "", root, "version", 0, 1, 1, "1 (the spec format this build reads)", &version));
-    int ci;
-    SP_CHECK(spi_json_get_enum(c, "", root, "compute", 1, compute_names, SP_SWEEP_COMPUTE_COUNT, &ci));
-    s->compute = (sp_sweep_compute)ci;
+    sp_layout lay;
+    sp_error e;
+    sp_error_init(&e);
+    sp_status st = json_is_string(l) ? sp_layout_parse(json_string_value(l), &lay, &e)
+                   : json_is_object(l) ? sp_layout_from_json(l, &lay, &e)
+                                       : spi_error_set(&e, SP_EPARSE, NULL, 0, 0, NULL,
+                                                       "must be a layout string or object");
+    if (st != SP_OK) {
+        char msg[400];
+        sp_error_format(&e, msg, sizeof msg);
+        return spi_json_fail(c, SP_EPARSE, prefix, key, "%s", msg);
+    }
+    char text[LAYOUT_TEXT];
+    sp_layout_format(&lay, text, sizeof text);
+    int64_t n = s->n[AX_LAYOUT];
+    for (int64_t i = 0; i < n; i++)
+        if (!strcmp(s->layout_text[i], text)) {
+            *index = i;
+            *is_new = 0;
+            return SP_OK;
+        }
+    SP_CHECK(grow((void **)&s->layouts, n, sizeof *s->layouts));
+    SP_CHECK(grow((void **)&s->layout_text, n, sizeof *s->layout_text));
+    s->layouts[n] = lay;
+    memcpy(s->layout_text[n], text, sizeof text);
+    s->n[AX_LAYOUT] = n + 1;
+    *index = n;
+    *is_new = 1;
+    return SP_OK;
+}
 
-    /* the arrays go to the spec whether or not every name resolved:
-     * sp_sweep_spec_free frees them on the error path too */
-    void *objs = NULL;
-    sp_status named = get_named(c, root, "models", "model", sizeof *s->models, find_model, &s->n[AX_MODEL],
-                                &s->model_name, &objs);
-    s->models = objs;
-    SP_CHECK(named);
-    objs = NULL;
-    named = get_named(c, root, "hw", "hardware", sizeof *s->hw, find_hw, &s->n[AX_HW], &s->hw_name, &objs);
-    s->hw = objs;
-    SP_CHECK(named);
+/* Plan options shared by "plan" and "frontier"; refused with "estimate". */
+static sp_status get_plan_opts(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
+{
+    static const char *const plan_keys[] = {"objective", "latency_metric", "cost_metric", "weights"};
+    sp_plan_opts_init(&s->popts);
+    if (s->compute == SP_SWEEP_ESTIMATE) {
+        for (size_t i = 0; i < sizeof plan_keys / sizeof plan_keys[0]; i++)
+            if (json_object_get(root, plan_keys[i]))
+                return spi_json_fail(c, SP_EPARSE, "", plan_keys[i], "goes with \"compute\": \"plan\" or "
+                                                                    "\"frontier\" (estimate prices the given layouts)");
+        return SP_OK;
+    }
+    static const char *const obj[] = {"latency", "cost", "throughput"};
+    static const char *const lat[] = {"total", "decode", "prefill"};
+    static const char *const cm[] = {"total", "phase"};
+    static const char *const wts[] = {"auto", "bf16", "int8", "fp8"};
+    int v = 0;
+    SP_CHECK(spi_json_get_enum(c, "", root, "objective", 0, obj, 3, &v));
+    s->popts.objective = (sp_plan_objective)v;
+    v = 0;
+    SP_CHECK(spi_json_get_enum(c, "", root, "latency_metric", 0, lat, 3, &v));
+    s->popts.latency_metric = (sp_plan_latency)v;
+    v = 0;
+    SP_CHECK(spi_json_get_enum(c, "", root, "cost_metric", 0, cm, 2, &v));
+    s->popts.cost_metric = (sp_plan_cost_metric)v;
+    v = 0;
+    SP_CHECK(spi_json_get_enum(c, "", root, "weights", 0, wts, 4, &v));
+    s->popts.weights = (sp_plan_weights)v;
+    /* plan: one layout per point; frontier: one frontier per point; the
+     * rivals and the chip-count search are plan's answers to other questions */
+    s->popts.frontier = 1;   /* sp_plan_frontier traces it; plan's own is left off below */
+    if (s->compute == SP_SWEEP_PLAN) s->popts.frontier = 0;
+    s->popts.rivals = 0;
+    s->popts.search_min_chips = 0;
+    return SP_OK;
+}
+
+/* The grid form: axes models × hw × chips × batch × prompt × gen (× layouts). */
+static sp_status grid_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *s, const named_tab *mt,
+                                const named_tab *ht)
+{
+    SP_CHECK(get_named(c, root, "models", mt));
+    SP_CHECK(get_named(c, root, "hw", ht));
     SP_CHECK(get_axis(c, root, "chips", 1, 1 << 20, &s->vals[0], &s->n[AX_CHIPS]));
     SP_CHECK(get_axis(c, root, "batch", 1, 1 << 24, &s->vals[1], &s->n[AX_BATCH]));
     SP_CHECK(get_axis(c, root, "prompt", 0, 1 << 24, &s->vals[2], &s->n[AX_PROMPT]));
     SP_CHECK(get_axis(c, root, "gen", 0, 1 << 24, &s->vals[3], &s->n[AX_GEN]));
-
-    size_t n;
+    if (s->compute == SP_SWEEP_FRONTIER) {
+        /* one frontier per (model, hw, prompt, gen) across every chips and
+         * batch value (as the frontier verb): those axes become one 0 each */
+        if (s->n[AX_CHIPS] * s->n[AX_BATCH] > SWEEP_MAX_FRONTIER_PAIRS)
+            return spi_json_fail(c, SP_EINVAL, "", "chips", "a frontier over %" PRId64 " chips x %" PRId64
+                                 " batch values: at most %d pairs", s->n[AX_CHIPS], s->n[AX_BATCH],
+                                 SWEEP_MAX_FRONTIER_PAIRS);
+        s->n_fr_chips = (int)s->n[AX_CHIPS];
+        s->n_fr_batch = (int)s->n[AX_BATCH];
+        s->fr_batch = s->vals[1];
+        if (!(s->fr_chips = calloc((size_t)s->n_fr_chips, sizeof *s->fr_chips)))
+            return spi_fail(SP_ENOMEM, "out of memory");
+        for (int i = 0; i < s->n_fr_chips; i++) s->fr_chips[i] = (int)s->vals[0][i];
+        free(s->vals[0]);
+        s->vals[0] = calloc(1, sizeof *s->vals[0]);
+        s->vals[1] = calloc(1, sizeof *s->vals[1]);
+        if (!s->vals[0] || !s->vals[1]) return spi_fail(SP_ENOMEM, "out of memory");
+        s->n[AX_CHIPS] = s->n[AX_BATCH] = 1;
+    }
     json_t *lay = json_object_get(root, "layouts");
-    sp_plan_opts_init(&s->popts);
     if (s->compute == SP_SWEEP_ESTIMATE) {
-        if (json_object_get(root, "objective") || json_object_get(root, "latency_metric") ||
-            json_object_get(root, "weights"))
-            return spi_json_fail(c, SP_EPARSE, "",
-                                 json_object_get(root, "objective") ? "objective"
-                                 : json_object_get(root, "weights") ? "weights" : "latency_metric",
-                                 "goes with \"compute\": \"plan\" (estimate prices the given layouts)");
         if (!lay) return spi_json_fail(c, SP_EPARSE, "", "layouts", "missing field (\"compute\": \"estimate\" "
                                                                     "prices these layouts)");
         if (!json_is_array(lay) || json_array_size(lay) == 0)
             return spi_json_fail(c, SP_EPARSE, "", "layouts", "must be a non-empty array of layouts (text form "
                                                              "or JSON objects)");
-        n = json_array_size(lay);
-        s->n[AX_LAYOUT] = (int64_t)n;
-        s->layouts = calloc(n, sizeof *s->layouts);
-        s->layout_text = calloc(n, sizeof *s->layout_text);
-        if (!s->layouts || !s->layout_text) return spi_fail(SP_ENOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < json_array_size(lay); i++) {
             char k[24];
             snprintf(k, sizeof k, "%zu", i);
-            json_t *l = json_array_get(lay, i);
-            sp_error e;
-            sp_error_init(&e);
-            sp_status st = json_is_string(l) ? sp_layout_parse(json_string_value(l), &s->layouts[i], &e)
-                           : json_is_object(l) ? sp_layout_from_json(l, &s->layouts[i], &e)
-                                               : spi_error_set(&e, SP_EPARSE, NULL, 0, 0, NULL,
-                                                               "must be a layout string or object");
-            if (st != SP_OK) {
-                char msg[400];
-                sp_error_format(&e, msg, sizeof msg);
-                return spi_json_fail(c, SP_EPARSE, "/layouts", k, "%s", msg);
-            }
-            sp_layout_format(&s->layouts[i], s->layout_text[i], sizeof s->layout_text[i]);
-            for (size_t j = 0; j < i; j++)
-                if (!strcmp(s->layout_text[j], s->layout_text[i]))
-                    return spi_json_fail(c, SP_EPARSE, "/layouts", k, "same layout as /layouts/%zu", j);
+            int64_t at;
+            int is_new;
+            SP_CHECK(intern_layout(c, "/layouts", k, json_array_get(lay, i), s, &at, &is_new));
+            if (!is_new) return spi_json_fail(c, SP_EPARSE, "/layouts", k, "same layout as /layouts/%" PRId64, at);
         }
     } else {
-        if (lay) return spi_json_fail(c, SP_EPARSE, "", "layouts", "goes with \"compute\": \"estimate\" (plan "
-                                                                   "searches the layouts)");
+        if (lay) return spi_json_fail(c, SP_EPARSE, "", "layouts", "goes with \"compute\": \"estimate\" (%s "
+                                      "searches the layouts)", compute_names[s->compute]);
         s->n[AX_LAYOUT] = 1;
-        static const char *const obj[] = {"latency", "cost", "throughput"};
-        static const char *const lat[] = {"total", "decode", "prefill"};
-        static const char *const wts[] = {"auto", "bf16", "int8", "fp8"};
-        int v = 0;
-        SP_CHECK(spi_json_get_enum(c, "", root, "objective", 0, obj, 3, &v));
-        s->popts.objective = (sp_plan_objective)v;
-        v = 0;
-        SP_CHECK(spi_json_get_enum(c, "", root, "latency_metric", 0, lat, 3, &v));
-        s->popts.latency_metric = (sp_plan_latency)v;
-        v = 0;
-        SP_CHECK(spi_json_get_enum(c, "", root, "weights", 0, wts, 4, &v));
-        s->popts.weights = (sp_plan_weights)v;
-        /* one layout per point: the frontier, the rivals and the chip-count
-         * search are plan's answers to other questions */
-        s->popts.frontier = 0;
-        s->popts.rivals = 0;
-        s->popts.search_min_chips = 0;
     }
     /* every combination must be able to price something */
     for (int64_t i = 0; i < s->n[AX_PROMPT]; i++)
@@ -327,6 +437,122 @@ static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
         if (__builtin_mul_overflow(pts, s->n[a], &pts) || pts > SWEEP_MAX_POINTS)
             return spi_json_fail(c, SP_EINVAL, "", "", "more than %" PRId64 " points", SWEEP_MAX_POINTS);
     s->points = pts;
+    return SP_OK;
+}
+
+/* A listed point's key for finding two points with the same inputs. */
+typedef struct pt_key {
+    int64_t k[AX_COUNT];             /* model and hw entries, chips, batch, prompt, gen, layout entry */
+    int64_t i;                       /* position in the list */
+} pt_key;
+
+static int cmp_pt_key(const void *a, const void *b)
+{
+    const pt_key *x = a, *y = b;
+    for (int i = 0; i < AX_COUNT; i++)
+        if (x->k[i] != y->k[i]) return x->k[i] < y->k[i] ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The list form: {"points": [{"model", "hw", "chips", "batch", "prompt",
+ * "gen"[, "layout"]}, ...]}.  Point i is list element i: s->pt[i] indexes
+ * the model, hardware and layout tables, and vals[a][i] holds its numbers. */
+static sp_status list_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *s, const named_tab *mt,
+                                const named_tab *ht)
+{
+    static const char *const grid_keys[] = {"models", "hw", "chips", "batch", "prompt", "gen", "layouts"};
+    for (size_t i = 0; i < sizeof grid_keys / sizeof grid_keys[0]; i++)
+        if (json_object_get(root, grid_keys[i]))
+            return spi_json_fail(c, SP_EPARSE, "", grid_keys[i], "a spec is a grid or a list of \"points\", not "
+                                                                "both: give each point its own values");
+    if (s->compute == SP_SWEEP_FRONTIER)
+        return spi_json_fail(c, SP_ENOTSUP, "", "points", "a list of points with \"compute\": \"frontier\" is not "
+                                                          "implemented: give the frontier's chips and batch as a grid");
+    json_t *pts = json_object_get(root, "points");
+    if (!json_is_array(pts) || json_array_size(pts) == 0)
+        return spi_json_fail(c, SP_EPARSE, "", "points", "must be a non-empty array of point objects");
+    size_t n = json_array_size(pts);
+    if (n > SWEEP_MAX_LIST) return spi_json_fail(c, SP_EINVAL, "", "points", "more than %d points", SWEEP_MAX_LIST);
+    s->pt = calloc(n, sizeof *s->pt);
+    for (int a = 0; a < 4; a++) s->vals[a] = calloc(n, sizeof *s->vals[a]);
+    if (!s->pt || !s->vals[0] || !s->vals[1] || !s->vals[2] || !s->vals[3]) return spi_fail(SP_ENOMEM, "out of memory");
+    static const char *const keys[] = {"model", "hw", "chips", "batch", "prompt", "gen", "layout", NULL};
+    static const int64_t lo[4] = {1, 1, 0, 0}, hi[4] = {1 << 20, 1 << 24, 1 << 24, 1 << 24};
+    for (size_t i = 0; i < n; i++) {
+        char p[48];
+        snprintf(p, sizeof p, "/points/%zu", i);
+        json_t *o = json_array_get(pts, i);
+        SP_CHECK(spi_json_expect_object(c, p, o));
+        SP_CHECK(spi_json_check_keys(c, p, o, keys));
+        char name[128];
+        int is_new;
+        SP_CHECK(spi_json_get_str(c, p, o, "model", 1, name, sizeof name));
+        SP_CHECK(intern_name(c, p, "model", mt, name, &s->pt[i][AX_MODEL], &is_new));
+        SP_CHECK(spi_json_get_str(c, p, o, "hw", 1, name, sizeof name));
+        SP_CHECK(intern_name(c, p, "hw", ht, name, &s->pt[i][AX_HW], &is_new));
+        for (int a = 0; a < 4; a++) {
+            SP_CHECK(spi_json_get_int(c, p, o, grid_keys[2 + a], 1, lo[a], hi[a], "integer", &s->vals[a][i]));
+            s->pt[i][AX_CHIPS + a] = (int64_t)i;
+        }
+        if (s->vals[2][i] == 0 && s->vals[3][i] == 0)
+            return spi_json_fail(c, SP_EPARSE, p, "gen", "prompt 0 with gen 0 prices nothing: give a prompt or "
+                                                        "generated tokens");
+        json_t *l = json_object_get(o, "layout");
+        if (s->compute == SP_SWEEP_ESTIMATE) {
+            if (!l) return spi_json_fail(c, SP_EPARSE, p, "layout", "missing field (\"compute\": \"estimate\" "
+                                                                   "prices each point's layout)");
+            SP_CHECK(intern_layout(c, p, "layout", l, s, &s->pt[i][AX_LAYOUT], &is_new));
+        } else if (l) {
+            return spi_json_fail(c, SP_EPARSE, p, "layout", "goes with \"compute\": \"estimate\" (%s searches "
+                                                            "the layouts)", compute_names[s->compute]);
+        }
+    }
+    /* two points with the same inputs would share one row: refused */
+    pt_key *keyv = calloc(n, sizeof *keyv);
+    if (!keyv) return spi_fail(SP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        for (int a = 0; a < AX_COUNT; a++) keyv[i].k[a] = s->pt[i][a];
+        for (int a = 0; a < 4; a++) keyv[i].k[AX_CHIPS + a] = s->vals[a][i];
+        keyv[i].i = (int64_t)i;
+    }
+    qsort(keyv, n, sizeof *keyv, cmp_pt_key);
+    sp_status st = SP_OK;
+    for (size_t i = 1; i < n && st == SP_OK; i++)
+        if (!memcmp(keyv[i].k, keyv[i - 1].k, sizeof keyv[i].k)) {
+            char k[24];
+            snprintf(k, sizeof k, "%" PRId64, keyv[i].i);
+            st = spi_json_fail(c, SP_EPARSE, "/points", k, "the same point as /points/%" PRId64, keyv[i - 1].i);
+        }
+    free(keyv);
+    SP_CHECK(st);
+    s->points = (int64_t)n;
+    return SP_OK;
+}
+
+static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
+{
+    SP_CHECK(spi_json_expect_object(c, "", root));
+    static const char *const keys[] = {"version", "models", "hw", "chips", "batch", "prompt", "gen", "compute",
+                                       "layouts", "points", "objective", "latency_metric", "cost_metric",
+                                       "weights", "description", NULL};
+    SP_CHECK(spi_json_check_keys(c, "", root, keys));
+    int64_t version = 1;
+    SP_CHECK(spi_json_get_int(c, "", root, "version", 0, 1, 1, "1 (the spec format this build reads)", &version));
+    const char *cs = json_string_value(json_object_get(root, "compute"));
+    if (cs && !strcmp(cs, "fleet"))
+        return spi_json_fail(c, SP_ENOTSUP, "", "compute", "\"fleet\" is not implemented (this build computes "
+                                                           "estimate, plan or frontier)");
+    int ci;
+    SP_CHECK(spi_json_get_enum(c, "", root, "compute", 1, compute_names, SP_SWEEP_COMPUTE_COUNT, &ci));
+    s->compute = (sp_sweep_compute)ci;
+    SP_CHECK(get_plan_opts(c, root, s));
+    /* the tables belong to the spec whether or not every name resolved:
+     * sp_sweep_spec_free frees them on the error path too */
+    named_tab mt = {&s->n[AX_MODEL], &s->model_name, (void **)&s->models, sizeof *s->models, find_model, "model"};
+    named_tab ht = {&s->n[AX_HW], &s->hw_name, (void **)&s->hw, sizeof *s->hw, find_hw, "hardware"};
+    if (json_object_get(root, "points")) SP_CHECK(list_from_json(c, root, s, &mt, &ht));
+    else SP_CHECK(grid_from_json(c, root, s, &mt, &ht));
+    if (s->compute != SP_SWEEP_ESTIMATE && !s->n[AX_LAYOUT]) s->n[AX_LAYOUT] = 1;
     s->canon = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     if (!s->canon) return spi_fail(SP_ENOMEM, "out of memory");
     return SP_OK;
@@ -387,14 +613,45 @@ typedef struct row {
     sp_cost cost;
     char layout[LAYOUT_TEXT];        /* priced or chosen layout ("" when none) */
     char message[256];
+    char *frontier;                  /* frontier: its JSON text (owned; NULL otherwise) */
 } row;
 
 static void point_axes(const sp_sweep_spec *s, int64_t idx, int64_t ax[AX_COUNT])
 {
+    if (s->pt) {
+        memcpy(ax, s->pt[idx], sizeof s->pt[idx]);
+        return;
+    }
     for (int a = AX_COUNT - 1; a >= 0; a--) {
         ax[a] = idx % s->n[a];
         idx /= s->n[a];
     }
+}
+
+/* The plan's frontier as compact JSON, latency descending (doc/sweep.md):
+ * [{"chips", "batch", "layout", "latency_s", "cost_s", "prefill_s", "decode_step_s",
+ *   "total_s", "tokens_per_s", "mem_total"}, ...].  New string (free), or
+ * NULL when out of memory. */
+static char *frontier_json(const sp_plan *p)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < p->n_frontier; i++) {
+        const sp_plan_point *q = &p->frontier[i];
+        char text[LAYOUT_TEXT];
+        sp_layout_format(&q->layout, text, sizeof text);
+        json_t *o = json_pack("{s:i, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "chips", q->chips, "batch",
+                              (json_int_t)q->batch, "layout", text, "latency_s", q->latency_s,
+                              "cost_s", q->cost_s, "prefill_s", q->cost.prefill_s, "decode_step_s",
+                              q->cost.decode_step_s, "total_s", q->cost.total_s, "tokens_per_s",
+                              q->cost.tokens_per_s, "mem_total", (json_int_t)q->cost.mem.total);
+        if (!o || json_array_append_new(a, o) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    char *text = a ? json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(a);
+    return text;
 }
 
 static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
@@ -405,6 +662,7 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
     r->plan_result = -1;
     r->candidates = 0;
     r->layout[0] = r->message[0] = 0;
+    r->frontier = NULL;
     const sp_model *m = &s->models[r->ax[AX_MODEL]];
     const sp_hw *hw = &s->hw[r->ax[AX_HW]];
     int chips = (int)s->vals[0][r->ax[AX_CHIPS]];
@@ -427,6 +685,29 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
         return;
     }
     sp_plan *p = NULL;
+    if (s->compute == SP_SWEEP_FRONTIER) {
+        if (sp_plan_frontier(m, hw, s->fr_chips, s->n_fr_chips, s->fr_batch, s->n_fr_batch, &w, &s->popts, &p) !=
+            SP_OK) {
+            r->status = ROW_NOT_APPLICABLE;
+            snprintf(r->message, sizeof r->message, "%s", sp_last_error());
+            return;
+        }
+        r->plan_result = (int)p->result;
+        r->candidates = p->stats.candidates;
+        if (p->n_frontier > 0 && (r->frontier = frontier_json(p))) {
+            r->status = ROW_OK;
+        } else if (p->n_frontier > 0) {
+            r->status = ROW_NOT_APPLICABLE;
+            snprintf(r->message, sizeof r->message, "the frontier could not be written as JSON (out of memory or "
+                     "a figure not finite)");
+        } else {
+            r->status = ROW_NO_LAYOUT;
+            snprintf(r->message, sizeof r->message, "%s: no layout fits at any of the chip counts and batches",
+                     sp_plan_result_name(p->result));
+        }
+        sp_plan_free(p);
+        return;
+    }
     if (sp_plan_solve(m, hw, chips, &w, &s->popts, &p) != SP_OK) {
         r->status = ROW_NOT_APPLICABLE;
         snprintf(r->message, sizeof r->message, "%s", sp_last_error());
@@ -454,7 +735,8 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
 
 /* ---- the database ------------------------------------------------------------ */
 
-/* Columns of `points`, schema version 1 (doc/sweep.md lists them with units).
+/* Columns of `points`, schema version 2 (doc/sweep.md lists them with units;
+ * version 1 had every column but the last, frontier).
  * The key is the point's inputs (UNIQUE); idx, the point's number in the
  * spec, is the rowid, so rows are stored in spec order and the table costs
  * one B-tree besides the key's index. */
@@ -469,9 +751,9 @@ static const char points_ddl[] =
     "prefill_compute_s REAL, prefill_memory_s REAL, prefill_comm_s REAL, "
     "decode_compute_s REAL, decode_memory_s REAL, decode_comm_s REAL, "
     "mem_weights INTEGER, mem_gathered_weights INTEGER, mem_kv INTEGER, mem_activations INTEGER, "
-    "mem_workspace INTEGER, mem_total INTEGER, capacity INTEGER, "
+    "mem_workspace INTEGER, mem_total INTEGER, capacity INTEGER, frontier TEXT, "
     "UNIQUE (model, hw, chips, batch, prompt, gen, compute, layout_in))";
-#define N_COLS 40
+#define N_COLS 41
 
 static sp_status db_fail(sqlite3 *db, const char *what)
 {
@@ -533,9 +815,15 @@ static sp_status db_prepare(sqlite3 *db, const char *path, const sp_sweep_spec *
         SP_CHECKGOTO(meta_put(db, "spec", s->canon), st, fail);
         SP_CHECKGOTO(meta_put(db, "library_version", sp_version()), st, fail);
     } else {
-        if (atoi(ver) != SP_SWEEP_SCHEMA_VERSION) {
-            st = spi_fail(SP_EINVAL, "%s: sweep schema version %s, this build writes version %d: use a new --db",
-                          path, ver, SP_SWEEP_SCHEMA_VERSION);
+        int v = atoi(ver);
+        if (v == 1) {
+            /* version 1 -> 2: the frontier column, appended (NULL in every
+             * row: version 1 computed no frontiers) */
+            SP_CHECKGOTO(db_exec(db, "ALTER TABLE points ADD COLUMN frontier TEXT"), st, fail);
+            SP_CHECKGOTO(db_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema_version'"), st, fail);
+        } else if (v != SP_SWEEP_SCHEMA_VERSION) {
+            st = spi_fail(SP_EINVAL, "%s: sweep schema version %s, this build reads versions 1 to %d: use a new "
+                          "--db or a newer shardplan", path, ver, SP_SWEEP_SCHEMA_VERSION);
             goto fail;
         }
         SP_CHECKGOTO(meta_get(db, "spec", &spec), st, fail);
@@ -569,12 +857,14 @@ static sp_status db_open(const char *path, int create, sqlite3 **out)
     return SP_OK;
 }
 
-static void bind_cost(sqlite3_stmt *q, int k, const row *r)
+/* Binds the cost columns from k on (NULL when the row has no cost) up to the
+ * last one before frontier; returns the next column. */
+static int bind_cost(sqlite3_stmt *q, int k, const row *r)
 {
     const sp_cost *c = &r->cost;
     if (!r->has_cost) {
-        for (int i = k; i <= N_COLS; i++) sqlite3_bind_null(q, i);
-        return;
+        for (int i = k; i < N_COLS; i++) sqlite3_bind_null(q, i);
+        return N_COLS;
     }
     if (r->layout[0]) sqlite3_bind_text(q, k++, r->layout, -1, SQLITE_STATIC);
     else sqlite3_bind_null(q, k++);
@@ -591,6 +881,7 @@ static void bind_cost(sqlite3_stmt *q, int k, const row *r)
     const int64_t b[] = {c->mem.weights, c->mem.gathered_weights, c->mem.kv, c->mem.activations,
                          c->mem.workspace, c->mem.total, c->capacity};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) sqlite3_bind_int64(q, k++, b[i]);
+    return k;
 }
 
 static sp_status insert_row(sqlite3 *db, sqlite3_stmt *q, const sp_sweep_spec *s, const row *r)
@@ -614,7 +905,9 @@ static sp_status insert_row(sqlite3 *db, sqlite3_stmt *q, const sp_sweep_spec *s
         sqlite3_bind_null(q, k++);
         sqlite3_bind_null(q, k++);
     }
-    bind_cost(q, k, r);
+    k = bind_cost(q, k, r);   /* == N_COLS: the frontier column */
+    if (r->frontier) sqlite3_bind_text(q, k, r->frontier, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(q, k);
     if (sqlite3_step(q) != SQLITE_DONE) return db_fail(db, "inserting a point");
     return SP_OK;
 }
@@ -639,6 +932,16 @@ typedef struct runner {
     block *queue, *free_list;
     int queued, limit, workers_left;
 } runner;
+
+/* Frees what the block's rows own. */
+static void block_clear(block *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free(b->rows[i].frontier);
+        b->rows[i].frontier = NULL;
+    }
+    b->n = 0;
+}
 
 static int is_done(const uint8_t *bits, int64_t i) { return bits[i >> 3] >> (i & 7) & 1; }
 
@@ -810,6 +1113,7 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
             }
             for (int i = 0; i < bl->n && st == SP_OK; i++) st = insert_row(db, ins, s, &bl->rows[i]);
             in_txn += bl->n;
+            block_clear(bl);
             pthread_mutex_lock(&R.mu);
             bl->next = R.free_list;
             R.free_list = bl;
@@ -840,6 +1144,7 @@ out_join:
     while (R.queue) {
         block *b = R.queue;
         R.queue = b->next;
+        block_clear(b);
         free(b);
     }
     while (R.free_list) {
@@ -895,8 +1200,9 @@ sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f)
         st = spi_fail(SP_EIO, "%s: not a sweep database (no meta.schema_version)", db_path);
         goto out;
     }
-    if (atoi(ver) != SP_SWEEP_SCHEMA_VERSION) {
-        st = spi_fail(SP_EIO, "%s: sweep schema version %s, this build reads version %d", db_path, ver,
+    int version = atoi(ver);
+    if (version < 1 || version > SP_SWEEP_SCHEMA_VERSION) {
+        st = spi_fail(SP_EIO, "%s: sweep schema version %s, this build reads versions 1 to %d", db_path, ver,
                       SP_SWEEP_SCHEMA_VERSION);
         goto out;
     }
@@ -910,8 +1216,7 @@ sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f)
         for (int i = 0; i < nc; i++) fprintf(f, "%s%s", i ? "," : "", sqlite3_column_name(q, i));
         fputc('\n', f);
     } else {
-        fprintf(f, "{\"schema_version\": %d, \"spec\": %s, \"points\": [", SP_SWEEP_SCHEMA_VERSION,
-                spec ? spec : "null");
+        fprintf(f, "{\"schema_version\": %d, \"spec\": %s, \"points\": [", version, spec ? spec : "null");
     }
     int rc, first = 1;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -929,6 +1234,7 @@ sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f)
             case SQLITE_TEXT: {
                 const char *t = (const char *)sqlite3_column_text(q, i);
                 if (fmt == SP_SWEEP_CSV) put_csv_string(f, t);
+                else if (!strcmp(sqlite3_column_name(q, i), "frontier")) fputs(t, f);   /* JSON written by us */
                 else put_json_string(f, t);
                 break;
             }

@@ -33,6 +33,22 @@ check "plan with layouts names layouts" spec_error planlayouts 'layouts' '{'"$G"
 check "range with step and times names it" spec_error range '/prompt' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": {"from": 1, "to": 8, "step": 1, "times": 2}, "gen": [4], "compute": "plan"}'
 check "negative gen names it" spec_error neg '/gen/0' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": [8], "gen": [-4], "compute": "plan"}'
 check "malformed JSON exits 2" spec_error syntax 'syntax.json' '{"models": ["tiny-llama"],'
+check "compute fleet is refused as not implemented" spec_error fleet 'fleet.*not implemented' '{'"$G"', "compute": "fleet"}'
+check "a grid value given twice names it" spec_error twice '/chips' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1, 2, 1], "batch": [1], "prompt": [8], "gen": [4], "compute": "plan"}'
+check "a model given twice names it" spec_error twicem '/models/1' '{"models": ["tiny-llama", "tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": [8], "gen": [4], "compute": "plan"}'
+P='"model": "tiny-llama", "hw": "h100", "chips": 1, "batch": 1, "prompt": 8, "gen": 4'
+check "points: grid and list together names the grid field" spec_error both '/batch' '{"compute": "plan", "batch": [1], "points": [{'"$P"'}]}'
+check "points: an empty list names it" spec_error empty '/points' '{"compute": "plan", "points": []}'
+check "points: a bad field names point and field" spec_error ptchips '/points/1/chips' '{"compute": "plan", "points": [{'"$P"'}, {"model": "tiny-llama", "hw": "h100", "chips": "x", "batch": 1, "prompt": 8, "gen": 4}]}'
+check "points: an unknown model names point and field" spec_error ptmodel '/points/0/model' '{"compute": "plan", "points": [{"model": "no-such-model", "hw": "h100", "chips": 1, "batch": 1, "prompt": 8, "gen": 4}]}'
+check "points: the same point twice names both" spec_error ptdup '/points/2: the same point as /points/0' '{"compute": "plan", "points": [{'"$P"'}, {"model": "tiny-llama", "hw": "h100", "chips": 1, "batch": 2, "prompt": 8, "gen": 4}, {'"$P"'}]}'
+check "points: estimate without a layout names it" spec_error ptnolayout '/points/0/layout' '{"compute": "estimate", "points": [{'"$P"'}]}'
+check "points: plan with a layout names it" spec_error ptlayout '/points/0/layout' '{"compute": "plan", "points": [{'"$P"', "layout": "mesh=1x1x1"}]}'
+check "points: an unknown key names it" spec_error ptkey '/points/0' '{"compute": "plan", "points": [{'"$P"', "chip": 1}]}'
+check "points: prompt 0 with gen 0 names the point" spec_error ptzero '/points/0/gen' '{"compute": "plan", "points": [{"model": "tiny-llama", "hw": "h100", "chips": 1, "batch": 1, "prompt": 0, "gen": 0}]}'
+check "frontier: a list of points is refused as not implemented" spec_error ptfront 'not implemented' '{"compute": "frontier", "points": [{'"$P"'}]}'
+check "frontier: plan options are checked" spec_error fcost '/cost_metric' '{'"$G"', "compute": "frontier", "cost_metric": "dollars"}'
+check "estimate: plan options are refused" spec_error ecost 'cost_metric' '{'"$G"', "compute": "estimate", "layouts": ["mesh=1x1x1"], "cost_metric": "phase"}'
 check "sweep without --db exits 2" sh -c '"$SHARDPLAN" sweep "$0" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/missing.json"
 
 # ---- resumability ---------------------------------------------------------
@@ -80,8 +96,8 @@ check "resumed database equals the uninterrupted one (csv)" cmp -s "$tmp/ref.csv
 check "resumed database equals the uninterrupted one (json)" cmp -s "$tmp/ref.jsonl" "$tmp/res.jsonl"
 check "a complete sweep rerun computes nothing" sh -c \
     '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "($2 already there, 0 computed)"' "$tmp/grid.json" "$tmp/res.db" "$total"
-sweep_json() { # export, points: schema 1, that many points, numbered 0, 1, ... in order
-    json_check '$1 == 1' -n "$1" /schema_version && json_check "\$1 == $2" -l "$1" /points &&
+sweep_json() { # export, points: schema 2, that many points, numbered 0, 1, ... in order
+    json_check '$1 == 2' -n "$1" /schema_version && json_check "\$1 == $2" -l "$1" /points &&
     json_check '$1 == NR - 1' -n "$1" '/points/*/idx'
 }
 check "export json parses" sweep_json "$tmp/ref.jsonl" "$total"
@@ -116,6 +132,70 @@ check "plan sweep row = shardplan plan's chosen layout ($want)" sh -c \
     'grep "^[0-9]*,\"tiny-llama\",\"h100\",4,4,16,8,\"plan\"" "$0" | grep -qF "\"$1\""' "$tmp/plan1.csv" "$want"
 check "no applicable layout is a row, not a failure" sh -c \
     'grep -q "\"tpu-v4\",1,1,16,8,\"plan\",\"\",\"no_layout\"" "$0"' "$tmp/plan1.csv"
+
+# ---- a list of points: the rows of the grid holding those points ---------------
+cat >"$tmp/lgrid.json" <<'EOF'
+{"models": ["tiny-llama", "palm-8b"], "hw": ["h100"], "chips": [2, 8], "batch": [4], "prompt": [16], "gen": [0, 8],
+ "compute": "estimate", "layouts": ["mesh=1x1x2", "mesh=2x2x2,decode=ws2d/batch"]}
+EOF
+"$SHARDPLAN" sweep "$tmp/lgrid.json" --db "$tmp/lgrid.db" --quiet &&
+"$SHARDPLAN" sweep --export json --db "$tmp/lgrid.db" >"$tmp/lgrid.out" || echo "  the grid sweep failed"
+# the grid's points in reverse order, as a list
+"$JSONQ" "$tmp/lgrid.out" '/points/*' /model /hw /chips /batch /prompt /gen /layout_in |
+    awk -F '\t' 'BEGIN { print "{\"compute\": \"estimate\", \"points\": [" }
+        { l[NR] = sprintf("{\"model\": \"%s\", \"hw\": \"%s\", \"chips\": %s, \"batch\": %s, \"prompt\": %s, \"gen\": %s, \"layout\": \"%s\"}", $1, $2, $3, $4, $5, $6, $7) }
+        END { for (i = NR; i >= 1; i--) print l[i] (i > 1 ? "," : ""); print "]}" }' >"$tmp/list.json"
+"$SHARDPLAN" sweep "$tmp/list.json" --db "$tmp/list.db" --jobs 2 --quiet; rc=$?
+check "points: a list sweep exits 0" test "$rc" -eq 0
+rows_by_key() { # database: its csv rows without idx, sorted
+    "$SHARDPLAN" sweep --export csv --db "$1" | sed 1d | sed 's/^[0-9]*,//' | sort
+}
+rows_by_key "$tmp/lgrid.db" >"$tmp/lgrid.rows"
+rows_by_key "$tmp/list.db" >"$tmp/list.rows"
+check "points: 16 rows, some ok and some not applicable" sh -c \
+    '[ "$(wc -l <"$0")" -eq 16 ] && grep -q "\"ok\"" "$0" && grep -q "\"not_applicable\"" "$0"' "$tmp/list.rows"
+check "points: the list's rows equal the grid's (inputs and figures)" cmp -s "$tmp/lgrid.rows" "$tmp/list.rows"
+"$SHARDPLAN" sweep --export json --db "$tmp/list.db" >"$tmp/list.out"
+check "points: idx is the position in the list" json_check '$1 == "palm-8b" && $2 == 0' "$tmp/list.out" /points/0 /model /idx
+
+# ---- frontier: one frontier per (model, hw, prompt, gen), as the frontier verb ------
+cat >"$tmp/front.json" <<'EOF'
+{"models": ["palm-62b"], "hw": ["tpu-v4"], "chips": [16, 32, 64], "batch": [1, 16, 64, 256], "prompt": [2048],
+ "gen": [64], "compute": "frontier", "latency_metric": "decode", "cost_metric": "phase"}
+EOF
+"$SHARDPLAN" sweep "$tmp/front.json" --db "$tmp/front.db" --quiet &&
+"$SHARDPLAN" sweep --export json --db "$tmp/front.db" >"$tmp/front.out"; rc=$?
+check "frontier sweep exits 0" test "$rc" -eq 0
+check "frontier: one row, chips and batch 0 (every value of the spec)" json_check \
+    '$1 == 0 && $2 == 0 && $3 == "ok" && $4 == "frontier"' "$tmp/front.out" '/points/*' /chips /batch /status /compute
+check "frontier: 3 or more entries, latency descending, cost ascending" sh -c \
+    '"$JSONQ" -n "$0" "/points/0/frontier/*" /latency_s /cost_s |
+     awk -F "\t" "NR > 1 && !(\$1 < l && \$2 > c) { bad = 1 } { l = \$1; c = \$2; n++ } END { exit bad || n < 3 }"' "$tmp/front.out"
+"$SHARDPLAN" frontier --model palm-62b --hw tpu-v4 --chips 16,32,64 --batch 1,16,64,256 --prompt 2048 --gen 64 \
+    --json >"$tmp/fverb.json"
+"$JSONQ" "$tmp/front.out" '/points/0/frontier/*' /chips /batch /layout >"$tmp/fsweep.tsv"
+"$JSONQ" "$tmp/fverb.json" '/decode/frontier/*' /chips /batch /costs/layout_text >"$tmp/fverb.tsv"
+check "frontier: the entries are the frontier verb's (chips, batch, layout)" cmp -s "$tmp/fsweep.tsv" "$tmp/fverb.tsv"
+check "report of a frontier sweep is refused (exit 2)" sh -c \
+    '"$SHARDPLAN" report --db "$0" --out "$1" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/front.db" "$tmp/frep"
+
+# ---- schema: a version 1 database is migrated; an unknown version is refused ----
+if command -v sqlite3 >/dev/null 2>&1; then
+    cp "$tmp/plan1.db" "$tmp/v1.db"
+    sqlite3 "$tmp/v1.db" "ALTER TABLE points DROP COLUMN frontier; UPDATE meta SET value = '1' WHERE key = 'schema_version'; DELETE FROM points WHERE idx % 2 = 1"
+    "$SHARDPLAN" sweep "$tmp/plan.json" --db "$tmp/v1.db" --quiet; rc=$?
+    check "schema 1 database: resumed into version 2" test "$rc" -eq 0
+    check "schema 1 database: now version 2" test "$(sqlite3 "$tmp/v1.db" "SELECT value FROM meta WHERE key = 'schema_version'")" = 2
+    "$SHARDPLAN" sweep --export csv --db "$tmp/v1.db" >"$tmp/v1.csv"
+    check "schema 1 database: rows equal a fresh version 2 run's" cmp -s "$tmp/plan1.csv" "$tmp/v1.csv"
+    cp "$tmp/plan1.db" "$tmp/v9.db"
+    sqlite3 "$tmp/v9.db" "UPDATE meta SET value = '9' WHERE key = 'schema_version'"
+    check "schema 9 database: refused, exit 2, naming the version" sh -c \
+        '"$SHARDPLAN" sweep "$0" --db "$1" --quiet 2>"$1.err"; rc=$?; grep -q "schema version 9" "$1.err" && [ $rc -eq 2 ]' \
+        "$tmp/plan.json" "$tmp/v9.db"
+else
+    echo "skip: schema migration checks (no sqlite3 program)"
+fi
 
 # ---- the bundled specs load and run ---------------------------------------------
 # (the figure 1 specs are plan sweeps of hundreds of points: checked, not run)

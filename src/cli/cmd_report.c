@@ -1150,6 +1150,13 @@ static int report_db(rep *r, const char *db_path, int lm_given)
         return CLI_EXIT_INTERNAL;
     }
     const char *compute = jstr(spec, "compute");
+    if (!strcmp(compute, "frontier")) {
+        /* its rows hold whole frontiers (column frontier), not one layout */
+        json_decref(root);
+        cli_errorf("%s: a report of a \"frontier\" sweep is not implemented (report reads estimate and plan "
+                   "sweeps)", db_path);
+        return CLI_EXIT_USAGE;
+    }
     int estimate = !strcmp(compute, "estimate");
     if (!lm_given && json_is_string(json_object_get(spec, "latency_metric")))
         sp_plan_latency_parse(jstr(spec, "latency_metric"), &r->o.latency_metric);
