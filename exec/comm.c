@@ -425,6 +425,52 @@ sp_status sp_comm_alltoall(sp_comm *c, unsigned axes, const void *send, void *re
     return st;
 }
 
+/* counts / displacements of one side of an all-to-all-v: every block within
+ * SIZE_MAX / 2 bytes, and a buffer where any block is not empty */
+static sp_status check_v(const char *side, const void *buf, const size_t *cnt, const size_t *dsp, int K, size_t s)
+{
+    if (!cnt || !dsp) return spi_fail(SP_EINVAL, "alltoallv: %s counts or displacements are NULL", side);
+    for (int h = 0; h < K; h++) {
+        uint64_t end;
+        if (!spi_mul_u64(cnt[h] + (uint64_t)dsp[h], s, &end) || cnt[h] > SIZE_MAX / 2 || dsp[h] > SIZE_MAX / 2 ||
+            end > SIZE_MAX / 2)
+            return spi_fail(SP_EINVAL, "alltoallv: %s block %d (count %zu at %zu) overflows", side, h, cnt[h], dsp[h]);
+        if (cnt[h] && !buf) return spi_fail(SP_EINVAL, "alltoallv: NULL %s buffer with count %zu", side, cnt[h]);
+    }
+    return SP_OK;
+}
+
+sp_status sp_comm_alltoallv(sp_comm *c, unsigned axes, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            sp_dtype dt)
+{
+    spi_comm_group *g = NULL;
+    size_t s = 0;
+    SP_CHECK(check_coll(c, "alltoallv", axes, send, recv, 0, dt, 0, &g, &s));
+    int K = g->size;
+    SP_CHECK(check_v("send", send, scounts, sdispls, K, s));
+    SP_CHECK(check_v("recv", recv, rcounts, rdispls, K, s));
+    for (int h = 0; h < K; h++)
+        for (int j = 0; j < K; j++)
+            if (ranges_overlap((const char *)send + sdispls[h] * s, scounts[h] * s, (const char *)recv + rdispls[j] * s,
+                               rcounts[j] * s))
+                return spi_fail(SP_EINVAL, "alltoallv: send block %d overlaps recv block %d; not in place", h, j);
+    spi_comm_xfer x = {0, 0};
+    sp_status st = SP_OK;
+    if (K == 1) {
+        if (rcounts[0] != scounts[0])
+            return spi_fail(SP_EINVAL, "alltoallv: a group of one sends %zu elements to itself but receives %zu",
+                            scounts[0], rcounts[0]);
+        st = local_copy(c, (char *)recv + rdispls[0] * s, (const char *)send + sdispls[0] * s, scounts[0] * s);
+    } else if (!c->world->be->alltoallv) {
+        st = spi_fail(SP_ENOTSUP, "alltoallv: not implemented by the %s backend", c->world->be->name);
+    } else {
+        st = c->world->be->alltoallv(c, g, send, scounts, sdispls, recv, rcounts, rdispls, dt, &x);
+    }
+    account(c, SP_COLL_ALLTOALL, &x, st);
+    return st;
+}
+
 static sp_status check_p2p(sp_comm *c, const char *what, int peer, const void *buf, size_t count,
                            sp_dtype dt)
 {

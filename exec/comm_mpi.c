@@ -304,6 +304,46 @@ static sp_status mpi_alltoall(sp_comm *c, spi_comm_group *g, const void *send, v
     return SP_OK;
 }
 
+static sp_status mpi_alltoallv(sp_comm *c, spi_comm_group *g, const void *send, const size_t *scounts,
+                               const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                               sp_dtype dt, spi_comm_xfer *x)
+{
+    int K = g->size, me = g->rank;
+    size_t s = (size_t)sp_dtype_bytes(dt);
+    int *v = malloc(4 * (size_t)K * sizeof *v);
+    if (!v) return spi_fail(SP_ENOMEM, "out of memory for all-to-all-v counts");
+    int *sc = v, *sd = v + K, *rc = v + 2 * K, *rd = v + 3 * K;
+    sp_status st = SP_OK;
+    uint64_t sent = 0, got = 0;
+    for (int h = 0; h < K && st == SP_OK; h++) {
+        /* bytes, each within an int (the checks above bound the products) */
+        size_t b[4] = {scounts[h] * s, sdispls[h] * s, rcounts[h] * s, rdispls[h] * s};
+        for (int i = 0; i < 4 && st == SP_OK; i++) st = check_int(b[i], "alltoallv");
+        sc[h] = (int)b[0];
+        sd[h] = (int)b[1];
+        rc[h] = (int)b[2];
+        rd[h] = (int)b[3];
+        if (h != me) {
+            sent += b[0];
+            got += b[2];
+        }
+    }
+    if (st == SP_OK) {
+        MPI_Request req;
+        int rcode = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc, rd, MPI_BYTE, gcomm(g), &req);
+        if (rcode != MPI_SUCCESS)
+            st = spi_mpi_fail(c->world, rcode, "MPI_Ialltoallv");
+        else
+            st = wait_all(c, 1, &req, "alltoallv", K);
+    }
+    free(v);
+    if (st == SP_OK) {
+        x->sent = sent;
+        x->recv = got;
+    }
+    return st;
+}
+
 /* dst[i] = ((src_0[i] + src_1[i]) + ...) + src_{K-1}[i], src_h = t + h*n. */
 static void sum_rank_order(float *dst, const float *t, int K, size_t n)
 {
@@ -461,6 +501,7 @@ const spi_comm_backend spi_comm_mpi_backend = {
     .reducescatter = mpi_reducescatter,
     .allreduce = mpi_allreduce,
     .alltoall = mpi_alltoall,
+    .alltoallv = mpi_alltoallv,
     .send = mpi_send,
     .recv = mpi_recv,
     .barrier = mpi_barrier,

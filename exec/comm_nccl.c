@@ -465,6 +465,38 @@ static sp_status nccl_alltoall(sp_comm *c, spi_comm_group *g, const void *send, 
     return SP_OK;
 }
 
+static sp_status nccl_alltoallv(sp_comm *c, spi_comm_group *g, const void *send, const size_t *scounts,
+                                const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                                sp_dtype dt, spi_comm_xfer *x)
+{
+    size_t s = (size_t)sp_dtype_bytes(dt), me = (size_t)g->rank;
+    SP_CHECK(set_device(c));
+    nccl_group *ng = ngroup(g);
+    cudaStream_t st = stream_of(c);
+    const char *sb = send;
+    char *rb = recv;
+    if (scounts[me]) {
+        cudaError_t e = cudaMemcpyAsync(rb + rdispls[me] * s, sb + sdispls[me] * s, scounts[me] * s,
+                                        cudaMemcpyDeviceToDevice, st);
+        if (e != cudaSuccess) return cuda_fail(c->world, ng, e, "all-to-all-v own block copy");
+    }
+    uint64_t sent = 0, got = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int h = 0; h < g->size && r == ncclSuccess; h++) {
+        if (h == g->rank) continue;
+        if (scounts[h]) r = ncclSend(sb + sdispls[h] * s, scounts[h] * s, ncclUint8, h, ng->nccl, st);
+        if (r == ncclSuccess && rcounts[h]) r = ncclRecv(rb + rdispls[h] * s, rcounts[h] * s, ncclUint8, h, ng->nccl, st);
+        sent += scounts[h] * s;
+        got += rcounts[h] * s;
+    }
+    ncclResult_t r2 = ncclGroupEnd();   /* always close the group */
+    if (r == ncclSuccess) r = r2;
+    SP_CHECK(issued(c, ng, r, "all-to-all-v (ncclSend/ncclRecv)", g->size));
+    x->sent = sent;
+    x->recv = got;
+    return SP_OK;
+}
+
 /* The all-axes group (every chip) and the peer's rank in it. */
 static sp_status p2p_group(sp_comm *c, int peer, spi_comm_group **gp, int *pr)
 {
@@ -542,6 +574,7 @@ const spi_comm_backend spi_comm_nccl_backend = {
     .reducescatter = nccl_reducescatter,
     .allreduce = nccl_allreduce,
     .alltoall = nccl_alltoall,
+    .alltoallv = nccl_alltoallv,
     .send = nccl_send,
     .recv = nccl_recv,
     .barrier = nccl_barrier,

@@ -35,6 +35,7 @@
 
 #define THREADS_MAX_CHIPS 4096
 #define KIND_BARRIER SP_COLL_COUNT   /* internal kind for the rendezvous check */
+#define KIND_ALLTOALLV (SP_COLL_COUNT + 1)
 #define REDUCE_TILE 1024             /* floats per accumulator tile (4 KiB) */
 
 typedef struct slot {
@@ -43,6 +44,7 @@ typedef struct slot {
     size_t count;
     const void *send;
     void *recv;
+    const size_t *scounts, *sdispls, *rcounts, *rdispls;   /* all-to-all-v */
     uint64_t arrivals;           /* under rdv.mu */
     atomic_uint_fast64_t pulled; /* bytes peers copied out of this chip's buffers */
 } slot;
@@ -102,7 +104,7 @@ static struct timespec deadline_after(double s)
 
 static const char *kind_name(int k)
 {
-    return k == KIND_BARRIER ? "barrier" : sp_coll_kind_name((sp_coll_kind)k);
+    return k == KIND_BARRIER ? "barrier" : k == KIND_ALLTOALLV ? "all-to-all-v" : sp_coll_kind_name((sp_coll_kind)k);
 }
 
 /* ---- rendezvous ------------------------------------------------------------------------ */
@@ -154,6 +156,10 @@ static sp_status rdv_arrive(sp_comm *c, spi_comm_group *g, const slot *pub)
         me->count = pub->count;
         me->send = pub->send;
         me->recv = pub->recv;
+        me->scounts = pub->scounts;
+        me->sdispls = pub->sdispls;
+        me->rcounts = pub->rcounts;
+        me->rdispls = pub->rdispls;
         atomic_store_explicit(&me->pulled, 0, memory_order_relaxed);
     }
     uint64_t phase = ++me->arrivals;
@@ -192,10 +198,12 @@ static sp_status rdv_arrive(sp_comm *c, spi_comm_group *g, const slot *pub)
 /* Phase 1 of every collective: publish, meet, check that all members made
  * the same call.  On a mismatch every member sees it, meets once more and
  * fails with SP_EINVAL. */
-static sp_status coll_enter(sp_comm *c, spi_comm_group *g, int kind, const void *send, void *recv,
-                            size_t count, sp_dtype dt)
+static sp_status coll_enter_pub(sp_comm *c, spi_comm_group *g, const slot *pubp)
 {
-    slot pub = {.kind = kind, .dt = (int)dt, .count = count, .send = send, .recv = recv};
+    slot pub = *pubp;
+    int kind = pub.kind;
+    size_t count = pub.count;
+    sp_dtype dt = (sp_dtype)pub.dt;
     SP_CHECK(rdv_arrive(c, g, &pub));
     rdv *r = g->impl;
     for (int h = 0; h < r->K; h++) {
@@ -213,6 +221,13 @@ static sp_status coll_enter(sp_comm *c, spi_comm_group *g, int kind, const void 
         }
     }
     return SP_OK;
+}
+
+static sp_status coll_enter(sp_comm *c, spi_comm_group *g, int kind, const void *send, void *recv,
+                            size_t count, sp_dtype dt)
+{
+    slot pub = {.kind = kind, .dt = (int)dt, .count = count, .send = send, .recv = recv};
+    return coll_enter_pub(c, g, &pub);
 }
 
 /* Last phase: meet so peers are done reading, then read what was pulled. */
@@ -335,6 +350,37 @@ static sp_status th_alltoall(sp_comm *c, spi_comm_group *g, const void *send, vo
         pull(r, h, out + (size_t)h * chunk, (const char *)r->slots[h].send + (size_t)me * chunk, chunk, x);
     }
     if (chunk) memcpy(out + (size_t)me * chunk, (const char *)send + (size_t)me * chunk, chunk);
+    return coll_leave(c, g, x);
+}
+
+/* Every member checks every pair, so all see the same verdict. */
+static sp_status th_alltoallv(sp_comm *c, spi_comm_group *g, const void *send, const size_t *scounts,
+                              const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                              sp_dtype dt, spi_comm_xfer *x)
+{
+    slot pub = {.kind = KIND_ALLTOALLV, .dt = (int)dt, .send = send, .recv = recv, .scounts = scounts,
+                .sdispls = sdispls, .rcounts = rcounts, .rdispls = rdispls};
+    SP_CHECK(coll_enter_pub(c, g, &pub));
+    rdv *r = g->impl;
+    int K = r->K, me = g->rank;
+    for (int h = 0; h < K; h++)
+        for (int j = 0; j < K; j++)
+            if (r->slots[h].scounts[j] != r->slots[j].rcounts[h]) {
+                sp_status st = spi_fail(SP_EINVAL,
+                                        "alltoallv: group rank %d sends %zu elements to group rank %d, which "
+                                        "expects %zu",
+                                        h, r->slots[h].scounts[j], j, r->slots[j].rcounts[h]);
+                SP_CHECK(rdv_arrive(c, g, NULL));
+                return st;
+            }
+    size_t s = (size_t)sp_dtype_bytes(dt);
+    char *out = recv;
+    for (int k = 1; k < K; k++) {
+        int h = (me + k) % K;
+        const slot *p = &r->slots[h];
+        pull(r, h, out + rdispls[h] * s, (const char *)p->send + p->sdispls[me] * s, rcounts[h] * s, x);
+    }
+    if (scounts[me]) memcpy(out + rdispls[me] * s, (const char *)send + sdispls[me] * s, scounts[me] * s);
     return coll_leave(c, g, x);
 }
 
@@ -556,6 +602,7 @@ const spi_comm_backend spi_comm_threads_backend = {
     .reducescatter = th_reducescatter,
     .allreduce = th_allreduce,
     .alltoall = th_alltoall,
+    .alltoallv = th_alltoallv,
     .send = th_send,
     .recv = th_recv,
     .barrier = th_barrier,

@@ -65,6 +65,7 @@ static sp_status allgather_host(chip *ch, const void *send, void *recv, size_t b
  * every sequence.  Bytes moved here are not part of any program step. */
 typedef struct xstats {
     uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
+    uint64_t expect[SP_COLL_COUNT], expectr[SP_COLL_COUNT];
     uint64_t token_bytes;
     int64_t comm_steps, mismatches;
     int64_t alloc_bytes, pred_bytes;
@@ -80,6 +81,8 @@ static void chip_xstats(const chip *ch, xstats *x)
     memcpy(x->pred, ch->pred, sizeof x->pred);
     memcpy(x->measr, ch->measr, sizeof x->measr);
     memcpy(x->predr, ch->predr, sizeof x->predr);
+    memcpy(x->expect, ch->expect, sizeof x->expect);
+    memcpy(x->expectr, ch->expectr, sizeof x->expectr);
     x->token_bytes = ch->token_bytes;
     x->comm_steps = ch->comm_steps;
     x->mismatches = ch->mismatches;
@@ -106,6 +109,8 @@ static void add_xstats(const sp_exec *ex, sp_exec_stats *st, const xstats *x, in
         st->predicted_bytes[k] += x->pred[k];
         st->measured_recv[k] += x->measr[k];
         st->predicted_recv[k] += x->predr[k];
+        st->expected_bytes[k] += x->expect[k];
+        st->expected_recv[k] += x->expectr[k];
     }
     st->token_bytes += x->token_bytes;
     st->comm_steps += x->comm_steps;

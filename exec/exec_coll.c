@@ -12,23 +12,88 @@
 #include "exec/spi_exec.h"
 
 /* ---- collectives ------------------------------------------------------------ */
-sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
-                          sp_coll_kind k)
+/* Adds one step's measured bytes (counters a -> b) and its prediction to the
+ * chip's totals; a difference is a mismatch.  expect_*: the lowering's
+ * a-priori figure (differs from the prediction for routed all-to-alls only). */
+static void check_step(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
+                       sp_coll_kind k, int64_t pred_sent, int64_t pred_recv)
 {
     uint64_t sent = b->bytes_sent[k] - a->bytes_sent[k], recv = b->bytes_recv[k] - a->bytes_recv[k];
     ch->meas[k] += sent;
     ch->measr[k] += recv;
-    ch->pred[k] += (uint64_t)s->coll.bytes_sent;
-    ch->predr[k] += (uint64_t)s->coll.bytes_recv;
+    ch->pred[k] += (uint64_t)pred_sent;
+    ch->predr[k] += (uint64_t)pred_recv;
+    ch->expect[k] += (uint64_t)s->coll.bytes_sent;
+    ch->expectr[k] += (uint64_t)s->coll.bytes_recv;
     ch->comm_steps++;
-    if (sent != (uint64_t)s->coll.bytes_sent || recv != (uint64_t)s->coll.bytes_recv) {
+    if (sent != (uint64_t)pred_sent || recv != (uint64_t)pred_recv) {
         if (!ch->mismatches)
             snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
                      "chip %d %s %s %s->%s: measured sent %llu recv %llu, predicted %lld / %lld", ch->rank,
                      sp_step_kind_name(s->kind), sp_coll_kind_name(k), sp_buf_name(s->src), sp_buf_name(s->dst),
-                     (unsigned long long)sent, (unsigned long long)recv, (long long)s->coll.bytes_sent,
-                     (long long)s->coll.bytes_recv);
+                     (unsigned long long)sent, (unsigned long long)recv, (long long)pred_sent, (long long)pred_recv);
         ch->mismatches++;
+    }
+}
+
+sp_status spi_check_bytes(chip *ch, const sp_step *s, const sp_comm_counters *a, const sp_comm_counters *b,
+                          sp_coll_kind k)
+{
+    int64_t ps = s->coll.bytes_sent, pr = s->coll.bytes_recv;
+    if (s->kind == SP_STEP_COLL && s->coll.routed) {
+        /* the routing decides the bytes: predict them from this chip's counts (sp_lower.h) */
+        const int64_t *own = (const int64_t *)ch->buf[s->src2];
+        SP_CHECK(sp_lower_moe_a2a_bytes(ch->prog, s, sp_comm_group_rank(ch->c, s->coll.mask), own,
+                                        own + s->experts, &ps, &pr));
+    }
+    check_step(ch, s, a, b, k, ps, pr);
+    return SP_OK;
+}
+
+/* Routed MoE all-to-all (sp_lower.h): slot rows of cols elements, expert
+ * e's S slots at rows e·S.. on the dispatching side, (source h, local expert
+ * j) at rows (h·NL + j)·S.. on the expert side; only the occupied slots move,
+ * packed per peer in t1, unpacked from t2.  The dispatch first exchanges the
+ * counts into the second half of the routing buffer. */
+static sp_status run_routed_a2a(chip *ch, const sp_step *s, char *t1, char *t2)
+{
+    const sp_coll *co = &s->coll;
+    const int K = co->group;
+    const int64_t NL = s->experts / K, S = s->capacity, cols = co->cols;
+    const size_t eb = (size_t)sp_dtype_bytes(co->dtype), row = (size_t)cols * eb;
+    int64_t *own = (int64_t *)ch->buf[s->src2], *from = own + s->experts;
+    const char *src = ch->buf[s->src];
+    char *dst = ch->buf[s->dst];
+    if (co->routed == 1)
+        SP_CHECK(sp_comm_alltoall(ch->c, co->mask, own, from, (size_t)NL * sizeof(int64_t), SP_DT_INT8));
+    /* dispatch: send own[e] rows of each expert, receive from[h·NL+j]; combine: the reverse */
+    const int64_t *sc = co->routed == 1 ? own : from, *rc = co->routed == 1 ? from : own;
+    size_t scnt[SP_COLL_GROUP_MAX], sdsp[SP_COLL_GROUP_MAX], rcnt[SP_COLL_GROUP_MAX], rdsp[SP_COLL_GROUP_MAX];
+    size_t so = 0, ro = 0;
+    for (int h = 0; h < K; h++) {
+        sdsp[h] = so;
+        rdsp[h] = ro;
+        for (int64_t j = 0; j < NL; j++) {
+            int64_t b = h * NL + j, n = sc[b];
+            if (n < 0 || n > S || rc[b] < 0 || rc[b] > S)
+                return spi_fail(SP_EINTERNAL, "routed all-to-all: block %lld holds %lld / %lld rows of %lld slots",
+                                (long long)b, (long long)n, (long long)rc[b], (long long)S);
+            SP_CHECK(spi_copy_flat(ch, t1 + so * eb, src + (size_t)b * (size_t)S * row, n * cols, (int)eb));
+            so += (size_t)(n * cols);
+            ro += (size_t)(rc[b] * cols);
+        }
+        scnt[h] = so - sdsp[h];
+        rcnt[h] = ro - rdsp[h];
+    }
+    SP_CHECK(ch->ops->sync(&ch->dev));
+    SP_CHECK(sp_comm_alltoallv(ch->c, co->mask, t1, scnt, sdsp, t2, rcnt, rdsp, co->dtype));
+    ro = 0;
+    for (int64_t b = 0; b < K * NL; b++) {
+        char *d = dst + (size_t)b * (size_t)S * row;
+        SP_CHECK(spi_copy_flat(ch, d, t2 + ro * eb, rc[b] * cols, (int)eb));
+        /* the expert FFN runs every slot: unoccupied ones hold zeros, not a stale row */
+        if (co->routed == 1 && rc[b] < S) SP_CHECK(ch->ops->zero(&ch->dev, d + (size_t)rc[b] * row, (size_t)(S - rc[b]) * row));
+        ro += (size_t)(rc[b] * cols);
     }
     return SP_OK;
 }
@@ -94,10 +159,8 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
         int64_t rk = rows / K, chunk = rk * cols;
         const char *src = ch->buf[s->src];
         char *dst = ch->buf[s->dst];
-        if (mask == SP_AXES_REPLICA) {
-            /* MoE dispatch / combine over the replicas: row block g to replica g, and back in member order */
-            SP_CHECK(ch->ops->sync(&ch->dev));
-            st = sp_comm_alltoall(ch->c, mask, src, dst, (size_t)chunk, co->dtype);
+        if (co->routed) {
+            st = run_routed_a2a(ch, s, t1, t2);
         } else if (co->a2a_to_batch) {
             /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
             for (int g = 0; g < K; g++)

@@ -244,8 +244,8 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         return spi_check_bytes(ch, s, &a, &b, s->coll.kind);
     }
     /* MoE routing on host memory (sp_exec_build keeps MoE models on the CPU device) */
-    /* the routing buffer: n_experts int64 counts, then the (m, k) choices (sp_lower.h) */
-#define ROUTES(buf, n) ((sp_kern_route *)(void *)((int64_t *)(buf) + (n)))
+    /* the routing buffer: 2·n_experts int64 counts, then the (m, k) choices (sp_lower.h) */
+#define ROUTES(buf, n) ((sp_kern_route *)SP_ROUTE_CHOICES(buf, n))
     case SP_STEP_ROUTE:
         sp_kern_moe_route(ROUTES(ch->buf[s->dst], s->n), ch->buf[s->src], s->m, s->n, s->k,
                           m->router == SP_ROUTER_TOPK_RENORM, ch->buf[s->dst]);

@@ -62,6 +62,7 @@
  *                   otherwise chips differ by at most (K-2)·s and the group
  *                   total is still 2·(K-1)·count·s.
  *   all-to-all      (K-1)·count·s
+ *   all-to-all-v    sum over the other members of the counts, each way
  *   send / recv     count·s (sent by the sender, received by the receiver)
  * Groups of one chip move 0 bytes; barriers move none and are not counted.
  */
@@ -164,6 +165,17 @@ sp_status sp_comm_allreduce(sp_comm *c, unsigned axes, const void *send, void *r
  * overlap (SP_EINVAL). */
 sp_status sp_comm_alltoall(sp_comm *c, unsigned axes, const void *send, void *recv, size_t count,
                            sp_dtype dt);
+
+/* All-to-all with counts per peer (MPI_Alltoallv).  scounts[h] elements at
+ * send + sdispls[h] go to group rank h; rcounts[h] elements from group rank
+ * h land at recv + rdispls[h] (counts and displacements in elements, K of
+ * each).  rcounts[h] must equal group rank h's scounts[g]: a mismatch the
+ * backend can see fails with SP_EINVAL (THREADS sees every one).  Not in
+ * place: no block sent may overlap a block received (SP_EINVAL).  Bytes
+ * counted: sum over h != g of scounts[h]·s sent and rcounts[h]·s received. */
+sp_status sp_comm_alltoallv(sp_comm *c, unsigned axes, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            sp_dtype dt);
 
 /* Point-to-point between GLOBAL ranks (pipeline hand-off).  count elements
  * of dt; the receiver must post the same count and dtype.  Synchronous, like

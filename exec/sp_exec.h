@@ -97,6 +97,11 @@ typedef struct sp_exec_stats {
      * prefill_s / decode_step_s but in no class. */
     double measured_prefill_class_s[SP_CLASS_COUNT];
     double measured_decode_class_s[SP_CLASS_COUNT];
+    /* the lowering's a-priori bytes (sent, received), summed like predicted_*: equal to them
+     * except for the routed MoE all-to-all, whose prediction follows from the actual routing
+     * and whose expected value assumes the model's router (sp_lower.h) */
+    uint64_t expected_bytes[SP_COLL_COUNT];
+    uint64_t expected_recv[SP_COLL_COUNT];
 } sp_exec_stats;
 
 /* Validates the layout against the model and the job (lowers every stage

@@ -105,6 +105,11 @@ struct spi_comm_backend {
                            sp_dtype dt, spi_comm_xfer *x);
     sp_status (*alltoall)(sp_comm *c, spi_comm_group *g, const void *send, void *recv, size_t count,
                           sp_dtype dt, spi_comm_xfer *x);
+    /* counts and displacements checked (K each, extents within SIZE_MAX / 2);
+     * NULL: the backend has none (SP_ENOTSUP) */
+    sp_status (*alltoallv)(sp_comm *c, spi_comm_group *g, const void *send, const size_t *scounts,
+                           const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                           sp_dtype dt, spi_comm_xfer *x);
     sp_status (*send)(sp_comm *c, int peer, const void *buf, size_t count, sp_dtype dt,
                       spi_comm_xfer *x);
     sp_status (*recv)(sp_comm *c, int peer, void *buf, size_t count, sp_dtype dt, spi_comm_xfer *x);

@@ -95,6 +95,7 @@ typedef struct chip {
     int64_t li;                      /* current layer (stage-local) */
     /* local stats */
     uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];
+    uint64_t expect[SP_COLL_COUNT], expectr[SP_COLL_COUNT];   /* the lowering's a-priori bytes */
     uint64_t token_bytes;
     int64_t comm_steps, mismatches;
     char first_mismatch[256];

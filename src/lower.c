@@ -802,14 +802,19 @@ static void emit_ffn_rows(ctx *c, sp_steps *ss, sp_buf in, sp_buf out, int64_t T
 }
 
 /* An all-to-all of MoE slot rows over the replica axis (the expert-parallel
- * group): `rows` × `cols` in, N equal row blocks, block g to replica g. */
-static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_t rows, int64_t cols)
+ * group): `rows` × `cols` slots in, N equal row blocks, block g to replica g;
+ * only the occupied slots move (routed: 1 dispatch, 2 combine), so the bytes
+ * are the expected value (sp_lower.h). */
+static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_t rows, int64_t cols, int routed)
 {
     int64_t N = c->l->experts;
     if (N <= 1) return;
     sp_step *s = emit(ss, SP_STEP_COLL);
     s->dst = dst;
     s->src = src;
+    s->src2 = SP_BUF_GATE;
+    s->experts = c->m->n_experts;
+    s->capacity = c->slots;
     sp_coll *co = &s->coll;
     spi_ckd *ck = &c->ck;
     int64_t eb = c->act_b;
@@ -820,9 +825,15 @@ static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_
     co->cols = cols;
     co->dtype = c->p->shape.act_dtype;
     co->mask = SP_AXES_REPLICA;
+    co->routed = routed;
     co->elems = spi_ck_mul(ck, "expert all-to-all elements", rows, cols);
-    /* rows = NE·S is a multiple of N: every block equal */
-    co->bytes_sent = co->bytes_recv = spi_ck_mul3(ck, "expert all-to-all bytes", N - 1, co->elems / N, eb);
+    /* expected rows each way: each of the T·k choices is another chip's with probability (N-1)/N */
+    double rows_out = (double)c->T * (double)c->m->top_k * (double)(N - 1) / (double)N;
+    int64_t moved = spi_ck_mul3(ck, "expert all-to-all bytes", (int64_t)llround(rows_out), cols, eb);
+    if (routed == 1)
+        moved = spi_ck_add(ck, "expert all-to-all bytes", moved,
+                           spi_ck_mul3(ck, "expert count bytes", N - 1, c->m->n_experts / N, 8));
+    co->bytes_sent = co->bytes_recv = moved;
     co->overlappable = 1;
     s->act_bytes = spi_ck_mul3(ck, "expert all-to-all bytes", 2, co->elems, eb);
 }
@@ -860,11 +871,11 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
                                c->act_b);
     sp_buf xin = SP_BUF_DISP;
     if (c->l->experts > 1) {
-        emit_expert_a2a(c, ss, SP_BUF_EXP, SP_BUF_DISP, rows, Ein);
+        emit_expert_a2a(c, ss, SP_BUF_EXP, SP_BUF_DISP, rows, Ein, 1);
         xin = SP_BUF_EXP;
     }
     emit_ffn_rows(c, ss, xin, xin, rows, 0, c->experts_local);
-    if (c->l->experts > 1) emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ein);
+    if (c->l->experts > 1) emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ein, 2);
     s = emit(ss, SP_STEP_COMBINE);
     s->dst = SP_BUF_Y;
     s->src = SP_BUF_DISP;
@@ -1094,8 +1105,8 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             break;
         case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
         case SP_STEP_ROUTE:
-            /* the per-expert token counts, then the (m, k) routing choices */
-            need(ck, p, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 8)), 1);
+            /* the per-expert token counts (own, received), then the (m, k) routing choices */
+            need(ck, p, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 16)), 1);
             need(ck, p, s->src, EL(s->m, s->n), ab);
             break;
         case SP_STEP_DISPATCH:
@@ -1532,6 +1543,29 @@ sp_status sp_lower_mem_sizes(const sp_program *pf, const sp_program *dc, sp_mem_
 
 
 /* ---- resolved operands ---- */
+sp_status sp_lower_moe_a2a_bytes(const sp_program *p, const sp_step *s, int g, const int64_t *own,
+                                 const int64_t *from, int64_t *sent, int64_t *recv)
+{
+    const sp_coll *co = &s->coll;
+    if (!p || s->kind != SP_STEP_COLL || !co->routed || co->group < 1 || s->experts % co->group || g < 0 ||
+        g >= co->group)
+        return spi_fail(SP_EINVAL, "not a routed MoE all-to-all (or group rank %d outside it)", g);
+    spi_ckd ck = SPI_CKD_INIT;
+    int64_t N = co->group, NL = s->experts / N, out = 0, in = 0;
+    for (int64_t e = 0; e < s->experts; e++)
+        if (e / NL != g) out = spi_ck_add(&ck, "routed rows", out, own[e]);
+    for (int64_t h = 0; h < N; h++)
+        if (h != g)
+            for (int64_t j = 0; j < NL; j++) in = spi_ck_add(&ck, "routed rows", in, from[h * NL + j]);
+    int64_t row = spi_ck_mul(&ck, "all-to-all row bytes", co->cols, sp_dtype_bytes(co->dtype));
+    int64_t counts = co->routed == 1 ? spi_ck_mul3(&ck, "expert count bytes", N - 1, NL, 8) : 0;
+    int64_t bo = spi_ck_mul(&ck, "all-to-all bytes", out, row), bi = spi_ck_mul(&ck, "all-to-all bytes", in, row);
+    *sent = spi_ck_add(&ck, "all-to-all bytes", co->routed == 1 ? bo : bi, counts);
+    *recv = spi_ck_add(&ck, "all-to-all bytes", co->routed == 1 ? bi : bo, counts);
+    if (ck.overflow) return spi_fail(SP_EINVAL, "%s overflows 64 bits", ck.what);
+    return SP_OK;
+}
+
 sp_status sp_lower_coll_group(const sp_program *p, const sp_step *s, int rank, sp_coll_group *out)
 {
     if (s->kind != SP_STEP_COLL) return spi_fail(SP_EINVAL, "sp_lower_coll_group: a %s step", sp_step_kind_name(s->kind));

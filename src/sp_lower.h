@@ -40,21 +40,33 @@
  *                  expert-major, so expert e's slots are rows e·S..(e+1)·S-1
  *   all-to-all "r" EXP = DISP regrouped: the N row blocks of NE/N experts go
  *                  to the N replicas (block g to replica g), which keep
- *                  (NE/N experts × N sources × S slots) rows  [N > 1 only]
+ *                  (NE/N experts × N sources × S slots) rows  [N > 1 only].
+ *                  Routed (coll.routed): the chips first exchange their
+ *                  per-expert token counts (NE/N int64 to each peer), then
+ *                  only the occupied slots move, so the bytes depend on the
+ *                  routing (sp_lower_moe_a2a_bytes); the unoccupied slots
+ *                  of EXP are zero
  *   expert FFN     the dense FFN's steps over those rows, each MATMUL
  *                  grouped: blocks of S rows, block b times local expert
  *                  (b mod NE/N)'s matrix (after the all-to-all the blocks
  *                  are source-major: (source, expert, slot)), each expert
  *                  sharded over the tensor mesh like the dense FFN
  *                  (expert-tensor parallelism)
- *   all-to-all "r" back into DISP  [N > 1 only]
+ *   all-to-all "r" back into DISP, the occupied slots only  [N > 1 only]
  *   COMBINE        Y (T, E/|Rx|) = Σ over a token's k slots of gate · row,
  *                  partial over C like the dense FFN's output
  * S = min(T, ceil(capacity · T · q_max)), q_max the most popular expert's
  * share per token (sp_model_moe_routing).  A grouped MATMUL's weight_bytes
  * count the local experts expected to be chosen at all in the step (the
  * mean over expert groups: distinct(N·T)/N, sp_model_moe_routing), its
- * FLOPs every slot (a padded implementation computes them).
+ * FLOPs every slot (a padded implementation computes them).  A routed
+ * all-to-all's bytes_sent / bytes_recv are the expected value: each of a
+ * chip's T·k choices leaves it with probability (N−1)/N (uniform router; with
+ * skew this is the mean over the expert-parallel group), so
+ * round(T·k·(N−1)/N) rows of E/|Rx| elements each way, plus (N−1)·NE/N·8
+ * bytes of counts each way for the dispatch.  The executor checks every
+ * routed all-to-all against sp_lower_moe_a2a_bytes of the actual routing
+ * and reports the expected value beside it.
  */
 #ifndef SP_LOWER_H
 #define SP_LOWER_H
@@ -129,7 +141,9 @@ typedef enum sp_buf {
     SP_BUF_EMB = 26,    /* (all rows of the micro-batch, E) embedding partial sums */
     SP_BUF_XF = 27,     /* (sequences, E) final rows gathered whole for the LM head */
     SP_BUF_RLOG = 28,   /* MoE router logits (rows, n_experts) */
-    SP_BUF_GATE = 29,   /* MoE routing: n_experts int64 counts, then (rows, top_k) choices of SP_ROUTE_BYTES */
+    SP_BUF_GATE = 29,   /* MoE routing: n_experts int64 counts of this chip's tokens per expert, n_experts int64
+                           counts received by the dispatch all-to-all (source-major: N sources × NE/N local
+                           experts), then (rows, top_k) choices of SP_ROUTE_BYTES (SP_ROUTE_CHOICES) */
     SP_BUF_DISP = 30,   /* MoE token rows in expert slots (n_experts · slots, E cols of this chip) */
     SP_BUF_EXP = 31,    /* MoE slots of this chip's experts after the dispatch all-to-all */
     /* Gathered weights (weight-gathered layouts), reused across layers: the
@@ -170,6 +184,8 @@ int sp_scr_host(sp_scr s);   /* 1: host memory on a device with its own memory *
 /* Bytes of one MoE routing choice (expert int32, slot int32, weight fp32):
  * the CPU kernel's sp_kern_route. */
 #define SP_ROUTE_BYTES 12
+/* The routing choices in SP_BUF_GATE start after 2·n_experts int64 counts. */
+#define SP_ROUTE_CHOICES(gate, n_experts) ((void *)((int64_t *)(gate) + 2 * (n_experts)))
 
 /* Weights are named by sp_weight (sp_model.h). */
 
@@ -201,6 +217,9 @@ typedef struct sp_coll {
     int is_weight;                   /* gathers a weight (weight-gathered layouts): the step's
                                         `weight` names it, its stored shard is the source */
     int overlappable;                /* may overlap with compute (weight gathers, a2a) */
+    int routed;                      /* MoE all-to-all of the occupied slots only: 1 dispatch (with its
+                                        count exchange), 2 combine; bytes_sent / bytes_recv are then the
+                                        expected value (see the MoE note above) */
     unsigned mask;                   /* the group as a set of mesh axes (SP_AXES_* of sp_mesh.h) */
 } sp_coll;
 
@@ -409,6 +428,17 @@ typedef struct sp_coll_group {
  * for a group of more than SP_COLL_GROUP_MAX chips, SP_EINVAL for a step
  * that is not a COLL. */
 sp_status sp_lower_coll_group(const sp_program *p, const sp_step *s, int rank, sp_coll_group *out);
+/* A routed MoE all-to-all (coll.routed) on the chip of expert-parallel group
+ * rank g (its replica): the exact bytes it sends and receives, given its
+ * per-expert token counts own (NE) and the counts from (N sources × NE/N,
+ * source-major) it receives in the dispatch's exchange, as in SP_BUF_GATE.
+ * With out = Σ own[e] over the experts of other chips and in = Σ from[h·NE/N+j]
+ * over sources h != g, rows of cols elements of dtype:
+ *   dispatch: sent = out rows + counts, recv = in rows + counts
+ *   combine:  sent = in rows,           recv = out rows
+ * counts = (N−1)·NE/N·8 bytes.  SP_EINVAL for a step that is not routed. */
+sp_status sp_lower_moe_a2a_bytes(const sp_program *p, const sp_step *s, int g, const int64_t *own,
+                                 const int64_t *from, int64_t *sent, int64_t *recv);
 /* ATTN and KV_STORE: the first query head of the chip's q-head block (*q0)
  * and the first KV head it uses: ATTN, of the keys/values it reads (the
  * cache's or src2/src3's heads); KV_STORE, the offset, in the heads of

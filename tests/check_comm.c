@@ -122,6 +122,11 @@ static unsigned char bval(int rank, size_t b, unsigned salt)
 {
     return (unsigned char)((unsigned)rank * 31u + (unsigned)b * 7u + salt * 13u + (unsigned)(b >> 8));
 }
+/* all-to-all-v: the elements rank `from` sends to rank `to` (0 .. n) */
+static size_t vcnt(int from, int to, size_t n)
+{
+    return ((size_t)from * 3 + (size_t)to * 5 + 1) % (n + 1);
+}
 /* The byte alltoall chunk that `from` sends to group rank `to`. */
 static unsigned char a2a_val(int from, int to, size_t b, unsigned salt)
 {
@@ -247,6 +252,42 @@ static void grid_chip(job *j, sp_comm *c)
                         CHIP_EXPECT(j, rb[(size_t)h * chunk + b] == a2a_val(members[h], g, b, salt),
                                     "rank %d %s: chunk %d byte %zu wrong", me, what, h, b);
                 if (!expect_bytes(j, c, SP_COLL_ALLTOALL, (uint64_t)(K - 1) * chunk, what)) return;
+            }
+            /* all-to-all-v (bf16): vcnt(me, h) elements to each member h, blocks one element
+             * apart, received in reverse member order; sent and received bytes differ */
+            {
+                size_t s = 2, scnt[MAXR], sdsp[MAXR], rcnt[MAXR], rdsp[MAXR], so = 0, ro = 0;
+                uint64_t bs = 0, br = 0;
+                salt++;
+                snprintf(what, sizeof what, "alltoallv axes %u n %zu", axes, n);
+                for (int h = 0; h < K; h++) {
+                    scnt[h] = vcnt(me, members[h], n);
+                    sdsp[h] = so;
+                    so += scnt[h] + 1;
+                    for (size_t b = 0; b < scnt[h] * s; b++) sb[sdsp[h] * s + b] = a2a_val(me, members[h], b, salt);
+                    if (h != g) bs += scnt[h] * s;
+                }
+                for (int h = K - 1; h >= 0; h--) {
+                    rcnt[h] = vcnt(members[h], me, n);
+                    rdsp[h] = ro;
+                    ro += rcnt[h] + 1;
+                    if (h != g) br += rcnt[h] * s;
+                }
+                memset(rb, 0xEE, ro * s);
+                sp_comm_stats_reset(c);
+                CHIP_OK(j, c, sp_comm_alltoallv(c, axes, sb, scnt, sdsp, rb, rcnt, rdsp, SP_DT_BF16));
+                for (int h = 0; h < K; h++)
+                    for (size_t b = 0; b < rcnt[h] * s; b++)
+                        CHIP_EXPECT(j, rb[rdsp[h] * s + b] == a2a_val(members[h], me, b, salt),
+                                    "rank %d %s: block %d byte %zu wrong", me, what, h, b);
+                sp_comm_counters ct;
+                sp_comm_stats(c, &ct);
+                CHIP_EXPECT(j, ct.bytes_sent[SP_COLL_ALLTOALL] == bs && ct.bytes_recv[SP_COLL_ALLTOALL] == br &&
+                                   ct.calls[SP_COLL_ALLTOALL] == 1,
+                            "rank %d %s: sent %llu recv %llu, expected %llu / %llu", me, what,
+                            (unsigned long long)ct.bytes_sent[SP_COLL_ALLTOALL],
+                            (unsigned long long)ct.bytes_recv[SP_COLL_ALLTOALL], (unsigned long long)bs,
+                            (unsigned long long)br);
             }
         }
         CHIP_OK(j, c, sp_comm_barrier(c, axes));
@@ -443,6 +484,10 @@ static void args_chip(job *j, sp_comm *c)
     CHIP_EXPECT(j, sp_comm_allgather(c, SP_AXES_X, NULL, b, 1, SP_DT_F32) == SP_EINVAL, "NULL send");
     CHIP_EXPECT(j, sp_comm_alltoall(c, SP_AXES_X, b, b, 2, SP_DT_F32) == SP_EINVAL, "alltoall in place");
     CHIP_EXPECT(j, sp_comm_allreduce(c, SP_AXES_X, b, b + 1, 4, SP_DT_F32) == SP_EINVAL, "overlap");
+    size_t one[2] = {1, 1}, two[2] = {1, 2}, sd[2] = {0, 1}, rd[2] = {0, 4};
+    /* every chip sends one element to the other, which expects two: both see the mismatch */
+    CHIP_EXPECT(j, sp_comm_alltoallv(c, SP_AXES_X, a, one, sd, b, two, rd, SP_DT_F32) == SP_EINVAL, "alltoallv counts");
+    CHIP_EXPECT(j, sp_comm_alltoallv(c, SP_AXES_X, b, one, sd, b, one, rd, SP_DT_F32) == SP_EINVAL, "alltoallv in place");
     CHIP_EXPECT(j, sp_comm_send(c, sp_comm_rank(c), a, 1, SP_DT_F32) == SP_EINVAL, "send to self");
     CHIP_EXPECT(j, sp_comm_recv(c, 99, a, 1, SP_DT_F32) == SP_EINVAL, "recv from nowhere");
     CHIP_EXPECT(j, sp_comm_allgather(c, SP_AXES_X, NULL, NULL, 0, SP_DT_F32) == SP_OK, "count 0 NULL");

@@ -99,6 +99,47 @@ static void t_alltoall(ctx *x, size_t count, sp_dtype dt)
     free(recv);
 }
 
+/* all-to-all-v: (g_rank + 2·to + count) % (count + 1) elements from this rank to global rank `to`,
+ * blocks one element apart, received in reverse member order */
+static size_t vcount(int from, int to, size_t count)
+{
+    return ((size_t)from + 2 * (size_t)to + count) % (count + 1);
+}
+static void t_alltoallv(ctx *x, size_t count)
+{
+    size_t K = (size_t)x->K, s = 4, sc[64], sd[64], rc[64], rd[64], so = 0, ro = 0;
+    uint64_t bs = 0, br = 0;
+    for (size_t h = 0; h < K; h++) {
+        sc[h] = vcount(g_rank, x->members[h], count);
+        sd[h] = so;
+        so += sc[h] + 1;
+        if ((int)h != x->g) bs += sc[h] * s;
+    }
+    for (size_t h = K; h-- > 0;) {
+        rc[h] = vcount(x->members[h], g_rank, count);
+        rd[h] = ro;
+        ro += rc[h] + 1;
+        if ((int)h != x->g) br += rc[h] * s;
+    }
+    unsigned char *send = calloc(so * s + 1, 1), *recv = malloc(ro * s + 1);
+    for (size_t h = 0; h < K; h++)
+        for (size_t i = 0; i < sc[h] * s; i++) send[sd[h] * s + i] = (unsigned char)(g_rank * 11 + x->members[h] * 5 + i);
+    OK(sp_comm_alltoallv(x->c, x->mask, send, sc, sd, recv, rc, rd, SP_DT_F32));
+    for (size_t h = 0; h < K; h++)
+        for (size_t i = 0; i < rc[h] * s; i++)
+            if (recv[rd[h] * s + i] != (unsigned char)(x->members[h] * 11 + g_rank * 5 + i)) {
+                fail("alltoallv mask 0x%x count %zu: block %zu byte %zu wrong", x->mask, count, h, i);
+                h = K;
+                break;
+            }
+    uint64_t s1, r1;
+    stats_delta(x->c, SP_COLL_ALLTOALL, &s1, &r1);
+    EXPECT(s1 == bs && r1 == br, "alltoallv mask 0x%x count %zu: sent %llu recv %llu, want %llu / %llu", x->mask,
+           count, (unsigned long long)s1, (unsigned long long)r1, (unsigned long long)bs, (unsigned long long)br);
+    free(send);
+    free(recv);
+}
+
 /* Reference: ((v_0 + v_1) + ...) in float over the members, for element e. */
 static float ref_sum(ctx *x, size_t e, int salt)
 {
@@ -174,6 +215,7 @@ static void run_shape(const sp_mesh *m)
             t_allgather(&x, cnt, SP_DT_INT8, 0);
             t_alltoall(&x, cnt, SP_DT_F32);
             t_alltoall(&x, cnt, SP_DT_INT8);
+            t_alltoallv(&x, cnt);
             t_reducescatter(&x, cnt, 0);
             t_reducescatter(&x, cnt, 1);
             t_allreduce(&x, cnt, 0);

@@ -1,6 +1,7 @@
 /* check_moe.c: mixture-of-experts in the lowering and the cost model against
  * closed forms: the routing statistics, the memory of the experts a chip
- * holds, the router, dispatch/combine all-to-all bytes at a capacity factor,
+ * holds, the router, dispatch/combine all-to-all bytes (expected, and exact
+ * for a given routing) at a capacity factor,
  * the expert matmuls (FLOPs of every slot, weights of the experts chosen),
  * the layout key experts=N and its validation, and Mixtral-8x7B's fit on
  * H100s. */
@@ -132,7 +133,8 @@ START_TEST(test_memory_of_experts_held)
 END_TEST
 
 /* one MoE layer's steps, for a table of (replicas, experts, X, layout, capacity, batch, tokens):
- * the all-to-alls move (N−1)/N of NE·S slot rows of E/|Rx| columns each way,
+ * the all-to-alls expect to move (N−1)/N of the T·k routed rows of E/|Rx|
+ * columns each way, the dispatch also NE/N counts of 8 bytes to each peer,
  * S = min(T, ceil(capacity · T · k / NE)); every expert matmul covers the NE·S
  * slots of the chip's experts and reads the weights of distinct(N·T)/N experts */
 static const struct a2a_case {
@@ -174,7 +176,9 @@ START_TEST(test_moe_steps_closed_form)
             a2a++;
             ck_assert_int_eq(s->coll.kind, SP_COLL_ALLTOALL);
             ck_assert_int_eq(s->coll.group, c->N);
-            ck_assert_int_eq(s->coll.bytes_sent, (c->N - 1) * (rows / c->N) * Ein * ab);
+            ck_assert_int_eq(s->coll.routed, a2a);   /* dispatch, then combine */
+            int64_t out = (T * k * (c->N - 1) + c->N / 2) / c->N;  /* rounded to nearest */
+            ck_assert_int_eq(s->coll.bytes_sent, out * Ein * ab + (a2a == 1 ? (c->N - 1) * (NE / c->N) * 8 : 0));
             ck_assert_int_eq(s->coll.bytes_recv, s->coll.bytes_sent);
         }
         if (s->kind == SP_STEP_MATMUL && s->weight == SP_W_ROUTER) {
@@ -209,6 +213,44 @@ START_TEST(test_moe_steps_closed_form)
     ck_assert_int_eq(comb, 1);
     ck_assert_int_eq(prog.buf_bytes[SP_BUF_DISP], rows * Ein * ab);
     if (c->N > 1) ck_assert_int_eq(prog.buf_bytes[SP_BUF_EXP], rows * Ein * ab);
+}
+END_TEST
+
+/* the exact bytes of a routed all-to-all from a routing: 4 expert groups of
+ * 2 experts (E 512 over X = 2, ws2d: 256 bf16 columns per row); the chip of
+ * group rank 1 routed own[e] of its tokens to expert e and receives from[h·2+j]
+ * from source h for its local expert j */
+START_TEST(test_routed_a2a_bytes)
+{
+    sp_model m = moe_model(8, 2);
+    sp_layout l = moe_layout(4, 4, 2, SP_FL_WS2D);
+    l.capacity = 2.0;
+    sp_shape sh = {8, 1, 1, 1, SP_DT_BF16};
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, &prog), SP_OK);
+    const int64_t own[8] = {1, 0, 2, 1, 0, 0, 0, 0}, from[8] = {1, 1, 2, 0, 0, 1, 3, 0};
+    const int64_t row = 256 * 2, counts = 3 * 2 * 8;
+    int seen = 0;
+    for (int i = 0; i < prog.layer.n; i++) {
+        const sp_step *s = &prog.layer.s[i];
+        int64_t sent = -1, recv = -1;
+        if (!(s->kind == SP_STEP_COLL && s->coll.routed)) {
+            if (s->kind == SP_STEP_COLL)
+                ck_assert_int_eq(sp_lower_moe_a2a_bytes(&prog, s, 1, own, from, &sent, &recv), SP_EINVAL);
+            continue;
+        }
+        seen++;
+        ck_assert_int_eq(sp_lower_moe_a2a_bytes(&prog, s, 1, own, from, &sent, &recv), SP_OK);
+        /* out: experts 0, 1 (group 0) and 4..7 = 1 row; in: sources 0, 2, 3 = 1 + 1 + 0 + 1 + 3 + 0 = 6 rows */
+        if (s->coll.routed == 1) {
+            ck_assert_int_eq(sent, 1 * row + counts);
+            ck_assert_int_eq(recv, 6 * row + counts);
+        } else {
+            ck_assert_int_eq(sent, 6 * row);
+            ck_assert_int_eq(recv, 1 * row);
+        }
+        ck_assert_int_eq(sp_lower_moe_a2a_bytes(&prog, s, 4, own, from, &sent, &recv), SP_EINVAL);
+    }
+    ck_assert_int_eq(seen, 2);
 }
 END_TEST
 
@@ -345,6 +387,7 @@ int main(void)
     tcase_add_test(tc, test_routing_closed_form);
     tcase_add_test(tc, test_memory_of_experts_held);
     tcase_add_loop_test(tc, test_moe_steps_closed_form, 0, (int)(sizeof a2a_cases / sizeof a2a_cases[0]));
+    tcase_add_test(tc, test_routed_a2a_bytes);
     tcase_add_test(tc, test_layout_key_and_validation);
     tcase_add_test(tc, test_mixtral_fit);
     tcase_add_test(tc, test_plan_picks_expert_parallelism);

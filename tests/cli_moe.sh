@@ -3,7 +3,8 @@
 # not fit one H100 and fit two with the experts split over them; bad
 # experts= values exit 2 naming the key; plan decides the expert-parallel
 # degree and explains the rival on the other side of it; run executes
-# tiny-moe with expert parallelism (bytes measured = predicted), refuses an
+# tiny-moe with expert parallelism (bytes measured = predicted from the
+# routing, the expected value beside them), refuses an
 # expert over its capacity (exit 1) and quantised experts (exit 2).
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
@@ -44,6 +45,31 @@ if expect "run tiny-moe replicas=2,experts=2" 0 $SHARDPLAN $RUN --layout replica
     { json_check '$1 == 0 && $2 > 0' -n "$tmp/out" "" /comm/mismatches /comm/measured_bytes/all-to-all &&
       [ "$("$JSONQ" "$tmp/out" /comm/measured_bytes)" = "$("$JSONQ" "$tmp/out" /comm/predicted_bytes)" ]; } ||
         { echo "FAIL: run: bytes"; fail=$((fail + 1)); }
+fi
+# the dispatch and combine move only the slots the routing filled: the bytes
+# are predicted from the actual routing (= measured at every step), and the
+# router's expected value is reported beside them, the same for any routing
+L2=replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32
+for seed in 1 2; do
+    if expect "run tiny-moe $L2 seed $seed" 0 $SHARDPLAN $RUN --layout $L2 --seed $seed; then
+        cp "$tmp/out" "$tmp/seed$seed.json"
+        { json_check '$1 == 0 && $2 > 0 && $3 > 0' -n "$tmp/out" "" /comm/mismatches /comm/predicted_bytes/all-to-all \
+              /comm/expected_bytes/all-to-all &&
+          json_check '$1 == $2' "$tmp/out" /comm /measured_bytes /predicted_bytes &&
+          json_check '$1 == $2' "$tmp/out" /comm /measured_recv /predicted_recv &&
+          same=0
+          for k in all-gather reduce-scatter all-reduce send-recv; do
+              json_check '$1 == $2' "$tmp/out" /comm /predicted_bytes/$k /expected_bytes/$k || same=1
+          done
+          [ $same -eq 0 ]; } ||
+            { echo "FAIL: run seed $seed: routed bytes"; fail=$((fail + 1)); }
+    fi
+done
+if [ -f "$tmp/seed1.json" ] && [ -f "$tmp/seed2.json" ]; then
+    a1=$("$JSONQ" "$tmp/seed1.json" /comm/predicted_bytes/all-to-all) a2=$("$JSONQ" "$tmp/seed2.json" /comm/predicted_bytes/all-to-all)
+    e1=$("$JSONQ" "$tmp/seed1.json" /comm/expected_bytes/all-to-all) e2=$("$JSONQ" "$tmp/seed2.json" /comm/expected_bytes/all-to-all)
+    { [ "$a1" != "$a2" ] && [ "$e1" = "$e2" ]; } ||
+        { echo "FAIL: all-to-all bytes do not follow the routing (predicted $a1 / $a2, expected $e1 / $e2)"; fail=$((fail + 1)); }
 fi
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }

@@ -38,7 +38,7 @@ while read -r np model layout; do
     fi
     { json_check '$1 == "threads"' $tmp/t.json /backend && json_check '$1 == "mpi"' $tmp/m.json /backend &&
       json_same $tmp/t.json $tmp/m.json /tokens /comm/measured_bytes /comm/predicted_bytes /comm/measured_recv \
-          /comm/predicted_recv /comm/token_bytes /memory &&
+          /comm/predicted_recv /comm/expected_bytes /comm/expected_recv /comm/token_bytes /memory &&
       json_check '$1 == $2' $tmp/m.json /comm /measured_bytes /predicted_bytes &&
       json_check '$1 == 0' -n $tmp/m.json /comm/mismatches &&
       json_check '$1 == $2' -n $tmp/m.json /memory /allocated_bytes_per_chip /predicted_bytes_per_chip; } ||
@@ -60,6 +60,9 @@ done <<'EOF2'
 2 tiny-moe replicas=2,experts=2,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 4 tiny-moe replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 8 tiny-moe replicas=4,experts=4,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+8 tiny-moe replicas=8,experts=8,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+4 tiny-moe mesh=2x2x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
+4 tiny-moe replicas=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 EOF2
 # --trace: each rank writes its chip's timeline to FILE.<chip>, valid JSON, its chip's steps only
 mpi 2 --model tiny-llama --batch 2 --prompt 4 --gen 3 --trace $tmp/tr.json \

@@ -158,6 +158,8 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(comm, "predicted_bytes", bytes_obj(s->predicted_bytes));
         json_object_set_new(comm, "measured_recv", bytes_obj(s->measured_recv));
         json_object_set_new(comm, "predicted_recv", bytes_obj(s->predicted_recv));
+        json_object_set_new(comm, "expected_bytes", bytes_obj(s->expected_bytes));
+        json_object_set_new(comm, "expected_recv", bytes_obj(s->expected_recv));
         json_object_set_new(comm, "token_bytes", json_integer((json_int_t)s->token_bytes));
         json_object_set_new(comm, "steps", json_integer(s->comm_steps));
         json_object_set_new(comm, "mismatches", json_integer(s->mismatches));
@@ -224,10 +226,12 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         printf("%s %s %.6f / %.6f", k ? "," : "", sp_step_class_name((sp_step_class)k), s->measured_prefill_class_s[k],
                s->measured_decode_class_s[k]);
     printf("\n");
-    printf("%-15s %14s %14s\n", "collective", "measured B", "predicted B");
+    /* predicted: from the program and, for the routed MoE all-to-all, the actual routing;
+     * expected: the program alone (the router's expected value) */
+    printf("%-15s %14s %14s %14s\n", "collective", "measured B", "predicted B", "expected B");
     for (int k = 0; k < SP_COLL_COUNT; k++)
-        printf("%-15s %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s->measured_bytes[k],
-               (unsigned long long)s->predicted_bytes[k]);
+        printf("%-15s %14llu %14llu %14llu\n", sp_coll_kind_name(k), (unsigned long long)s->measured_bytes[k],
+               (unsigned long long)s->predicted_bytes[k], (unsigned long long)s->expected_bytes[k]);
     printf("pipeline token hand-off: %llu B; byte mismatches: %lld%s%s%s\n", (unsigned long long)s->token_bytes,
            (long long)s->mismatches, s->mismatches ? " (first: " : "", s->mismatches ? s->first_mismatch : "",
            s->mismatches ? ")" : "");
