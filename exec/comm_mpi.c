@@ -152,11 +152,11 @@ static sp_status scratch(sp_comm *c, size_t bytes, void **out)
 
 /* ---- world / handle / groups ------------------------------------------------------ */
 
-sp_status spi_mpi_bootstrap(sp_comm_world *w, const char *backend, MPI_Comm *comm, int *rank)
+sp_status spi_mpi_world_dup(const char *who, MPI_Comm *comm, int *rank, int *size)
 {
     int inited = 0, fin = 0;
     MPI_Finalized(&fin);
-    if (fin) return spi_fail(SP_EMPI, "%s backend: MPI was already finalized in this process", backend);
+    if (fin) return spi_fail(SP_EMPI, "%s: MPI was already finalized in this process", who);
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
@@ -168,9 +168,17 @@ sp_status spi_mpi_bootstrap(sp_comm_world *w, const char *backend, MPI_Comm *com
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, comm);
     if (rc != MPI_SUCCESS) return spi_mpi_fail(NULL, rc, "MPI_Comm_dup");
     MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-    int size = 0;
-    MPI_Comm_size(*comm, &size);
+    MPI_Comm_size(*comm, size);
     MPI_Comm_rank(*comm, rank);
+    return SP_OK;
+}
+
+sp_status spi_mpi_bootstrap(sp_comm_world *w, const char *backend, MPI_Comm *comm, int *rank)
+{
+    char who[64];
+    snprintf(who, sizeof who, "%s backend", backend);
+    int size = 0;
+    SP_CHECK(spi_mpi_world_dup(who, comm, rank, &size));
     if (size != w->nranks) {
         MPI_Comm_free(comm);
         return spi_fail(SP_EINVAL,

@@ -9,6 +9,10 @@
 #include <mpi.h>
 #include "exec/spi_comm.h"
 
+/* Initialises MPI if needed (MPI_THREAD_SERIALIZED; finalized at exit as
+ * above) and duplicates MPI_COMM_WORLD with MPI_ERRORS_RETURN into *comm;
+ * *rank and *size: this process's rank and the job's size.  Errors name `who`. */
+sp_status spi_mpi_world_dup(const char *who, MPI_Comm *comm, int *rank, int *size);
 /* Initialises MPI if needed, duplicates MPI_COMM_WORLD with MPI_ERRORS_RETURN
  * into *comm and checks the job has one process per chip of w's mesh (the
  * message names `backend`).  *rank: this process's rank. */

@@ -72,8 +72,14 @@ typedef struct sp_sweep_opts {
     size_t size;                  /* sizeof(sp_sweep_opts) */
     int jobs;                     /* computing threads (the calling thread writes); default 1 */
     int batch_rows;               /* rows per transaction; default 4096 */
-    sp_sweep_progress_fn progress;  /* NULL: none */
+    sp_sweep_progress_fn progress;  /* NULL: none (under MPI: called on rank 0) */
     void *progress_user;
+    /* 1: this process is one rank of an MPI job (mpirun -np K): rank 0
+     * writes db_path, the K-1 others compute (one thread each: jobs must be
+     * 1), every rank calls sp_sweep_run with the same spec.  MPI is
+     * initialised if the program has not done it.  One rank alone runs as
+     * mpi = 0.  SP_ENOTSUP in a build without MPI.  Default 0. */
+    int mpi;
 } sp_sweep_opts;
 void sp_sweep_opts_init(sp_sweep_opts *o);
 
@@ -94,8 +100,11 @@ typedef struct sp_sweep_stats {
  *   thread inserts their rows, opts->batch_rows per transaction
  *   (INSERT ... ON CONFLICT DO NOTHING on the inputs' key).
  * RETURNS
- *   SP_OK when every point has its row; SP_EINVAL when the database holds
- *   another spec or a later schema version (the message says which); SP_EIO on a
+ *   SP_OK when every point has its row (under MPI: rank 0; another rank
+ *   returns SP_OK when it computed every point given to it); SP_EINVAL when
+ *   the database holds another spec or a later schema version, or (MPI)
+ *   ranks read different specs or jobs is not 1 (the message says which);
+ *   SP_ENOTSUP for opts->mpi in a build without MPI; SP_EMPI on an MPI error; SP_EIO on a
  *   SQLite error; SP_ENOMEM.
  */
 sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,

@@ -8,6 +8,9 @@
  * transaction.  At most 4·jobs blocks wait in the queue, so memory stays
  * bounded when SQLite is the slower side.
  *
+ * MPI (opts.mpi): rank 0 writes as above and hands the points out to the
+ * other ranks, which compute (the section "MPI" below).
+ *
  * Resumption: the rows of a committed transaction are in the file (WAL,
  * synchronous=NORMAL survives a killed process), those of the open one are
  * not; a rerun reads the idx of every row into a bitmap and computes only
@@ -16,6 +19,7 @@
  * without it), so the order and the thread that computes a point change
  * nothing in its row.
  */
+#include "config.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -33,6 +37,9 @@
 #include "costmodel/sp_cost.h"
 #include "spi_common.h"
 #include "spi_json.h"
+#ifdef HAVE_MPI
+#include "exec/spi_mpi.h"
+#endif
 
 #define SWEEP_BLOCK 256
 #define SWEEP_MAX_POINTS ((int64_t)1 << 32)   /* the done-bitmap is 512 MiB there */
@@ -1011,51 +1018,103 @@ static sp_status load_done(sqlite3 *db, const sp_sweep_spec *s, uint8_t *bits, i
     return rc == SQLITE_DONE ? SP_OK : db_fail(db, "reading points");
 }
 
-sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,
-                       sp_sweep_stats *stats)
+/* The writing side, one thread: the connection, the insert statement, the
+ * open transaction and the figures so far. */
+typedef struct writer {
+    const sp_sweep_spec *s;
+    const sp_sweep_opts *opts;
+    sqlite3 *db;
+    sqlite3_stmt *ins;
+    uint8_t *done;                   /* bitmap of idx with a row at the start */
+    int64_t in_txn;                  /* rows in the open transaction */
+    double t0, txn_start;
+    sp_sweep_stats st;
+} writer;
+
+static void writer_close(writer *w)
 {
-    sp_sweep_opts def;
-    if (!opts) {
-        sp_sweep_opts_init(&def);
-        opts = &def;
+    if (w->in_txn) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    w->in_txn = 0;
+    sqlite3_finalize(w->ins);
+    free(w->done);
+    sqlite3_close(w->db);
+    w->ins = NULL;
+    w->done = NULL;
+    w->db = NULL;
+    w->st.elapsed_s = now_s() - w->t0;
+}
+
+/* Opens the database (WAL, schema, spec check), reads which points it has
+ * and prepares the insert.  writer_close in every case. */
+static sp_status writer_open(writer *w, const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts)
+{
+    memset(w, 0, sizeof *w);
+    w->s = s;
+    w->opts = opts;
+    w->t0 = now_s();
+    w->st.total = s->points;
+    SP_CHECK(db_open(db_path, 1, &w->db));
+    /* WAL: a commit is one append to the log, and a killed writer leaves the
+     * last committed state; NORMAL syncs at checkpoints only, which keeps
+     * every commit of a killed process (not of a lost machine's last moment) */
+    SP_CHECK(db_exec(w->db, "PRAGMA journal_mode=WAL"));
+    SP_CHECK(db_exec(w->db, "PRAGMA synchronous=NORMAL"));
+    SP_CHECK(db_exec(w->db, "PRAGMA cache_size=-65536"));   /* 64 MiB: the key's index stays cached */
+    SP_CHECK(db_prepare(w->db, db_path, s));
+    if (!(w->done = calloc((size_t)(s->points + 7) / 8, 1))) return spi_fail(SP_ENOMEM, "out of memory");
+    SP_CHECK(load_done(w->db, s, w->done, &w->st.done_before));
+    char sql[1024];
+    int n = snprintf(sql, sizeof sql, "INSERT INTO points VALUES (");
+    for (int i = 0; i < N_COLS; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, i ? ",?" : "?");
+    snprintf(sql + n, sizeof sql - (size_t)n, ") ON CONFLICT DO NOTHING");
+    if (sqlite3_prepare_v2(w->db, sql, -1, &w->ins, NULL) != SQLITE_OK) return db_fail(w->db, "preparing the insert");
+    return SP_OK;
+}
+
+/* Inserts n rows into the open transaction (begun when none is). */
+static sp_status writer_add(writer *w, const row *rows, int n)
+{
+    if (!w->in_txn) {
+        SP_CHECK(db_exec(w->db, "BEGIN"));
+        w->txn_start = now_s();
     }
-    if (opts->jobs < 1 || opts->jobs > 1024) return spi_fail(SP_EINVAL, "jobs %d: must be 1 to 1024", opts->jobs);
-    if (opts->batch_rows < 1) return spi_fail(SP_EINVAL, "batch_rows %d: must be >= 1", opts->batch_rows);
-    double t0 = now_s();
-    sp_sweep_stats st0 = {.total = s->points};
-    sqlite3 *db = NULL;
-    SP_CHECK(db_open(db_path, 1, &db));
-    sp_status st = SP_OK;
-    uint8_t *bits = NULL;
-    sqlite3_stmt *ins = NULL;
+    w->in_txn += n;   /* counted before the inserts: a failed one is rolled back with the rest */
+    for (int i = 0; i < n; i++) SP_CHECK(insert_row(w->db, w->ins, w->s, &rows[i]));
+    return SP_OK;
+}
+
+/* Commits the open transaction when force is set, it holds batch_rows rows,
+ * or it has been open 0.5 s; then reports progress. */
+static sp_status writer_maybe_commit(writer *w, int force)
+{
+    if (!w->in_txn || !(force || w->in_txn >= w->opts->batch_rows || now_s() - w->txn_start > 0.5)) return SP_OK;
+    SP_CHECK(db_exec(w->db, "COMMIT"));
+    w->st.computed += w->in_txn;
+    w->in_txn = 0;
+    if (w->opts->progress) {
+        w->st.elapsed_s = now_s() - w->t0;
+        w->opts->progress(w->opts->progress_user, &w->st);
+    }
+    return SP_OK;
+}
+
+/* One process: opts->jobs threads compute, the calling thread writes. */
+static sp_status run_threads(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,
+                             sp_sweep_stats *stats)
+{
+    writer W;
+    sp_status st = writer_open(&W, s, db_path, opts);
+    if (st != SP_OK) {
+        writer_close(&W);
+        if (stats) *stats = W.st;
+        return st;
+    }
     runner R;
     memset(&R, 0, sizeof R);
     pthread_t *th = NULL;
     int started = 0;
-    /* WAL: a commit is one append to the log, and a killed writer leaves the
-     * last committed state; NORMAL syncs at checkpoints only, which keeps
-     * every commit of a killed process (not of a lost machine's last moment) */
-    SP_CHECKGOTO(db_exec(db, "PRAGMA journal_mode=WAL"), st, out);
-    SP_CHECKGOTO(db_exec(db, "PRAGMA synchronous=NORMAL"), st, out);
-    SP_CHECKGOTO(db_exec(db, "PRAGMA cache_size=-65536"), st, out);   /* 64 MiB: the key's index stays cached */
-    SP_CHECKGOTO(db_prepare(db, db_path, s), st, out);
-    if (!(bits = calloc((size_t)(s->points + 7) / 8, 1))) {
-        st = spi_fail(SP_ENOMEM, "out of memory");
-        goto out;
-    }
-    SP_CHECKGOTO(load_done(db, s, bits, &st0.done_before), st, out);
-    {
-        char sql[1024];
-        int n = snprintf(sql, sizeof sql, "INSERT INTO points VALUES (");
-        for (int i = 0; i < N_COLS; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, i ? ",?" : "?");
-        snprintf(sql + n, sizeof sql - (size_t)n, ") ON CONFLICT DO NOTHING");
-        if (sqlite3_prepare_v2(db, sql, -1, &ins, NULL) != SQLITE_OK) {
-            st = db_fail(db, "preparing the insert");
-            goto out;
-        }
-    }
     R.s = s;
-    R.done = bits;
+    R.done = W.done;
     R.nblocks = (s->points + SWEEP_BLOCK - 1) / SWEEP_BLOCK;
     R.limit = 4 * opts->jobs;
     pthread_mutex_init(&R.mu, NULL);
@@ -1077,12 +1136,10 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
     R.workers_left -= opts->jobs - started;
     pthread_mutex_unlock(&R.mu);
 
-    int64_t in_txn = 0;
-    double txn_start = 0;
     for (;;) {
         pthread_mutex_lock(&R.mu);
         while (!R.queue && R.workers_left > 0) {
-            if (in_txn) {
+            if (W.in_txn) {
                 /* an open transaction is committed after at most 0.5 s
                  * even when the points come slowly (plan) */
                 struct timespec ts;
@@ -1093,7 +1150,7 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
                     ts.tv_nsec -= 1000000000;
                 }
                 pthread_cond_timedwait(&R.ready, &R.mu, &ts);
-                if (!R.queue && now_s() - txn_start > 0.5) break;
+                if (!R.queue && now_s() - W.txn_start > 0.5) break;
             } else {
                 pthread_cond_wait(&R.ready, &R.mu);
             }
@@ -1107,12 +1164,7 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
         int finished = !bl && R.workers_left == 0;
         pthread_mutex_unlock(&R.mu);
         if (bl) {
-            if (!in_txn) {
-                SP_CHECKGOTO(db_exec(db, "BEGIN"), st, out_stop);
-                txn_start = now_s();
-            }
-            for (int i = 0; i < bl->n && st == SP_OK; i++) st = insert_row(db, ins, s, &bl->rows[i]);
-            in_txn += bl->n;
+            st = writer_add(&W, bl->rows, bl->n);
             block_clear(bl);
             pthread_mutex_lock(&R.mu);
             bl->next = R.free_list;
@@ -1120,21 +1172,12 @@ sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_swe
             pthread_mutex_unlock(&R.mu);
             if (st != SP_OK) goto out_stop;
         }
-        if (in_txn && (finished || in_txn >= opts->batch_rows || now_s() - txn_start > 0.5)) {
-            SP_CHECKGOTO(db_exec(db, "COMMIT"), st, out_stop);
-            st0.computed += in_txn;
-            in_txn = 0;
-            if (opts->progress) {
-                st0.elapsed_s = now_s() - t0;
-                opts->progress(opts->progress_user, &st0);
-            }
-        }
+        SP_CHECKGOTO(writer_maybe_commit(&W, finished), st, out_stop);
         if (finished) break;
     }
     if (atomic_load(&R.stop)) st = spi_fail(SP_ENOMEM, "out of memory in a sweep thread");
     goto out_join;
 out_stop:
-    if (in_txn) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     atomic_store(&R.stop, 1);
     pthread_mutex_lock(&R.mu);
     pthread_cond_broadcast(&R.room);
@@ -1156,14 +1199,360 @@ out_sync:
     pthread_mutex_destroy(&R.mu);
     pthread_cond_destroy(&R.ready);
     pthread_cond_destroy(&R.room);
-out:
     free(th);
-    sqlite3_finalize(ins);
-    free(bits);
-    sqlite3_close(db);
-    st0.elapsed_s = now_s() - t0;
-    if (stats) *stats = st0;
+    writer_close(&W);
+    if (stats) *stats = W.st;
     return st;
+}
+
+#ifdef HAVE_MPI
+/* ---- MPI: rank 0 writes, the other ranks compute ------------------------------
+ *
+ * Rank 0 opens the database as one process would, then hands out the
+ * numbers of the points without a row, SWEEP_BLOCK at a time (int64 array,
+ * tag TAG_WORK), MPI_DEPTH assignments ahead to each computing rank; a rank
+ * answers each assignment with its rows (tag TAG_ROWS, packed below) and
+ * rank 0 inserts them and sends the next assignment.  An empty assignment
+ * means "done"; one holding -1 means "stop, the sweep failed" (rank 0's
+ * message says why); an empty answer means "this rank failed".  After a
+ * failure rank 0 drains the answers still owed, so every rank returns and
+ * none waits on a dead peer's message.  The rows are those compute_point
+ * gives in one process, whichever rank computes them, so the database
+ * equals a one-process run's.  Row bytes go as they lie in memory: every
+ * rank runs the same build on the same kind of machine. */
+
+enum { TAG_WORK = 7101, TAG_ROWS = 7102 };
+#define MPI_DEPTH 2
+
+/* A row packed: its bytes (frontier pointer zeroed), then the frontier's
+ * length as uint64 and its bytes (no NUL). */
+static size_t packed_size(const row *r)
+{
+    return sizeof *r + sizeof(uint64_t) + (r->frontier ? strlen(r->frontier) : 0);
+}
+
+static char *pack_row(char *p, const row *r)
+{
+    row c = *r;
+    c.frontier = NULL;
+    memcpy(p, &c, sizeof c);
+    p += sizeof c;
+    uint64_t n = r->frontier ? strlen(r->frontier) : 0;
+    memcpy(p, &n, sizeof n);
+    p += sizeof n;
+    if (n) memcpy(p, r->frontier, n);
+    return p + n;
+}
+
+/* Unpacks one row from [p, end) into *r; its frontier (NUL-terminated in
+ * place, hence the byte the receive buffer keeps past end) borrows the
+ * buffer.  NULL when the bytes are short. */
+static char *unpack_row(char *p, char *end, row *r)
+{
+    uint64_t n;
+    if ((size_t)(end - p) < sizeof *r + sizeof n) return NULL;
+    memcpy(r, p, sizeof *r);
+    p += sizeof *r;
+    memcpy(&n, p, sizeof n);
+    p += sizeof n;
+    if ((uint64_t)(end - p) < n) return NULL;
+    r->frontier = NULL;
+    if (n) {
+        memmove(p - 1, p, n);   /* over the length's last byte, already read */
+        p[n - 1] = 0;
+        r->frontier = p - 1;
+    }
+    return p + n;
+}
+
+static sp_status mpi_err(int rc, const char *what)
+{
+    return spi_mpi_fail(NULL, rc, what);
+}
+
+/* Polls for a message of tag from any rank without spinning a core (rank 0
+ * shares the machine with ranks that compute); meanwhile commits an open
+ * transaction that has waited 0.5 s. */
+static sp_status wait_rows(MPI_Comm comm, writer *w, MPI_Status *status)
+{
+    long sleep_ns = 20000;
+    for (;;) {
+        int flag = 0;
+        int rc = MPI_Iprobe(MPI_ANY_SOURCE, TAG_ROWS, comm, &flag, status);
+        if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Iprobe");
+        if (flag) return SP_OK;
+        if (w) SP_CHECK(writer_maybe_commit(w, 0));
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+}
+
+typedef struct assigner {
+    MPI_Comm comm;
+    int64_t *todo;                   /* point numbers without a row, ascending */
+    int64_t n_todo, next;
+    int *owed;                       /* per rank: assignments not answered yet */
+    int *stopped;                    /* per rank: the last message was sent */
+    int failed;
+} assigner;
+
+/* Sends rank r its next assignment, or the end (done, or stop after a failure). */
+static sp_status assign(assigner *a, int r)
+{
+    if (a->stopped[r]) return SP_OK;
+    int64_t stop = -1;
+    const int64_t *buf = &stop;
+    int n = 1;
+    if (!a->failed) {
+        n = (int)(a->n_todo - a->next < SWEEP_BLOCK ? a->n_todo - a->next : SWEEP_BLOCK);
+        buf = a->todo + a->next;
+        a->next += n;
+    }
+    int rc = MPI_Send(buf, n, MPI_INT64_T, r, TAG_WORK, a->comm);
+    if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Send");
+    if (a->failed || n == 0) a->stopped[r] = 1;
+    else a->owed[r]++;
+    return SP_OK;
+}
+
+static sp_status mpi_writer(MPI_Comm comm, int size, const sp_sweep_spec *s, const char *db_path,
+                            const sp_sweep_opts *opts, sp_sweep_stats *stats)
+{
+    writer W;
+    sp_status st = writer_open(&W, s, db_path, opts);
+    /* every rank learns whether the start went well before any assignment */
+    int bad = st != SP_OK, any_bad = 0;
+    int rc = MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    if (rc != MPI_SUCCESS && st == SP_OK) st = mpi_err(rc, "MPI_Allreduce");
+    if (st == SP_OK && any_bad) st = spi_fail(SP_EINVAL, "a computing rank holds another spec than rank 0 (its "
+                                                        "message says which): every rank must read the same spec");
+    assigner A = {.comm = comm};
+    char *buf = NULL;
+    size_t cap = 0;
+    row *rows = NULL;
+    if (st != SP_OK) goto out;
+    A.todo = malloc((size_t)(s->points - W.st.done_before) * sizeof *A.todo + sizeof *A.todo);
+    A.owed = calloc((size_t)size, sizeof *A.owed);
+    A.stopped = calloc((size_t)size, sizeof *A.stopped);
+    rows = malloc(SWEEP_BLOCK * sizeof *rows);
+    if (!A.todo || !A.owed || !A.stopped || !rows) {
+        /* the computing ranks wait for an assignment: send them the stop */
+        st = spi_fail(SP_ENOMEM, "out of memory");
+        int64_t stop = -1;
+        for (int r = 1; r < size; r++) MPI_Send(&stop, 1, MPI_INT64_T, r, TAG_WORK, comm);
+        goto out;
+    }
+    for (int64_t i = 0; i < s->points; i++)
+        if (!is_done(W.done, i)) A.todo[A.n_todo++] = i;
+    for (int d = 0; d < MPI_DEPTH; d++)
+        for (int r = 1; r < size; r++) SP_CHECKGOTO(assign(&A, r), st, out);
+    for (;;) {
+        int owed = 0;
+        for (int r = 1; r < size; r++) owed += A.owed[r];
+        if (!owed) break;
+        MPI_Status ms;
+        sp_status wst = wait_rows(comm, A.failed ? NULL : &W, &ms);
+        if (wst != SP_OK) {
+            st = wst;
+            goto out;   /* MPI itself failed: nothing more can be exchanged */
+        }
+        int bytes = 0;
+        MPI_Get_count(&ms, MPI_BYTE, &bytes);
+        if ((size_t)bytes + 1 > cap) {
+            char *nb = realloc(buf, (size_t)bytes + 1);
+            if (!nb) {
+                st = spi_fail(SP_ENOMEM, "out of memory");
+                goto out;
+            }
+            buf = nb;
+            cap = (size_t)bytes + 1;
+        }
+        int src = ms.MPI_SOURCE;
+        rc = MPI_Recv(buf, bytes, MPI_BYTE, src, TAG_ROWS, comm, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_err(rc, "MPI_Recv");
+            goto out;
+        }
+        A.owed[src]--;
+        if (!A.failed && bytes == 0) {
+            st = spi_fail(SP_ENOMEM, "sweep: rank %d failed (out of memory): its points are not written", src);
+            A.failed = 1;
+        }
+        if (!A.failed) {
+            int n = 0;
+            for (char *p = buf, *end = buf + bytes; p < end && n < SWEEP_BLOCK; n++)
+                if (!(p = unpack_row(p, end, &rows[n]))) break;
+            sp_status ist = writer_add(&W, rows, n);
+            if (ist == SP_OK) ist = writer_maybe_commit(&W, 0);
+            if (ist != SP_OK) {
+                st = ist;
+                A.failed = 1;
+            }
+        }
+        SP_CHECKGOTO(assign(&A, src), st, out);
+    }
+    if (!A.failed) st = writer_maybe_commit(&W, 1);
+out:
+    free(A.todo);
+    free(A.owed);
+    free(A.stopped);
+    free(rows);
+    free(buf);
+    writer_close(&W);
+    if (stats) *stats = W.st;
+    return st;
+}
+
+static sp_status mpi_compute(MPI_Comm comm, const sp_sweep_spec *s, sp_sweep_stats *stats)
+{
+    double t0 = now_s();
+    int bad = 0, any_bad = 0;
+    int rc = MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Allreduce");
+    stats->total = s->points;
+    if (any_bad)
+        return spi_fail(SP_EINVAL, "sweep: the sweep could not start on every rank (rank 0's message, or that "
+                        "rank's, says why)");
+    int64_t idx[SWEEP_BLOCK];
+    row *rows = malloc(SWEEP_BLOCK * sizeof *rows);
+    char *out[2] = {NULL, NULL};
+    size_t cap[2] = {0, 0};
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    sp_status st = SP_OK;
+    int failed = !rows;
+    for (int k = 0;; k ^= 1) {
+        MPI_Status ms;
+        int n = 0;
+        rc = MPI_Recv(idx, SWEEP_BLOCK, MPI_INT64_T, 0, TAG_WORK, comm, &ms);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_err(rc, "MPI_Recv");
+            break;
+        }
+        MPI_Get_count(&ms, MPI_INT64_T, &n);
+        if (n == 0) break;
+        if (n == 1 && idx[0] < 0) {
+            st = spi_fail(SP_EIO, "sweep: rank 0 stopped the sweep (its message says why)");
+            break;
+        }
+        size_t bytes = 0;
+        if (!failed) {
+            for (int i = 0; i < n; i++) compute_point(s, idx[i], &rows[i]);
+            for (int i = 0; i < n; i++) bytes += packed_size(&rows[i]);
+        }
+        /* the send from this buffer two assignments ago must be over */
+        rc = MPI_Wait(&req[k], MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_err(rc, "MPI_Wait");
+            break;
+        }
+        if (!failed && bytes > cap[k]) {
+            char *nb = realloc(out[k], bytes);
+            if (nb) out[k] = nb, cap[k] = bytes;
+            else failed = 1;
+        }
+        if (failed) {
+            bytes = 0;   /* the empty answer: this rank failed; rank 0 stops the sweep */
+            st = spi_fail(SP_ENOMEM, "out of memory");
+        } else {
+            char *p = out[k];
+            for (int i = 0; i < n; i++) p = pack_row(p, &rows[i]);
+            stats->computed += n;
+        }
+        if (rows)
+            for (int i = 0; i < n; i++) {
+                free(rows[i].frontier);
+                rows[i].frontier = NULL;
+            }
+        rc = MPI_Isend(out[k], (int)bytes, MPI_BYTE, 0, TAG_ROWS, comm, &req[k]);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_err(rc, "MPI_Isend");
+            break;
+        }
+    }
+    MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    free(out[0]);
+    free(out[1]);
+    free(rows);
+    stats->elapsed_s = now_s() - t0;
+    return st;
+}
+
+/* Under mpirun: rank 0 checks that every rank read the same spec, then
+ * writes while the others compute; one rank alone runs as one process. */
+static sp_status run_mpi(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,
+                         sp_sweep_stats *stats)
+{
+    MPI_Comm comm;
+    int rank = 0, size = 1;
+    SP_CHECK(spi_mpi_world_dup("sweep", &comm, &rank, &size));
+    if (size == 1) {
+        MPI_Comm_free(&comm);
+        return run_threads(s, db_path, opts, stats);
+    }
+    sp_status st;
+    if (opts->jobs != 1) {
+        st = spi_fail(SP_EINVAL, "sweep under MPI: each computing rank is one thread (jobs %d): start more ranks "
+                      "(mpirun -np K) instead", opts->jobs);
+        MPI_Comm_free(&comm);
+        return st;
+    }
+    /* the same spec everywhere: rank 0's canonical text against each rank's */
+    unsigned long long len = strlen(s->canon);
+    int rc = MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+    char *canon = rc == MPI_SUCCESS && rank != 0 ? malloc(len + 1) : NULL;
+    if (rc == MPI_SUCCESS) {
+        /* a rank out of memory still takes part in the broadcast (counts
+         * may differ: it receives nothing and reports the mismatch) */
+        char dummy[1];
+        char *b = rank == 0 ? s->canon : canon ? canon : dummy;
+        rc = MPI_Bcast(b, rank == 0 || canon ? (int)len : 0, MPI_CHAR, 0, comm);
+    }
+    if (rc != MPI_SUCCESS) {
+        free(canon);
+        MPI_Comm_free(&comm);
+        return mpi_err(rc, "MPI_Bcast");
+    }
+    sp_sweep_stats local = {.total = s->points};
+    if (rank == 0) {
+        free(canon);
+        st = mpi_writer(comm, size, s, db_path, opts, &local);
+    } else {
+        int same = canon && strlen(s->canon) == len && !memcmp(canon, s->canon, len);
+        free(canon);
+        if (!same) {
+            int bad = 1, any_bad;
+            MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+            st = spi_fail(SP_EINVAL, "sweep: rank %d read another spec than rank 0: every rank must read the same "
+                          "spec", rank);
+        } else {
+            st = mpi_compute(comm, s, &local);
+        }
+    }
+    MPI_Comm_free(&comm);
+    if (stats) *stats = local;
+    return st;
+}
+#endif
+
+sp_status sp_sweep_run(const sp_sweep_spec *s, const char *db_path, const sp_sweep_opts *opts,
+                       sp_sweep_stats *stats)
+{
+    sp_sweep_opts def;
+    if (!opts) {
+        sp_sweep_opts_init(&def);
+        opts = &def;
+    }
+    if (opts->jobs < 1 || opts->jobs > 1024) return spi_fail(SP_EINVAL, "jobs %d: must be 1 to 1024", opts->jobs);
+    if (opts->batch_rows < 1) return spi_fail(SP_EINVAL, "batch_rows %d: must be >= 1", opts->batch_rows);
+    if (opts->mpi) {
+#ifdef HAVE_MPI
+        return run_mpi(s, db_path, opts, stats);
+#else
+        return spi_fail(SP_ENOTSUP, "sweep across MPI ranks: this build has no MPI (configure --with-mpi)");
+#endif
+    }
+    return run_threads(s, db_path, opts, stats);
 }
 
 /* ---- export ------------------------------------------------------------------ */

@@ -2,12 +2,14 @@
 # The sweep verb: spec errors name their field (exit 2); a sweep killed with
 # SIGKILL at several moments and resumed ends equal to an uninterrupted run
 # (no row lost or duplicated, same figures, other --jobs); plan points agree
-# with `shardplan plan`; export, a foreign spec, the MPI refusal, progress.
+# with `shardplan plan`; export, a foreign spec, progress; a list of points;
+# frontier; schema migration (MPI: mpi_sweep.sh).
 : "${top_srcdir:?}" "${SHARDPLAN:?}"
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_sweep.XXXXXX") || exit 99   # fresh: a reused pid must not find an old database
 trap 'rm -rf "$tmp"' EXIT
 . "$top_srcdir/tests/json.sh"
+. "$top_srcdir/tests/sweep_kill.sh"
 check() { # description, command...
     d=$1; shift
     if "$@"; then echo "ok   $d"; else echo "FAIL $d"; fail=1; fi
@@ -73,19 +75,8 @@ check "uninterrupted sweep has one row per point" test "$(wc -l <"$tmp/ref.csv")
 ms=$(( (t1 - t0) / 1000000 ))
 # kill -9 at 0 (before the schema exists), then after fractions of the
 # uninterrupted run's time, each kill on a run resuming the previous one's
-partial=0
-for f in 0 0.1 0.15 0.2 0.15 0.1; do
-    "$SHARDPLAN" sweep "$tmp/grid.json" --db "$tmp/res.db" --jobs 2 --batch-rows 1024 --quiet &
-    pid=$!
-    sleep "$(awk -v f="$f" -v ms="$ms" 'BEGIN { printf "%.3f", f * ms / 1000 }')"
-    kill -9 "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    n=0
-    [ -f "$tmp/res.db" ] && n=$(( $("$SHARDPLAN" sweep --export csv --db "$tmp/res.db" 2>/dev/null | wc -l) - 1 ))
-    [ "$n" -lt 0 ] && n=0
-    echo "  killed after ${f} x ${ms} ms: $n of $total rows"
-    if [ "$n" -gt 0 ] && [ "$n" -lt "$total" ]; then partial=$((partial + 1)); fi
-done
+kill_rounds "$tmp/res.db" "$total" "$ms" "0 0.1 0.15 0.2 0.15 0.1" \
+    "$SHARDPLAN" sweep "$tmp/grid.json" --db "$tmp/res.db" --jobs 2 --batch-rows 1024 --quiet
 check "at least one kill landed mid-sweep ($partial)" test "$partial" -ge 1
 "$SHARDPLAN" sweep "$tmp/grid.json" --db "$tmp/res.db" --jobs 2 --quiet; rc=$?
 check "resumed sweep exits 0" test "$rc" -eq 0
@@ -102,15 +93,13 @@ sweep_json() { # export, points: schema 2, that many points, numbered 0, 1, ... 
 }
 check "export json parses" sweep_json "$tmp/ref.jsonl" "$total"
 
-# ---- the same database, another spec; export errors; MPI; progress ----------
+# ---- the same database, another spec; export errors; progress (MPI: mpi_sweep.sh) ----
 printf '{%s, "compute": "plan"}\n' "$G" >"$tmp/other.json"
 check "another spec on a sweep database exits 2" sh -c \
     '"$SHARDPLAN" sweep "$0" --db "$1" --quiet 2>&1 >/dev/null | grep -q "another sweep spec"; [ $? -eq 0 ]' "$tmp/other.json" "$tmp/ref.db"
 check "export of a non-sweep file exits 2" sh -c \
     'echo hi >"$0"; "$SHARDPLAN" sweep --export csv --db "$0" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/not.db"
 check "export bad format exits 2" sh -c '"$SHARDPLAN" sweep --export xml --db "$0" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/ref.db"
-check "under mpirun with 2 ranks it refuses, naming MPI" sh -c \
-    'OMPI_COMM_WORLD_SIZE=2 "$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "MPI"' "$tmp/other.json" "$tmp/mpi.db"
 check "progress lines when not a terminal" sh -c \
     '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 >/dev/null | grep -q "^sweep: 1/1 points"' "$tmp/other.json" "$tmp/p0.db"
 check "--quiet prints nothing" sh -c \

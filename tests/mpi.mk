@@ -3,6 +3,10 @@
 # tests/mpi_kill.sh; both exit 77 (skip) when configure found no MPI.
 TESTS += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
 EXTRA_DIST += tests/mpi_comm.sh tests/mpi_kill.sh tests/cuda_skip.sh
+# tests/mpi_sweep.sh: `mpirun -np 3 shardplan sweep` against one process,
+# killed and resumed; skips (77) without MPI.
+TESTS += tests/mpi_sweep.sh
+EXTRA_DIST += tests/mpi_sweep.sh tests/sweep_kill.sh
 if HAVE_MPI
 check_PROGRAMS += tests/check_comm_mpi
 tests_check_comm_mpi_SOURCES = tests/check_comm_mpi.c tests/mpi_harness.h

@@ -29,8 +29,12 @@ static const char usage[] =
     "  --out FILE       with --export: write to FILE instead of stdout\n"
     "\n"
     "Progress: a bar with rate and ETA on a terminal (stderr), else a line every few\n"
-    "seconds.  One process only: spreading a sweep over MPI ranks is not implemented\n"
-    "(under mpirun with more than one rank the verb refuses).\n"
+    "seconds.\n"
+    "\n"
+    "Across machines: mpirun -np K shardplan sweep SPEC --db FILE.  Rank 0 writes FILE\n"
+    "(on its machine), the K-1 other ranks compute, one thread each (--jobs 1); the\n"
+    "database equals a one-process run's and resumes the same way.  Every rank must\n"
+    "read the same SPEC (checked).  --export and --dry-run run as one process.\n"
     "\n"
     "Exit: 0 every point has its row, 2 bad spec (the field is named) or a database\n"
     "that holds another sweep, 3 internal error.\n";
@@ -68,15 +72,27 @@ static void show_progress(void *user, const sp_sweep_stats *so)
     fflush(stderr);
 }
 
-/* Launchers set these in every rank they start. */
+/* Launchers set these in every rank they start: the job's size and this
+ * process's rank (1 and 0 when not under a launcher). */
+static int mpi_env(const char *const *vars, size_t n, int dflt)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return dflt;
+}
+
 static int mpi_world_size(void)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 1) return atoi(v);
-    }
-    return 1;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    return mpi_env(vars, sizeof vars / sizeof vars[0], 1);
+}
+
+static int mpi_world_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    return mpi_env(vars, sizeof vars / sizeof vars[0], 0);
 }
 
 int cli_cmd_sweep(int argc, char **argv)
@@ -106,11 +122,17 @@ int cli_cmd_sweep(int argc, char **argv)
         default: return cli_usage("sweep", "unknown option");
         }
     }
-    int np = mpi_world_size();
-    if (np > 1) {
-        cli_errorf("sweep across MPI ranks (mpirun -np %d) is not implemented: run one process with --jobs N", np);
+    int np = mpi_world_size(), rank = mpi_world_rank();
+    if (np > 1 && (export_arg || dry)) {
+        cli_errorf("sweep %s under mpirun (-np %d): run it as one process", export_arg ? "--export" : "--dry-run", np);
         return CLI_EXIT_USAGE;
     }
+    if (np > 1 && jobs != 1) {
+        cli_errorf("sweep under mpirun: each computing rank is one thread (--jobs %lld): start more ranks "
+                   "(mpirun -np K) instead", jobs);
+        return CLI_EXIT_USAGE;
+    }
+    if (rank != 0) quiet = 1;   /* rank 0 alone writes, so it alone reports */
     if (!db && !dry) return cli_usage("sweep", "--db FILE is required");
     if (export_arg && dry) return cli_usage("sweep", "--dry-run goes with a SPEC, not --export");
     if (export_arg) {
@@ -154,6 +176,7 @@ int cli_cmd_sweep(int argc, char **argv)
     sp_sweep_opts_init(&o);
     o.jobs = (int)jobs;
     o.batch_rows = (int)batch_rows;
+    o.mpi = np > 1;
     progress pr = {.tty = isatty(2), .last = -1e9};
     if (!quiet) {
         o.progress = show_progress;
