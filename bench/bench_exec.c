@@ -276,7 +276,7 @@ int main(int argc, char **argv)
 
     /* the programs, for the FLOPs and bytes the figures divide by */
     sp_program *pp = malloc(sizeof *pp), *pd = malloc(sizeof *pd);
-    sp_shape sp = {B, P, P, P + G, SP_DT_F32}, sd = {B, 1, P + G / 2, P + G, SP_DT_F32};
+    sp_shape sp = {B, P, P, P + G, SP_DT_F32, 0}, sd = {B, 1, P + G / 2, P + G, SP_DT_F32, 0};
     DIE_IF(!pp || !pd || sp_lower(&m, &l, SP_PHASE_PREFILL, &sp, 0, pp) || sp_lower(&m, &l, SP_PHASE_DECODE, &sd, 0, pd),
            "lower");
     double flops = (double)prog_sum(pp, 0), dbytes = (double)prog_sum(pd, 1);

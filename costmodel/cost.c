@@ -628,6 +628,23 @@ static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
     acc->flops += x->flops;
 }
 
+/* acc += x × num / 2, each figure (a prefill pass's weight, sp_lower_pass_terms) */
+static void add_phase_half(sp_phase_cost *acc, const sp_phase_cost *x, int64_t num, spi_ckd *ck)
+{
+    double f = (double)num / 2;
+    acc->time_s += f * x->time_s;
+    acc->compute_s += f * x->compute_s;
+    acc->memory_s += f * x->memory_s;
+    acc->roofline_s += f * x->roofline_s;
+    acc->dispatch_s += f * x->dispatch_s;
+    for (int k = 0; k < SP_COLL_COUNT; k++) acc->coll_s[k] += f * x->coll_s[k];
+    acc->comm_s += f * x->comm_s;
+    /* integers: halved once the terms are summed (prefill_phase) */
+    acc->comm_bytes = spi_ck_add(ck, "prefill bytes sent per chip", acc->comm_bytes,
+                                 spi_ck_mul(ck, "prefill bytes sent per chip", x->comm_bytes, num));
+    acc->flops = spi_ck_add(ck, "prefill FLOPs per chip", acc->flops, spi_ck_mul(ck, "prefill FLOPs per chip", x->flops, num));
+}
+
 /* Phase prices are memoised per thread.  A search prices each phase's
  * layout with many layouts of the other phase, and a phase's program
  * depends on the other phase only through the KV cache (sp_lower_key):
@@ -645,6 +662,8 @@ typedef struct phase_val {
     int64_t buf_bytes[SP_BUF_COUNT];
     int64_t scratch_bytes[SP_SCR_COUNT];
     sp_mem_sizes mem;           /* sp_lower_mem_stage: the stage's weights and KV, this phase's workspace */
+    int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
+    int64_t left[3], num[3];
 } phase_val;
 enum { MEMO_SLOTS = 256 };
 static _Thread_local struct {
@@ -697,6 +716,7 @@ static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh
     SP_CHECK(price_program(&prog, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
     memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
     memcpy(v->scratch_bytes, prog.scratch_bytes, sizeof v->scratch_bytes);
+    v->nterms = sp_lower_pass_terms(&prog, v->left, v->num);
     return sp_lower_mem_stage(&prog, &v->mem);
 }
 
@@ -862,14 +882,16 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     typedef struct stage_kind {
         int first, last;
         int64_t layers;
-        sp_phase_cost pf, d1, dn;
+        sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
+        int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
         sp_mem_sizes mem;
     } stage_kind;
+    int64_t units = 1;              /* prefill passes per micro-batch (every stage alike) */
     stage_kind kinds[4];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
-    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
-    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
         sp_lower_stage_layers(m->n_layers, S, s, &l0, &nl);
@@ -887,11 +909,28 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
             int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT], pf_scr[SP_SCR_COUNT], dc_scr[SP_SCR_COUNT];
             if (w->prompt > 0) {
+                /* the last pass (the whole prefill when unchunked) sizes the memory: a chip
+                 * holds one pass's activations; the passes' prices add up */
                 SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &v));
-                k->pf = v->c0;
                 k->mem = v->mem;
                 memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
                 memcpy(pf_scr, v->scratch_bytes, sizeof pf_scr);
+                int nt = v->nterms;
+                int64_t left[3], num[3];
+                memcpy(left, v->left, sizeof left);
+                memcpy(num, v->num, sizeof num);
+                units = num[0] / 2 * (nt > 1 ? left[1] + 1 : 1);
+                int64_t ps2 = 0;
+                for (int i = 0; i < nt; i++) {
+                    sp_shape ps = pf_sh;
+                    ps.passes_left = left[i];
+                    if (i) SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &ps, s, 0, opts, &bound, &v));
+                    add_phase_half(&k->pf, &v->c0, num[i], &ck);
+                    ps2 = spi_ck_add(&ck, "prefill time (ps)", ps2, spi_ck_mul(&ck, "prefill time (ps)", spi_ps(v->c0.time_s), num[i]));
+                }
+                k->pf.comm_bytes /= 2;
+                k->pf.flops /= 2;
+                k->pf_ps = ps2 / 2;
             }
             if (w->gen > 0) {
                 SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &v));
@@ -908,7 +947,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         }
     accumulate:
         if (w->prompt > 0) {
-            int64_t t = spi_ps(k->pf.time_s);
+            int64_t t = k->pf_ps;
             pf_sum += t;
             if (t > pf_max) pf_max = t;
             add_phase(&out->prefill, &k->pf);
@@ -934,7 +973,13 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
     out->feasible = out->shortfall_bytes == 0;
 
-    if (w->prompt > 0) out->prefill_s = (double)(pf_sum + (M - 1) * pf_max) * 1e-12;
+    /* a flow shop of M·units passes (one micro-batch's passes take pf_max on the slowest stage) */
+    if (w->prompt > 0) {
+        int64_t pf = spi_ck_add(&ck, "prefill time (ps)", pf_sum,
+                                spi_ck_mul(&ck, "prefill time (ps)", spi_ck_mul(&ck, "prefill passes", M, units) - 1, pf_max));
+        if (ck.overflow) return spi_fail(SP_EINVAL, "%s does not fit in 64 bits (the request is too large to represent)", ck.what);
+        out->prefill_s = (double)(pf / units) * 1e-12;
+    }
     int64_t sync_ps;
     if (w->gen > 0 && spi_token_sync(hw, l, &sync_ps)) {
         /* a runtime that synchronises after every token runs each decode step
@@ -980,6 +1025,69 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     return sp_cost_check(out);   /* nothing negative, NaN or infinite; the verdict exact */
 }
 
+/* one chunked variant of l: SP_OK and *better when it fits and beats *best */
+static sp_status try_chunk(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                           const sp_cost_opts *opts, int chunk, sp_layout *best_l, sp_cost *best, int *fits)
+{
+    static _Thread_local sp_cost c;
+    sp_layout v = *l;
+    v.prefill_chunk = chunk;
+    sp_cost_opts o = *opts;
+    o.quiet = 1;   /* a chunk the layouts' splits do not allow is no variant */
+    *fits = 0;
+    sp_status st = sp_cost_eval(m, hw, &v, w, &o, &c);
+    if (st == SP_EINVAL) return SP_OK;
+    SP_CHECK(st);
+    *fits = c.feasible;
+    if (c.feasible && (!best->feasible || c.prefill_s < best->prefill_s)) {
+        *best = c;
+        *best_l = v;
+    }
+    return SP_OK;
+}
+
+sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                               const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out)
+{
+    if (!chosen) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
+    SP_CHECK(sp_cost_eval(m, hw, l, w, opts, out));
+    *chosen = *l;
+    if (l->prefill_chunk || l->prefill_tokens || w->prompt == 0) return SP_OK;
+    sp_cost_opts defaults;
+    if (!opts) {
+        sp_cost_opts_init(&defaults);
+        opts = &defaults;
+    }
+    int64_t mb = w->batch / l->replicas / l->microbatches;   /* sp_cost_eval checked that they divide */
+    int64_t act = out->mem.activations + out->mem.scratch;
+    int fits;
+    if (!out->feasible) {
+        if (act <= out->shortfall_bytes) return SP_OK;
+        /* activations shrink about linearly with the pass: start near the chunk that would fit */
+        double f = (double)(act - out->shortfall_bytes) / (double)act;
+        int64_t c = mb / 2;
+        while (c > 1 && (double)c > f * (double)mb) c /= 2;
+        for (int tries = 0; c >= 1 && tries < 4; c /= 2) {
+            if (mb % c) continue;
+            tries++;
+            SP_CHECK(try_chunk(m, hw, l, w, opts, (int)c, chosen, out, &fits));
+            if (fits) break;
+        }
+        return SP_OK;
+    }
+    if (l->stages > 1) {
+        double last = out->prefill_s;
+        for (int64_t c = mb / 2, tries = 0; c >= 1 && tries < 3; c /= 2) {
+            if (mb % c) continue;
+            tries++;
+            SP_CHECK(try_chunk(m, hw, l, w, opts, (int)c, chosen, out, &fits));
+            if (!fits || out->prefill_s >= last) break;   /* no faster: smaller passes will not be either */
+            last = out->prefill_s;
+        }
+    }
+    return SP_OK;
+}
+
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,
                               double kv_budget, int64_t *out)
 {
@@ -988,7 +1096,7 @@ sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layou
     int64_t worst = 0;
     static _Thread_local sp_program dc;
     for (int s = 0; s < l->stages; s++) {
-        sp_shape sh = {batch, 1, 1, 1, SP_DT_BF16};
+        sp_shape sh = {batch, 1, 1, 1, SP_DT_BF16, 0};
         SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
         sp_mem_sizes ms;
         SP_CHECK(sp_lower_mem_sizes(NULL, &dc, &ms));
@@ -1027,21 +1135,33 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     }
     memset(out, 0, sizeof *out);
     int64_t max_ctx = w->prompt + w->gen;
-    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
-    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
     int M = l->microbatches, S = l->stages;
     double pf_max = -1, dc_max = -1, dc_sum = 0;
     double v_pf_max[SP_CP_COUNT] = {0}, v_dc_max[SP_CP_COUNT] = {0}, v_dc_sum[SP_CP_COUNT] = {0};
+    int64_t units = 1;   /* prefill passes per micro-batch */
     for (int s = 0; s < S; s++) {
         double v[SP_CP_COUNT];
         if (w->prompt > 0) {
+            /* one micro-batch's passes, weighted as sp_cost_eval weighs them */
             SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, &prog));
-            double t = program_coefs(&prog, hw, 0, v);
+            int64_t left[3], num[3];
+            int nt = sp_lower_pass_terms(&prog, left, num);
+            units = num[0] / 2 * (nt > 1 ? left[1] + 1 : 1);
+            double t = 0, vs[SP_CP_COUNT] = {0};
+            for (int i = 0; i < nt; i++) {
+                sp_shape ps = pf_sh;
+                ps.passes_left = left[i];
+                if (i) SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, &prog));
+                t += (double)num[i] / 2 * program_coefs(&prog, hw, 0, v);
+                for (int j = 0; j < SP_CP_COUNT; j++) vs[j] += (double)num[i] / 2 * v[j];
+            }
             out->prefill_s += t;
-            for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += v[j];
+            for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += vs[j];
             if (t > pf_max) {
                 pf_max = t;
-                memcpy(v_pf_max, v, sizeof v);
+                memcpy(v_pf_max, vs, sizeof vs);
             }
         }
         if (w->gen > 0) {
@@ -1056,8 +1176,10 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         }
     }
     if (w->prompt > 0) {
-        out->prefill_s += (M - 1) * pf_max;
-        for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] += (M - 1) * v_pf_max[j];
+        /* a flow shop of M·units passes, as sp_cost_eval */
+        double u = (double)units;
+        out->prefill_s = (out->prefill_s + (M * u - 1) * pf_max) / u;
+        for (int j = 0; j < SP_CP_COUNT; j++) out->prefill[j] = (out->prefill[j] + (M * u - 1) * v_pf_max[j]) / u;
     }
     int64_t sync_ps;
     if (w->gen > 0 && spi_token_sync(hw, l, &sync_ps)) {

@@ -37,12 +37,21 @@ sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         return spi_fail(SP_ENOMEM, "sp_cost_kinds_eval: out of memory");
     }
     int64_t max_ctx = w->prompt + w->gen;
-    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype};
-    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype};
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
     sp_status st = SP_OK;
     for (int s = 0; s < l->stages && !st; s++) {
-        if (w->prompt > 0 && !(st = sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, prog)))
-            add_program(prog, hw, 0, (double)l->microbatches, out->prefill, run);
+        if (w->prompt > 0 && !(st = sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, prog))) {
+            /* every pass of every micro-batch (sp_lower_pass_terms) */
+            int64_t left[3], num[3];
+            int nt = sp_lower_pass_terms(prog, left, num);
+            for (int i = 0; i < nt && !st; i++) {
+                sp_shape ps = pf_sh;
+                ps.passes_left = left[i];
+                if (i && (st = sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, prog))) break;
+                add_program(prog, hw, 0, (double)l->microbatches * (double)num[i] / 2, out->prefill, run);
+            }
+        }
         if (!st && w->gen > 0 && !(st = sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, prog)))
             add_program(prog, hw, max_ctx, (double)l->microbatches, out->decode_step, run);
     }

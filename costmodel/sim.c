@@ -18,8 +18,9 @@ typedef struct sim {
     const sp_sim_opts *o;
     sp_phase phase;
     int S, M, T, n_st;           /* stages, micro-batches, tokens, chips per stage */
+    int64_t U, NT;               /* prefill: passes per micro-batch, token passes among them (1, 1 in decode) */
     sp_mesh mesh;
-    spi_prog_run *pr;            /* [S] */
+    spi_prog_run *pr;            /* [NT × S]: token pass j of stage s at j·S + s */
     spi_sched *st;               /* [n_st]: the chips of the stage being run */
     int64_t *ready;              /* [n_st] */
     int64_t *gmax;               /* [n_st]: latest ready time per group (indexed by leader) */
@@ -97,7 +98,7 @@ static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run
 }
 
 /* Unit (token tok, micro-batch mb) on stage s. */
-static sp_status run_unit(sim *x, const sp_program *p, int s, int tok, int mb)
+static sp_status run_unit(sim *x, const sp_program *p, const spi_prog_run *pr, int s, int tok, int mb)
 {
     int base = s * x->n_st;
     for (int c = 0; c < x->n_st; c++) {
@@ -107,7 +108,6 @@ static sp_status run_unit(sim *x, const sp_program *p, int s, int tok, int mb)
         for (int k = 0; k < SPI_SLOTS; k++) x->st[c].t[k] = t;
         x->st[c].vec = NULL;
     }
-    const spi_prog_run *pr = &x->pr[s];
     for (int i = 0; i < p->pre.n; i++)
         SP_CHECK(run_step(x, s, &p->pre.s[i], &pr->run[SP_PART_PRE][i], SP_PART_PRE, -1, i, tok, mb));
     for (int64_t layer = 0; layer < p->n_layers; layer++)
@@ -161,12 +161,21 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     sp_layout_mesh(l, &x.mesh);
     int N = sp_mesh_size(&x.mesh);
     x.n_st = N / x.S;
-    for (int s = 0; s < x.S; s++)
-        if (!progs[s] || progs[s]->stage != s || progs[s]->phase != phase ||
-            memcmp(&progs[s]->layout, l, sizeof *l))
-            return spi_fail(SP_EINVAL, "sp_sim_phase: program %d is not stage %d of this layout's %s", s, s,
-                            sp_phase_name(phase));
-    x.pr = calloc((size_t)x.S, sizeof *x.pr);
+    x.U = x.NT = 1;
+    if (phase == SP_PHASE_PREFILL && progs[0]) {
+        /* programs built by hand may leave the pass counts 0: one pass */
+        x.NT = progs[0]->passes_tok > 1 ? progs[0]->passes_tok : 1;
+        x.U = (progs[0]->passes_seq > 1 ? progs[0]->passes_seq : 1) * x.NT;
+    }
+    for (int j = 0; j < x.NT; j++)
+        for (int s = 0; s < x.S; s++) {
+            const sp_program *p = progs[j * x.S + s];
+            if (!p || p->stage != s || p->phase != phase || memcmp(&p->layout, l, sizeof *l) ||
+                (phase == SP_PHASE_PREFILL && p->shape.passes_left != x.NT - 1 - j))
+                return spi_fail(SP_EINVAL, "sp_sim_phase: program %d is not stage %d of this layout's %s (pass %d)",
+                                j * x.S + s, s, sp_phase_name(phase), j);
+        }
+    x.pr = calloc((size_t)(x.S * x.NT), sizeof *x.pr);
     x.st = calloc((size_t)x.n_st, sizeof *x.st);
     x.ready = calloc((size_t)x.n_st, sizeof *x.ready);
     x.gmax = calloc((size_t)x.n_st, sizeof *x.gmax);
@@ -179,18 +188,22 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d chips", N);
         goto done;
     }
-    for (int s = 0; s < x.S; s++) {
+    for (int i = 0; i < x.S * x.NT; i++) {
         /* priced at the context each program was lowered for, as sp_cost_eval prices it */
-        int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[s]->shape.context : 0, 0};
-        spi_cost_price_program(progs[s], hw, ctx, &x.pr[s], NULL);
+        int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[i]->shape.context : 0, 0};
+        spi_cost_price_program(progs[i], hw, ctx, &x.pr[i], NULL);
     }
     /* a runtime with a per-token barrier (spi_token_sync): after each token
      * every chip waits until the last one is done, then the barrier's time */
     int64_t sync_ps;
     int barrier = phase == SP_PHASE_DECODE && spi_token_sync(hw, l, &sync_ps);
     for (int t = 0; t < x.T; t++) {
-        for (int j = 0; j < x.M; j++)
-            for (int s = 0; s < x.S; s++) SP_CHECKGOTO(run_unit(&x, progs[s], s, t, j), st, done);
+        /* prefill: each micro-batch's passes in order, token pass u mod NT */
+        for (int64_t u = 0; u < x.M * x.U; u++)
+            for (int s = 0; s < x.S; s++) {
+                int64_t i = u % x.NT * x.S + s;
+                SP_CHECKGOTO(run_unit(&x, progs[i], &x.pr[i], s, t, (int)(u / x.U)), st, done);
+            }
         if (barrier) {
             int64_t b = 0;
             for (int c = 0; c < N; c++)
@@ -224,23 +237,38 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
     co.fresh = 1;
     SP_CHECK(sp_cost_eval(m, hw, l, w, &co, &c));
     int S = l->stages;
-    sp_program *progs = calloc((size_t)S, sizeof *progs);
-    const sp_program **pp = calloc((size_t)S, sizeof *pp);
+    int64_t max_ctx = w->prompt + w->gen;
+    /* prefill token passes (prefill_tokens): one program per pass and stage */
+    int64_t NT = 1;
+    if (w->prompt > 0) {
+        sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype, 0};
+        static _Thread_local sp_program last;
+        SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, &last));
+        NT = last.passes_tok;
+        if (NT * S > SP_SIM_MAX_PASS_PROGRAMS)
+            return spi_fail(SP_ENOTSUP, "simulate: prefill_tokens=%d makes %lld prefill passes on %d stages; the "
+                            "simulator holds at most %d pass programs", l->prefill_tokens, (long long)NT, S,
+                            SP_SIM_MAX_PASS_PROGRAMS);
+    }
+    sp_program *progs = calloc((size_t)(S * NT), sizeof *progs);
+    const sp_program **pp = calloc((size_t)(S * NT), sizeof *pp);
     sp_status st = SP_OK;
     if (!progs || !pp) {
         st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d stages", S);
         goto done;
     }
-    for (int s = 0; s < S; s++) pp[s] = &progs[s];
-    int64_t max_ctx = w->prompt + w->gen;
+    for (int64_t i = 0; i < S * NT; i++) pp[i] = &progs[i];
     if (w->prompt > 0) {
-        sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype};
-        for (int s = 0; s < S; s++) SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &progs[s]), st, done);
+        for (int64_t j = 0; j < NT; j++)
+            for (int s = 0; s < S; s++) {
+                sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype, NT - 1 - j};
+                SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &progs[j * S + s]), st, done);
+            }
         SP_CHECKGOTO(sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill), st, done);
         out->prefill_s = out->prefill.step_s;
     }
     if (w->gen > 0) {
-        sp_shape sh = {w->batch, 1, max_ctx, max_ctx, o.cost.act_dtype};
+        sp_shape sh = {w->batch, 1, max_ctx, max_ctx, o.cost.act_dtype, 0};
         for (int s = 0; s < S; s++) SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &progs[s]), st, done);
         int T = o.tokens > 0 ? o.tokens : S + 2;
         o.tokens = T;

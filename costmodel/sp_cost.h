@@ -62,7 +62,10 @@
  *   pipeline: stage s takes t_s per micro-batch (its program's time, a
  *            micro-batch starting once the previous one is done and its
  *            input has arrived: a flow shop); prefill takes
- *            Σ t_s + (M−1)·max t_s; a decode step (every sequence one token)
+ *            Σ t_s + (M−1)·max t_s (M < stages included: the bubble);
+ *            a chunked prefill (sp_lower.h: U passes per micro-batch, t_s
+ *            their sum, sp_lower_pass_terms) runs its passes as the units:
+ *            (Σ t_s + (M·U − 1)·max t_s) / U; a decode step (every sequence one token)
  *            takes max(M·max t_s, Σ t_s) (the generation schedule pays the
  *            bubble once, not per token).
  *            With chip.token_sync_s > 0 (a runtime that synchronises every
@@ -150,6 +153,23 @@ void sp_cost_opts_init(sp_cost_opts *o);
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
 
+
+/* Prices a layout as sp_cost_eval does, and when l chunks no prefill
+ * itself (prefill_chunk, prefill_tokens unset), the chunked prefills a
+ * planner weighs, keeping the best (*chosen: the layout priced, l or l with
+ * prefill_chunk set).  Chunking changes the prefill alone, so among the
+ * variants that fit the one with the least prefill time is the best for
+ * every objective; none fitting, l's own.  Variants (sequences per pass,
+ * divisors of the micro-batch mb that the layouts' splits allow):
+ *   - l does not fit: from the largest chunk whose activations (scaled
+ *     from l's, linearly in the pass) would fit, halving until one fits
+ *     (at most 4 tries; none when l's activations and scratch are not more
+ *     than its shortfall: no chunk can make it fit);
+ *   - l fits and has stages: mb/2, mb/4, ... (at most 3) while the prefill
+ *     gets faster (passes fill the pipeline's bubble).
+ * Token passes (prefill_tokens) are not tried. */
+sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                               const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out);
 
 /* The honest-answer guard: every figure of c is finite and not negative, the
  * memory parts sum exactly (int64, checked) to the total, and the verdict

@@ -68,9 +68,14 @@ typedef struct sp_sim_result {
 } sp_sim_result;
 
 /* Simulates one phase: progs[s] is stage s's program (sp_lower of this
- * layout, phase and stage s; borrowed); opts may be NULL.  SP_EINVAL for
+ * layout, phase and stage s; borrowed); opts may be NULL.  A chunked
+ * prefill (sp_program passes) runs each micro-batch's passes in order as
+ * units of the flow shop; with token passes (passes_tok = NT > 1) progs
+ * holds every pass: progs[j·S + s] is token pass j of stage s
+ * (shape.passes_left = NT − 1 − j), at most SP_SIM_MAX_PASS_PROGRAMS in all.  SP_EINVAL for
  * programs that do not match the layout; SP_ENOMEM; a trace write error
  * is reported by sp_trace_close. */
+#define SP_SIM_MAX_PASS_PROGRAMS 256
 sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, const sp_program *const *progs,
                        const sp_sim_opts *opts, sp_sim_result *out);
 

@@ -474,7 +474,7 @@ static sp_status dispatch_run(int layers, int64_t *steps, double *seconds)
     if ((st = sp_layout_parse("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads", &l, &err)))
         return st;
     const int64_t G = 48;
-    sp_shape sh = {1, 1, 2, 1 + G, SP_DT_F32};
+    sp_shape sh = {1, 1, 2, 1 + G, SP_DT_F32, 0};
     sp_program *p = malloc(sizeof *p);
     if (!p) return SP_ENOMEM;
     if ((st = sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, p))) {

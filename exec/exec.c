@@ -190,7 +190,8 @@ static sp_status chip_run(chip *ch)
          * steps) x the program's steps, reserved before the timed phases so
          * that tracing adds one store per step to them */
         spi_ckd ck = SPI_CKD_INIT;
-        int64_t npf = ch->pf->pre.n + spi_ck_mul(&ck, "timeline", ch->pf->n_layers, ch->pf->layer.n) + ch->pf->post.n;
+        int64_t npf = spi_ck_mul3(&ck, "timeline", ch->pf->passes_seq, ch->pf->passes_tok,   /* every prefill pass */
+                                  ch->pf->pre.n + spi_ck_mul(&ck, "timeline", ch->pf->n_layers, ch->pf->layer.n) + ch->pf->post.n);
         int64_t ndc = ch->dc->pre.n + spi_ck_mul(&ck, "timeline", ch->dc->n_layers, ch->dc->layer.n) + ch->dc->post.n;
         int64_t n = spi_ck_mul(&ck, "timeline", ch->l->microbatches,
                                spi_ck_add(&ck, "timeline", npf, spi_ck_mul(&ck, "timeline", ex->G - 1, ndc)));
@@ -225,23 +226,40 @@ static sp_status chip_run(chip *ch)
             if ((st = sp_lower(ch->m, l, SP_PHASE_DECODE, &sh, ch->stage, dstep))) break;
             ch->prog = dstep;
         }
-        const sp_program *p = ch->prog;
-        int64_t L = p->shape.q_len;
-        for (int mb = 0; mb < l->microbatches && !st; mb++) {
+        /* a prefill runs each micro-batch as passes (sp_program: sequence chunks, each as
+         * token passes in order); a decode step is one pass */
+        int64_t nseq = s == 0 ? ch->pf->passes_seq : 1, ntok = s == 0 ? ch->pf->passes_tok : 1;
+        for (int64_t u = 0; u < (int64_t)l->microbatches * nseq * ntok && !st; u++) {
+            int mb = (int)(u / (nseq * ntok));
+            int64_t i = u / ntok % nseq, j = u % ntok;
+            if (s == 0 && j < ntok - 1) {
+                /* an earlier token pass: the same program at its context, without the logits */
+                sp_shape sh = spi_shape_of(ex, 0, 0);
+                sh.passes_left = ntok - 1 - j;
+                if ((st = sp_lower(ch->m, l, SP_PHASE_PREFILL, &sh, ch->stage, dstep))) break;
+                ch->prog = dstep;
+            } else if (s == 0) {
+                ch->prog = ch->pf;
+            }
+            const sp_program *p = ch->prog;
+            int64_t L = p->shape.q_len, ps = p->pass_seqs, tok0 = p->shape.context - L;
             int64_t r0 = (int64_t)mb * mbs;
-            for (int64_t b = 0; b < mbs; b++)
-                for (int64_t t = 0; t < L; t++)
-                    in[b * L + t] = s == 0 ? ex->prompt[(base + r0 + b) * P + t] : cur[r0 + b];
+            ch->pass_seq = i;
+            for (int64_t b = 0; b < ps; b++) {
+                int64_t q = r0 + sp_lower_pass_seq(p, i, b);   /* the replica's sequence of row b */
+                for (int64_t t = 0; t < L; t++) in[b * L + t] = s == 0 ? ex->prompt[(base + q) * P + tok0 + t] : cur[q];
+            }
             ch->in_tok = in;
             if ((st = spi_run_steps(ch, SP_PART_PRE, mb))) break;
             for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = spi_run_steps(ch, SP_PART_LAYER, mb);
             if (st) break;
             ch->li = p->n_layers - 1;
             if ((st = spi_run_steps(ch, SP_PART_POST, mb))) break;
-            if (!last) continue;
+            if (!last || !p->logits) continue;
             const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
                                                                                           : SP_BUF_LOGITS];
-            for (int64_t b = 0; b < mbs && !st; b++) {
+            for (int64_t b = 0; b < ps && !st; b++) {
+                int64_t q = r0 + sp_lower_pass_seq(p, i, b);
                 const float *row = lg + b * Vp;   /* on the device */
                 int keep = writer && ex->logits && (ex->lg_steps == G || s == G - 1);
                 int32_t tok = 0;
@@ -251,12 +269,12 @@ static sp_status chip_run(chip *ch)
                     row = ch->hrow;
                 }
                 if (ex->greedy) st = ch->ops->argmax(&ch->dev, lg + b * Vp, V, &tok);
-                else st = sp_kern_sample(row, V, &ex->samp, &rng[r0 + b], ch->scr[SP_SCR_SAMPLE], (size_t)ch->scr_bytes[SP_SCR_SAMPLE], &tok);
-                cur[r0 + b] = tok;
+                else st = sp_kern_sample(row, V, &ex->samp, &rng[q], ch->scr[SP_SCR_SAMPLE], (size_t)ch->scr_bytes[SP_SCR_SAMPLE], &tok);
+                cur[q] = tok;
                 if (writer) {
-                    ex->tokens[(base + r0 + b) * G + s] = tok;
+                    ex->tokens[(base + q) * G + s] = tok;
                     if (keep)
-                        memcpy(ex->logits + ((base + r0 + b) * ex->lg_steps + (ex->lg_steps == G ? s : 0)) * V, row,
+                        memcpy(ex->logits + ((base + q) * ex->lg_steps + (ex->lg_steps == G ? s : 0)) * V, row,
                                (size_t)V * sizeof(float));
                 }
             }
@@ -397,9 +415,9 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     sp_status st = SP_OK;
     int64_t chip_bytes = 0;   /* the largest stage's bytes per chip: what chip_setup will allocate */
     for (int s = 0; s < l->stages && !st; s++) {
-        sp_shape sh = {batch, prompt, prompt, prompt + gen, SP_DT_F32};
+        sp_shape sh = {batch, prompt, prompt, prompt + gen, SP_DT_F32, 0};
         st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &p[0]);
-        sp_shape sd = {batch, 1, prompt + gen, prompt + gen, SP_DT_F32};
+        sp_shape sd = {batch, 1, prompt + gen, prompt + gen, SP_DT_F32, 0};
         if (!st) st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s, &p[1]);
         sp_mem_sizes ms;
         if (!st) st = sp_lower_mem_sizes(&p[0], &p[1], &ms);

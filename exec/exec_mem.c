@@ -41,6 +41,7 @@ sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step)
     sh.context = decode ? ex->P + step : ex->P;
     sh.max_context = ex->P + ex->G;
     sh.act_dtype = SP_DT_F32;
+    sh.passes_left = 0;
     return sh;
 }
 

@@ -35,11 +35,14 @@ static sp_kern_kv cache_view(chip *ch, int mb)
     const sp_program *p = ch->prog;
     sp_kern_kv kv;
     int eb = sp_dtype_bytes(ch->l->kv);
-    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems) * eb);
+    /* the micro-batch's block, then the sequences of the prefill pass being run */
+    int64_t seq0 = ch->pass_seq * p->kv_pass_seqs;
+    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems +
+                           seq0 * ch->ctx_max * p->kv_heads_cache * ch->m->d_head) * eb);
     kv.dt = ch->l->kv;
     kv.k = (char *)ch->kc + off;
     kv.v = (char *)ch->vc + off;
-    kv.B = p->kv_seqs;
+    kv.B = p->kv_pass_seqs;
     kv.ctx_max = ch->ctx_max;
     kv.KVHl = p->kv_heads_cache;
     kv.D = ch->m->d_head;
@@ -50,9 +53,9 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
 {
     const sp_model *m = ch->m;
     int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, kvs = s->kv_heads_src, kvc = s->kv_heads;
-    if (Bq != ch->prog->kv_seqs)
-        return spi_fail(SP_EINVAL, "kv-store of %lld sequences into a cache of %lld", (long long)Bq,
-                        (long long)ch->prog->kv_seqs);
+    if (Bq != ch->prog->kv_pass_seqs)
+        return spi_fail(SP_EINVAL, "kv-store of %lld sequences into a cache block of %lld", (long long)Bq,
+                        (long long)ch->prog->kv_pass_seqs);
     int64_t h0, off;   /* off: the cached heads' first head in k, v */
     sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &off);
     const float *k = ch->buf[s->src2], *v = ch->buf[s->src3];
@@ -81,9 +84,9 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     sp_kern_kv kv;
     int64_t pos0 = s->pos0;
     if (s->from_cache) {
-        if (Bq != ch->prog->kv_seqs)
-            return spi_fail(SP_EINVAL, "attention over %lld sequences, cache holds %lld", (long long)Bq,
-                            (long long)ch->prog->kv_seqs);
+        if (Bq != ch->prog->kv_pass_seqs)
+            return spi_fail(SP_EINVAL, "attention over %lld sequences, cache block holds %lld", (long long)Bq,
+                            (long long)ch->prog->kv_pass_seqs);
         kv = cache_view(ch, mb);
     } else {
         if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);

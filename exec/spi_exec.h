@@ -91,7 +91,8 @@ typedef struct chip {
     int wb_cblk[SP_BUF_COUNT][64];
     void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
     int64_t ctx_max, kv_layer_elems, kv_mb_elems;
-    const int32_t *in_tok;           /* input tokens of the current micro-batch */
+    const int32_t *in_tok;           /* input tokens of the current micro-batch (prefill: pass) */
+    int64_t pass_seq;                /* prefill: the micro-batch's sequence chunk being run (sp_program) */
     int64_t li;                      /* current layer (stage-local) */
     /* local stats */
     uint64_t meas[SP_COLL_COUNT], pred[SP_COLL_COUNT], measr[SP_COLL_COUNT], predr[SP_COLL_COUNT];

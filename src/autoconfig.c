@@ -117,6 +117,11 @@ int sp_server_inexpressible(sp_server s, const sp_layout *l, char (*out)[SP_SERV
     if (l->stages > 1 && l->microbatches != l->stages)
         NOTE("%d micro-batches over %d pipeline stages: %s schedules its own pipeline (one micro-batch per stage)",
              l->microbatches, l->stages, t);
+    if (l->prefill_chunk)
+        NOTE("prefill in passes of %d sequences: %s batches its prefill itself (its scheduler's batch limit)",
+             l->prefill_chunk, t);
+    if (l->prefill_tokens)
+        NOTE("prefill in passes of %d prompt tokens: set %s's chunked prefill to that many tokens", l->prefill_tokens, t);
 #undef NOTE
     return n;
 }

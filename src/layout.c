@@ -146,6 +146,8 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         else if (!strcmp(key, "microbatches")) st = parse_int(v, vlen, &l->microbatches, key, err);
         else if (!strcmp(key, "experts")) st = parse_int(v, vlen, &l->experts, key, err);
         else if (!strcmp(key, "capacity")) st = parse_capacity(v, vlen, &l->capacity, key, err);
+        else if (!strcmp(key, "prefill_chunk")) st = parse_int(v, vlen, &l->prefill_chunk, key, err);
+        else if (!strcmp(key, "prefill_tokens")) st = parse_int(v, vlen, &l->prefill_tokens, key, err);
         else if (!strcmp(key, "mesh")) {
             int dims[3] = {1, 1, 1}, nd = 0;
             const char *q = v, *end = v + vlen;
@@ -176,7 +178,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         else
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
-                                 "decode, placement, experts, capacity)");
+                                 "decode, placement, experts, capacity, prefill_chunk, prefill_tokens)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -227,13 +229,16 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
     json_object_foreach(root, k, v) {
         char path[40];
         snprintf(path, sizeof path, "/%s", k);
-        if (!strcmp(k, "stages") || !strcmp(k, "replicas") || !strcmp(k, "microbatches") || !strcmp(k, "experts")) {
+        if (!strcmp(k, "stages") || !strcmp(k, "replicas") || !strcmp(k, "microbatches") || !strcmp(k, "experts") ||
+            !strcmp(k, "prefill_chunk") || !strcmp(k, "prefill_tokens")) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
                 return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a positive integer");
             int x = (int)json_integer_value(v);
             if (k[0] == 's') l->stages = x;
             else if (k[0] == 'r') l->replicas = x;
             else if (k[0] == 'e') l->experts = x;
+            else if (!strcmp(k, "prefill_chunk")) l->prefill_chunk = x;
+            else if (!strcmp(k, "prefill_tokens")) l->prefill_tokens = x;
             else l->microbatches = x;
         } else if (!strcmp(k, "capacity")) {
             double x = json_is_number(v) ? json_number_value(v) : 0;
@@ -269,7 +274,7 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
         } else {
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
-                                 "experts, capacity)");
+                                 "experts, capacity, prefill_chunk, prefill_tokens)");
         }
     }
     return SP_OK;
@@ -319,7 +324,10 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
     /* MoE keys only when set, so a dense layout's text is unchanged */
     size_t n = strlen(buf);
     if (l->experts != 1 && n < size) n += (size_t)snprintf(buf + n, size - n, ",experts=%d", l->experts);
-    if (l->capacity != 1.0 && n < size) snprintf(buf + n, size - n, ",capacity=%g", l->capacity);
+    if (l->capacity != 1.0 && n < size) n += (size_t)snprintf(buf + n, size - n, ",capacity=%g", l->capacity);
+    /* chunked prefill likewise, only when set */
+    if (l->prefill_chunk && n < size) n += (size_t)snprintf(buf + n, size - n, ",prefill_chunk=%d", l->prefill_chunk);
+    if (l->prefill_tokens && n < size) snprintf(buf + n, size - n, ",prefill_tokens=%d", l->prefill_tokens);
     return buf;
 }
 
@@ -341,6 +349,8 @@ void *sp_layout_to_json(const sp_layout *l)
     json_object_set_new(o, "placement", json_string(pl));
     if (l->experts != 1) json_object_set_new(o, "experts", json_integer(l->experts));
     if (l->capacity != 1.0) json_object_set_new(o, "capacity", json_real(l->capacity));
+    if (l->prefill_chunk) json_object_set_new(o, "prefill_chunk", json_integer(l->prefill_chunk));
+    if (l->prefill_tokens) json_object_set_new(o, "prefill_tokens", json_integer(l->prefill_tokens));
     return o;
 }
 
@@ -549,7 +559,10 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
                                  "%d: experts are split over the replicas, so experts must be 1 or replicas (%d); "
                                  "expert groups of part of the replicas are not implemented", l->experts, l->replicas);
     }
-    sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
+    /* a prompt of one prefill pass (prefill_tokens) when the layout chunks it, so that its
+     * checks that do not depend on the prompt run here */
+    int64_t q = l->prefill_tokens > 0 ? l->prefill_tokens : 1;
+    sp_shape sh = {.batch = batch, .q_len = q, .context = q, .max_context = q, .act_dtype = SP_DT_BF16};
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
         static _Thread_local sp_program prog;
         if (sp_lower(m, l, (sp_phase)p, &sh, 0, &prog) != SP_OK)

@@ -704,7 +704,9 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->src = qsrc;
         s->src2 = kbuf;
         s->src3 = vbuf;
-        s->from_cache = phase == SP_PHASE_DECODE;
+        /* decode, and incremental prefill (prefill_tokens): the keys and values of the
+         * context are in the cache, the pass's own just stored */
+        s->from_cache = phase == SP_PHASE_DECODE || c->p->passes_tok > 1;
         s->batch = a_seqs;
         s->q_len = L;
         s->heads = a_heads;
@@ -964,7 +966,7 @@ static void emit_layer(ctx *c, sp_steps *ss)
 static void emit_embed(ctx *c, sp_steps *ss)
 {
     const shard *sh = &c->sh;
-    int64_t L = c->p->shape.q_len, rows = spi_ck_mul(&c->ck, "tokens per micro-batch", c->p->micro_batch, L);
+    int64_t L = c->p->shape.q_len, rows = spi_ck_mul(&c->ck, "tokens per pass", c->p->pass_seqs, L);
     int64_t Ec = c->E / sh->nact;
     sp_step *s = emit(ss, SP_STEP_EMBED);
     s->dst = SP_BUF_EMB;
@@ -1026,7 +1028,7 @@ static void emit_logits(ctx *c, sp_steps *ss)
         s->m = c->seqs;
         s->n = c->E;
     }
-    int64_t B = c->p->micro_batch;
+    int64_t B = c->p->pass_seqs;
     emit_norm(c, ss, SP_BUF_XF, SP_W_NORMF, B, c->E, "", "");
     sp_step *s = emit(ss, SP_STEP_LOGITS);
     s->dst = SP_BUF_LOGITS;
@@ -1214,19 +1216,66 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         BAD( "batch %lld does not split into %d replicas × %d micro-batches",
                         (long long)shape->batch, l->replicas, l->microbatches);
     p->micro_batch = per_replica / l->microbatches;
-    if (p->micro_batch % c->sh.nN)
-        BAD( "%s needs the micro-batch (%lld sequences) divisible by %d",
-                        sp_ffn_layout_name(l->phase[phase].ffn), (long long)p->micro_batch, c->sh.nN);
-    c->seqs = p->micro_batch / c->sh.nN;
-    c->T = spi_ck_mul(&c->ck, "rows per chip (sequences × tokens)", c->seqs, shape->q_len);
+    /* prefill passes (sp_layout.h): the sequences of one pass, in either phase (both phases'
+     * checks run in each); the token passes in prefill, where the prompt is known */
+    if (l->prefill_chunk < 0 || l->prefill_tokens < 0)
+        BAD("prefill_chunk %d, prefill_tokens %d: must be positive (0: not chunked)", l->prefill_chunk,
+            l->prefill_tokens);
+    int64_t pass_seqs = l->prefill_chunk ? l->prefill_chunk : p->micro_batch;
+    if (p->micro_batch % pass_seqs)
+        BAD("prefill_chunk=%d does not divide the micro-batch (%lld sequences: batch %lld over %d replicas × %d "
+            "micro-batches)", l->prefill_chunk, (long long)p->micro_batch, (long long)shape->batch, l->replicas,
+            l->microbatches);
+    p->pass_seqs = phase == SP_PHASE_PREFILL ? pass_seqs : p->micro_batch;
+    p->passes_seq = p->micro_batch / p->pass_seqs;
+    p->passes_tok = 1;
+    p->logits = 1;
+    if (phase == SP_PHASE_PREFILL && l->prefill_tokens) {
+        int64_t P = shape->q_len, pt = l->prefill_tokens;
+        if (pt > P) BAD("prefill_tokens=%d: more than the prompt's %lld tokens", l->prefill_tokens, (long long)P);
+        if (P % pt) BAD("prefill_tokens=%d does not divide the prompt (%lld tokens)", l->prefill_tokens, (long long)P);
+        p->passes_tok = P / pt;
+        if (shape->passes_left < 0 || shape->passes_left >= p->passes_tok)
+            BAD("prefill pass %lld from the last: the prompt has %lld passes of %lld tokens",
+                (long long)shape->passes_left, (long long)p->passes_tok, (long long)pt);
+        p->shape.q_len = pt;
+        p->shape.context = shape->context - shape->passes_left * pt;
+        p->logits = shape->passes_left == 0;
+    } else {
+        p->shape.passes_left = 0;
+    }
+    /* one pass's rows: what the program moves and holds */
+    const char *chunk_key = l->prefill_chunk ? "prefill_chunk" : "the micro-batch";
+    if (p->pass_seqs % c->sh.nN)
+        BAD( "%s needs %s (%lld sequences) divisible by %d", sp_ffn_layout_name(l->phase[phase].ffn),
+             phase == SP_PHASE_PREFILL ? chunk_key : "the micro-batch", (long long)p->pass_seqs, c->sh.nN);
+    c->seqs = p->pass_seqs / c->sh.nN;
+    c->T = spi_ck_mul(&c->ck, "rows per chip (sequences × tokens)", c->seqs, p->shape.q_len);
     if (c->ck.overflow)
-        BAD("%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)shape->q_len);
-    /* attention batch sharding splits a chip's sequences over the head group */
-    for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
-        if (l->phase[ph].attn == SP_AL_BATCH && (p->micro_batch % (both[ph]->nN * both[ph]->nG)))
-            BAD( "%s attention in %s needs the micro-batch (%lld sequences) divisible by %d",
-                            sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph),
-                            (long long)p->micro_batch, both[ph]->nN * both[ph]->nG);
+        BAD("%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)p->shape.q_len);
+    /* attention batch sharding splits a chip's sequences over the head group; a prefill
+     * pass's sequences split like decode's micro-batch too (they fill its KV cache) */
+    for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
+        int64_t seqs = ph == SP_PHASE_PREFILL ? pass_seqs : p->micro_batch;
+        const char *what = ph == SP_PHASE_PREFILL ? chunk_key : "the micro-batch";
+        if (l->phase[ph].attn == SP_AL_BATCH && (seqs % (both[ph]->nN * both[ph]->nG)))
+            BAD( "%s attention in %s needs %s (%lld sequences) divisible by %d",
+                            sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph), what,
+                            (long long)seqs, both[ph]->nN * both[ph]->nG);
+    }
+    {
+        int kvdiv = l->phase[SP_PHASE_DECODE].attn == SP_AL_BATCH ? (int)c->n : c->shd.nN;
+        if (pass_seqs % kvdiv)
+            BAD("prefill_chunk=%d: decode's KV cache (%s/%s) splits sequences %d ways; a pass must fill whole "
+                "blocks of it", l->prefill_chunk, sp_ffn_layout_name(l->phase[1].ffn),
+                sp_attn_layout_name(l->phase[1].attn), kvdiv);
+    }
+    if (l->prefill_tokens && (l->phase[0].attn != l->phase[1].attn || strcmp(both[0]->N, c->shd.N) ||
+                              strcmp(both[0]->G, c->shd.G)))
+        BAD("prefill_tokens=%d: incremental prefill attends to the KV cache, which is kept in decode's layout "
+            "(%s/%s); prefill's (%s/%s) shards attention differently (use the same layout in both phases)",
+            l->prefill_tokens, sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn),
+            sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn));
     c->act_b = sp_dtype_bytes(shape->act_dtype);
     c->w_b = sp_dtype_bytes(l->weights);
     if (m->n_experts > 0) {
@@ -1262,10 +1311,12 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         if (dal == SP_AL_BATCH) {
             axcpy(p->kv_batch_axes, "xyz");
             p->kv_seqs = p->micro_batch / c->n;
+            p->kv_pass_seqs = p->pass_seqs / c->n;
             p->kv_heads_cache = c->KVH;
         } else {
             axcpy(p->kv_batch_axes, d->N);
             p->kv_seqs = p->micro_batch / d->nN;
+            p->kv_pass_seqs = p->pass_seqs / d->nN;
             axcpy(p->kv_head_axes, d->G);
             if (c->case_a) {
                 p->kv_heads_cache = c->KVH / d->nG;
@@ -1306,11 +1357,13 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
     memset(key, 0, sizeof *key);
     key->layout = *l;
     memset(&key->layout.phase[!phase], 0, sizeof key->layout.phase[!phase]);
+    if (phase == SP_PHASE_DECODE) key->layout.prefill_chunk = key->layout.prefill_tokens = 0;   /* prefill's passes */
     key->shape.batch = shape->batch;   /* field by field: the key's padding stays zero */
     key->shape.q_len = shape->q_len;
     key->shape.context = shape->context;
     key->shape.max_context = shape->max_context;
     key->shape.act_dtype = shape->act_dtype;
+    key->shape.passes_left = shape->passes_left;
     key->first_stage = stage == 0;
     key->last_stage = stage == l->stages - 1;
     key->n_layers = p->n_layers;
@@ -1407,8 +1460,8 @@ static sp_status emit_program(ctx *c)
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
     emit_layer(c, &p->layer);
-    if (last_stage) emit_logits(c, &p->post);
-    else emit_p2p(c, &p->post, SP_STEP_SEND);
+    if (!last_stage) emit_p2p(c, &p->post, SP_STEP_SEND);
+    else if (p->logits) emit_logits(c, &p->post);   /* an earlier prefill pass: no logits */
 
     size_buffers(&c->ck, p, &p->pre, c->E, c->Vp);
     size_buffers(&c->ck, p, &p->layer, c->E, c->Vp);
@@ -1431,6 +1484,19 @@ sp_status sp_lower_finish(sp_program *p)
         return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program on this thread");
     begun.p = NULL;
     return emit_program(&begun.c);
+}
+
+int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])
+{
+    int64_t ns = p->passes_seq > 0 ? p->passes_seq : 1, nt = p->passes_tok > 0 ? p->passes_tok : 1;
+    left[0] = 0;
+    num[0] = 2 * ns;
+    if (nt == 1) return 1;
+    /* the first and the second-to-last token pass (the same one when there are two) */
+    left[1] = nt - 1;
+    left[2] = 1;
+    num[1] = num[2] = ns * (nt - 1);
+    return 3;
 }
 
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
@@ -1612,6 +1678,12 @@ void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *
         *q0 = (int64_t)blk * s->heads;
         *kv0 = kv_first(m, *q0, s->kv_heads);
     }
+}
+
+int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row)
+{
+    int64_t k = p->kv_pass_seqs > 0 ? p->kv_pass_seqs : 1;
+    return row / k * p->kv_seqs + chunk * k + row % k;
 }
 
 int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk)

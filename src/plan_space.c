@@ -122,8 +122,12 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
     sp_cost_opts_init(&quiet);
     quiet.quiet = 1;
     sp_cost cost;
-    s->pst[i] = sp_cost_eval(s->m, s->hw, &c->layout, w, &quiet, &cost);
+    /* the prefill chunked when that makes the layout fit or its pipeline faster (the variant
+     * kept dominates the others on every objective: sp_cost_eval_chunked) */
+    sp_layout chosen;
+    s->pst[i] = sp_cost_eval_chunked(s->m, s->hw, &c->layout, w, &quiet, &chosen, &cost);
     if (s->pst[i] != SP_OK) return;
+    c->layout = chosen;
     c->mem_over = cost.mem.total - cost.capacity;
     c->prefill_s = cost.prefill_s;
     c->decode_step_s = cost.decode_step_s;

@@ -46,6 +46,23 @@
  *                 and the expert matmuls are sized, and priced, at that
  *                 padded size.
  * JSON: "experts": N, "capacity": C.
+ *
+ * Chunked prefill (written only when set):
+ *   prefill_chunk=S    sequences per prefill pass (default: the whole
+ *                      micro-batch).  S divides the micro-batch (B / (R·M))
+ *                      and is itself divisible as prefill's and decode's
+ *                      layouts need; each pass writes the KV cache of its
+ *                      S sequences.
+ *   prefill_tokens=T   prompt tokens per prefill pass (default: the whole
+ *                      prompt): incremental prefill, pass j runs tokens
+ *                      [jT, (j+1)T) of every sequence of its chunk and
+ *                      attends to the KV cache already written (positions
+ *                      < (j+1)T).  T divides the prompt; the prefill's
+ *                      attention must keep the cache in decode's layout
+ *                      (the cache is what it reads).
+ *   A prefill then runs (B / (R·M·S)) × (prompt / T) passes per micro-batch,
+ *   each holding the activations of one pass (sp_lower.h).
+ * JSON: "prefill_chunk": S, "prefill_tokens": T.
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -85,6 +102,8 @@ typedef struct sp_layout {
     sp_axis placement[3];    /* tensor axes, innermost first; default z, y, x */
     int experts;             /* MoE: expert-parallel degree (1 or replicas), see above */
     double capacity;         /* MoE: capacity factor >= 1 */
+    int prefill_chunk;       /* sequences per prefill pass; 0: the micro-batch, see above */
+    int prefill_tokens;      /* prompt tokens per prefill pass; 0: the prompt, see above */
 } sp_layout;
 
 /* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,

@@ -275,6 +275,8 @@ typedef struct sp_shape {
     int64_t context;   /* tokens in the KV cache after this step */
     int64_t max_context; /* KV cache capacity per sequence (prompt + generate) */
     sp_dtype act_dtype;  /* activations moved and stored: BF16 on accelerators, F32 in our executor */
+    int64_t passes_left; /* prefill whose layout sets prefill_tokens: the token passes after the one
+                            to lower (0: the last pass, which ends with the prompt's last token) */
 } sp_shape;
 
 /* Global (padded) dimensions and the storage sharding of one weight. */
@@ -301,6 +303,19 @@ typedef struct sp_program {
     sp_shape shape;
     int stage;
     int64_t micro_batch;     /* sequences per micro-batch on one replica */
+    /* Prefill passes (layout prefill_chunk / prefill_tokens; decode: 1, 1).
+     * The program is one pass: pass_seqs sequences of the micro-batch ×
+     * shape.q_len tokens.  A micro-batch's prefill runs passes_seq sequence
+     * chunks (chunk i: sequences [i·pass_seqs, (i+1)·pass_seqs) of the
+     * micro-batch, KV cache sequences [i·kv_pass_seqs, (i+1)·kv_pass_seqs)
+     * of this chip's), each as passes_tok token passes in order; token pass
+     * j (shape.passes_left = passes_tok − 1 − j) runs prompt tokens
+     * [j·q_len, (j+1)·q_len): shape.context = (j+1)·q_len, attention reads
+     * the KV cache (from_cache), and only the last pass (passes_left 0)
+     * ends with the logits (`logits`). */
+    int64_t pass_seqs, passes_seq, passes_tok, kv_pass_seqs;
+    int logits;              /* the last stage's post computes the logits (every decode step, the
+                                last token pass of a prefill) */
     int64_t n_layers;        /* layers on this stage */
     int64_t heads_padded, kv_heads_stored, ffn_padded, vocab_padded;
     int64_t matmul_k_max;    /* tallest weight operand (K rows, gathered or stored) of any MATMUL */
@@ -358,6 +373,17 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
 sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
                          sp_lower_key *key, sp_program *p);
 sp_status sp_lower_finish(sp_program *p);
+
+/* How a prefill's passes add up (prefill_chunk, prefill_tokens): the passes
+ * a consumer prices, by shape.passes_left, and the weight of each, so that
+ *   Σ_i num[i] · (figure of pass left[i]) / 2
+ * is the figure of one micro-batch's whole prefill: passes_seq ×
+ * ((passes_tok − 1) × (first + second-to-last) / 2 + last).  Exact for every
+ * figure affine in the token pass (FLOPs, bytes: only attention's context
+ * grows, linearly); a time is exact while the same roofline term binds
+ * attention in every pass, like decode's trapezoid.  p: any pass of the
+ * prefill (decode: one term, weight 2).  Returns the number of terms, 1 or 3. */
+int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3]);
 
 /* Storage of the vocabulary tables (embedding, LM head) and learned
  * positions for a layout's weight dtype: weight-only int8/fp8 covers the
@@ -445,6 +471,13 @@ sp_status sp_lower_moe_a2a_bytes(const sp_program *p, const sp_step *s, int g, c
  * src2/src3, of the heads the cache keeps (0 when it keeps them all). */
 void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *s, int rank, int64_t *q0,
                          int64_t *kv0);
+/* Prefill passes: the micro-batch sequence that row `row` (0..pass_seqs−1)
+ * of sequence chunk `chunk` runs.  A pass fills the same part of every
+ * chip's KV cache block: decode splits the micro-batch into blocks of
+ * kv_seqs sequences (one per chip group holding them), so chunk i takes
+ * the i-th kv_pass_seqs sequences of each block, block after block
+ * (identity without chunks). */
+int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row);
 /* SLICE: 1 if row block `blk` of the step's block sequence (batch_axes, else
  * axes) is one the chip of global rank `rank` keeps. */
 int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk);

@@ -92,7 +92,9 @@ static double enumerate_best(const sp_model *m, const sp_hw *hw, int chips, cons
                 sp_cost_opts co;
                 sp_cost_opts_init(&co);
                 co.quiet = 1;
-                if (sp_cost_eval(m, hw, &l, w, &co, &c) != SP_OK || !c.feasible) continue;
+                sp_layout chosen;   /* the prefill chunked as the planner weighs it */
+                if (sp_cost_eval_chunked(m, hw, &l, w, &co, &chosen, &c) != SP_OK || !c.feasible) continue;
+                l = chosen;
                 if (c.total_s < bt) {
                     bt = c.total_s;
                     *best = l;

@@ -74,7 +74,7 @@ static ffn_vol lower_ffn(const sp_model *m, const sp_layout *l, int64_t B, int64
 {
     sp_layout ll = *l;
     ll.weights = wd;
-    sp_shape sh = {B, L, L, L + 1, SP_DT_BF16};
+    sp_shape sh = {B, L, L, L + 1, SP_DT_BF16, 0};
     sp_status st = sp_lower(m, &ll, SP_PHASE_PREFILL, &sh, 0, &prog);
     ck_assert_msg(st == SP_OK, "lowering failed: %s", sp_last_error());
     return ffn_volume(&prog);
@@ -190,7 +190,7 @@ START_TEST(test_memory_hand_computed)
     sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
     m.tied_embeddings = 1;
     sp_layout l = make_layout(1, 1, 8, SP_FL_WS1D, SP_AL_HEADS);
-    sp_shape pf = {8, 64, 64, 128, SP_DT_BF16}, dc = {8, 1, 128, 128, SP_DT_BF16};
+    sp_shape pf = {8, 64, 64, 128, SP_DT_BF16, 0}, dc = {8, 1, 128, 128, SP_DT_BF16, 0};
     static sp_program p1, p2;
     ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &p1), SP_OK);
     ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &p2), SP_OK);
@@ -281,7 +281,7 @@ START_TEST(test_bad_layouts_rejected)
 {
     sp_model m = make_model(1020, 4096, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);   /* E not divisible by 8 */
     sp_layout l = make_layout(2, 2, 2, SP_FL_WS2D, SP_AL_HEADS);
-    sp_shape sh = {8, 1, 1, 1, SP_DT_BF16};
+    sp_shape sh = {8, 1, 1, 1, SP_DT_BF16, 0};
     ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, &prog), SP_EINVAL);
     m = make_model(1024, 4096, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
     l.phase[0].ffn = SP_FL_WS1D;   /* 1D storage in prefill, 2D in decode */
@@ -497,7 +497,7 @@ START_TEST(test_chain_closed_form)
     ck_assert(hw.dispatch_s > 0 && hw.mem_points > 0 && hw.matmul_tile[0] > 0);
     sp_layout l = make_layout(1, 1, 1, SP_FL_WS2D, SP_AL_HEADS);
     for (int ph = 0; ph < 2; ph++) {
-        sp_shape sh = ph ? (sp_shape){8, 1, 40, 40, SP_DT_BF16} : (sp_shape){8, 39, 39, 40, SP_DT_BF16};
+        sp_shape sh = ph ? (sp_shape){8, 1, 40, 40, SP_DT_BF16, 0} : (sp_shape){8, 39, 39, 40, SP_DT_BF16, 0};
         ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, 0, &prog), SP_OK);
         double want = 0;
         int n = 0;
@@ -525,7 +525,7 @@ START_TEST(test_overlap_marked)
     sp_model m = make_model(1024, 4096, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
     sp_hw hw = torus_hw();
     sp_layout l = make_layout(2, 2, 2, SP_FL_WG_XYZ, SP_AL_HEADS);
-    sp_shape sh = {64, 128, 128, 129, SP_DT_BF16};
+    sp_shape sh = {64, 128, 128, 129, SP_DT_BF16, 0};
     ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &prog), SP_OK);
     int marked = 0, blocking = 0;
     for (int i = 0; i < prog.layer.n; i++)
@@ -646,7 +646,7 @@ START_TEST(test_pipeline_stages)
     static sp_program p;
     for (int s = 0; s < 3; s++) {
         sp_phase_cost pc;
-        sp_shape pf = {16, 64, 64, 72, SP_DT_BF16}, dc = {16, 1, 72, 72, SP_DT_BF16};
+        sp_shape pf = {16, 64, 64, 72, SP_DT_BF16, 0}, dc = {16, 1, 72, 72, SP_DT_BF16, 0};
         ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, s, &p), SP_OK);
         ck_assert_int_eq(p.n_layers, s == 0 ? 3 : 2);
         sp_cost_program(&p, &hw, 0, &pc);
@@ -720,7 +720,7 @@ START_TEST(test_phase_memo)
                             assert_same_cost(&c, &memo_out);
                             /* prefill keys differ by the decode layout's KV cache alone */
                             sp_shape sh = {memo_w.batch, memo_w.prompt, memo_w.prompt, memo_w.prompt + memo_w.gen,
-                                           SP_DT_BF16};
+                                           SP_DT_BF16, 0};
                             sp_lower_key k;
                             ck_assert_int_eq(sp_lower_check_key(&memo_m, &l, SP_PHASE_PREFILL, &sh, 0, &k), SP_OK);
                             kv_modes_seen |= 1 << k.kv_mode;
@@ -729,6 +729,172 @@ START_TEST(test_phase_memo)
                         }
     ck_assert_int_gt(priced, 40);
     ck_assert_int_eq(kv_modes_seen, 7);   /* direct, slice and all-to-all transitions all covered */
+}
+END_TEST
+
+/* Sums of one micro-batch's prefill on one chip of stage 0, pass by pass
+ * (every pass lowered, no weights of sp_lower_pass_terms): FLOPs, KV-cache
+ * bytes read, weight bytes read. */
+typedef struct pass_sums {
+    int64_t flops, kv_read, weight, passes;
+} pass_sums;
+static pass_sums prefill_sums(const sp_model *m, const sp_layout *l, const sp_workload *w)
+{
+    static sp_program p;
+    pass_sums r = {0, 0, 0, 0};
+    sp_shape sh = {w->batch, w->prompt, w->prompt, w->prompt + w->gen, SP_DT_BF16, 0};
+    ck_assert_msg(sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, &p) == SP_OK, "%s", sp_last_error());
+    int64_t nt = p.passes_tok, ns = p.passes_seq;
+    for (int64_t j = 0; j < nt; j++) {
+        sh.passes_left = nt - 1 - j;
+        ck_assert_msg(sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, &p) == SP_OK, "%s", sp_last_error());
+        const sp_steps *parts[3] = {&p.pre, &p.layer, &p.post};
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < parts[k]->n; i++) {
+                int64_t times = ns * (k == 1 ? p.n_layers : 1);
+                const sp_step *st = &parts[k]->s[i];
+                r.flops += times * st->flops;
+                r.kv_read += times * st->kv_bytes_read;
+                r.weight += times * st->weight_bytes;
+            }
+        r.passes += ns;
+    }
+    return r;
+}
+
+/* Chunked prefill (prefill_chunk, prefill_tokens) on palm-62b, 8 TPU v4
+ * chips, 512 × 2048 tokens: a chip holds the activations of one pass (the
+ * buffers of the whole prefill of a batch of that many sequences, or of a
+ * prompt that long); the FLOPs are the unchunked prefill's exactly (causal
+ * attention: Σ_j 4·s·h·D·(T·jT + T(T+1)/2) over the n = P/T passes is
+ * 4·s·h·D·P(P+1)/2); what the chunks add is reads: the weights once per
+ * pass, and with token passes the KV cache of the context so far,
+ * Σ_j 2·s·(j+1)T·kvh·D·b = 2·s·kvh·D·b·T·n(n+1)/2 per layer (s sequences
+ * of the chip's attention, kvh KV heads it keeps, b bytes per element). */
+START_TEST(test_chunked_prefill)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("palm-62b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    const char *base = "mesh=2x2x2,weights=bf16,prefill=ws2d/batch,decode=ws2d/batch";
+    const int64_t B = 512, P = 2048, S = 16, T = 256, n = P / T;
+    sp_workload w = {B, P, 64};
+    sp_layout l0, ls, lt, lst;
+    char buf[256];
+    ck_assert_int_eq(sp_layout_parse(base, &l0, &err), SP_OK);
+    snprintf(buf, sizeof buf, "%s,prefill_chunk=%lld", base, (long long)S);
+    ck_assert_int_eq(sp_layout_parse(buf, &ls, &err), SP_OK);
+    snprintf(buf, sizeof buf, "%s,prefill_tokens=%lld", base, (long long)T);
+    ck_assert_int_eq(sp_layout_parse(buf, &lt, &err), SP_OK);
+    snprintf(buf, sizeof buf, "%s,prefill_chunk=%lld,prefill_tokens=%lld", base, (long long)S, (long long)T);
+    ck_assert_int_eq(sp_layout_parse(buf, &lst, &err), SP_OK);
+
+    /* activations: one pass's.  The buffers of a pass equal those of an unchunked
+     * prefill of that shape (prefill only, so decode's buffers do not enter) */
+    static sp_program a, b;
+    struct { const sp_layout *l; int64_t batch, prompt; } pass_of[3] = {{&ls, S, P}, {&lt, B, T}, {&lst, S, T}};
+    for (int i = 0; i < 3; i++) {
+        sp_shape whole = {B, P, P, P, SP_DT_BF16, 0};
+        sp_shape one = {pass_of[i].batch, pass_of[i].prompt, pass_of[i].prompt, pass_of[i].prompt, SP_DT_BF16, 0};
+        ck_assert_msg(sp_lower(&m, pass_of[i].l, SP_PHASE_PREFILL, &whole, 0, &a) == SP_OK, "%s", sp_last_error());
+        ck_assert_int_eq(sp_lower(&m, &l0, SP_PHASE_PREFILL, &one, 0, &b), SP_OK);
+        for (int k = 0; k < SP_BUF_COUNT; k++)
+            ck_assert_msg(a.buf_bytes[k] == b.buf_bytes[k], "case %d buffer %s: %lld vs %lld", i, sp_buf_name((sp_buf)k),
+                          (long long)a.buf_bytes[k], (long long)b.buf_bytes[k]);
+        sp_workload wp = {B, P, 0}, wo = {pass_of[i].batch, pass_of[i].prompt, 0};
+        sp_cost cc, co;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, pass_of[i].l, &wp, NULL, &cc), SP_OK);
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l0, &wo, NULL, &co), SP_OK);
+        ck_assert_int_eq(cc.mem.activations, co.mem.activations);
+    }
+    sp_cost c0, cs, ct, cst;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l0, &w, NULL, &c0), SP_OK);
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &ls, &w, NULL, &cs), SP_OK);
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &lt, &w, NULL, &ct), SP_OK);
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &lst, &w, NULL, &cst), SP_OK);
+    ck_assert(!c0.feasible && cs.feasible && cst.feasible);   /* the whole prefill's activations do not fit */
+    ck_assert(cs.mem.activations * 4 < c0.mem.activations && cst.mem.activations < cs.mem.activations);
+
+    /* compute: the unchunked FLOPs exactly, pass by pass and as the cost model sums them */
+    pass_sums p0 = prefill_sums(&m, &l0, &w), ps = prefill_sums(&m, &ls, &w), pt = prefill_sums(&m, &lt, &w),
+              pst = prefill_sums(&m, &lst, &w);
+    ck_assert_int_eq(p0.passes, 1);
+    ck_assert_int_eq(ps.passes, B / S);
+    ck_assert_int_eq(pt.passes, n);
+    ck_assert_int_eq(pst.passes, B / S * n);
+    ck_assert_int_eq(ps.flops, p0.flops);
+    ck_assert_int_eq(pt.flops, p0.flops);
+    ck_assert_int_eq(pst.flops, p0.flops);
+    ck_assert_int_eq(cs.prefill.flops, c0.prefill.flops);
+    ck_assert_int_eq(ct.prefill.flops, c0.prefill.flops);
+    ck_assert_int_eq(cst.prefill.flops, c0.prefill.flops);
+    /* reads: the layers' weights and the LM head once per pass (the embedding's rows once a
+     * token); KV cache by the closed form (batch-sharded
+     * attention: a chip attends B/8 sequences of the pass, every KV head) */
+    int64_t layer_w = 0;
+    {
+        static sp_program q;
+        sp_shape sh = {B, P, P, P + 64, SP_DT_BF16, 0};
+        ck_assert_int_eq(sp_lower(&m, &l0, SP_PHASE_PREFILL, &sh, 0, &q), SP_OK);
+        for (int i = 0; i < q.layer.n; i++) layer_w += q.layer.s[i].weight_bytes;
+        layer_w *= q.n_layers;
+        for (int i = 0; i < q.post.n; i++) layer_w += q.post.s[i].weight_bytes;   /* the LM head, once a pass */
+    }
+    ck_assert_int_eq(ps.weight - p0.weight, (B / S - 1) * layer_w);
+    ck_assert_int_eq(p0.kv_read, 0);
+    ck_assert_int_eq(ps.kv_read, 0);
+    int64_t kvb = 2 * m.n_kv_heads * m.d_head * 2 /* bf16 */, kv_closed = kvb * T * n * (n + 1) / 2 * m.n_layers;
+    ck_assert_int_eq(pt.kv_read, B / 8 * kv_closed);
+    ck_assert_int_eq(pst.kv_read, S / 8 * kv_closed * (B / S));
+    /* time: summed over passes; a pass of fewer tokens or sequences runs at most as
+     * fast per token, and reading the weights B/S times over costs time */
+    ck_assert(cs.prefill_s > c0.prefill_s && cst.prefill_s > 0);
+    ck_assert_int_eq(cs.comm_bytes_prefill, c0.comm_bytes_prefill);   /* rows move the same bytes */
+}
+END_TEST
+
+/* Bad chunk values: not a divisor, more tokens than the prompt, a layout whose
+ * prefill attention shards the cache otherwise: refused naming the key. */
+START_TEST(test_chunked_prefill_refused)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("palm-62b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    sp_workload w = {512, 2048, 64};
+    const char *bad[][2] = {
+        {"mesh=2x2x2,prefill=ws2d/batch,decode=ws2d/batch,prefill_chunk=24", "prefill_chunk=24"},
+        {"mesh=2x2x2,prefill=ws2d/batch,decode=ws2d/batch,prefill_chunk=4", "prefill_chunk"},
+        {"mesh=2x2x2,prefill=ws2d/batch,decode=ws2d/batch,prefill_tokens=4096", "prefill_tokens=4096"},
+        {"mesh=2x2x2,prefill=ws2d/batch,decode=ws2d/batch,prefill_tokens=1000", "prefill_tokens=1000"},
+        {"mesh=2x2x2,prefill=wg-xyz/heads,decode=ws2d/batch,prefill_tokens=256", "prefill_tokens=256"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sp_layout l;
+        ck_assert_int_eq(sp_layout_parse(bad[i][0], &l, &err), SP_OK);
+        sp_cost c;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_EINVAL);
+        ck_assert_msg(strstr(sp_last_error(), bad[i][1]), "%s: %s", bad[i][0], sp_last_error());
+    }
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse("prefill_chunk=0", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "prefill_chunk");
+    ck_assert_int_eq(sp_layout_parse("{\"prefill_tokens\": 0}", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/prefill_tokens");
+    /* both forms round-trip */
+    ck_assert_int_eq(sp_layout_parse("mesh=2x2x2,prefill_chunk=16,prefill_tokens=512", &l, &err), SP_OK);
+    char text[256];
+    sp_layout back;
+    ck_assert_int_eq(sp_layout_parse(sp_layout_format(&l, text, sizeof text), &back, &err), SP_OK);
+    ck_assert(back.prefill_chunk == 16 && back.prefill_tokens == 512);
+    json_t *j = sp_layout_to_json(&l);
+    memset(&back, 0, sizeof back);
+    ck_assert_int_eq(sp_layout_from_json(j, &back, &err), SP_OK);
+    json_decref(j);
+    ck_assert(back.prefill_chunk == 16 && back.prefill_tokens == 512);
 }
 END_TEST
 
@@ -754,6 +920,8 @@ int main(void)
     tcase_add_test(tc, test_coefs);
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_phase_memo);
+    tcase_add_test(tc, test_chunked_prefill);
+    tcase_add_test(tc, test_chunked_prefill_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

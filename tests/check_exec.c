@@ -54,6 +54,17 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=1x2x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=2x1x4," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
     {"tiny-llama", "mesh=1x4x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
+    /* chunked prefill: passes of sequences (prefill_chunk) and of tokens attending to the
+     * KV cache already written (prefill_tokens) */
+    {"tiny-llama", "mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads,prefill_tokens=2", 4, 6, 8},
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=ws2d/batch,prefill_chunk=8", 16, 5, 8},
+    {"tiny-llama", "mesh=1x2x4," F32 "prefill=ws2d/batch,decode=ws2d/batch,prefill_chunk=8,prefill_tokens=3", 16, 6, 8},
+    {"tiny-palm", "mesh=2x2x1," F32 "prefill=wg-x/heads,decode=wg-x/heads,prefill_chunk=2,prefill_tokens=3", 4, 6, 8},
+    {"tiny-palm", "stages=2,microbatches=2,mesh=1x2x1," F32 "prefill=ws2d/heads,decode=ws2d/heads,prefill_chunk=1,"
+     "prefill_tokens=2", 4, 6, 8},
+    {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=wg-xyz/batch,decode=wg-xyz/batch,prefill_chunk=8,prefill_tokens=2", 16, 6, 8},
+    {"tiny-gpt2", "replicas=2,mesh=2x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads,prefill_tokens=1", 4, 5, 8},
+    {"tiny-gpt2", "mesh=2x2x1," F32 "prefill=wg-xy/heads,decode=ws2d/batch,prefill_chunk=4", 8, 5, 8},
     /* fewer micro-batches than stages: the bubble, run as the lock-step schedule */
     {"tiny-llama", "stages=4,microbatches=1,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 1, 5, 8},
     {"tiny-llama", "stages=4,microbatches=2,mesh=1x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 8},
@@ -168,7 +179,7 @@ START_TEST(test_layout_matches_reference)
     int64_t pred = 0;
     static sp_program pp, dp;
     for (int stg = 0; stg < l.stages; stg++) {
-        sp_shape psh = {B, P, P, P + G, SP_DT_F32}, dsh = {B, 1, P + G, P + G, SP_DT_F32};
+        sp_shape psh = {B, P, P, P + G, SP_DT_F32, 0}, dsh = {B, 1, P + G, P + G, SP_DT_F32, 0};
         ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, stg, &pp), SP_OK);
         ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, stg, &dp), SP_OK);
         sp_mem_sizes ms;
@@ -353,7 +364,7 @@ START_TEST(test_trace_every_step_once)
     for (int r = 0; r < n; r++) {
         int c[SP_AXIS_COUNT];
         sp_mesh_coords(&mesh, r, c);
-        sp_shape psh = {B, P, P, P + G, SP_DT_F32}, dsh = {B, 1, P + G, P + G, SP_DT_F32};
+        sp_shape psh = {B, P, P, P + G, SP_DT_F32, 0}, dsh = {B, 1, P + G, P + G, SP_DT_F32, 0};
         ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, c[SP_AXIS_STAGE], &pp), SP_OK);
         ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, c[SP_AXIS_STAGE], &dp), SP_OK);
         for (int64_t s = 0; s < G; s++) {

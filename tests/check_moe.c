@@ -101,7 +101,7 @@ START_TEST(test_memory_of_experts_held)
     sp_model m = moe_model(8, 2), dense = m;
     dense.n_experts = dense.top_k = dense.moe_every = 0;
     const int64_t E = 512, F = 1024, NE = 8, layers = 4;
-    sp_shape pf = {8, 16, 16, 32, SP_DT_BF16}, dc = {8, 1, 32, 32, SP_DT_BF16};
+    sp_shape pf = {8, 16, 16, 32, SP_DT_BF16, 0}, dc = {8, 1, 32, 32, SP_DT_BF16, 0};
     struct { int R, N, X; sp_ffn_layout f; } cases[] = {
         {1, 1, 1, SP_FL_WS2D}, {2, 2, 1, SP_FL_WS2D}, {4, 4, 2, SP_FL_WS1D}, {2, 2, 4, SP_FL_WS2D},
         {8, 8, 1, SP_FL_WS1D}, {2, 1, 2, SP_FL_WS1D},
@@ -155,7 +155,7 @@ START_TEST(test_moe_steps_closed_form)
     const int64_t E = 512, F = 1024, NE = 8, k = 2, ab = 2, wb = 2;
     sp_layout l = moe_layout(c->R, c->N, c->X, c->f);
     l.capacity = c->cap;
-    sp_shape sh = {c->batch, c->L, c->L, c->L, SP_DT_BF16};
+    sp_shape sh = {c->batch, c->L, c->L, c->L, SP_DT_BF16, 0};
     sp_status st = sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &prog);
     if (c->N != 1 && c->N != c->R) {
         ck_assert_int_eq(st, SP_EINVAL);
@@ -225,7 +225,7 @@ START_TEST(test_routed_a2a_bytes)
     sp_model m = moe_model(8, 2);
     sp_layout l = moe_layout(4, 4, 2, SP_FL_WS2D);
     l.capacity = 2.0;
-    sp_shape sh = {8, 1, 1, 1, SP_DT_BF16};
+    sp_shape sh = {8, 1, 1, 1, SP_DT_BF16, 0};
     ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, &prog), SP_OK);
     const int64_t own[8] = {1, 0, 2, 1, 0, 0, 0, 0}, from[8] = {1, 1, 2, 0, 0, 1, 3, 0};
     const int64_t row = 256 * 2, counts = 3 * 2 * 8;

@@ -107,7 +107,10 @@ static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *
                                         l.experts = a < 100 ? 1 : R;
                                         if (sp_layout_check(&l, m, hw, N, w->batch, NULL) != SP_OK) continue;
                                         sp_cost c;
-                                        if (sp_cost_eval(m, hw, &l, w, NULL, &c) != SP_OK) continue;
+                                        /* the prefill chunked as the planner weighs it */
+                                        sp_layout chosen;
+                                        if (sp_cost_eval_chunked(m, hw, &l, w, NULL, &chosen, &c) != SP_OK) continue;
+                                        l = chosen;
                                         if (out->n == cap) out->c = realloc(out->c, (size_t)(cap *= 2) * sizeof *out->c);
                                         out->c[out->n].l = l;
                                         out->c[out->n++].c = c;

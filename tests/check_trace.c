@@ -55,7 +55,7 @@ START_TEST(test_roundtrip)
     l.mesh[0] = 2;
     l.mesh[1] = 2;
     static sp_program p;
-    sp_shape sh = {4, 8, 8, 16, SP_DT_F32};
+    sp_shape sh = {4, 8, 8, 16, SP_DT_F32, 0};
     ck_assert_msg(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &p) == SP_OK, "%s", sp_last_error());
     char path[] = "/tmp/check_trace_XXXXXX";
     int fd = mkstemp(path);

@@ -6,8 +6,8 @@ endif
 tests_check_cost_SOURCES = tests/check_cost.c
 tests_check_cost_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_cost_LDADD = $(SP_TEST_LIBS)
-TESTS += tests/cli_estimate.sh
-EXTRA_DIST += tests/cli_estimate.sh
+TESTS += tests/cli_estimate.sh tests/cli_chunk.sh
+EXTRA_DIST += tests/cli_estimate.sh tests/cli_chunk.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/check_trace
 TESTS += tests/check_trace

@@ -53,6 +53,9 @@ done <<'EOF2'
 4 tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=bf16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 8 tiny-llama mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 4 tiny-llama stages=4,microbatches=1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=2,prefill_tokens=1
+4 tiny-palm stages=2,microbatches=2,mesh=1x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads,prefill_chunk=2,prefill_tokens=1
+8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch,prefill_chunk=8
 4 tiny-palm stages=2,microbatches=1,mesh=1x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
