@@ -254,8 +254,13 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                           m->router == SP_ROUTER_TOPK_RENORM, ch->buf[s->dst]);
         return SP_OK;
     case SP_STEP_DISPATCH:
-        return sp_kern_moe_dispatch(ch->buf[s->dst], ch->buf[s->src], ROUTES(ch->buf[s->src2], s->experts), s->m, s->n,
-                                    s->k, s->experts, s->capacity);
+    {
+        /* the chip's column block `axes` of src's src_cols columns (coordinated all-to-all), or all of them */
+        int64_t ld = s->src_cols ? s->src_cols : s->n;
+        const float *x = (const float *)ch->buf[s->src] + (s->src_cols ? (int64_t)spi_aidx(ch, s->axes) * s->n : 0);
+        return sp_kern_moe_dispatch(ch->buf[s->dst], x, ld, ROUTES(ch->buf[s->src2], s->experts), s->m, s->n, s->k,
+                                    s->experts, s->capacity);
+    }
     case SP_STEP_COMBINE:
         sp_kern_moe_combine(ch->buf[s->dst], ch->buf[s->src], ROUTES(ch->buf[s->src2], s->experts), s->m, s->n, s->k,
                             s->capacity, s->accumulate);

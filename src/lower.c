@@ -840,7 +840,17 @@ static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_
     s->act_bytes = spi_ck_mul3(ck, "expert all-to-all bytes", 2, co->elems, eb);
 }
 
-/* MoE FFN (sp_lower.h): router, routing, dispatch, the local experts, combine. */
+/* The expert all-to-all is coordinated with the tensor group (sp_lower.h)
+ * when experts are split over replicas whose tensor mesh splits the FFN's
+ * output columns (C), in a serial block (a parallel block sums attention and
+ * FFN before one reduce-scatter, so its FFN output stays partial over C). */
+static int moe_coordinated(const ctx *c)
+{
+    return c->m->n_experts > 0 && c->l->experts > 1 && c->sh.nC > 1 && c->m->block == SP_BLOCK_SERIAL;
+}
+
+/* MoE FFN (sp_lower.h): router, routing, dispatch, the local experts, combine.
+ * Coordinated: the output lands reduce-scattered in Y2 (T, E/|act|), not in Y. */
 static void emit_moe(ctx *c, sp_steps *ss, int acc)
 {
     const shard *sh = &c->sh;
@@ -848,6 +858,8 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     spi_ckd *ck = &c->ck;
     int64_t T = c->T, Ein = c->E / sh->nRx, NE = m->n_experts, K = m->top_k;
     int64_t rows = spi_ck_mul(ck, "expert slot rows", NE, c->slots);
+    int ep = c->l->experts > 1, coord = moe_coordinated(c);
+    int64_t Ed = coord ? Ein / sh->nC : Ein;   /* columns a chip dispatches */
     sp_dtype ad = c->p->shape.act_dtype;
 
     emit_matmul(c, ss, SP_BUF_RLOG, SP_BUF_XG, SP_W_ROUTER, SP_BUF_NONE, T, Ein, NE, 0);
@@ -865,30 +877,42 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     s->src = SP_BUF_XG;
     s->src2 = SP_BUF_GATE;
     s->m = T;
-    s->n = Ein;
+    s->n = Ed;
     s->k = K;
     s->experts = NE;
     s->capacity = c->slots;
-    s->act_bytes = spi_ck_mul3(ck, "dispatch bytes", spi_ck_add(ck, "dispatch rows", rows, spi_ck_mul(ck, "dispatch rows", T, K)), Ein,
+    if (coord) {
+        s->src_cols = Ein;
+        axcpy(s->axes, sh->C);
+    }
+    s->act_bytes = spi_ck_mul3(ck, "dispatch bytes", spi_ck_add(ck, "dispatch rows", rows, spi_ck_mul(ck, "dispatch rows", T, K)), Ed,
                                c->act_b);
     sp_buf xin = SP_BUF_DISP;
-    if (c->l->experts > 1) {
-        emit_expert_a2a(c, ss, SP_BUF_EXP, SP_BUF_DISP, rows, Ein, 1);
+    if (ep) {
+        emit_expert_a2a(c, ss, SP_BUF_EXP, SP_BUF_DISP, rows, Ed, 1);
         xin = SP_BUF_EXP;
+        if (coord) {
+            /* each token crossed once per tensor group; whole rows again within the replica */
+            emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_DISP, SP_BUF_EXP, "", sh->C, rows, Ed, ad, 0);
+            xin = SP_BUF_DISP;
+        }
     }
     emit_ffn_rows(c, ss, xin, xin, rows, 0, c->experts_local);
-    if (c->l->experts > 1) emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ein, 2);
+    if (ep) {
+        if (coord) emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_EXP, SP_BUF_DISP, "", sh->C, rows, Ed, ad, 0);
+        emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ed, 2);
+    }
     s = emit(ss, SP_STEP_COMBINE);
-    s->dst = SP_BUF_Y;
+    s->dst = coord ? SP_BUF_Y2 : SP_BUF_Y;
     s->src = SP_BUF_DISP;
     s->src2 = SP_BUF_GATE;
-    s->accumulate = acc;
+    s->accumulate = coord ? 0 : acc;
     s->m = T;
-    s->n = Ein;
+    s->n = Ed;
     s->k = K;
     s->experts = NE;
     s->capacity = c->slots;
-    s->act_bytes = spi_ck_mul3(ck, "combine bytes", spi_ck_mul(ck, "combine rows", T, K + 1), Ein, c->act_b);
+    s->act_bytes = spi_ck_mul3(ck, "combine bytes", spi_ck_mul(ck, "combine rows", T, K + 1), Ed, c->act_b);
 }
 
 static void emit_ffn(ctx *c, sp_steps *ss, int acc)
@@ -916,13 +940,14 @@ static void emit_block_input(ctx *c, sp_steps *ss, sp_weight gain)
     emit_norm(c, ss, SP_BUF_XG, gain, T, Ein, sh->Rx, sh->Rx);
 }
 
-/* reduce-scatter the block's partial output over C and add it to the residual */
-static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of)
+/* reduce-scatter the block's partial output over C and add it to the residual
+ * (scattered: the output is already reduce-scattered, in Y2) */
+static void emit_block_output(ctx *c, sp_steps *ss, sp_weight bias_of, int scattered)
 {
     const shard *sh = &c->sh;
     int64_t T = c->T, Ec = c->E / sh->nact;
-    sp_buf y = SP_BUF_Y;
-    if (sh->nC > 1) {
+    sp_buf y = scattered ? SP_BUF_Y2 : SP_BUF_Y;
+    if (sh->nC > 1 && !scattered) {
         emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_Y2, SP_BUF_Y, "", sh->C, T, Ec, c->p->shape.act_dtype, 0);
         y = SP_BUF_Y2;
     }
@@ -943,7 +968,7 @@ static void emit_layer(ctx *c, sp_steps *ss)
         emit_block_input(c, ss, SP_W_NORM1);
         emit_attention(c, ss, 0);
         emit_ffn(c, ss, 1);
-        emit_block_output(c, ss, SP_W_O);
+        emit_block_output(c, ss, SP_W_O, 0);
     } else if (c->m->block == SP_BLOCK_PARALLEL2) {
         /* GPT-NeoX: X is unchanged until the one output, so the FFN's input
          * is gathered and normed again (with its own gain) after attention */
@@ -951,14 +976,14 @@ static void emit_layer(ctx *c, sp_steps *ss)
         emit_attention(c, ss, 0);
         emit_block_input(c, ss, SP_W_NORM2);
         emit_ffn(c, ss, 1);
-        emit_block_output(c, ss, SP_W_O);
+        emit_block_output(c, ss, SP_W_O, 0);
     } else {
         emit_block_input(c, ss, SP_W_NORM1);
         emit_attention(c, ss, 0);
-        emit_block_output(c, ss, SP_W_O);
+        emit_block_output(c, ss, SP_W_O, 0);
         emit_block_input(c, ss, SP_W_NORM2);
         emit_ffn(c, ss, 0);
-        emit_block_output(c, ss, SP_W_OUT);
+        emit_block_output(c, ss, SP_W_OUT, moe_coordinated(c));
     }
 }
 
@@ -1113,7 +1138,7 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             break;
         case SP_STEP_DISPATCH:
             need(ck, p, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
-            need(ck, p, s->src, EL(s->m, s->n), ab);
+            need(ck, p, s->src, EL(s->m, s->src_cols ? s->src_cols : s->n), ab);
             break;
         case SP_STEP_COMBINE:
             need(ck, p, s->dst, EL(s->m, s->n), ab);

@@ -55,6 +55,19 @@
  *   all-to-all "r" back into DISP, the occupied slots only  [N > 1 only]
  *   COMBINE        Y (T, E/|Rx|) = Σ over a token's k slots of gate · row,
  *                  partial over C like the dense FFN's output
+ * Coordinated with the tensor group (DeepSpeed-Inference's layout; N > 1,
+ * |C| > 1, serial block): the chips of a replica's tensor mesh share each
+ * token's row, so each dispatches only its column block (over C) of it and
+ * a token crosses between replicas once per tensor group, not |C| times:
+ *   DISPATCH       DISP (NE·S, E/|act|) = the chip's block `axes` = C of XG's
+ *                  E/|Rx| columns (src_cols)
+ *   all-to-all "r" EXP (NE·S, E/|act|), routed as above
+ *   all-gather C   DISP (NE·S, E/|Rx|): whole rows within the replica
+ *   expert FFN     in DISP, partial over C
+ *   reduce-scatter C  EXP (NE·S, E/|act|)
+ *   all-to-all "r" back into DISP (NE·S, E/|act|)
+ *   COMBINE        Y2 (T, E/|act|): the block's output already reduce-
+ *                  scattered, so the block output adds it without one
  * S = min(T, ceil(capacity · T · q_max)), q_max the most popular expert's
  * share per token (sp_model_moe_routing).  A grouped MATMUL's weight_bytes
  * count the local experts expected to be chosen at all in the step (the
@@ -251,6 +264,8 @@ typedef struct sp_step {
      * ROUTE: k = top_k of n experts.
      * DISPATCH / COMBINE: `experts` × `capacity` slot rows, k slots per token. */
     int64_t experts, capacity;
+    int64_t src_cols;        /* DISPATCH: columns of src when only the chip's block `axes` of n
+                                of them is dispatched (the coordinated all-to-all); 0: n, all */
     int64_t flops;           /* MATMUL/ATTN/LOGITS: FLOPs on this chip */
     int64_t weight_bytes;    /* weight bytes read from HBM */
     int64_t kv_bytes_read;   /* ATTN: KV-cache bytes read */

@@ -134,7 +134,9 @@ END_TEST
 
 /* one MoE layer's steps, for a table of (replicas, experts, X, layout, capacity, batch, tokens):
  * the all-to-alls expect to move (N−1)/N of the T·k routed rows of E/|Rx|
- * columns each way, the dispatch also NE/N counts of 8 bytes to each peer,
+ * columns each way (E/|act| when coordinated with a tensor group C of more
+ * than one chip: then an all-gather and a reduce-scatter over C of the
+ * NE·S slot rows), the dispatch also NE/N counts of 8 bytes to each peer,
  * S = min(T, ceil(capacity · T · k / NE)); every expert matmul covers the NE·S
  * slots of the chip's experts and reads the weights of distinct(N·T)/N experts */
 static const struct a2a_case {
@@ -142,9 +144,11 @@ static const struct a2a_case {
     sp_ffn_layout f;
     double cap;
     int64_t batch, L;
+    int Y;   /* 0: 1 */
 } a2a_cases[] = {
     {1, 1, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.25, 4, 16},
     {4, 4, 2, SP_FL_WS2D, 2.0, 8, 1},   {8, 8, 1, SP_FL_WS1D, 1.0, 64, 1},  {2, 2, 4, SP_FL_WS1D, 1.5, 2, 100},
+    {2, 2, 2, SP_FL_WS2D, 1.0, 4, 8, 2}, {2, 2, 2, SP_FL_WS1D, 2.0, 4, 1, 2},
     {4, 2, 1, SP_FL_WS2D, 1.0, 8, 8},   /* experts must be 1 or replicas: refused */
 };
 
@@ -154,6 +158,7 @@ START_TEST(test_moe_steps_closed_form)
     sp_model m = moe_model(8, 2);
     const int64_t E = 512, F = 1024, NE = 8, k = 2, ab = 2, wb = 2;
     sp_layout l = moe_layout(c->R, c->N, c->X, c->f);
+    l.mesh[1] = c->Y ? c->Y : 1;
     l.capacity = c->cap;
     sp_shape sh = {c->batch, c->L, c->L, c->L, SP_DT_BF16, 0};
     sp_status st = sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &prog);
@@ -163,8 +168,11 @@ START_TEST(test_moe_steps_closed_form)
         return;
     }
     ck_assert_int_eq(st, SP_OK);
-    int64_t n = c->X, nRx = c->f == SP_FL_WS2D ? c->X : 1, Ein = E / nRx, FC = F / (n / nRx);   /* F over C */
+    int64_t n = c->X * (c->Y ? c->Y : 1), nRx = c->f == SP_FL_WS2D ? c->X : 1, Ein = E / nRx, FC = F / (n / nRx);   /* F over C */
     int64_t T = c->batch / c->R * c->L;
+    /* coordinated with the tensor group (N > 1, |C| > 1): a chip dispatches its E/|act| columns */
+    int64_t nC = n / nRx, coord = c->N > 1 && nC > 1, Ed = coord ? Ein / nC : Ein;
+    int64_t coord_ag = 0, coord_rs = 0;
     int64_t S = (int64_t)ceil(c->cap * T * (double)k / NE);
     if (S > T) S = T;
     int64_t rows = NE * S;
@@ -178,7 +186,8 @@ START_TEST(test_moe_steps_closed_form)
             ck_assert_int_eq(s->coll.group, c->N);
             ck_assert_int_eq(s->coll.routed, a2a);   /* dispatch, then combine */
             int64_t out = (T * k * (c->N - 1) + c->N / 2) / c->N;  /* rounded to nearest */
-            ck_assert_int_eq(s->coll.bytes_sent, out * Ein * ab + (a2a == 1 ? (c->N - 1) * (NE / c->N) * 8 : 0));
+            ck_assert_int_eq(s->coll.cols, Ed);
+            ck_assert_int_eq(s->coll.bytes_sent, out * Ed * ab + (a2a == 1 ? (c->N - 1) * (NE / c->N) * 8 : 0));
             ck_assert_int_eq(s->coll.bytes_recv, s->coll.bytes_sent);
         }
         if (s->kind == SP_STEP_MATMUL && s->weight == SP_W_ROUTER) {
@@ -198,13 +207,32 @@ START_TEST(test_moe_steps_closed_form)
             ck_assert_int_eq(s->flops, 2 * rows * kk * nn);
             ck_assert_int_eq(s->weight_bytes, (int64_t)ceil(distinct / c->N * (double)(kk * nn * wb)));
         }
+        if (s->kind == SP_STEP_COLL && (s->src == SP_BUF_EXP || s->dst == SP_BUF_EXP) && s->coll.mask != SP_AXES_REPLICA) {
+            /* whole rows within the replica: all-gather after the dispatch, reduce-scatter before the combine */
+            ck_assert_int_eq(s->coll.kind, s->src == SP_BUF_EXP ? SP_COLL_ALLGATHER : SP_COLL_REDUCESCATTER);
+            ck_assert_int_eq(s->coll.group, nC);
+            ck_assert_int_eq(s->coll.rows, rows);
+            ck_assert_int_eq(s->coll.cols, Ed);
+            ck_assert_int_eq(s->coll.bytes_sent, (nC - 1) * rows * Ed * ab);
+            if (s->coll.kind == SP_COLL_ALLGATHER) coord_ag++;
+            else coord_rs++;
+        }
+        /* coordinated: the block's output is reduce-scattered already, no reduce-scatter of Y follows */
+        if (coord && comb && s->kind == SP_STEP_COLL && s->src == SP_BUF_Y && s->coll.kind == SP_COLL_REDUCESCATTER)
+            ck_assert_msg(0, "coordinated: Y reduce-scattered after the combine");
         if (s->kind == SP_STEP_ROUTE) route++;
         if (s->kind == SP_STEP_DISPATCH) {
             disp++;
             ck_assert_int_eq(s->experts * s->capacity, rows);
         }
-        if (s->kind == SP_STEP_COMBINE) comb++;
+        if (s->kind == SP_STEP_COMBINE) {
+            comb++;
+            ck_assert_int_eq(s->n, Ed);
+            ck_assert_int_eq(s->dst, coord ? SP_BUF_Y2 : SP_BUF_Y);
+        }
     }
+    ck_assert_int_eq(coord_ag, coord);
+    ck_assert_int_eq(coord_rs, coord);
     ck_assert_int_eq(a2a, c->N > 1 ? 2 : 0);
     ck_assert_int_eq(router_mm, 1);
     ck_assert_int_eq(expert_mm, 3);
@@ -212,7 +240,7 @@ START_TEST(test_moe_steps_closed_form)
     ck_assert_int_eq(disp, 1);
     ck_assert_int_eq(comb, 1);
     ck_assert_int_eq(prog.buf_bytes[SP_BUF_DISP], rows * Ein * ab);
-    if (c->N > 1) ck_assert_int_eq(prog.buf_bytes[SP_BUF_EXP], rows * Ein * ab);
+    if (c->N > 1) ck_assert_int_eq(prog.buf_bytes[SP_BUF_EXP], rows * Ed * ab);
 }
 END_TEST
 

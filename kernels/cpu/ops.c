@@ -269,8 +269,8 @@ void sp_kern_moe_route(sp_kern_route *route, const float *logits, int64_t T, int
     }
 }
 
-sp_status sp_kern_moe_dispatch(float *slots, const float *x, const sp_kern_route *route, int64_t T, int64_t C,
-                               int64_t k, int64_t n, int64_t S)
+sp_status sp_kern_moe_dispatch(float *slots, const float *x, int64_t ldx, const sp_kern_route *route, int64_t T,
+                               int64_t C, int64_t k, int64_t n, int64_t S)
 {
     memset(slots, 0, (size_t)(n * S * C) * sizeof *slots);
     for (int64_t t = 0; t < T; t++)
@@ -280,7 +280,7 @@ sp_status sp_kern_moe_dispatch(float *slots, const float *x, const sp_kern_route
                 return spi_fail(SP_EINFEASIBLE, "expert %d receives more than %lld of this chip's %lld tokens: over its "
                                 "capacity (raise the layout's capacity factor; dropping tokens is not implemented)",
                                 r->expert, (long long)S, (long long)T);
-            memcpy(slots + ((int64_t)r->expert * S + r->slot) * C, x + t * C, (size_t)C * sizeof *x);
+            memcpy(slots + ((int64_t)r->expert * S + r->slot) * C, x + t * ldx, (size_t)C * sizeof *x);
         }
     return SP_OK;
 }

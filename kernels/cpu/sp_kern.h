@@ -170,12 +170,12 @@ typedef struct sp_kern_route {
  * return the tokens each expert received. */
 void sp_kern_moe_route(sp_kern_route *route, const float *logits, int64_t T, int64_t n, int64_t k, int renorm,
                        int64_t *counts);
-/* slots (n·S, C) = each token's row x (T, C) in the slots of its k experts
- * (expert e's slots are rows e·S .. e·S+S-1; unused slots zero).
- * SP_EINFEASIBLE naming the expert when one receives more than S tokens
- * (no token is dropped). */
-sp_status sp_kern_moe_dispatch(float *slots, const float *x, const sp_kern_route *route, int64_t T, int64_t C,
-                               int64_t k, int64_t n, int64_t S);
+/* slots (n·S, C) = each token's row x (T, C; rows ldx apart, ldx >= C) in
+ * the slots of its k experts (expert e's slots are rows e·S .. e·S+S-1;
+ * unused slots zero).  SP_EINFEASIBLE naming the expert when one receives
+ * more than S tokens (no token is dropped). */
+sp_status sp_kern_moe_dispatch(float *slots, const float *x, int64_t ldx, const sp_kern_route *route, int64_t T,
+                               int64_t C, int64_t k, int64_t n, int64_t S);
 /* y (T, C) (+)= Σ over a token's k choices of weight · its slot row. */
 void sp_kern_moe_combine(float *y, const float *slots, const sp_kern_route *route, int64_t T, int64_t C, int64_t k,
                          int64_t S, int accumulate);
