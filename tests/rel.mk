@@ -18,9 +18,9 @@ EXTRA_DIST += tests/cli_hostile.sh tests/lsan.supp
 # bundled descriptions.  `make fuzz` builds the harnesses with clang and
 # libFuzzer (ASan + UBSan) into fuzz/: run one as
 #   fuzz/fuzz_model -runs=10000000 -max_total_time=1800 fuzz/corpus/model
-SP_FUZZ = model hw layout safetensors cli
+SP_FUZZ = model hw layout safetensors cli sweep
 SP_FUZZ_REPLAY = tests/fuzz/replay_model tests/fuzz/replay_hw tests/fuzz/replay_layout \
-	tests/fuzz/replay_safetensors tests/fuzz/replay_cli
+	tests/fuzz/replay_safetensors tests/fuzz/replay_cli tests/fuzz/replay_sweep
 check_PROGRAMS += $(SP_FUZZ_REPLAY)
 tests_fuzz_replay_model_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_model.c
 tests_fuzz_replay_model_LDADD = libspcore.la $(SP_DEP_LIBS)
@@ -30,6 +30,8 @@ tests_fuzz_replay_layout_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/f
 tests_fuzz_replay_layout_LDADD = libspcore.la $(SP_DEP_LIBS)
 tests_fuzz_replay_safetensors_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_safetensors.c
 tests_fuzz_replay_safetensors_LDADD = libspcore.la $(SP_DEP_LIBS)
+tests_fuzz_replay_sweep_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_sweep.c
+tests_fuzz_replay_sweep_LDADD = libspcore.la $(SP_DEP_LIBS)
 tests_fuzz_replay_cli_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_cli.c
 tests_fuzz_replay_cli_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/cli
 tests_fuzz_replay_cli_LDADD = libspcli.la libspcore.la $(SP_DEP_LIBS)

@@ -55,6 +55,7 @@ for h in $SP_FUZZ; do
     case $h in
     model) cp "$top_srcdir"/data/models/*.json "$c"/ && for x in "$top_srcdir"/data/hf/*/config.json; do cp "$x" "$c/hf-$(basename "$(dirname "$x")").json"; done ;;
     hw) cp "$top_srcdir"/data/hw/*.json "$c"/ ;;
+    sweep) cp "$top_srcdir"/data/sweeps/*.json "$c"/ ;;
     esac
 done
 echo "make fuzz: $(echo $SP_FUZZ | wc -w) harnesses in $out; corpora in $out/corpus"

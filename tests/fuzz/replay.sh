@@ -22,5 +22,6 @@ replay hw "$f/regress/hw" "$d/hw" "$d"/invalid/hw-*/input.json
 replay layout "$f/regress/layout" "$f/seeds/layout"
 replay safetensors "$f/regress/safetensors" "$f/seeds/safetensors"
 replay cli "$f/regress/cli" "$f/seeds/cli"
+replay sweep "$f/seeds/sweep" "$d/sweeps"
 echo "$n harnesses, $fail failed"
 [ "$fail" -eq 0 ]
