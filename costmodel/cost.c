@@ -1025,25 +1025,36 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     return sp_cost_check(out);   /* nothing negative, NaN or infinite; the verdict exact */
 }
 
-/* one chunked variant of l: SP_OK and *better when it fits and beats *best */
-static sp_status try_chunk(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                           const sp_cost_opts *opts, int chunk, sp_layout *best_l, sp_cost *best, int *fits)
+/* One chunked variant of l (prefill_chunk, prefill_tokens; 0: not set): *ok
+ * when it applies (its cost then in *vc), kept in *best when it fits and its
+ * prefill is faster than *best's. */
+static sp_status try_variant(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, int chunk, int tokens, sp_layout *best_l, sp_cost *best,
+                             sp_cost *vc, int *ok)
 {
-    static _Thread_local sp_cost c;
     sp_layout v = *l;
     v.prefill_chunk = chunk;
+    v.prefill_tokens = tokens;
     sp_cost_opts o = *opts;
-    o.quiet = 1;   /* a chunk the layouts' splits do not allow is no variant */
-    *fits = 0;
-    sp_status st = sp_cost_eval(m, hw, &v, w, &o, &c);
+    o.quiet = 1;   /* a pass the layouts' splits do not allow is no variant */
+    *ok = 0;
+    sp_status st = sp_cost_eval(m, hw, &v, w, &o, vc);
     if (st == SP_EINVAL) return SP_OK;
     SP_CHECK(st);
-    *fits = c.feasible;
-    if (c.feasible && (!best->feasible || c.prefill_s < best->prefill_s)) {
-        *best = c;
+    *ok = 1;
+    if (vc->feasible && (!best->feasible || vc->prefill_s < best->prefill_s)) {
+        *best = *vc;
         *best_l = v;
     }
     return SP_OK;
+}
+
+/* The largest n / 2^k (k >= 1) at most f·n, for the first pass size to try. */
+static int64_t halving_start(int64_t n, double f)
+{
+    int64_t c = n / 2;
+    while (c > 1 && (double)c > f * (double)n) c /= 2;
+    return c;
 }
 
 sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
@@ -1058,20 +1069,33 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
         sp_cost_opts_init(&defaults);
         opts = &defaults;
     }
+    static _Thread_local sp_cost vc, base;
     int64_t mb = w->batch / l->replicas / l->microbatches;   /* sp_cost_eval checked that they divide */
-    int64_t act = out->mem.activations + out->mem.scratch;
-    int fits;
+    int ok;
     if (!out->feasible) {
-        if (act <= out->shortfall_bytes) return SP_OK;
-        /* activations shrink about linearly with the pass: start near the chunk that would fit */
-        double f = (double)(act - out->shortfall_bytes) / (double)act;
-        int64_t c = mb / 2;
-        while (c > 1 && (double)c > f * (double)mb) c /= 2;
-        for (int tries = 0; c >= 1 && tries < 4; c /= 2) {
+        /* activations shrink about linearly with the pass: start near the pass that would fit,
+         * halving; sequences first, then tokens of the smallest sequence pass tried */
+        base = *out;
+        int base_chunk = 0;
+        int64_t act = base.mem.activations + base.mem.scratch;
+        if (act <= base.shortfall_bytes) return SP_OK;   /* no pass makes it fit */
+        int64_t c = halving_start(mb, (double)(act - base.shortfall_bytes) / (double)act);
+        for (int tries = 0; c >= 1 && tries < 4 && !out->feasible; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_chunk(m, hw, l, w, opts, (int)c, chosen, out, &fits));
-            if (fits) break;
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok));
+            if (ok && !vc.feasible) {
+                base = vc;
+                base_chunk = (int)c;
+            }
+        }
+        act = base.mem.activations + base.mem.scratch;
+        if (out->feasible || act <= base.shortfall_bytes) return SP_OK;
+        int64_t P = w->prompt, t = halving_start(P, (double)(act - base.shortfall_bytes) / (double)act);
+        for (int tries = 0; t >= 1 && tries < 4 && !out->feasible; t /= 2) {
+            if (P % t) continue;
+            tries++;
+            SP_CHECK(try_variant(m, hw, l, w, opts, base_chunk, (int)t, chosen, out, &vc, &ok));
         }
         return SP_OK;
     }
@@ -1080,8 +1104,8 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
         for (int64_t c = mb / 2, tries = 0; c >= 1 && tries < 3; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_chunk(m, hw, l, w, opts, (int)c, chosen, out, &fits));
-            if (!fits || out->prefill_s >= last) break;   /* no faster: smaller passes will not be either */
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok));
+            if (!ok || out->prefill_s >= last) break;   /* no faster: smaller passes will not be either */
             last = out->prefill_s;
         }
     }

@@ -164,10 +164,12 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
  *   - l does not fit: from the largest chunk whose activations (scaled
  *     from l's, linearly in the pass) would fit, halving until one fits
  *     (at most 4 tries; none when l's activations and scratch are not more
- *     than its shortfall: no chunk can make it fit);
+ *     than its shortfall: no chunk can make it fit); when none fits, token
+ *     passes (prefill_tokens = prompt/2^k, estimated and halved alike, at
+ *     most 4 tries) of the smallest sequence chunk tried, where prefill's
+ *     attention is sharded as decode's (sp_layout.h);
  *   - l fits and has stages: mb/2, mb/4, ... (at most 3) while the prefill
- *     gets faster (passes fill the pipeline's bubble).
- * Token passes (prefill_tokens) are not tried. */
+ *     gets faster (passes fill the pipeline's bubble). */
 sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                                const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out);
 

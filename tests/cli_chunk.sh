@@ -1,7 +1,8 @@
 #!/bin/sh
 # Chunked prefill and short pipelines on the command line: the planner
 # chunks palm-62b's 512 × 2048-token prefill on 8 TPU v4 chips so that it
-# fits (the whole prefill's activations do not); the layout it writes runs
+# fits (the whole prefill's activations do not), and a prompt too long for
+# one sequence's activations by token passes; the layout it writes runs
 # through estimate and simulate; `run` executes chunked layouts in text and
 # JSON form; bad values exit 2 naming the key.
 set -u
@@ -26,6 +27,12 @@ done
 json_check '$1 == "true" || $1 == 1' "$tmp/estimate.json" /feasible &&
 json_check '$1 > 0 && $2 > 0' "$tmp/simulate.json" "" /prefill_s /decode_step_s ||
     { echo "FAIL: the chosen layout is not priced or simulated"; fail=$((fail + 1)); }
+# one sequence's activations alone do not fit (8 × 65536 tokens): token passes
+lay=$("$SHARDPLAN" plan --model palm-62b --hw tpu-v4 --chips 8 --batch 8 --prompt 65536 --gen 16 --weights bf16 |
+      sed -n 's/^chosen layout: //p')
+case $lay in *prefill_tokens=*) ;; *) echo "FAIL: long prompts: no token passes chosen: '$lay'"; fail=$((fail + 1)) ;; esac
+"$SHARDPLAN" simulate --model palm-62b --hw tpu-v4 --chips 8 --batch 8 --prompt 65536 --gen 16 --layout "$lay" \
+    >/dev/null 2>"$tmp/long.err" || { echo "FAIL: simulate $lay"; cat "$tmp/long.err"; fail=$((fail + 1)); }
 # run: chunks by sequences and tokens, text and JSON, equal tokens to the unchunked run
 RUN="run --model tiny-llama --batch 4 --prompt 6 --gen 4 --seed 3 --json"
 "$SHARDPLAN" $RUN --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads >"$tmp/r0.json" ||

@@ -78,7 +78,12 @@ done <<'EOF2'
 1 tiny-gpt2 mesh=1x1x1,weights=bf16,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
 1 tiny-gpt2 mesh=1x1x1,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
 1 tiny-palm mesh=1x1x1,weights=fp8,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads 1e-2
+1 tiny-llama mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=2,prefill_tokens=1 1e-3
+1 tiny-gpt2 mesh=1x1x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads,prefill_chunk=4 1e-3
+1 tiny-palm mesh=1x1x1,weights=bf16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_tokens=1 1e-3
 2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+2 tiny-llama stages=2,microbatches=1,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
+2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=4,prefill_tokens=1 1e-3
 2 tiny-gpt2 replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
 2 tiny-llama stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 1e-3
 2 tiny-palm mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads 1e-3
