@@ -8,7 +8,7 @@ dist_calibration_DATA = $(sort $(wildcard $(srcdir)/data/calibration/*.csv))
 validationdir = $(pkgdatadir)/validation
 dist_validation_DATA = $(sort $(wildcard $(srcdir)/data/validation/*.csv))
 validatedir = $(pkgdatadir)/validate
-dist_validate_DATA = $(srcdir)/data/validate/local.cases
+dist_validate_DATA = $(srcdir)/data/validate/local.cases $(srcdir)/data/validate/gpu.cases
 
 # Refits the bundled profiles to the shipped training sets and lends the
 # A100-80GB fit's overheads to the other GPUs (doc/fidelity.md).  The fit

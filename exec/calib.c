@@ -1,4 +1,5 @@
 /* calib.c: microbenchmarks of the local chips (sp_calib.h). */
+#include "config.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +16,10 @@
 #include "exec/sp_exec.h"
 #include "exec/sp_weights.h"
 #include "kernels/cpu/sp_kern.h"
+#include "exec/spi_xdev.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/sp_cuda.h"
+#endif
 
 void sp_calib_opts_init(sp_calib_opts *o)
 {
@@ -40,31 +45,89 @@ static double now_s(void)
 }
 
 /* ---- the grids ----------------------------------------------------------------------
- * Matmul shapes span the executor's: tiny models (K, N of 32..512 per chip)
- * to bench-1b (K = 2048, N up to 5632 per chip), T = 1 (decode) to 256
- * tokens (prefill of a batch).  (K, N) pairs, then T values. */
-static const int64_t mm_kn[][2] = {{64, 64}, {128, 384}, {512, 512}, {2048, 1408}, {2048, 5632}};
-static const int64_t mm_t[] = {2, 4, 8, 16, 32, 64, 256};
-static const int64_t mm_kn_quick[][2] = {{64, 64}, {512, 512}};
-static const int64_t mm_t_quick[] = {4, 64};
-/* Other weight dtypes (dequantised tile by tile, then sgemm): fewer shapes. */
-static const int64_t dq_kn[][2] = {{512, 512}, {2048, 1408}};
-static const int64_t dq_t[] = {1, 2, 4, 8, 16, 64};
-/* Weight streams (T = 1): working sets K·N·4 from 16 KiB to 256 MiB; above
- * 16 MiB a ring of 2048 x 2048 matrices, one per call, so that each is
- * evicted before it comes round again (a decode step streams every layer's
- * weights once: what matters is the working set, not one matrix). */
-static const int64_t mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256},   {512, 512},  {1024, 1024},
-                                    {2048, 2048}, {2048, 8192}, {2048, 32768}};
-#define RING_ELEMS ((int64_t)2048 * 2048)
+ * One grid per kind of chip.  CPU (threads, MPI): matmul shapes span the
+ * executor's, tiny models (K, N of 32..512 per chip) to bench-1b (K = 2048,
+ * N up to 5632 per chip), T = 2 (decode of a small batch) to 256 tokens
+ * (prefill of a batch).  GPU (cuda): the shapes of the models a GPU is bought
+ * for, K, N from 1024 to 8192 x 28672 (Llama-70B's FFN on one chip), T = 2 to
+ * 4096.  Other weight dtypes (dequantised tile by tile, then SGEMM): fewer
+ * shapes.  Weight streams (T = 1) by working set; above ring_elems elements a
+ * ring of such matrices, one per call, so that each is evicted from the
+ * caches before it comes round again (a decode step streams every layer's
+ * weights once: what matters is the working set, not one matrix).  The CPU
+ * ring is 2048 x 2048 (16 MiB, beyond the L2 and L3 of a VM); the GPU's
+ * 8192 x 8192 (256 MiB, beyond an H100's 50 MB L2).  Attention points are
+ * (B, Lq, pos0, H, D). */
+typedef struct calib_grid {
+    const int64_t (*mm_kn)[2];
+    int n_mm_kn;
+    const int64_t *mm_t;
+    int n_mm_t;
+    const int64_t (*dq_kn)[2];
+    int n_dq_kn;
+    const int64_t *dq_t;
+    int n_dq_t;
+    const int64_t (*mem_kn)[2];
+    int n_mem;
+    int64_t ring_elems;
+    const int64_t (*attn)[5];
+    int n_attn;
+    double round_flops;   /* FLOPs a timed round aims at: ~1-10 ms on the chip */
+    int64_t act_n;        /* elements of an activation point */
+} calib_grid;
+
+static const int64_t cpu_mm_kn[][2] = {{64, 64}, {128, 384}, {512, 512}, {2048, 1408}, {2048, 5632}};
+static const int64_t cpu_mm_t[] = {2, 4, 8, 16, 32, 64, 256};
+static const int64_t cpu_dq_kn[][2] = {{512, 512}, {2048, 1408}};
+static const int64_t cpu_dq_t[] = {1, 2, 4, 8, 16, 64};
+static const int64_t cpu_mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256},   {512, 512},  {1024, 1024},
+                                        {2048, 2048}, {2048, 8192}, {2048, 32768}};
+static const int64_t cpu_attn[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4, 1, 255, 8, 64},
+                                      {1, 64, 0, 8, 64}, {4, 1, 255, 8, 128}, {1, 64, 0, 8, 128}};
+static const int64_t quick_mm_kn[][2] = {{64, 64}, {512, 512}};
+static const int64_t quick_mm_t[] = {4, 64};
+static const int64_t quick_mem_kn[][2] = {{64, 64}, {256, 256}};
+
+static const int64_t gpu_mm_kn[][2] = {{1024, 1024}, {4096, 4096}, {8192, 8192}, {8192, 28672}};
+static const int64_t gpu_mm_t[] = {2, 8, 32, 128, 512, 2048, 4096};
+static const int64_t gpu_dq_kn[][2] = {{4096, 4096}, {8192, 8192}};
+static const int64_t gpu_dq_t[] = {1, 8, 64, 512, 2048};
+static const int64_t gpu_mem_kn[][2] = {{256, 256},   {1024, 1024}, {2048, 2048},
+                                        {4096, 4096}, {8192, 8192}, {8192, 32768}};
+static const int64_t gpu_attn[][5] = {{8, 1, 2047, 32, 64},  {1, 512, 0, 32, 64},  {8, 1, 2047, 32, 128},
+                                      {1, 512, 0, 32, 128}, {64, 1, 1023, 8, 128}, {1, 2048, 0, 8, 128}};
+static const int64_t gpu_quick_mm_kn[][2] = {{1024, 1024}};
+static const int64_t gpu_quick_mm_t[] = {8, 512};
+static const int64_t gpu_quick_mem_kn[][2] = {{1024, 1024}, {4096, 4096}};
+
+#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define GRID_LIST(a) a, NELEM(a)
+
+static const calib_grid grid_cpu = {GRID_LIST(cpu_mm_kn), GRID_LIST(cpu_mm_t), GRID_LIST(cpu_dq_kn),
+                                    GRID_LIST(cpu_dq_t),  GRID_LIST(cpu_mem_kn), (int64_t)2048 * 2048,
+                                    GRID_LIST(cpu_attn),  4e7, 65536};
+static const calib_grid grid_cpu_quick = {GRID_LIST(quick_mm_kn), GRID_LIST(quick_mm_t), cpu_dq_kn, 1,
+                                          GRID_LIST(cpu_dq_t),     GRID_LIST(quick_mem_kn), (int64_t)2048 * 2048,
+                                          cpu_attn, 2,             4e7, 65536};
+static const calib_grid grid_gpu = {GRID_LIST(gpu_mm_kn), GRID_LIST(gpu_mm_t), GRID_LIST(gpu_dq_kn),
+                                    GRID_LIST(gpu_dq_t),  GRID_LIST(gpu_mem_kn), (int64_t)8192 * 8192,
+                                    GRID_LIST(gpu_attn),  4e10, (int64_t)1 << 24};
+static const calib_grid grid_gpu_quick = {GRID_LIST(gpu_quick_mm_kn), GRID_LIST(gpu_quick_mm_t), gpu_dq_kn, 1,
+                                          GRID_LIST(gpu_dq_t), GRID_LIST(gpu_quick_mem_kn), (int64_t)8192 * 8192,
+                                          gpu_attn, 2, 4e10, (int64_t)1 << 24};
+
+static const calib_grid *grid_of(const sp_calib_opts *o)
+{
+    if (o->backend == SP_COMM_BACKEND_NCCL) return o->quick ? &grid_gpu_quick : &grid_gpu;
+    return o->quick ? &grid_cpu_quick : &grid_cpu;
+}
+
 /* From this many activation rows on, a matmul's rate depends on its FLOPs only. */
 #define ROWS_FULL 64
-static const int64_t mem_kn_quick[][2] = {{64, 64}, {256, 256}};
 /* One chip's block of a collective, bytes. */
 static const int64_t coll_c[] = {256, 4096, 65536, 1048576};
 static const int64_t coll_c_quick[] = {256, 65536};
 
-#define NELEM(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---- running a function on every chip ------------------------------------------------ */
 typedef struct calib_ctx calib_ctx;
@@ -148,31 +211,26 @@ typedef struct mm_job {
     int ring;  /* weight matrices cycled through (a working set of ring · K · N elements) */
 } mm_job;
 
-static int64_t mm_reps(double flops)
+static int64_t mm_reps(const calib_grid *g, double flops)
 {
-    double r = 4e7 / (flops > 1 ? flops : 1);   /* about 40 MFLOP a round: ~1-10 ms at CPU rates */
+    double r = g->round_flops / (flops > 1 ? flops : 1);
     return r < 2 ? 2 : r > 2000 ? 2000 : (int64_t)r;
 }
 
-static size_t jobs_of(const sp_calib_opts *o, mm_job *jobs)
+static size_t jobs_of(const calib_grid *g, mm_job *jobs, size_t max)
 {
     size_t n = 0;
-    int q = o->quick;
-    int nkn = q ? NELEM(mm_kn_quick) : NELEM(mm_kn), nt = q ? NELEM(mm_t_quick) : NELEM(mm_t);
-    for (int i = 0; i < nkn; i++)
-        for (int j = 0; j < nt; j++) {
-            const int64_t *kn = q ? mm_kn_quick[i] : mm_kn[i];
-            jobs[n++] = (mm_job){SP_DT_F32, q ? mm_t_quick[j] : mm_t[j], kn[0], kn[1], 0, 1};
-        }
+    for (int i = 0; i < g->n_mm_kn; i++)
+        for (int j = 0; j < g->n_mm_t && n < max; j++)
+            jobs[n++] = (mm_job){SP_DT_F32, g->mm_t[j], g->mm_kn[i][0], g->mm_kn[i][1], 0, 1};
     for (int d = SP_DT_BF16; d <= SP_DT_FP8; d++)
-        for (int i = 0; i < (q ? 1 : NELEM(dq_kn)); i++)
-            for (int j = 0; j < NELEM(dq_t); j++) jobs[n++] = (mm_job){d, dq_t[j], dq_kn[i][0], dq_kn[i][1], 0, 1};
-    int nm = q ? NELEM(mem_kn_quick) : NELEM(mem_kn);
-    for (int i = 0; i < nm; i++) {
-        const int64_t *kn = q ? mem_kn_quick[i] : mem_kn[i];
-        int64_t e = kn[0] * kn[1];
-        if (e > RING_ELEMS) jobs[n++] = (mm_job){SP_DT_F32, 1, 2048, 2048, 1, (int)(e / RING_ELEMS)};
-        else jobs[n++] = (mm_job){SP_DT_F32, 1, kn[0], kn[1], 1, 1};
+        for (int i = 0; i < g->n_dq_kn; i++)
+            for (int j = 0; j < g->n_dq_t && n < max; j++)
+                jobs[n++] = (mm_job){d, g->dq_t[j], g->dq_kn[i][0], g->dq_kn[i][1], 0, 1};
+    for (int i = 0; i < g->n_mem && n < max; i++) {
+        int64_t e = g->mem_kn[i][0] * g->mem_kn[i][1], side = (int64_t)sqrt((double)g->ring_elems);
+        if (e > g->ring_elems) jobs[n++] = (mm_job){SP_DT_F32, 1, side, side, 1, (int)(e / g->ring_elems)};
+        else jobs[n++] = (mm_job){SP_DT_F32, 1, g->mem_kn[i][0], g->mem_kn[i][1], 1, 1};
     }
     return n;
 }
@@ -204,130 +262,191 @@ static sp_status fill_weights(int dt, int64_t K, int64_t N, void **data, float *
     return SP_OK;
 }
 
-/* One matmul point on every compute chip at once; chips beyond the cores
- * only keep the barriers.  Chip 0 records the minimum over rounds. */
-static sp_status mm_point(calib_ctx *cx, sp_comm *c, const mm_job *j, double *best)
+/* A buffer of the chip's memory holding host's bytes (host NULL: zeroed). */
+static sp_status dev_copy(spi_xdev *d, const void *host, size_t bytes, void **out)
 {
-    int active = sp_comm_rank(c) < cx->r->compute_chips;
-    void *wd = NULL, *scr = NULL;
-    float *sc = NULL, *x = NULL, *y = NULL;
-    sp_status st = SP_OK;
-    size_t sb = 0;
-    sp_kern_wview wv;
-    /* a ring of matrices: the first filled, the rest copies of it */
-    size_t wbytes = (size_t)(j->K * j->N) * (size_t)sp_dtype_bytes((sp_dtype)j->dt);
-    if (active) {
-        st = fill_weights(j->dt, j->K, j->N, &wd, &sc);
-        if (!st && j->ring > 1) {
-            void *big = malloc(wbytes * (size_t)j->ring);
-            if (!big) st = spi_fail(SP_ENOMEM, "calibrate: %d weight matrices", j->ring);
-            for (int i = 0; !st && i < j->ring; i++) memcpy((char *)big + wbytes * (size_t)i, wd, wbytes);
-            free(wd);
-            wd = big;
-        }
-        wv = (sp_kern_wview){(sp_dtype)j->dt, wd, j->N, sc};
-        sb = sp_kern_matmul_scratch_bytes(&wv, j->K, j->N);
-        x = malloc((size_t)(j->T * j->K) * sizeof *x);
-        y = malloc((size_t)(j->T * j->N) * sizeof *y);
-        scr = sb ? malloc(sb) : NULL;
-        if (!st && (!x || !y || (sb && !scr))) st = spi_fail(SP_ENOMEM, "calibrate: matmul buffers");
-        for (int64_t i = 0; !st && i < j->T * j->K; i++) x[i] = (float)(i % 7) * 0.125f;
-        if (!st) st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);   /* warm */
-    }
-    int64_t R = mm_reps(2.0 * (double)j->T * (double)j->K * (double)j->N);
-    if (R < 2 * j->ring) R = 2 * j->ring;   /* every matrix of the ring at least twice */
+    *out = NULL;
+    sp_status st = d->ops->alloc(d, bytes, out);
+    if (!st && host && bytes) st = d->ops->upload(d, *out, host, bytes);
+    return st;
+}
+
+/* The timed rounds of one point, on the chip's device (the executor's
+ * kernels through its device table); chips beyond the compute chips only keep
+ * the barriers.  Each round: R calls, then the device's queue drained (a GPU
+ * queues its kernels), so a round's time is that of R complete calls. */
+typedef sp_status (*point_fn)(spi_xdev *d, void *arg, int64_t i);
+
+static sp_status time_rounds(calib_ctx *cx, sp_comm *c, spi_xdev *d, int active, sp_status st, int64_t R,
+                             point_fn fn, void *arg, double *best)
+{
     *best = INFINITY;
     for (int round = 0; round < cx->o->rounds; round++) {
         sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
         if (bs) { st = bs; break; }
         if (!active || st) continue;
         double t0 = now_s();
-        for (int64_t i = 0; i < R && !st; i++) {
-            wv.data = (char *)wd + wbytes * (size_t)(i % j->ring);
-            st = sp_kern_matmul(y, x, &wv, NULL, j->T, j->K, j->N, SP_KERN_OVERWRITE, scr, sb);
-        }
+        for (int64_t i = 0; i < R && !st; i++) st = fn(d, arg, i);
+        if (!st) st = d->ops->sync(d);
         double t = (now_s() - t0) / (double)R;
         if (t < *best) *best = t;
     }
     sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
-    if (!st) st = bs;
+    return st ? st : bs;
+}
+
+typedef struct mm_args {
+    const mm_job *j;
+    sp_kern_wview wv;
+    char *w;          /* ring · wbytes of weights, chip memory */
+    size_t wbytes;
+    float *x, *y;
+} mm_args;
+
+static sp_status mm_call(spi_xdev *d, void *arg, int64_t i)
+{
+    mm_args *a = arg;
+    a->wv.data = a->w + a->wbytes * (size_t)(i % a->j->ring);
+    return d->ops->matmul(d, a->y, a->x, &a->wv, a->j->T, a->j->K, a->j->N, SP_KERN_OVERWRITE);
+}
+
+/* One matmul point on every compute chip at once.  Chip 0 records the
+ * minimum over rounds. */
+static sp_status mm_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, const mm_job *j, double *best)
+{
+    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    void *wd = NULL;
+    float *sc = NULL, *x = NULL, *dsc = NULL;
+    double once = 0;
+    sp_status st = SP_OK;
+    mm_args a = {j, {(sp_dtype)j->dt, NULL, j->N, NULL}, NULL, 0, NULL, NULL};
+    a.wbytes = (size_t)(j->K * j->N) * (size_t)sp_dtype_bytes((sp_dtype)j->dt);
+    d->ws = NULL, d->ws_bytes = 0;
+    if (active) {
+        /* a ring of matrices: the first filled, the rest copies of it */
+        st = fill_weights(j->dt, j->K, j->N, &wd, &sc);
+        if (!st) st = d->ops->alloc(d, a.wbytes * (size_t)j->ring, (void **)&a.w);
+        for (int i = 0; !st && i < j->ring; i++) st = d->ops->upload(d, a.w + a.wbytes * (size_t)i, wd, a.wbytes);
+        if (!st && sc) st = dev_copy(d, sc, (size_t)j->N * sizeof *sc, (void **)&dsc);
+        a.wv.scale = dsc;
+        a.wv.data = a.w;
+        x = malloc((size_t)(j->T * j->K) * sizeof *x);
+        if (!st && !x) st = spi_fail(SP_ENOMEM, "calibrate: matmul input");
+        for (int64_t i = 0; !st && i < j->T * j->K; i++) x[i] = (float)(i % 7) * 0.125f;
+        if (!st) st = dev_copy(d, x, (size_t)(j->T * j->K) * sizeof *x, (void **)&a.x);
+        if (!st) st = dev_copy(d, NULL, (size_t)(j->T * j->N) * sizeof(float), (void **)&a.y);
+        d->ws_bytes = sp_kern_matmul_scratch_bytes(&a.wv, j->K, j->N);
+        if (!st && d->ws_bytes) st = dev_copy(d, NULL, d->ws_bytes, &d->ws);
+        if (!st) st = mm_call(d, &a, 0);   /* warm */
+        if (!st) st = d->ops->sync(d);
+        double t0 = now_s();   /* one call, timed: bounds the rounds below */
+        if (!st) st = mm_call(d, &a, 0);
+        if (!st) st = d->ops->sync(d);
+        once = now_s() - t0;
+    }
+    int64_t R = mm_reps(grid_of(cx->o), 2.0 * (double)j->T * (double)j->K * (double)j->N);
+    /* rounds of at most about 50 ms: a path far below the FLOP rate (a GPU's dequantising
+     * tiles) would otherwise take seconds a point */
+    if (once > 0 && (double)R * once > 0.05) R = (int64_t)(0.05 / once) < 2 ? 2 : (int64_t)(0.05 / once);
+    if (R < 2 * j->ring) R = 2 * j->ring;   /* every matrix of the ring at least twice */
+    st = time_rounds(cx, c, d, active, st, R, mm_call, &a, best);
+    d->ops->release(d, a.w);
+    d->ops->release(d, dsc);
+    d->ops->release(d, a.x);
+    d->ops->release(d, a.y);
+    d->ops->release(d, d->ws);
+    d->ws = NULL, d->ws_bytes = 0;
     free(wd);
     free(sc);
     free(x);
-    free(y);
-    free(scr);
     return st;
 }
 
-/* Attention points: (B, Lq, pos0, H, D). */
-static const int64_t attn_grid[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4, 1, 255, 8, 64},
-                                       {1, 64, 0, 8, 64}, {4, 1, 255, 8, 128}, {1, 64, 0, 8, 128}};
+typedef struct attn_args {
+    float *q, *o;
+    sp_kern_kv kv;
+    int64_t Lq, pos0, H;
+} attn_args;
 
-static sp_status attn_point(calib_ctx *cx, sp_comm *c, const int64_t *g, double *best)
+static sp_status attn_call(spi_xdev *d, void *arg, int64_t i)
+{
+    attn_args *a = arg;
+    (void)i;
+    return d->ops->attention(d, a->o, a->q, &a->kv, a->Lq, a->pos0, a->H, a->H, 0, a->H, 0);
+}
+
+static sp_status attn_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, const int64_t *g, double *best)
 {
     int active = sp_comm_rank(c) < cx->r->compute_chips;
     int64_t B = g[0], Lq = g[1], pos0 = g[2], H = g[3], D = g[4], ctx = pos0 + Lq;
     sp_status st = SP_OK;
-    float *k = NULL, *v = NULL, *q = NULL, *o = NULL;
-    void *scr = NULL;
-    size_t sb = sp_kern_attention_scratch_bytes(ctx);
-    sp_kern_kv kv = {SP_DT_F32, NULL, NULL, B, ctx, H, D};
+    float *kh = NULL;
+    attn_args a = {NULL, NULL, {SP_DT_F32, NULL, NULL, B, ctx, H, D}, Lq, pos0, H};
+    /* the CPU kernel's scores scratch (host memory; a GPU's kernel needs none) */
+    d->at_bytes = sp_kern_attention_scratch_bytes(ctx);
+    d->at_scr = malloc(d->at_bytes ? d->at_bytes : 1);
     if (active) {
-        size_t n = (size_t)(B * ctx * H * D);
-        k = calloc(n, sizeof *k), v = calloc(n, sizeof *v);
-        q = calloc((size_t)(B * Lq * H * D), sizeof *q), o = calloc((size_t)(B * Lq * H * D), sizeof *o);
-        scr = malloc(sb ? sb : 1);
-        if (!k || !v || !q || !o || !scr) st = spi_fail(SP_ENOMEM, "calibrate: attention buffers");
-        for (size_t i = 0; !st && i < n; i++) k[i] = v[i] = (float)(i % 5) * 0.1f;
-        kv.k = k, kv.v = v;
-        if (!st) st = sp_kern_attention(o, q, &kv, Lq, pos0, H, H, 0, H, 0, scr, sb);   /* warm */
+        size_t n = (size_t)(B * ctx * H * D), nq = (size_t)(B * Lq * H * D);
+        kh = malloc(n * sizeof *kh);
+        if (!kh || !d->at_scr) st = spi_fail(SP_ENOMEM, "calibrate: attention buffers");
+        for (size_t i = 0; !st && i < n; i++) kh[i] = (float)(i % 5) * 0.1f;
+        if (!st) st = dev_copy(d, kh, n * sizeof *kh, (void **)&a.kv.k);
+        if (!st) st = dev_copy(d, kh, n * sizeof *kh, (void **)&a.kv.v);
+        if (!st) st = dev_copy(d, NULL, nq * sizeof(float), (void **)&a.q);
+        if (!st) st = dev_copy(d, NULL, nq * sizeof(float), (void **)&a.o);
+        if (!st) st = attn_call(d, &a, 0);   /* warm */
+        if (!st) st = d->ops->sync(d);
     }
     double flops = 4.0 * (double)(B * H * D) * (double)(Lq * pos0 + Lq * (Lq + 1) / 2);
-    int64_t R = mm_reps(flops);
-    *best = INFINITY;
-    for (int round = 0; round < cx->o->rounds; round++) {
-        sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
-        if (bs) { st = bs; break; }
-        if (!active || st) continue;
-        double t0 = now_s();
-        for (int64_t i = 0; i < R && !st; i++) st = sp_kern_attention(o, q, &kv, Lq, pos0, H, H, 0, H, 0, scr, sb);
-        double t = (now_s() - t0) / (double)R;
-        if (t < *best) *best = t;
-    }
-    sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
-    if (!st) st = bs;
-    free(k), free(v), free(q), free(o), free(scr);
+    st = time_rounds(cx, c, d, active, st, mm_reps(grid_of(cx->o), flops), attn_call, &a, best);
+    d->ops->release(d, (void *)a.kv.k);
+    d->ops->release(d, (void *)a.kv.v);
+    d->ops->release(d, a.q);
+    d->ops->release(d, a.o);
+    free(kh);
+    free(d->at_scr);
+    d->at_scr = NULL, d->at_bytes = 0;
     return st;
 }
 
-/* Activations: seconds per element of sp_kern_gelu (which = 0) and sp_kern_swiglu (1). */
-static sp_status act_point(calib_ctx *cx, sp_comm *c, int which, double *best)
+typedef struct act_args {
+    float *x, *g, *o;
+    int64_t n;
+    int which;
+} act_args;
+
+static sp_status act_call(spi_xdev *d, void *arg, int64_t i)
+{
+    act_args *a = arg;
+    (void)i;
+    return a->which ? d->ops->act(d, a->o, a->x, a->g, a->n, SP_ACT_SILU)     /* sp_kern_swiglu */
+                    : d->ops->act(d, a->o, a->x, NULL, a->n, SP_ACT_GELU_TANH);   /* sp_kern_gelu */
+}
+
+/* Activations: seconds per element of GELU (tanh; which = 0) and SwiGLU (1). */
+static sp_status act_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, int which, double *best)
 {
     int active = sp_comm_rank(c) < cx->r->compute_chips;
-    const int64_t n = 65536;
-    float *x = NULL, *g = NULL, *o = NULL;
+    act_args a = {NULL, NULL, NULL, grid_of(cx->o)->act_n, which};
+    float *xh = NULL, *gh = NULL;
     sp_status st = SP_OK;
+    size_t bytes = (size_t)a.n * sizeof(float);
     if (active) {
-        x = malloc((size_t)n * sizeof *x), g = malloc((size_t)n * sizeof *g), o = malloc((size_t)n * sizeof *o);
-        if (!x || !g || !o) st = spi_fail(SP_ENOMEM, "calibrate: activation buffers");
-        for (int64_t i = 0; !st && i < n; i++) x[i] = (float)(i % 17) * 0.25f - 2.0f, g[i] = 0.5f;
+        xh = malloc(bytes), gh = malloc(bytes);
+        if (!xh || !gh) st = spi_fail(SP_ENOMEM, "calibrate: activation buffers");
+        for (int64_t i = 0; !st && i < a.n; i++) xh[i] = (float)(i % 17) * 0.25f - 2.0f, gh[i] = 0.5f;
+        if (!st) st = dev_copy(d, xh, bytes, (void **)&a.x);
+        if (!st) st = dev_copy(d, gh, bytes, (void **)&a.g);
+        if (!st) st = dev_copy(d, NULL, bytes, (void **)&a.o);
+        if (!st) st = act_call(d, &a, 0);   /* warm */
+        if (!st) st = d->ops->sync(d);
     }
-    *best = INFINITY;
-    for (int round = 0; round < cx->o->rounds; round++) {
-        sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
-        if (bs) { st = bs; break; }
-        if (!active || st) continue;
-        double t0 = now_s();
-        for (int i = 0; i < 10; i++) {
-            if (which) sp_kern_swiglu(o, x, g, n);
-            else sp_kern_gelu(o, x, n);
-        }
-        double t = (now_s() - t0) / (10.0 * (double)n);
-        if (t < *best) *best = t;
-    }
-    sp_status bs = sp_comm_barrier(c, SP_AXES_ALL);
-    if (!st) st = bs;
-    free(x), free(g), free(o);
+    st = time_rounds(cx, c, d, active, st, 10, act_call, &a, best);
+    *best /= (double)a.n;
+    d->ops->release(d, a.x);
+    d->ops->release(d, a.g);
+    d->ops->release(d, a.o);
+    free(xh), free(gh);
     return st;
 }
 
@@ -346,16 +465,28 @@ static sp_status barrier_chip(calib_ctx *cx, sp_comm *c)
     return st;
 }
 
+/* The chip's device: the CPU's kernels (threads, MPI) or its GPU (cuda). */
+static sp_status chip_dev_open(const sp_calib_opts *o, spi_xdev *d)
+{
+    memset(d, 0, sizeof *d);
+    d->ops = o->backend == SP_COMM_BACKEND_NCCL ? spi_xops_cuda() : &spi_xops_cpu;
+    if (!d->ops) return spi_fail(SP_ENOTSUP, "calibrate --backend cuda: this build has no CUDA");
+    sp_status st = d->ops->open(d);
+    if (st) d->ops->close(d);
+    return st;
+}
+
 static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
 {
     mm_job jobs[128];
-    size_t n = jobs_of(cx->o, jobs);
+    const calib_grid *g = grid_of(cx->o);
+    size_t n = jobs_of(g, jobs, NELEM(jobs));
     sp_calib_result *r = cx->r;
-    for (size_t i = 0; i < n; i++) {
+    spi_xdev dev;
+    sp_status st = chip_dev_open(cx->o, &dev);
+    for (size_t i = 0; i < n && !st; i++) {
         double t;
-        sp_status st = mm_point(cx, c, &jobs[i], &t);
-        if (st) return st;
-        if (sp_comm_rank(c) != 0) continue;
+        if ((st = mm_point(cx, c, &dev, &jobs[i], &t)) || sp_comm_rank(c) != 0) continue;
         r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t};
         if (cx->o->log)
             fprintf(cx->o->log, "matmul %-4s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
@@ -363,29 +494,25 @@ static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
                     (long long)jobs[i].N, t, 2e-9 * (double)(jobs[i].T * jobs[i].K * jobs[i].N) / t,
                     1e-9 * (double)(jobs[i].K * jobs[i].N * sp_dtype_bytes((sp_dtype)jobs[i].dt)) / t);
     }
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 2 && !st; which++) {
         double t;
-        sp_status st = act_point(cx, c, which, &t);
-        if (st) return st;
-        if (sp_comm_rank(c) != 0) continue;
+        if ((st = act_point(cx, c, &dev, which, &t)) || sp_comm_rank(c) != 0) continue;
         r->act_s[which] = t;
         if (cx->o->log) fprintf(cx->o->log, "%-8s %10.3g s per element\n", which ? "swiglu" : "gelu", t);
     }
-    for (int i = 0; i < NELEM(attn_grid); i++) {
-        if (cx->o->quick && i > 1) break;
+    for (int i = 0; i < g->n_attn && i < NELEM(r->attn) && !st; i++) {
         double t;
-        sp_status st = attn_point(cx, c, attn_grid[i], &t);
-        if (st) return st;
-        if (sp_comm_rank(c) != 0) continue;
-        const int64_t *g = attn_grid[i];
-        double fl = 4.0 * (double)(g[0] * g[3] * g[4]) * (double)(g[1] * g[2] + g[1] * (g[1] + 1) / 2);
-        r->attn[r->n_attn++] = (sp_calib_attn){g[0], g[1], g[2], g[3], g[4], fl, t};
+        const int64_t *a = g->attn[i];
+        if ((st = attn_point(cx, c, &dev, a, &t)) || sp_comm_rank(c) != 0) continue;
+        double fl = 4.0 * (double)(a[0] * a[3] * a[4]) * (double)(a[1] * a[2] + a[1] * (a[1] + 1) / 2);
+        r->attn[r->n_attn++] = (sp_calib_attn){a[0], a[1], a[2], a[3], a[4], fl, t};
         if (cx->o->log)
             fprintf(cx->o->log, "attention B=%lld Lq=%-3lld pos0=%-3lld H=%lld D=%-3lld %10.3g s %8.2f GFLOP/s\n",
-                    (long long)g[0], (long long)g[1], (long long)g[2], (long long)g[3], (long long)g[4], t,
+                    (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4], t,
                     1e-9 * fl / t);
     }
-    return SP_OK;
+    if (dev.ops) dev.ops->close(&dev);
+    return st;
 }
 
 /* ---- collectives --------------------------------------------------------------------- */
@@ -456,7 +583,7 @@ static sp_status coll_chip(calib_ctx *cx, sp_comm *c)
  * A model whose kernels do almost nothing (width 16, 2 heads of 8, vocab 64):
  * the time of a decode step is the interpreter's per-step cost plus each
  * token's fixed work; two layer counts separate the two. */
-static sp_status dispatch_run(int layers, int64_t *steps, double *seconds)
+static sp_status dispatch_run(sp_comm_backend backend, int layers, int64_t *steps, double *seconds)
 {
     char js[512];
     snprintf(js, sizeof js,
@@ -488,7 +615,7 @@ static sp_status dispatch_run(int layers, int64_t *steps, double *seconds)
     sp_exec *ex = NULL;
     int32_t prompt[1] = {1}, tok[48];
     *seconds = INFINITY;
-    st = sp_exec_build(&m, &l, 1, 1, G, &w, SP_COMM_BACKEND_THREADS, &ex);
+    st = sp_exec_build(&m, &l, 1, 1, G, &w, backend == SP_COMM_BACKEND_NCCL ? backend : SP_COMM_BACKEND_THREADS, &ex);
     for (int i = 0; !st && i < 5; i++) {
         sp_exec_stats s;
         if (!(st = sp_exec_run(ex, prompt, NULL, tok, NULL, &s)) && i > 0 && s.decode_step_s < *seconds)
@@ -526,8 +653,13 @@ static void machine_names(sp_calib_result *r)
 sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
 {
     *out = NULL;
-    if (o->backend == SP_COMM_BACKEND_NCCL)
-        return spi_fail(SP_ENOTSUP, "calibrate: the cuda backend has no microbenchmarks in this build");
+    if (o->backend == SP_COMM_BACKEND_NCCL && !spi_xops_cuda())
+        return spi_fail(SP_ENOTSUP, "calibrate --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR)");
+    /* one GPU: its compute, memory and dispatch; collectives over NCCL need one GPU per
+     * rank under mpirun, which this calibration does not drive */
+    if (o->backend == SP_COMM_BACKEND_NCCL && o->chips != 1)
+        return spi_fail(SP_ENOTSUP, "calibrate --backend cuda measures one GPU (--chips 1): NCCL collectives "
+                                    "over %d GPUs are not calibrated in this version", o->chips);
     if (o->chips < 1 || o->chips > 64 || o->rounds < 1)
         return spi_fail(SP_EINVAL, "calibrate: chips %d must be 1..64 and rounds %d >= 1", o->chips, o->rounds);
     double t0 = now_s();
@@ -545,6 +677,17 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     r->cores = o->cores > 0 ? o->cores : nc > 0 ? (int)nc : 1;
     r->compute_chips = r->chips < r->cores ? r->chips : r->cores;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    r->chip_bytes = pages > 0 && psz > 0 ? (int64_t)pages * psz / r->chips : (int64_t)8 << 30;
+#ifdef HAVE_CUDA
+    if (o->backend == SP_COMM_BACKEND_NCCL) {
+        sp_status ds = sp_cuda_device_info(-1, r->device, sizeof r->device, &r->chip_bytes);
+        if (ds) {
+            sp_calib_free(r);
+            return ds;
+        }
+    }
+#endif
     calib_ctx cx;
     memset(&cx, 0, sizeof cx);
     cx.o = o;
@@ -552,8 +695,8 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
     pthread_mutex_init(&cx.mu, NULL);
     sp_status st = SP_OK;
     /* dispatch first, on one chip: the interpreter alone */
-    if (!st) st = dispatch_run(2, &r->disp_steps[0], &r->disp_seconds[0]);
-    if (!st) st = dispatch_run(10, &r->disp_steps[1], &r->disp_seconds[1]);
+    if (!st) st = dispatch_run(o->backend, 2, &r->disp_steps[0], &r->disp_seconds[0]);
+    if (!st) st = dispatch_run(o->backend, 10, &r->disp_steps[1], &r->disp_seconds[1]);
     if (!st && o->log)
         fprintf(o->log, "dispatch: %.3g s per step (%.3g s a token)\n",
               (r->disp_seconds[1] - r->disp_seconds[0]) / (double)(r->disp_steps[1] - r->disp_steps[0]),
@@ -562,7 +705,7 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
     if (!st && r->chips > 1) st = on_chips(&cx, r->chips, 1, barrier_chip);
     if (!st && o->log && r->chips > 1) fprintf(o->log, "barrier over %d chips %10.3g s\n", r->chips, r->barrier_s);
     /* collectives: groups of every divisor K > 1 of the chips (at least 2 chips) */
-    int n = r->chips < 2 ? 2 : r->chips;
+    int n = r->chips < 2 && o->backend != SP_COMM_BACKEND_NCCL ? 2 : r->chips;
     if (o->backend == SP_COMM_BACKEND_MPI && r->chips < 2 && !st)
         st = spi_fail(SP_EINVAL, "calibrate --backend mpi needs at least 2 ranks to measure collectives");
     for (int K = 2; K <= n && !st; K++) {

@@ -1,7 +1,7 @@
 /*
  * sp_calib.h: microbenchmarks of this machine's chips, and the fits that turn
  * them into the figures of a hardware profile (doc/formats.md), for
- * `shardplan calibrate --backend threads|mpi`.
+ * `shardplan calibrate --backend threads|mpi|cuda`.
  *
  *   sp_calib_opts o;
  *   sp_calib_opts_init(&o);
@@ -13,7 +13,9 @@
  *   ...                                      // write the profile from f and r's points
  *   sp_calib_free(r);
  *
- * What is measured, always through the code the executor runs:
+ * What is measured, always through the code the executor runs (the chip's
+ * device table, exec/spi_xdev.h: the CPU kernels, or on a GPU the CUDA kernels
+ * and cuBLAS, with the device's queue drained at the end of each timed round):
  *   matmul   sp_kern_matmul (T, K) . (K, N) for each weight dtype over a grid
  *            of shapes; FLOP/s = 2·T·K·N / t.
  *   memory   sp_kern_matmul with T = 1 (a weight stream: the decode matmul,
@@ -56,7 +58,8 @@ extern "C" {
 
 typedef struct sp_calib_opts {
     size_t size;               /* sizeof(sp_calib_opts) */
-    sp_comm_backend backend;   /* THREADS or MPI (NCCL: SP_ENOTSUP, see calibrate --backend cuda) */
+    sp_comm_backend backend;   /* THREADS, MPI, or NCCL (cuda: one GPU, chips = 1; its compute,
+                                  memory and dispatch, no collectives; a grid of GPU-sized shapes) */
     int chips;                 /* chips to measure at (threads: 1..64; MPI: the world size) */
     int cores;                 /* cores the chips share (0: online CPUs of this host) */
     int rounds;                /* timed rounds per point (default 5) */
@@ -95,6 +98,8 @@ typedef struct sp_calib_attn {
 typedef struct sp_calib_result {
     char host[128];            /* hostname */
     char cpu[128];             /* /proc/cpuinfo model name */
+    char device[128];          /* cuda: the GPU's name (empty for CPU chips) */
+    int64_t chip_bytes;        /* memory of one chip: host memory / chips, or the GPU's */
     char date[32];             /* UTC, ISO 8601 */
     sp_comm_backend backend;
     int chips, cores, compute_chips;

@@ -175,10 +175,13 @@ static void t_attention(sp_cuda_ctx *c)
 static void t_exec_ops(sp_cuda_ctx *c)
 {
     enum { T = 6, C = 300, CL = 100, N = 40, NV = 33, V = 70, LD = 310 };
+    /* dout, cpu and gpu hold the largest result: T x CL (norm apply) */
+    enum { OUT = T * CL };
+    _Static_assert(OUT >= T * V && OUT >= T * N, "OUT holds the logits and the bias rows");
     float *x = rnd_vec(T * C, 2), *gain = rnd_vec(C, 1), *bias = rnd_vec(C, 1), *table = rnd_vec(V * LD, 1);
-    float *cpu = malloc(T * V * sizeof *cpu), *gpu = malloc(T * V * sizeof *gpu), st[2 * T], gst[2 * T];
+    float *cpu = malloc(OUT * sizeof *cpu), *gpu = malloc(OUT * sizeof *gpu), st[2 * T], gst[2 * T];
     float *dx = dev(x, sizeof(float) * T * C), *dg = dev(gain, sizeof(float) * C), *db = dev(bias, sizeof(float) * C);
-    float *dt = dev(table, sizeof(float) * V * LD), *dout = dev(NULL, sizeof(float) * T * V);
+    float *dt = dev(table, sizeof(float) * V * LD), *dout = dev(NULL, sizeof(float) * OUT);
     float *dst = dev(NULL, sizeof st);
     sp_kern_norm_stats(x, T, CL, st);   /* the first CL columns, viewed as rows of CL: stride CL */
     OK(sp_cuda_norm_stats(c, dx, T, CL, dst));
@@ -252,8 +255,8 @@ static void t_matmul_wv(sp_cuda_ctx *c)
         sp_kern_wview v = {dt, w, LD, scale};
         size_t sb = sp_kern_matmul_scratch_bytes(&v, K, N);
         void *scr = malloc(sb ? sb : 1);
-        for (int t = 0; t < 2; t++) {   /* one row (decode), then TMAX (tiles) */
-            int64_t T = t ? TMAX : 1;
+        for (int t = 0; t < 3; t++) {   /* one row (decode), 5 rows (the small-T kernel), TMAX (tiles) */
+            int64_t T = t == 2 ? TMAX : t ? 5 : 1;
             for (int acc = 0; acc < 2; acc++) {
                 memcpy(cpu, start, sizeof(float) * (size_t)(T * N));
                 host_to(dout, start, sizeof(float) * (size_t)(T * N));

@@ -33,6 +33,8 @@ typedef struct sp_cuda_ctx sp_cuda_ctx;   /* one device, one stream, one cuBLAS 
 sp_status sp_cuda_ctx_create(int device, sp_cuda_ctx **out);
 void sp_cuda_ctx_free(sp_cuda_ctx *c);
 sp_status sp_cuda_sync(sp_cuda_ctx *c);
+/* device < 0: the current one.  Its name (into name, size bytes) and memory in bytes. */
+sp_status sp_cuda_device_info(int device, char *name, size_t size, int64_t *bytes);
 
 /* out (T,N) = in (T,K) @ w (K,N) [+ bias (N)]; accumulate: out += ... */
 sp_status sp_cuda_matmul(sp_cuda_ctx *c, float *out, const float *in, const float *w, const float *bias,

@@ -39,7 +39,11 @@ static void help(void)
            "the machine (hostname, CPU model), the date and the fits' errors.\n\n"
            "  --backend threads  chips are threads of this process (the run backend's)\n"
            "  --backend mpi      one chip per rank: mpirun -np N shardplan calibrate --backend mpi\n"
-           "  --backend cuda     GPUs: refused (no GPU microbenchmarks in this version)\n"
+           "  --backend cuda     one GPU (--chips 1): matmul (cuBLAS after the executor's\n"
+           "                     dequantisation), memory, attention, activations and\n"
+           "                     dispatch through the executor's CUDA device; shapes up to\n"
+           "                     8192 x 28672, T up to 4096; no collectives (NCCL over\n"
+           "                     several GPUs is not calibrated in this version)\n"
            "  --chips N          chips to measure at (threads; default 1; mpi: the world size).\n"
            "                     Compute benchmarks run on min(N, cores) chips at once, the\n"
            "                     collectives on all N: with more chips than cores the\n"
@@ -100,9 +104,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     sp_hw_init(&hw);
     snprintf(hw.name, sizeof hw.name, "local-%.32s-%s-%d", r->host, sp_comm_backend_name(r->backend), r->chips);
     for (int d = 0; d < SP_DT_COUNT && d < 5; d++) hw.peak_flops[d] = f->peak_flops[d];
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    double mem = pages > 0 && psz > 0 ? (double)pages * (double)psz : 8.0 * (1 << 30);
-    hw.hbm_bytes = (int64_t)(mem / r->chips);
+    int gpu = r->backend == SP_COMM_BACKEND_NCCL;
+    hw.hbm_bytes = r->chip_bytes;   /* host memory / chips, or the GPU's memory */
     hw.hbm_bw = f->mem_bw;
     hw.dispatch_s = f->dispatch_s;
     hw.topo = SP_TOPO_CLUSTER;
@@ -132,7 +135,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.matmul_tile[0] = f->tile_m;
     hw.attn_points = f->attn_points;
     for (int i = 0; i < f->attn_points; i++) hw.attn_dhead[i] = f->attn_dhead[i], hw.attn_value[i] = f->attn_value[i];
-    hw.shared_cores = r->cores;
+    hw.shared_cores = gpu ? 0 : r->cores;   /* a GPU computes on its own, CPU chips share the cores */
     hw.act_elem_s[0] = f->act_elem_s[0];
     hw.act_elem_s[1] = f->act_elem_s[1];
     hw.token_sync_s = f->token_sync_s;
@@ -151,8 +154,12 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     if (st) return cli_report(st, &err);
     json_t *j = spi_hw_to_json(&hw);
     char src[512];
-    snprintf(src, sizeof src, "shardplan calibrate --backend %s --chips %d on %s (%s, %d cores), %s",
-             sp_comm_backend_name(r->backend), r->chips, r->host, r->cpu, r->cores, r->date);
+    if (gpu)
+        snprintf(src, sizeof src, "shardplan calibrate --backend cuda --chips 1 on %s (%s; host %s, %d cores), %s",
+                 r->host, r->device, r->cpu, r->cores, r->date);
+    else
+        snprintf(src, sizeof src, "shardplan calibrate --backend %s --chips %d on %s (%s, %d cores), %s",
+                 sp_comm_backend_name(r->backend), r->chips, r->host, r->cpu, r->cores, r->date);
     json_object_set_new(j, "source", json_string(src));
     json_object_set_new(j, "notes",
                         json_string("Measured, not datasheet: peak_flops = the best compute-bound (T >= 8) "
@@ -161,7 +168,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
                                     "efficiency.memory its fraction by bytes (caches included); one collective "
                                     "tier fitted as latency per algorithm step + bytes / bandwidth (least squares "
                                     "in relative error); overlap none (collectives run on the chip's thread); "
-                                    "hbm_bytes = host memory / chips.  Every point in measured.points."));
+                                    "hbm_bytes = host memory / chips (cuda: the GPU's memory; one GPU, no collectives).  "
+                                    "Every point in measured.points."));
     json_t *cal = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:s,s:o,s:{s:f,s:f}}", "backend",
                             sp_comm_backend_name(r->backend), "host", r->host, "cpu", r->cpu, "date", r->date,
                             "chips", r->chips, "cores", r->cores, "compute_chips", r->compute_chips, "seconds",
@@ -173,6 +181,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
                             "worst_rel_err", f->coll_worst_err);
     json_object_set_new(cal, "matmul_fit", json_pack("{s:i,s:f}", "tile_m", f->tile_m, "median_rel_err",
                                                      f->mm_median_err));
+    if (gpu) json_object_set_new(cal, "device", json_string(r->device));
     json_object_set_new(j, "measured", cal);
     int rc = CLI_EXIT_OK;
     if (json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))) {
@@ -192,7 +201,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     return rc;
 }
 
-static int cuda_refusal(void)
+/* calibrate --backend cuda: one GPU, or exit 2 saying why not */
+static int cuda_check(long long chips)
 {
 #ifdef HAVE_CUDA
     char why[256] = "";
@@ -200,13 +210,18 @@ static int cuda_refusal(void)
         cli_errorf("calibrate --backend cuda: no GPU is visible (%s); use --backend threads or mpi", why);
         return CLI_EXIT_USAGE;
     }
-    cli_errorf("calibrate --backend cuda: GPU microbenchmarks are not implemented; use --backend threads or mpi "
-               "for the CPUs, or calibrate --fit with published GPU measurements");
+    if (chips > 1) {
+        cli_errorf("calibrate --backend cuda --chips %lld: one GPU is measured (compute, memory, dispatch); "
+                   "NCCL collectives over several GPUs are not calibrated in this version", chips);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
 #else
-    cli_errorf("calibrate --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR) and GPU "
-               "microbenchmarks are not implemented; use --backend threads or mpi");
-#endif
+    (void)chips;
+    cli_errorf("calibrate --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR); use --backend "
+               "threads or mpi");
     return CLI_EXIT_USAGE;
+#endif
 }
 
 static int calibrate(const sp_calib_opts *o, const char *out, int root)
@@ -268,11 +283,18 @@ int cli_calibrate_local(int argc, char **argv)
     }
     if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
     if (!backend) return cli_usage("calibrate", "--backend threads|mpi|cuda is required");
-    if (!strcmp(backend, "cuda") || !strcmp(backend, "nccl")) return cuda_refusal();
-    if (strcmp(backend, "threads") && strcmp(backend, "mpi"))
+    int cuda = !strcmp(backend, "cuda") || !strcmp(backend, "nccl");
+    if (!cuda && strcmp(backend, "threads") && strcmp(backend, "mpi"))
         return cli_usage("calibrate", "--backend %s: threads, mpi or cuda", backend);
     if (!out) return cli_usage("calibrate", "--out FILE is required");
     o.cores = (int)cores;
+    if (cuda) {
+        int rc = cuda_check(chips);
+        if (rc) return rc;
+        o.backend = SP_COMM_BACKEND_NCCL;
+        o.chips = 1;
+        return calibrate(&o, out, 1);
+    }
     if (!strcmp(backend, "threads")) {
         o.backend = SP_COMM_BACKEND_THREADS;
         o.chips = chips ? (int)chips : 1;

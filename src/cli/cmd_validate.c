@@ -26,7 +26,7 @@ static int fail(sp_status st, const sp_error *err) { return is_root ? cli_report
 
 static void help(void)
 {
-    printf("Usage: shardplan validate [--hw FILE] [--backend threads|mpi] [--cases FILE] [--repeat R]\n"
+    printf("Usage: shardplan validate [--hw FILE] [--backend threads|mpi|cuda] [--cases FILE] [--repeat R]\n"
            "                          [--measured FILE] [--json]\n\n"
            "Runs each case (model, chips, layout, batch, prompt, gen) on the executor and prices\n"
            "it with the cost model on the profile, then prints predicted, measured and the\n"
@@ -45,8 +45,11 @@ static void help(void)
            "  --backend B    threads (default): every case runs in this process, a chip per thread;\n"
            "                 mpi: mpirun -np N shardplan validate --backend mpi ...: a chip per rank,\n"
            "                 the cases of N chips (the others are listed as skipped: run them\n"
-           "                 under their own -np); rank 0 prints.  cuda: refused (not implemented)\n"
-           "  --cases FILE   the case set (default: the bundled validate/local.cases; format in\n"
+           "                 under their own -np); rank 0 prints.  cuda: one GPU, the cases of\n"
+           "                 one chip (the others listed as skipped), with the bundled\n"
+           "                 validate/gpu.cases on a profile from calibrate --backend cuda\n"
+           "  --cases FILE   the case set (default: the bundled validate/local.cases, cuda:\n"
+           "                 validate/gpu.cases; format in\n"
            "                 src/sp_validate.h and doc/fidelity-local.md)\n"
            "  --repeat R     timed runs per case (default 3)\n"
            "  --min-seconds S  keep timing a case while its runs total under S (default 2)\n"
@@ -339,7 +342,7 @@ int cli_cmd_validate(int argc, char **argv)
     const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
-    int json = 0, mpi = 0, timing_given = 0, c;
+    int json = 0, mpi = 0, cuda = 0, timing_given = 0, c;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -347,12 +350,11 @@ int cli_cmd_validate(int argc, char **argv)
         case 'c': cases_path = optarg; break;
         case 'M': measured_path = optarg; break;
         case 'k':
-            if (!strcmp(optarg, "threads") || !strcmp(optarg, "mpi")) {
+            if (!strcmp(optarg, "threads") || !strcmp(optarg, "mpi") || !strcmp(optarg, "cuda")) {
                 mpi = !strcmp(optarg, "mpi");
+                cuda = !strcmp(optarg, "cuda");
                 break;
             }
-            if (!strcmp(optarg, "cuda") || !strcmp(optarg, "nccl"))
-                return cli_usage("validate", "--backend %s: not implemented (threads or mpi run on CPUs)", optarg);
             return cli_usage("validate", "--backend %s: threads, mpi or cuda", optarg);
         case 'r':
             if (cli_parse_long("validate", "--repeat", optarg, 1, 100, &repeat)) return CLI_EXIT_USAGE;
@@ -378,8 +380,10 @@ int cli_cmd_validate(int argc, char **argv)
     if (!hw_path)
         return cli_usage("validate", "--hw FILE is required (or set SHARDPLAN_LOCAL_HW to the profile that "
                                      "calibrate --backend wrote)");
-    if (mpi && measured_path)
-        return cli_usage("validate", "--measured runs nothing: it takes no --backend mpi");
+    if ((mpi || cuda) && measured_path)
+        return cli_usage("validate", "--measured runs nothing: it takes no --backend %s", mpi ? "mpi" : "cuda");
+    if (cuda)   /* one GPU: the cases of one chip */
+        return validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_NCCL, 1, (int)repeat, min_s, json);
     if (!mpi)
         return validate_job(hw_path, cases_path, measured_path, SP_COMM_BACKEND_THREADS, 0, (int)repeat, min_s, json);
     int rank, size, rc = cli_mpi_init("validate", &rank, &size);
@@ -405,8 +409,9 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
     if (st) return fail(st, &err);
     char def[4096];
     if (!cases_path) {
-        if ((st = sp_data_path("validate/local.cases", def, sizeof def))) {
-            if (is_root) cli_errorf("no --cases and the bundled validate/local.cases is not found under %s", sp_data_dir());
+        const char *bundled = be == SP_COMM_BACKEND_NCCL ? "validate/gpu.cases" : "validate/local.cases";
+        if ((st = sp_data_path(bundled, def, sizeof def))) {
+            if (is_root) cli_errorf("no --cases and the bundled %s is not found under %s", bundled, sp_data_dir());
             return CLI_EXIT_USAGE;
         }
         cases_path = def;
@@ -421,9 +426,11 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
         cases_path = measured_path;
     } else if ((st = sp_vcases_load_file(cases_path, &cs, &err)))
         return fail(st, &err);
-    /* MPI: the world is the layout's chips, so this job runs the cases of `ranks` chips */
+    /* MPI: the world is the layout's chips, so this job runs the cases of `ranks` chips;
+     * cuda: one GPU, the cases of one chip */
     int n_all = cs.n, skipped = 0;
-    if (be == SP_COMM_BACKEND_MPI) {
+    const char *bname = be == SP_COMM_BACKEND_NCCL ? "cuda" : "mpi";
+    if (be != SP_COMM_BACKEND_THREADS) {
         int k = 0;
         for (int i = 0; i < cs.n; i++) {
             if (cs.c[i].chips == ranks) {
@@ -432,8 +439,8 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
             }
             skipped++;
             if (is_root)
-                fprintf(stderr, "validate: skipped %s:%d (%s, %d chips): the MPI job has %d ranks\n", cases_path,
-                        cs.c[i].line, cs.c[i].model, cs.c[i].chips, ranks);
+                fprintf(stderr, "validate: skipped %s:%d (%s, %d chips): the %s job has %d chip%s\n", cases_path,
+                        cs.c[i].line, cs.c[i].model, cs.c[i].chips, bname, ranks, ranks == 1 ? "" : "s");
         }
         cs.n = k;
     }
@@ -441,8 +448,10 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
         sp_vcases_free(&cs);
         json_decref(mj);
         if (is_root && n_all)
-            cli_errorf("--backend mpi: none of the %d cases of %s has %d chips (the MPI job's ranks); run them "
-                       "under mpirun -np <their chips>", n_all, cases_path, ranks);
+            cli_errorf("--backend %s: none of the %d cases of %s has %d chip%s (the job's); %s", bname, n_all,
+                       cases_path, ranks, ranks == 1 ? "" : "s",
+                       be == SP_COMM_BACKEND_NCCL ? "one GPU runs the cases of one chip"
+                                                  : "run them under mpirun -np <their chips>");
         else if (is_root)
             cli_errorf("%s: no cases", cases_path);
         return CLI_EXIT_USAGE;
@@ -491,7 +500,7 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
     }
     sp_weights_free(&w);
     if (!rc && is_root)
-        report(&cs, r, hw_path, be == SP_COMM_BACKEND_MPI ? "mpi" : "threads", skipped, repeat, min_s, json);
+        report(&cs, r, hw_path, be == SP_COMM_BACKEND_THREADS ? "threads" : bname, skipped, repeat, min_s, json);
     json_decref(mj);
     free(r);
     sp_vcases_free(&cs);
