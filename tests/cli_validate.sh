@@ -68,12 +68,29 @@ check "run without a profile" 0 env SHARDPLAN_LOCAL_HW= $SHARDPLAN run --model t
     --layout $lay
 has "run says there is no prediction" $d/out "no prediction"
 # refusals
-check "calibrate cuda" 2 $SHARDPLAN calibrate --backend cuda --out $d/x.json
-has "calibrate cuda says why" $d/err "calibrate --backend cuda"
+# --backend cuda: one GPU where one is visible (a quick grid; one chip only), else
+# exit 2 with the reason (no GPU, or a build without CUDA)
+probe="${top_builddir:-.}/kernels/cuda/cuda_probe"
+gcases=$d/gpu.cases
+printf 'tiny-llama 1 mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads 2 8 3\n' >$gcases
+if test -x "$probe" && "$probe" >/dev/null 2>&1; then
+    check "calibrate cuda" 0 $SHARDPLAN calibrate --backend cuda --quick --quiet --out $d/gpu.json
+    has "calibrate cuda names the GPU" $d/gpu.json '"device"'
+    check "calibrate cuda --chips 2" 2 $SHARDPLAN calibrate --backend cuda --chips 2 --out $d/x.json
+    has "calibrate cuda --chips 2 says why" $d/err "one GPU is measured"
+    check "validate --backend cuda" 0 $SHARDPLAN validate --hw $d/gpu.json --backend cuda --cases $gcases --repeat 1 \
+        --min-seconds 0
+    check "validate --backend cuda, no case of one chip" 2 $SHARDPLAN validate --hw $hw --backend cuda --cases $cases
+    has "validate cuda names the chips" $d/err "one GPU runs the cases of one chip"
+else
+    check "calibrate cuda" 2 $SHARDPLAN calibrate --backend cuda --out $d/x.json
+    has "calibrate cuda says why" $d/err "calibrate --backend cuda"
+    check "validate --backend cuda" 2 $SHARDPLAN validate --hw $hw --backend cuda --cases $gcases
+    grep -qiE "validate --backend cuda: (no GPU is visible|this build has no CUDA)" $d/err ||
+        { echo "FAIL: validate --backend cuda: no reason"; sed 's/^/  /' $d/err | head -3; fail=$((fail + 1)); }
+fi
 check "calibrate without --out" 2 $SHARDPLAN calibrate --backend threads
 check "validate without --hw" 2 env SHARDPLAN_LOCAL_HW= $SHARDPLAN validate --cases $cases
-check "validate --backend cuda" 2 $SHARDPLAN validate --hw $hw --backend cuda --cases $cases
-has "validate cuda says why" $d/err "not implemented"
 printf 'tiny-llama 4 mesh=2x1x1 2 8 3\n' >$d/bad.cases
 check "validate bad case file" 2 $SHARDPLAN validate --hw $hw --cases $d/bad.cases
 has "bad case names line and field" $d/err "bad.cases:1:12"

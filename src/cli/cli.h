@@ -61,6 +61,10 @@ int cli_report(sp_status s, const sp_error *err);
 void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage error for verb: message plus a pointer to --help; returns CLI_EXIT_USAGE. */
 int cli_usage(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* `verb --backend cuda`: 0 when a GPU is visible; else says why it cannot run
+ * (no GPU, with the CUDA runtime's reason, or a build without CUDA) and
+ * returns CLI_EXIT_USAGE. */
+int cli_cuda_check(const char *verb);
 
 /* Parses a number > 0 for option opt (usage error otherwise); 0 on success (cmd_plan.c). */
 int cli_parse_double(const char *verb, const char *opt, const char *s, double *out);

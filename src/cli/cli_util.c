@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/sp_cuda.h"
+#endif
 #ifdef HAVE_MPI
 #include <mpi.h>
 #endif
@@ -61,6 +64,19 @@ void cli_errorf(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+int cli_cuda_check(const char *verb)
+{
+#ifdef HAVE_CUDA
+    char why[256] = "";
+    if (sp_cuda_available(why, sizeof why)) return CLI_EXIT_OK;
+    cli_errorf("%s --backend cuda: no GPU is visible (%s); use --backend threads or mpi to run on CPUs", verb, why);
+#else
+    cli_errorf("%s --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR; needs nvcc, cuBLAS, NCCL and "
+               "MPI); use --backend threads or mpi to run on CPUs", verb);
+#endif
+    return CLI_EXIT_USAGE;
 }
 
 int cli_usage(const char *verb, const char *fmt, ...)

@@ -15,9 +15,6 @@
 #ifdef HAVE_MPI
 #include <mpi.h>
 #endif
-#ifdef HAVE_CUDA
-#include "kernels/cuda/sp_cuda.h"
-#endif
 
 static void help(void)
 {
@@ -204,24 +201,14 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
 /* calibrate --backend cuda: one GPU, or exit 2 saying why not */
 static int cuda_check(long long chips)
 {
-#ifdef HAVE_CUDA
-    char why[256] = "";
-    if (!sp_cuda_available(why, sizeof why)) {
-        cli_errorf("calibrate --backend cuda: no GPU is visible (%s); use --backend threads or mpi", why);
-        return CLI_EXIT_USAGE;
-    }
+    int rc = cli_cuda_check("calibrate");
+    if (rc) return rc;
     if (chips > 1) {
         cli_errorf("calibrate --backend cuda --chips %lld: one GPU is measured (compute, memory, dispatch); "
                    "NCCL collectives over several GPUs are not calibrated in this version", chips);
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
-#else
-    (void)chips;
-    cli_errorf("calibrate --backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR); use --backend "
-               "threads or mpi");
-    return CLI_EXIT_USAGE;
-#endif
 }
 
 static int calibrate(const sp_calib_opts *o, const char *out, int root)

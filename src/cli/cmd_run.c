@@ -13,9 +13,6 @@
 #ifdef HAVE_MPI
 #include <mpi.h>
 #endif
-#ifdef HAVE_CUDA
-#include "kernels/cuda/sp_cuda.h"
-#endif
 
 static void usage(void)
 {
@@ -522,20 +519,6 @@ static int run_job(const run_args *a)
     return rc;
 }
 
-/* --backend cuda: 0 when a GPU is visible; else says why it cannot run (exit 2) */
-static int cuda_refusal(void)
-{
-#ifdef HAVE_CUDA
-    char why[256] = "";
-    if (sp_cuda_available(why, sizeof why)) return CLI_EXIT_OK;
-    cli_errorf("--backend cuda: no GPU is visible (%s); use --backend threads or mpi to run on CPUs", why);
-#else
-    cli_errorf("--backend cuda: this build has no CUDA (reconfigure --with-cuda=DIR; needs nvcc, cuBLAS, NCCL and "
-               "MPI); use --backend threads or mpi to run on CPUs");
-#endif
-    return CLI_EXIT_USAGE;
-}
-
 int cli_cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -593,7 +576,7 @@ int cli_cmd_run(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("run", "unexpected argument '%s'", argv[optind]);
-    if (a.cuda && (rc = cuda_refusal())) return rc;
+    if (a.cuda && (rc = cli_cuda_check("run"))) return rc;
     if ((!a.model && !a.weights) || !a.layout)
         return cli_usage("run", "--layout and --model (or --weights DIR) are required");
     if ((a.top_k || a.top_p) && a.temperature <= 0) return cli_usage("run", "--top-k and --top-p need --temperature > 0");

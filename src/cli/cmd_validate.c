@@ -342,7 +342,7 @@ int cli_cmd_validate(int argc, char **argv)
     const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
-    int json = 0, mpi = 0, cuda = 0, timing_given = 0, c;
+    int json = 0, mpi = 0, cuda = 0, timing_given = 0, c, rc_cuda;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -382,6 +382,7 @@ int cli_cmd_validate(int argc, char **argv)
                                      "calibrate --backend wrote)");
     if ((mpi || cuda) && measured_path)
         return cli_usage("validate", "--measured runs nothing: it takes no --backend %s", mpi ? "mpi" : "cuda");
+    if (cuda && (rc_cuda = cli_cuda_check("validate"))) return rc_cuda;
     if (cuda)   /* one GPU: the cases of one chip */
         return validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_NCCL, 1, (int)repeat, min_s, json);
     if (!mpi)
