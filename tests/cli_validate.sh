@@ -47,6 +47,9 @@ check "validate --measured" 0 $SHARDPLAN validate --hw $hw --measured $d/v.json 
 # (the relative errors are recomputed from the measurements as printed: not compared)
 f="/layout /prefill_s/predicted /prefill_s/measured /decode_step_s/predicted /decode_step_s/measured"
 "$JSONQ" $d/v.json "/cases/*" $f > $d/a && "$JSONQ" $d/out "/cases/*" $f > $d/b && [ -s $d/a ] && cmp -s $d/a $d/b || { echo "FAIL: --measured figures"; fail=$((fail + 1)); }
+# ... and says how they were measured (the file's backend and timing, not this call's defaults)
+"$JSONQ" $d/v.json "" /backend /repeat /min_seconds > $d/a && "$JSONQ" $d/out "" /backend /repeat /min_seconds > $d/b &&
+    [ -s $d/a ] && cmp -s $d/a $d/b || { echo "FAIL: --measured: backend and timing not the file's"; fail=$((fail + 1)); }
 check "validate --measured with --repeat" 2 $SHARDPLAN validate --hw $hw --measured $d/v.json --repeat 2
 check "validate --measured with --cases" 2 $SHARDPLAN validate --hw $hw --measured $d/v.json --cases $cases
 sed 's/"measured": [0-9.e-]*/"measured": -1/' $d/v.json > $d/bad.json

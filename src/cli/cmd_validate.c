@@ -500,8 +500,15 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
                     vc->layout_text, 100 * r[i].err_pf, 100 * r[i].err_dc);
     }
     sp_weights_free(&w);
-    if (!rc && is_root)
-        report(&cs, r, hw_path, be == SP_COMM_BACKEND_THREADS ? "threads" : bname, skipped, repeat, min_s, json);
+    const char *backend = be == SP_COMM_BACKEND_THREADS ? "threads" : bname;
+    if (mj) {   /* --measured: how the figures were measured is the file's, not this call's */
+        const char *b = json_string_value(json_object_get(mj, "backend"));
+        json_t *rp = json_object_get(mj, "repeat"), *ms = json_object_get(mj, "min_seconds");
+        if (b) backend = b;
+        if (json_is_integer(rp)) repeat = (int)json_integer_value(rp);
+        if (json_is_number(ms)) min_s = json_number_value(ms);
+    }
+    if (!rc && is_root) report(&cs, r, hw_path, backend, skipped, repeat, min_s, json);
     json_decref(mj);
     free(r);
     sp_vcases_free(&cs);
