@@ -67,10 +67,9 @@ check "rank 0 reports, once" sh -c 'mpi3() { timeout 300 "$MPIRUN" --oversubscri
     n=$(mpi3 sweep "$0" --db "$1" 2>&1 | grep -c "already there"); [ "$n" -eq 1 ]' "$tmp/plan.json" "$tmp/plan.3.db"
 
 # ---- killed with SIGKILL (mpirun and every rank), rerun: the same database --------
-t0=$(date +%s%N)
-mpi3 sweep "$tmp/grid.json" --db "$tmp/timing.db" --quiet --batch-rows 512 >/dev/null 2>&1
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-kill_rounds "$tmp/res.db" "$total" "$ms" "0.5 0.6 0.55 0.6" \
+# each kill as soon as the database holds that many rows (mpirun's start-up
+# and exit take long and vary, under a sanitizer most of all)
+kill_rounds "$tmp/res.db" "$total" 0 "r1 r6000 r12000 r16000" \
     "$MPIRUN" --oversubscribe --bind-to none -np 3 "$SHARDPLAN" sweep "$tmp/grid.json" --db "$tmp/res.db" \
     --quiet --batch-rows 512
 check "at least one kill landed mid-sweep ($partial)" test "$partial" -ge 1
