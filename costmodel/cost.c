@@ -81,8 +81,26 @@ void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, 
 /* ---- collectives: alpha-beta per algorithm and tier (sp_cost.h) ---- */
 enum { NEAR = 0, FAR = 1 };
 
+/* What a collective's price takes from its group and the placement alone
+ * (a function of the group's axes on one layout): torus, the algorithm's
+ * steps, the link directions and the longest ring segment; cluster, the
+ * chips in a node and the nodes.  Programs price many collectives over few
+ * groups, so spi_cost_price_program resolves each group once. */
+typedef struct coll_group {
+    int steps, dirs, fmax;   /* torus */
+    int kin, kout;           /* cluster */
+} coll_group;
+static void coll_group_of(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, unsigned mask, coll_group *g);
+static void coll_terms_group(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
+                             const coll_group *g, sp_coll_terms *out);
+
 static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
-                       unsigned mask, sp_coll_terms *out);
+                       unsigned mask, sp_coll_terms *out)
+{
+    coll_group g;
+    coll_group_of(hw, l, map, mask, &g);
+    coll_terms_group(hw, l, map, c, &g, out);
+}
 
 void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out)
 {
@@ -93,8 +111,32 @@ void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, s
 
 /* map: the layout's torus map (NULL: none, or not a torus); mask: the
  * group's axes (a lowered step carries them as sp_coll.mask) */
-static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
-                       unsigned mask, sp_coll_terms *out)
+static void coll_group_of(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, unsigned mask, coll_group *g)
+{
+    memset(g, 0, sizeof *g);
+    if (hw->topo == SP_TOPO_TORUS) {
+        if (!map) return;
+        int steps = 0, dirs = 0, fmax = 1;
+        for (int d = 0; d < 3; d++) {
+            int f = 1;
+            for (int a = 0; a < SP_AXIS_COUNT; a++)
+                if (mask & (1u << a)) f *= map->factor[a][d];
+            if (f > 1) {
+                steps += f - 1;
+                dirs += f == map->slice[d] ? 2 : 1;
+                if (f > fmax) fmax = f;
+            }
+        }
+        g->steps = steps;
+        g->dirs = dirs;
+        g->fmax = fmax;
+        return;
+    }
+    group_tiers_mask(hw, l, mask, &g->kin, &g->kout);
+}
+
+static void coll_terms_group(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
+                             const coll_group *g, sp_coll_terms *out)
 {
     memset(out, 0, sizeof *out);
     if (c->kind == SP_COLL_SENDRECV) {
@@ -115,17 +157,7 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
             out->bytes[NEAR] = HUGE_VAL;   /* sp_cost_eval refuses such a layout first */
             return;
         }
-        int steps = 0, dirs = 0, fmax = 1;
-        for (int d = 0; d < 3; d++) {
-            int f = 1;
-            for (int a = 0; a < SP_AXIS_COUNT; a++)
-                if (mask & (1u << a)) f *= map->factor[a][d];
-            if (f > 1) {
-                steps += f - 1;
-                dirs += f == map->slice[d] ? 2 : 1;
-                if (f > fmax) fmax = f;
-            }
-        }
+        int steps = g->steps, dirs = g->dirs, fmax = g->fmax;
         if (!dirs) return;
         double b = bytes / dirs;
         if (c->kind == SP_COLL_ALLTOALL && fmax > 4) b *= fmax / 4.0;   /* mean ring distance */
@@ -135,8 +167,7 @@ static void coll_terms(const sp_hw *hw, const sp_layout *l, const sp_torus_map *
         out->launch = 1;
         return;
     }
-    int kin, kout;
-    group_tiers_mask(hw, l, mask, &kin, &kout);
+    int kin = g->kin, kout = g->kout;
     out->launch = 1;
     switch (c->kind) {
     case SP_COLL_ALLGATHER:
@@ -219,16 +250,22 @@ static void eff_bind(const sp_hw *hw)
     }
 }
 
-static double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
+static __attribute__((noinline)) double eff_compute(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
+{
+    return b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
+         : b == -2 ? sp_hw_memory_eff(hw, (double)a)
+         : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
+}
+
+/* inline: two a compute step (its hits are a hash and a compare) */
+static inline double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
 {
     uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full) ^
                  ((uint64_t)c * 0x165667B19E3779F9ull) ^ ((uint64_t)d * 0x27D4EB2F165667C5ull);
     unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
     if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c || eff_memo[i].k.d != d) {
         eff_memo[i].k = (eff_key){a, b, c, d};
-        eff_memo[i].eff = b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
-                        : b == -2 ? sp_hw_memory_eff(hw, (double)a)
-                        : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
+        eff_memo[i].eff = eff_compute(hw, a, b, c, d);
     }
     return eff_memo[i].eff;
 }
@@ -253,6 +290,8 @@ typedef struct price_ctx {
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
+    unsigned groups_done;                  /* bit m: group[m] resolved */
+    coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
 } price_ctx;
 
 /* The terms of one compute step (sp_cost.h) at one context. */
@@ -315,7 +354,7 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
 }
 
 /* Prices one step at both contexts; adds its terms (× times) to sums[0..1]. */
-static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
+static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
                        int two, double *coef)
 {
     const sp_hw *hw = pc->hw;
@@ -339,7 +378,12 @@ static void price_step(const price_ctx *pc, const sp_step *s, int64_t times, spi
         return;
     }
     sp_coll_terms ct;
-    coll_terms(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, s->coll.mask, &ct);
+    unsigned mask = s->coll.mask & ((1u << SP_AXIS_COUNT) - 1);   /* the group's axes (SP_AXES_*) */
+    if (!(pc->groups_done & (1u << mask))) {
+        coll_group_of(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, mask, &pc->group[mask]);
+        pc->groups_done |= 1u << mask;
+    }
+    coll_terms_group(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &pc->group[mask], &ct);
     double t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
     int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
                                s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
@@ -398,16 +442,31 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
         }
     out->ck = ck;
     if (!out->overlaps) return;
-    /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64) */
-    uint64_t touched = 0;
+    /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64),
+     * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
+    uint64_t touched = 0, ov_buf = 0, ov_read = 0;
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++) {
             const spi_step_run *r = &out->run[k][i];
             if (r->mode != SPI_RUN_OVERLAP) continue;
-            for (int j = 0; j < 4; j++) touched |= 1ull << r->rd[j];
+            for (int j = 0; j < 4; j++) {
+                touched |= 1ull << r->rd[j];
+                if (r->rd[j] != r->dst) ov_read |= 1ull << r->rd[j];
+            }
             touched |= 1ull << r->dst;
+            ov_buf |= 1ull << r->dst;
         }
     touched &= ~1ull;   /* SP_BUF_NONE */
+    ov_buf &= ~1ull;
+    ov_read &= ~1ull;
+    /* Only the slots an overlapping op sets can run ahead of the compute
+     * stream: every other slot is set by an op that also sets the compute
+     * stream to the same end, and the compute stream never goes back.  So a
+     * compute-stream op (every mode but OVERLAP) need not wait on the
+     * others (its wait on the compute stream covers them), and a slot no op
+     * waits on is left out of the shortcut's repeat test (the times that
+     * are read, and so the makespan, are the same to the picosecond). */
+    uint64_t need_buf = 0, need_read = 0;   /* BUF / READ slots some op waits on, by buffer */
     uint64_t live = 0;   /* buffers the layer's ops read or write */
     for (int k = 0; k < SP_PART_COUNT; k++) {
         int n = 0;
@@ -428,13 +487,25 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
             o->add[1] = add[1];
             /* the slots spi_sched_ready reads and spi_sched_commit writes */
             o->n_dep = o->n_set = o->n_rdm = 0;
+            /* the buffers whose slots it waits on: all of them on the
+             * communication stream, else those an overlapping op sets */
+            uint64_t wb = r->mode == SPI_RUN_OVERLAP ? ~0ull : ov_buf, wr = r->mode == SPI_RUN_OVERLAP ? ~0ull : ov_read;
             if (r->mode != SPI_RUN_OVERLAP) o->dep[o->n_dep++] = SPI_SLOT_COMP;
             if (r->mode != SPI_RUN_COMPUTE) o->dep[o->n_dep++] = SPI_SLOT_COMM;
             for (int j = 0; j < 4; j++)
-                if (r->rd[j] != SP_BUF_NONE) o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->rd[j]);
+                if (r->rd[j] != SP_BUF_NONE && (wb >> r->rd[j] & 1)) {
+                    o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->rd[j]);
+                    need_buf |= 1ull << r->rd[j];
+                }
             if (r->dst != SP_BUF_NONE) {
-                o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->dst);
-                o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_READ + r->dst);
+                if (wb >> r->dst & 1) {
+                    o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->dst);
+                    need_buf |= 1ull << r->dst;
+                }
+                if (wr >> r->dst & 1) {
+                    o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_READ + r->dst);
+                    need_read |= 1ull << r->dst;
+                }
             }
             if (r->mode != SPI_RUN_OVERLAP) o->set[o->n_set++] = SPI_SLOT_COMP;
             if (r->mode != SPI_RUN_COMPUTE) o->set[o->n_set++] = SPI_SLOT_COMM;
@@ -453,11 +524,10 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     out->live[0] = SPI_SLOT_COMP;
     out->live[1] = SPI_SLOT_COMM;
     out->n_live = 2;
-    for (; live; live &= live - 1) {
-        int b = __builtin_ctzll(live);
-        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_BUF + b);
-        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_READ + b);
-    }
+    for (uint64_t b_set = live & need_buf; b_set; b_set &= b_set - 1)
+        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_BUF + __builtin_ctzll(b_set));
+    for (uint64_t r_set = live & need_read; r_set; r_set &= r_set - 1)
+        out->live[out->n_live++] = (unsigned char)(SPI_SLOT_READ + __builtin_ctzll(r_set));
 }
 
 /* The whole schedule of one part, every step (the coefficient vectors'

@@ -1568,9 +1568,11 @@ sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_
     const int64_t *a = bufs_a ? bufs_a : none, *b = bufs_b ? bufs_b : none;
     sp_mem_sizes r = *stage_sizes;
     spi_ckd ck = SPI_CKD_INIT;
-    /* every buffer; the gathered weights' buffers (a part of sum) */
-    int64_t sum = sum_aligned_max(&ck, "activation bytes", a, b, 1, SP_BUF_COUNT);
+    /* the activation buffers, then the gathered weights' (sum_aligned_max's
+     * bound holds for each part: every term is one of the whole's) */
+    int64_t act = sum_aligned_max(&ck, "activation bytes", a, b, 1, SP_BUF_GATHERED);
     int64_t gathered = sum_aligned_max(&ck, "activation bytes", a, b, SP_BUF_GATHERED, SP_BUF_COUNT);
+    int64_t sum = spi_ck_add(&ck, "activation bytes", act, gathered);
     r.gathered_weights = gathered;
     r.activations = sum - gathered;
     r.total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.weights, r.gathered_weights),
