@@ -409,7 +409,18 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
 void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
                             spi_step_coefs *coef)
 {
-    price_ctx pc = {p, hw, {0}, sp_hw_compute_peak(hw, p->layout.weights), hw->hbm_bw, {ctx[0], ctx[1]}, 0, {{0}, {{0}}}, NULL, 1.0, 0};
+    price_ctx pc;   /* field by field: its group table is filled as groups come (groups_done) */
+    pc.p = p;
+    pc.hw = hw;
+    pc.peak = sp_hw_compute_peak(hw, p->layout.weights);
+    pc.bw = hw->hbm_bw;
+    pc.ctx[0] = ctx[0];
+    pc.ctx[1] = ctx[1];
+    pc.have_map = 0;
+    pc.ck = NULL;
+    pc.share = 1.0;
+    pc.wstream = 0;
+    pc.groups_done = 0;
     if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */
         const sp_steps *wp[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
         for (int k = 0; k < SP_PART_COUNT; k++)
@@ -854,38 +865,44 @@ sp_status sp_cost_check_workload(const sp_model *m, const sp_workload *w)
 }
 
 
+/* sp_cost_check's figures, by offset (a constant table: the check runs on
+ * every priced layout) */
+#define CK_D(f) {#f, offsetof(sp_cost, f)}
+static const struct { const char *name; size_t off; } check_d[] = {
+    CK_D(prefill_s), CK_D(decode_step_s), CK_D(decode_s), CK_D(total_s), CK_D(tokens_per_s), CK_D(mfu),
+    CK_D(mfu_prefill), CK_D(mfu_decode), CK_D(cost_chip_s_per_token),
+    CK_D(prefill.time_s), CK_D(prefill.compute_s), CK_D(prefill.memory_s), CK_D(prefill.roofline_s),
+    CK_D(prefill.dispatch_s), CK_D(prefill.comm_s),
+    CK_D(decode.time_s), CK_D(decode.compute_s), CK_D(decode.memory_s), CK_D(decode.roofline_s),
+    CK_D(decode.dispatch_s), CK_D(decode.comm_s),
+};
+static const struct { const char *name; size_t off; } check_n[] = {
+    CK_D(shortfall_bytes), CK_D(comm_bytes_prefill), CK_D(comm_bytes_decode_step), CK_D(capacity), CK_D(chips),
+    CK_D(prefill.flops), CK_D(decode.flops), CK_D(prefill.comm_bytes), CK_D(decode.comm_bytes),
+    CK_D(mem.weights), CK_D(mem.gathered_weights), CK_D(mem.kv), CK_D(mem.activations), CK_D(mem.workspace),
+    CK_D(mem.scratch), CK_D(mem.total),
+};
+#undef CK_D
+
 sp_status sp_cost_check(const sp_cost *c)
 {
     if (!c) return spi_fail(SP_EINVAL, "sp_cost_check: NULL argument");
-    const struct { const char *name; double v; } d[] = {
-        {"prefill_s", c->prefill_s}, {"decode_step_s", c->decode_step_s}, {"decode_s", c->decode_s},
-        {"total_s", c->total_s}, {"tokens_per_s", c->tokens_per_s}, {"mfu", c->mfu}, {"mfu_prefill", c->mfu_prefill},
-        {"mfu_decode", c->mfu_decode}, {"cost_chip_s_per_token", c->cost_chip_s_per_token},
-        {"prefill.time_s", c->prefill.time_s}, {"prefill.compute_s", c->prefill.compute_s},
-        {"prefill.memory_s", c->prefill.memory_s}, {"prefill.roofline_s", c->prefill.roofline_s},
-        {"prefill.dispatch_s", c->prefill.dispatch_s}, {"prefill.comm_s", c->prefill.comm_s},
-        {"decode.time_s", c->decode.time_s}, {"decode.compute_s", c->decode.compute_s},
-        {"decode.memory_s", c->decode.memory_s}, {"decode.roofline_s", c->decode.roofline_s},
-        {"decode.dispatch_s", c->decode.dispatch_s}, {"decode.comm_s", c->decode.comm_s},
-    };
-    for (size_t i = 0; i < SPI_ARRAY_LEN(d); i++)
-        if (!(d[i].v >= 0) || !isfinite(d[i].v))
-            return spi_fail(SP_EINTERNAL, "cost model: %s is %g, not a finite figure >= 0", d[i].name, d[i].v);
+    const char *base = (const char *)c;
+    for (size_t i = 0; i < SPI_ARRAY_LEN(check_d); i++) {
+        double v;
+        memcpy(&v, base + check_d[i].off, sizeof v);
+        if (!(v >= 0) || !isfinite(v))
+            return spi_fail(SP_EINTERNAL, "cost model: %s is %g, not a finite figure >= 0", check_d[i].name, v);
+    }
     for (int k = 0; k < SP_COLL_COUNT; k++)
         if (!(c->prefill.coll_s[k] >= 0 && isfinite(c->prefill.coll_s[k]) && c->decode.coll_s[k] >= 0 &&
               isfinite(c->decode.coll_s[k])))
             return spi_fail(SP_EINTERNAL, "cost model: %s time is not a finite figure >= 0", sp_coll_kind_name((sp_coll_kind)k));
-    const struct { const char *name; int64_t v; } n[] = {
-        {"shortfall_bytes", c->shortfall_bytes}, {"comm_bytes_prefill", c->comm_bytes_prefill},
-        {"comm_bytes_decode_step", c->comm_bytes_decode_step}, {"capacity", c->capacity}, {"chips", c->chips},
-        {"prefill.flops", c->prefill.flops}, {"decode.flops", c->decode.flops},
-        {"prefill.comm_bytes", c->prefill.comm_bytes}, {"decode.comm_bytes", c->decode.comm_bytes},
-        {"mem.weights", c->mem.weights}, {"mem.gathered_weights", c->mem.gathered_weights}, {"mem.kv", c->mem.kv},
-        {"mem.activations", c->mem.activations}, {"mem.workspace", c->mem.workspace}, {"mem.scratch", c->mem.scratch},
-        {"mem.total", c->mem.total},
-    };
-    for (size_t i = 0; i < SPI_ARRAY_LEN(n); i++)
-        if (n[i].v < 0) return spi_fail(SP_EINTERNAL, "cost model: %s is %lld, negative", n[i].name, (long long)n[i].v);
+    for (size_t i = 0; i < SPI_ARRAY_LEN(check_n); i++) {
+        int64_t v;
+        memcpy(&v, base + check_n[i].off, sizeof v);
+        if (v < 0) return spi_fail(SP_EINTERNAL, "cost model: %s is %lld, negative", check_n[i].name, (long long)v);
+    }
     spi_ckd ck = SPI_CKD_INIT;
     int64_t sum = spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.weights, c->mem.gathered_weights),
                              spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.kv, c->mem.activations),

@@ -166,6 +166,18 @@ static void axcpy(char *dst, const char *a)
     }
     dst[n] = '\0';
 }
+/* axcpy, returning the sequence's mesh axes as a set (mesh_mask) */
+static inline unsigned axcpy_mask(char *dst, const char *a)
+{
+    unsigned m = 0;
+    int n = 0;
+    for (; *a; a++) {
+        m |= 1u << axis_of(*a);
+        if (n < SP_AXSEQ_MAX - 1) dst[n++] = *a;
+    }
+    dst[n] = '\0';
+    return m;
+}
 static void axcat(char *dst, const char *a, const char *b)
 {
     int n = 0;
@@ -262,22 +274,26 @@ static sp_step *emit_coll(ctx *c, sp_steps *ss, sp_coll_kind kind, sp_buf dst, s
                           const char *col_axes, int64_t rows, int64_t cols, sp_dtype dt, int is_weight)
 {
     /* the group is the set of axes in either sequence (all-to-all names the
-     * same axes twice: once for the batch order, once for the head order) */
-    int K = mask_size(c->l, xyz_mask(row_axes) | xyz_mask(col_axes));
+     * same axes twice: once for the batch order, once for the head order);
+     * its tensor axes x, y, z are the mesh set's bits SP_AXIS_X.. (sp_mesh.h) */
+    _Static_assert(SP_AXIS_Y == SP_AXIS_X + 1 && SP_AXIS_Z == SP_AXIS_X + 2, "x, y, z are consecutive mesh axes");
+    char ra[SP_AXSEQ_MAX] = {0}, ca[SP_AXSEQ_MAX] = {0};   /* zero past the letters, as emit leaves a step */
+    unsigned mask = axcpy_mask(ra, row_axes) | axcpy_mask(ca, col_axes);
+    int K = mask_size(c->l, (mask >> SP_AXIS_X) & 7u);
     if (K <= 1) return NULL;     /* a group of one chip moves nothing: no step */
     sp_step *s = emit(ss, SP_STEP_COLL);
     s->dst = dst;
     s->src = src;
     sp_coll *co = &s->coll;
     co->kind = kind;
-    axcpy(co->row_axes, row_axes);
-    axcpy(co->col_axes, col_axes);
+    memcpy(co->row_axes, ra, sizeof ra);
+    memcpy(co->col_axes, ca, sizeof ca);
     co->group = K;
     co->rows = rows;
     co->cols = cols;
     co->dtype = dt;
     co->is_weight = is_weight;
-    co->mask = mesh_mask(row_axes) | mesh_mask(col_axes);
+    co->mask = mask;
     int64_t eb = sp_dtype_bytes(dt);
     spi_ckd *ck = &c->ck;
     int64_t block = spi_ck_mul(ck, "collective elements", rows, cols);
@@ -464,8 +480,19 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
         sp_weight_spec wspec[SP_W_COUNT];
     } memo[2];
     static _Thread_local int next;
+    sp_program *p = c->p;
+    /* probed field by field, the model (the big part) last */
+    for (int i = 0; i < 2; i++) {
+        const storage_key *q = &memo[i].key;
+        if (q->used && q->mesh[0] == c->l->mesh[0] && q->mesh[1] == c->l->mesh[1] && q->mesh[2] == c->l->mesh[2] &&
+            q->wd == c->l->weights && q->one_d == c->one_d && q->experts == c->l->experts && q->first == first_stage &&
+            q->last == last_stage && !memcmp(&q->m, c->m, sizeof q->m)) {
+            memcpy(p->wspec, memo[i].wspec, sizeof p->wspec);
+            return;
+        }
+    }
     storage_key k;
-    memset(&k, 0, sizeof k);   /* compared with memcmp: padding zeroed */
+    memset(&k, 0, sizeof k);
     memcpy(&k.m, c->m, sizeof k.m);
     memcpy(k.mesh, c->l->mesh, sizeof k.mesh);
     k.wd = c->l->weights;
@@ -474,12 +501,6 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
     k.first = first_stage;
     k.last = last_stage;
     k.used = 1;
-    sp_program *p = c->p;
-    for (int i = 0; i < 2; i++)
-        if (!memcmp(&memo[i].key, &k, sizeof k)) {
-            memcpy(p->wspec, memo[i].wspec, sizeof p->wspec);
-            return;
-        }
     memset(p->wspec, 0, sizeof p->wspec);
     storage_specs(c, first_stage, last_stage);
     memo[next].key = k;
@@ -504,9 +525,9 @@ static sp_buf gather_weight(ctx *c, sp_steps *ss, sp_weight w)
     if (!g) return SP_BUF_NONE;
     g->weight = w;
     int64_t bytes = spi_ck_mul(&c->ck, "gathered weight bytes",
-                               spi_ck_mul3(&c->ck, "gathered weight bytes", s->local_rows, sp_lower_axes_size(c->l, ra),
+                               spi_ck_mul3(&c->ck, "gathered weight bytes", s->local_rows, axes_size(c->l, ra),
                                            s->local_cols),
-                               (int64_t)sp_lower_axes_size(c->l, ca) * sp_dtype_bytes(s->dtype));
+                               (int64_t)axes_size(c->l, ca) * sp_dtype_bytes(s->dtype));
     if (bytes > c->p->buf_bytes[buf]) c->p->buf_bytes[buf] = bytes;
     return buf;
 }
@@ -1426,7 +1447,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
         const sp_coll *co = &s->coll;
-        int64_t rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len), D = s->d_head;
+        int64_t rows, D = s->d_head;   /* rows: attention's and the KV store's */
         switch (s->kind) {
         case SP_STEP_COLL: {
             int64_t blk = spi_ck_mul(ck, "scratch bytes", co->elems, sp_dtype_bytes(co->dtype));
@@ -1438,6 +1459,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
             break;
         }
         case SP_STEP_ATTN:
+            rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len);
             need_scr(p, SP_SCR_Q, SCR(rows, s->heads, D, ab));
             need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
             need_scr(p, SP_SCR_SCORES, spi_ck_mul(ck, "scratch bytes", s->context, 4));
@@ -1449,6 +1471,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
             }
             break;
         case SP_STEP_KV_STORE:
+            rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len);
             need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads, D, ab));
             need_scr(p, SP_SCR_V, SCR(rows, s->kv_heads, D, ab));
             need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
@@ -1548,13 +1571,16 @@ static sp_status mem_overflow(const spi_ckd *ck)
  * case skips the per-term checks: the planner merges every layout's. */
 static int64_t sum_aligned_max(spi_ckd *ck, const char *what, const int64_t *a, const int64_t *b, int i0, int i1)
 {
-    uint64_t any = 0;
-    for (int i = i0; i < i1; i++) any |= (uint64_t)a[i] | (uint64_t)b[i];
-    int64_t sum = 0;
-    if (any < (1ull << 56) && i1 - i0 <= 64) {
-        for (int i = i0; i < i1; i++) sum += sp_mem_align(a[i] > b[i] ? a[i] : b[i]);
-        return sum;
+    /* one pass in unsigned arithmetic (no overflow is undefined there), kept
+     * when every larger size is >= 0 and under 2^56 (then it is exact) */
+    uint64_t any = 0, usum = 0;
+    for (int i = i0; i < i1; i++) {
+        uint64_t x = (uint64_t)(a[i] > b[i] ? a[i] : b[i]);
+        any |= x;
+        usum += (x + SP_MEM_ALIGN - 1) / SP_MEM_ALIGN * SP_MEM_ALIGN;
     }
+    if (any < (1ull << 56) && i1 - i0 <= 64) return (int64_t)usum;
+    int64_t sum = 0;
     for (int i = i0; i < i1; i++) sum = spi_ck_add(ck, what, sum, ck_align(ck, what, a[i] > b[i] ? a[i] : b[i]));
     return sum;
 }
