@@ -6,6 +6,7 @@
 #include "spi_common.h"
 #include "costmodel/sp_cost.h"
 #include "costmodel/spi_cost.h"
+#include "spi_lower.h"
 
 void sp_cost_opts_init(sp_cost_opts *o)
 {
@@ -443,23 +444,18 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     int two = ctx[1] > 0;
     memset(out->sums, 0, sizeof out->sums);
     out->overlaps = 0;
+    /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64),
+     * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
+    uint64_t touched = 0, ov_buf = 0, ov_read = 0;
     const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
         {
+            const spi_step_run *r = &out->run[k][i];
             price_step(&pc, &parts[k]->s[i], k == SP_PART_LAYER ? p->n_layers : 1, &out->run[k][i], out->sums, two,
                        coef ? (*coef)[k][i] : NULL);
-            out->overlaps |= out->run[k][i].mode == SPI_RUN_OVERLAP;
-        }
-    out->ck = ck;
-    if (!out->overlaps) return;
-    /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64),
-     * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
-    uint64_t touched = 0, ov_buf = 0, ov_read = 0;
-    for (int k = 0; k < SP_PART_COUNT; k++)
-        for (int i = 0; i < parts[k]->n; i++) {
-            const spi_step_run *r = &out->run[k][i];
             if (r->mode != SPI_RUN_OVERLAP) continue;
+            out->overlaps = 1;
             for (int j = 0; j < 4; j++) {
                 touched |= 1ull << r->rd[j];
                 if (r->rd[j] != r->dst) ov_read |= 1ull << r->rd[j];
@@ -467,6 +463,8 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
             touched |= 1ull << r->dst;
             ov_buf |= 1ull << r->dst;
         }
+    out->ck = ck;
+    if (!out->overlaps) return;
     touched &= ~1ull;   /* SP_BUF_NONE */
     ov_buf &= ~1ull;
     ov_read &= ~1ull;
@@ -787,33 +785,61 @@ static unsigned memo_slot(const phase_key *k)
     return (unsigned)(h >> 40) % MEMO_SLOTS;
 }
 
-static _Thread_local sp_program prog;   /* the program being priced (large: kept out of the stack) */
+/* The programs being priced, one per phase (large: kept out of the stack).
+ * A pipeline's stages share their layer part (sp_lower.h): sp_cost_eval
+ * lowers each phase's layer once per evaluation and shape and keeps it in
+ * prog[phase] for the other stages (spi_lower_finish_keep_layer). */
+static _Thread_local sp_program prog[SP_PHASE_COUNT];
 
-/* Lowers (sp_lower_begin done on prog) and prices one phase. */
-static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx, phase_val *v)
+/* What prog[phase] holds for the evaluation under way: the layer steps (-1:
+ * none of this evaluation's) lowered for shape sh (a chunked prefill's
+ * passes lower different layers). */
+typedef struct layer_keep {
+    int n;
+    sp_shape sh;
+} layer_keep;
+
+static int shape_eq(const sp_shape *a, const sp_shape *b)
 {
-    SP_CHECK(sp_lower_finish(&prog));
+    return a->batch == b->batch && a->q_len == b->q_len && a->context == b->context &&
+           a->max_context == b->max_context && a->act_dtype == b->act_dtype && a->passes_left == b->passes_left;
+}
+
+/* Lowers (sp_lower_begin done on prog[phase] for shape sh) and prices one
+ * phase, with the layer kept in *kept when it was lowered for the same
+ * shape; *kept then describes this program. */
+static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx, phase_val *v,
+                             layer_keep *kept)
+{
+    sp_program *p = &prog[phase];
+    int n = kept->n >= 0 && shape_eq(&kept->sh, sh) ? kept->n : -1;
+    kept->n = -1;   /* until the lowering succeeds */
+    SP_CHECK(n >= 0 ? spi_lower_finish_keep_layer(p, n) : sp_lower_finish(p));
+    kept->n = p->layer.n;
+    kept->sh = *sh;
     int64_t ctx[2] = {phase == SP_PHASE_PREFILL ? 0 : first_ctx, sh->max_context};
-    SP_CHECK(price_program(&prog, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
-    memcpy(v->buf_bytes, prog.buf_bytes, sizeof v->buf_bytes);
-    memcpy(v->scratch_bytes, prog.scratch_bytes, sizeof v->scratch_bytes);
-    v->nterms = sp_lower_pass_terms(&prog, v->left, v->num);
-    return sp_lower_mem_stage(&prog, &v->mem);
+    SP_CHECK(price_program(p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
+    memcpy(v->buf_bytes, p->buf_bytes, sizeof v->buf_bytes);
+    memcpy(v->scratch_bytes, p->scratch_bytes, sizeof v->scratch_bytes);
+    v->nterms = sp_lower_pass_terms(p, v->left, v->num);
+    return sp_lower_mem_stage(p, &v->mem);
 }
 
 /* The prices of one phase of stage s: from the memo, or lowered now. */
 static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layout *l, sp_phase phase,
                               const sp_shape *sh, int s, int64_t first_ctx, const sp_cost_opts *opts,
-                              int *bound, const phase_val **out)
+                              int *bound, layer_keep *kept, const phase_val **out)
 {
     static _Thread_local phase_val scratch;
     phase_key key;
     memset(&key, 0, sizeof key);
-    if (sp_lower_begin(m, l, phase, sh, s, &key.lk, &prog) != SP_OK)
-        return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &prog);   /* fails again, with the reason */
+    if (sp_lower_begin(m, l, phase, sh, s, &key.lk, &prog[phase]) != SP_OK) {
+        kept->n = -1;   /* sp_lower below rewrites it */
+        return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &prog[phase]);   /* fails again, with the reason */
+    }
     key.first_ctx = phase == SP_PHASE_DECODE ? first_ctx : 0;
     if (opts->fresh) {
-        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &scratch));
+        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &scratch, kept));
         *out = &scratch;
         return SP_OK;
     }
@@ -824,7 +850,7 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
     unsigned i = memo_slot(&key);
     if (!memo.used[i] || memcmp(&memo.key[i], &key, sizeof key)) {
         memo.used[i] = 0;
-        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &memo.val[i]));
+        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &memo.val[i], kept));
         memo.key[i] = key;
         memo.used[i] = 1;
     }
@@ -977,6 +1003,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     stage_kind kinds[4];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
     sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
     sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
     for (int s = 0; s < S; s++) {
@@ -998,7 +1025,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             if (w->prompt > 0) {
                 /* the last pass (the whole prefill when unchunked) sizes the memory: a chip
                  * holds one pass's activations; the passes' prices add up */
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &v));
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &kept[SP_PHASE_PREFILL], &v));
                 k->mem = v->mem;
                 memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
                 memcpy(pf_scr, v->scratch_bytes, sizeof pf_scr);
@@ -1011,7 +1038,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 for (int i = 0; i < nt; i++) {
                     sp_shape ps = pf_sh;
                     ps.passes_left = left[i];
-                    if (i) SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &ps, s, 0, opts, &bound, &v));
+                    if (i) SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &ps, s, 0, opts, &bound, &kept[SP_PHASE_PREFILL], &v));
                     add_phase_half(&k->pf, &v->c0, num[i], &ck);
                     ps2 = spi_ck_add(&ck, "prefill time (ps)", ps2, spi_ck_mul(&ck, "prefill time (ps)", spi_ps(v->c0.time_s), num[i]));
                 }
@@ -1020,7 +1047,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                 k->pf_ps = ps2 / 2;
             }
             if (w->gen > 0) {
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &v));
+                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &kept[SP_PHASE_DECODE], &v));
                 k->d1 = v->c0;
                 k->dn = v->c1;
                 int64_t pf_ws = w->prompt > 0 ? k->mem.workspace : 0;
@@ -1256,16 +1283,16 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         double v[SP_CP_COUNT];
         if (w->prompt > 0) {
             /* one micro-batch's passes, weighted as sp_cost_eval weighs them */
-            SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, &prog));
+            SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &pf_sh, s, &prog[SP_PHASE_PREFILL]));
             int64_t left[3], num[3];
-            int nt = sp_lower_pass_terms(&prog, left, num);
+            int nt = sp_lower_pass_terms(&prog[SP_PHASE_PREFILL], left, num);
             units = num[0] / 2 * (nt > 1 ? left[1] + 1 : 1);
             double t = 0, vs[SP_CP_COUNT] = {0};
             for (int i = 0; i < nt; i++) {
                 sp_shape ps = pf_sh;
                 ps.passes_left = left[i];
-                if (i) SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, &prog));
-                t += (double)num[i] / 2 * program_coefs(&prog, hw, 0, v);
+                if (i) SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, &prog[SP_PHASE_PREFILL]));
+                t += (double)num[i] / 2 * program_coefs(&prog[SP_PHASE_PREFILL], hw, 0, v);
                 for (int j = 0; j < SP_CP_COUNT; j++) vs[j] += (double)num[i] / 2 * v[j];
             }
             out->prefill_s += t;
@@ -1276,8 +1303,8 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
             }
         }
         if (w->gen > 0) {
-            SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, &prog));
-            double t = program_coefs(&prog, hw, max_ctx, v);
+            SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, &prog[SP_PHASE_DECODE]));
+            double t = program_coefs(&prog[SP_PHASE_DECODE], hw, max_ctx, v);
             dc_sum += t;
             for (int j = 0; j < SP_CP_COUNT; j++) v_dc_sum[j] += v[j];
             if (t > dc_max) {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include "spi_common.h"
 #include "sp_lower.h"
+#include "spi_lower.h"
 #include "spi_model.h"
 
 static const char *const step_names[SP_STEP_COUNT] = {
@@ -466,7 +467,10 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
 /* The storage of a stage's weights depends only on the model, the tensor
  * mesh, the weight dtype, 1D or 2D storage and whether the stage holds the
  * first or last layers; a search lowers many programs that share all of
- * these, so each thread keeps the last two sets (compared by value). */
+ * these, so each thread keeps the last STORAGE_MEMO sets (compared by
+ * value): a pipeline's stages hold up to three kinds (first, middle, last)
+ * and a search alternates between the phases of a few meshes and dtypes. */
+enum { STORAGE_MEMO = 8 };
 static void stage_storage(ctx *c, int first_stage, int last_stage)
 {
     typedef struct {
@@ -478,11 +482,11 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
     static _Thread_local struct {
         storage_key key;
         sp_weight_spec wspec[SP_W_COUNT];
-    } memo[2];
+    } memo[STORAGE_MEMO];
     static _Thread_local int next;
     sp_program *p = c->p;
     /* probed field by field, the model (the big part) last */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < STORAGE_MEMO; i++) {
         const storage_key *q = &memo[i].key;
         if (q->used && q->mesh[0] == c->l->mesh[0] && q->mesh[1] == c->l->mesh[1] && q->mesh[2] == c->l->mesh[2] &&
             q->wd == c->l->weights && q->one_d == c->one_d && q->experts == c->l->experts && q->first == first_stage &&
@@ -505,7 +509,7 @@ static void stage_storage(ctx *c, int first_stage, int last_stage)
     storage_specs(c, first_stage, last_stage);
     memo[next].key = k;
     memcpy(memo[next].wspec, p->wspec, sizeof p->wspec);
-    next ^= 1;
+    next = (next + 1) % STORAGE_MEMO;
 }
 
 /* gather a stored weight over the phase's weight-gathered axes N into its
@@ -1495,7 +1499,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming
  * the quantity, when one of its sizes overflows int64 (the shape is too large
  * to represent, whatever the chips) */
-static sp_status emit_program(ctx *c)
+static sp_status emit_program(ctx *c, int layer_steps)
 {
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
@@ -1507,7 +1511,16 @@ static sp_status emit_program(ctx *c)
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
-    emit_layer(c, &p->layer);
+    if (layer_steps < 0) {
+        emit_layer(c, &p->layer);
+    } else {
+        /* kept (spi_lower_finish_keep_layer): its only side effect on the
+         * program beyond its steps is the tallest matmul operand (the
+         * buffer sizes are taken from the steps below) */
+        p->layer.n = layer_steps;
+        for (int i = 0; i < layer_steps; i++)
+            if (p->layer.s[i].kind == SP_STEP_MATMUL && p->layer.s[i].k > p->matmul_k_max) p->matmul_k_max = p->layer.s[i].k;
+    }
     if (!last_stage) emit_p2p(c, &p->post, SP_STEP_SEND);
     else if (p->logits) emit_logits(c, &p->post);   /* an earlier prefill pass: no logits */
 
@@ -1531,7 +1544,15 @@ sp_status sp_lower_finish(sp_program *p)
     if (!p || begun.p != p)
         return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program on this thread");
     begun.p = NULL;
-    return emit_program(&begun.c);
+    return emit_program(&begun.c, -1);
+}
+
+sp_status spi_lower_finish_keep_layer(sp_program *p, int layer_steps)
+{
+    if (!p || begun.p != p || layer_steps < 0 || layer_steps > SP_PROG_MAX_STEPS)
+        return spi_fail(SP_EINVAL, "spi_lower_finish_keep_layer: no successful sp_lower_begin for this program on this thread");
+    begun.p = NULL;
+    return emit_program(&begun.c, layer_steps);
 }
 
 int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])
@@ -1552,7 +1573,7 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
-    return emit_program(&c);
+    return emit_program(&c, -1);
 }
 
 /* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE
