@@ -30,30 +30,38 @@
  * Since then, counted (instructions do not vary with the load; timings on
  * the shared VM do, 2x): `valgrind --tool=callgrind --toggle-collect=one_pass
  * bench/bench_cost --passes 3`, instructions per evaluation:
- *                               round 1     with the new terms (0c23e3a)    now
- *   lowering (sp_lower_finish)     6.8k              10.2k                 10.7k
- *   pricing + scheduling           2.9k           8.8k + 5.6k           10.4k + 3.7k
- *   sp_lower_begin (two a layout)  1.2k               1.5k                  1.5k
- *   memo, memory merge, checks     2.0k               5.5k                  4.7k
- *   total                         12.9k              31.5k                 31.0k
- * "now" also prices what came since (a matmul rows curve per weight dtype,
- * a launch latency per collective, mixture-of-experts steps): 32.1k without
- * the changes that made the schedule's slots resolved once while pricing,
- * its repeat test on the layer's live slots, decode's two contexts
- * scheduled together, and cheaper workload checks, profile comparisons and
- * memory merges (on the tree before those terms: 31.5k -> 29.0k).
- * A program is ~29 steps (2 pre, ~21 layer, ~6 post) of 280 bytes; 3/4 of
+ *                               round 1   new terms (0c23e3a)   before (6649411)   now
+ *   lowering (sp_lower_finish)     6.8k         10.2k                10.8k          9.9k
+ *   pricing + scheduling           2.9k      8.8k + 5.6k          10.4k + 3.3k   9.7k + 2.3k
+ *   sp_lower_begin (two a layout)  1.2k          1.5k                 1.6k          1.6k
+ *   memo, memory merge, checks     2.0k          5.5k                 5.3k          4.4k
+ *   total                         12.9k         31.5k                31.4k         27.9k
+ * "before" prices everything that came since the new terms (a matmul rows
+ * curve per weight dtype, a launch latency per collective, mixture of
+ * experts, chunked prefill).  "now": a collective's group (torus steps and
+ * directions, cluster tiers) resolved once per program and axis set; the
+ * efficiency memo probed inline; the schedule's ops wait only on the slots
+ * an overlapping op can move ahead of the compute stream, and its repeat
+ * test compares only slots some op waits on (~2/3 of them); one walk per
+ * axis sequence in the lowering; memory merges in one pass; the result
+ * check through a constant table.  Every figure is the same to the bit
+ * (estimate, plan and frontier outputs and every sp_cost field of ~95k
+ * layouts over 14 model/hardware/workload sets compared before and after).
+ * A program is ~29 steps (2 pre, ~21 layer, ~6 post) of 296 bytes; 3/4 of
  * them overlap a collective and are scheduled, two layers each (the state
  * repeats after the second), ~15 steps of a layer taking part.  The
  * lowering grew with the executor's scratch and resolved operands, the
  * pricing with per-step efficiency curves and alpha-beta collectives:
- * ~370 instructions a step lowered and as many priced.
- * bench/cost_compare.sh against the round-1 binaries, 5 rounds, load
- * 13-19 on 2 cores (medians new/old): evaluation 2.73, fresh 2.62, plan
- * (whole process) 1.56 (with 29.0k above); the binary before, in the run
- * right after: 3.07, 3.04, 2.34.  At that load the rounds spread 2x; the
- * counts are the reliable figure: 2.4x round 1 against the target 1.2x
- * (not met).
+ * ~340 instructions a step lowered and ~410 priced and scheduled, against
+ * ~240 and ~100 in round 1; what is left is spread over every step, so the
+ * target needs a leaner step record and a fused lower-and-price pass
+ * rather than another memo.
+ * bench/cost_compare.sh against the round-1 binaries, 3 rounds, load 6-14
+ * on 2 cores (medians new/old): evaluation 2.38, fresh 2.60, plan (whole
+ * process) 2.14; against "before" in the run right after, 5 rounds, load
+ * 5-13: evaluation 1.00, fresh 0.92, plan 0.86.  At that load the rounds
+ * spread 2x; the counts are the reliable figure: 2.2x round 1 against the
+ * target 1.2x (not met).
  *
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if

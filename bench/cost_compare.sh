@@ -18,13 +18,14 @@
 # layers in practice, ~15 of its steps taking part), twice for decode
 # (first and last context).  Expected ~+40-60 % over round 1.
 # Measured (bench/bench_cost.c has the count per part): instructions per
-# evaluation 12.9k in round 1, 31.5k with the new terms, 31.0k now with
-# the terms added since (2.4x; the lowering and the per-step pricing grew
-# as much as the schedule added).  This script, 5 rounds against round 1
-# at load 13-19 on the 2 cores: evaluation 2.73, fresh 2.62, plan 1.56
-# (the binary before, in the run after: 3.07, 3.04, 2.34); at such a load
-# the rounds spread 2x, so compare instruction counts when the machine is
-# busy.
+# evaluation 12.9k in round 1, 31.5k with the new terms, 31.4k with what
+# came since (6649411), 27.9k now (2.2x round 1); `shardplan plan` on one
+# thread (SHARDPLAN_THREADS=1 under callgrind) 455M instructions in round
+# 1, 1420M before, 1117M now (2.5x; a pipeline's stages now share their
+# layer's lowering).  This script, 3 rounds against round 1 at load 6-14
+# on the 2 cores: evaluation 2.38, fresh 2.60, plan 2.14; against the tree
+# before, 5 rounds at load 5-13: 1.00, 0.92, 0.86.  At such a load the
+# rounds spread 2x, so compare instruction counts when the machine is busy.
 set -eu
 base=${1:?usage: cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
