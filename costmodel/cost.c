@@ -945,6 +945,136 @@ sp_status sp_cost_check(const sp_cost *c)
     return SP_OK;
 }
 
+/* One stage's prices: the kind of stage (first, last, layers) of stage s of
+ * l, both phases (those the workload runs) and one chip's memory. */
+typedef struct stage_kind {
+    int first, last;
+    int64_t layers;
+    sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
+    int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
+    int64_t units;              /* prefill passes per micro-batch */
+    sp_mem_sizes mem;
+} stage_kind;
+
+static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k)
+{
+    int64_t l0, nl;
+    sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
+    memset(k, 0, sizeof *k);
+    k->first = s == 0;
+    k->last = s == l->stages - 1;
+    k->layers = nl;
+    k->units = 1;
+    spi_ckd ck = SPI_CKD_INIT;
+    int64_t max_ctx = w->prompt + w->gen;
+    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
+    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
+    const phase_val *v;
+    /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
+    int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT], pf_scr[SP_SCR_COUNT], dc_scr[SP_SCR_COUNT];
+    if (w->prompt > 0) {
+        /* the last pass (the whole prefill when unchunked) sizes the memory: a chip
+         * holds one pass's activations; the passes' prices add up */
+        SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, bound, &kept[SP_PHASE_PREFILL], &v));
+        k->mem = v->mem;
+        memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
+        memcpy(pf_scr, v->scratch_bytes, sizeof pf_scr);
+        int nt = v->nterms;
+        int64_t left[3], num[3];
+        memcpy(left, v->left, sizeof left);
+        memcpy(num, v->num, sizeof num);
+        k->units = num[0] / 2 * (nt > 1 ? left[1] + 1 : 1);
+        int64_t ps2 = 0;
+        for (int i = 0; i < nt; i++) {
+            sp_shape ps = pf_sh;
+            ps.passes_left = left[i];
+            if (i) SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &ps, s, 0, opts, bound, &kept[SP_PHASE_PREFILL], &v));
+            add_phase_half(&k->pf, &v->c0, num[i], &ck);
+            ps2 = spi_ck_add(&ck, "prefill time (ps)", ps2, spi_ck_mul(&ck, "prefill time (ps)", spi_ps(v->c0.time_s), num[i]));
+        }
+        k->pf.comm_bytes /= 2;
+        k->pf.flops /= 2;
+        k->pf_ps = ps2 / 2;
+    }
+    if (w->gen > 0) {
+        SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, bound, &kept[SP_PHASE_DECODE], &v));
+        k->d1 = v->c0;
+        k->dn = v->c1;
+        int64_t pf_ws = w->prompt > 0 ? k->mem.workspace : 0;
+        k->mem = v->mem;   /* weights and KV: the stage's, either phase's agrees */
+        if (pf_ws > k->mem.workspace) k->mem.workspace = pf_ws;   /* the larger tile */
+        memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
+        memcpy(dc_scr, v->scratch_bytes, sizeof dc_scr);
+    }
+    if (ck.overflow) return spi_fail(SP_EINVAL, "%s do not fit in 64 bits (the request is too large to represent)", ck.what);
+    SP_CHECK(sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem));
+    return sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem);
+}
+
+void sp_cost_pipe_terms(const sp_hw *hw, const sp_layout *l, int64_t prefill_units, sp_cost_pipe *out)
+{
+    const int64_t M = l->microbatches, u = prefill_units > 0 ? prefill_units : 1;
+    memset(out, 0, sizeof *out);
+    /* prefill: the flow shop of stages and M·u passes (a stage's time t_s is
+     * one micro-batch's u passes; each pass takes t_s / u) */
+    out->phase[SP_PHASE_PREFILL] = (sp_cost_pipe_phase){1, {1, 0}, {M * u - 1, 0}, u, 0};
+    int64_t sync_ps;
+    if (spi_token_sync(hw, l, &sync_ps))
+        /* a runtime that synchronises after every token runs each decode step
+         * as prefill runs (a flow shop of stages and micro-batches), then syncs */
+        out->phase[SP_PHASE_DECODE] = (sp_cost_pipe_phase){1, {1, 0}, {M - 1, 0}, 1, sync_ps};
+    else
+        /* micro-batches queued across token steps: the bubble is paid once,
+         * a step takes the slowest stage M times, or every stage once */
+        out->phase[SP_PHASE_DECODE] = (sp_cost_pipe_phase){2, {0, 1}, {M, 0}, 1, 0};
+}
+
+int64_t sp_cost_pipe_compose(const sp_cost_pipe_phase *f, int64_t sum_ps, int64_t max_ps)
+{
+    int64_t best = INT64_MIN;
+    for (int i = 0; i < f->n_forms; i++) {
+        int64_t a, b, t;
+        if (__builtin_mul_overflow(f->sum_coef[i], sum_ps, &a) || __builtin_mul_overflow(f->max_coef[i], max_ps, &b) ||
+            __builtin_add_overflow(a, b, &t))
+            return -1;
+        if (t > best) best = t;
+    }
+    int64_t r;
+    if (__builtin_add_overflow(best / (f->div > 0 ? f->div : 1), f->const_ps, &r)) return -1;
+    return r;
+}
+
+sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, int stage, sp_stage_cost *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_stage_eval: NULL argument");
+    if (stage < 0 || stage >= l->stages)
+        return spi_fail(SP_EINVAL, "sp_cost_stage_eval: stage %d outside 0..%d", stage, l->stages - 1);
+    if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
+        return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
+                        (long long)w->batch, (long long)w->prompt, (long long)w->gen);
+    sp_cost_opts defaults;
+    if (!opts) {
+        sp_cost_opts_init(&defaults);
+        opts = &defaults;
+    }
+    stage_kind k;
+    int bound = 0;
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};
+    SP_CHECK(stage_price(m, hw, l, w, opts, stage, &bound, kept, &k));
+    memset(out, 0, sizeof *out);
+    sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
+    out->prefill = k.pf;
+    out->decode = k.dn;
+    out->prefill_ps = w->prompt > 0 ? k.pf_ps : 0;
+    out->prefill_units = k.units;
+    out->decode1_ps = w->gen > 0 ? spi_ps(k.d1.time_s) : 0;
+    out->decode_ps = w->gen > 0 ? spi_ps(k.dn.time_s) : 0;
+    out->mem = k.mem;
+    return SP_OK;
+}
+
 /* the largest system sp_hw describes (a 4096^3 torus is refused above 2^24 chips) */
 #define SP_COST_MAX_CHIPS (1 << 24)
 
@@ -991,75 +1121,26 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->capacity = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
     int64_t worst = INT64_MIN;
     /* A stage's program depends on the stage only through (first, last,
-     * layers): price each distinct kind once (at most four) and reuse it. */
-    typedef struct stage_kind {
-        int first, last;
-        int64_t layers;
-        sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
-        int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
-        sp_mem_sizes mem;
-    } stage_kind;
+     * layers): price each distinct kind once (at most four for the even
+     * split, one per stage for an uneven one) and reuse it. */
     int64_t units = 1;              /* prefill passes per micro-batch (every stage alike) */
-    stage_kind kinds[4];
+    stage_kind kinds[SP_LAYOUT_MAX_STAGES + 4];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
-    sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
-    sp_shape dc_sh = {w->batch, 1, max_ctx, max_ctx, opts->act_dtype, 0};
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
-        sp_lower_stage_layers(m->n_layers, S, s, &l0, &nl);
+        sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
         stage_kind *k = NULL;
         for (int i = 0; i < nkinds && !k; i++)
             if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl) k = &kinds[i];
-        if (k) goto accumulate;
-        k = &kinds[nkinds++];
-        memset(k, 0, sizeof *k);
-        k->first = s == 0;
-        k->last = s == S - 1;
-        k->layers = nl;
-        {
-            const phase_val *v;
-            /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
-            int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT], pf_scr[SP_SCR_COUNT], dc_scr[SP_SCR_COUNT];
-            if (w->prompt > 0) {
-                /* the last pass (the whole prefill when unchunked) sizes the memory: a chip
-                 * holds one pass's activations; the passes' prices add up */
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, &bound, &kept[SP_PHASE_PREFILL], &v));
-                k->mem = v->mem;
-                memcpy(pf_bufs, v->buf_bytes, sizeof pf_bufs);
-                memcpy(pf_scr, v->scratch_bytes, sizeof pf_scr);
-                int nt = v->nterms;
-                int64_t left[3], num[3];
-                memcpy(left, v->left, sizeof left);
-                memcpy(num, v->num, sizeof num);
-                units = num[0] / 2 * (nt > 1 ? left[1] + 1 : 1);
-                int64_t ps2 = 0;
-                for (int i = 0; i < nt; i++) {
-                    sp_shape ps = pf_sh;
-                    ps.passes_left = left[i];
-                    if (i) SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &ps, s, 0, opts, &bound, &kept[SP_PHASE_PREFILL], &v));
-                    add_phase_half(&k->pf, &v->c0, num[i], &ck);
-                    ps2 = spi_ck_add(&ck, "prefill time (ps)", ps2, spi_ck_mul(&ck, "prefill time (ps)", spi_ps(v->c0.time_s), num[i]));
-                }
-                k->pf.comm_bytes /= 2;
-                k->pf.flops /= 2;
-                k->pf_ps = ps2 / 2;
-            }
-            if (w->gen > 0) {
-                SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, &bound, &kept[SP_PHASE_DECODE], &v));
-                k->d1 = v->c0;
-                k->dn = v->c1;
-                int64_t pf_ws = w->prompt > 0 ? k->mem.workspace : 0;
-                k->mem = v->mem;   /* weights and KV: the stage's, either phase's agrees */
-                if (pf_ws > k->mem.workspace) k->mem.workspace = pf_ws;   /* the larger tile */
-                memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
-                memcpy(dc_scr, v->scratch_bytes, sizeof dc_scr);
-            }
-            SP_CHECK(sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem));
-            SP_CHECK(sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem));
+        if (!k) {
+            if (nkinds == (int)SPI_ARRAY_LEN(kinds))
+                return spi_fail(SP_EINTERNAL, "cost model: more than %d kinds of stage", nkinds);
+            k = &kinds[nkinds++];
+            SP_CHECK(stage_price(m, hw, l, w, opts, s, &bound, kept, k));
+            units = k->units;
         }
-    accumulate:
         if (w->prompt > 0) {
             int64_t t = k->pf_ps;
             pf_sum += t;
@@ -1087,24 +1168,19 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
     out->feasible = out->shortfall_bytes == 0;
 
-    /* a flow shop of M·units passes (one micro-batch's passes take pf_max on the slowest stage) */
+    sp_cost_pipe pipe;
+    sp_cost_pipe_terms(hw, l, units, &pipe);
     if (w->prompt > 0) {
-        int64_t pf = spi_ck_add(&ck, "prefill time (ps)", pf_sum,
-                                spi_ck_mul(&ck, "prefill time (ps)", spi_ck_mul(&ck, "prefill passes", M, units) - 1, pf_max));
-        if (ck.overflow) return spi_fail(SP_EINVAL, "%s does not fit in 64 bits (the request is too large to represent)", ck.what);
-        out->prefill_s = (double)(pf / units) * 1e-12;
+        int64_t pf = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_PREFILL], pf_sum, pf_max);
+        if (pf < 0) return spi_fail(SP_EINVAL, "prefill time (ps) does not fit in 64 bits (the request is too large to represent)");
+        out->prefill_s = (double)pf * 1e-12;
     }
-    int64_t sync_ps;
-    if (w->gen > 0 && spi_token_sync(hw, l, &sync_ps)) {
-        /* a runtime that synchronises after every token runs each decode step
-         * as prefill runs (a flow shop of stages and micro-batches), then syncs */
-        double step1 = (double)(d1_sum + (M - 1) * d1_max + sync_ps) * 1e-12;
-        double stepn = (double)(dn_sum + (M - 1) * dn_max + sync_ps) * 1e-12;
-        out->decode_step_s = stepn;
-        out->decode_s = w->gen * 0.5 * (step1 + stepn);
-    } else if (w->gen > 0) {
-        double step1 = (double)(M * d1_max > d1_sum ? M * d1_max : d1_sum) * 1e-12;
-        double stepn = (double)(M * dn_max > dn_sum ? M * dn_max : dn_sum) * 1e-12;
+    if (w->gen > 0) {
+        int64_t t1 = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], d1_sum, d1_max);
+        int64_t tn = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], dn_sum, dn_max);
+        if (t1 < 0 || tn < 0)
+            return spi_fail(SP_EINVAL, "decode step time (ps) does not fit in 64 bits (the request is too large to represent)");
+        double step1 = (double)t1 * 1e-12, stepn = (double)tn * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
     }

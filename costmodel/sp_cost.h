@@ -153,6 +153,50 @@ void sp_cost_opts_init(sp_cost_opts *o);
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
 
+/* ---- the pipeline from its stages (the planner's building blocks) ---- */
+
+/* One stage of a layout: its layers and the time one micro-batch takes
+ * through it (whole picoseconds, as sp_cost_eval rolls them up), and one of
+ * its chips' memory.  A stage's figures depend on the layout's split only
+ * through the stage's own layer count and whether it is the first or the
+ * last stage (sp_lower_key), so a stage priced under one split prices it
+ * under every split that gives it the same layers. */
+typedef struct sp_stage_cost {
+    int64_t first_layer, layers;
+    int64_t prefill_ps;      /* the prompt, every pass (0 when the workload has none) */
+    int64_t prefill_units;   /* prefill passes per micro-batch (chunked prefill; 1 otherwise) */
+    int64_t decode1_ps;      /* the first decode step (context prompt + 1) */
+    int64_t decode_ps;       /* a decode step at the last context */
+    sp_phase_cost prefill, decode;   /* their breakdowns (decode at the last context) */
+    sp_mem_sizes mem;
+} sp_stage_cost;
+/* Prices stage `stage` of l (sp_cost_eval's checks of the workload only:
+ * the layout's are those of the lowering). */
+sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, int stage, sp_stage_cost *out);
+
+/* How a phase's time composes from its stages' times t_s (ps):
+ *   phase_ps = floor(max over the forms f of (sum_coef[f]·Σ_s t_s +
+ *              max_coef[f]·max_s t_s) / div) + const_ps
+ * prefill: one form, (Σ + (M·u − 1)·max) / u (a flow shop of S stages and
+ * M micro-batches of u passes each: sp_stage_cost.prefill_units); decode
+ * with a per-token barrier: Σ + (M − 1)·max plus the barrier; decode
+ * otherwise (micro-batches queued across token steps): max(M·max, Σ).
+ * sp_cost_eval composes its prefill and decode steps so; the planner
+ * states the same forms as rows of its program.  compose returns -1 when
+ * the figure does not fit in int64. */
+typedef struct sp_cost_pipe_phase {
+    int n_forms;
+    int64_t sum_coef[2];
+    int64_t max_coef[2];
+    int64_t div;
+    int64_t const_ps;
+} sp_cost_pipe_phase;
+typedef struct sp_cost_pipe {
+    sp_cost_pipe_phase phase[SP_PHASE_COUNT];
+} sp_cost_pipe;
+void sp_cost_pipe_terms(const sp_hw *hw, const sp_layout *l, int64_t prefill_units, sp_cost_pipe *out);
+int64_t sp_cost_pipe_compose(const sp_cost_pipe_phase *f, int64_t sum_ps, int64_t max_ps);
 
 /* Prices a layout as sp_cost_eval does, and when l chunks no prefill
  * itself (prefill_chunk, prefill_tokens unset), the chunked prefills a

@@ -94,7 +94,7 @@ sp_status spi_chip_setup(chip *ch)
     const spi_xops *o = ch->ops;
     spi_xdev *d = &ch->dev;
     int64_t first, cnt;
-    sp_lower_stage_layers(ch->m->n_layers, ch->l->stages, ch->stage, &first, &cnt);
+    sp_layout_stage_layers(ch->l, ch->m->n_layers, ch->stage, &first, &cnt);
     ch->first_layer = first;
 
     /* the arenas: what the lowering predicts, and nothing else */

@@ -16,6 +16,48 @@ const char *sp_attn_layout_name(sp_attn_layout a) { return a < SP_AL_COUNT ? att
 const char *sp_phase_name(sp_phase p) { return p < SP_PHASE_COUNT ? phase_names[p] : "?"; }
 int sp_ffn_layout_is_1d(sp_ffn_layout f) { return f == SP_FL_WS1D; }
 
+int sp_layout_uneven(const sp_layout *l) { return l->stage_layers[0] != 0; }
+
+sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why, size_t size)
+{
+    if (!sp_layout_uneven(l)) return SP_OK;
+    if (l->stages > SP_LAYOUT_MAX_STAGES) {
+        snprintf(why, size, "%d stages: an uneven split names at most %d", l->stages, SP_LAYOUT_MAX_STAGES);
+        return SP_EINVAL;
+    }
+    int n = 0;
+    int64_t sum = 0;
+    while (n < SP_LAYOUT_MAX_STAGES && l->stage_layers[n] > 0) sum += l->stage_layers[n++];
+    for (int s = n; s < SP_LAYOUT_MAX_STAGES; s++)
+        if (l->stage_layers[s] != 0) {
+            snprintf(why, size, "stage %d holds %d layers (every count must be >= 1)", n, l->stage_layers[n]);
+            return SP_EINVAL;
+        }
+    if (n != l->stages) {
+        snprintf(why, size, "%d layer counts for %d stages (one per stage)", n, l->stages);
+        return SP_EINVAL;
+    }
+    if (sum != n_layers) {
+        snprintf(why, size, "the stages hold %lld layers, the model has %lld", (long long)sum, (long long)n_layers);
+        return SP_EINVAL;
+    }
+    return SP_OK;
+}
+
+void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int64_t *first, int64_t *count)
+{
+    if (sp_layout_uneven(l)) {
+        int64_t f = 0;
+        for (int s = 0; s < stage && s < SP_LAYOUT_MAX_STAGES; s++) f += l->stage_layers[s];
+        *first = f;
+        *count = stage < SP_LAYOUT_MAX_STAGES ? l->stage_layers[stage] : 0;
+        return;
+    }
+    int64_t base = n_layers / l->stages, extra = n_layers % l->stages;
+    *count = base + (stage < extra ? 1 : 0);
+    *first = stage * base + (stage < extra ? stage : extra);
+}
+
 void sp_layout_init(sp_layout *l)
 {
     memset(l, 0, sizeof *l);
@@ -175,10 +217,32 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         } else if (!strcmp(key, "prefill")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_PREFILL], key, err);
         else if (!strcmp(key, "decode")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_DECODE], key, err);
         else if (!strcmp(key, "placement")) st = parse_placement(v, vlen, l, err);
-        else
+        else if (!strcmp(key, "stage_layers")) {
+            /* the counts run up to the next key=value: 30,30,29,29 */
+            int n = 0;
+            for (;;) {
+                int x = 0;
+                if (n == SP_LAYOUT_MAX_STAGES)
+                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key,
+                                         "more than %d stages: uneven splits name at most %d", SP_LAYOUT_MAX_STAGES,
+                                         SP_LAYOUT_MAX_STAGES);
+                SP_CHECK(parse_int(v, vlen, &x, key, err));
+                if (x > SP_LAYOUT_MAX_STAGE_LAYERS)
+                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "%d layers in one stage: at most %d",
+                                         x, SP_LAYOUT_MAX_STAGE_LAYERS);
+                l->stage_layers[n++] = (int16_t)x;
+                if (!comma) break;
+                const char *q = comma + 1, *c2 = strchr(q, ',');
+                size_t ql = c2 ? (size_t)(c2 - q) : strlen(q);
+                if (memchr(q, '=', ql)) break;   /* the next key */
+                p = v = q;
+                vlen = len = ql;
+                comma = c2;
+            }
+        } else
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
-                                 "decode, placement, experts, capacity, prefill_chunk, prefill_tokens)");
+                                 "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -269,12 +333,24 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
         } else if (!strcmp(k, "placement")) {
             if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string such as \"zyx\"");
             SP_CHECK(parse_placement(json_string_value(v), strlen(json_string_value(v)), l, err));
+        } else if (!strcmp(k, "stage_layers")) {
+            size_t n = json_is_array(v) ? json_array_size(v) : 0;
+            if (n < 1 || n > SP_LAYOUT_MAX_STAGES)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
+                                     "must be an array of 1 to %d layer counts, one per stage", SP_LAYOUT_MAX_STAGES);
+            for (size_t i = 0; i < n; i++) {
+                json_t *d = json_array_get(v, i);
+                if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > SP_LAYOUT_MAX_STAGE_LAYERS)
+                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
+                                         "element %zu must be a layer count in 1..%d", i, SP_LAYOUT_MAX_STAGE_LAYERS);
+                l->stage_layers[i] = (int16_t)json_integer_value(d);
+            }
         } else if (!strcmp(k, "text") || !strcmp(k, "chips")) {
             /* informational keys written by sp_layout_to_json */
         } else {
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
-                                 "experts, capacity, prefill_chunk, prefill_tokens)");
+                                 "experts, capacity, prefill_chunk, prefill_tokens, stage_layers)");
         }
     }
     return SP_OK;
@@ -327,7 +403,9 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
     if (l->capacity != 1.0 && n < size) n += (size_t)snprintf(buf + n, size - n, ",capacity=%g", l->capacity);
     /* chunked prefill likewise, only when set */
     if (l->prefill_chunk && n < size) n += (size_t)snprintf(buf + n, size - n, ",prefill_chunk=%d", l->prefill_chunk);
-    if (l->prefill_tokens && n < size) snprintf(buf + n, size - n, ",prefill_tokens=%d", l->prefill_tokens);
+    if (l->prefill_tokens && n < size) n += (size_t)snprintf(buf + n, size - n, ",prefill_tokens=%d", l->prefill_tokens);
+    for (int s = 0; sp_layout_uneven(l) && s < SP_LAYOUT_MAX_STAGES && l->stage_layers[s] && n < size; s++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%d", s ? "," : ",stage_layers=", l->stage_layers[s]);
     return buf;
 }
 
@@ -351,6 +429,12 @@ void *sp_layout_to_json(const sp_layout *l)
     if (l->capacity != 1.0) json_object_set_new(o, "capacity", json_real(l->capacity));
     if (l->prefill_chunk) json_object_set_new(o, "prefill_chunk", json_integer(l->prefill_chunk));
     if (l->prefill_tokens) json_object_set_new(o, "prefill_tokens", json_integer(l->prefill_tokens));
+    if (sp_layout_uneven(l)) {
+        json_t *a = json_array();
+        for (int s = 0; s < SP_LAYOUT_MAX_STAGES && l->stage_layers[s]; s++)
+            json_array_append_new(a, json_integer(l->stage_layers[s]));
+        json_object_set_new(o, "stage_layers", a);
+    }
     return o;
 }
 
@@ -547,6 +631,11 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     if (l->microbatches < 1)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
                              l->microbatches);
+    if (sp_layout_uneven(l)) {
+        char why[160];
+        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
+    }
     if (l->experts != 1 || l->capacity != 1.0) {
         const char *key = l->experts != 1 ? "experts" : "capacity";
         if (m->n_experts <= 0)

@@ -1188,13 +1188,6 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
     (void)Vp;
 }
 
-void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count)
-{
-    int64_t base = n_layers / stages, extra = n_layers % stages;
-    *count = base + (stage < extra ? 1 : 0);
-    *first = stage * base + (stage < extra ? stage : extra);
-}
-
 /* Fills the context and the program's scalar fields and checks that the
  * layout applies; emits nothing.  quiet: no message (the planner probes
  * many layouts that do not apply). */
@@ -1378,7 +1371,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     }
 
     int64_t first;
-    sp_lower_stage_layers(m->n_layers, l->stages, stage, &first, &p->n_layers);
+    {
+        char why[160];
+        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK) BAD("stage_layers: %s", why);
+    }
+    sp_layout_stage_layers(l, m->n_layers, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
         BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
     return SP_OK;
@@ -1408,6 +1405,9 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
     key->layout = *l;
     memset(&key->layout.phase[!phase], 0, sizeof key->layout.phase[!phase]);
     if (phase == SP_PHASE_DECODE) key->layout.prefill_chunk = key->layout.prefill_tokens = 0;   /* prefill's passes */
+    /* the stage's layers are in the key (n_layers, first, last): the split of
+     * the other stages is not, so every split shares the stage's price */
+    memset(key->layout.stage_layers, 0, sizeof key->layout.stage_layers);
     key->shape.batch = shape->batch;   /* field by field: the key's padding stays zero */
     key->shape.q_len = shape->q_len;
     key->shape.context = shape->context;

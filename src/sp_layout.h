@@ -63,6 +63,18 @@
  *   A prefill then runs (B / (R·M·S)) × (prompt / T) passes per micro-batch,
  *   each holding the activations of one pass (sp_lower.h).
  * JSON: "prefill_chunk": S, "prefill_tokens": T.
+ * Pipelines take one more key, written only when set:
+ *   stage_layers=L0,L1,...   the layers of each stage, in order (contiguous
+ *                 blocks: stage 0 holds layers 0..L0-1 and the embedding, the
+ *                 last stage the last block and the LM head).  As many counts
+ *                 as stages, each >= 1, summing to the model's layers; at most
+ *                 SP_LAYOUT_MAX_STAGES stages.  Omitted: the even split
+ *                 (sp_layout_stage_layers), the first n_layers % stages stages
+ *                 one layer more.  The counts that follow stage_layers= are
+ *                 the comma-separated integers up to the next key=value.
+ *                 Every stage has the same mesh, layouts and precision; a
+ *                 stage of its own mesh or layout is not implemented.
+ * JSON: "stage_layers": [L0, L1, ...].
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -90,6 +102,11 @@ typedef struct sp_phase_layout {
     sp_attn_layout attn;
 } sp_phase_layout;
 
+/* Stages an uneven split (stage_layers) can name. */
+#define SP_LAYOUT_MAX_STAGES 32
+/* Layers one stage of an uneven split can hold. */
+#define SP_LAYOUT_MAX_STAGE_LAYERS 32767
+
 typedef struct sp_layout {
     int stages;              /* P >= 1 */
     int replicas;            /* R >= 1 */
@@ -104,6 +121,7 @@ typedef struct sp_layout {
     double capacity;         /* MoE: capacity factor >= 1 */
     int prefill_chunk;       /* sequences per prefill pass; 0: the micro-batch, see above */
     int prefill_tokens;      /* prompt tokens per prefill pass; 0: the prompt, see above */
+    int16_t stage_layers[SP_LAYOUT_MAX_STAGES]; /* layers per stage; all 0: the even split */
 } sp_layout;
 
 /* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,
@@ -114,6 +132,18 @@ void sp_layout_init(sp_layout *l);
  * -1 then, which no check accepts) */
 int64_t sp_layout_chips(const sp_layout *l);
 void sp_layout_mesh(const sp_layout *l, sp_mesh *out);
+/* 1 if the layout names its layers per stage (stage_layers), 0 for the even split. */
+int sp_layout_uneven(const sp_layout *l);
+/* Layers held by stage s of l for a model of n_layers: l's stage_layers when
+ * set, else contiguous even blocks, the first (n_layers % stages) stages one
+ * more.  *first is the stage's first layer.  An uneven split whose counts do
+ * not fit (sp_layout_check) gives what they say; the checks refuse it. */
+void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int64_t *first, int64_t *count);
+/* SP_OK if l's uneven split (if any) has one count >= 1 per stage, at most
+ * SP_LAYOUT_MAX_STAGES stages, summing to n_layers; SP_EINVAL with the
+ * reason in why (no message set: the lowering probes quietly).  Part of
+ * sp_layout_check and of the lowering's checks. */
+sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
 /* 1 if the phase layout stores weights as 1D (E F_xyz), 0 for 2D (E_x F_yz). */
 int sp_ffn_layout_is_1d(sp_ffn_layout f);
 

@@ -405,8 +405,6 @@ int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3]);
  * layers' matmuls, the tables stay at bf16; otherwise the weights' dtype. */
 sp_dtype sp_lower_table_dtype(sp_dtype weights);
 
-/* Layers held by stage s: contiguous blocks, the first (n_layers % stages) stages one more. */
-void sp_lower_stage_layers(int64_t n_layers, int stages, int stage, int64_t *first, int64_t *count);
 
 /* Every block a chip holds (a buffer, a weight shard, its scales, its bias,
  * a KV cache, the workspace, a scratch slot) starts on SP_MEM_ALIGN bytes,

@@ -662,6 +662,102 @@ START_TEST(test_pipeline_stages)
 }
 END_TEST
 
+/* uneven stages: the layout's counts reach the lowering, the stage prices
+ * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
+ * price depends on its own layers and position only (not the split) */
+START_TEST(test_uneven_stages)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 9;
+    sp_hw hw = torus_hw();
+    sp_error err;
+    sp_layout l = make_layout(2, 1, 2, SP_FL_WS2D, SP_AL_HEADS);
+    l.stages = 3;
+    l.microbatches = 4;
+    sp_workload w = {16, 64, 8};
+    const int16_t splits[3][3] = {{4, 3, 2}, {2, 3, 4}, {1, 7, 1}};
+    sp_stage_cost mid_a = {0};
+    for (int k = 0; k < 3; k++) {
+        memcpy(l.stage_layers, splits[k], sizeof splits[k]);
+        ck_assert_int_eq(sp_layout_check(&l, &m, &hw, 12, 16, &err), SP_OK);
+        sp_cost c;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+        int64_t pf_sum = 0, pf_max = 0, d_sum = 0, d_max = 0, d1_sum = 0, d1_max = 0, mem = 0;
+        for (int s = 0; s < 3; s++) {
+            sp_stage_cost sc;
+            ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &l, &w, NULL, s, &sc), SP_OK);
+            ck_assert_int_eq(sc.layers, splits[k][s]);
+            ck_assert_int_eq(sc.first_layer, s == 0 ? 0 : s == 1 ? splits[k][0] : splits[k][0] + splits[k][1]);
+            static sp_program p;
+            sp_shape pf = {16, 64, 64, 72, SP_DT_BF16};
+            ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, s, &p), SP_OK);
+            ck_assert_int_eq(p.n_layers, splits[k][s]);
+            pf_sum += sc.prefill_ps, d_sum += sc.decode_ps, d1_sum += sc.decode1_ps;
+            if (sc.prefill_ps > pf_max) pf_max = sc.prefill_ps;
+            if (sc.decode_ps > d_max) d_max = sc.decode_ps;
+            if (sc.decode1_ps > d1_max) d1_max = sc.decode1_ps;
+            if (sc.mem.total > mem) mem = sc.mem.total;
+            if (s == 1 && splits[k][1] == 3) {
+                /* the middle stage of 3 layers, under two splits: one price */
+                if (mid_a.layers) {
+                    ck_assert_int_eq(sc.prefill_ps, mid_a.prefill_ps);
+                    ck_assert_int_eq(sc.decode_ps, mid_a.decode_ps);
+                    ck_assert_int_eq(sc.mem.total, mid_a.mem.total);
+                } else mid_a = sc;
+            }
+        }
+        sp_cost_pipe pipe;
+        sp_cost_pipe_terms(&hw, &l, 1, &pipe);   /* unchunked: one prefill pass per micro-batch */
+        ck_assert_double_eq(c.prefill_s, (double)sp_cost_pipe_compose(&pipe.phase[SP_PHASE_PREFILL], pf_sum, pf_max) * 1e-12);
+        ck_assert_double_eq(c.decode_step_s, (double)sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], d_sum, d_max) * 1e-12);
+        double step1 = (double)sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], d1_sum, d1_max) * 1e-12;
+        ck_assert_double_eq(c.decode_s, w.gen * 0.5 * (step1 + c.decode_step_s));
+        ck_assert_int_eq(c.mem.total, mem);
+    }
+    /* the even split written out prices as the even split */
+    sp_layout even = l;
+    memset(even.stage_layers, 0, sizeof even.stage_layers);
+    memcpy(l.stage_layers, (int16_t[]){3, 3, 3}, 3 * sizeof(int16_t));
+    sp_cost a, b;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &even, &w, NULL, &a), SP_OK);
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &b), SP_OK);
+    ck_assert_double_eq(a.total_s, b.total_s);
+    ck_assert_int_eq(a.mem.total, b.mem.total);
+    /* splits that do not fit are refused, by name */
+    const int16_t bad[][4] = {{4, 3, 3, 0}, {4, 4, 0, 0}, {3, 3, 2, 1}, {4, 0, 5, 0}};
+    for (int k = 0; k < 4; k++) {
+        memcpy(l.stage_layers, bad[k], sizeof bad[k]);
+        ck_assert_int_eq(sp_layout_check(&l, &m, &hw, 12, 16, &err), SP_EINVAL);
+        ck_assert_str_eq(err.path, "stage_layers");
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &a), SP_EINVAL);
+    }
+    /* text and JSON forms */
+    sp_layout t, back;
+    char x[320], y[320];
+    ck_assert_int_eq(sp_layout_parse("stages=3,mesh=2x1x2,microbatches=4,stage_layers=4,3,2,weights=int8", &t, &err), SP_OK);
+    ck_assert_int_eq(t.stage_layers[0], 4);
+    ck_assert_int_eq(t.stage_layers[2], 2);
+    ck_assert_int_eq(t.stage_layers[3], 0);
+    ck_assert_int_eq(t.weights, SP_DT_INT8);
+    ck_assert_ptr_nonnull(strstr(sp_layout_format(&t, x, sizeof x), ",stage_layers=4,3,2"));
+    ck_assert_int_eq(sp_layout_parse(x, &back, &err), SP_OK);
+    ck_assert_str_eq(x, sp_layout_format(&back, y, sizeof y));
+    json_t *j = sp_layout_to_json(&t);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "stage_layers")), 3);
+    char *js = json_dumps(j, 0);
+    ck_assert_int_eq(sp_layout_parse(js, &back, &err), SP_OK);
+    ck_assert_str_eq(x, sp_layout_format(&back, y, sizeof y));
+    free(js);
+    json_decref(j);
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_layers=4,x", &t, &err), SP_EPARSE);
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_layers=0,9", &t, &err), SP_EPARSE);
+    ck_assert_int_eq(sp_layout_parse("{\"stages\":2,\"stage_layers\":[4,\"5\"]}", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/stage_layers");
+    /* without stage_layers a layout's text is unchanged */
+    ck_assert_ptr_null(strstr(sp_layout_format(&even, x, sizeof x), "stage_layers"));
+}
+END_TEST
+
 /* phase prices are memoised per thread (sp_lower_key): every layout priced
  * after others that share one of its phases must equal the same layout
  * priced first, in a thread of its own, and priced with opts.fresh */
@@ -919,6 +1015,7 @@ int main(void)
     tcase_add_test(tc, test_overlap_marked);
     tcase_add_test(tc, test_coefs);
     tcase_add_test(tc, test_pipeline_stages);
+    tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_chunked_prefill_refused);

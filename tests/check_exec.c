@@ -31,6 +31,9 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=wg-xyz/batch,decode=wg-xyz/batch", 8, 5, 16},
     {"tiny-palm", "mesh=2x2x1," F32 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},
     {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    /* uneven pipelines: the layers per stage named by the layout */
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads,stage_layers=3,1", 4, 5, 16},
+    {"tiny-llama", "stages=3,microbatches=4,mesh=1x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads,stage_layers=1,2,1", 4, 5, 16},
     {"tiny-gpt2", "replicas=2,mesh=2x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
     {"tiny-palm", "mesh=2x2x2," F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
     {"tiny-palm", "mesh=2x2x2," F32 "prefill=wg-xy/heads,decode=wg-xy/heads", 8, 5, 16},
@@ -82,6 +85,7 @@ static const exec_case cases[] = {
     {"tiny-llama", "mesh=2x2x2," BF16 "prefill=wg-xyz/heads,decode=wg-xyz/heads", 8, 5, 16},
     {"tiny-llama", "mesh=2x2x2," BF16 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
     {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," BF16 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," BF16 "prefill=wg-x/heads,decode=ws2d/batch,stage_layers=1,3", 4, 5, 16},
     {"tiny-llama", "mesh=2x2x2," INT8 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
     {"tiny-gpt2", "mesh=2x2x2," INT8 "prefill=ws2d/heads,decode=ws2d/heads", 8, 5, 16},
     {"tiny-palm", "mesh=2x2x1," INT8 "prefill=wg-x/heads,decode=wg-x/heads", 4, 5, 16},

@@ -71,6 +71,28 @@ bad "unknown ffn" "unknown FFN layout" "mesh=4x4x4,prefill=ws3d/heads"
 bad "unknown key" "unknown key" "mesh=4x4x4,tensor=4"
 bad "unknown attn" "unknown attention layout" "mesh=4x4x4,decode=ws2d/rows"
 bad "mixed storage" "store weights differently" "mesh=4x4x4,prefill=ws1d/heads,decode=ws2d/batch"
+bad "split sum" "the stages hold 119 layers, the model has 118" "stages=4,mesh=1x1x16,microbatches=4,stage_layers=30,30,30,29"
+bad "split count" "3 layer counts for 4 stages" "stages=4,mesh=1x1x16,microbatches=4,stage_layers=40,40,38"
+# an uneven split is priced (text and JSON forms alike) and differs from the even split
+U=stages=4,mesh=1x1x16,microbatches=4,stage_layers=29,30,30,29
+check "uneven split" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 --gen 8 \
+    --layout "$U" --json
+cp /tmp/sp_est_out.$$ /tmp/sp_est_u.$$
+{ json_check '$1 == 29' -n /tmp/sp_est_u.$$ /layout/stage_layers/0 &&
+  json_check '$1 == 30' -n /tmp/sp_est_u.$$ /layout/stage_layers/1; } ||
+    { echo "FAIL: uneven split: layout's stage_layers"; fail=$((fail + 1)); }
+"$JSONQ" /tmp/sp_est_u.$$ /layout >/tmp/sp_est_layout.$$
+check "uneven split as JSON" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 \
+    --gen 8 --layout /tmp/sp_est_layout.$$ --json
+json_same /tmp/sp_est_u.$$ /tmp/sp_est_out.$$ /total_s /memory_per_chip ||
+    { echo "FAIL: uneven split: text and JSON forms price differently"; fail=$((fail + 1)); }
+check "even split" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 --gen 8 \
+    --layout stages=4,mesh=1x1x16,microbatches=4 --json
+# the first stage (embedding) holds 29 layers instead of 30: its worst-stage memory is less
+mu=$("$JSONQ" /tmp/sp_est_u.$$ /memory_per_chip/total) me=$("$JSONQ" /tmp/sp_est_out.$$ /memory_per_chip/total)
+[ -n "$mu" ] && [ -n "$me" ] && [ "$mu" -lt "$me" ] ||
+    { echo "FAIL: uneven split: worst-stage memory $mu, even split $me"; fail=$((fail + 1)); }
+rm -f /tmp/sp_est_u.$$
 check "batch split" 2 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 6 --prompt 16 --gen 4 \
     --layout mesh=4x4x4,prefill=wg-xyz/heads,decode=ws2d/batch
 grep -q "divisible" /tmp/sp_est_err.$$ || { echo "FAIL: batch split: no reason"; fail=$((fail + 1)); }

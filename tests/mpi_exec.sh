@@ -51,6 +51,7 @@ done <<'EOF2'
 4 tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch
 4 tiny-palm mesh=2x2x1,weights=int8,kv=f32,prefill=wg-x/heads,decode=wg-x/heads
 4 tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=bf16,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+3 tiny-llama stages=3,microbatches=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,stage_layers=2,1,1
 8 tiny-llama mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 4 tiny-llama stages=4,microbatches=1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=2,prefill_tokens=1
