@@ -86,6 +86,7 @@ sp_status sp_server_narrow(sp_server s, sp_plan_opts *o)
     o->weight_dtypes = server_weights[s];
     o->tensor_1d = 1;
     o->microbatches_per_stage = 1;
+    o->even_stages = 1;
     return SP_OK;
 }
 
@@ -122,6 +123,8 @@ int sp_server_inexpressible(sp_server s, const sp_layout *l, char (*out)[SP_SERV
              l->prefill_chunk, t);
     if (l->prefill_tokens)
         NOTE("prefill in passes of %d prompt tokens: set %s's chunked prefill to that many tokens", l->prefill_tokens, t);
+    if (sp_layout_uneven(l))
+        NOTE("layers split unevenly over the stages (stage_layers): the %s flags written here split them evenly", t);
 #undef NOTE
     return n;
 }
@@ -205,6 +208,7 @@ static void cache_key(const sp_model *m, const sp_hw *hw, int chips, const sp_wo
     KH(&k, o->weight_dtypes);
     KH(&k, o->tensor_1d);
     KH(&k, o->microbatches_per_stage);
+    KH(&k, o->even_stages);
     KH(&k, server);
     snprintf(key, 33, "%016llx%016llx", (unsigned long long)k.a, (unsigned long long)k.b);
 }

@@ -186,7 +186,7 @@ struct spi_milp {
  * only one it created itself: a caller that uses GLPK keeps its own. */
 static _Thread_local int glpk_users, glpk_env_ours;
 
-static sp_status glpk_env_get(spi_milp *q)
+sp_status spi_glpk_env_get(int *holds)
 {
     if (glpk_users == 0) {
         int r = glp_init_env();   /* 0: created now, 1: the caller's, else failed */
@@ -194,14 +194,14 @@ static sp_status glpk_env_get(spi_milp *q)
         glpk_env_ours = r == 0;
     }
     glpk_users++;
-    q->holds_env = 1;
+    *holds = 1;
     return SP_OK;
 }
 
-static void glpk_env_put(spi_milp *q)
+void spi_glpk_env_put(int *holds)
 {
-    if (!q->holds_env) return;
-    q->holds_env = 0;
+    if (!*holds) return;
+    *holds = 0;
     if (--glpk_users == 0 && glpk_env_ours) {
         glp_free_env();
         glpk_env_ours = 0;
@@ -258,7 +258,7 @@ void spi_milp_free(spi_milp *q)
 {
     if (!q) return;
     if (q->P) glp_delete_prob(q->P);
-    glpk_env_put(q);
+    spi_glpk_env_put(&q->holds_env);
     free(q->ul);
     free(q->ut);
     free(q->ord);
@@ -291,7 +291,7 @@ sp_status spi_milp_new(const spi_space *s, const double *lat, const double *ntps
     }
     SP_CHECKGOTO(distinct(n, lat, &q->ul, &q->nul), st, fail);
     SP_CHECKGOTO(distinct(n, ntps, &q->ut, &q->nut), st, fail);
-    SP_CHECKGOTO(glpk_env_get(q), st, fail);
+    SP_CHECKGOTO(spi_glpk_env_get(&q->holds_env), st, fail);
     double t0 = now_s();
     int term = glp_term_out(GLP_OFF);
     glp_prob *P = q->P = glp_create_prob();
@@ -677,7 +677,7 @@ static int check_opts(const sp_plan_opts *o)
     return o->size == sizeof *o && (unsigned)o->objective < SP_PLAN_OBJECTIVE_COUNT &&
            (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
            (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
-           o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0;
+           o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0 && o->even_stages >= 0;
 }
 
 /* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
@@ -833,6 +833,81 @@ static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const
     return st;
 }
 
+/* The pipeline program over the space's pipelines (plan_stages.c): when its
+ * split is better than every admissible layout of the space, the split,
+ * priced by sp_cost_eval like every candidate, joins the space. */
+static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p)
+{
+    double inc = INFINITY;
+    for (int i = 0; i < s->n; i++) {
+        const spi_cand *c = &s->c[i];
+        int adm = c->mem_over <= 0 && (o->max_latency_s <= 0 || spi_cand_latency(s, c, o->latency_metric) <= o->max_latency_s) &&
+                  (o->min_tokens_per_s <= 0 || c->tokens_per_s >= o->min_tokens_per_s);
+        double v = spi_split_measure(s, c, o);
+        if (adm && v < inc) inc = v;
+    }
+    spi_split_req r = {.o = o, .incumbent = inc, .batch = 0};
+    spi_split_out so;
+    SP_CHECK(spi_split_solve(s, 0, &r, &so, &p->stats.glpk_s));
+    p->stats.eval_s += so.eval_s;
+    p->stats.solves += so.solved;
+    p->stats.split_templates = so.templates;
+    p->stats.split_kept = so.kept;
+    p->stats.split_blocks = so.blocks;
+    p->stats.split_rows = so.rows;
+    p->stats.split_cols = so.cols;
+    if (!so.found) return SP_OK;
+    spi_cand c = s->c[so.template_cand];
+    c.layout = so.layout;
+    c.key[SPI_DEC_PIPE] |= (int64_t)1 << 62;   /* an uneven split: a pipeline value of its own */
+    sp_cost cost;
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    double t0 = now_s();
+    SP_CHECK(sp_cost_eval(s->m, s->hw, &c.layout, &s->inst[0].w, &co, &cost));
+    p->stats.eval_s += now_s() - t0;
+    c.mem_over = cost.mem.total - cost.capacity;
+    c.prefill_s = cost.prefill_s;
+    c.decode_step_s = cost.decode_step_s;
+    c.total_s = cost.total_s;
+    c.tokens_per_s = cost.tokens_per_s;
+    c.cost_total = cost.cost_chip_s_per_token;
+    double v = spi_split_measure(s, &c, o);
+    /* the program states sp_cost_eval's roll-up (sp_cost_pipe): its optimum is the split's price */
+    if (!(fabs(v - so.phi) <= 1e-6 * v + 1e-12) || c.mem_over > 0) {
+        char t[320];
+        return spi_fail(SP_EINTERNAL, "planner: the pipeline program priced %s at %.9g s%s, the cost model at %.9g s",
+                        sp_layout_format(&c.layout, t, sizeof t), so.phi, c.mem_over > 0 ? " (fitting)" : "", v);
+    }
+    if (!(v < inc)) return SP_OK;
+    p->stats.split_better = 1;
+    return spi_space_push(s, &c);
+}
+
+/* The chosen layout's stages, priced one by one. */
+static sp_status fill_stages(const sp_model *m, const sp_hw *hw, sp_plan *p)
+{
+    if (!p->has_chosen) return SP_OK;
+    const sp_layout *l = &p->chosen.layout;
+    p->stages = calloc((size_t)l->stages, sizeof *p->stages);
+    if (!p->stages) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    sp_workload w = p->workload;
+    w.batch = p->chosen.batch;   /* a frontier's point carries its own */
+    for (int s = 0; s < l->stages; s++) {
+        sp_stage_cost sc;
+        SP_CHECK(sp_cost_stage_eval(m, hw, l, &w, NULL, s, &sc));
+        sp_plan_stage *x = &p->stages[p->n_stages++];
+        x->first_layer = sc.first_layer;
+        x->layers = sc.layers;
+        x->chips = (int)(sp_layout_chips(l) / l->stages);
+        memcpy(x->mesh, l->mesh, sizeof x->mesh);
+        x->prefill_s = (double)sc.prefill_ps * 1e-12;
+        x->decode_step_s = (double)sc.decode_ps * 1e-12;
+        x->memory_bytes = sc.mem.total;
+    }
+    return SP_OK;
+}
+
 sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                         const sp_plan_opts *opts, sp_plan **out)
 {
@@ -849,10 +924,12 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
+    if (!o.even_stages) SP_CHECKGOTO(split_pipelines(&s, &o, p), st, fail);
     SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
     p->stats.eval_s += s.eval_s;
     SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
+    SP_CHECKGOTO(fill_stages(m, hw, p), st, fail);
     if (p->result == SP_PLAN_INFEASIBLE && o.search_min_chips && p->min_shortfall_bytes != 0)
         SP_CHECKGOTO(search_fit(m, hw, chips, w, &o, p), st, fail);
     spi_space_free(&s);
@@ -922,6 +999,7 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
         p->stats.eval_s += raw.eval_s;
         SP_CHECKGOTO(plan_space(&s[k], &o[k], p, 0), st, fail);
         if (p->n_frontier > 0) p->chosen = p->frontier[0];
+        SP_CHECKGOTO(fill_stages(m, hw, p), st, fail);
         p->stats.total_s = now_s() - t0;
     }
     for (int k = 0; k < n_lm; k++) spi_space_free(&s[k]);
@@ -1085,6 +1163,7 @@ void sp_plan_free(sp_plan *p)
     if (!p) return;
     free(p->frontier);
     free(p->rivals);
+    free(p->stages);
     free(p);
 }
 
@@ -1122,6 +1201,30 @@ void *sp_plan_to_json(const sp_plan *p)
         json_object_set_new(ch, "chips", json_integer(p->chosen.chips));
         json_object_set_new(ch, "batch", json_integer(p->chosen.batch));
         json_object_set_new(ch, "costs", (json_t *)sp_cost_to_json(&p->chosen.cost, &p->chosen.layout));
+        const sp_layout *l = &p->chosen.layout;
+        json_t *sa = json_array();
+        for (int i = 0; i < p->n_stages; i++) {
+            const sp_plan_stage *x = &p->stages[i];
+            json_t *j = json_object();
+            json_object_set_new(j, "stage", json_integer(i));
+            json_object_set_new(j, "first_layer", json_integer(x->first_layer));
+            json_object_set_new(j, "layers", json_integer(x->layers));
+            json_object_set_new(j, "embedding", json_boolean(i == 0));
+            json_object_set_new(j, "lm_head", json_boolean(i == p->n_stages - 1));
+            json_object_set_new(j, "chips", json_integer(x->chips));
+            json_object_set_new(j, "replicas", json_integer(l->replicas));
+            json_object_set_new(j, "mesh", json_pack("[iii]", x->mesh[0], x->mesh[1], x->mesh[2]));
+            json_object_set_new(j, "layout", json_pack("{sss{ssss}s{ssss}}", "weights", sp_dtype_name(l->weights),
+                                                        "prefill", "ffn", sp_ffn_layout_name(l->phase[0].ffn), "attn",
+                                                        sp_attn_layout_name(l->phase[0].attn), "decode", "ffn",
+                                                        sp_ffn_layout_name(l->phase[1].ffn), "attn",
+                                                        sp_attn_layout_name(l->phase[1].attn)));
+            json_object_set_new(j, "prefill_s", json_real(x->prefill_s));
+            json_object_set_new(j, "decode_step_s", json_real(x->decode_step_s));
+            json_object_set_new(j, "memory_bytes", json_integer(x->memory_bytes));
+            json_array_append_new(sa, j);
+        }
+        json_object_set_new(ch, "stages", sa);
         json_object_set_new(o, "chosen", ch);
     } else json_object_set_new(o, "chosen", json_null());
     json_t *fr = json_array();
@@ -1162,5 +1265,9 @@ void *sp_plan_to_json(const sp_plan *p)
                                               p->stats.rejected, "feasible", p->stats.feasible, "solves",
                                               p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,
                                               "total_s", p->stats.total_s));
+    json_object_set_new(json_object_get(o, "stats"), "pipeline_program",
+                        json_pack("{sisisisisisb}", "templates", p->stats.split_templates, "kept", p->stats.split_kept,
+                                  "blocks", p->stats.split_blocks, "rows", p->stats.split_rows, "columns",
+                                  p->stats.split_cols, "better", p->stats.split_better));
     return o;
 }

@@ -92,6 +92,8 @@ static sp_status push(spi_space *s, const spi_cand *c)
     return SP_OK;
 }
 
+sp_status spi_space_push(spi_space *s, const spi_cand *c) { return push(s, c); }
+
 static sp_status pend(spi_space *s, const spi_cand *c)
 {
     if (s->npend == s->pcap) {

@@ -31,6 +31,10 @@
  *   none does, the largest divisor of B/R below S: the bubble is priced), and
  *   (prefill, decode) × (FFN, attention) layouts sharing one weight storage.
  *   Layouts sp_cost_eval rejects (SP_EINVAL) are not part of the space.
+ *   Pipelines split their layers evenly; sp_plan_solve also decides uneven
+ *   splits (stage_layers, sp_layout.h) of every pipeline of 2..32 stages by a
+ *   second program over priced stages (doc/planner.md, plan_stages.c), and
+ *   its split joins the space when it beats every layout there.
  */
 #ifndef SP_PLAN_H
 #define SP_PLAN_H
@@ -116,6 +120,7 @@ typedef struct sp_plan_opts {
     unsigned weight_dtypes;          /* bit 1u << sp_dtype per weight precision `weights` may pick */
     int tensor_1d;                   /* 1: tensor meshes 1x1xT only (one tensor-parallel axis) */
     int microbatches_per_stage;      /* k > 0: pipelines run exactly k·stages micro-batches */
+    int even_stages;                 /* 1: pipelines split their layers evenly only (no stage_layers) */
 } sp_plan_opts;
 
 /* Defaults as above. */
@@ -176,7 +181,23 @@ typedef struct sp_plan_stats {
     double total_s;                  /* seconds in sp_plan_solve */
     int columns;                     /* candidates left in the MILP after the exact reductions
                                         (doc/planner.md) */
+    /* the pipeline program (uneven splits, doc/planner.md; sp_plan_solve only) */
+    int split_templates;             /* pipelines of 2..32 stages in the space */
+    int split_kept;                  /* in the program (the others cannot beat the best layout) */
+    int split_blocks;                /* (pipeline, stage kind, layers) blocks priced */
+    int split_rows, split_cols;      /* the program's size */
+    int split_better;                /* 1: its split beat every layout of the space, and is one */
 } sp_plan_stats;
+
+/* One stage of the chosen layout: its layers, chips and their figures. */
+typedef struct sp_plan_stage {
+    int64_t first_layer, layers;     /* contiguous: stage 0 also holds the embedding, the last the LM head */
+    int chips;                       /* replicas × X·Y·Z */
+    int mesh[3];                     /* its tensor mesh (every stage's layouts and precision are the layout's) */
+    double prefill_s;                /* one micro-batch's prompt through the stage */
+    double decode_step_s;            /* one micro-batch's decode step at the last context */
+    int64_t memory_bytes;            /* one chip of the stage */
+} sp_plan_stage;
 
 typedef struct sp_plan {
     sp_plan_result result;
@@ -198,6 +219,8 @@ typedef struct sp_plan {
     int64_t min_chips_bound;         /* no count below this fits: the model's weights and the KV
                                         cache at one byte per number over the usable HBM per chip */
     sp_plan_stats stats;
+    int n_stages;                    /* has_chosen: the chosen layout's stages */
+    sp_plan_stage *stages;
 } sp_plan;
 
 /*

@@ -66,6 +66,8 @@ void spi_space_free(spi_space *s);
 void spi_space_narrow(spi_space *s, const sp_plan_opts *o);
 /* Adds every layout of (chips, w) to the space (w->batch is the batch). */
 sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_weights weights, sp_dtype kv);
+/* Appends one priced candidate (counted as priced, like spi_space_add's). */
+sp_status spi_space_push(spi_space *s, const spi_cand *c);
 /* Numbers the decision values; call once after the last spi_space_add (and
  * spi_space_reduce). */
 sp_status spi_space_finish(spi_space *s);
@@ -126,5 +128,41 @@ typedef struct spi_milp_req {
 } spi_milp_req;
 sp_status spi_milp_solve(spi_milp *q, const spi_milp_req *r, sp_plan_result *res, int *chosen, int *solved,
                          double *glpk_s);
+
+/* GLPK's thread environment, shared by every program the planner builds in
+ * a thread (plan.c): get before creating a problem (*holds set), put after
+ * deleting it; the last put frees an environment the planner created. */
+sp_status spi_glpk_env_get(int *holds);
+void spi_glpk_env_put(int *holds);
+
+/* ---- the pipeline program (plan_stages.c, doc/planner.md) ---- */
+/* The layer counts a stage of an S-stage pipeline of L layers may hold. */
+void spi_split_window(int64_t L, int S, int *lo, int *hi);
+/* Stage position s of S: 0 first, 1 middle, 2 last. */
+int spi_split_kind(int s, int S);
+typedef struct spi_split_req {
+    const sp_plan_opts *o;   /* objective, metrics, bounds */
+    double incumbent;        /* the best measure (s) among the admissible candidates; INFINITY: none
+                                (every template is kept) */
+    int batch;               /* templates per program, in the order of their bounds (0: 32) */
+} spi_split_req;
+typedef struct spi_split_out {
+    int solved;              /* glp_intopt calls (one per program of `batch` templates) */
+    int unproven;            /* a program stopped at the time limit: the split is not proven best */
+    int found;               /* a split: layout, template_cand, phi */
+    sp_layout layout;
+    int template_cand;       /* the space's candidate it splits anew */
+    double phi;              /* the program's optimum, seconds of the measure */
+    int templates;           /* pipelines of the instance with 2..32 stages */
+    int pruned;              /* of those, dropped by the bound */
+    int kept;                /* in the program */
+    int blocks;              /* (template, kind, layers) priced */
+    int rows, cols;          /* the programs' size (summed over them) */
+    double eval_s;           /* seconds pricing blocks */
+} spi_split_out;
+/* Solves the pipeline program over instance inst's templates in s. */
+sp_status spi_split_solve(const spi_space *s, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s);
+/* The measure (seconds) the plan's objective is monotone in for one instance. */
+double spi_split_measure(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
 
 #endif

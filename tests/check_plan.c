@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "sp_plan.h"
+#include "spi_plan.h"
 
 /* ---- random small problems ---- */
 static unsigned rng_state;
@@ -154,6 +155,7 @@ static void check_problem(const sp_model *m, const sp_hw *hw, int N, const sp_wo
                 o.objective = (sp_plan_objective)obj;
                 o.latency_metric = (sp_plan_latency)lm;
                 o.search_min_chips = 0;
+                o.even_stages = 1;   /* the enumerated space: even splits (test_split_* cover the rest) */
                 o.rivals = bound == 0 && obj == 0;
                 o.frontier = bound == 1;
                 /* enumerated optimum and bound */
@@ -252,6 +254,251 @@ START_TEST(test_milp_equals_enumeration)
     sp_workload w = {batches[rnd(6)], 8 * (1 + rnd(4)), rnd(4) ? 4 : 0};
     if (rnd(8) == 0) w.prompt = 0, w.gen = 4;
     check_problem(&m, &hw, N, &w);
+}
+END_TEST
+
+/* ---- uneven pipelines: the pipeline program against the full product ---- */
+
+/* Every split of L layers over S stages (each >= 1), in lexicographic order:
+ * the next composition after c, 0 when c was the last. */
+static int next_split(int16_t *c, int S, int64_t L)
+{
+    for (int i = S - 2; i >= 0; i--) {
+        int64_t rest = 0;
+        for (int j = i + 1; j < S; j++) rest += c[j];
+        if (rest - (S - 1 - i) > 0) {   /* move one layer to stage i, the rest to the last */
+            c[i]++;
+            int64_t left = rest - 1;
+            for (int j = i + 1; j < S - 1; j++) c[j] = 1, left--;
+            c[S - 1] = (int16_t)left;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int n_split_compared, n_split_better, n_split_product;
+
+/* sp_plan_solve (the space and the pipeline program) against the full
+ * product: every layout of the space and, for each pipeline, every split of
+ * its layers, each priced by sp_cost_eval */
+static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w)
+{
+    bf_space bf;
+    brute(m, hw, N, w, SP_PLAN_W_AUTO, &bf);
+    int cap = 1024, n = 0;
+    bf_cand *all = malloc((size_t)cap * sizeof *all);
+    for (int i = 0; i < bf.n; i++) {
+        const sp_layout *l = &bf.c[i].l;
+        if (l->stages < 2) continue;
+        int lo, hi;
+        spi_split_window(m->n_layers, l->stages, &lo, &hi);
+        ck_assert_int_eq(lo, 1);   /* small models: the window is every split */
+        ck_assert_int_eq(hi, m->n_layers - l->stages + 1);
+        sp_layout u = *l;
+        for (int s = 0; s < l->stages; s++) u.stage_layers[s] = 1;
+        u.stage_layers[l->stages - 1] = (int16_t)(m->n_layers - l->stages + 1);
+        do {
+            sp_cost c;
+            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
+            if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
+            all[n].l = u;
+            all[n++].c = c;
+        } while (next_split(u.stage_layers, l->stages, m->n_layers));
+    }
+    n_split_product += n;
+    for (int obj = 0; obj < SP_PLAN_OBJECTIVE_COUNT; obj++)
+        for (int lm = 0; lm < SP_PLAN_LAT_COUNT; lm++) {
+            if (lm == SP_PLAN_LAT_DECODE && w->gen == 0) continue;
+            if (lm == SP_PLAN_LAT_PREFILL && w->prompt == 0) continue;
+            sp_plan_opts o;
+            sp_plan_opts_init(&o);
+            o.objective = (sp_plan_objective)obj;
+            o.latency_metric = (sp_plan_latency)lm;
+            o.search_min_chips = 0;
+            o.frontier = o.rivals = 0;
+            double best = INFINITY, best_even = INFINITY;
+            for (int i = 0; i < bf.n; i++)
+                if (admissible(&bf.c[i].c, &o)) best_even = fmin(best_even, obj_of(&bf.c[i].c, &o));
+            best = best_even;
+            for (int i = 0; i < n; i++)
+                if (admissible(&all[i].c, &o)) best = fmin(best, obj_of(&all[i].c, &o));
+            sp_plan *p = NULL;
+            ck_assert_int_eq(sp_plan_solve(m, hw, N, w, &o, &p), SP_OK);
+            n_split_compared++;
+            if (isinf(best)) {
+                ck_assert(!p->has_chosen);
+            } else {
+                ck_assert(p->has_chosen);
+                double got = obj_of(&p->chosen.cost, &o);
+                /* the program's optimum is GLPK's, within its tolerance (1e-7 relative) */
+                ck_assert_msg(fabs(got - best) <= 1e-7 * fabs(best), "%s/%s: plan %.12g, full product %.12g (even %.12g)",
+                              sp_plan_objective_name(o.objective), sp_plan_latency_name(o.latency_metric), got, best,
+                              best_even);
+                ck_assert(admissible(&p->chosen.cost, &o));
+                ck_assert_int_eq(sp_layout_check(&p->chosen.layout, m, hw, N, w->batch, NULL), SP_OK);
+                if (best < best_even && fabs(best - best_even) > 1e-7 * fabs(best_even)) {
+                    n_split_better++;
+                    ck_assert(sp_layout_uneven(&p->chosen.layout));
+                    ck_assert(p->stats.split_better);
+                }
+                /* the stages reported are the layout's */
+                ck_assert_int_eq(p->n_stages, p->chosen.layout.stages);
+                int64_t sum = 0;
+                for (int s = 0; s < p->n_stages; s++) {
+                    ck_assert_int_eq(p->stages[s].first_layer, sum);
+                    sum += p->stages[s].layers;
+                    ck_assert_int_le(p->stages[s].memory_bytes, p->chosen.cost.mem.total);
+                }
+                ck_assert_int_eq(sum, m->n_layers);
+            }
+            sp_plan_free(p);
+        }
+    free(all);
+    free(bf.c);
+}
+
+START_TEST(test_split_equals_enumeration)
+{
+    rng_state = 4321u + 104729u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    m.n_layers = 5 + rnd(4);   /* 5..8 layers: splits that are not even */
+    m.vocab = 4096;            /* a heavy LM head and embedding: stages that differ */
+    sp_hw hw;
+    static const int chips[] = {2, 4};
+    int N = chips[rnd(2)];
+    static const int64_t hbm[] = {4 << 20, 16 << 20, 1ll << 30};
+    small_hw(&hw, _i % 2, hbm[rnd(3)]);
+    static const int64_t batches[] = {4, 8};
+    sp_workload w = {batches[rnd(2)], 8 * (1 + rnd(4)), 4 + 4 * rnd(4)};
+    check_split_problem(&m, &hw, N, &w);
+}
+END_TEST
+
+/* An instance built for an uneven split to win: two chips a slow link
+ * apart (tensor parallelism pays), a model that fits on neither alone, and
+ * vocabulary tables that weigh as much as several layers (the stages of an
+ * even split differ by them). */
+START_TEST(test_split_wins)
+{
+    sp_model m;
+    sp_model_init(&m);
+    snprintf(m.name, sizeof m.name, "head-heavy");
+    m.n_layers = 6;
+    m.d_model = 256;
+    m.n_heads = 16;
+    m.d_head = 16;
+    m.n_kv_heads = 16;
+    m.d_ff = 1024;
+    m.vocab = 16384;
+    m.ffn = SP_FFN_GELU;
+    m.block = SP_BLOCK_SERIAL;
+    m.norm = SP_NORM_LAYERNORM;
+    m.positions = SP_POS_ROPE;
+    m.max_context = 1024;
+    ck_assert_int_eq(sp_model_validate(&m, NULL), SP_OK);
+    sp_hw hw;
+    small_hw(&hw, 1, 24 << 20);
+    hw.chips_per_node = 1;
+    hw.inter_bw = 1e9;
+    sp_workload w = {4, 16, 64};
+    check_split_problem(&m, &hw, 2, &w);
+    ck_assert_int_gt(n_split_better, 0);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.latency_metric = SP_PLAN_LAT_DECODE;
+    sp_plan *p, *q;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 2, &w, &o, &p), SP_OK);
+    o.even_stages = 1;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 2, &w, &o, &q), SP_OK);
+    ck_assert(p->has_chosen && q->has_chosen);
+    char a[320], b[320];
+    printf("head-heavy, decode step: %s %.6g s; even splits only: %s %.6g s\n",
+           sp_layout_format(&p->chosen.layout, a, sizeof a), p->chosen.cost.decode_step_s,
+           sp_layout_format(&q->chosen.layout, b, sizeof b), q->chosen.cost.decode_step_s);
+    ck_assert(sp_layout_uneven(&p->chosen.layout));
+    ck_assert(p->chosen.cost.decode_step_s < q->chosen.cost.decode_step_s);
+    /* the stages reported hold the layout's counts */
+    for (int k = 0; k < p->n_stages; k++) ck_assert_int_eq(p->stages[k].layers, p->chosen.layout.stage_layers[k]);
+    sp_plan_free(p);
+    sp_plan_free(q);
+}
+END_TEST
+
+/* The program's size: columns Σ_t (1 + S_t·(n_t − 1) + 6), rows 1 + Σ_t
+ * (S_t·(n_t − 1) + 2 + S_t + Σ_φ (1 + S_t + forms_φ) + (S_t − 3)·(n_t − 1) for
+ * S_t > 3): the sum of the choices, where the splits alone are Π_s n_t per
+ * template; and one program over every template (no incumbent) finds the
+ * split the full product does. */
+START_TEST(test_split_program_size)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    m.n_layers = 12;
+    sp_hw hw;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {8, 16, 8};
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    ck_assert_int_eq(spi_space_add(&s, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    spi_split_req r = {.o = &o, .incumbent = INFINITY, .batch = 1 << 20};
+    spi_split_out so;
+    double glpk_s = 0;
+    ck_assert_int_eq(spi_split_solve(&s, 0, &r, &so, &glpk_s), SP_OK);
+    ck_assert_int_eq(so.solved, 1);
+    ck_assert(so.found);
+    ck_assert_int_gt(so.kept, 10);
+    ck_assert_int_eq(so.kept + so.pruned, so.templates);
+    long cols = 0, rows = 1;
+    double product = 0;
+    int templates = 0;
+    for (int i = 0; i < s.n; i++) {
+        const sp_layout *l = &s.c[i].layout;
+        if (l->stages < 2) continue;
+        templates++;
+        int S = l->stages, lo, hi;
+        spi_split_window(m.n_layers, S, &lo, &hi);
+        int nn = hi - lo + 1;
+        sp_cost_pipe pipe;
+        sp_cost_pipe_terms(&hw, l, 1, &pipe);
+        cols += 1 + S * (nn - 1) + 6;
+        rows += S * (nn - 1) + 2 + S;
+        rows += (1 + S + pipe.phase[SP_PHASE_PREFILL].n_forms) + 2 * (1 + S + pipe.phase[SP_PHASE_DECODE].n_forms);
+        if (S > 3) rows += (long)(S - 3) * (nn - 1);
+        double splits = 1;
+        for (int k = 0; k < S; k++) splits *= nn;
+        product += splits;
+    }
+    ck_assert_int_eq(templates, so.templates);
+    ck_assert_int_eq(so.cols, cols);
+    ck_assert_int_eq(so.rows, rows);
+    /* the full product dwarfs the program */
+    ck_assert_msg(product > 10.0 * (double)(so.rows + so.cols), "product %g, program %d x %d", product, so.rows,
+                  so.cols);
+    /* its split is the best of the full product (each split priced by sp_cost_eval) */
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &so.layout, &w, NULL, &c), SP_OK);
+    double best = INFINITY;
+    for (int i = 0; i < s.n; i++) {
+        sp_layout u = s.c[i].layout;
+        if (u.stages < 2) continue;
+        for (int k = 0; k < u.stages; k++) u.stage_layers[k] = 1;
+        u.stage_layers[u.stages - 1] = (int16_t)(m.n_layers - u.stages + 1);
+        do {
+            sp_cost x;
+            if (sp_cost_eval(&m, &hw, &u, &w, NULL, &x) == SP_OK && x.feasible) best = fmin(best, x.total_s);
+        } while (next_split(u.stage_layers, u.stages, m.n_layers));
+    }
+    ck_assert_msg(fabs(c.total_s - best) <= 1e-7 * best, "program %.12g, full product %.12g", c.total_s, best);
+    ck_assert_msg(fabs(so.phi - c.total_s) <= 1e-6 * best, "program's optimum %.12g, its split priced %.12g", so.phi,
+                  c.total_s);
+    printf("pipeline program: %d templates, %d rows x %d columns; the full product %.0f splits\n", so.templates,
+           so.rows, so.cols, product);
+    spi_space_free(&s);
 }
 END_TEST
 
@@ -534,6 +781,14 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+START_TEST(test_split_summary)
+{
+    printf("pipeline program: %d plans = the full product (%d splits priced), %d won by an uneven split\n",
+           n_split_compared, n_split_product, n_split_better);
+    ck_assert_int_gt(n_split_compared, 0);
+}
+END_TEST
+
 START_TEST(test_summary)
 {
     /* runs last in its case: the loop above must have compared real cases */
@@ -551,6 +806,13 @@ int main(void)
     tcase_add_loop_test(tc, test_union_frontier_equals_enumeration, 0, 8);
     tcase_add_test(tc, test_equal_costs_tie);
     tcase_add_test(tc, test_summary);
+    TCase *t3 = tcase_create("pipelines");
+    tcase_set_timeout(t3, 600);
+    tcase_add_loop_test(t3, test_split_equals_enumeration, 0, 8);
+    tcase_add_test(t3, test_split_program_size);
+    tcase_add_test(t3, test_split_wins);
+    tcase_add_test(t3, test_split_summary);
+    suite_add_tcase(s, t3);
     suite_add_tcase(s, tc);
     TCase *t2 = tcase_create("api");
     tcase_set_timeout(t2, 600);

@@ -175,6 +175,32 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     }
     printf("\nchosen layout: %s\n\n", sp_layout_format(&p->chosen.layout, b, sizeof b));
     cli_print_cost(&p->chosen.cost, hw);
+    if (p->n_stages > 1) {
+        printf("\nstages (one micro-batch through each; every stage's mesh, layouts and precision are the layout's)\n");
+        static const char *const hdr[7] = {"stage", "layers", "chips", "mesh", "prefill", "decode step", "memory/chip"};
+        cli_table *t = cli_table_new(7, hdr);
+        for (int i = 0; i < p->n_stages; i++) {
+            const sp_plan_stage *x = &p->stages[i];
+            char c0[16], c1[48], c2[16], c3[24], c4[24], c5[24], c6[24];
+            snprintf(c0, sizeof c0, "%d", i);
+            snprintf(c1, sizeof c1, "%lld-%lld%s%s", (long long)x->first_layer, (long long)(x->first_layer + x->layers - 1),
+                     i == 0 ? " +embed" : "", i == p->n_stages - 1 ? " +head" : "");
+            snprintf(c2, sizeof c2, "%d", x->chips);
+            snprintf(c3, sizeof c3, "%dx%dx%d", x->mesh[0], x->mesh[1], x->mesh[2]);
+            cli_fmt_seconds(x->prefill_s, c4, sizeof c4);
+            cli_fmt_seconds(x->decode_step_s, c5, sizeof c5);
+            snprintf(c6, sizeof c6, "%.2f GiB", (double)x->memory_bytes / 1073741824.0);
+            const char *cells[7] = {c0, c1, c2, c3, c4, c5, c6};
+            cli_table_add(t, cells);
+        }
+        cli_table_print(t, stdout);
+        cli_table_free(t);
+    }
+    if (p->stats.split_templates > 0)
+        printf("\npipeline program: %d of %d pipelines kept (the others cannot beat the best layout), %d stage blocks "
+               "priced, %d rows x %d columns; its split %s\n", p->stats.split_kept, p->stats.split_templates,
+               p->stats.split_blocks, p->stats.split_rows, p->stats.split_cols,
+               p->stats.split_better ? "beat every even split and joined the space" : "was no better than the space's best");
     if (p->n_frontier) {
         printf("\nfrontier: chip-seconds per token vs %s latency (%d points, non-dominated)\n",
                sp_plan_latency_name(p->opts.latency_metric), p->n_frontier);

@@ -1,0 +1,672 @@
+/*
+ * plan_stages.c: the pipeline program.  Decides how a pipeline's layers are
+ * split over its stages, and which pipeline, by a mixed-integer program over
+ * priced building blocks; never enumerates the splits.
+ *
+ * DATA (from the cost model, sp_cost_stage_eval and sp_cost_pipe_terms)
+ *   T          templates: the priced layouts of the space with 2 <= S <= 32
+ *              stages (their even split is a candidate of the space); a
+ *              template fixes everything but the split: mesh, replicas,
+ *              micro-batches M, precision, phase layouts.
+ *   K          stage kinds: first (embedding), middle, last (final norm and
+ *              LM head); kind(s) of stage position s.
+ *   N_t        layer counts a stage of t may hold: the window
+ *              [max(1, b − W), min(L − S + 1, b + 1 + W)], b = floor(L/S),
+ *              W = max(3, ceil(b/8)) (doc/planner.md).
+ *   blocks     (t, k, n): a stage of kind k holding n layers under t,
+ *              priced by the lowering: τ_φ(t,k,n) picoseconds per phase φ
+ *              (prefill, first and last decode step) and its chip's memory
+ *              over the usable HBM, μ(t,k,n) (ceil, MiB).  A stage's price
+ *              does not depend on the other stages' layers (sp_lower_key).
+ *   forms      sp_cost_pipe: phase φ of t takes max over the forms f of
+ *              (a_f·Σ_s τ + b_f·max_s τ) / d_f + c_f, in ps (d_f: prefill
+ *              passes per micro-batch, chunked prefill; else 1).
+ *
+ * VARIABLES
+ *   x_t ∈ {0,1}             template t is the pipeline
+ *   z_tsn ∈ {0,1}           stage s of t holds n layers        (n ∈ N_t)
+ *   X_tφ >= 0               the slowest stage of t in phase φ
+ *   V_tφ >= 0               phase φ's time under t
+ *
+ * CONSTRAINTS
+ *   Σ_t x_t = 1                                   one pipeline
+ *   Σ_n z_tsn − x_t = 0               ∀t, s       one layer count per stage
+ *   Σ_{s,n} n·z_tsn − L·x_t = 0       ∀t          the stages hold every layer
+ *                                                 (contiguous blocks in stage
+ *                                                 order: stage 0 the first)
+ *   Σ_n μ(t,kind(s),n)·z_tsn <= 0     ∀t, s       each stage's chip fits
+ *   X_tφ − Σ_n τ_φ(t,kind(s),n)·z_tsn >= 0   ∀t, s, φ      the bottleneck
+ *   X_tφ − m_tφ·x_t >= 0              ∀t, φ       its bound (REDUCTIONS)
+ *   V_tφ − (a_f·Σ_{s,n} τ_φ z_tsn + b_f·X_tφ) / d_f − c_f·x_t >= 0  ∀t, φ, f
+ *   Σ_n n·z_tsn − Σ_n n·z_t,s+1,n >= 0   ∀t, middle s < S − 2
+ *                                                 (middle stages are alike:
+ *                                                 their counts descend)
+ *   Λ <= max_latency, Θ <= batch·tokens / min_tokens_per_s   (when asked)
+ *   Φ <= Φ*, the best measure among the space's admissible layouts (when
+ *   there is one: only a split at least as good can change the plan)
+ *
+ * OBJECTIVE
+ *   min Φ, Φ the phase measure the plan's objective is monotone in, for
+ *   one instance: total = V_prefill + gen/2·(V_decode1 + V_decode), one
+ *   decode step V_decode, or the prompt V_prefill (sp_cost_eval's roll-up);
+ *   Λ the latency metric's measure, Θ the total.  Unchosen templates have
+ *   every z, X and V at 0, so the sums over t need no big-M.
+ *
+ * SIZE
+ *   columns Σ_t (1 + Σ_s |N_t| + 6), rows 1 + Σ_t (2S + 1 +
+ *   (S + 1)·phases + forms + max(0, S − 3)) + bounds: the sum of the choices.  The
+ *   splits alone are Π_s |N_t| per template (the compositions of L).
+ *
+ * REDUCTIONS (exact)
+ *   A template whose lower bound Φ_LB >= the best Φ among the space's
+ *   admissible candidates (the incumbent) cannot give a strictly better
+ *   layout and is dropped before its blocks are priced.  Φ_LB: some stage
+ *   holds at least ceil(L/S) layers, and a stage's time does not fall when
+ *   it holds more layers or more work (the first and last stages run a
+ *   middle stage's steps and more), so max_s τ >= m = τ(t,middle,ceil(L/S))
+ *   (S = 2: the lesser of first and last) and Σ_s τ >= max_s τ: each phase
+ *   >= max_f (a_f + b_f)·m + c_f.  The same m bounds X_tφ in the program.
+ */
+#include <glpk.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "spi_common.h"
+#include "spi_plan.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+enum { PH_PF = 0, PH_D1 = 1, PH_DN = 2, PH_COUNT = 3 };
+enum { K_FIRST = 0, K_MID = 1, K_LAST = 2, K_COUNT = 3 };
+
+/* the times' unit in the program: microseconds keep its coefficients near 1 */
+#define PS_PER_UNIT 1e6
+
+typedef struct tmpl {
+    const spi_cand *c;
+    int S, M, lo, hi, nn;      /* stages, micro-batches, window [lo, hi] of nn counts */
+    sp_cost_pipe pipe;
+    int64_t units;             /* prefill passes per micro-batch (the blocks say) */
+    int64_t *tau;              /* [K][nn][PH]: ps */
+    double *mu;                /* [K][nn]: ceil((bytes − capacity) / MiB) */
+    int64_t mb[PH_COUNT];      /* the bottleneck's lower bound m per phase (REDUCTIONS) */
+    double lb;                 /* Φ_LB, seconds */
+    int col_x, col_z, col_X, col_V;   /* first column of each group */
+} tmpl;
+
+void spi_split_window(int64_t L, int S, int *lo, int *hi)
+{
+    int64_t b = L / S, W = (b + 7) / 8 > 3 ? (b + 7) / 8 : 3;
+    int64_t a = b - W > 1 ? b - W : 1, z = b + 1 + W < L - S + 1 ? b + 1 + W : L - S + 1;
+    *lo = (int)a;
+    *hi = (int)z;
+}
+
+int spi_split_kind(int s, int S) { return s == 0 ? K_FIRST : s == S - 1 ? K_LAST : K_MID; }
+
+/* Which phases the workload runs and which measure Φ and Λ are. */
+typedef struct measure {
+    int ph[PH_COUNT];          /* phase present */
+    double w_obj[PH_COUNT];    /* Φ = Σ w·V */
+    double w_lat[PH_COUNT];    /* Λ */
+    double w_tot[PH_COUNT];    /* Θ (total) */
+} measure;
+
+static void phase_weights(const sp_workload *w, sp_plan_latency lm, double out[PH_COUNT])
+{
+    memset(out, 0, PH_COUNT * sizeof *out);
+    if (lm == SP_PLAN_LAT_DECODE) out[PH_DN] = 1;
+    else if (lm == SP_PLAN_LAT_PREFILL) out[PH_PF] = 1;
+    else {
+        out[PH_PF] = w->prompt > 0;
+        out[PH_D1] = out[PH_DN] = w->gen > 0 ? 0.5 * (double)w->gen : 0;
+    }
+}
+
+/* The phase measure f1 is monotone in, for one instance (spi_cand_objective). */
+static sp_plan_latency objective_measure(const sp_plan_opts *o, const sp_workload *w)
+{
+    if (o->objective == SP_PLAN_MIN_LATENCY) return o->latency_metric;
+    if (o->objective == SP_PLAN_MIN_COST && o->cost_metric == SP_PLAN_COST_PHASE) {
+        if (o->latency_metric == SP_PLAN_LAT_DECODE) return SP_PLAN_LAT_DECODE;
+        if (o->latency_metric == SP_PLAN_LAT_PREFILL && w->prompt > 0) return SP_PLAN_LAT_PREFILL;
+    }
+    return SP_PLAN_LAT_TOTAL;   /* cost: chips·total/tokens; throughput: tokens/total */
+}
+
+static double cand_measure(const spi_cand *c, sp_plan_latency lm)
+{
+    return lm == SP_PLAN_LAT_DECODE ? c->decode_step_s : lm == SP_PLAN_LAT_PREFILL ? c->prefill_s : c->total_s;
+}
+
+/* A layout of t whose stage at position s (of kind k) holds n layers, the
+ * other stages sharing the rest evenly. */
+static void block_layout(const tmpl *t, int64_t L, int k, int n, sp_layout *l, int *pos)
+{
+    *l = t->c->layout;
+    int S = t->S, s = k == K_FIRST ? 0 : k == K_LAST ? S - 1 : 1;
+    int64_t rest = L - n;
+    for (int i = 0, j = 0; i < S; i++) {
+        if (i == s) {
+            l->stage_layers[i] = (int16_t)n;
+            continue;
+        }
+        l->stage_layers[i] = (int16_t)(rest / (S - 1) + (j < rest % (S - 1) ? 1 : 0));
+        j++;
+    }
+    *pos = s;
+}
+
+static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t, int k, int n, int64_t tau[PH_COUNT],
+                             double *mu)
+{
+    sp_layout l;
+    int pos;
+    block_layout(t, sp->m->n_layers, k, n, &l, &pos);
+    sp_cost_opts q;
+    sp_cost_opts_init(&q);
+    q.quiet = 1;
+    sp_stage_cost sc;
+    SP_CHECK(sp_cost_stage_eval(sp->m, sp->hw, &l, w, &q, pos, &sc));
+    tau[PH_PF] = sc.prefill_ps;
+    tau[PH_D1] = sc.decode1_ps;
+    tau[PH_DN] = sc.decode_ps;
+    if (sc.prefill_units != t->units) {   /* prefill passes per micro-batch: every stage alike */
+        t->units = sc.prefill_units;
+        sp_cost_pipe_terms(sp->hw, &t->c->layout, t->units, &t->pipe);
+    }
+    int64_t cap = (int64_t)(sp->hw->hbm_bytes * sp->hw->hbm_usable);
+    *mu = ceil((double)(sc.mem.total - cap) / 1048576.0);
+    return SP_OK;
+}
+
+/* Lower bound of a phase (ps) from the bottleneck bound m (REDUCTIONS). */
+static double phase_lb(const sp_cost_pipe_phase *f, int64_t m)
+{
+    double best = 0;
+    for (int i = 0; i < f->n_forms; i++) {
+        double v = (double)(f->sum_coef[i] + f->max_coef[i]) * (double)m;
+        if (v > best) best = v;
+    }
+    return best / (double)f->div + (double)f->const_ps;
+}
+
+static const sp_cost_pipe_phase *pipe_of(const tmpl *t, int ph)
+{
+    return &t->pipe.phase[ph == PH_PF ? SP_PHASE_PREFILL : SP_PHASE_DECODE];
+}
+
+typedef struct bctx {
+    const spi_space *sp;
+    const sp_workload *w;
+    int64_t L;
+    const sp_plan_opts *o;
+    const measure *msp;
+    double max_lat, max_tot, inc;
+} bctx;
+
+/* Prices every block (kind, layers in the window) of t. */
+static sp_status price_blocks(const spi_space *sp, const sp_workload *w, tmpl *t, spi_split_out *out)
+{
+    double t_eval = now_s();
+    sp_status st = SP_OK;
+    t->tau = malloc((size_t)(K_COUNT * t->nn * PH_COUNT) * sizeof *t->tau);
+    t->mu = malloc((size_t)(K_COUNT * t->nn) * sizeof *t->mu);
+    if (!t->tau || !t->mu) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    for (int k = 0; k < K_COUNT && st == SP_OK; k++)
+        for (int j = 0; j < t->nn && st == SP_OK; j++) {
+            int64_t *tau = &t->tau[(k * t->nn + j) * PH_COUNT];
+            double *mu = &t->mu[k * t->nn + j];
+            if (k == K_MID && t->S < 3) {
+                memset(tau, 0, PH_COUNT * sizeof *tau);
+                *mu = 0;
+                continue;
+            }
+            sp_status bs = price_block(sp, w, t, k, t->lo + j, tau, mu);
+            if (bs == SP_EINVAL) *mu = INFINITY;   /* does not apply: the block is fixed at 0 */
+            else st = bs;
+            out->blocks++;
+        }
+    out->eval_s += now_s() - t_eval;
+    return st;
+}
+
+/* The second bound (REDUCTIONS), from t's priced blocks: per phase, the
+ * least Σ_s τ and the least max_s τ over the splits whose stages all fit
+ * (each by dynamic programming over the stages), minimised apart; +inf when
+ * no split fits. */
+static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
+{
+    const int S = t->S, nn = t->nn;
+    const int W = (int)L + 1;
+    double *f = malloc((size_t)(2 * W) * sizeof *f), *g = malloc((size_t)(2 * W) * sizeof *g);
+    if (!f || !g) {
+        free(f);
+        free(g);
+        return 0;   /* no bound: the template stays */
+    }
+    double lb = 0;
+    for (int p = 0; p < PH_COUNT && !isinf(lb); p++) {
+        if (!ms->ph[p] || ms->w_obj[p] <= 0) continue;
+        double *fs = f, *fn = f + W, *gs = g, *gn = g + W;
+        for (int r = 0; r < W; r++) fs[r] = gs[r] = INFINITY;
+        fs[0] = gs[0] = 0;
+        for (int s = 0; s < S; s++) {
+            int kd = spi_split_kind(s, S);
+            for (int r = 0; r < W; r++) fn[r] = gn[r] = INFINITY;
+            for (int r = 0; r < W; r++) {
+                if (isinf(fs[r])) continue;
+                for (int j = 0; j < nn && r + t->lo + j < W; j++) {
+                    if (t->mu[kd * nn + j] > 0) continue;   /* does not fit, or does not apply */
+                    double tau = (double)t->tau[(kd * nn + j) * PH_COUNT + p];
+                    int q = r + t->lo + j;
+                    if (fs[r] + tau < fn[q]) fn[q] = fs[r] + tau;
+                    double mx = gs[r] > tau ? gs[r] : tau;
+                    if (mx < gn[q]) gn[q] = mx;
+                }
+            }
+            double *x = fs;
+            fs = fn, fn = x;
+            x = gs, gs = gn, gn = x;
+        }
+        double sum = fs[L], mx = gs[L];
+        if (isinf(sum)) {
+            lb = INFINITY;
+            break;
+        }
+        const sp_cost_pipe_phase *fm = pipe_of(t, p);
+        double best = 0;
+        for (int i = 0; i < fm->n_forms; i++) {
+            double v = (double)fm->sum_coef[i] * sum + (double)fm->max_coef[i] * mx;
+            if (v > best) best = v;
+        }
+        lb += ms->w_obj[p] * (best / (double)fm->div + (double)fm->const_ps) * 1e-12;
+    }
+    free(f);
+    free(g);
+    return lb;
+}
+
+static int cmp_lb(const void *a, const void *b)
+{
+    const tmpl *x = a, *y = b;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return (x->c > y->c) - (x->c < y->c);   /* the space's order */
+}
+
+/* Prices the blocks of templates T[0..nt) and solves their program, cut off
+ * at b->inc; a split better than out's best goes to out. */
+static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out, double *glpk_s)
+{
+    const spi_space *sp = b->sp;
+    const int64_t L = b->L;
+    const sp_plan_opts *o = b->o;
+    const measure ms = *b->msp;
+    const double max_lat = b->max_lat, max_tot = b->max_tot, inc = b->inc;
+    sp_status st = SP_OK;
+    /* the program */
+    int env = 0;
+    SP_CHECK(spi_glpk_env_get(&env));
+    double t0 = now_s();
+    int term = glp_term_out(GLP_OFF);
+    glp_prob *P = glp_create_prob();
+    glp_set_obj_dir(P, GLP_MIN);
+    /* columns: x_t, y_tsj (j = 1 .. nn − 1), X_tφ, V_tφ */
+    int ncol = 0;
+    for (int i = 0; i < nt; i++) {
+        tmpl *t = B[i];
+        t->col_x = ncol + 1;
+        t->col_z = t->col_x + 1;
+        t->col_X = t->col_z + t->S * (t->nn - 1);
+        t->col_V = t->col_X + PH_COUNT;
+        ncol = t->col_V + PH_COUNT - 1;
+    }
+    glp_add_cols(P, ncol);
+    for (int i = 0; i < nt; i++) {
+        tmpl *t = B[i];
+        glp_set_col_kind(P, t->col_x, GLP_BV);
+        for (int c = t->col_z; c < t->col_X; c++) glp_set_col_kind(P, c, GLP_BV);
+        for (int p = 0; p < PH_COUNT; p++) {
+            /* a phase the workload does not run: fixed at 0 (counted, not used) */
+            glp_set_col_bnds(P, t->col_X + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
+            glp_set_col_bnds(P, t->col_V + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
+            glp_set_obj_coef(P, t->col_V + p, ms.ph[p] ? ms.w_obj[p] : 0);
+        }
+    }
+    int cap = 8;
+    for (int i = 0; i < nt; i++) cap += 2 * B[i]->S * B[i]->nn + 8;
+    int *ind = malloc((size_t)(cap + 1) * sizeof *ind);
+    double *val = malloc((size_t)(cap + 1) * sizeof *val);
+    if (!ind || !val) {
+        st = spi_fail(SP_ENOMEM, "planner: out of memory");
+        goto prob_done;
+    }
+#define ROW(type, lb, ub)                                                  \
+    do {                                                                   \
+        int r_ = glp_add_rows(P, 1);                                       \
+        glp_set_row_bnds(P, r_, type, lb, ub);                             \
+        glp_set_mat_row(P, r_, k, ind, val);                               \
+        out->rows++;                                                       \
+    } while (0)
+    /* y_tsj = [stage s of t holds at least lo + j layers]: a stage's
+     * price at n layers telescopes, f(n) = f(lo)·x_t + Σ_{j <= n − lo}
+     * (f(lo + j) − f(lo + j − 1))·y_tsj, and branching on y_tsj splits the
+     * range of n (the incremental form; its relaxation is each stage's
+     * convex hull) */
+#define Y(t, s, j) ((t)->col_z + (s) * ((t)->nn - 1) + (j) - 1)
+#define TAU(t, kd, j, p) ((double)(t)->tau[((kd) * (t)->nn + (j)) * PH_COUNT + (p)] / PS_PER_UNIT)
+    int k = 0;
+    for (int i = 0; i < nt; i++) ind[++k] = B[i]->col_x, val[k] = 1;
+    ROW(GLP_FX, 1, 1);
+    for (int i = 0; i < nt; i++) {
+        tmpl *t = B[i];
+        const int S = t->S, nn = t->nn;
+        for (int s = 0; s < S; s++) {
+            int kd = spi_split_kind(s, S);
+            for (int j = 1; j < nn; j++) {   /* y_ts1 <= x_t, y_tsj+1 <= y_tsj */
+                k = 0;
+                ind[++k] = Y(t, s, j), val[k] = 1;
+                ind[++k] = j == 1 ? t->col_x : Y(t, s, j - 1), val[k] = -1;
+                ROW(GLP_UP, 0, 0);
+            }
+            for (int j = 0; j < nn; j++) {   /* a block that does not apply: n_s != lo + j */
+                if (!isinf(t->mu[kd * nn + j])) continue;
+                k = 0;
+                if (j == 0) ind[++k] = t->col_x, val[k] = 1;
+                else ind[++k] = Y(t, s, j), val[k] = 1;
+                if (j + 1 < nn) ind[++k] = Y(t, s, j + 1), val[k] = -1;
+                ROW(GLP_FX, 0, 0);   /* j > 0: y at j equals y at j + 1; j = 0: n_s >= lo + 1 */
+            }
+        }
+        k = 0;   /* the template's bound (REDUCTIONS): Φ_t >= Φ_LB·x_t, which tightens the relaxation */
+        for (int p = 0; p < PH_COUNT; p++)
+            if (ms.ph[p] && ms.w_obj[p] != 0) ind[++k] = t->col_V + p, val[k] = ms.w_obj[p];
+        ind[++k] = t->col_x, val[k] = -t->lb * 1e12 / PS_PER_UNIT;
+        if (k > 1) ROW(GLP_LO, 0, 0);
+        k = 0;   /* every layer: Σ_s n_s = L */
+        for (int s = 0; s < S; s++)
+            for (int j = 1; j < nn; j++) ind[++k] = Y(t, s, j), val[k] = 1;
+        ind[++k] = t->col_x, val[k] = (double)S * t->lo - (double)L;
+        ROW(GLP_FX, 0, 0);
+        for (int s = 0; s < S; s++) {   /* memory */
+            int kd = spi_split_kind(s, S);
+            const double *mu = &t->mu[kd * nn];
+            double prev = isinf(mu[0]) ? 0 : mu[0];
+            k = 0;
+            if (prev != 0) ind[++k] = t->col_x, val[k] = prev;
+            for (int j = 1; j < nn; j++) {
+                double cur = isinf(mu[j]) ? prev : mu[j];
+                if (cur != prev) ind[++k] = Y(t, s, j), val[k] = cur - prev;
+                prev = cur;
+            }
+            ROW(GLP_UP, 0, 0);
+        }
+        for (int p = 0; p < PH_COUNT; p++) {
+            if (!ms.ph[p]) continue;
+            k = 0;   /* the bottleneck's bound (REDUCTIONS), which tightens the relaxation */
+            ind[++k] = t->col_X + p, val[k] = 1;
+            ind[++k] = t->col_x, val[k] = -(double)t->mb[p] / PS_PER_UNIT;
+            ROW(GLP_LO, 0, 0);
+            for (int s = 0; s < S; s++) {   /* the bottleneck */
+                int kd = spi_split_kind(s, S);
+                k = 0;
+                ind[++k] = t->col_X + p, val[k] = 1;
+                ind[++k] = t->col_x, val[k] = -TAU(t, kd, 0, p);
+                for (int j = 1; j < nn; j++) {
+                    double d = TAU(t, kd, j, p) - TAU(t, kd, j - 1, p);
+                    if (d != 0) ind[++k] = Y(t, s, j), val[k] = -d;
+                }
+                ROW(GLP_LO, 0, 0);
+            }
+            const sp_cost_pipe_phase *f = pipe_of(t, p);
+            for (int fi = 0; fi < f->n_forms; fi++) {   /* the phase's forms */
+                k = 0;
+                ind[++k] = t->col_V + p, val[k] = 1;
+                double cx = -(double)f->const_ps / PS_PER_UNIT;
+                if (f->sum_coef[fi])
+                    for (int s = 0; s < S; s++) {
+                        int kd = spi_split_kind(s, S);
+                        cx -= (double)f->sum_coef[fi] / (double)f->div * TAU(t, kd, 0, p);
+                        for (int j = 1; j < nn; j++) {
+                            double d = TAU(t, kd, j, p) - TAU(t, kd, j - 1, p);
+                            if (d != 0) ind[++k] = Y(t, s, j), val[k] = -(double)f->sum_coef[fi] / (double)f->div * d;
+                        }
+                    }
+                if (f->max_coef[fi]) ind[++k] = t->col_X + p, val[k] = -(double)f->max_coef[fi] / (double)f->div;
+                if (cx != 0) ind[++k] = t->col_x, val[k] = cx;
+                ROW(GLP_LO, 0, 0);
+            }
+        }
+        for (int s = 1; s + 1 < S - 1; s++)   /* middle stages descend: n_s >= n_s+1 */
+            for (int j = 1; j < nn; j++) {
+                k = 0;
+                ind[++k] = Y(t, s, j), val[k] = 1;
+                ind[++k] = Y(t, s + 1, j), val[k] = -1;
+                ROW(GLP_LO, 0, 0);
+            }
+    }
+    for (int bi = 0; bi < 3; bi++) {   /* latency bound, throughput target, the incumbent */
+        double lim = bi == 0 ? max_lat : bi == 1 ? max_tot : inc;
+        const double *wt = bi == 0 ? ms.w_lat : bi == 1 ? ms.w_tot : ms.w_obj;
+        if (isinf(lim)) continue;
+        k = 0;
+        for (int i = 0; i < nt; i++)
+            for (int p = 0; p < PH_COUNT; p++)
+                if (ms.ph[p] && wt[p] != 0) ind[++k] = B[i]->col_V + p, val[k] = wt[p];
+        ROW(GLP_UP, 0, lim * 1e12 / PS_PER_UNIT);
+    }
+#undef ROW
+#undef TAU
+    out->cols += ncol;
+    {
+        glp_iocp parm;
+        glp_init_iocp(&parm);
+        parm.presolve = GLP_ON;
+        parm.msg_lev = GLP_MSG_OFF;
+        parm.tm_lim = o->time_limit_ms > 0 ? o->time_limit_ms : 10000;
+        int ret = glp_intopt(P, &parm);
+        int mst = glp_mip_status(P);
+        sp_plan_result res = SP_PLAN_INFEASIBLE;
+        out->solved++;
+        if (ret == 0 || ret == GLP_ETMLIM || ret == GLP_EMIPGAP || ret == GLP_ESTOP) {
+            res = mst == GLP_OPT && ret == 0 ? SP_PLAN_OPTIMAL
+                : mst == GLP_OPT || mst == GLP_FEAS ? SP_PLAN_FEASIBLE
+                : mst == GLP_NOFEAS ? SP_PLAN_INFEASIBLE : SP_PLAN_TIME_LIMIT;
+        } else if (ret == GLP_ENOPFS || ret == GLP_ENODFS) {
+            res = SP_PLAN_INFEASIBLE;
+        } else {
+            st = spi_fail(SP_ESOLVER, "planner: pipeline program: glp_intopt failed (code %d, MIP status %d)", ret, mst);
+        }
+        if (res == SP_PLAN_FEASIBLE || res == SP_PLAN_TIME_LIMIT) out->unproven = 1;
+        if (st == SP_OK && (res == SP_PLAN_OPTIMAL || res == SP_PLAN_FEASIBLE)) {
+            int chosen = -1, nx = 0;
+            for (int i = 0; i < nt; i++)
+                if (glp_mip_col_val(P, B[i]->col_x) > 0.5) chosen = i, nx++;
+            if (nx != 1) {
+                st = spi_fail(SP_EINTERNAL, "planner: the pipeline program chose %d templates", nx);
+                goto prob_done;
+            }
+            tmpl *t = B[chosen];
+            sp_layout l = t->c->layout;
+            memset(l.stage_layers, 0, sizeof l.stage_layers);
+            int64_t sum = 0;
+            for (int s = 0; s < t->S; s++) {
+                int n = t->lo;
+                for (int j = 1; j < t->nn; j++) n += glp_mip_col_val(P, Y(t, s, j)) > 0.5;
+                l.stage_layers[s] = (int16_t)n;
+                sum += n;
+            }
+            if (sum != L) {
+                st = spi_fail(SP_EINTERNAL, "planner: the pipeline program's stages hold %lld of %lld layers",
+                              (long long)sum, (long long)L);
+                goto prob_done;
+            }
+            double v = glp_mip_obj_val(P) * PS_PER_UNIT * 1e-12;
+            if (v < out->phi) {
+                out->found = 1;
+                out->layout = l;
+                out->template_cand = (int)(t->c - sp->c);
+                out->phi = v;
+            }
+        }
+    }
+prob_done:
+    free(ind);
+    free(val);
+    glp_delete_prob(P);
+    glp_term_out(term);
+    if (glpk_s) *glpk_s += now_s() - t0;
+    spi_glpk_env_put(&env);
+    return st;
+#undef Y
+}
+
+sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s)
+{
+    memset(out, 0, sizeof *out);
+    out->phi = INFINITY;
+    const sp_model *m = sp->m;
+    const sp_workload *w = &sp->inst[inst].w;
+    const int64_t L = m->n_layers;
+    const sp_plan_opts *o = r->o;
+    measure ms;
+    memset(&ms, 0, sizeof ms);
+    ms.ph[PH_PF] = w->prompt > 0;
+    ms.ph[PH_D1] = ms.ph[PH_DN] = w->gen > 0;
+    sp_plan_latency phi = objective_measure(o, w);
+    phase_weights(w, phi, ms.w_obj);
+    phase_weights(w, o->latency_metric, ms.w_lat);
+    phase_weights(w, SP_PLAN_LAT_TOTAL, ms.w_tot);
+    double max_lat = o->max_latency_s > 0 ? o->max_latency_s : INFINITY;
+    double max_tot = INFINITY;
+    if (o->min_tokens_per_s > 0)
+        max_tot = (double)w->batch * (double)(w->gen > 0 ? w->gen : w->prompt) / o->min_tokens_per_s;
+
+    /* the incumbent: the best admissible candidate of the instance */
+    double inc = r->incumbent;
+    tmpl *T = calloc((size_t)(sp->n ? sp->n : 1), sizeof *T);
+    if (!T) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    int nt = 0;
+    sp_status st = SP_OK;
+    for (int i = 0; i < sp->n; i++) {
+        const spi_cand *c = &sp->c[i];
+        if (c->inst != inst) continue;
+        int S = c->layout.stages;
+        if (S < 2 || S > SP_LAYOUT_MAX_STAGES || sp_layout_uneven(&c->layout) || L > SP_LAYOUT_MAX_STAGE_LAYERS) continue;
+        out->templates++;
+        tmpl *t = &T[nt];
+        memset(t, 0, sizeof *t);
+        t->c = c;
+        t->S = S;
+        t->M = c->layout.microbatches;
+        spi_split_window(L, S, &t->lo, &t->hi);
+        t->nn = t->hi - t->lo + 1;
+        t->units = 1;
+        sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
+        {
+            /* the bound m: some stage holds at least ceil(L/S) layers; a middle
+             * stage of as many layers is no slower than the first or the last
+             * (they run its steps and more), so m = τ(middle, ceil(L/S)) when
+             * there is a middle stage, else the lesser of first and last */
+            int n = (int)((L + S - 1) / S);
+            for (int p = 0; p < PH_COUNT; p++) t->mb[p] = INT64_MAX;
+            for (int k = 0; k < K_COUNT && st == SP_OK; k++) {
+                if ((k == K_MID) != (S >= 3)) continue;
+                int64_t tau[PH_COUNT];
+                double mu;
+                sp_status bs = price_block(sp, w, t, k, n, tau, &mu);
+                if (bs == SP_EINVAL) {   /* the block does not apply: no bound from it */
+                    for (int p = 0; p < PH_COUNT; p++) t->mb[p] = 0;
+                    continue;
+                }
+                if ((st = bs) != SP_OK) break;
+                for (int p = 0; p < PH_COUNT; p++)
+                    if (tau[p] < t->mb[p]) t->mb[p] = tau[p];
+            }
+            if (st != SP_OK) break;
+            double lb = 0;
+            for (int p = 0; p < PH_COUNT; p++)
+                if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+            t->lb = lb;
+            if (lb >= inc) {
+                out->pruned++;
+                continue;
+            }
+        }
+        nt++;
+    }
+    if (st != SP_OK || nt == 0) {
+        free(T);
+        return st;
+    }
+    /* the templates in the order of their bounds, in programs of `batch`
+     * templates: each program is cut off at the best measure so far, and the
+     * templates whose bound reaches it are dropped unpriced */
+    /* price the blocks of the templates under the incumbent, in the order of
+     * their first bound; the second bound (from the blocks) drops more */
+    qsort(T, (size_t)nt, sizeof *T, cmp_lb);
+    int np = 0;
+    for (int i = 0; i < nt && st == SP_OK; i++) {
+        tmpl *t = &T[i];
+        if (t->lb >= inc) {
+            out->pruned += nt - i;
+            break;
+        }
+        if ((st = price_blocks(sp, w, t, out)) != SP_OK) break;
+        t->lb = dp_bound(t, L, &ms);
+        if (t->lb >= inc) {
+            out->pruned++;
+            free(t->tau);
+            free(t->mu);
+            t->tau = NULL;
+            t->mu = NULL;
+            continue;
+        }
+        T[np++] = *t;   /* np <= i: moves down, or stays */
+        if (np - 1 != i) t->tau = NULL, t->mu = NULL;
+    }
+    for (int i = np; i < nt; i++) {
+        free(T[i].tau);
+        free(T[i].mu);
+        T[i].tau = NULL;
+        T[i].mu = NULL;
+    }
+    nt = np;
+    /* programs of `batch` templates in the order of the second bound, each
+     * cut off at the best measure so far */
+    qsort(T, (size_t)nt, sizeof *T, cmp_lb);
+    int batch = r->batch > 0 ? r->batch : 16;
+    tmpl **B = malloc((size_t)(nt ? nt : 1) * sizeof *B);
+    if (!B && st == SP_OK) st = spi_fail(SP_ENOMEM, "planner: out of memory");
+    for (int i0 = 0; st == SP_OK && i0 < nt;) {
+        if (T[i0].lb >= inc) {
+            out->pruned += nt - i0;
+            break;
+        }
+        int nb = 0;
+        while (i0 + nb < nt && nb < batch && T[i0 + nb].lb < inc) B[nb] = &T[i0 + nb], nb++;
+        bctx bc = {sp, w, L, o, &ms, max_lat, max_tot, inc};
+        st = solve_batch(&bc, B, nb, out, glpk_s);
+        if (out->found && out->phi < inc) inc = out->phi;
+        out->kept += nb;
+        i0 += nb;
+    }
+    free(B);
+    for (int i = 0; i < nt; i++) {   /* after an error */
+        free(T[i].tau);
+        free(T[i].mu);
+    }
+    free(T);
+    return st;
+}
+
+double spi_split_measure(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+{
+    return cand_measure(c, objective_measure(o, &s->inst[c->inst].w));
+}
