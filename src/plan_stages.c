@@ -387,7 +387,8 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         k = 0;   /* the template's bound (REDUCTIONS): Φ_t >= Φ_LB·x_t, which tightens the relaxation */
         for (int p = 0; p < PH_COUNT; p++)
             if (ms.ph[p] && ms.w_obj[p] != 0) ind[++k] = t->col_V + p, val[k] = ms.w_obj[p];
-        ind[++k] = t->col_x, val[k] = -t->lb * 1e12 / PS_PER_UNIT;
+        /* relaxed by 1e-9: the bound may be the optimum itself, summed in another order */
+        ind[++k] = t->col_x, val[k] = -t->lb * (1 - 1e-9) * 1e12 / PS_PER_UNIT;
         if (k > 1) ROW(GLP_LO, 0, 0);
         k = 0;   /* every layer: Σ_s n_s = L */
         for (int s = 0; s < S; s++)

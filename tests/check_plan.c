@@ -351,6 +351,17 @@ static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const
                     ck_assert_int_le(p->stages[s].memory_bytes, p->chosen.cost.mem.total);
                 }
                 ck_assert_int_eq(sum, m->n_layers);
+                /* where no split beats the space, the answer is the even space's, unchanged */
+                sp_plan *q = NULL;
+                o.even_stages = 1;
+                ck_assert_int_eq(sp_plan_solve(m, hw, N, w, &o, &q), SP_OK);
+                ck_assert(q->has_chosen);
+                if (!p->stats.split_better) {
+                    char a[320], b[320];
+                    ck_assert_str_eq(sp_layout_format(&p->chosen.layout, a, sizeof a),
+                                     sp_layout_format(&q->chosen.layout, b, sizeof b));
+                } else ck_assert(obj_of(&p->chosen.cost, &o) < obj_of(&q->chosen.cost, &o));
+                sp_plan_free(q);
             }
             sp_plan_free(p);
         }

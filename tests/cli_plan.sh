@@ -78,4 +78,24 @@ check "plan --json where no layout applies (7 tpu-v4 chips): a flag, no negative
 check "impossible latency bound exits 1" expect_rc 1 "$SHARDPLAN" plan --model palm-8b --hw tpu-v4 --chips 8 --batch 8 --prompt 64 --gen 8 --max-latency-ms 0.001
 check "--gen 0 plans prefill only" expect_rc 0 "$SHARDPLAN" plan --model palm-8b --hw tpu-v4 --chips 8 --batch 8 --prompt 64 --gen 0
 check "--min-chips finds a count" sh -c '"$SHARDPLAN" plan --model palm-62b --hw tpu-v4 --batch 8 --prompt 128 --gen 8 --min-chips --chips 64 | grep -q "^min chips: [0-9]"'
+# uneven pipelines: palm-540b's 118 layers on 2 stages split 60/58 beat every even split
+# (the throughput objective), the stages are reported, the layout prices the same through estimate
+U="--model palm-540b --hw tpu-v4 --chips 64 --batch 512 --prompt 128 --gen 512 --weights bf16 --objective throughput"
+"$SHARDPLAN" plan $U --json >"$tmp/u.json" && "$SHARDPLAN" plan $U --even-stages --json >"$tmp/e.json"
+check "plan finds an uneven split that beats --even-stages" sh -c '
+    tu=$("$JSONQ" "'"$tmp"'/u.json" /chosen/costs/tokens_per_s) && te=$("$JSONQ" "'"$tmp"'/e.json" /chosen/costs/tokens_per_s) &&
+    awk -v u="$tu" -v e="$te" "BEGIN { exit !(u > e) }" &&
+    "$JSONQ" "'"$tmp"'/u.json" /chosen/layout/stage_layers >/dev/null &&
+    ! "$JSONQ" "'"$tmp"'/e.json" /chosen/layout/stage_layers >/dev/null 2>&1'
+check "plan --json reports every stage: layers summing to the model, chips, mesh, layout, times, memory" sh -c '
+    n=$("$JSONQ" "'"$tmp"'/u.json" /chosen/layout/stages) &&
+    [ "$("$JSONQ" -l "'"$tmp"'/u.json" /chosen/stages)" -eq "$n" ] &&
+    [ "$("$JSONQ" "'"$tmp"'/u.json" "/chosen/stages/*" /layers | awk "{ s += \$1 } END { print s }")" -eq 118 ] &&
+    "$JSONQ" "'"$tmp"'/u.json" "/chosen/stages/*" /chips /mesh /layout /prefill_s /decode_step_s /memory_bytes >/dev/null &&
+    [ "$("$JSONQ" "'"$tmp"'/u.json" /chosen/stages/0/layers)" -eq "$("$JSONQ" "'"$tmp"'/u.json" /chosen/layout/stage_layers/0)" ]'
+"$JSONQ" "$tmp/u.json" /chosen/layout >"$tmp/ul.json"
+check "the uneven layout prices the same through estimate" sh -c '
+    "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 512 --prompt 128 --gen 512 \
+        --layout "'"$tmp"'/ul.json" --json >"'"$tmp"'/ue.json" &&
+    [ "$("$JSONQ" "'"$tmp"'/ue.json" /total_s)" = "$("$JSONQ" "'"$tmp"'/u.json" /chosen/costs/total_s)" ]'
 exit $fail

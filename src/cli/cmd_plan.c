@@ -12,7 +12,7 @@ static const char plan_usage[] =
     "usage: shardplan plan --model M --hw H --chips N --batch B --prompt P --gen G\n"
     "                      [--objective latency|cost|throughput] [--latency-metric total|decode|prefill]\n"
     "                      [--max-latency-ms X] [--min-tokens-per-s T] [--weights auto|bf16|int8|fp8]\n"
-    "                      [--min-chips] [--time-limit-ms MS] [--json]\n"
+    "                      [--min-chips] [--even-stages] [--time-limit-ms MS] [--json]\n"
     "\n"
     "Searches every layout of the model on N chips (stages, replicas, tensor mesh and\n"
     "its placement, weight precision, micro-batches, prefill and decode FFN/attention\n"
@@ -39,10 +39,12 @@ static const char plan_usage[] =
     "  --min-chips          capacity query: the fewest chips the topology allows (torus:\n"
     "                       shapes that fit its dims; cluster: 1, 2, 4, ... a node, then\n"
     "                       whole nodes) meeting --max-latency-ms / --min-tokens-per-s\n"
+    "  --even-stages        pipelines split their layers evenly only (by default a\n"
+    "                       second program decides each stage's layers: stage_layers)\n"
     "  --time-limit-ms MS   GLPK time limit per solve (default 10000)\n"
-    "  --json               machine-readable output: status, chosen.{layout, costs},\n"
-    "                       frontier[], rivals[]; chosen.layout is accepted by\n"
-    "                       `shardplan estimate --layout`\n"
+    "  --json               machine-readable output: status, chosen.{layout, costs,\n"
+    "                       stages[]}, frontier[], rivals[]; chosen.layout is accepted\n"
+    "                       by `shardplan estimate --layout`\n"
     "\n"
     "Exit: 0 a layout was found, 1 nothing fits or meets the bounds (the smallest\n"
     "memory shortfall and the fewest chips that would fit are printed), 2 bad input,\n"
@@ -231,7 +233,7 @@ int cli_cmd_plan(int argc, char **argv)
         {"max-latency-ms", required_argument, 0, 'x'}, {"min-tokens-per-s", required_argument, 0, 't'},
         {"weights", required_argument, 0, 'W'}, {"min-chips", no_argument, 0, 'c'},
         {"time-limit-ms", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"even-stages", no_argument, 0, 'E'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_arg = NULL, *hw_arg = NULL;
     long long chips = 0, batch = 0, prompt = -1, gen = -1, tl = 0;
     int json = 0, minchips = 0, ch;
@@ -262,6 +264,7 @@ int cli_cmd_plan(int argc, char **argv)
             o.min_tokens_per_s = v;
             break;
         case 'c': minchips = 1; break;
+        case 'E': o.even_stages = 1; break;
         case 'j': json = 1; break;
         case 'h': fputs(plan_usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("plan", "unknown option '%s'", argv[optind - 1]);
