@@ -167,6 +167,19 @@ bad:
                          "'%.*s' is not an order of the axes x, y, z (innermost first, e.g. zyx)", (int)len, v);
 }
 
+/* Per-stage meshes, chip counts, layouts or precisions: a pipeline whose
+ * stages differ in more than their layers is not implemented. */
+static const char *const per_stage_keys[] = {"stage_mesh", "stage_chips", "stage_replicas", "stage_prefill",
+                                             "stage_decode", "stage_weights", "stage_placement"};
+static int per_stage_key(const char *k)
+{
+    for (size_t i = 0; i < sizeof per_stage_keys / sizeof per_stage_keys[0]; i++)
+        if (!strcmp(k, per_stage_keys[i])) return 1;
+    return 0;
+}
+#define PER_STAGE_REFUSAL "per-stage %s is not implemented: every stage has the layout's mesh, layouts and " \
+                          "precision (only its layers differ: stage_layers)"
+
 static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
 {
     const char *p = text;
@@ -217,6 +230,8 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         } else if (!strcmp(key, "prefill")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_PREFILL], key, err);
         else if (!strcmp(key, "decode")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_DECODE], key, err);
         else if (!strcmp(key, "placement")) st = parse_placement(v, vlen, l, err);
+        else if (per_stage_key(key))
+            return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, key, PER_STAGE_REFUSAL, key + 6);
         else if (!strcmp(key, "stage_layers")) {
             /* the counts run up to the next key=value: 30,30,29,29 */
             int n = 0;
@@ -333,6 +348,8 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
         } else if (!strcmp(k, "placement")) {
             if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string such as \"zyx\"");
             SP_CHECK(parse_placement(json_string_value(v), strlen(json_string_value(v)), l, err));
+        } else if (per_stage_key(k)) {
+            return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, path, PER_STAGE_REFUSAL, k + 6);
         } else if (!strcmp(k, "stage_layers")) {
             size_t n = json_is_array(v) ? json_array_size(v) : 0;
             if (n < 1 || n > SP_LAYOUT_MAX_STAGES)

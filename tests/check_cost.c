@@ -753,6 +753,10 @@ START_TEST(test_uneven_stages)
     ck_assert_int_eq(sp_layout_parse("stages=2,stage_layers=0,9", &t, &err), SP_EPARSE);
     ck_assert_int_eq(sp_layout_parse("{\"stages\":2,\"stage_layers\":[4,\"5\"]}", &t, &err), SP_EPARSE);
     ck_assert_str_eq(err.path, "/stage_layers");
+    /* a stage with its own mesh or layout is refused by name */
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1", &t, &err), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err.text, "per-stage mesh is not implemented"));
+    ck_assert_int_eq(sp_layout_parse("{\"stages\":2,\"stage_prefill\":[]}", &t, &err), SP_ENOTSUP);
     /* without stage_layers a layout's text is unchanged */
     ck_assert_ptr_null(strstr(sp_layout_format(&even, x, sizeof x), "stage_layers"));
 }
