@@ -261,6 +261,9 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
         return sp_kern_moe_dispatch(ch->buf[s->dst], x, ld, ROUTES(ch->buf[s->src2], s->experts), s->m, s->n, s->k,
                                     s->experts, s->capacity);
     }
+    case SP_STEP_GATE_SCALE:
+        sp_kern_sigmoid_scale_rows(ch->buf[s->dst], ch->buf[s->src], s->m, s->n);
+        return SP_OK;
     case SP_STEP_COMBINE:
         sp_kern_moe_combine(ch->buf[s->dst], ch->buf[s->src], ROUTES(ch->buf[s->src2], s->experts), s->m, s->n, s->k,
                             s->capacity, s->accumulate);

@@ -20,7 +20,8 @@ struct sp_ref {
     float *att;       // (T, H*D) attention output before wo
     float *ao;        // (T, E) attention block output
     float *fo;        // (T, E) FFN block output
-    float *fa, *fb;   // (T, F)
+    float *fa, *fb;   // (T, max(F, Fs))
+    float *so;        // MoE with shared experts: (T, E) their output
     float *sc;        // (max_ctx) scores
     float *rl;        // MoE: (T, n_experts) router logits
     sp_kern_route *route;   // MoE: (T, top_k) choices
@@ -116,8 +117,9 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
     r->att = malloc((size_t)(T * QD) * sizeof(float));
     r->ao = malloc((size_t)(T * E) * sizeof(float));
     r->fo = malloc((size_t)(T * E) * sizeof(float));
-    r->fa = malloc((size_t)(T * F) * sizeof(float));
-    r->fb = malloc((size_t)(T * F) * sizeof(float));
+    int64_t Fs = sp_model_shared_ff(m), Fmax = Fs > F ? Fs : F;
+    r->fa = malloc((size_t)(T * Fmax) * sizeof(float));
+    r->fb = malloc((size_t)(T * Fmax) * sizeof(float));
     r->sc = malloc((size_t)max_ctx * sizeof(float));
     int moe_bad = 0;
     if (m->n_experts > 0) {
@@ -126,6 +128,10 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
         r->counts = malloc((size_t)m->n_experts * sizeof *r->counts);
         r->eo = malloc((size_t)E * sizeof *r->eo);
         moe_bad = !r->rl || !r->route || !r->counts || !r->eo;
+        if (Fs > 0) {
+            r->so = malloc((size_t)(T * E) * sizeof *r->so);
+            moe_bad |= !r->so;
+        }
     }
     if (!r->kc || !r->vc || !r->x || !r->h || !r->q || !r->k || !r->v || !r->att || !r->ao || !r->fo || !r->fa ||
         !r->fb || !r->sc || moe_bad) {
@@ -140,7 +146,7 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
 void sp_ref_free(sp_ref *r)
 {
     if (!r) return;
-    float *bufs[] = {r->kc, r->vc, r->x, r->h, r->q, r->k, r->v, r->att, r->ao, r->fo, r->fa, r->fb, r->sc, r->rl, r->eo};
+    float *bufs[] = {r->kc, r->vc, r->x, r->h, r->q, r->k, r->v, r->att, r->ao, r->fo, r->fa, r->fb, r->sc, r->rl, r->eo, r->so};
     for (size_t i = 0; i < SPI_ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(r->route);
     free(r->counts);
@@ -205,12 +211,12 @@ static void attention(sp_ref *r, int64_t l, int64_t L)
     mm(r->ao, r->att, W->wo, W->bo, T, QD, E);
 }
 
-/* one FFN (dense, or one expert's matrices) on in (T, E) -> out (T, E) */
-static void ffn_rows(sp_ref *r, const float *in, float *out, int64_t T, const float *w_in, const float *b_in,
+/* one FFN (dense, one expert's matrices, or the shared experts' of F hidden units) on in (T, E) -> out (T, E) */
+static void ffn_rows(sp_ref *r, const float *in, float *out, int64_t T, int64_t F, const float *w_in, const float *b_in,
                      const float *w_up, const float *b_up, const float *w_out, const float *b_out)
 {
     const sp_model *m = &r->m;
-    int64_t E = m->d_model, F = m->d_ff;
+    int64_t E = m->d_model;
     mm(r->fa, in, w_in, b_in, T, E, F);
     int gated = m->ffn == SP_FFN_SWIGLU;
     if (gated) mm(r->fb, in, w_up, b_up, T, E, F);
@@ -237,7 +243,7 @@ static void ffn(sp_ref *r, int64_t l, int64_t T)
     const sp_weights_layer *W = &r->w->layers[l];
     int64_t E = m->d_model, F = m->d_ff, NE = m->n_experts, K = m->top_k;
     if (NE <= 0) {
-        ffn_rows(r, r->h, r->fo, T, W->w_in, W->b_in, W->w_up, W->b_up, W->w_out, W->b_out);
+        ffn_rows(r, r->h, r->fo, T, F, W->w_in, W->b_in, W->w_up, W->b_up, W->w_out, W->b_out);
         return;
     }
     mm(r->rl, r->h, W->router, NULL, T, E, NE);
@@ -246,10 +252,24 @@ static void ffn(sp_ref *r, int64_t l, int64_t T)
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K; j++) {
             int64_t e = r->route[t * K + j].expert;
-            ffn_rows(r, r->h + t * E, r->eo, 1, W->w_in + e * E * F, NULL, W->w_up ? W->w_up + e * E * F : NULL, NULL,
+            ffn_rows(r, r->h + t * E, r->eo, 1, F, W->w_in + e * E * F, NULL, W->w_up ? W->w_up + e * E * F : NULL, NULL,
                      W->w_out + e * F * E, NULL);
             for (int64_t c = 0; c < E; c++) r->fo[t * E + c] += r->route[t * K + j].weight * r->eo[c];
         }
+    /* the shared experts, on every token, times sigmoid(h · w_gate) with a gate (Qwen2-MoE) */
+    int64_t Fs = sp_model_shared_ff(m);
+    if (Fs > 0) {
+        ffn_rows(r, r->h, r->so, T, Fs, W->sh_in, NULL, W->sh_up, NULL, W->sh_out, NULL);
+        for (int64_t t = 0; t < T; t++) {
+            double g = 1.0;
+            if (m->shared_expert_gate) {
+                double z = 0;
+                for (int64_t c = 0; c < E; c++) z += (double)r->h[t * E + c] * (double)W->sh_gate[c];
+                g = 1.0 / (1.0 + exp(-z));
+            }
+            for (int64_t c = 0; c < E; c++) r->fo[t * E + c] += (float)(g * r->so[t * E + c]);
+        }
+    }
 }
 
 sp_status sp_ref_forward(sp_ref *r, const int32_t *tokens, int64_t L, float *logits, int which)

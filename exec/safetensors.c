@@ -737,7 +737,12 @@ sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_e
         free(h);
         return s;
     }
-    if (sp_safetensors_find(h->st, "model.embed_tokens.weight")) {
+    if (sp_model_shared_ff(m) > 0) {
+        /* Mixtral's names are the only MoE checkpoint names read (hf_where) */
+        s = spi_error_set(err, SP_ENOTSUP, dir, 0, 0, "/n_shared_experts",
+                          "checkpoints of models with shared experts (Qwen2-MoE's mlp.shared_expert names) are not "
+                          "implemented; run them with random weights");
+    } else if (sp_safetensors_find(h->st, "model.embed_tokens.weight")) {
         if (m->ffn != SP_FFN_SWIGLU)
             s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "Llama naming needs a SwiGLU model (gate/up/down)");
     } else if (sp_safetensors_find(h->st, "wte.weight") || sp_safetensors_find(h->st, "transformer.wte.weight")) {

@@ -46,6 +46,8 @@ typedef struct sp_weights_layer {
     float *w_out;         /* (F, E) */
     float *b_out;         /* (E) or NULL */
     float *router;        /* (E, n_experts), MoE models only, else NULL */
+    float *sh_in, *sh_up, *sh_out;   /* shared experts (E, Fs), (E, Fs), (Fs, E); else NULL */
+    float *sh_gate;       /* (E, 1): shared_expert_gate only */
 } sp_weights_layer;
 
 typedef struct sp_weights {

@@ -70,6 +70,8 @@ static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_we
         dst[SP_W_IN] = &L->w_in; dst[SP_W_B_IN] = &L->b_in; dst[SP_W_UP] = &L->w_up;
         dst[SP_W_B_UP] = &L->b_up; dst[SP_W_OUT] = &L->w_out; dst[SP_W_B_OUT] = &L->b_out;
         dst[SP_W_ROUTER] = &L->router;
+        dst[SP_W_SH_IN] = &L->sh_in; dst[SP_W_SH_UP] = &L->sh_up; dst[SP_W_SH_OUT] = &L->sh_out;
+        dst[SP_W_SH_GATE] = &L->sh_gate;
         for (int t = SP_W_FIRST_LAYER; t < SP_W_COUNT; t++)
             *dst[t] = w->t[t] ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
     }

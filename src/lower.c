@@ -25,7 +25,7 @@
 
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
-    "add", "coll", "slice", "logits", "send", "recv", "kv-store", "route", "dispatch", "combine"};
+    "add", "coll", "slice", "logits", "send", "recv", "kv-store", "route", "dispatch", "combine", "gate-scale"};
 static const char *const buf_names[] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
@@ -229,6 +229,7 @@ typedef struct ctx {
     int one_d;         /* storage is 1D */
     int case_a;        /* KV heads sharded like Q */
     int64_t E, D, Hp, KVH, Fp, Vp, n;
+    int64_t Fsp;       /* the shared experts' hidden width (sp_model_shared_ff), padded like Fp; 0: none */
     int64_t T;         /* rows of this chip between layers: (mb / |N|) * L */
     int64_t seqs;      /* sequences of this chip between layers: mb / |N| */
     int kv;            /* how prefill's K/V reach the cache (kv_mode) */
@@ -442,6 +443,14 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
             ws->bytes = spi_ck_mul(&c->ck, "expert weight bytes", ws->bytes, c->experts_local);
         }
         set_spec(c, SP_W_ROUTER, c->E, m->n_experts, c->E, m->n_experts, in_r, "", wd);
+        /* the shared experts: one dense FFN of Fs columns, sharded like the dense FFN */
+        int64_t Fs = sp_model_shared_ff(m);
+        if (Fs > 0) {
+            set_spec(c, SP_W_SH_IN, c->E, c->Fsp, c->E, Fs, in_r, in_c, wd);
+            if (m->ffn == SP_FFN_SWIGLU) set_spec(c, SP_W_SH_UP, c->E, c->Fsp, c->E, Fs, in_r, in_c, wd);
+            set_spec(c, SP_W_SH_OUT, c->Fsp, c->E, Fs, c->E, out_r, out_c, wd);
+            if (m->shared_expert_gate) set_spec(c, SP_W_SH_GATE, c->E, 1, c->E, 1, in_r, "", wd);
+        }
     }
     /* norm gains (and LayerNorm biases) are tiny: replicated, fp32 */
     int nrm = m->norm == SP_NORM_LAYERNORM ? 2 : 1;
@@ -789,20 +798,30 @@ static sp_step *ffn_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_weig
     return s;
 }
 
-static void emit_ffn_rows(ctx *c, sp_steps *ss, sp_buf in, sp_buf out, int64_t T, int acc, int64_t experts)
+/* The matrices of one FFN and its padded hidden width: the dense FFN (or
+ * every expert's, stacked), or the shared experts'. */
+typedef struct ffn_weights {
+    sp_weight in, up, out;
+    int64_t Fp;
+} ffn_weights;
+
+/* gate (SP_BUF_NONE: none): (T, 1) logits; the hidden rows are scaled by
+ * their sigmoid before the output matmul (= scaling the FFN's output rows) */
+static void emit_ffn_rows(ctx *c, sp_steps *ss, const ffn_weights *fw, sp_buf in, sp_buf out, int64_t T, int acc,
+                          int64_t experts, sp_buf gate)
 {
     const shard *sh = &c->sh;
     int swiglu = c->m->ffn == SP_FFN_SWIGLU;
-    int64_t Ein = c->E / sh->nRx, FC = c->Fp / sh->nC;
+    int64_t Ein = c->E / sh->nRx, FC = fw->Fp / sh->nC;
     sp_dtype ad = c->p->shape.act_dtype;
     char haxes[8];
     axcat(haxes, sh->C, sh->Rx);
 
-    sp_buf win = gather_weight(c, ss, SP_W_IN);
-    ffn_matmul(c, ss, SP_BUF_H, in, SP_W_IN, win, T, Ein, FC, 0, experts);
+    sp_buf win = gather_weight(c, ss, fw->in);
+    ffn_matmul(c, ss, SP_BUF_H, in, fw->in, win, T, Ein, FC, 0, experts);
     if (swiglu) {
-        sp_buf wup = gather_weight(c, ss, SP_W_UP);
-        ffn_matmul(c, ss, SP_BUF_H2, in, SP_W_UP, wup, T, Ein, FC, 0, experts);
+        sp_buf wup = gather_weight(c, ss, fw->up);
+        ffn_matmul(c, ss, SP_BUF_H2, in, fw->up, wup, T, Ein, FC, 0, experts);
     }
     sp_buf h = SP_BUF_H, h2 = SP_BUF_H2;
     int64_t hcols = FC;
@@ -814,8 +833,8 @@ static void emit_ffn_rows(ctx *c, sp_steps *ss, sp_buf in, sp_buf out, int64_t T
         h = SP_BUF_HS;
         h2 = SP_BUF_HS2;
     }
-    emit_bias(c, ss, h, SP_W_IN, T, hcols, haxes);
-    if (swiglu) emit_bias(c, ss, h2, SP_W_UP, T, hcols, haxes);
+    emit_bias(c, ss, h, fw->in, T, hcols, haxes);
+    if (swiglu) emit_bias(c, ss, h2, fw->up, T, hcols, haxes);
     sp_step *s = emit(ss, SP_STEP_ACT);
     s->dst = h;
     s->src = h;
@@ -823,9 +842,18 @@ static void emit_ffn_rows(ctx *c, sp_steps *ss, sp_buf in, sp_buf out, int64_t T
     s->m = T;
     s->n = hcols;
     s->act_bytes = spi_ck_mul4(&c->ck, "ffn activation bytes", swiglu ? 3 : 2, T, hcols, c->act_b);
+    if (gate != SP_BUF_NONE) {
+        s = emit(ss, SP_STEP_GATE_SCALE);
+        s->dst = h;
+        s->src = gate;
+        s->m = T;
+        s->n = hcols;
+        s->act_bytes = spi_ck_add(&c->ck, "gate bytes", spi_ck_mul4(&c->ck, "gate bytes", 2, T, hcols, c->act_b),
+                                  spi_ck_mul(&c->ck, "gate bytes", T, c->act_b));
+    }
     if (sh->nRx > 1) emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_H, SP_BUF_HS, "", sh->Rx, T, hcols, ad, 0);
-    sp_buf wout = gather_weight(c, ss, SP_W_OUT);
-    ffn_matmul(c, ss, out, SP_BUF_H, SP_W_OUT, wout, T, FC, Ein, acc, experts);
+    sp_buf wout = gather_weight(c, ss, fw->out);
+    ffn_matmul(c, ss, out, SP_BUF_H, fw->out, wout, T, FC, Ein, acc, experts);
 }
 
 /* An all-to-all of MoE slot rows over the replica axis (the expert-parallel
@@ -887,6 +915,21 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     int64_t Ed = coord ? Ein / sh->nC : Ein;   /* columns a chip dispatches */
     sp_dtype ad = c->p->shape.act_dtype;
 
+    if (c->Fsp > 0) {
+        /* the shared experts: a dense FFN on every token into Y (reduce-scattered into Y2 when
+         * coordinated); the routed experts' combine then adds to it.  Its gate's (T, 1) logits
+         * use the router's buffer before the router does */
+        sp_buf gate = SP_BUF_NONE;
+        if (m->shared_expert_gate) {
+            emit_matmul(c, ss, SP_BUF_RLOG, SP_BUF_XG, SP_W_SH_GATE, SP_BUF_NONE, T, Ein, 1, 0);
+            emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_RLOG, SP_BUF_RLOG, "", sh->Rx, T, 1, ad, 0);
+            gate = SP_BUF_RLOG;
+        }
+        ffn_weights sw = {SP_W_SH_IN, SP_W_SH_UP, SP_W_SH_OUT, c->Fsp};
+        emit_ffn_rows(c, ss, &sw, SP_BUF_XG, SP_BUF_Y, T, coord ? 0 : acc, 0, gate);
+        if (coord) emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_Y2, SP_BUF_Y, "", sh->C, T, Ed, ad, 0);
+        acc = 1;
+    }
     emit_matmul(c, ss, SP_BUF_RLOG, SP_BUF_XG, SP_W_ROUTER, SP_BUF_NONE, T, Ein, NE, 0);
     emit_coll(c, ss, SP_COLL_ALLREDUCE, SP_BUF_RLOG, SP_BUF_RLOG, "", sh->Rx, T, NE, ad, 0);
     sp_step *s = emit(ss, SP_STEP_ROUTE);
@@ -922,7 +965,8 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
             xin = SP_BUF_DISP;
         }
     }
-    emit_ffn_rows(c, ss, xin, xin, rows, 0, c->experts_local);
+    ffn_weights ew = {SP_W_IN, SP_W_UP, SP_W_OUT, c->Fp};
+    emit_ffn_rows(c, ss, &ew, xin, xin, rows, 0, c->experts_local, SP_BUF_NONE);
     if (ep) {
         if (coord) emit_coll(c, ss, SP_COLL_REDUCESCATTER, SP_BUF_EXP, SP_BUF_DISP, "", sh->C, rows, Ed, ad, 0);
         emit_expert_a2a(c, ss, SP_BUF_DISP, SP_BUF_EXP, rows, Ed, 2);
@@ -931,7 +975,7 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
     s->dst = coord ? SP_BUF_Y2 : SP_BUF_Y;
     s->src = SP_BUF_DISP;
     s->src2 = SP_BUF_GATE;
-    s->accumulate = coord ? 0 : acc;
+    s->accumulate = coord ? c->Fsp > 0 : acc;
     s->m = T;
     s->n = Ed;
     s->k = K;
@@ -943,7 +987,10 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
 static void emit_ffn(ctx *c, sp_steps *ss, int acc)
 {
     if (c->m->n_experts > 0) emit_moe(c, ss, acc);
-    else emit_ffn_rows(c, ss, SP_BUF_XG, SP_BUF_Y, c->T, acc, 0);
+    else {
+        ffn_weights fw = {SP_W_IN, SP_W_UP, SP_W_OUT, c->Fp};
+        emit_ffn_rows(c, ss, &fw, SP_BUF_XG, SP_BUF_Y, c->T, acc, 0, SP_BUF_NONE);
+    }
 }
 
 /* all-gather the layer input over C, normalise (statistics all-reduced over Rx) */
@@ -1161,6 +1208,10 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             need(ck, p, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 16)), 1);
             need(ck, p, s->src, EL(s->m, s->n), ab);
             break;
+        case SP_STEP_GATE_SCALE:
+            need(ck, p, s->dst, EL(s->m, s->n), ab);
+            need(ck, p, s->src, s->m, ab);
+            break;
         case SP_STEP_DISPATCH:
             need(ck, p, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
             need(ck, p, s->src, EL(s->m, s->src_cols ? s->src_cols : s->n), ab);
@@ -1247,6 +1298,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
     c->Hp = round_up(m->n_heads, c->n);
     c->Fp = round_up(m->d_ff, c->n);
+    c->Fsp = sp_model_shared_ff(m) > 0 ? round_up(sp_model_shared_ff(m), c->n) : 0;
     c->Vp = round_up(m->vocab, c->n);
     if (c->E % c->n)
         BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c->E,

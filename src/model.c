@@ -65,7 +65,8 @@ int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m-
 /* ---- weight tensors (sp_weight) ---- */
 static const char *const weight_names[] = {
     "none", "embed", "pos", "lm_head", "norm_f", "norm_f_b", "norm1", "norm1_b", "wq", "bq", "wk", "bk",
-    "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out", "router"};
+    "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out", "router",
+    "sh_in", "sh_up", "sh_out", "sh_gate"};
 static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "one name per sp_weight");
 /* the bias of each kind that has one (matrices: their bias; gains: the LayerNorm bias) */
 static const sp_weight weight_bias[SP_W_COUNT] = {
@@ -78,7 +79,13 @@ const char *sp_weight_name(sp_weight w) { return (unsigned)w < SP_W_COUNT ? weig
 int sp_weight_is_matrix(sp_weight w)
 {
     return w == SP_W_Q || w == SP_W_K || w == SP_W_V || w == SP_W_O || w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT ||
-           w == SP_W_ROUTER;
+           w == SP_W_ROUTER || w == SP_W_SH_IN || w == SP_W_SH_UP || w == SP_W_SH_OUT || w == SP_W_SH_GATE;
+}
+
+int64_t sp_model_shared_ff(const sp_model *m)
+{
+    if (m->n_experts <= 0 || m->n_shared_experts <= 0) return 0;
+    return m->n_shared_experts * (m->shared_d_ff > 0 ? m->shared_d_ff : m->d_ff);
 }
 
 int sp_weight_per_layer(sp_weight w) { return w >= SP_W_FIRST_LAYER && w < SP_W_COUNT; }
@@ -101,6 +108,9 @@ int sp_weight_present(const sp_model *m, sp_weight w)
     case SP_W_UP: return swiglu;
     case SP_W_B_UP: return swiglu && sp_model_has_bias(m, SP_BIAS_FFN);
     case SP_W_ROUTER: return m->n_experts > 0;
+    case SP_W_SH_IN: case SP_W_SH_OUT: return sp_model_shared_ff(m) > 0;
+    case SP_W_SH_UP: return swiglu && sp_model_shared_ff(m) > 0;
+    case SP_W_SH_GATE: return sp_model_shared_ff(m) > 0 && m->shared_expert_gate;
     default: return (unsigned)w < SP_W_COUNT;
     }
 }
@@ -120,6 +130,9 @@ void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *col
     case SP_W_IN: case SP_W_UP: r = E * (m->n_experts > 0 ? m->n_experts : 1); c = F; break;
     case SP_W_OUT: r = F * (m->n_experts > 0 ? m->n_experts : 1); c = E; break;
     case SP_W_ROUTER: r = E; c = m->n_experts; break;
+    case SP_W_SH_IN: case SP_W_SH_UP: r = E; c = sp_model_shared_ff(m); break;
+    case SP_W_SH_OUT: r = sp_model_shared_ff(m); c = E; break;
+    case SP_W_SH_GATE: r = E; c = 1; break;
     case SP_W_BQ: c = QD; break;
     case SP_W_BK: case SP_W_BV: c = KD; break;
     case SP_W_B_IN: case SP_W_B_UP: c = F; break;
@@ -152,8 +165,9 @@ static int64_t ck_add(ck *c, const char *path, const char *what, int64_t a, int6
  *  attention: Q (E x H*D), K and V (E x KVH*D each), O (H*D x E); biases H*D + 2*KVH*D (qkv)
  *             and E (o).
  *  ffn: 2 (GELU) or 3 (SwiGLU) E x F matrices; biases (ffn) F + E (GELU) or 2F + E (SwiGLU);
- *       MoE layers (every moe_every-th) hold n_experts + n_shared_experts of them plus an
- *       E x n_experts router; top_k + n_shared_experts of them are active per token.
+ *       MoE layers (every moe_every-th) hold n_experts of them plus an E x n_experts router,
+ *       top_k of them active per token, and shared experts: 2 or 3 E x Fs matrices
+ *       (Fs = sp_model_shared_ff) and an E-wide gate (shared_expert_gate), always active.
  *  norms: one per layer for a parallel block, two for serial, plus the final one;
  *         RMSNorm has a gain (E), LayerNorm gain and bias (2E).
  *  embedding: V x E, + max_context x E for learned positions, + V x E for an untied head. */
@@ -182,12 +196,15 @@ static void derive_ck(const sp_model *m, int64_t context, sp_model_stats *s, ck 
         int64_t every = m->moe_every > 0 ? m->moe_every : 1;
         n_moe = L / every;
         int64_t router = ck_mul(c, "/n_experts", "d_model * n_experts", E, m->n_experts);
-        int64_t held = ck_add(c, "/n_shared_experts", "experts per layer", m->n_experts, m->n_shared_experts);
-        int64_t used = ck_add(c, "/n_shared_experts", "experts per token", m->top_k, m->n_shared_experts);
+        int64_t fs = ck_mul(c, "/shared_d_ff", "n_shared_experts * shared_d_ff", m->n_shared_experts,
+                            m->shared_d_ff > 0 ? m->shared_d_ff : F);
+        int64_t shared = ck_mul(c, "/shared_d_ff", "shared expert parameters", ck_mul(c, "/shared_d_ff", "", E, fs), mats);
+        if (m->shared_expert_gate) shared = ck_add(c, "/shared_expert_gate", "shared expert gate", shared, E);
+        router = ck_add(c, "/n_shared_experts", "router and shared experts", router, shared);
         ffn_moe = ck_add(c, "/n_experts", "expert parameters",
-                         ck_mul(c, "/n_experts", "n_experts * expert size", expert, held), router);
+                         ck_mul(c, "/n_experts", "n_experts * expert size", expert, m->n_experts), router);
         ffn_moe_active = ck_add(c, "/top_k", "active expert parameters",
-                                ck_mul(c, "/top_k", "top_k * expert size", expert, used), router);
+                                ck_mul(c, "/top_k", "top_k * expert size", expert, m->top_k), router);
     }
     int64_t n_dense = L - n_moe;
 
@@ -304,6 +321,10 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
         }
         if (m->n_shared_experts < 0 || m->n_shared_experts > m->n_experts)
             return vfail(source, err, "/n_shared_experts", "must be between 0 and n_experts");
+        if (m->shared_d_ff < 0) return vfail(source, err, "/shared_d_ff", "must be >= 0 (0 means d_ff)");
+        if ((m->shared_d_ff > 0 || m->shared_expert_gate) && m->n_shared_experts == 0)
+            return vfail(source, err, m->shared_d_ff > 0 ? "/shared_d_ff" : "/shared_expert_gate",
+                         "describes shared experts, but n_shared_experts is 0");
         if ((unsigned)m->router >= SP_ROUTER_COUNT) return vfail(source, err, "/router", "must be topk_renorm or topk");
         if (!(m->router_skew >= 0) || !isfinite(m->router_skew) || m->router_skew > 16)
             return vfail(source, err, "/router_skew", "must be in [0, 16] (0: uniform router)");
@@ -343,7 +364,7 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
 static const char *const model_keys[] = {
     "name", "n_layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "vocab", "ffn", "block",
     "norm", "positions", "tied_embeddings", "bias", "max_context", "rope_theta", "norm_eps",
-    "n_experts", "top_k", "moe_every", "n_shared_experts", "router", "router_skew", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
+    "n_experts", "top_k", "moe_every", "n_shared_experts", "shared_d_ff", "shared_expert_gate", "router", "router_skew", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
 static const char *const rope_scaling_keys[] = {
     "rope_type", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
     "beta_slow", "attention_factor", NULL};
@@ -441,6 +462,8 @@ static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
                                   &m->moe_every));
         SP_CHECK(spi_json_get_int(c, "", r, "n_shared_experts", 0, 0, m->n_experts,
                                   "integer between 0 and n_experts", &m->n_shared_experts));
+        SP_CHECK(spi_json_get_int(c, "", r, "shared_d_ff", 0, 1, BIG, "integer > 0", &m->shared_d_ff));
+        SP_CHECK(spi_json_get_bool(c, "", r, "shared_expert_gate", 0, &m->shared_expert_gate));
         v = 0;
         SP_CHECK(spi_json_get_enum(c, "", r, "router", 0, router_names, SP_ROUTER_COUNT, &v));
         m->router = (sp_router_kind)v;
@@ -558,6 +581,8 @@ json_t *spi_model_to_json(const sp_model *m)
         json_object_set_new(j, "top_k", json_integer(m->top_k));
         json_object_set_new(j, "moe_every", json_integer(m->moe_every));
         if (m->n_shared_experts) json_object_set_new(j, "n_shared_experts", json_integer(m->n_shared_experts));
+        if (m->shared_d_ff) json_object_set_new(j, "shared_d_ff", json_integer(m->shared_d_ff));
+        if (m->shared_expert_gate) json_object_set_new(j, "shared_expert_gate", json_true());
         if (m->router != SP_ROUTER_TOPK_RENORM) json_object_set_new(j, "router", json_string(sp_router_name(m->router)));
         if (m->router_skew > 0) json_object_set_new(j, "router_skew", json_real(m->router_skew));
     }
@@ -581,10 +606,6 @@ const char *spi_model_refusal(const sp_model *m, int64_t context, char *text, si
     if (m->n_experts > 0 && (m->bias & SP_BIAS_FFN)) {
         WHY("ffn: biases on expert FFNs are not implemented");
         return "/bias";
-    }
-    if (m->n_shared_experts > 0) {
-        WHY("%lld: shared experts are not implemented", (long long)m->n_shared_experts);
-        return "/n_shared_experts";
     }
     if (m->positions == SP_POS_ALIBI) {
         WHY("alibi: ALiBi attention biases are not implemented");

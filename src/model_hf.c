@@ -13,7 +13,7 @@
 #include "sp_model.h"
 
 typedef enum hf_family {
-    HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_MIXTRAL, HF_GPT2, HF_NEOX, HF_GPTJ, HF_FALCON, HF_BLOOM, HF_COUNT
+    HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_MIXTRAL, HF_GPT2, HF_NEOX, HF_GPTJ, HF_FALCON, HF_BLOOM, HF_QWEN2_MOE, HF_COUNT
 } hf_family;
 
 static const struct {
@@ -21,6 +21,8 @@ static const struct {
     const char *arch_prefix;   /* architectures[0] starts with this */
     hf_family fam;
 } families[] = {
+    /* Qwen2Moe before Qwen2: architectures match by prefix */
+    {"qwen2_moe", "Qwen2Moe", HF_QWEN2_MOE},
     {"llama", "Llama", HF_LLAMA},       {"mistral", "Mistral", HF_MISTRAL}, {"qwen2", "Qwen2", HF_QWEN2},
     {"mixtral", "Mixtral", HF_MIXTRAL}, {"gpt2", "GPT2", HF_GPT2},          {"gpt_neox", "GPTNeoX", HF_NEOX},
     {"gptj", "GPTJ", HF_GPTJ},          {"falcon", "Falcon", HF_FALCON},    {"RefinedWeb", "RW", HF_FALCON},
@@ -51,8 +53,8 @@ static sp_status detect(const spi_jctx *c, const json_t *r, hf_family *fam)
     }
     const char *what = mt && json_is_string(mt) ? json_string_value(mt) : a0 && json_is_string(a0) ? json_string_value(a0) : "?";
     return spi_json_fail(c, SP_EINVAL, "", mt ? "model_type" : "architectures",
-                         "unsupported Hugging Face model \"%.60s\" (supported: llama, mistral, qwen2, mixtral, gpt2, "
-                         "gpt_neox, gptj, falcon, bloom)", what);
+                         "unsupported Hugging Face model \"%.60s\" (supported: llama, mistral, qwen2, qwen2_moe, mixtral, "
+                         "gpt2, gpt_neox, gptj, falcon, bloom)", what);
 }
 
 #define BIG INT64_MAX
@@ -172,6 +174,34 @@ static sp_status set_name(const spi_jctx *c, const json_t *r, sp_model *m)
     return SP_OK;
 }
 
+/* Qwen2-MoE (Qwen2MoeSparseMoeBlock): num_experts of moe_intermediate_size
+ * (intermediate_size is the width of dense layers, which are refused),
+ * softmax top-k renormalised only with norm_topk_prob, and one shared expert
+ * of shared_expert_intermediate_size behind a sigmoid gate (shared_expert_gate). */
+static sp_status qwen2_moe(const spi_jctx *c, const json_t *r, sp_model *m)
+{
+    GET_INT("num_experts", 1, &m->n_experts);
+    SP_CHECK(spi_json_get_int(c, "", r, "num_experts_per_tok", 1, 1, m->n_experts, "integer between 1 and num_experts",
+                              &m->top_k));
+    GET_INT("moe_intermediate_size", 1, &m->d_ff);
+    m->moe_every = 1;
+    int64_t step = 1, shared = 0;
+    SP_CHECK(spi_json_get_int(c, "", r, "decoder_sparse_step", 0, 1, BIG, "integer > 0", &step));
+    if (step != 1)
+        return spi_json_fail(c, SP_EINVAL, "", "decoder_sparse_step",
+                             "%lld: dense layers between MoE layers are not implemented (only 1 is)", (long long)step);
+    const json_t *dense = json_object_get(r, "mlp_only_layers");
+    if (dense && !json_is_null(dense) && !(json_is_array(dense) && json_array_size(dense) == 0))
+        return spi_json_fail(c, SP_EINVAL, "", "mlp_only_layers",
+                             "dense layers among MoE layers are not implemented (only an empty list is)");
+    int renorm = 0;
+    SP_CHECK(spi_json_get_bool(c, "", r, "norm_topk_prob", 0, &renorm));
+    m->router = renorm ? SP_ROUTER_TOPK_RENORM : SP_ROUTER_TOPK;
+    SP_CHECK(spi_json_get_int(c, "", r, "shared_expert_intermediate_size", 0, 0, BIG, "integer >= 0", &shared));
+    if (shared > 0) m->n_shared_experts = 1, m->shared_d_ff = shared, m->shared_expert_gate = 1;
+    return SP_OK;
+}
+
 static sp_status llama_like(const spi_jctx *c, const json_t *r, sp_model *m, hf_family fam)
 {
     GET_INT("hidden_size", 1, &m->d_model);
@@ -200,18 +230,20 @@ static sp_status llama_like(const spi_jctx *c, const json_t *r, sp_model *m, hf_
         return spi_json_fail(c, SP_EINVAL, "", "partial_rotary_factor",
                              "%g: this family's attention applies RoPE to whole heads; not implemented", prf);
     int ab = 0, mb = 0;
-    if (fam == HF_QWEN2) {
+    if (fam == HF_QWEN2 || fam == HF_QWEN2_MOE) {
         ab = 1;   /* Qwen2: q, k and v projections carry biases, o does not */
         m->bias = SP_BIAS_QKV;
     } else {
         SP_CHECK(spi_json_get_bool(c, "", r, "attention_bias", 0, &ab));
         m->bias = ab ? SP_BIAS_QKV | SP_BIAS_O : 0;
     }
-    SP_CHECK(spi_json_get_bool(c, "", r, "mlp_bias", 0, &mb));
+    /* the MoE families' expert MLPs have no bias whatever mlp_bias says (transformers' Mixtral and
+     * Qwen2-MoE blocks do not read it) */
+    if (fam != HF_MIXTRAL && fam != HF_QWEN2_MOE) SP_CHECK(spi_json_get_bool(c, "", r, "mlp_bias", 0, &mb));
     if (mb) m->bias |= SP_BIAS_FFN;
     /* sliding-window attention: Mistral and Mixtral when sliding_window is
      * set, Qwen2 only with use_sliding_window */
-    int use_sw = fam != HF_QWEN2;
+    int use_sw = fam != HF_QWEN2 && fam != HF_QWEN2_MOE;
     SP_CHECK(spi_json_get_bool(c, "", r, "use_sliding_window", 0, &use_sw));
     if (use_sw) SP_CHECK(spi_json_get_int(c, "", r, "sliding_window", 0, 1, BIG, "integer > 0 or null", &m->sliding_window));
     if (fam == HF_MIXTRAL) {
@@ -220,6 +252,7 @@ static sp_status llama_like(const spi_jctx *c, const json_t *r, sp_model *m, hf_
                                   "integer between 1 and num_local_experts", &m->top_k));
         m->moe_every = 1;
     }
+    if (fam == HF_QWEN2_MOE) SP_CHECK(qwen2_moe(c, r, m));
     return SP_OK;
 }
 
@@ -343,7 +376,9 @@ sp_status spi_model_from_hf(const spi_jctx *c, const json_t *r, sp_model *m)
     SP_CHECK(detect(c, r, &fam));
     SP_CHECK(set_name(c, r, m));
     switch (fam) {
-    case HF_LLAMA: case HF_MISTRAL: case HF_QWEN2: case HF_MIXTRAL: SP_CHECK(llama_like(c, r, m, fam)); break;
+    case HF_LLAMA: case HF_MISTRAL: case HF_QWEN2: case HF_MIXTRAL: case HF_QWEN2_MOE:
+        SP_CHECK(llama_like(c, r, m, fam));
+        break;
     case HF_GPT2: case HF_GPTJ: SP_CHECK(gpt2(c, r, m, fam)); break;
     case HF_NEOX: SP_CHECK(neox(c, r, m)); break;
     case HF_FALCON: SP_CHECK(falcon(c, r, m)); break;

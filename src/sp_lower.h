@@ -109,6 +109,7 @@ typedef enum sp_step_kind {
     SP_STEP_ROUTE = 15,      /* MoE: dst(m, k) = each row's top-k experts of src(m, n = experts) and their weights */
     SP_STEP_DISPATCH = 16,   /* MoE: dst(experts·capacity, n) = src(m, n) rows placed in their experts' slots */
     SP_STEP_COMBINE = 17,    /* MoE: dst(m, n) (+)= Σ_k gate src2 · slot row of src(experts·capacity, n) */
+    SP_STEP_GATE_SCALE = 18, /* MoE shared expert gate: dst(m, n) row i *= sigmoid(src(i, 0)), src (m, 1) */
     SP_STEP_COUNT
 } sp_step_kind;
 const char *sp_step_kind_name(sp_step_kind k);

@@ -94,7 +94,11 @@ typedef struct sp_model {
     int64_t n_experts;
     int64_t top_k;
     int64_t moe_every;
-    int64_t n_shared_experts;   /* experts every token goes through (DeepSeek/Qwen-MoE); d_ff each */
+    int64_t n_shared_experts;   /* experts every token goes through (DeepSeek/Qwen-MoE) */
+    int64_t shared_d_ff;        /* each shared expert's hidden width; 0: d_ff.  The shared experts
+                                   together are one FFN of sp_model_shared_ff() columns (their
+                                   outputs sum, so concatenating their hidden units is exact) */
+    int shared_expert_gate;     /* Qwen2-MoE: the shared FFN's output times sigmoid(x · w), w (E) */
     sp_router_kind router;
     /* Not a computation: the routing the cost model assumes.  Expert i of n
      * is picked by a token with probability k·p_i (capped at 1), p_i ∝
@@ -188,11 +192,15 @@ typedef enum sp_weight {
     SP_W_OUT = 22,      /* (NL, F, E); MoE: (NL, n_experts·F, E), expert-major */
     SP_W_B_OUT = 23,    /* (NL, E) */
     SP_W_ROUTER = 24,   /* (NL, E, n_experts): MoE router, MoE models only */
+    SP_W_SH_IN = 25,    /* (NL, E, Fs): shared experts' gate (SwiGLU) / up (GELU), Fs = sp_model_shared_ff */
+    SP_W_SH_UP = 26,    /* (NL, E, Fs), SwiGLU only */
+    SP_W_SH_OUT = 27,   /* (NL, Fs, E) */
+    SP_W_SH_GATE = 28,  /* (NL, E, 1): shared_expert_gate only */
     SP_W_COUNT
 } sp_weight;
 #define SP_W_FIRST_LAYER SP_W_NORM1   /* the first per-layer kind */
 const char *sp_weight_name(sp_weight w);   /* "wq", "w_in", "norm1", "bq", ...; "?" out of range */
-/* 1 for the layer matrices (wq wk wv wo w_in w_up w_out router): what quantisation touches. */
+/* 1 for the layer matrices (wq wk wv wo w_in w_up w_out router, the shared experts'): what quantisation touches. */
 int sp_weight_is_matrix(sp_weight w);
 /* 1 for the per-layer kinds (w >= SP_W_FIRST_LAYER). */
 int sp_weight_per_layer(sp_weight w);
@@ -228,6 +236,8 @@ sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err);
  *   *q_max:    the largest q_i, a token's probability of choosing the most
  *              popular expert (uniform: k/E).
  * Both 0 for a dense model. */
+/* The shared experts' hidden width together: n_shared_experts · (shared_d_ff or d_ff); 0 without. */
+int64_t sp_model_shared_ff(const sp_model *m);
 void sp_model_moe_routing(const sp_model *m, double tokens, double *distinct, double *q_max);
 
 #ifdef __cplusplus

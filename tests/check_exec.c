@@ -117,6 +117,16 @@ static const exec_case cases[] = {
     {"tiny-moe", "stages=2,microbatches=2,replicas=2,experts=2,mesh=1x1x1," MOE F32
                  "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
     {"tiny-moe", "replicas=2,experts=2,mesh=2x1x1," MOE BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    /* shared experts (tiny-moe-shared: one gated shared expert beside 8 routed, top-2 not renormalised):
+     * on one chip, expert-tensor, expert, both (coordinated over 2 and over 2x2 tensor chips), with and
+     * without expert parallelism over the replicas */
+    {"tiny-moe-shared", "mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 2, 5, 16},
+    {"tiny-moe-shared", "mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe-shared", "replicas=2,experts=2,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-shared", "replicas=2,experts=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-shared", "replicas=2,experts=2,mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-moe-shared", "replicas=8,experts=8,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe-shared", "replicas=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

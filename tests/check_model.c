@@ -11,7 +11,7 @@
 static const char *const bundled[] = {
     "palm-8b", "palm-62b", "palm-540b", "gpt3-175b", "mt-nlg-530b", "bloom-176b", "gpt-j-6b",
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
-    "falcon-180b", "mixtral-8x7b", "mixtral-8x22b", "tiny-moe", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
+    "falcon-180b", "mixtral-8x7b", "mixtral-8x22b", "tiny-moe", "tiny-moe-shared", "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
     "gpt-20b-ft", "gpt-89b-ft", "gpt-175b-ft",
     "gpt-350m-ft", "gpt-1.3b-ft", "gpt-6.7b-ft", "megatron-530b-ft",
 };
@@ -96,6 +96,7 @@ START_TEST(test_published_totals)
     near("bloom-176b", 176.2e9, 0.005);
     near("gpt-j-6b", 6.05e9, 0.005);
     near("mixtral-8x7b", 46.7e9, 0.005);
+    near("qwen1.5-moe-a2.7b", 14.3e9, 0.005);
     sp_model m;
     sp_model_stats st;
     load("mixtral-8x7b", &m, &st);
@@ -178,6 +179,51 @@ START_TEST(test_hf_families)
                            "\"vocab_size\":152064,\"tie_word_embeddings\":false}", &m, &err), SP_OK);
     ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
     ck_assert_msg(st.params_total > 7.60e9 && st.params_total < 7.63e9, "%lld", (long long)st.params_total);
+    /* Qwen2-MoE (Qwen1.5-MoE-A2.7B): experts of moe_intermediate_size, one gated shared expert,
+     * top-4 not renormalised; the importer reads what changes the computation */
+    static const char qmoe[] =
+        "{\"model_type\":\"qwen2_moe\",\"architectures\":[\"Qwen2MoeForCausalLM\"],\"hidden_size\":2048,"
+        "\"intermediate_size\":5632,\"moe_intermediate_size\":1408,\"shared_expert_intermediate_size\":5632,"
+        "\"num_experts\":60,\"num_experts_per_tok\":4,\"num_attention_heads\":16,\"num_key_value_heads\":16,"
+        "\"num_hidden_layers\":24,\"vocab_size\":151936,\"max_position_embeddings\":8192,\"rope_theta\":1000000.0,"
+        "\"rms_norm_eps\":1e-06,\"tie_word_embeddings\":false%s}";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, qmoe, ",\"norm_topk_prob\":false,\"decoder_sparse_step\":1,\"mlp_only_layers\":[]");
+    ck_assert_int_eq(loads(cfg, &m, &err), SP_OK);
+    ck_assert_int_eq(m.n_experts, 60);
+    ck_assert_int_eq(m.top_k, 4);
+    ck_assert_int_eq(m.d_ff, 1408);
+    ck_assert_int_eq(m.n_shared_experts, 1);
+    ck_assert_int_eq(sp_model_shared_ff(&m), 5632);
+    ck_assert_int_eq(m.shared_expert_gate, 1);
+    ck_assert_int_eq(m.router, SP_ROUTER_TOPK);
+    ck_assert_int_eq(m.bias, SP_BIAS_QKV);
+    ck_assert_int_eq(sp_model_derive(&m, 0, &st), SP_OK);
+    ck_assert_msg(st.params_total > 14.25e9 && st.params_total < 14.35e9, "%lld", (long long)st.params_total);
+    /* the bundled description is this config */
+    sp_model q;
+    sp_model_stats qs;
+    ck_assert_int_eq(sp_model_find("qwen1.5-moe-a2.7b", &q, &err), SP_OK);
+    ck_assert_int_eq(sp_model_derive(&q, 0, &qs), SP_OK);
+    ck_assert_int_eq(qs.params_total, st.params_total);
+    ck_assert_int_eq(qs.params_active, st.params_active);
+    /* HF's default norm_topk_prob is false; true renormalises the top-k (as Mixtral) */
+    snprintf(cfg, sizeof cfg, qmoe, "");
+    ck_assert_int_eq(loads(cfg, &m, &err), SP_OK);
+    ck_assert_int_eq(m.router, SP_ROUTER_TOPK);
+    snprintf(cfg, sizeof cfg, qmoe, ",\"norm_topk_prob\":true");
+    ck_assert_int_eq(loads(cfg, &m, &err), SP_OK);
+    ck_assert_int_eq(m.router, SP_ROUTER_TOPK_RENORM);
+    /* what the lowering does not compute is refused naming the HF field */
+    static const struct { const char *extra, *field; } refused[] = {
+        {",\"decoder_sparse_step\":2", "decoder_sparse_step"},
+        {",\"mlp_only_layers\":[0]", "mlp_only_layers"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(cfg, sizeof cfg, qmoe, refused[i].extra);
+        ck_assert_int_eq(loads(cfg, &m, &err), SP_EINVAL);
+        ck_assert_msg(strstr(err.path, refused[i].field) != NULL, "%s: path %s", refused[i].field, err.path);
+    }
 }
 END_TEST
 
@@ -354,7 +400,11 @@ static const struct field_case {
     {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, NULL},
     {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 1}", 0, NULL},
     {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/moe_every"},
-    {"n_shared_experts", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 1}", 0, "/n_shared_experts"},
+    /* shared experts (tests/check_exec.c runs tiny-moe-shared) */
+    {"n_shared_experts", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 2}", 0, NULL},
+    {"shared_d_ff", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 1, \"shared_d_ff\": 512}", 0, NULL},
+    {"shared_expert_gate", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 1, \"shared_expert_gate\": true}",
+     0, NULL},
     {"router", "{\"n_experts\": 4, \"top_k\": 2, \"router\": \"topk\"}", 0, NULL},
     {"router_skew", "{\"n_experts\": 4, \"top_k\": 2, \"router_skew\": 0.5}", 0, NULL},
     {"bias", "{\"n_experts\": 4, \"top_k\": 2, \"bias\": [\"ffn\"]}", 0, "/bias"},

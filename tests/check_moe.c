@@ -132,6 +132,57 @@ START_TEST(test_memory_of_experts_held)
 }
 END_TEST
 
+/* shared experts (Fs = 2 × 768 hidden units, with a gate): every chip holds them sharded like the
+ * dense FFN (3·E·Fs/n bf16 per layer, the gate's E/|Rx| rows), and each MoE layer runs them on all T
+ * rows: three matmuls of 2·T·(E/|Rx|)·(Fs/|C|) FLOPs reading all their weights, the gate matmul, a
+ * gate-scale step, their output in Y before the routed combine adds to it */
+START_TEST(test_shared_experts_closed_form)
+{
+    sp_model m = moe_model(8, 2), plain = m;
+    m.n_shared_experts = 2;
+    m.shared_d_ff = 768;
+    m.shared_expert_gate = 1;
+    const int64_t E = 512, Fs = 1536, layers = 4;
+    sp_shape pf = {8, 16, 16, 32, SP_DT_BF16, 0}, dc = {8, 1, 32, 32, SP_DT_BF16, 0};
+    struct { int R, N, X; sp_ffn_layout f; } cases[] = {
+        {1, 1, 1, SP_FL_WS2D}, {2, 2, 1, SP_FL_WS2D}, {4, 4, 2, SP_FL_WS1D}, {2, 2, 4, SP_FL_WS2D}, {2, 2, 4, SP_FL_WS1D},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sp_layout l = moe_layout(cases[i].R, cases[i].N, cases[i].X, cases[i].f);
+        sp_mem_sizes ms, mp;
+        ck_assert_int_eq(sp_lower(&plain, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
+        ck_assert_int_eq(sp_lower(&plain, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
+        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &mp), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
+        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
+        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &ms), SP_OK);
+        int64_t n = cases[i].X, nRx = cases[i].f == SP_FL_WS2D ? n : 1, Ein = E / nRx, FsC = Fs / (n / nRx);
+        int64_t gate = Ein * 2 > 64 ? Ein * 2 : 64;   /* one column, 64-byte aligned */
+        ck_assert_msg(ms.weights - mp.weights == layers * (3 * E * Fs / n * 2 + gate), "case %zu: %lld vs %lld", i,
+                      (long long)ms.weights, (long long)mp.weights);
+        ck_assert_int_eq(prog.wspec[SP_W_SH_IN].count, 1);
+        int64_t T = 8 / cases[i].R * 16, mm = 0, scale = 0, combine_acc = -1;
+        for (int j = 0; j < prog.layer.n; j++) {
+            const sp_step *st = &prog.layer.s[j];
+            if (st->kind == SP_STEP_MATMUL && (st->weight == SP_W_SH_IN || st->weight == SP_W_SH_UP || st->weight == SP_W_SH_OUT)) {
+                mm++;
+                int64_t k = st->weight == SP_W_SH_OUT ? FsC : Ein, nn = st->weight == SP_W_SH_OUT ? Ein : FsC;
+                ck_assert_int_eq(st->m, T);
+                ck_assert_int_eq(st->flops, 2 * T * k * nn);
+                ck_assert_int_eq(st->weight_bytes, k * nn * 2);
+                ck_assert_int_eq(st->experts, 0);
+            }
+            if (st->kind == SP_STEP_GATE_SCALE) scale++;
+            if (st->kind == SP_STEP_MATMUL && st->weight == SP_W_SH_GATE) ck_assert_int_eq(st->flops, 2 * T * Ein);
+            if (st->kind == SP_STEP_COMBINE) combine_acc = st->accumulate;
+        }
+        ck_assert_int_eq(mm, 3);
+        ck_assert_int_eq(scale, 1);
+        ck_assert_int_eq(combine_acc, 1);   /* the routed experts add to the shared experts' output */
+    }
+}
+END_TEST
+
 /* one MoE layer's steps, for a table of (replicas, experts, X, layout, capacity, batch, tokens):
  * the all-to-alls expect to move (N−1)/N of the T·k routed rows of E/|Rx|
  * columns each way (E/|act| when coordinated with a tensor group C of more
@@ -416,6 +467,7 @@ int main(void)
     tcase_add_test(tc, test_memory_of_experts_held);
     tcase_add_loop_test(tc, test_moe_steps_closed_form, 0, (int)(sizeof a2a_cases / sizeof a2a_cases[0]));
     tcase_add_test(tc, test_routed_a2a_bytes);
+    tcase_add_test(tc, test_shared_experts_closed_form);
     tcase_add_test(tc, test_layout_key_and_validation);
     tcase_add_test(tc, test_mixtral_fit);
     tcase_add_test(tc, test_plan_picks_expert_parallelism);

@@ -71,6 +71,20 @@ if [ -f "$tmp/seed1.json" ] && [ -f "$tmp/seed2.json" ]; then
     { [ "$a1" != "$a2" ] && [ "$e1" = "$e2" ]; } ||
         { echo "FAIL: all-to-all bytes do not follow the routing (predicted $a1 / $a2, expected $e1 / $e2)"; fail=$((fail + 1)); }
 fi
+# shared experts: Qwen1.5-MoE-A2.7B's 14.3 B parameters (its 60 routed experts and the gated
+# shared one) in bf16 on one H100; tiny-moe-shared runs with expert parallelism coordinated
+# over a 2-chip tensor mesh, its bytes as predicted
+if expect "qwen1.5-moe on 1 h100" 0 $SHARDPLAN estimate --model qwen1.5-moe-a2.7b --hw h100 --batch 2 --prompt 128 \
+    --gen 32 --json --chips 1 --layout mesh=1x1x1,weights=bf16; then
+    json_check '$1 == "true" && $2 / 2^30 > 26.5 && $2 / 2^30 < 26.8' "$tmp/out" "" /feasible /memory_per_chip/weights ||
+        { echo "FAIL: qwen1.5-moe: weights off"; fail=$((fail + 1)); }
+fi
+LS=replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+if expect "run tiny-moe-shared $LS" 0 $SHARDPLAN run --model tiny-moe-shared --batch 4 --prompt 8 --gen 4 --json --layout $LS; then
+    { json_check '$1 == 0 && $2 > 0' -n "$tmp/out" "" /comm/mismatches /comm/measured_bytes/all-to-all &&
+      json_check '$1 == $2' "$tmp/out" /comm /measured_bytes /predicted_bytes; } ||
+        { echo "FAIL: run tiny-moe-shared: bytes"; fail=$((fail + 1)); }
+fi
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }
 expect "run tiny-moe int8 experts" 2 $SHARDPLAN $RUN --layout mesh=1x1x1,capacity=4,weights=int8

@@ -14,7 +14,11 @@ OWN='"name": "t", "n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_he
 cases() {
 cat <<CASES
 own-moe-every|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2, "moe_every": 2}|/moe_every: 2: MoE layers between dense layers are not implemented
-own-moe-shared|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2, "n_shared_experts": 1}|/n_shared_experts: 1: shared experts are not implemented
+own-moe-bias|{"name": "t", "n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_head": 16, "vocab": 100, "ffn": "swiglu", "block": "serial", "norm": "rmsnorm", "tied_embeddings": false, "max_context": 64, "positions": "rope", "n_experts": 4, "top_k": 2, "bias": ["ffn"]}|/bias: ffn: biases on expert FFNs are not implemented
+hf-qwen-moe-step|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2}|/decoder_sparse_step: 2: dense layers between MoE layers are not implemented
+hf-qwen-moe-dense|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [1]}|/mlp_only_layers: dense layers among MoE layers are not implemented
+hf-qwen-moe-arch|{"architectures": ["Qwen2MoeForCausalLM"], $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2}|/decoder_sparse_step: 2:
+hf-qwen-moe-window|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "use_sliding_window": true, "sliding_window": 8}|/sliding_window: 8: the job's context (12 tokens)
 own-alibi|{$OWN, "positions": "alibi"}|/positions: alibi:
 own-interleaved|{$OWN, "positions": "rope", "rope_style": "interleaved"}|/rope_style: interleaved:
 own-window|{$OWN, "positions": "rope", "sliding_window": 8}|/sliding_window: 8: the job's context (12 tokens)

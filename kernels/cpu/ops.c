@@ -285,6 +285,14 @@ sp_status sp_kern_moe_dispatch(float *slots, const float *x, int64_t ldx, const 
     return SP_OK;
 }
 
+void sp_kern_sigmoid_scale_rows(float *x, const float *g, int64_t T, int64_t C)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float s = (float)(1.0 / (1.0 + exp(-(double)g[t])));
+        for (int64_t c = 0; c < C; c++) x[t * C + c] *= s;
+    }
+}
+
 void sp_kern_moe_combine(float *y, const float *slots, const sp_kern_route *route, int64_t T, int64_t C, int64_t k,
                          int64_t S, int accumulate)
 {

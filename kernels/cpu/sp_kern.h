@@ -176,6 +176,8 @@ void sp_kern_moe_route(sp_kern_route *route, const float *logits, int64_t T, int
  * more than S tokens (no token is dropped). */
 sp_status sp_kern_moe_dispatch(float *slots, const float *x, int64_t ldx, const sp_kern_route *route, int64_t T,
                                int64_t C, int64_t k, int64_t n, int64_t S);
+/* x (T, C): row t *= sigmoid(g[t]) (Qwen2-MoE's shared expert gate). */
+void sp_kern_sigmoid_scale_rows(float *x, const float *g, int64_t T, int64_t C);
 /* y (T, C) (+)= Σ over a token's k choices of weight · its slot row. */
 void sp_kern_moe_combine(float *y, const float *slots, const sp_kern_route *route, int64_t T, int64_t C, int64_t k,
                          int64_t S, int accumulate);

@@ -189,8 +189,11 @@ static void model_table(const sp_model *m, const sp_model_stats *st)
     if (m->sliding_window) ROWI("sliding_window", m->sliding_window);
     ROWI("max_context", m->max_context);
     if (m->n_experts > 0) {
-        snprintf(b, sizeof b, "%lld experts, top %lld, every %lld layer(s)", (long long)m->n_experts,
-                 (long long)m->top_k, (long long)m->moe_every);
+        int n = snprintf(b, sizeof b, "%lld experts, top %lld (%s), every %lld layer(s)", (long long)m->n_experts,
+                         (long long)m->top_k, sp_router_name(m->router), (long long)m->moe_every);
+        if (m->n_shared_experts > 0 && n > 0 && (size_t)n < sizeof b)
+            snprintf(b + n, sizeof b - (size_t)n, "; %lld shared (%lld hidden units%s)", (long long)m->n_shared_experts,
+                     (long long)sp_model_shared_ff(m), m->shared_expert_gate ? ", sigmoid gate" : "");
         row2(t, "moe", b);
     }
     row_count(t, "params embedding", st->params_embedding);
