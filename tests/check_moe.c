@@ -53,6 +53,14 @@ static sp_layout moe_layout(int R, int N, int X, sp_ffn_layout f)
 
 static sp_program prog, prog2;
 
+/* lowers both phases of (m, l) into prog (prefill) and prog2 (decode) and sizes their memory */
+static void lower_both(const sp_model *m, const sp_layout *l, const sp_shape *pf, const sp_shape *dc, sp_mem_sizes *ms)
+{
+    ck_assert_int_eq(sp_lower(m, l, SP_PHASE_DECODE, dc, 0, &prog2), SP_OK);
+    ck_assert_int_eq(sp_lower(m, l, SP_PHASE_PREFILL, pf, 0, &prog), SP_OK);
+    ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, ms), SP_OK);
+}
+
 START_TEST(test_routing_closed_form)
 {
     sp_model m = moe_model(8, 2);
@@ -109,14 +117,10 @@ START_TEST(test_memory_of_experts_held)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sp_layout l = moe_layout(cases[i].R, cases[i].N, cases[i].X, cases[i].f);
         sp_mem_sizes ms, md;
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
-        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &ms), SP_OK);
+        lower_both(&m, &l, &pf, &dc, &ms);
         sp_layout ld = l;
         ld.experts = 1;
-        ck_assert_int_eq(sp_lower(&dense, &ld, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
-        ck_assert_int_eq(sp_lower(&dense, &ld, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
-        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &md), SP_OK);
+        lower_both(&dense, &ld, &pf, &dc, &md);
         int64_t n = cases[i].X, El = NE / cases[i].N;
         int64_t expert = 3 * E * F / n * 2;                                  /* bf16, all shard sizes 64-aligned */
         int64_t router = (cases[i].f == SP_FL_WS1D ? E : E / n) * NE * 2;   /* rows split like W_in's */
@@ -150,12 +154,8 @@ START_TEST(test_shared_experts_closed_form)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sp_layout l = moe_layout(cases[i].R, cases[i].N, cases[i].X, cases[i].f);
         sp_mem_sizes ms, mp;
-        ck_assert_int_eq(sp_lower(&plain, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
-        ck_assert_int_eq(sp_lower(&plain, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
-        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &mp), SP_OK);
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dc, 0, &prog2), SP_OK);
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &prog), SP_OK);
-        ck_assert_int_eq(sp_lower_mem_sizes(&prog, &prog2, &ms), SP_OK);
+        lower_both(&plain, &l, &pf, &dc, &mp);
+        lower_both(&m, &l, &pf, &dc, &ms);
         int64_t n = cases[i].X, nRx = cases[i].f == SP_FL_WS2D ? n : 1, Ein = E / nRx, FsC = Fs / (n / nRx);
         int64_t gate = Ein * 2 > 64 ? Ein * 2 : 64;   /* one column, 64-byte aligned */
         ck_assert_msg(ms.weights - mp.weights == layers * (3 * E * Fs / n * 2 + gate), "case %zu: %lld vs %lld", i,
