@@ -12,8 +12,10 @@
  * computes every KV head (all-reducing over Rx when the contraction is
  * split), and batch-sharded attention computes them for its own sequences
  * only.  The KV cache always has the decode phase's layout; prefill writes
- * it directly, by a local slice, or through one all-to-all (heads → batch);
- * any other change of KV layout between phases is rejected.
+ * it directly, or after the handoff step that moves its K/V to decode's
+ * placement (kv_handoff): a local slice, an all-gather or an all-to-all over
+ * the axes the two placements disagree on, once per layer, priced and
+ * counted like every other step.
  */
 #include <math.h>
 #include <string.h>
@@ -233,6 +235,7 @@ typedef struct ctx {
     int64_t T;         /* rows of this chip between layers: (mb / |N|) * L */
     int64_t seqs;      /* sequences of this chip between layers: mb / |N| */
     int kv;            /* how prefill's K/V reach the cache (kv_mode) */
+    char kv_rows[SP_AXSEQ_MAX], kv_cols[SP_AXSEQ_MAX];   /* the handoff's axes (kv_handoff) */
     int act_b;         /* bytes per activation element */
     int w_b;           /* bytes per weight element */
     /* MoE (n_experts > 0): experts held (NE / layout experts), slots per
@@ -243,24 +246,72 @@ typedef struct ctx {
     spi_ckd ck;        /* the first size that overflowed int64 (checked where a shape multiplies) */
 } ctx;
 
-/* How prefill's K/V reach a KV cache laid out for decode. */
+/* How prefill's K/V reach a KV cache laid out for decode (the handoff).
+ * A phase's K/V placement: the sequences of the micro-batch split over the
+ * axes `seq` (major first), the KV heads over the axes `head` (major first;
+ * "" when every chip holds every KV head: batch-sharded attention, or KV
+ * heads replicated, case B).  In the layout catalogue `seq` is always a
+ * prefix of "xyz" (N, or N followed by the sorted head group for batch
+ * attention, which is "xyz") and, in case A, `head` holds the remaining
+ * axes, so two placements of one mesh differ by a set of axes D moving
+ * between the two: */
 typedef enum kv_mode {
-    KV_DIRECT = 0,   /* same layout (and always in decode) */
-    KV_SLICE = 1,    /* prefill holds every KV head of more sequences: keep decode's rows */
-    KV_A2A = 2,      /* heads-sharded K/V to batch-sharded: one all-to-all over the head group */
-    KV_BAD = 3       /* would need a reshard we do not do */
+    KV_DIRECT = 0,    /* same placement (and always in decode): nothing moves */
+    KV_SLICE = 1,     /* decode splits sequences over more axes, every KV head here: keep decode's rows (local) */
+    KV_A2A = 2,       /* decode splits sequences over D, prefill split heads over D: all-to-all over D, heads
+                         gathered, sequences scattered */
+    KV_GATHER = 3,    /* decode splits sequences over fewer axes, every KV head here: all-gather rows over D */
+    KV_A2A_BACK = 4,  /* decode splits heads over D, prefill split sequences over D: all-to-all over D,
+                         sequences gathered, heads scattered */
+    KV_BAD = 5        /* placements that no one collective relates (none in the catalogue) */
 } kv_mode;
 
-static kv_mode kv_transition(const ctx *c)
+typedef struct kv_place {
+    char seq[SP_AXSEQ_MAX], head[SP_AXSEQ_MAX];
+} kv_place;
+
+/* the K/V placement of a phase with FFN sharding s and attention al; heads
+ * are split (over G) only when KV heads are sharded like Q (case A) */
+static void kv_place_of(const ctx *c, const shard *s, sp_attn_layout al, kv_place *out)
 {
-    if (c->p->phase != SP_PHASE_PREFILL) return KV_DIRECT;
-    const shard *sh = &c->sh, *d = &c->shd;
-    sp_attn_layout al = c->l->phase[SP_PHASE_PREFILL].attn, dal = c->l->phase[SP_PHASE_DECODE].attn;
-    if (dal == al && !strcmp(d->N, sh->N) && (al == SP_AL_BATCH || !strcmp(d->G, sh->G))) return KV_DIRECT;
-    if (dal == SP_AL_BATCH && al == SP_AL_HEADS) return c->case_a ? KV_A2A : KV_SLICE;
-    /* both head-sharded, KV replicated: every KV head is here for the right sequences */
-    if (dal == SP_AL_HEADS && al == SP_AL_HEADS && !c->case_a && !strcmp(d->N, sh->N)) return KV_DIRECT;
-    return KV_BAD;
+    if (al == SP_AL_BATCH) {
+        char Gs[SP_AXSEQ_MAX];
+        axes_sorted(s->G, Gs);
+        axcat(out->seq, s->N, Gs);
+        out->head[0] = '\0';
+    } else {
+        axcpy(out->seq, s->N);
+        axcpy(out->head, c->case_a ? s->G : "");
+    }
+}
+
+/* The collective that turns prefill's placement into decode's.  rows:
+ * the axes D (in decode's sequence order, or prefill's when sequences
+ * gather); cols: the same axes in the head order of the side that splits
+ * heads over them (all-to-alls only). */
+static kv_mode kv_handoff(const ctx *c, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
+{
+    const sp_layout *l = c->l;
+    kv_place pf, dc;
+    shard ps;
+    phase_shard(l, l->phase[SP_PHASE_PREFILL].ffn, &ps);
+    kv_place_of(c, &ps, l->phase[SP_PHASE_PREFILL].attn, &pf);
+    kv_place_of(c, &c->shd, l->phase[SP_PHASE_DECODE].attn, &dc);
+    rows[0] = cols[0] = '\0';
+    size_t np = strlen(pf.seq), nd = strlen(dc.seq);
+    if (np == nd && !strcmp(pf.seq, dc.seq)) return !strcmp(pf.head, dc.head) ? KV_DIRECT : KV_BAD;
+    int more = nd > np;   /* decode splits sequences over more axes */
+    const kv_place *few = more ? &pf : &dc, *many = more ? &dc : &pf;
+    size_t nf = strlen(few->seq);
+    if (strncmp(many->seq, few->seq, nf)) return KV_BAD;
+    axcpy(rows, many->seq + nf);
+    /* the side with fewer sequence axes splits heads over D as its minor head axes, the rest as the other side's */
+    size_t hf = strlen(few->head), hm = strlen(many->head);
+    if (!hf && !hm) return more ? KV_SLICE : KV_GATHER;
+    if (hf != hm + strlen(rows) || strncmp(few->head, many->head, hm) || xyz_mask(few->head + hm) != xyz_mask(rows))
+        return KV_BAD;
+    axcpy(cols, few->head + hm);
+    return more ? KV_A2A : KV_A2A_BACK;
 }
 
 static sp_step *emit(sp_steps *ss, sp_step_kind k)
@@ -680,45 +731,56 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     }
     (void)k_rows;
 
-    /* KV cache store, in the decode phase's layout */
+    /* KV cache store, in the decode phase's layout: the handoff (kv_handoff)
+     * first.  kbuf/vbuf: (a_seqs·L, kv_src·D), read again by the attention
+     * below, so the handoff writes the other of K and KB. */
     sp_buf kst = kbuf, vst = vbuf;
-    int64_t st_seqs = a_seqs;
-    if (c->kv == KV_SLICE) {
-        /* keep this chip's decode sequences: blocks over the axes outside N */
-        char rest[8], rs[8];
-        axes_filter("xyz", sh->N, 0, rest);
-        axes_sorted(rest, rs);
-        int nrest = axes_size(c->l, rs);
+    int64_t kv_src = k_all_heads ? c->KVH : KVl, src_rows = spi_ck_mul(&c->ck, "K/V rows", a_seqs, L);
+    int nD = axes_size(c->l, c->kv_rows);
+    if (c->kv != KV_DIRECT && nD > 1) {
+        sp_buf out[2] = {kbuf == SP_BUF_K ? SP_BUF_KB : SP_BUF_K, vbuf == SP_BUF_V ? SP_BUF_VB : SP_BUF_V};
+        sp_buf in[2] = {kbuf, vbuf};
         for (int kvi = 0; kvi < 2; kvi++) {
-            sp_step *s = emit(ss, SP_STEP_SLICE);
-            s->dst = kvi ? SP_BUF_VB : SP_BUF_KB;
-            s->src = kvi ? vbuf : kbuf;
-            axcpy(s->batch_axes, rs);
-            axcpy(s->axes, rs);
-            s->k = T;
-            s->m = T / nrest;
-            s->n = c->KVH * D;
+            sp_step *s = NULL;
+            switch (c->kv) {
+            case KV_SLICE:   /* keep this chip's block of rows over D */
+                s = emit(ss, SP_STEP_SLICE);
+                s->dst = out[kvi];
+                s->src = in[kvi];
+                axcpy(s->batch_axes, c->kv_rows);
+                axcpy(s->axes, c->kv_rows);
+                s->k = src_rows;
+                s->m = src_rows / nD;
+                s->n = kv_src * D;
+                break;
+            case KV_GATHER:  /* (src_rows, KVH·D) -> (nD·src_rows, KVH·D) */
+                s = emit_coll(c, ss, SP_COLL_ALLGATHER, out[kvi], in[kvi], c->kv_rows, "", src_rows, kv_src * D,
+                              c->p->shape.act_dtype, 0);
+                break;
+            case KV_A2A:     /* (src_rows, kv_src·D) -> (src_rows/nD, nD·kv_src·D) */
+                s = emit_coll(c, ss, SP_COLL_ALLTOALL, out[kvi], in[kvi], c->kv_rows, c->kv_cols, src_rows,
+                              kv_src * D, c->p->shape.act_dtype, 0);
+                if (s) s->coll.a2a_to_batch = 1;
+                break;
+            case KV_A2A_BACK: /* (src_rows, kv_src·D) -> (nD·src_rows, kv_src/nD·D) */
+                s = emit_coll(c, ss, SP_COLL_ALLTOALL, out[kvi], in[kvi], c->kv_rows, c->kv_cols,
+                              spi_ck_mul(&c->ck, "K/V rows", src_rows, nD), kv_src / nD * D, c->p->shape.act_dtype, 0);
+                if (s) s->coll.a2a_to_batch = 0;
+                break;
+            default: break;
+            }
+            if (s) *(kvi ? &vst : &kst) = out[kvi];
         }
-        kst = SP_BUF_KB;
-        vst = SP_BUF_VB;
-        st_seqs = c->seqs / nrest;
-    } else if (c->kv == KV_A2A) {
-        sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D,
-                               c->p->shape.act_dtype, 0);
-        if (s) s->coll.a2a_to_batch = 1;
-        s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
-        if (s) s->coll.a2a_to_batch = 1;
-        kst = sh->nG > 1 ? SP_BUF_KB : SP_BUF_K;
-        vst = sh->nG > 1 ? SP_BUF_VB : SP_BUF_V;
-        st_seqs = c->seqs / sh->nG;
     }
+    /* every KV head of the rows, or (case A) the heads of decode's head block */
+    int64_t st_heads = c->case_a ? c->KVH / axes_size(c->l, c->p->kv_head_axes) : c->KVH, st_seqs = c->p->kv_pass_seqs;
     {
         sp_step *s = emit(ss, SP_STEP_KV_STORE);
         s->src2 = kst;
         s->src3 = vst;
         s->batch = st_seqs;
         s->q_len = L;
-        s->kv_heads_src = (kst == SP_BUF_KB || k_all_heads) ? c->KVH : KVl;
+        s->kv_heads_src = st_heads;
         s->kv_heads = c->p->kv_heads_cache;
         s->kv_repl = c->p->kv_repl;
         s->d_head = D;
@@ -1290,12 +1352,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->KVH = m->n_kv_heads;
     c->case_a = (c->KVH % c->n) == 0;
     /* the commonest reason a layout does not apply: decided first */
-    c->kv = kv_transition(c);
+    c->kv = kv_handoff(c, c->kv_rows, c->kv_cols);
     if (c->kv == KV_BAD)
-        BAD("the KV cache written by prefill (%s/%s) cannot take decode's layout (%s/%s) without a reshard, "
-            "which is not supported",
+        BAD("the KV cache written by prefill (%s/%s) and read by decode (%s/%s) are placed so that no single "
+            "collective turns one into the other",
             sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
             sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
+    if (phase != SP_PHASE_PREFILL) c->kv = KV_DIRECT;
     c->Hp = round_up(m->n_heads, c->n);
     c->Fp = round_up(m->d_ff, c->n);
     c->Fsp = sp_model_shared_ff(m) > 0 ? round_up(sp_model_shared_ff(m), c->n) : 0;
@@ -1360,10 +1423,14 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     }
     {
         int kvdiv = l->phase[SP_PHASE_DECODE].attn == SP_AL_BATCH ? (int)c->n : c->shd.nN;
-        if (pass_seqs % kvdiv)
+        if (pass_seqs % kvdiv && l->prefill_chunk)
             BAD("prefill_chunk=%d: decode's KV cache (%s/%s) splits sequences %d ways; a pass must fill whole "
                 "blocks of it", l->prefill_chunk, sp_ffn_layout_name(l->phase[1].ffn),
                 sp_attn_layout_name(l->phase[1].attn), kvdiv);
+        if (pass_seqs % kvdiv)
+            BAD("decode's KV cache (%s/%s) splits sequences %d ways: the micro-batch (%lld sequences) does not "
+                "divide so", sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn), kvdiv,
+                (long long)pass_seqs);
     }
     if (l->prefill_tokens && (l->phase[0].attn != l->phase[1].attn || strcmp(both[0]->N, c->shd.N) ||
                               strcmp(both[0]->G, c->shd.G)))

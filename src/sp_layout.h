@@ -20,6 +20,8 @@
  * storage is shared by both phases: ws1d stores `E F_xyz`; every other layout
  * stores the 2D `E_x F_yz`.  Mixing ws1d with a 2D-storage layout across the
  * two phases is rejected (a reshard would be needed; we do not price one).
+ * Any two layouts of one storage pair up: where their KV-cache placements
+ * differ, prefill moves its K/V to decode's (the KV handoff, sp_lower.h).
  *
  * placement: the tensor axes from innermost (consecutive chips, same node)
  * to outermost; replica and stage axes are always outside them.  On a GPU

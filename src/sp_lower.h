@@ -31,6 +31,22 @@
  * first all-gather their weights over N.  Attention projections follow the
  * same pattern with heads in place of F; see lower.c for the K/V rules.
  *
+ * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
+ * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
+ * of its block over `seq` axes and of the KV heads of its block over `head`
+ * axes: head-sharded attention seq = N, head = G when KV heads are sharded
+ * like Q (KVH % n == 0), else every KV head; batch-sharded attention
+ * seq = x, y, z (N then the sorted head group), every head.  When prefill's
+ * placement differs from decode's, prefill's layer emits, between its K/V
+ * and the KV_STORE, for K and for V, over the axes D the two disagree on:
+ *   SLICE      every head here, decode splits sequences over D as well
+ *   COLL all-to-all (a2a_to_batch = 1)  heads split over D in prefill,
+ *              sequences over D in decode
+ *   COLL all-to-all (a2a_to_batch = 0)  the reverse
+ *   COLL all-gather of rows over D  every head here, decode's sequences are
+ *              split over fewer axes
+ * priced, simulated and executed as every other step.
+ *
  * Mixture of experts (model n_experts = NE, top_k = k; layout experts = N,
  * 1 or the replicas; ws1d and ws2d storage): the FFN becomes
  *   router MATMUL  RLOG (T, NE) = XG (T, E/|Rx|) · W_ROUTER   [all-reduce Rx]

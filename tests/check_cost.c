@@ -828,7 +828,108 @@ START_TEST(test_phase_memo)
                             priced++;
                         }
     ck_assert_int_gt(priced, 40);
-    ck_assert_int_eq(kv_modes_seen, 7);   /* direct, slice and all-to-all transitions all covered */
+    ck_assert_int_eq(kv_modes_seen, 31);   /* none, slice, all-to-all both ways and all-gather handoffs all covered */
+}
+END_TEST
+
+/* chips the micro-batch's sequences are split over in a phase: |N| for
+ * head-sharded attention, the whole tensor mesh for batch-sharded */
+static int64_t seq_chips(const sp_layout *l, sp_phase ph)
+{
+    static const int nmask[SP_FL_COUNT] = {0, 0, 1, 3, 7};   /* N of ws1d, ws2d, wg-x, wg-xy, wg-xyz: x 1, y 2, z 4 */
+    if (l->phase[ph].attn == SP_AL_BATCH) return (int64_t)l->mesh[0] * l->mesh[1] * l->mesh[2];
+    int64_t s = 1;
+    for (int a = 0; a < 3; a++)
+        if (nmask[l->phase[ph].ffn] >> a & 1) s *= l->mesh[a];
+    return s;
+}
+
+/* The KV handoff (prefill's K and V moved to decode's placement), per layer
+ * and chip, against its closed form for each kind of change.  Sequences are
+ * split over s_p chips in prefill and s_d in decode; d = the larger over the
+ * smaller.  KV heads sharded like Q (16 KV heads on 16 chips): every chip
+ * holds 1/n of the batch's K/V in either phase, and one all-to-all over d
+ * chips sends 2·(d−1)/d·B·L·KVH·D/n elements.  KV heads replicated (2 KV
+ * heads): every chip holds every head of its sequences; s_d < s_p gathers
+ * them, an all-gather over d chips sending 2·(d−1)·(B/s_p)·L·KVH·D;
+ * s_d > s_p keeps a slice, nothing sent.  s_d = s_p: nothing at all.  The
+ * price: the prefill's bytes per chip exceed those of the same prefill
+ * with decode in prefill's own layout by n_layers times the handoff. */
+START_TEST(test_kv_handoff_closed_form)
+{
+    sp_hw hw = torus_hw();
+    sp_workload w = {32, 64, 8};
+    int kinds = 0, pairs = 0;   /* kinds seen: 1 none, 2 slice, 4 all-to-all, 8 all-gather */
+    for (int kvh = 16; kvh >= 2; kvh /= 8) {
+        sp_model m = make_model(512, 2048, 16, kvh, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+        int64_t n = 16, B = w.batch, L = w.prompt, D = m.d_head, eb = 2;
+        for (int pf = 0; pf < SP_FL_COUNT; pf++)
+            for (int df = 0; df < SP_FL_COUNT; df++)
+                for (int pa = 0; pa < SP_AL_COUNT; pa++)
+                    for (int da = 0; da < SP_AL_COUNT; da++) {
+                        if (sp_ffn_layout_is_1d((sp_ffn_layout)pf) != sp_ffn_layout_is_1d((sp_ffn_layout)df)) continue;
+                        sp_layout l = make_layout(4, 2, 2, (sp_ffn_layout)df, (sp_attn_layout)da), l0;
+                        l.phase[0].ffn = (sp_ffn_layout)pf;
+                        l.phase[0].attn = (sp_attn_layout)pa;
+                        l0 = l;
+                        l0.phase[1] = l0.phase[0];   /* decode in prefill's placement: no handoff */
+                        sp_shape sh = {B, L, L, L + w.gen, SP_DT_BF16};
+                        static sp_program p, p0;
+                        ck_assert_msg(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &p) == SP_OK, "%d/%d -> %d/%d: %s", pf,
+                                      pa, df, da, sp_last_error());
+                        ck_assert_int_eq(sp_lower(&m, &l0, SP_PHASE_PREFILL, &sh, 0, &p0), SP_OK);
+                        /* the handoff: the steps the pair adds, just before the KV store */
+                        int extra = p.layer.n - p0.layer.n, store = -1;
+                        for (int i = 0; i < p.layer.n; i++)
+                            if (p.layer.s[i].kind == SP_STEP_KV_STORE) store = i;
+                        ck_assert_int_ge(extra, 0);
+                        ck_assert_int_ge(store, extra);
+                        int64_t sent = 0, recv = 0;
+                        int colls = 0, slices = 0;
+                        sp_coll_kind kind = SP_COLL_COUNT;
+                        for (int i = store - extra; i < store; i++) {
+                            const sp_step *s = &p.layer.s[i];
+                            if (s->kind == SP_STEP_SLICE) slices++;
+                            ck_assert(s->kind == SP_STEP_SLICE || s->kind == SP_STEP_COLL);
+                            if (s->kind != SP_STEP_COLL) continue;
+                            colls++;
+                            kind = s->coll.kind;
+                            sent += s->coll.bytes_sent;
+                            recv += s->coll.bytes_recv;
+                        }
+                        int64_t s_p = seq_chips(&l, SP_PHASE_PREFILL), s_d = seq_chips(&l, SP_PHASE_DECODE);
+                        int64_t d = s_p > s_d ? s_p / s_d : s_d / s_p, want = 0;
+                        if (d == 1) {
+                            ck_assert_int_eq(extra, 0);
+                            kinds |= 1;
+                        } else if (kvh == 16) {
+                            want = 2 * (d - 1) * (B * L * kvh * D / n) / d * eb;
+                            ck_assert_int_eq(colls, 2);
+                            ck_assert_int_eq(kind, SP_COLL_ALLTOALL);
+                            kinds |= 4;
+                        } else if (s_d > s_p) {
+                            ck_assert_int_eq(slices, 2);
+                            ck_assert_int_eq(colls, 0);
+                            kinds |= 2;
+                        } else {
+                            want = 2 * (d - 1) * (B / s_p) * L * kvh * D * eb;
+                            ck_assert_int_eq(colls, 2);
+                            ck_assert_int_eq(kind, SP_COLL_ALLGATHER);
+                            kinds |= 8;
+                        }
+                        ck_assert_msg(sent == want && recv == want, "kvh %d %d/%d -> %d/%d: sent %lld, closed form %lld", kvh,
+                                      pf, pa, df, da, (long long)sent, (long long)want);
+                        /* priced: every layer pays it in the prefill */
+                        sp_cost c, c0;
+                        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &c), SP_OK);
+                        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l0, &w, NULL, &c0), SP_OK);
+                        ck_assert_int_eq(c.comm_bytes_prefill - c0.comm_bytes_prefill, m.n_layers * want);
+                        if (want) ck_assert(c.prefill.comm_s > c0.prefill.comm_s);
+                        pairs++;
+                    }
+    }
+    ck_assert_int_eq(kinds, 15);
+    ck_assert_int_eq(pairs, 2 * (4 + 64));   /* every pair that shares storage applies */
 }
 END_TEST
 
@@ -1023,6 +1124,7 @@ int main(void)
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_chunked_prefill_refused);
+    tcase_add_test(tc, test_kv_handoff_closed_form);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -136,9 +136,10 @@ static void rand_tokens(int32_t *t, int64_t n, int64_t V, uint64_t seed)
     for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(sp_kern_rng_next(&seed) % (uint64_t)V);
 }
 
-START_TEST(test_layout_matches_reference)
+/* runs case c (seeded by i) and checks it against the reference: logits,
+ * tokens, bytes at every step, memory */
+static void check_case(const exec_case *c, int _i)
 {
-    const exec_case *c = &cases[_i];
     sp_model m;
     sp_error err;
     ck_assert_int_eq(sp_model_find(c->model, &m, &err), SP_OK);
@@ -224,6 +225,36 @@ START_TEST(test_layout_matches_reference)
     free(cur);
     free(rl);
     free(el);
+}
+
+START_TEST(test_layout_matches_reference)
+{
+    check_case(&cases[_i], _i);
+}
+END_TEST
+
+/* Every pair of prefill and decode layouts that shares weight storage (2D:
+ * 4 FFN × 2 attention layouts each side; 1D: 2 × 2) on 8 chips, for models
+ * whose KV heads are sharded like Q (tiny-gpt2: 16 KV heads), replicated
+ * (tiny-llama: 4) and multi-query (tiny-palm: 1): the KV handoff between
+ * the phases moves K/V to decode's placement, bytes as predicted. */
+static const char *const handoff_models[] = {"tiny-gpt2", "tiny-llama", "tiny-palm"};
+#define N_PAIRS (4 * 4 * 2 * 2 + 2 * 2)
+START_TEST(test_handoff_matches_reference)
+{
+    static const char *const ffn[] = {"ws2d", "wg-x", "wg-xy", "wg-xyz", "ws1d"};
+    static const char *const attn[] = {"heads", "batch"};
+    int pair = _i % N_PAIRS, pf, df, pa, da;
+    if (pair < 64) {
+        pf = pair / 16, df = pair / 4 % 4, pa = pair / 2 % 2, da = pair % 2;
+    } else {
+        pf = df = 4, pa = (pair - 64) / 2, da = (pair - 64) % 2;
+    }
+    char layout[160];
+    snprintf(layout, sizeof layout, "mesh=2x2x2," F32 "prefill=%s/%s,decode=%s/%s", ffn[pf], attn[pa], ffn[df],
+             attn[da]);
+    exec_case c = {handoff_models[_i / N_PAIRS], layout, 8, 5, 3};
+    check_case(&c, 500 + _i);
 }
 END_TEST
 
@@ -440,6 +471,7 @@ int main(void)
     TCase *tc = tcase_create("layouts");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_layout_matches_reference, 0, N_CASES);
+    tcase_add_loop_test(tc, test_handoff_matches_reference, 0, 3 * N_PAIRS);
     tcase_add_test(tc, test_bad_layout_rejected);
     tcase_add_test(tc, test_moe_capacity_refused);
     tcase_add_test(tc, test_arena_size_checked);

@@ -61,6 +61,14 @@ check "max context" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chip
     --layout mesh=4x4x4,weights=int8,decode=ws2d/batch --max-context --kv-budget 0.3 --json
 json_check '$1 > 1000' -n /tmp/sp_est_out.$$ /max_context \
     || { echo "FAIL: max_context"; fail=$((fail + 1)); }
+# the paper's high-throughput pair (Table 2): prefill wg-xyz/batch, decode ws2d/batch, priced; and a
+# pair whose KV cache moves between the phases (batch-sharded prefill, head-sharded decode: an all-gather)
+for lay in prefill=wg-xyz/batch,decode=ws2d/batch prefill=wg-xyz/batch,decode=ws2d/heads; do
+    check "KV handoff $lay" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 512 --prompt 2048 \
+        --gen 64 --layout mesh=4x4x4,weights=bf16,$lay --json
+    json_check '$1 > 0 && $2 > 0' -n /tmp/sp_est_out.$$ "" /prefill_s /decode_step_s \
+        || { echo "FAIL: KV handoff $lay: not priced"; fail=$((fail + 1)); }
+done
 # bad layouts: exit 2 with a reason
 bad() { # name, expected stderr fragment, layout
     check "$1" 2 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 16 --gen 4 --layout "$3"

@@ -2,7 +2,8 @@
 # mpi_exec.sh: `mpirun -np N shardplan run --backend mpi` against the threads
 # backend on the same layout, on 2, 4 and 8 ranks: identical tokens, equal
 # measured bytes (and equal to the prediction), bit-identical last logits;
-# and `validate --backend mpi`.
+# and `validate --backend mpi`.  The KV handoff between differing prefill and
+# decode placements (all-to-all either way, all-gather, slice) included.
 # A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
 # without MPI.
 set -u
@@ -61,6 +62,12 @@ done <<'EOF2'
 8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
 8 tiny-llama mesh=2x2x2,weights=fp8,kv=bf16,prefill=wg-xyz/heads,decode=ws2d/batch
+8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch
+8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/batch,decode=wg-x/heads
+8 tiny-gpt2 mesh=2x2x2,weights=bf16,kv=f32,prefill=wg-x/heads,decode=wg-xy/heads
+8 tiny-llama mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/heads
+8 tiny-palm mesh=2x2x2,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-xy/heads
+4 tiny-llama mesh=2x2x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/heads
 2 tiny-moe replicas=2,experts=2,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 4 tiny-moe replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 8 tiny-moe replicas=4,experts=4,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
