@@ -67,6 +67,12 @@ static const exec_case cases[] = {
      "prefill_tokens=2", 4, 6, 8},
     {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=wg-xyz/batch,decode=wg-xyz/batch,prefill_chunk=8,prefill_tokens=2", 16, 6, 8},
     {"tiny-gpt2", "replicas=2,mesh=2x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads,prefill_tokens=1", 4, 5, 8},
+    /* chunked prefill with a KV handoff to decode's placement after every pass: all-gather, all-to-all
+     * both ways, slice */
+    {"tiny-llama", "mesh=2x2x2," F32 "prefill=wg-xyz/batch,decode=ws2d/heads,prefill_chunk=8", 16, 5, 3},
+    {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=ws2d/batch,decode=wg-xy/heads,prefill_chunk=8", 16, 5, 3},
+    {"tiny-gpt2", "mesh=2x2x2," F32 "prefill=wg-x/heads,decode=ws2d/batch,prefill_chunk=8", 16, 5, 3},
+    {"tiny-palm", "mesh=2x2x2," F32 "prefill=ws2d/heads,decode=wg-x/heads,prefill_chunk=8", 16, 5, 3},
     {"tiny-gpt2", "mesh=2x2x1," F32 "prefill=wg-xy/heads,decode=ws2d/batch,prefill_chunk=4", 8, 5, 8},
     /* fewer micro-batches than stages: the bubble, run as the lock-step schedule */
     {"tiny-llama", "stages=4,microbatches=1,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 1, 5, 8},
