@@ -160,10 +160,21 @@ def heads(x, n):
     return x.view(x.shape[0], x.shape[1], n, -1).transpose(1, 2)
 
 
-def llama_forward(cfg, w, ids):
-    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+def linear(w, x, n):
+    """x @ W^T (+ bias where the checkpoint has one): a torch.nn.Linear named n"""
+    return x @ w[n + ".weight"].T + (w[n + ".bias"] if n + ".bias" in w else 0)
+
+
+def llama_mlp(cfg, w, p, x):
+    """LlamaMLP: down(act(gate x) * up x)"""
     act = act_fn(cfg.get("hidden_act", "silu"))
-    lin = lambda x, n: x @ w[n + ".weight"].T + (w[n + ".bias"] if n + ".bias" in w else 0)
+    return linear(w, act(linear(w, x, p + "mlp.gate_proj")) * linear(w, x, p + "mlp.up_proj"), p + "mlp.down_proj")
+
+
+def llama_forward(cfg, w, ids, ffn=llama_mlp):
+    """Llama, Mistral, Qwen2; Mixtral with ffn = mixtral_moe (the same blocks around another FFN)"""
+    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    lin = lambda x, n: linear(w, x, n)
     h = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
@@ -172,8 +183,7 @@ def llama_forward(cfg, w, ids):
             heads(lin(x, p + "self_attn.v_proj"), nkv)
         q, k = apply_rope(q, k, cfg, q.shape[-1])
         h = h + lin(attention(q, k, v), p + "self_attn.o_proj")
-        x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
-        h = h + lin(act(lin(x, p + "mlp.gate_proj")) * lin(x, p + "mlp.up_proj"), p + "mlp.down_proj")
+        h = h + ffn(cfg, w, p, rms_norm(h, w[p + "post_attention_layernorm.weight"], eps))
     h = rms_norm(h, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return h @ head.T
@@ -196,19 +206,7 @@ def mixtral_moe(cfg, w, p, x):
 
 
 def mixtral_forward(cfg, w, ids):
-    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    lin = lambda x, n: x @ w[n + ".weight"].T
-    h = w["model.embed_tokens.weight"][ids]
-    for i in range(cfg["num_hidden_layers"]):
-        p = "model.layers.%d." % i
-        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
-        q, k, v = heads(lin(x, p + "self_attn.q_proj"), nh), heads(lin(x, p + "self_attn.k_proj"), nkv), \
-            heads(lin(x, p + "self_attn.v_proj"), nkv)
-        q, k = apply_rope(q, k, cfg, q.shape[-1])
-        h = h + lin(attention(q, k, v), p + "self_attn.o_proj")
-        h = h + mixtral_moe(cfg, w, p, rms_norm(h, w[p + "post_attention_layernorm.weight"], eps))
-    h = rms_norm(h, w["model.norm.weight"], eps)
-    return h @ w["lm_head.weight"].T
+    return llama_forward(cfg, w, ids, mixtral_moe)
 
 
 def gpt2_forward(cfg, w, ids):
