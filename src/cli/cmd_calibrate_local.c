@@ -226,12 +226,17 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
             printf("wrote %s: %d chips (%s, %d cores), %.1f s\n", out, r->chips, sp_comm_backend_name(r->backend),
                    r->cores, r->seconds);
             printf("  peak f32 %s, bf16 %s; weight stream %s; matmul tile M %d (median err %.0f%%)\n"
-                   "  dispatch %s a step; collective %s + %s a step + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
+                   "  dispatch %s a step; ",
                    cli_fmt_flops(f.peak_flops[SP_DT_F32], b[0], 32), cli_fmt_flops(f.peak_flops[SP_DT_BF16], b[1], 32),
                    cli_fmt_rate(f.mem_bw, b[2], 32), f.tile_m, 100 * f.mm_median_err,
-                   cli_fmt_seconds(f.dispatch_s, b[3], 32), cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
-                   cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
-                   100 * f.coll_worst_err);
+                   cli_fmt_seconds(f.dispatch_s, b[3], 32));
+            if (r->n_coll)
+                printf("collective %s + %s a step + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
+                       cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
+                       cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
+                       100 * f.coll_worst_err);
+            else   /* cuda: one GPU (the profile's max_chips is 1: no layout prices a collective) */
+                printf("collectives not measured (one chip)\n");
             for (int d = 0; d < 5; d++) {
                 if (!f.rows_points[d]) continue;
                 printf("  matmul rows %-4s (fraction of the FLOPs curve at T rows):", sp_dtype_name((sp_dtype)d));
