@@ -689,7 +689,7 @@ START_TEST(test_uneven_stages)
             ck_assert_int_eq(sc.layers, splits[k][s]);
             ck_assert_int_eq(sc.first_layer, s == 0 ? 0 : s == 1 ? splits[k][0] : splits[k][0] + splits[k][1]);
             static sp_program p;
-            sp_shape pf = {16, 64, 64, 72, SP_DT_BF16};
+            sp_shape pf = {16, 64, 64, 72, SP_DT_BF16, 0};
             ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, s, &p), SP_OK);
             ck_assert_int_eq(p.n_layers, splits[k][s]);
             pf_sum += sc.prefill_ps, d_sum += sc.decode_ps, d1_sum += sc.decode1_ps;
@@ -873,7 +873,7 @@ START_TEST(test_kv_handoff_closed_form)
                         l.phase[0].attn = (sp_attn_layout)pa;
                         l0 = l;
                         l0.phase[1] = l0.phase[0];   /* decode in prefill's placement: no handoff */
-                        sp_shape sh = {B, L, L, L + w.gen, SP_DT_BF16};
+                        sp_shape sh = {B, L, L, L + w.gen, SP_DT_BF16, 0};
                         static sp_program p, p0;
                         ck_assert_msg(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, 0, &p) == SP_OK, "%d/%d -> %d/%d: %s", pf,
                                       pa, df, da, sp_last_error());

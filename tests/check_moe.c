@@ -197,10 +197,10 @@ static const struct a2a_case {
     int64_t batch, L;
     int Y;   /* 0: 1 */
 } a2a_cases[] = {
-    {1, 1, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.0, 4, 16},  {2, 2, 1, SP_FL_WS2D, 1.25, 4, 16},
-    {4, 4, 2, SP_FL_WS2D, 2.0, 8, 1},   {8, 8, 1, SP_FL_WS1D, 1.0, 64, 1},  {2, 2, 4, SP_FL_WS1D, 1.5, 2, 100},
+    {1, 1, 1, SP_FL_WS2D, 1.0, 4, 16, 0},  {2, 2, 1, SP_FL_WS2D, 1.0, 4, 16, 0},  {2, 2, 1, SP_FL_WS2D, 1.25, 4, 16, 0},
+    {4, 4, 2, SP_FL_WS2D, 2.0, 8, 1, 0},   {8, 8, 1, SP_FL_WS1D, 1.0, 64, 1, 0},  {2, 2, 4, SP_FL_WS1D, 1.5, 2, 100, 0},
     {2, 2, 2, SP_FL_WS2D, 1.0, 4, 8, 2}, {2, 2, 2, SP_FL_WS1D, 2.0, 4, 1, 2},
-    {4, 2, 1, SP_FL_WS2D, 1.0, 8, 8},   /* experts must be 1 or replicas: refused */
+    {4, 2, 1, SP_FL_WS2D, 1.0, 8, 8, 0},   /* experts must be 1 or replicas: refused */
 };
 
 START_TEST(test_moe_steps_closed_form)
