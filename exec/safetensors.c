@@ -432,6 +432,8 @@ struct spi_hf_src {
     int gpt2;             /* 0: Llama naming, 1: GPT-2 naming */
     int neox;             /* GPT-NeoX naming (gpt_neox.*) */
     const char *prefix;   /* GPT-2: "" or "transformer." */
+    int qwen_moe;         /* MoE layers in Qwen2-MoE naming (mlp.gate, mlp.experts.N, mlp.shared_expert*),
+                             else Mixtral's (block_sparse_moe.gate, block_sparse_moe.experts.N.w1/w2/w3) */
 };
 
 /* Where our tensor kind t of layer l lives: tensor name, its stored shape
@@ -498,7 +500,25 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t
 #define LOC(sr_, sc_, c0_, c1_, tr_, fmt, ...) \
     (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = (c0_), \
      o->c1 = (c1_), o->transpose = (tr_), 1)
-    if (!h->gpt2 && m->n_experts > 0) {
+    if (!h->gpt2 && m->n_experts > 0 && h->qwen_moe) {
+        /* Qwen2-MoE (Qwen2MoeSparseMoeBlock): router mlp.gate (n_experts, E); expert e's gate_proj (F, E),
+         * up_proj (F, E), down_proj (E, F); the shared expert's the same names under mlp.shared_expert
+         * with Fs for F, and its gate mlp.shared_expert_gate (1, E); every one a Linear weight (out, in) */
+        long long ee = (long long)e;
+        int64_t Fs = sp_model_shared_ff(m);
+        switch (t) {
+        case SP_W_ROUTER: return LOC(m->n_experts, E, 0, E, 1, "model.layers.%lld.mlp.gate.weight", ll);
+        case SP_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", ll, ee);
+        case SP_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", ll, ee);
+        case SP_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", ll, ee);
+        case SP_W_SH_IN: return Fs > 0 && LOC(Fs, E, 0, E, 1, "model.layers.%lld.mlp.shared_expert.gate_proj.weight", ll);
+        case SP_W_SH_UP: return Fs > 0 && LOC(Fs, E, 0, E, 1, "model.layers.%lld.mlp.shared_expert.up_proj.weight", ll);
+        case SP_W_SH_OUT: return Fs > 0 && LOC(E, Fs, 0, Fs, 1, "model.layers.%lld.mlp.shared_expert.down_proj.weight", ll);
+        case SP_W_SH_GATE:
+            return m->shared_expert_gate && LOC(1, E, 0, E, 1, "model.layers.%lld.mlp.shared_expert_gate.weight", ll);
+        default: break;
+        }
+    } else if (!h->gpt2 && m->n_experts > 0) {
         /* Mixtral (MixtralSparseMoeBlock): router `gate` (n_experts, E); expert e's w1 gate (F, E),
          * w3 up (F, E), w2 down (E, F); every one a Linear weight (out, in) */
         long long ee = (long long)e;
@@ -737,11 +757,15 @@ sp_status spi_hf_open(const char *dir, const sp_model *m, spi_hf_src **out, sp_e
         free(h);
         return s;
     }
-    if (sp_model_shared_ff(m) > 0) {
-        /* Mixtral's names are the only MoE checkpoint names read (hf_where) */
+    /* the MoE naming: Qwen2-MoE's when its router is there, else Mixtral's */
+    char router0[64];   /* the first MoE layer's router (layer moe_every - 1) */
+    snprintf(router0, sizeof router0, "model.layers.%lld.mlp.gate.weight", (long long)(m->moe_every > 1 ? m->moe_every - 1 : 0));
+    h->qwen_moe = m->n_experts > 0 && sp_safetensors_find(h->st, router0) != NULL;
+    if (sp_model_shared_ff(m) > 0 && !h->qwen_moe) {
+        /* shared experts are named by Qwen2-MoE only (DeepSeek-MoE's shared_experts are not read) */
         s = spi_error_set(err, SP_ENOTSUP, dir, 0, 0, "/n_shared_experts",
-                          "checkpoints of models with shared experts (Qwen2-MoE's mlp.shared_expert names) are not "
-                          "implemented; run them with random weights");
+                          "checkpoints of models with shared experts are read in Qwen2-MoE naming only "
+                          "(model.layers.N.mlp.gate.weight, mlp.shared_expert.*), which this one does not use");
     } else if (sp_safetensors_find(h->st, "model.embed_tokens.weight")) {
         if (m->ffn != SP_FFN_SWIGLU)
             s = spi_error_set(err, SP_EPARSE, dir, 0, 0, "", "Llama naming needs a SwiGLU model (gate/up/down)");

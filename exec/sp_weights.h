@@ -123,7 +123,10 @@ sp_status sp_weights_quant_block(const float *W, int64_t K, int64_t ld, int64_t 
  * post_attention_layernorm, model.norm, lm_head; Linear (out, in) transposed)
  * or GPT-2 naming (wte, wpe, h.N.{ln_1, attn.c_attn (fused q|k|v), attn.c_proj,
  * ln_2, mlp.c_fc, mlp.c_proj}, ln_f; optional "transformer." prefix; Conv1D
- * (in, out)).  F32/F16/BF16 converted to fp32.  Errors fill err with the file
+ * (in, out)).  MoE layers in Mixtral naming (block_sparse_moe.gate,
+ * block_sparse_moe.experts.N.{w1,w3,w2}) or Qwen2-MoE naming (mlp.gate,
+ * mlp.experts.N.{gate,up,down}_proj, mlp.shared_expert.*,
+ * mlp.shared_expert_gate).  F32/F16/BF16 converted to fp32.  Errors fill err with the file
  * and tensor name: SP_EIO (open/read), SP_EPARSE (malformed, wrong shape,
  * missing tensor). */
 sp_status sp_weights_load_hf(const char *dir, const sp_model *m, sp_weights *w, sp_error *err);

@@ -85,14 +85,22 @@ if expect "run tiny-moe-shared $LS" 0 $SHARDPLAN run --model tiny-moe-shared --b
       json_check '$1 == $2' "$tmp/out" /comm /measured_bytes /predicted_bytes; } ||
         { echo "FAIL: run tiny-moe-shared: bytes"; fail=$((fail + 1)); }
 fi
-# a checkpoint of a model with shared experts: refused (exit 2), not read with Mixtral's names
+# a checkpoint of a model with shared experts in other than Qwen2-MoE's names (here Mixtral's):
+# refused (exit 2), not read as something else
 mkdir -p "$tmp/qmoe"
 cp "${top_srcdir:-.}/tests/ref/mixtral/model.safetensors" "$tmp/qmoe/" &&
-    printf '%s\n' '{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
- "num_hidden_layers": 2, "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
- "shared_expert_intermediate_size": 64}' > "$tmp/qmoe/config.json"
-expect "run qwen2_moe checkpoint" 2 $SHARDPLAN run --weights "$tmp/qmoe" --batch 1 --prompt 4 --gen 2 --layout mesh=1x1x1 && \
+    sed 's/"num_local_experts"/"shared_expert_intermediate_size": 48, "num_experts"/; s/"model_type": "mixtral"/"model_type": "qwen2_moe", "moe_intermediate_size": 64/' \
+        "${top_srcdir:-.}/tests/ref/mixtral/config.json" > "$tmp/qmoe/config.json"
+expect "run qwen2_moe config, Mixtral checkpoint" 2 $SHARDPLAN run --weights "$tmp/qmoe" --batch 1 --prompt 4 --gen 2 --layout mesh=1x1x1 && \
     { grep -q "shared experts" "$tmp/err" || { echo "FAIL: checkpoint message"; fail=$((fail + 1)); }; }
+# a Qwen2-MoE checkpoint whose config.json declares no shared expert: its shared expert's
+# tensors are refused by name, not ignored
+mkdir -p "$tmp/qnosh"
+cp "${top_srcdir:-.}/tests/ref/qwen2-moe/model.safetensors" "$tmp/qnosh/" &&
+    sed '/shared_expert_intermediate_size/d' "${top_srcdir:-.}/tests/ref/qwen2-moe/config.json" > "$tmp/qnosh/config.json"
+expect "run qwen2_moe checkpoint, config without the shared expert" 2 \
+    $SHARDPLAN run --weights "$tmp/qnosh" --batch 1 --prompt 4 --gen 2 --layout mesh=1x1x1 && \
+    { grep -q "mlp.shared_expert.*not explained" "$tmp/err" || { echo "FAIL: unexplained shared expert message"; fail=$((fail + 1)); }; }
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }
 expect "run tiny-moe int8 experts" 2 $SHARDPLAN $RUN --layout mesh=1x1x1,capacity=4,weights=int8

@@ -5,7 +5,8 @@
 # `make golden` regenerates them).  The C single-chip reference and
 # `shardplan run` on 1, 2, 4 and 8 chips (1D, 2D, weight-gathered, pipeline,
 # replicas) must give the same tokens and logits within 1e-4 (f32).  A
-# mixture-of-experts variant (config.json num_local_experts) runs the layouts
+# mixture-of-experts variant (config.json num_local_experts: Mixtral, or
+# num_experts: Qwen2-MoE with its gated shared expert) runs the layouts
 # that split its experts: over the tensor mesh (each expert sharded), over
 # the replicas (expert parallelism, all-to-all), both, and replicas without
 # it; capacity 2 (= experts / top-k) gives every expert room for any routing.
@@ -43,7 +44,7 @@ for dir in "$top_srcdir"/tests/ref/*/; do
     G=$(awk 'NR == 1 { print NF }' "$dir/golden_tokens.txt")
     awk '{ printf "seq %d:", NR - 1; for (i = 1; i <= NF; i++) printf " %s", $i; printf "\n" }' "$dir/golden_tokens.txt" >"$tmp/want"
     lays=$layouts
-    grep -q num_local_experts "$dir/config.json" && lays=$moe_layouts
+    grep -q '"num_local_experts"\|"num_experts"' "$dir/config.json" && lays=$moe_layouts
     echo "$lays" | while read -r lay; do
         if ! "$SHARDPLAN" run --weights "$dir" --prompt-ids "$dir/prompt_ids.txt" --gen "$G" --layout "$lay" \
             --logits "$tmp/lg.npy" --logits-all >"$tmp/run" 2>&1; then

@@ -9,7 +9,9 @@ rotate_half RoPE with each rope_type's frequencies, repeat_kv for grouped
 KV heads, RMSNorm/LayerNorm eps inside the root, tied heads, GPT-2's Conv1D
 (in, out) weights, GPT-NeoX's per-head fused q|k|v and partial rotary, and
 Mixtral's sparse MoE block (softmax router, top-k, renormalised; experts'
-w1 gate, w3 up, w2 down).
+w1 gate, w3 up, w2 down) and Qwen2-MoE's (top-k not renormalised, a shared
+expert behind a sigmoid gate, dense layers between sparse ones by
+decoder_sparse_step).
 
     /usr/bin/python3 tests/ref/gen_golden.py OUTDIR
 
@@ -209,6 +211,42 @@ def mixtral_forward(cfg, w, ids):
     return llama_forward(cfg, w, ids, mixtral_moe)
 
 
+def qwen2_moe_sparse(cfg, layer):
+    """transformers' Qwen2MoeDecoderLayer: a sparse block unless the layer is in
+    mlp_only_layers, or (layer + 1) is no multiple of decoder_sparse_step"""
+    step = cfg.get("decoder_sparse_step", 1)
+    return layer not in cfg.get("mlp_only_layers", []) and cfg["num_experts"] > 0 and (layer + 1) % step == 0
+
+
+def qwen2_moe_block(cfg, w, p, x):
+    """transformers' Qwen2MoeSparseMoeBlock: softmax over the router logits
+    (mlp.gate), the top num_experts_per_tok, renormalised only with
+    norm_topk_prob; each expert down(act(gate x) * up x); plus the shared
+    expert (the same MLP, shared_expert_intermediate_size wide) times
+    sigmoid(shared_expert_gate x).  A dense layer: Qwen2MoeMLP of
+    intermediate_size (mlp.gate_proj, up_proj, down_proj)."""
+    if not qwen2_moe_sparse(cfg, int(p.split(".")[2])):
+        return llama_mlp(cfg, w, p, x)
+    act = act_fn(cfg.get("hidden_act", "silu"))
+    ne, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(x @ w[p + "mlp.gate.weight"].T, dim=-1)
+    top, idx = probs.topk(k, dim=-1)
+    if cfg.get("norm_topk_prob", False):
+        top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(ne):
+        q = p + "mlp.experts.%d." % e
+        y = linear(w, act(linear(w, x, q + "gate_proj")) * linear(w, x, q + "up_proj"), q + "down_proj")
+        out = out + y * (top * (idx == e)).sum(-1, keepdim=True)
+    q = p + "mlp.shared_expert."
+    sh = linear(w, act(linear(w, x, q + "gate_proj")) * linear(w, x, q + "up_proj"), q + "down_proj")
+    return out + torch.sigmoid(linear(w, x, p + "mlp.shared_expert_gate")) * sh
+
+
+def qwen2_moe_forward(cfg, w, ids):
+    return llama_forward(cfg, w, ids, qwen2_moe_block)
+
+
 def gpt2_forward(cfg, w, ids):
     eps, nh = cfg["layer_norm_epsilon"], cfg["n_head"]
     act = act_fn(cfg.get("activation_function", "gelu_new"))
@@ -300,6 +338,35 @@ def mixtral_weights(cfg, gen):
     return w
 
 
+def qwen2_moe_weights(cfg, gen):
+    nh, nkv, e = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
+    f, fm, fs, ne = cfg["intermediate_size"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"], \
+        cfg["num_experts"]
+    d = e // nh
+    w = {"model.embed_tokens.weight": rnd(gen, V, e, scale=1.0), "model.norm.weight": 1 + 0.1 * rnd(gen, e, scale=1.0),
+         "lm_head.weight": rnd(gen, V, e, scale=1.0)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+        w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+        for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
+            w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
+            if n != "o":   # Qwen2: q, k and v carry biases
+                w[p + "self_attn.%s_proj.bias" % n] = rnd(gen, o, scale=0.5)
+        if not qwen2_moe_sparse(cfg, i):
+            for n, o, i_ in (("gate", f, e), ("up", f, e), ("down", e, f)):
+                w[p + "mlp.%s_proj.weight" % n] = rnd(gen, o, i_)
+            continue
+        w[p + "mlp.gate.weight"] = rnd(gen, ne, e)
+        for x in range(ne):
+            for n, o, i_ in (("gate", fm, e), ("up", fm, e), ("down", e, fm)):
+                w[p + "mlp.experts.%d.%s_proj.weight" % (x, n)] = rnd(gen, o, i_)
+        for n, o, i_ in (("gate", fs, e), ("up", fs, e), ("down", e, fs)):
+            w[p + "mlp.shared_expert.%s_proj.weight" % n] = rnd(gen, o, i_)
+        w[p + "mlp.shared_expert_gate.weight"] = rnd(gen, 1, e)
+    return w
+
+
 def gpt2_weights(cfg, gen):
     e, f = cfg["n_embd"], cfg["n_inner"]
     w = {"wte.weight": rnd(gen, V, e, scale=1.0), "wpe.weight": rnd(gen, cfg["n_positions"], e, scale=0.5),
@@ -366,13 +433,20 @@ VARIANTS = {
     "neox-serial": (NEOX, {"use_parallel_residual": False, "rotary_pct": 0.5, "rope_scaling": {"type": "linear", "factor": 2.0}}),
     "mixtral": (LLAMA, {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4,
                         "num_experts_per_tok": 2, "sliding_window": None}),
+    "qwen2-moe": (LLAMA, {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": 4,
+                          "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                          "shared_expert_intermediate_size": 48, "norm_topk_prob": False,
+                          "use_sliding_window": False, "sliding_window": None}),
 }
-# each variant's random stream: fixed, so that adding a variant changes no other's files
-SEED_BASE = {name: i for i, name in enumerate(sorted(n for n in VARIANTS if n != "mixtral"))}
-SEED_BASE["mixtral"] = 100
+# each variant's random stream: fixed, so that adding a variant changes no other's files (a variant
+# added after the first set takes its own base here)
+ADDED = {"mixtral": 100, "qwen2-moe": 101}
+SEED_BASE = {name: i for i, name in enumerate(sorted(n for n in VARIANTS if n not in ADDED))}
+SEED_BASE.update(ADDED)
 FAMILY = {"llama": (llama_weights, llama_forward), "mistral": (llama_weights, llama_forward),
           "qwen2": (llama_weights, llama_forward), "gpt2": (gpt2_weights, gpt2_forward),
-          "gpt_neox": (neox_weights, neox_forward), "mixtral": (mixtral_weights, mixtral_forward)}
+          "gpt_neox": (neox_weights, neox_forward), "mixtral": (mixtral_weights, mixtral_forward),
+          "qwen2_moe": (qwen2_moe_weights, qwen2_moe_forward)}
 
 
 def greedy(cfg, w, prompt):
