@@ -423,10 +423,10 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     pc.wstream = 0;
     pc.groups_done = 0;
     if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */
-        const sp_steps *wp[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
-        for (int k = 0; k < SP_PART_COUNT; k++)
-            for (int i = 0; i < wp[k]->n; i++)
-                pc.wstream += wp[k]->s[i].weight_bytes * (k == SP_PART_LAYER ? p->n_layers : 1);
+        for (int k = 0; k < SP_PART_COUNT; k++) {
+            const sp_steps *wp = sp_program_part(p, (sp_prog_part)k);
+            for (int i = 0; i < wp->n; i++) pc.wstream += wp->s[i].weight_bytes * sp_program_part_runs(p, (sp_prog_part)k);
+        }
     }
     if (hw->shared_cores > 0) {
         /* chips of the layout computing at once: every tensor chip of every
@@ -447,12 +447,13 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64),
      * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
     uint64_t touched = 0, ov_buf = 0, ov_read = 0;
-    const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
+    const sp_steps *parts[SP_PART_COUNT];
+    for (int k = 0; k < SP_PART_COUNT; k++) parts[k] = sp_program_part(p, (sp_prog_part)k);
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
         {
             const spi_step_run *r = &out->run[k][i];
-            price_step(&pc, &parts[k]->s[i], k == SP_PART_LAYER ? p->n_layers : 1, &out->run[k][i], out->sums, two,
+            price_step(&pc, &parts[k]->s[i], sp_program_part_runs(p, (sp_prog_part)k), &out->run[k][i], out->sums, two,
                        coef ? (*coef)[k][i] : NULL);
             if (r->mode != SPI_RUN_OVERLAP) continue;
             out->overlaps = 1;
@@ -489,7 +490,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
                 add[1] += r->dur_ps[1];
                 continue;
             }
-            if (k == SP_PART_LAYER) live |= uses;
+            if (k == SP_PART_LAYER || k == SP_PART_DENSE) live |= uses;
             struct spi_op *o = &out->op[k][n];
             o->idx = i;
             o->add[0] = add[0];
@@ -560,7 +561,10 @@ static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k,
     memset(st->t, 0, sizeof st->t);
     memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
     sched_part(st, &p->pre, pr, SP_PART_PRE, k, (*coef)[SP_PART_PRE]);
-    for (int64_t layer = 0; layer < p->n_layers; layer++) sched_part(st, &p->layer, pr, SP_PART_LAYER, k, (*coef)[SP_PART_LAYER]);
+    for (int64_t layer = 0; layer < p->n_layers; layer++) {
+        sp_prog_part lp = sp_program_layer_part(p, layer);
+        sched_part(st, sp_program_part(p, lp), pr, lp, k, (*coef)[lp]);
+    }
     sched_part(st, &p->post, pr, SP_PART_POST, k, (*coef)[SP_PART_POST]);
     return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
 }
@@ -618,8 +622,20 @@ static inline __attribute__((always_inline)) void sched_shortcut(const sp_progra
          * the one before ends (its inputs are earlier still), so the
          * schedule is the chain and its time the sum */
         for (int k = 0; k < nk; k++)
-            out[k] = part_sum(&p->pre, pr->run[SP_PART_PRE], k) + p->n_layers * part_sum(&p->layer, pr->run[SP_PART_LAYER], k) +
+            out[k] = part_sum(&p->pre, pr->run[SP_PART_PRE], k) + (p->n_layers - p->n_dense_layers) * part_sum(&p->layer, pr->run[SP_PART_LAYER], k) +
+                     p->n_dense_layers * part_sum(&p->dense, pr->run[SP_PART_DENSE], k) +
                      part_sum(&p->post, pr->run[SP_PART_POST], k);
+        return;
+    }
+    if (p->n_dense_layers > 0) {
+        /* dense layers between MoE layers: every layer in its order (the repeat test below compares
+         * one layer kind with the next) */
+        int64_t t[2][SPI_SLOTS];
+        memset(t, 0, (size_t)nk * sizeof t[0]);
+        shortcut_part(t, nk, pr, SP_PART_PRE);
+        for (int64_t layer = 0; layer < p->n_layers; layer++) shortcut_part(t, nk, pr, sp_program_layer_part(p, layer));
+        shortcut_part(t, nk, pr, SP_PART_POST);
+        for (int k = 0; k < nk; k++) out[k] = t[k][SPI_SLOT_COMP] > t[k][SPI_SLOT_COMM] ? t[k][SPI_SLOT_COMP] : t[k][SPI_SLOT_COMM];
         return;
     }
     int64_t t[2][SPI_SLOTS];
@@ -950,6 +966,7 @@ sp_status sp_cost_check(const sp_cost *c)
 typedef struct stage_kind {
     int first, last;
     int64_t layers;
+    int64_t moe_phase;          /* first layer mod moe_every: which layers are MoE (0 without dense ones) */
     sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
     int64_t units;              /* prefill passes per micro-batch */
@@ -965,6 +982,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
     k->first = s == 0;
     k->last = s == l->stages - 1;
     k->layers = nl;
+    k->moe_phase = sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0;
     k->units = 1;
     spi_ckd ck = SPI_CKD_INIT;
     int64_t max_ctx = w->prompt + w->gen;
@@ -1133,7 +1151,9 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
         stage_kind *k = NULL;
         for (int i = 0; i < nkinds && !k; i++)
-            if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl) k = &kinds[i];
+            if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl &&
+                kinds[i].moe_phase == (sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0))
+                k = &kinds[i];
         if (!k) {
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))
                 return spi_fail(SP_EINTERNAL, "cost model: more than %d kinds of stage", nkinds);

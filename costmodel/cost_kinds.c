@@ -11,11 +11,11 @@ static void add_program(const sp_program *p, const sp_hw *hw, int64_t context, d
 {
     const int64_t ctx[2] = {context, 0};
     spi_cost_price_program(p, hw, ctx, run, NULL);
-    const sp_steps *parts[SP_PART_COUNT] = {&p->pre, &p->layer, &p->post};
     for (int k = 0; k < SP_PART_COUNT; k++) {
-        double n = k == SP_PART_LAYER ? (double)p->n_layers : 1.0;
-        for (int i = 0; i < parts[k]->n; i++)
-            out[sp_step_class_of(&parts[k]->s[i])] += times * n * 1e-12 * (double)run->run[k][i].dur_ps[0];
+        const sp_steps *ss = sp_program_part(p, (sp_prog_part)k);
+        double n = (double)sp_program_part_runs(p, (sp_prog_part)k);
+        for (int i = 0; i < ss->n; i++)
+            out[sp_step_class_of(&ss->s[i])] += times * n * 1e-12 * (double)run->run[k][i].dur_ps[0];
     }
 }
 

@@ -608,7 +608,7 @@ static sp_status dispatch_run(sp_comm_backend backend, int layers, int64_t *step
         free(p);
         return st;
     }
-    *steps = (int64_t)p->pre.n + p->n_layers * p->layer.n + p->post.n;
+    *steps = sp_program_steps(p);
     free(p);
     sp_weights w;
     if ((st = sp_weights_build_random(&m, 1, &w))) return st;

@@ -191,8 +191,8 @@ static sp_status chip_run(chip *ch)
          * that tracing adds one store per step to them */
         spi_ckd ck = SPI_CKD_INIT;
         int64_t npf = spi_ck_mul3(&ck, "timeline", ch->pf->passes_seq, ch->pf->passes_tok,   /* every prefill pass */
-                                  ch->pf->pre.n + spi_ck_mul(&ck, "timeline", ch->pf->n_layers, ch->pf->layer.n) + ch->pf->post.n);
-        int64_t ndc = ch->dc->pre.n + spi_ck_mul(&ck, "timeline", ch->dc->n_layers, ch->dc->layer.n) + ch->dc->post.n;
+                                  sp_program_steps(ch->pf));
+        int64_t ndc = sp_program_steps(ch->dc);
         int64_t n = spi_ck_mul(&ck, "timeline", ch->l->microbatches,
                                spi_ck_add(&ck, "timeline", npf, spi_ck_mul(&ck, "timeline", ex->G - 1, ndc)));
         if (ck.overflow) return spi_fail(SP_ENOMEM, "timeline: %s overflow", ck.what);
@@ -251,7 +251,7 @@ static sp_status chip_run(chip *ch)
             }
             ch->in_tok = in;
             if ((st = spi_run_steps(ch, SP_PART_PRE, mb))) break;
-            for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = spi_run_steps(ch, SP_PART_LAYER, mb);
+            for (ch->li = 0; ch->li < p->n_layers && !st; ch->li++) st = spi_run_steps(ch, sp_program_layer_part(p, ch->li), mb);
             if (st) break;
             ch->li = p->n_layers - 1;
             if ((st = spi_run_steps(ch, SP_PART_POST, mb))) break;
@@ -321,8 +321,7 @@ static sp_status write_timeline(chip *ch)
     for (int64_t i = 0; i < ch->nev; i++) {
         const spi_event *v = &ch->ev[i];
         const sp_program *p = v->token == 0 ? ch->pf : ch->dc;
-        const sp_steps *ss = v->part == SP_PART_PRE ? &p->pre : v->part == SP_PART_LAYER ? &p->layer : &p->post;
-        const sp_step *s = &ss->s[v->index];
+        const sp_step *s = &sp_program_part(p, (sp_prog_part)v->part)->s[v->index];
         char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
         sp_trace_step_id(p->phase, v->token - 1, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
         sp_trace_event te = {.chip = ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,

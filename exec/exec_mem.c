@@ -135,7 +135,8 @@ sp_status spi_chip_setup(chip *ch)
     for (int64_t li = 0; li < cnt; li++)
         for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
             const sp_weight_spec *s = &pf->wspec[w];
-            if (!s->present) continue;
+            /* the kinds this layer holds: experts in MoE layers, the dense FFN in the others */
+            if (!s->present || !sp_weight_in_layer(ch->m, (sp_weight)w, first + li)) continue;
             int64_t i = li * SP_W_COUNT + w;
             int q8 = s->dtype == SP_DT_INT8 || s->dtype == SP_DT_FP8;
             /* a MoE layer's local experts one after the other, each shard on its own

@@ -307,7 +307,7 @@ static sp_status record(chip *ch, const sp_step *s, sp_prog_part part, int i, in
 sp_status spi_run_steps(chip *ch, sp_prog_part part, int mb)
 {
     const sp_program *p = ch->prog;
-    const sp_steps *ss = part == SP_PART_PRE ? &p->pre : part == SP_PART_LAYER ? &p->layer : &p->post;
+    const sp_steps *ss = sp_program_part(p, part);
     double *cls = ch->class_s[p->phase == SP_PHASE_DECODE];
     /* a device that queues work is waited for after each step, so a step's time is its own */
     int wait = !ch->ops->host_memory;

@@ -20,7 +20,7 @@ struct sp_ref {
     float *att;       // (T, H*D) attention output before wo
     float *ao;        // (T, E) attention block output
     float *fo;        // (T, E) FFN block output
-    float *fa, *fb;   // (T, max(F, Fs))
+    float *fa, *fb;   // (T, max(F, Fs, Fd))
     float *so;        // MoE with shared experts: (T, E) their output
     float *sc;        // (max_ctx) scores
     float *rl;        // MoE: (T, n_experts) router logits
@@ -117,7 +117,8 @@ sp_status sp_ref_build(const sp_model *m, const sp_weights *w, int64_t B, int64_
     r->att = malloc((size_t)(T * QD) * sizeof(float));
     r->ao = malloc((size_t)(T * E) * sizeof(float));
     r->fo = malloc((size_t)(T * E) * sizeof(float));
-    int64_t Fs = sp_model_shared_ff(m), Fmax = Fs > F ? Fs : F;
+    int64_t Fs = sp_model_shared_ff(m), Fd = sp_model_dense_ff(m), Fmax = Fs > F ? Fs : F;
+    if (Fd > Fmax) Fmax = Fd;
     r->fa = malloc((size_t)(T * Fmax) * sizeof(float));
     r->fb = malloc((size_t)(T * Fmax) * sizeof(float));
     r->sc = malloc((size_t)max_ctx * sizeof(float));
@@ -242,6 +243,11 @@ static void ffn(sp_ref *r, int64_t l, int64_t T)
     const sp_model *m = &r->m;
     const sp_weights_layer *W = &r->w->layers[l];
     int64_t E = m->d_model, F = m->d_ff, NE = m->n_experts, K = m->top_k;
+    if (NE > 0 && !sp_model_layer_is_moe(m, l)) {
+        /* a dense layer between MoE layers: its own FFN of sp_model_dense_ff hidden units */
+        ffn_rows(r, r->h, r->fo, T, sp_model_dense_ff(m), W->d_in, NULL, W->d_up, NULL, W->d_out, NULL);
+        return;
+    }
     if (NE <= 0) {
         ffn_rows(r, r->h, r->fo, T, F, W->w_in, W->b_in, W->w_up, W->b_up, W->w_out, W->b_out);
         return;

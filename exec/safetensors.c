@@ -492,10 +492,14 @@ static int hf_expert_kind(const sp_model *m, sp_weight t)
 static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t l, int64_t e, hf_loc *o)
 {
     int64_t E = m->d_model, F = m->d_ff, QD = m->n_heads * m->d_head, KD = m->n_kv_heads * m->d_head, V = m->vocab;
+    int64_t Fd = sp_model_dense_ff(m);
     int ln = m->norm == SP_NORM_LAYERNORM;
     long long ll = (long long)l;
     memset(o, 0, sizeof *o);
     o->required = 1;
+    /* a layer holds only its own kinds: no experts in a dense layer between MoE layers, no dense FFN in a
+     * MoE layer (a checkpoint tensor for them is then not explained, and refused) */
+    if (sp_weight_per_layer(t) && sp_weight_present(m, t) && !sp_weight_in_layer(m, t, l)) return 0;
     if (h->neox) return hf_where_neox(m, t, l, o);
 #define LOC(sr_, sc_, c0_, c1_, tr_, fmt, ...) \
     (snprintf(o->name, sizeof o->name, fmt, __VA_ARGS__), o->sr = (sr_), o->sc = (sc_), o->c0 = (c0_), \
@@ -548,6 +552,10 @@ static int hf_where(const spi_hf_src *h, const sp_model *m, sp_weight t, int64_t
         case SP_W_IN: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.gate_proj.weight", ll);
         case SP_W_UP: return LOC(F, E, 0, E, 1, "model.layers.%lld.mlp.up_proj.weight", ll);
         case SP_W_OUT: return LOC(E, F, 0, F, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
+        /* a dense layer between MoE layers (Qwen2-MoE's decoder_sparse_step, mlp_only_layers): Llama's MLP */
+        case SP_W_D_IN: return LOC(Fd, E, 0, E, 1, "model.layers.%lld.mlp.gate_proj.weight", ll);
+        case SP_W_D_UP: return LOC(Fd, E, 0, E, 1, "model.layers.%lld.mlp.up_proj.weight", ll);
+        case SP_W_D_OUT: return LOC(E, Fd, 0, Fd, 1, "model.layers.%lld.mlp.down_proj.weight", ll);
         default: break;
         }
         /* biases: required where config.json declares them (attention_bias: q, k, v, o; Qwen2: q, k, v;

@@ -48,7 +48,12 @@ typedef struct sp_weights_layer {
     float *router;        /* (E, n_experts), MoE models only, else NULL */
     float *sh_in, *sh_up, *sh_out;   /* shared experts (E, Fs), (E, Fs), (Fs, E); else NULL */
     float *sh_gate;       /* (E, 1): shared_expert_gate only */
+    float *d_in, *d_up, *d_out;   /* (E, Fd), (E, Fd), (Fd, E): the dense FFN of a layer between MoE layers */
 } sp_weights_layer;
+/* The per-layer kinds are stacked over every layer (sp_weights_sizes); a
+ * layer's pointer to a kind it does not hold (sp_weight_in_layer: the
+ * experts and router of a dense layer between MoE layers, the dense FFN of
+ * a MoE layer) is NULL, and its block of the slab unused. */
 
 typedef struct sp_weights {
     sp_model model;

@@ -72,8 +72,9 @@ static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_we
         dst[SP_W_ROUTER] = &L->router;
         dst[SP_W_SH_IN] = &L->sh_in; dst[SP_W_SH_UP] = &L->sh_up; dst[SP_W_SH_OUT] = &L->sh_out;
         dst[SP_W_SH_GATE] = &L->sh_gate;
+        dst[SP_W_D_IN] = &L->d_in; dst[SP_W_D_UP] = &L->d_up; dst[SP_W_D_OUT] = &L->d_out;
         for (int t = SP_W_FIRST_LAYER; t < SP_W_COUNT; t++)
-            *dst[t] = w->t[t] ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
+            *dst[t] = w->t[t] && sp_weight_in_layer(m, (sp_weight)t, l) ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
     }
     w->embed = w->t[SP_W_EMBED];
     w->pos = w->t[SP_W_POS];
@@ -135,7 +136,7 @@ sp_status sp_weights_build_random(const sp_model *m, uint64_t seed, sp_weights *
          * moves), so adding a kind does not shift the others */
         uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)t);
         int gain = t == SP_W_NORMF || t == SP_W_NORM1 || t == SP_W_NORM2;
-        double std = (t == SP_W_O || t == SP_W_OUT) ? proj_std : 0.02;
+        double std = (t == SP_W_O || t == SP_W_OUT || t == SP_W_D_OUT) ? proj_std : 0.02;
         for (int64_t i = 0; i < w->sizes[t]; i++) p[i] = (float)((gain ? 1.0 : 0.0) + std * randn(&s));
     }
     return SP_OK;

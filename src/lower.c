@@ -232,6 +232,8 @@ typedef struct ctx {
     int case_a;        /* KV heads sharded like Q */
     int64_t E, D, Hp, KVH, Fp, Vp, n;
     int64_t Fsp;       /* the shared experts' hidden width (sp_model_shared_ff), padded like Fp; 0: none */
+    int64_t Fdp;       /* the dense layers' FFN width between MoE layers (sp_model_dense_ff), padded; 0: none */
+    int dense_layer;   /* emitting the dense layer of a model with MoE layers between dense ones */
     int64_t T;         /* rows of this chip between layers: (mb / |N|) * L */
     int64_t seqs;      /* sequences of this chip between layers: mb / |N| */
     int kv;            /* how prefill's K/V reach the cache (kv_mode) */
@@ -501,6 +503,13 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
             if (m->ffn == SP_FFN_SWIGLU) set_spec(c, SP_W_SH_UP, c->E, c->Fsp, c->E, Fs, in_r, in_c, wd);
             set_spec(c, SP_W_SH_OUT, c->Fsp, c->E, Fs, c->E, out_r, out_c, wd);
             if (m->shared_expert_gate) set_spec(c, SP_W_SH_GATE, c->E, 1, c->E, 1, in_r, "", wd);
+        }
+        /* the dense layers' FFN (moe_every > 1), sharded like the dense FFN */
+        int64_t Fd = sp_model_dense_ff(m);
+        if (Fd > 0) {
+            set_spec(c, SP_W_D_IN, c->E, c->Fdp, c->E, Fd, in_r, in_c, wd);
+            if (m->ffn == SP_FFN_SWIGLU) set_spec(c, SP_W_D_UP, c->E, c->Fdp, c->E, Fd, in_r, in_c, wd);
+            set_spec(c, SP_W_D_OUT, c->Fdp, c->E, Fd, c->E, out_r, out_c, wd);
         }
     }
     /* norm gains (and LayerNorm biases) are tiny: replicated, fp32 */
@@ -961,7 +970,7 @@ static void emit_expert_a2a(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, int64_
  * FFN before one reduce-scatter, so its FFN output stays partial over C). */
 static int moe_coordinated(const ctx *c)
 {
-    return c->m->n_experts > 0 && c->l->experts > 1 && c->sh.nC > 1 && c->m->block == SP_BLOCK_SERIAL;
+    return c->m->n_experts > 0 && !c->dense_layer && c->l->experts > 1 && c->sh.nC > 1 && c->m->block == SP_BLOCK_SERIAL;
 }
 
 /* MoE FFN (sp_lower.h): router, routing, dispatch, the local experts, combine.
@@ -1048,7 +1057,11 @@ static void emit_moe(ctx *c, sp_steps *ss, int acc)
 
 static void emit_ffn(ctx *c, sp_steps *ss, int acc)
 {
-    if (c->m->n_experts > 0) emit_moe(c, ss, acc);
+    if (c->dense_layer) {
+        /* a dense layer between MoE layers: its own FFN (SP_W_D_*), every token */
+        ffn_weights fw = {SP_W_D_IN, SP_W_D_UP, SP_W_D_OUT, c->Fdp};
+        emit_ffn_rows(c, ss, &fw, SP_BUF_XG, SP_BUF_Y, c->T, acc, 0, SP_BUF_NONE);
+    } else if (c->m->n_experts > 0) emit_moe(c, ss, acc);
     else {
         ffn_weights fw = {SP_W_IN, SP_W_UP, SP_W_OUT, c->Fp};
         emit_ffn_rows(c, ss, &fw, SP_BUF_XG, SP_BUF_Y, c->T, acc, 0, SP_BUF_NONE);
@@ -1320,7 +1333,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         const char *field = spi_model_refusal(m, shape->max_context, quiet ? NULL : why, sizeof why);
         if (field) BAD("model %s: %s: %s", m->name, field, why);
     }
-    p->pre.n = p->layer.n = p->post.n = 0;
+    p->pre.n = p->layer.n = p->post.n = p->dense.n = 0;
     p->phase = phase;
     p->layout = *l;
     p->shape = *shape;
@@ -1362,6 +1375,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->Hp = round_up(m->n_heads, c->n);
     c->Fp = round_up(m->d_ff, c->n);
     c->Fsp = sp_model_shared_ff(m) > 0 ? round_up(sp_model_shared_ff(m), c->n) : 0;
+    c->Fdp = sp_model_dense_ff(m) > 0 ? round_up(sp_model_dense_ff(m), c->n) : 0;
     c->Vp = round_up(m->vocab, c->n);
     if (c->E % c->n)
         BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c->E,
@@ -1497,6 +1511,14 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     sp_layout_stage_layers(l, m->n_layers, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
         BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
+    p->first_layer = first;
+    p->n_dense_layers = 0;
+    p->moe_every = sp_model_dense_ff(m) > 0 ? m->moe_every : 1;
+    if (sp_model_dense_ff(m) > 0) {
+        /* MoE layers are (g + 1) % k == 0 (sp_model_layer_is_moe): those up to first + n, less those before first */
+        int64_t k = m->moe_every;
+        p->n_dense_layers = p->n_layers - ((first + p->n_layers) / k - first / k);
+    }
     return SP_OK;
 }
 #undef BAD
@@ -1536,6 +1558,7 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
     key->first_stage = stage == 0;
     key->last_stage = stage == l->stages - 1;
     key->n_layers = p->n_layers;
+    key->moe_phase = sp_model_dense_ff(m) > 0 ? p->first_layer % m->moe_every : 0;
     key->kv_mode = c->kv;
     key->kv_repl = p->kv_repl;
     key->kv_seqs = p->kv_seqs;
@@ -1630,25 +1653,28 @@ static sp_status emit_program(ctx *c, int layer_steps)
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
-    if (layer_steps < 0) {
-        emit_layer(c, &p->layer);
-    } else {
-        /* kept (spi_lower_finish_keep_layer): its only side effect on the
-         * program beyond its steps is the tallest matmul operand (the
-         * buffer sizes are taken from the steps below) */
-        p->layer.n = layer_steps;
-        for (int i = 0; i < layer_steps; i++)
-            if (p->layer.s[i].kind == SP_STEP_MATMUL && p->layer.s[i].k > p->matmul_k_max) p->matmul_k_max = p->layer.s[i].k;
+    if (layer_steps < 0) emit_layer(c, &p->layer);
+    else p->layer.n = layer_steps;   /* kept (spi_lower_finish_keep_layer) */
+    if (c->Fdp > 0) {
+        /* the dense layer (emitted again when the MoE layer is kept: it is short) */
+        c->dense_layer = 1;
+        emit_layer(c, &p->dense);
+        c->dense_layer = 0;
     }
     if (!last_stage) emit_p2p(c, &p->post, SP_STEP_SEND);
     else if (p->logits) emit_logits(c, &p->post);   /* an earlier prefill pass: no logits */
 
-    size_buffers(&c->ck, p, &p->pre, c->E, c->Vp);
-    size_buffers(&c->ck, p, &p->layer, c->E, c->Vp);
-    size_buffers(&c->ck, p, &p->post, c->E, c->Vp);
-    size_scratch(&c->ck, p, &p->pre);
-    size_scratch(&c->ck, p, &p->layer);
-    size_scratch(&c->ck, p, &p->post);
+    /* the parts that run on this stage size its buffers, scratch and dequantisation tile (a
+     * stage of dense layers only holds no MoE buffers); the tallest matmul operand */
+    p->matmul_k_max = 0;
+    for (int k = 0; k < SP_PART_COUNT; k++) {
+        if (!sp_program_part_runs(p, (sp_prog_part)k)) continue;
+        const sp_steps *ss = sp_program_part(p, (sp_prog_part)k);
+        size_buffers(&c->ck, p, ss, c->E, c->Vp);
+        size_scratch(&c->ck, p, ss);
+        for (int i = 0; i < ss->n; i++)
+            if (ss->s[i].kind == SP_STEP_MATMUL && ss->s[i].k > p->matmul_k_max) p->matmul_k_max = ss->s[i].k;
+    }
     /* the sampled tokens of the replica's sequences cross to stage 0 through device memory */
     if (c->l->stages > 1 && (first_stage || last_stage))
         need_scr(p, SP_SCR_TOKENS, spi_ck_mul3(&c->ck, "token hand-off bytes", p->micro_batch, c->l->microbatches, 4));
@@ -1656,6 +1682,36 @@ static sp_status emit_program(ctx *c, int layer_steps)
         return spi_fail(SP_EINVAL, "%s do not fit in 64 bits: batch %lld × %lld tokens of %s is too large to represent",
                         c->ck.what, (long long)p->shape.batch, (long long)p->shape.q_len, c->m->name);
     return SP_OK;
+}
+
+const sp_steps *sp_program_part(const sp_program *p, sp_prog_part k)
+{
+    return k == SP_PART_PRE ? &p->pre : k == SP_PART_LAYER ? &p->layer : k == SP_PART_DENSE ? &p->dense : &p->post;
+}
+
+int64_t sp_program_part_runs(const sp_program *p, sp_prog_part k)
+{
+    return k == SP_PART_LAYER ? p->n_layers - p->n_dense_layers : k == SP_PART_DENSE ? p->n_dense_layers : 1;
+}
+
+int64_t sp_program_steps(const sp_program *p)
+{
+    int64_t n = 0;
+    for (int k = 0; k < SP_PART_COUNT; k++) n += sp_program_part(p, (sp_prog_part)k)->n * sp_program_part_runs(p, (sp_prog_part)k);
+    return n;
+}
+
+sp_prog_part sp_program_layer_part(const sp_program *p, int64_t li)
+{
+    /* the model's layer first_layer + li is MoE when (first_layer + li + 1) % moe_every == 0 (sp_model_layer_is_moe) */
+    return p->moe_every <= 1 || (p->first_layer + li + 1) % p->moe_every == 0 ? SP_PART_LAYER : SP_PART_DENSE;
+}
+
+int64_t sp_program_weight_layers(const sp_program *p, sp_weight w)
+{
+    if (!sp_weight_per_layer(w)) return 1;
+    int where = sp_weight_layer_kind(w);
+    return p->moe_every <= 1 || where == 0 ? p->n_layers : where == 1 ? p->n_layers - p->n_dense_layers : p->n_dense_layers;
 }
 
 sp_status sp_lower_finish(sp_program *p)
@@ -1775,8 +1831,9 @@ sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
-        int per_layer = sp_weight_per_layer(w);
-        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? any->n_layers : 1);
+        /* a per-layer kind in the stage's layers that hold it (experts in MoE layers, the dense FFN
+         * in the others) */
+        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, sp_weight_per_layer(w) ? sp_program_weight_layers(any, (sp_weight)w) : 1);
     }
     /* KV: every micro-batch's sequences stay resident, at full capacity; K and V one block each */
     int64_t d_head = any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0;

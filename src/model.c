@@ -66,7 +66,7 @@ int64_t sp_model_rotary_dims(const sp_model *m) { return m->rotary_dims > 0 ? m-
 static const char *const weight_names[] = {
     "none", "embed", "pos", "lm_head", "norm_f", "norm_f_b", "norm1", "norm1_b", "wq", "bq", "wk", "bk",
     "wv", "bv", "wo", "bo", "norm2", "norm2_b", "w_in", "b_in", "w_up", "b_up", "w_out", "b_out", "router",
-    "sh_in", "sh_up", "sh_out", "sh_gate"};
+    "sh_in", "sh_up", "sh_out", "sh_gate", "d_in", "d_up", "d_out"};
 static_assert(SPI_ARRAY_LEN(weight_names) == SP_W_COUNT, "one name per sp_weight");
 /* the bias of each kind that has one (matrices: their bias; gains: the LayerNorm bias) */
 static const sp_weight weight_bias[SP_W_COUNT] = {
@@ -79,7 +79,34 @@ const char *sp_weight_name(sp_weight w) { return (unsigned)w < SP_W_COUNT ? weig
 int sp_weight_is_matrix(sp_weight w)
 {
     return w == SP_W_Q || w == SP_W_K || w == SP_W_V || w == SP_W_O || w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT ||
-           w == SP_W_ROUTER || w == SP_W_SH_IN || w == SP_W_SH_UP || w == SP_W_SH_OUT || w == SP_W_SH_GATE;
+           w == SP_W_ROUTER || w == SP_W_SH_IN || w == SP_W_SH_UP || w == SP_W_SH_OUT || w == SP_W_SH_GATE ||
+           w == SP_W_D_IN || w == SP_W_D_UP || w == SP_W_D_OUT;
+}
+
+int64_t sp_model_dense_ff(const sp_model *m)
+{
+    if (m->n_experts <= 0 || m->moe_every <= 1) return 0;
+    return m->dense_d_ff > 0 ? m->dense_d_ff : m->d_ff;
+}
+
+int sp_model_layer_is_moe(const sp_model *m, int64_t layer)
+{
+    return m->n_experts > 0 && (layer + 1) % (m->moe_every > 0 ? m->moe_every : 1) == 0;
+}
+
+int sp_weight_layer_kind(sp_weight w)
+{
+    if (w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT || w == SP_W_B_IN || w == SP_W_B_UP || w == SP_W_B_OUT ||
+        w == SP_W_ROUTER || w == SP_W_SH_IN || w == SP_W_SH_UP || w == SP_W_SH_OUT || w == SP_W_SH_GATE)
+        return 1;
+    return w == SP_W_D_IN || w == SP_W_D_UP || w == SP_W_D_OUT ? 2 : 0;
+}
+
+int sp_weight_in_layer(const sp_model *m, sp_weight w, int64_t layer)
+{
+    if (!sp_weight_per_layer(w) || !sp_weight_present(m, w)) return 0;
+    int where = m->n_experts > 0 ? sp_weight_layer_kind(w) : 0;
+    return where == 0 ? 1 : where == 1 ? sp_model_layer_is_moe(m, layer) : !sp_model_layer_is_moe(m, layer);
 }
 
 int64_t sp_model_shared_ff(const sp_model *m)
@@ -111,6 +138,8 @@ int sp_weight_present(const sp_model *m, sp_weight w)
     case SP_W_SH_IN: case SP_W_SH_OUT: return sp_model_shared_ff(m) > 0;
     case SP_W_SH_UP: return swiglu && sp_model_shared_ff(m) > 0;
     case SP_W_SH_GATE: return sp_model_shared_ff(m) > 0 && m->shared_expert_gate;
+    case SP_W_D_IN: case SP_W_D_OUT: return sp_model_dense_ff(m) > 0;
+    case SP_W_D_UP: return swiglu && sp_model_dense_ff(m) > 0;
     default: return (unsigned)w < SP_W_COUNT;
     }
 }
@@ -133,6 +162,8 @@ void sp_weight_shape(const sp_model *m, sp_weight w, int64_t *rows, int64_t *col
     case SP_W_SH_IN: case SP_W_SH_UP: r = E; c = sp_model_shared_ff(m); break;
     case SP_W_SH_OUT: r = sp_model_shared_ff(m); c = E; break;
     case SP_W_SH_GATE: r = E; c = 1; break;
+    case SP_W_D_IN: case SP_W_D_UP: r = E; c = sp_model_dense_ff(m); break;
+    case SP_W_D_OUT: r = sp_model_dense_ff(m); c = E; break;
     case SP_W_BQ: c = QD; break;
     case SP_W_BK: case SP_W_BV: c = KD; break;
     case SP_W_B_IN: case SP_W_B_UP: c = F; break;
@@ -207,6 +238,11 @@ static void derive_ck(const sp_model *m, int64_t context, sp_model_stats *s, ck 
                                 ck_mul(c, "/top_k", "top_k * expert size", expert, m->top_k), router);
     }
     int64_t n_dense = L - n_moe;
+    if (m->n_experts > 0 && n_dense > 0) {
+        /* the dense layers between MoE layers: one FFN of sp_model_dense_ff (no biases: refused with experts) */
+        int64_t Fd = m->dense_d_ff > 0 ? m->dense_d_ff : F;
+        expert = ck_mul(c, "/dense_d_ff", "d_model * dense_d_ff * matrices", ck_mul(c, "/dense_d_ff", "d_model * dense_d_ff", E, Fd), mats);
+    }
 
     int64_t norm1 = m->norm == SP_NORM_LAYERNORM ? ck_mul(c, "/d_model", "", E, 2) : E;
     int64_t norms_layer = ck_mul(c, "/d_model", "", norm1, m->block == SP_BLOCK_PARALLEL ? 1 : 2);
@@ -333,6 +369,9 @@ sp_status spi_model_validate_src(const sp_model *m, const char *source, sp_error
                      (long long)m->moe_every);
             return vfail(source, err, "/moe_every", t);
         }
+        if (m->dense_d_ff < 0) return vfail(source, err, "/dense_d_ff", "must be >= 0 (0 means d_ff)");
+        if (m->dense_d_ff > 0 && m->moe_every == 1)
+            return vfail(source, err, "/dense_d_ff", "describes dense layers, but moe_every is 1 (every layer is MoE)");
     }
     if (!memchr(m->name, '\0', sizeof m->name)) return vfail(source, err, "/name", "not terminated");
     sp_model_stats st;
@@ -364,7 +403,7 @@ sp_status sp_model_derive(const sp_model *m, int64_t context, sp_model_stats *ou
 static const char *const model_keys[] = {
     "name", "n_layers", "d_model", "d_ff", "n_heads", "n_kv_heads", "d_head", "vocab", "ffn", "block",
     "norm", "positions", "tied_embeddings", "bias", "max_context", "rope_theta", "norm_eps",
-    "n_experts", "top_k", "moe_every", "n_shared_experts", "shared_d_ff", "shared_expert_gate", "router", "router_skew", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
+    "n_experts", "top_k", "moe_every", "dense_d_ff", "n_shared_experts", "shared_d_ff", "shared_expert_gate", "router", "router_skew", "act", "rotary_dims", "rope_style", "rope_scaling", "sliding_window", NULL};
 static const char *const rope_scaling_keys[] = {
     "rope_type", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
     "beta_slow", "attention_factor", NULL};
@@ -460,6 +499,7 @@ static sp_status model_from_own(const spi_jctx *c, const json_t *r, sp_model *m)
         SP_CHECK(spi_json_get_int(c, "", r, "top_k", 1, 1, m->n_experts, "integer between 1 and n_experts", &m->top_k));
         SP_CHECK(spi_json_get_int(c, "", r, "moe_every", 0, 1, m->n_layers, "integer between 1 and n_layers",
                                   &m->moe_every));
+        SP_CHECK(spi_json_get_int(c, "", r, "dense_d_ff", 0, 1, BIG, "integer > 0", &m->dense_d_ff));
         SP_CHECK(spi_json_get_int(c, "", r, "n_shared_experts", 0, 0, m->n_experts,
                                   "integer between 0 and n_experts", &m->n_shared_experts));
         SP_CHECK(spi_json_get_int(c, "", r, "shared_d_ff", 0, 1, BIG, "integer > 0", &m->shared_d_ff));
@@ -580,6 +620,7 @@ json_t *spi_model_to_json(const sp_model *m)
         json_object_set_new(j, "n_experts", json_integer(m->n_experts));
         json_object_set_new(j, "top_k", json_integer(m->top_k));
         json_object_set_new(j, "moe_every", json_integer(m->moe_every));
+        if (m->dense_d_ff) json_object_set_new(j, "dense_d_ff", json_integer(m->dense_d_ff));
         if (m->n_shared_experts) json_object_set_new(j, "n_shared_experts", json_integer(m->n_shared_experts));
         if (m->shared_d_ff) json_object_set_new(j, "shared_d_ff", json_integer(m->shared_d_ff));
         if (m->shared_expert_gate) json_object_set_new(j, "shared_expert_gate", json_true());
@@ -598,11 +639,6 @@ const char *spi_model_refusal(const sp_model *m, int64_t context, char *text, si
 {
 #define WHY(...) (text ? snprintf(text, size, __VA_ARGS__) : 0)
     if (context <= 0) context = m->max_context;
-    if (m->n_experts > 0 && m->moe_every > 1) {
-        WHY("%lld: MoE layers between dense layers are not implemented (a stage's layers share one program); "
-            "only moe_every 1 is", (long long)m->moe_every);
-        return "/moe_every";
-    }
     if (m->n_experts > 0 && (m->bias & SP_BIAS_FFN)) {
         WHY("ffn: biases on expert FFNs are not implemented");
         return "/bias";

@@ -174,26 +174,50 @@ static sp_status set_name(const spi_jctx *c, const json_t *r, sp_model *m)
     return SP_OK;
 }
 
-/* Qwen2-MoE (Qwen2MoeSparseMoeBlock): num_experts of moe_intermediate_size
- * (intermediate_size is the width of dense layers, which are refused),
+/* Qwen2-MoE (Qwen2MoeSparseMoeBlock): num_experts of moe_intermediate_size,
  * softmax top-k renormalised only with norm_topk_prob, and one shared expert
- * of shared_expert_intermediate_size behind a sigmoid gate (shared_expert_gate). */
+ * of shared_expert_intermediate_size behind a sigmoid gate (shared_expert_gate).
+ * A layer is sparse when it is not in mlp_only_layers and (layer + 1) is a
+ * multiple of decoder_sparse_step; the others are a dense MLP of
+ * intermediate_size (dense_d_ff).  Our format says "every moe_every-th
+ * layer": a set of sparse layers of another shape is refused by name. */
 static sp_status qwen2_moe(const spi_jctx *c, const json_t *r, sp_model *m)
 {
+    int64_t dense_ff = m->d_ff;   /* intermediate_size */
     GET_INT("num_experts", 1, &m->n_experts);
     SP_CHECK(spi_json_get_int(c, "", r, "num_experts_per_tok", 1, 1, m->n_experts, "integer between 1 and num_experts",
                               &m->top_k));
     GET_INT("moe_intermediate_size", 1, &m->d_ff);
-    m->moe_every = 1;
     int64_t step = 1, shared = 0;
     SP_CHECK(spi_json_get_int(c, "", r, "decoder_sparse_step", 0, 1, BIG, "integer > 0", &step));
-    if (step != 1)
-        return spi_json_fail(c, SP_EINVAL, "", "decoder_sparse_step",
-                             "%lld: dense layers between MoE layers are not implemented (only 1 is)", (long long)step);
+    /* the sparse layers (at most 64 mlp_only_layers read; more are refused below) */
     const json_t *dense = json_object_get(r, "mlp_only_layers");
-    if (dense && !json_is_null(dense) && !(json_is_array(dense) && json_array_size(dense) == 0))
-        return spi_json_fail(c, SP_EINVAL, "", "mlp_only_layers",
-                             "dense layers among MoE layers are not implemented (only an empty list is)");
+    if (dense && !json_is_null(dense) && !json_is_array(dense))
+        return spi_json_fail(c, SP_EINVAL, "", "mlp_only_layers", "must be a list of layer indices");
+    size_t nd = dense && json_is_array(dense) ? json_array_size(dense) : 0;
+    for (size_t i = 0; i < nd; i++) {
+        const json_t *v = json_array_get(dense, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->n_layers)
+            return spi_json_fail(c, SP_EINVAL, "", "mlp_only_layers", "element %zu: must be a layer index in [0, %lld)",
+                                 i, (long long)m->n_layers);
+    }
+    /* every moe_every-th layer: the first sparse layer gives the period, every layer is checked against it */
+    int64_t every = 0;
+    for (int64_t l = 0; l < m->n_layers; l++) {
+        int sparse = (l + 1) % step == 0;
+        for (size_t i = 0; sparse && i < nd; i++) sparse = json_integer_value(json_array_get(dense, i)) != l;
+        if (!every && sparse) every = l + 1;
+        if (!every) continue;
+        if (sparse != ((l + 1) % every == 0))
+            return spi_json_fail(c, SP_EINVAL, "", nd ? "mlp_only_layers" : "decoder_sparse_step",
+                                 "the sparse layers (decoder_sparse_step %lld, %zu mlp_only_layers) are not every "
+                                 "k-th layer (layers k-1, 2k-1, ...): not implemented", (long long)step, nd);
+    }
+    if (!every)
+        return spi_json_fail(c, SP_EINVAL, "", nd ? "mlp_only_layers" : "decoder_sparse_step",
+                             "no layer is sparse: not implemented as a MoE model (set num_experts 0 for a dense one)");
+    m->moe_every = every;
+    if (every > 1) m->dense_d_ff = dense_ff;
     int renorm = 0;
     SP_CHECK(spi_json_get_bool(c, "", r, "norm_topk_prob", 0, &renorm));
     m->router = renorm ? SP_ROUTER_TOPK_RENORM : SP_ROUTER_TOPK;

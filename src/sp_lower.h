@@ -8,6 +8,14 @@
  * activations from the previous stage), `layer` (one transformer layer,
  * identical for every layer of the stage, run `n_layers` times) and `post`
  * (sending to the next stage, or the final norm and the logits on the last).
+ * A model with dense layers between its MoE layers (moe_every > 1) has a
+ * fourth, `dense`: the layer with the dense FFN (weights SP_W_D_*); local
+ * layer i of the stage (global first_layer + i) runs `layer` when it is a
+ * MoE layer (sp_model_layer_is_moe) and `dense` otherwise
+ * (sp_program_layer_part), so `layer` runs n_layers − n_dense_layers times
+ * and `dense` n_dense_layers times (sp_program_part_runs).  Both parts are
+ * emitted whatever the stage holds (they do not depend on the stage); only
+ * the parts that run size the buffers, scratch and memory.
  *
  * Tensors live in named buffers (sp_buf) as row-major (rows, cols) fp32
  * matrices.  Rows are tokens (sequence-major: row = b*L + l) of the sequences
@@ -295,6 +303,10 @@ sp_step_class sp_step_class_of(const sp_step *s);
 
 #define SP_PROG_MAX_STEPS 64
 
+/* The parts of a program (append-only): pre, the MoE (or only) layer,
+ * post, and the dense layer between MoE layers (moe_every > 1). */
+typedef enum sp_prog_part { SP_PART_PRE = 0, SP_PART_LAYER = 1, SP_PART_POST = 2, SP_PART_DENSE = 3, SP_PART_COUNT } sp_prog_part;
+
 typedef struct sp_steps {
     int n;
     sp_step s[SP_PROG_MAX_STEPS];
@@ -352,6 +364,10 @@ typedef struct sp_program {
     int64_t heads_padded, kv_heads_stored, ffn_padded, vocab_padded;
     int64_t matmul_k_max;    /* tallest weight operand (K rows, gathered or stored) of any MATMUL */
     sp_steps pre, layer, post;
+    sp_steps dense;          /* moe_every > 1: the layer with the dense FFN; else 0 steps */
+    int64_t first_layer;     /* the model layer of the stage's first layer */
+    int64_t n_dense_layers;  /* layers of the stage that run `dense` (0: every layer runs `layer`) */
+    int64_t moe_every;       /* the model's moe_every when it has dense layers between MoE ones, else 1 */
     int64_t buf_bytes[SP_BUF_COUNT];   /* bytes each buffer must hold (act_dtype; weights: storage) */
     int64_t scratch_bytes[SP_SCR_COUNT]; /* bytes of each executor scratch slot (sp_scr) */
     sp_weight_spec wspec[SP_W_COUNT];  /* storage of every weight on this stage */
@@ -362,6 +378,22 @@ typedef struct sp_program {
     char kv_head_axes[SP_AXSEQ_MAX];   /* q-head block axes (cache heads follow them) */
     int kv_repl;                       /* KV heads replicated across head shards */
 } sp_program;
+
+/* The steps of part k of p. */
+const sp_steps *sp_program_part(const sp_program *p, sp_prog_part k);
+/* How many times part k runs in one pass: pre and post once, layer
+ * n_layers − n_dense_layers, dense n_dense_layers. */
+int64_t sp_program_part_runs(const sp_program *p, sp_prog_part k);
+/* Steps one pass of p runs: every part's steps times its runs (at most
+ * SP_PROG_MAX_STEPS · (n_layers + 2)). */
+int64_t sp_program_steps(const sp_program *p);
+/* The part local layer li (0 .. n_layers-1) of the stage runs: SP_PART_LAYER or SP_PART_DENSE. */
+sp_prog_part sp_program_layer_part(const sp_program *p, int64_t li);
+/* How many layers of the stage hold weight w (its wspec counts one layer):
+ * for a per-layer kind the stage's layers that have it (sp_weight_in_layer:
+ * experts in MoE layers, the dense FFN in the others), for a model-level
+ * kind 1. */
+int64_t sp_program_weight_layers(const sp_program *p, sp_weight w);
 
 /* Lowers one phase of a layout for pipeline stage `stage` (0..stages-1).
  * The program describes one micro-batch on one chip; every chip of a stage
@@ -388,6 +420,7 @@ typedef struct sp_lower_key {
     sp_shape shape;
     int first_stage, last_stage;
     int64_t n_layers;
+    int64_t moe_phase;       /* first_layer mod moe_every: which of the stage's layers are MoE (0 without dense ones) */
     int kv_mode;             /* prefill: how K/V reach the cache (0 in decode) */
     int kv_repl;
     int64_t kv_seqs, kv_heads_cache;

@@ -89,11 +89,15 @@ typedef struct sp_model {
     double rope_attn_factor;        /* yarn: cos/sin multiplier; 0 = 0.1 ln(factor) + 1 */
     int64_t sliding_window;         /* attention sees the last N tokens; 0 = all */
     /* Mixture of experts (0 experts: dense).  Every moe_every-th layer's FFN
-     * is n_experts FFNs of d_ff each behind a router (E x n_experts); a token
-     * goes through its top_k experts (and every shared expert). */
+     * (layers moe_every-1, 2·moe_every-1, ...: sp_model_layer_is_moe, as
+     * Qwen2-MoE's decoder_sparse_step) is n_experts FFNs of d_ff each behind
+     * a router (E x n_experts); a token goes through its top_k experts (and
+     * every shared expert).  The other layers' FFN is one dense FFN of
+     * dense_d_ff (0: d_ff). */
     int64_t n_experts;
     int64_t top_k;
     int64_t moe_every;
+    int64_t dense_d_ff;
     int64_t n_shared_experts;   /* experts every token goes through (DeepSeek/Qwen-MoE) */
     int64_t shared_d_ff;        /* each shared expert's hidden width; 0: d_ff.  The shared experts
                                    together are one FFN of sp_model_shared_ff() columns (their
@@ -196,6 +200,10 @@ typedef enum sp_weight {
     SP_W_SH_UP = 26,    /* (NL, E, Fs), SwiGLU only */
     SP_W_SH_OUT = 27,   /* (NL, Fs, E) */
     SP_W_SH_GATE = 28,  /* (NL, E, 1): shared_expert_gate only */
+    SP_W_D_IN = 29,     /* (NL, E, Fd): the dense FFN of the layers between MoE layers (moe_every > 1), Fd =
+                           sp_model_dense_ff; gate (SwiGLU) / up (GELU) */
+    SP_W_D_UP = 30,     /* (NL, E, Fd), SwiGLU only */
+    SP_W_D_OUT = 31,    /* (NL, Fd, E) */
     SP_W_COUNT
 } sp_weight;
 #define SP_W_FIRST_LAYER SP_W_NORM1   /* the first per-layer kind */
@@ -238,6 +246,20 @@ sp_status sp_model_check_run(const sp_model *m, int64_t context, sp_error *err);
  * Both 0 for a dense model. */
 /* The shared experts' hidden width together: n_shared_experts · (shared_d_ff or d_ff); 0 without. */
 int64_t sp_model_shared_ff(const sp_model *m);
+/* The dense layers' FFN width in a model with MoE layers between dense ones
+ * (moe_every > 1): dense_d_ff or d_ff; 0 otherwise. */
+int64_t sp_model_dense_ff(const sp_model *m);
+/* Is layer `layer` (0 .. n_layers-1) a MoE layer?  (layer + 1) a multiple
+ * of moe_every in a MoE model; 0 in a dense model. */
+int sp_model_layer_is_moe(const sp_model *m, int64_t layer);
+/* Which layers of a MoE model hold per-layer kind w: 1 MoE layers only (the
+ * router, experts, shared experts and their biases), 2 the dense layers
+ * between them only (SP_W_D_*), 0 every layer. */
+int sp_weight_layer_kind(sp_weight w);
+/* Does layer `layer` hold tensor w?  Per-layer kinds only: the router,
+ * experts and shared experts are in MoE layers, the dense FFN (SP_W_D_*) in
+ * the others, everything else in every layer (when the model has it). */
+int sp_weight_in_layer(const sp_model *m, sp_weight w, int64_t layer);
 void sp_model_moe_routing(const sp_model *m, double tokens, double *distinct, double *q_max);
 
 #ifdef __cplusplus

@@ -31,7 +31,7 @@
  *            (0-based; decode step t runs at context prompt + 1 + t, so a
  *            single traced step at the last context of a run generating G
  *            tokens is "decode<G-1>")
- *     part   "pre", "layer" or "post" (sp_program's three step lists)
+ *     part   "pre", "layer", "post" or "dense" (sp_program's step lists)
  *     layer  the layer's index on its stage (0 .. n_layers-1); -1 for pre/post
  *     index  the step's index in that part's sp_steps
  *   e.g. "prefill/layer/0/4", "decode63/post/-1/2".
@@ -61,8 +61,8 @@ extern "C" {
 #endif
 
 /* The three step lists of a program.  Append-only. */
-typedef enum sp_prog_part { SP_PART_PRE = 0, SP_PART_LAYER = 1, SP_PART_POST = 2, SP_PART_COUNT } sp_prog_part;
-const char *sp_prog_part_name(sp_prog_part p);   /* "pre", "layer", "post" */
+/* sp_prog_part (the program's step lists) lives in sp_lower.h. */
+const char *sp_prog_part_name(sp_prog_part p);   /* "pre", "layer", "post", "dense" */
 
 /* Streams (trace threads) of a chip. */
 enum { SP_TRACE_COMPUTE = 0, SP_TRACE_COMM = 1, SP_TRACE_STREAMS = 2 };

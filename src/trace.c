@@ -7,7 +7,7 @@
 #include "spi_common.h"
 #include "sp_trace.h"
 
-static const char *const part_names[SP_PART_COUNT] = {"pre", "layer", "post"};
+static const char *const part_names[SP_PART_COUNT] = {"pre", "layer", "post", "dense"};
 _Static_assert(SPI_ARRAY_LEN(part_names) == SP_PART_COUNT, "one name per sp_prog_part");
 
 const char *sp_prog_part_name(sp_prog_part p) { return (unsigned)p < SP_PART_COUNT ? part_names[p] : "?"; }
@@ -20,7 +20,7 @@ char *sp_trace_step_id(sp_phase phase, int64_t token, sp_prog_part part, int64_t
     if (phase == SP_PHASE_DECODE) snprintf(ph, sizeof ph, "decode%lld", (long long)(token > 0 ? token : 0));
     else snprintf(ph, sizeof ph, "%s", sp_phase_name(phase));
     int n = snprintf(buf, size, "%s/%s/%lld/%d", ph, sp_prog_part_name(part),
-                     (long long)(part == SP_PART_LAYER ? layer : -1), index);
+                     (long long)(part == SP_PART_LAYER || part == SP_PART_DENSE ? layer : -1), index);
     if (n < 0 || (size_t)n >= size) buf[0] = '\0';
     return buf;
 }

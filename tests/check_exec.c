@@ -133,6 +133,24 @@ static const exec_case cases[] = {
     {"tiny-moe-shared", "replicas=2,experts=2,mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
     {"tiny-moe-shared", "replicas=8,experts=8,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
     {"tiny-moe-shared", "replicas=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    /* MoE every other layer (tiny-moe-every2: layers 1 and 3 MoE, 0 and 2 dense FFNs of their own width):
+     * on one chip, expert-tensor, expert, both (coordinated), replicas without expert parallelism, and
+     * pipelines whose stages start on a dense or on a MoE layer, or hold no MoE layer at all (1,3) */
+    {"tiny-moe-every2", "mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 2, 5, 16},
+    {"tiny-moe-every2", "mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "mesh=2x2x2," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe-every2", "replicas=2,experts=2,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "replicas=8,experts=8,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe-every2", "replicas=2,experts=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "replicas=2,experts=2,mesh=2x2x1," MOE F32 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-moe-every2", "replicas=2,mesh=2x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "stages=2,microbatches=2,replicas=2,experts=2,mesh=1x1x1," MOE F32
+                        "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=1,3,mesh=2x1x1," MOE F32
+                        "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=3,1,replicas=2,experts=2,mesh=1x1x1," MOE F32
+                        "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "replicas=2,experts=2,mesh=2x1x1," MOE BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -375,6 +393,8 @@ static const struct { const char *model, *layout; int64_t B, P, G; } trace_cases
     {"tiny-llama", "mesh=2x1x1," INT8 "prefill=wg-x/heads,decode=ws2d/batch", 4, 5, 4},
     {"tiny-gpt2", "replicas=2,mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 3, 3},
     {"tiny-palm", "stages=2,microbatches=2,mesh=1x2x1," BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 4, 3},
+    {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=1,3,replicas=2,experts=2,mesh=1x1x1," MOE F32
+                        "prefill=ws1d/heads,decode=ws1d/heads", 4, 4, 3},
 };
 
 START_TEST(test_trace_every_step_once)
@@ -421,10 +441,11 @@ START_TEST(test_trace_every_step_once)
         for (int64_t s = 0; s < G; s++) {
             const sp_program *p = s == 0 ? &pp : &dp;
             for (int mb = 0; mb < l.microbatches; mb++)
-                for (int part = 0; part < SP_PART_COUNT; part++) {
-                    const sp_steps *ss = part == SP_PART_PRE ? &p->pre : part == SP_PART_LAYER ? &p->layer : &p->post;
-                    int64_t layers = part == SP_PART_LAYER ? p->n_layers : 1;
-                    for (int64_t li = 0; li < layers; li++)
+                /* pre (u = -1), each layer's part (MoE or dense) in order, post (u = n_layers) */
+                for (int64_t u = -1; u <= p->n_layers; u++) {
+                    sp_prog_part part = u < 0 ? SP_PART_PRE : u == p->n_layers ? SP_PART_POST : sp_program_layer_part(p, u);
+                    const sp_steps *ss = sp_program_part(p, part);
+                    int64_t li = u;
                         for (int i = 0; i < ss->n; i++) {
                             char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
                             sp_trace_step_id(p->phase, s - 1, (sp_prog_part)part, li, i, id, sizeof id);

@@ -11,7 +11,7 @@
 static const char *const bundled[] = {
     "palm-8b", "palm-62b", "palm-540b", "gpt3-175b", "mt-nlg-530b", "bloom-176b", "gpt-j-6b",
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
-    "falcon-180b", "mixtral-8x7b", "mixtral-8x22b", "tiny-moe", "tiny-moe-shared", "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
+    "falcon-180b", "mixtral-8x7b", "mixtral-8x22b", "tiny-moe", "tiny-moe-shared", "tiny-moe-every2", "qwen1.5-moe-a2.7b", "tiny-llama", "tiny-palm", "tiny-gpt2", "bench-1b",
     "gpt-20b-ft", "gpt-89b-ft", "gpt-175b-ft",
     "gpt-350m-ft", "gpt-1.3b-ft", "gpt-6.7b-ft", "megatron-530b-ft",
 };
@@ -214,10 +214,29 @@ START_TEST(test_hf_families)
     snprintf(cfg, sizeof cfg, qmoe, ",\"norm_topk_prob\":true");
     ck_assert_int_eq(loads(cfg, &m, &err), SP_OK);
     ck_assert_int_eq(m.router, SP_ROUTER_TOPK_RENORM);
-    /* what the lowering does not compute is refused naming the HF field */
+    /* sparse layers every k-th layer: decoder_sparse_step, or mlp_only_layers naming the others; the
+     * dense layers' FFN is intermediate_size wide */
+    static const struct { const char *extra; int64_t every; } sparse[] = {
+        {",\"decoder_sparse_step\":2", 2},
+        {",\"decoder_sparse_step\":3,\"mlp_only_layers\":[]", 3},
+        {",\"mlp_only_layers\":[0,2,4,6,8,10,12,14,16,18,20,22]", 2},
+        {",\"decoder_sparse_step\":2,\"mlp_only_layers\":[1,5,9,13,17,21]", 4},
+    };
+    for (size_t i = 0; i < sizeof sparse / sizeof sparse[0]; i++) {
+        snprintf(cfg, sizeof cfg, qmoe, sparse[i].extra);
+        ck_assert_msg(loads(cfg, &m, &err) == SP_OK, "%s: %s", sparse[i].extra, err.text);
+        ck_assert_int_eq(m.moe_every, sparse[i].every);
+        ck_assert_int_eq(m.dense_d_ff, 5632);
+        ck_assert_int_eq(sp_model_dense_ff(&m), 5632);
+        ck_assert_int_eq(m.d_ff, 1408);
+    }
+    /* what the lowering does not compute is refused naming the HF field: sparse layers that are not
+     * every k-th layer, or none */
     static const struct { const char *extra, *field; } refused[] = {
-        {",\"decoder_sparse_step\":2", "decoder_sparse_step"},
         {",\"mlp_only_layers\":[0]", "mlp_only_layers"},
+        {",\"decoder_sparse_step\":2,\"mlp_only_layers\":[1]", "mlp_only_layers"},
+        {",\"decoder_sparse_step\":25", "decoder_sparse_step"},
+        {",\"mlp_only_layers\":[24]", "mlp_only_layers"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         snprintf(cfg, sizeof cfg, qmoe, refused[i].extra);
@@ -399,7 +418,9 @@ static const struct field_case {
     {"n_experts", "{\"n_experts\": 4, \"top_k\": 2}", 0, NULL},
     {"top_k", "{\"n_experts\": 4, \"top_k\": 1}", 0, NULL},
     {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 1}", 0, NULL},
-    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, "/moe_every"},
+    /* dense layers between MoE layers (tests/check_exec.c runs tiny-moe-every2) */
+    {"moe_every", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2}", 0, NULL},
+    {"dense_d_ff", "{\"n_experts\": 4, \"top_k\": 2, \"moe_every\": 2, \"dense_d_ff\": 256}", 0, NULL},
     /* shared experts (tests/check_exec.c runs tiny-moe-shared) */
     {"n_shared_experts", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 2}", 0, NULL},
     {"shared_d_ff", "{\"n_experts\": 4, \"top_k\": 2, \"n_shared_experts\": 1, \"shared_d_ff\": 512}", 0, NULL},

@@ -183,6 +183,81 @@ START_TEST(test_shared_experts_closed_form)
 }
 END_TEST
 
+/* MoE every other layer (layers 1 and 3 of 4; 0 and 2 dense FFNs of Fd = 1536): a chip holds the
+ * experts and router in the MoE layers only and the dense FFN (3·E·Fd/n bf16) in the others, so
+ * against the model whose every layer is MoE it holds, per dense layer, that FFN instead of its
+ * El experts and router; the dense layer's part runs its own FFN (no routing) on every token; a
+ * pipeline stage of dense layers only holds what the dense model of width Fd holds there */
+START_TEST(test_moe_every_closed_form)
+{
+    sp_model all = moe_model(8, 2), every = all, dense = all;
+    every.moe_every = 2;
+    every.dense_d_ff = 1536;
+    dense.n_experts = dense.top_k = dense.moe_every = 0;
+    dense.d_ff = 1536;
+    const int64_t E = 512, F = 1024, Fd = 1536, NE = 8, n_dense = 2;
+    sp_shape pf = {8, 16, 16, 32, SP_DT_BF16, 0}, dc = {8, 1, 32, 32, SP_DT_BF16, 0};
+    struct { int R, N, X; sp_ffn_layout f; } cases[] = {
+        {1, 1, 1, SP_FL_WS2D}, {2, 2, 1, SP_FL_WS2D}, {4, 4, 2, SP_FL_WS1D}, {2, 2, 4, SP_FL_WS2D}, {2, 1, 2, SP_FL_WS1D},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sp_layout l = moe_layout(cases[i].R, cases[i].N, cases[i].X, cases[i].f);
+        sp_mem_sizes ma, me;
+        lower_both(&all, &l, &pf, &dc, &ma);
+        lower_both(&every, &l, &pf, &dc, &me);
+        int64_t n = cases[i].X, El = NE / cases[i].N, nRx = cases[i].f == SP_FL_WS2D ? n : 1;
+        int64_t expert = 3 * E * F / n * 2, router = E / nRx * NE * 2, dffn = 3 * E * Fd / n * 2;
+        ck_assert_msg(me.weights == ma.weights - n_dense * (El * expert + router) + n_dense * dffn,
+                      "case %zu: %lld vs all-MoE %lld", i, (long long)me.weights, (long long)ma.weights);
+        ck_assert_int_eq(sp_program_part_runs(&prog, SP_PART_LAYER), 2);
+        ck_assert_int_eq(sp_program_part_runs(&prog, SP_PART_DENSE), 2);
+        for (int64_t li = 0; li < 4; li++)
+            ck_assert_int_eq(sp_program_layer_part(&prog, li), li % 2 ? SP_PART_LAYER : SP_PART_DENSE);
+        ck_assert_int_eq(sp_program_weight_layers(&prog, SP_W_ROUTER), 2);
+        ck_assert_int_eq(sp_program_weight_layers(&prog, SP_W_D_IN), 2);
+        ck_assert_int_eq(sp_program_weight_layers(&prog, SP_W_Q), 4);
+        /* the dense layer: three matmuls of T·(E/|Rx|)·(Fd/|C|) over the D weights, nothing routed */
+        int64_t T = 8 / cases[i].R * 16, FdC = Fd / (n / nRx), Ein = E / nRx, mm = 0;
+        for (int j = 0; j < prog.dense.n; j++) {
+            const sp_step *st = &prog.dense.s[j];
+            ck_assert(st->kind != SP_STEP_ROUTE && st->kind != SP_STEP_DISPATCH && st->kind != SP_STEP_COMBINE);
+            ck_assert(!(st->kind == SP_STEP_COLL && st->coll.kind == SP_COLL_ALLTOALL));
+            if (st->kind != SP_STEP_MATMUL || (st->weight != SP_W_D_IN && st->weight != SP_W_D_UP && st->weight != SP_W_D_OUT))
+                continue;
+            mm++;
+            int64_t k = st->weight == SP_W_D_OUT ? FdC : Ein, nn = st->weight == SP_W_D_OUT ? Ein : FdC;
+            ck_assert_int_eq(st->m, T);
+            ck_assert_int_eq(st->flops, 2 * T * k * nn);
+            ck_assert_int_eq(st->weight_bytes, k * nn * 2);
+        }
+        ck_assert_int_eq(mm, 3);
+    }
+    /* stages of 1 and 3 layers: stage 0 holds layer 0 (dense) only, as the dense model does */
+    sp_layout l = moe_layout(2, 2, 2, SP_FL_WS2D);
+    l.stages = 2;
+    l.microbatches = 2;
+    l.stage_layers[0] = 1;
+    l.stage_layers[1] = 3;
+    sp_layout ld = l;
+    ld.experts = 1;
+    sp_mem_sizes me, md;
+    lower_both(&every, &l, &pf, &dc, &me);
+    ck_assert_int_eq(sp_program_part_runs(&prog, SP_PART_LAYER), 0);
+    ck_assert_int_eq(sp_program_part_runs(&prog, SP_PART_DENSE), 1);
+    ck_assert_int_eq(prog.buf_bytes[SP_BUF_DISP], 0);   /* no MoE layer here: no slot buffers */
+    lower_both(&dense, &ld, &pf, &dc, &md);
+    ck_assert_int_eq(me.weights, md.weights);
+    ck_assert_int_eq(me.total, md.total);
+    /* stage 1: layers 1 (MoE), 2 (dense), 3 (MoE) */
+    ck_assert_int_eq(sp_lower(&every, &l, SP_PHASE_DECODE, &dc, 1, &prog2), SP_OK);
+    ck_assert_int_eq(prog2.first_layer, 1);
+    ck_assert_int_eq(sp_program_part_runs(&prog2, SP_PART_LAYER), 2);
+    ck_assert_int_eq(sp_program_part_runs(&prog2, SP_PART_DENSE), 1);
+    ck_assert_int_eq(sp_program_layer_part(&prog2, 0), SP_PART_LAYER);
+    ck_assert_int_eq(sp_program_layer_part(&prog2, 1), SP_PART_DENSE);
+}
+END_TEST
+
 /* one MoE layer's steps, for a table of (replicas, experts, X, layout, capacity, batch, tokens):
  * the all-to-alls expect to move (N−1)/N of the T·k routed rows of E/|Rx|
  * columns each way (E/|act| when coordinated with a tensor group C of more
@@ -468,6 +543,7 @@ int main(void)
     tcase_add_loop_test(tc, test_moe_steps_closed_form, 0, (int)(sizeof a2a_cases / sizeof a2a_cases[0]));
     tcase_add_test(tc, test_routed_a2a_bytes);
     tcase_add_test(tc, test_shared_experts_closed_form);
+    tcase_add_test(tc, test_moe_every_closed_form);
     tcase_add_test(tc, test_layout_key_and_validation);
     tcase_add_test(tc, test_mixtral_fit);
     tcase_add_test(tc, test_plan_picks_expert_parallelism);

@@ -267,10 +267,11 @@ END_TEST
  * in *pipelines, those with stages. */
 static int check_catalogue(const char *const *hws, size_t n_hw, double token_sync_s, int *pipelines)
 {
-    const char *models[] = {"tiny-llama", "tiny-gpt2", "tiny-palm"};
+    /* tiny-moe-every2: MoE layers between dense ones, each stage's layers in their order */
+    const char *models[] = {"tiny-llama", "tiny-gpt2", "tiny-palm", "tiny-moe-every2"};
     int checked = 0;
     *pipelines = 0;
-    for (size_t mi = 0; mi < 3; mi++)
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
         for (size_t hi = 0; hi < n_hw; hi++) {
             sp_model m;
             sp_hw hw;

@@ -13,11 +13,10 @@ OWN='"name": "t", "n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_he
 # name | JSON document | expected text (field and value) | verbs (default: estimate plan run)
 cases() {
 cat <<CASES
-own-moe-every|{$OWN, "positions": "rope", "n_experts": 4, "top_k": 2, "moe_every": 2}|/moe_every: 2: MoE layers between dense layers are not implemented
 own-moe-bias|{"name": "t", "n_layers": 2, "d_model": 64, "d_ff": 128, "n_heads": 4, "d_head": 16, "vocab": 100, "ffn": "swiglu", "block": "serial", "norm": "rmsnorm", "tied_embeddings": false, "max_context": 64, "positions": "rope", "n_experts": 4, "top_k": 2, "bias": ["ffn"]}|/bias: ffn: biases on expert FFNs are not implemented
-hf-qwen-moe-step|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2}|/decoder_sparse_step: 2: dense layers between MoE layers are not implemented
-hf-qwen-moe-dense|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [1]}|/mlp_only_layers: dense layers among MoE layers are not implemented
-hf-qwen-moe-arch|{"architectures": ["Qwen2MoeForCausalLM"], $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2}|/decoder_sparse_step: 2:
+hf-qwen-moe-step|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 3}|/decoder_sparse_step: no layer is sparse: not implemented
+hf-qwen-moe-dense|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [1]}|/mlp_only_layers: the sparse layers (decoder_sparse_step 1, 1 mlp_only_layers) are not every k-th layer
+hf-qwen-moe-arch|{"architectures": ["Qwen2MoeForCausalLM"], $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 3}|/decoder_sparse_step: no layer is sparse
 hf-qwen-moe-window|{"model_type": "qwen2_moe", $LLB, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "use_sliding_window": true, "sliding_window": 8}|/sliding_window: 8: the job's context (12 tokens)
 own-alibi|{$OWN, "positions": "alibi"}|/positions: alibi:
 own-interleaved|{$OWN, "positions": "rope", "rope_style": "interleaved"}|/rope_style: interleaved:

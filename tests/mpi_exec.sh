@@ -75,6 +75,11 @@ done <<'EOF2'
 4 tiny-moe mesh=2x2x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 4 tiny-moe replicas=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 4 tiny-moe-shared replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+2 tiny-moe-every2 replicas=2,experts=2,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+4 tiny-moe-every2 replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
+4 tiny-moe-every2 mesh=2x2x1,capacity=4,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
+4 tiny-moe-every2 replicas=2,mesh=2x1x1,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+4 tiny-moe-every2 stages=2,microbatches=2,stage_layers=1,3,replicas=2,experts=2,capacity=4,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 EOF2
 # --trace: each rank writes its chip's timeline to FILE.<chip>, valid JSON, its chip's steps only
 mpi 2 --model tiny-llama --batch 2 --prompt 4 --gen 3 --trace $tmp/tr.json \

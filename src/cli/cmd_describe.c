@@ -195,6 +195,7 @@ static void model_table(const sp_model *m, const sp_model_stats *st)
             snprintf(b + n, sizeof b - (size_t)n, "; %lld shared (%lld hidden units%s)", (long long)m->n_shared_experts,
                      (long long)sp_model_shared_ff(m), m->shared_expert_gate ? ", sigmoid gate" : "");
         row2(t, "moe", b);
+        if (sp_model_dense_ff(m) > 0) ROWI("dense layers' d_ff", sp_model_dense_ff(m));
     }
     row_count(t, "params embedding", st->params_embedding);
     row_count(t, "params attention", st->params_attention);

@@ -298,6 +298,17 @@ def rnd(gen, *shape, scale=None):
     return torch.randn(*shape, generator=gen, dtype=T) * s
 
 
+def layer_norms_attn(w, gen, p, nh, nkv, e, d, bias):
+    """one Llama-family layer's two norms and attention projections, in this order (each variant's random
+    stream depends on it); bias(n): whether projection n ("q", "k", "v", "o") carries a bias"""
+    w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+    w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
+    for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
+        w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
+        if bias(n):
+            w[p + "self_attn.%s_proj.bias" % n] = rnd(gen, o, scale=0.5)
+
+
 def llama_weights(cfg, gen):
     nh, nkv, e, f = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"], cfg["intermediate_size"]
     d = e // nh
@@ -307,12 +318,7 @@ def llama_weights(cfg, gen):
     ab = cfg.get("attention_bias", False)
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
-        w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
-            w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
-            if (ab or (cfg["model_type"] == "qwen2" and n != "o")):
-                w[p + "self_attn.%s_proj.bias" % n] = rnd(gen, o, scale=0.5)
+        layer_norms_attn(w, gen, p, nh, nkv, e, d, lambda n: ab or (cfg["model_type"] == "qwen2" and n != "o"))
         for n, o, i_ in (("gate", f, e), ("up", f, e), ("down", e, f)):
             w[p + "mlp.%s_proj.weight" % n] = rnd(gen, o, i_)
             if cfg.get("mlp_bias"):
@@ -327,10 +333,7 @@ def mixtral_weights(cfg, gen):
          "lm_head.weight": rnd(gen, V, e, scale=1.0)}
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
-        w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
-            w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
+        layer_norms_attn(w, gen, p, nh, nkv, e, d, lambda n: False)
         w[p + "block_sparse_moe.gate.weight"] = rnd(gen, cfg["num_local_experts"], e)
         for x in range(cfg["num_local_experts"]):
             for n, o, i_ in (("w1", f, e), ("w3", f, e), ("w2", e, f)):
@@ -347,12 +350,7 @@ def qwen2_moe_weights(cfg, gen):
          "lm_head.weight": rnd(gen, V, e, scale=1.0)}
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
-        w[p + "input_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        w[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rnd(gen, e, scale=1.0)
-        for n, o, i_ in (("q", nh * d, e), ("k", nkv * d, e), ("v", nkv * d, e), ("o", e, nh * d)):
-            w[p + "self_attn.%s_proj.weight" % n] = rnd(gen, o, i_)
-            if n != "o":   # Qwen2: q, k and v carry biases
-                w[p + "self_attn.%s_proj.bias" % n] = rnd(gen, o, scale=0.5)
+        layer_norms_attn(w, gen, p, nh, nkv, e, d, lambda n: n != "o")   # Qwen2: q, k and v carry biases
         if not qwen2_moe_sparse(cfg, i):
             for n, o, i_ in (("gate", f, e), ("up", f, e), ("down", e, f)):
                 w[p + "mlp.%s_proj.weight" % n] = rnd(gen, o, i_)
@@ -437,10 +435,16 @@ VARIANTS = {
                           "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                           "shared_expert_intermediate_size": 48, "norm_topk_prob": False,
                           "use_sliding_window": False, "sliding_window": None}),
+    # sparse every other layer (decoder_sparse_step 2: layers 1 and 3), dense MLPs of intermediate_size between
+    "qwen2-moe-step2": (LLAMA, {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": 4,
+                                "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                "shared_expert_intermediate_size": 48, "norm_topk_prob": True,
+                                "decoder_sparse_step": 2, "num_hidden_layers": 4, "intermediate_size": 80,
+                                "use_sliding_window": False, "sliding_window": None}),
 }
 # each variant's random stream: fixed, so that adding a variant changes no other's files (a variant
 # added after the first set takes its own base here)
-ADDED = {"mixtral": 100, "qwen2-moe": 101}
+ADDED = {"mixtral": 100, "qwen2-moe": 101, "qwen2-moe-step2": 102}
 SEED_BASE = {name: i for i, name in enumerate(sorted(n for n in VARIANTS if n not in ADDED))}
 SEED_BASE.update(ADDED)
 FAMILY = {"llama": (llama_weights, llama_forward), "mistral": (llama_weights, llama_forward),
