@@ -8,3 +8,4 @@ bench_bench_plan_LDADD = libspcore.la $(SP_DEP_LIBS)
 CLEANFILES += bench/bench_plan$(EXEEXT)
 EXTRA_DIST += bench/plan_process.sh
 EXTRA_DIST += bench/autoconfig_process.sh
+EXTRA_DIST += bench/fleet_process.sh bench/wall_ms.sh

@@ -17,17 +17,7 @@ set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
 test -x "$bin" || { echo "plan_process: $bin not found (run from the build directory)" >&2; exit 1; }
-# median/min/max in ms of RUNS wall times of a command
-wall_ms() {
-    i=0
-    while [ "$i" -lt "$runs" ]; do
-        t0=$(date +%s%N)
-        "$@" >/dev/null
-        t1=$(date +%s%N)
-        echo $(( (t1 - t0) / 1000 ))
-        i=$((i + 1))
-    done | sort -n | awk '{a[NR] = $1} END {printf "%10.1f %10.1f %10.1f", a[int((NR + 1) / 2)] / 1000, a[1] / 1000, a[NR] / 1000}'
-}
+. "$(dirname "$0")/wall_ms.sh"
 plan=$(wall_ms "$bin" plan --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 2048 --gen 64)
 floor=$(wall_ms "$bin" --version)
 printf '%-34s %10s %10s %10s\n' "# $runs runs, wall ms" median min max

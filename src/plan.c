@@ -208,6 +208,23 @@ void spi_glpk_env_put(int *holds)
     }
 }
 
+sp_status spi_glpk_result(int ret, int mst, sp_plan_result *res)
+{
+    switch (ret) {
+    case 0:
+        if (mst == GLP_OPT) *res = SP_PLAN_OPTIMAL;
+        else if (mst == GLP_FEAS) *res = SP_PLAN_FEASIBLE;
+        else if (mst == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
+        else return spi_fail(SP_ESOLVER, "glp_intopt returned 0 but the MIP status is %d", mst);
+        return SP_OK;
+    case GLP_ENOPFS: *res = SP_PLAN_INFEASIBLE; return SP_OK;
+    case GLP_ETMLIM:
+    case GLP_EMIPGAP:
+    case GLP_ESTOP: *res = mst == GLP_FEAS || mst == GLP_OPT ? SP_PLAN_FEASIBLE : SP_PLAN_TIME_LIMIT; return SP_OK;
+    default: return spi_fail(SP_ESOLVER, "glp_intopt failed (code %d, MIP status %d)", ret, mst);
+    }
+}
+
 typedef struct order_ctx {
     const double *k1, *k2;
 } order_ctx;
@@ -455,20 +472,7 @@ sp_status spi_milp_solve(spi_milp *q, const spi_milp_req *r, sp_plan_result *res
         parm.msg_lev = GLP_MSG_OFF;
         parm.tm_lim = r->time_limit_ms > 0 ? r->time_limit_ms : 10000;
         ret = glp_intopt(P, &parm);
-        int mst = glp_mip_status(P);
-        switch (ret) {
-        case 0:
-            if (mst == GLP_OPT) *res = SP_PLAN_OPTIMAL;
-            else if (mst == GLP_FEAS) *res = SP_PLAN_FEASIBLE;
-            else if (mst == GLP_NOFEAS) *res = SP_PLAN_INFEASIBLE;
-            else st = spi_fail(SP_ESOLVER, "glp_intopt returned 0 but the MIP status is %d", mst);
-            break;
-        case GLP_ENOPFS: *res = SP_PLAN_INFEASIBLE; break;
-        case GLP_ETMLIM:
-        case GLP_EMIPGAP:
-        case GLP_ESTOP: *res = mst == GLP_FEAS || mst == GLP_OPT ? SP_PLAN_FEASIBLE : SP_PLAN_TIME_LIMIT; break;
-        default: st = spi_fail(SP_ESOLVER, "glp_intopt failed (code %d, MIP status %d)", ret, mst); break;
-        }
+        st = spi_glpk_result(ret, glp_mip_status(P), res);
         if (st == SP_OK && (*res == SP_PLAN_OPTIMAL || *res == SP_PLAN_FEASIBLE)) {
             int k = 0;
             for (int c = 0; c < n; c++)

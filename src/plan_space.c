@@ -274,6 +274,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                     for (int dc = 0; dc < 2 * SP_FL_COUNT; dc++) {
                                         sp_ffn_layout pff = (sp_ffn_layout)(pf / 2), dcf = (sp_ffn_layout)(dc / 2);
                                         if (sp_ffn_layout_is_1d(pff) != sp_ffn_layout_is_1d(dcf)) continue;
+                                        if (s->tie_phases && dc != pf) continue;
                                         if (s->ffn_mask && !(s->ffn_mask >> pff & s->ffn_mask >> dcf & 1u)) continue;
                                         if (s->attn_mask && !(s->attn_mask >> (pf % 2) & s->attn_mask >> (dc % 2) & 1u))
                                             continue;

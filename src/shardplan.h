@@ -19,6 +19,7 @@
 #include <shardplan/sp_cost.h>
 #include <shardplan/sp_plan.h>
 #include <shardplan/sp_autoconfig.h>
+#include <shardplan/sp_fleet.h>
 #include <shardplan/sp_sweep.h>
 #include <shardplan/sp_comm.h>
 #include <shardplan/sp_exec.h>

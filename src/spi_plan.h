@@ -38,6 +38,8 @@ typedef struct spi_space {
     /* sp_plan_opts' narrowing of the space (0: none), set by spi_space_narrow */
     unsigned ffn_mask, attn_mask, wt_mask;
     int tensor_1d, m_per_stage;
+    int tie_phases;               /* 1: decode takes prefill's (FFN, attention) layout: for spaces
+                                     where one phase alone is used (a fleet's prefill pools) */
     int n, cap;
     spi_cand *c;
     int n_inst;
@@ -134,6 +136,11 @@ sp_status spi_milp_solve(spi_milp *q, const spi_milp_req *r, sp_plan_result *res
  * deleting it; the last put frees an environment the planner created. */
 sp_status spi_glpk_env_get(int *holds);
 void spi_glpk_env_put(int *holds);
+/* What glp_intopt's return code and glp_mip_status say (GLPK's "did it
+ * run" and "what it found" kept apart): SP_OK with *res OPTIMAL, FEASIBLE
+ * (stopped with a solution), INFEASIBLE or TIME_LIMIT (stopped without
+ * one); SP_ESOLVER when GLPK failed. */
+sp_status spi_glpk_result(int ret, int mst, sp_plan_result *res);
 
 /* ---- the pipeline program (plan_stages.c, doc/planner.md) ---- */
 /* The layer counts a stage of an S-stage pipeline of L layers may hold. */

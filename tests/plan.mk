@@ -26,3 +26,12 @@ TESTS += tests/cli_autoconfig.sh
 EXTRA_DIST += tests/cli_autoconfig.sh
 TESTS += tests/cli_sweep.sh
 EXTRA_DIST += tests/cli_sweep.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_fleet
+TESTS += tests/check_fleet
+tests_check_fleet_SOURCES = tests/check_fleet.c
+tests_check_fleet_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_fleet_LDADD = $(SP_TEST_LIBS)
+endif
+TESTS += tests/cli_fleet.sh
+EXTRA_DIST += tests/cli_fleet.sh

@@ -34,6 +34,7 @@ int cli_cmd_hw(int argc, char **argv);
 int cli_cmd_estimate(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_frontier(int argc, char **argv);
+int cli_cmd_fleet(int argc, char **argv);
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_sweep(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);

@@ -3,7 +3,7 @@
 # (tests/fuzz/fuzz_cli.c) links them without main.c.
 noinst_LTLIBRARIES += libspcli.la
 libspcli_la_SOURCES = src/cli/cli.h src/cli/cli_util.c src/cli/cmd_describe.c \
-	src/cli/cmd_estimate.c src/cli/cmd_simulate.c src/cli/cmd_run.c src/cli/cmd_plan.c \
+	src/cli/cmd_estimate.c src/cli/cmd_simulate.c src/cli/cmd_run.c src/cli/cmd_plan.c src/cli/cmd_fleet.c \
 	src/cli/cmd_calibrate.c src/cli/cmd_calibrate_local.c src/cli/cmd_autoconfig.c \
 	src/cli/cmd_sweep.c src/cli/cmd_validate.c src/cli/cmd_report.c src/cli/cli_fig.h src/cli/cli_fig.c
 # the report's figures: PLplot (its svg and pngcairo drivers)

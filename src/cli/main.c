@@ -14,6 +14,8 @@ static const struct cli_verb verbs[] = {
      cli_cmd_simulate},
     {"plan", "best layout for a model on N chips (GLPK MILP): breakdown, cost-vs-latency frontier, rivals", cli_cmd_plan},
     {"frontier", "cost-vs-latency frontier across chip counts and batch sizes, decode and prefill", cli_cmd_frontier},
+    {"fleet", "the cheapest fleet for a request rate: pools (colocated or prefill/decode), instances, chips, cost (GLPK)",
+     cli_cmd_fleet},
     {"report", "capacity-planning report: HTML or Markdown with PLplot figures, CSV and JSON (--out DIR)", cli_cmd_report},
     {"autoconfig", "a server's configuration at startup: layout as vLLM/SGLang/TensorRT-LLM flags, env or JSON (plan cache)", cli_cmd_autoconfig},
     {"calibrate", "fit a hardware profile to measurements (--fit CSV): errors in and out of sample", cli_cmd_calibrate},
