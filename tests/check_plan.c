@@ -456,6 +456,9 @@ START_TEST(test_split_program_size)
     ck_assert_int_eq(spi_space_add(&s, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
     sp_plan_opts o;
     sp_plan_opts_init(&o);
+    /* one program over every template: seconds of CPU, which GLPK's wall-clock limit (10 s by
+     * default) cuts short on a loaded machine; the limit is not what this test checks */
+    o.time_limit_ms = 600000;
     spi_split_req r = {.o = &o, .incumbent = INFINITY, .batch = 1 << 20};
     spi_split_out so;
     double glpk_s = 0;
