@@ -181,12 +181,12 @@ static double slot_max_rate(const sp_fleet_opts *o, double H, int64_t b)
     return lo;
 }
 
-/* The KV handoff of one side: each chip moves its cache shard (kv_chip
- * bytes) over its own share of the network between nodes. */
-static double handoff_time(const sp_hw *hw, int64_t kv_chip)
+/* The KV handoff of one side: each chip moves `bytes` of cache over its own
+ * share of the network between nodes. */
+static double handoff_time(const sp_hw *hw, double bytes)
 {
     double bw = hw->inter_bw * (hw->net_bw_eff > 0 ? hw->net_bw_eff : 1.0);
-    return hw->inter_latency + (double)kv_chip / bw;
+    return hw->inter_latency + bytes / bw;
 }
 
 /* KV bytes per chip of layout l's cache of `batch` sequences at the prompt
@@ -271,7 +271,12 @@ static sp_status kind_candidates(const sp_model *m, const sp_fleet_kind *k, int 
                     /* the layout was chosen by its compute; its handoff is priced now
                      * (the receive or send rarely decides between layouts) */
                     if ((st = kv_at_prompt(m, hw, &x->layout, c.batch, q->prompt, &c.kv_chip)) != SP_OK) break;
-                    c.handoff_s = handoff_time(hw, c.kv_chip);
+                    /* prefill sends its whole batch's cache at once; a decode instance
+                     * receives each request's as it comes: its chip's cache over the batch
+                     * (exact when every sequence spreads over the chips, as head-sharded
+                     * attention keeps it; the mean over the chips when batch-sharded) */
+                    c.handoff_s = handoff_time(hw, c.role == SP_FLEET_PREFILL ? (double)c.kv_chip
+                                                                              : (double)c.kv_chip / (double)c.batch);
                     if (o->tpot_s > 0 && c.handoff_s > o->tpot_s) continue;
                     if (c.role == SP_FLEET_PREFILL) {
                         c.prefill_s = x->prefill_s;

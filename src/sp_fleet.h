@@ -55,8 +55,10 @@
  *                 bytes per chip at the prompt, sp_cost mem.kv) and each
  *                 decode chip receives its own, at the profile's inter-node
  *                 bandwidth per chip: send = α + kv_chip/bw for the prefill's
- *                 batch, receive likewise for the decode layout's cache of
- *                 its batch at the prompt.  The handoff takes the larger of
+ *                 batch, receive = α + kv_chip/(b·bw) for one request, kv_chip
+ *                 the decode layout's cache of its b sequences at the prompt
+ *                 (exact for head-sharded attention, the chips' mean for
+ *                 batch-sharded).  The handoff takes the larger of
  *                 the two; with a TPOT target each side must fit in it (the
  *                 second token then comes at most two targets after the
  *                 first: handoff, then a step), which makes every pairing
@@ -144,7 +146,7 @@ typedef struct sp_fleet_pool {
     double decode_step_s;         /* one step at the last context (0 for prefill) */
     double ttft_s;                /* colocated, prefill: wait + prefill_s; decode: 0 */
     double tpot_s;                /* colocated, decode: decode_step_s; prefill: 0 */
-    double handoff_s;             /* prefill: the KV send of a batch; decode: the receive; else 0 */
+    double handoff_s;             /* prefill: the KV send of a batch; decode: one request's receive; else 0 */
     int64_t kv_bytes_per_chip;    /* prefill, decode: the cache moved per chip per batch (lowering) */
     double cost_per_hour;         /* chips · cost_per_chip_hour */
 } sp_fleet_pool;

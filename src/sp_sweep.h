@@ -35,19 +35,21 @@ extern "C" {
 
 /* Version of the `points` table and the `meta` table (doc/sweep.md).
  * Bumped on any change of columns or their meaning.  2 appended the column
- * frontier: a version 1 database is migrated when a sweep runs on it; a
- * later version than this build's is refused. */
-#define SP_SWEEP_SCHEMA_VERSION 2
+ * frontier, 3 the fleet columns (rate, fleet_chips, fleet_cost_per_hour,
+ * fleet_cost_per_mtok, fleet): a version 1 or 2 database is migrated when a
+ * sweep runs on it; a later version than this build's is refused. */
+#define SP_SWEEP_SCHEMA_VERSION 3
 
 /* What is computed per point.  Append-only. */
 typedef enum sp_sweep_compute {
     SP_SWEEP_ESTIMATE = 0,   /* price each given layout (sp_cost_eval) */
     SP_SWEEP_PLAN = 1,       /* best layout per point (sp_plan_solve, no frontier or rivals) */
     SP_SWEEP_FRONTIER = 2,   /* PLAN's row plus the point's cost-vs-latency frontier (column frontier) */
+    SP_SWEEP_FLEET = 3,      /* the cheapest fleet per (model, hw, max chips, max batch, prompt, gen, rate)
+                                (sp_fleet_solve; columns rate, fleet_*) */
     SP_SWEEP_COMPUTE_COUNT
 } sp_sweep_compute;
-/* "estimate", "plan", "frontier".  ("fleet" is refused by the spec reader:
- * not implemented.) */
+/* "estimate", "plan", "frontier", "fleet". */
 const char *sp_sweep_compute_name(sp_sweep_compute c);
 
 typedef struct sp_sweep_spec sp_sweep_spec;
@@ -116,7 +118,7 @@ sp_status sp_sweep_format_parse(const char *s, sp_sweep_format *out);
 
 /* Writes every row of `points` in idx order: CSV with a header line, or a
  * JSON object {"schema_version", "spec", "points": [{column: value}...]}
- * (the frontier column as JSON).  Reads schema versions 1 and 2.
+ * (the frontier and fleet columns as JSON).  Reads schema versions 1 to 3.
  * SP_EIO when the file is not a sweep database (message says why). */
 sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f);
 

@@ -34,6 +34,7 @@
 #include "sp_layout.h"
 #include "sp_model.h"
 #include "sp_plan.h"
+#include "sp_fleet.h"
 #include "costmodel/sp_cost.h"
 #include "spi_common.h"
 #include "spi_json.h"
@@ -48,7 +49,7 @@
 #define SWEEP_MAX_FRONTIER_PAIRS 128            /* chips x batch of one frontier, as the frontier verb */
 #define LAYOUT_TEXT 256
 
-static const char *const compute_names[SP_SWEEP_COMPUTE_COUNT] = {"estimate", "plan", "frontier"};
+static const char *const compute_names[SP_SWEEP_COMPUTE_COUNT] = {"estimate", "plan", "frontier", "fleet"};
 _Static_assert(sizeof compute_names / sizeof compute_names[0] == SP_SWEEP_COMPUTE_COUNT, "names");
 
 const char *sp_sweep_compute_name(sp_sweep_compute c)
@@ -86,6 +87,10 @@ struct sp_sweep_spec {
     sp_layout *layouts;
     char (*layout_text)[LAYOUT_TEXT];  /* canonical text form: the key column */
     sp_plan_opts popts;
+    /* fleet: the requests/s of each point (its last axis, in the layouts' place: n[AX_LAYOUT]
+     * values) and the solver's options (max_instance_chips and max_batch are the point's) */
+    double *rates;
+    sp_fleet_opts fopts;
     int64_t points;
     char *canon;                     /* the spec as compact sorted JSON (meta.spec) */
 };
@@ -103,6 +108,7 @@ void sp_sweep_spec_free(sp_sweep_spec *s)
     for (int i = 0; i < 4; i++) free(s->vals[i]);
     free(s->layouts);
     free(s->layout_text);
+    free(s->rates);
     free(s->canon);
     free(s);
 }
@@ -346,11 +352,45 @@ static sp_status intern_layout(const spi_jctx *c, const char *prefix, const char
     return SP_OK;
 }
 
-/* Plan options shared by "plan" and "frontier"; refused with "estimate". */
+/* The spec's weight precisions, in sp_plan_weights order. */
+static const char *const weights_names[SP_PLAN_W_COUNT] = {"auto", "bf16", "int8", "fp8"};
+
+/* Plan options shared by "plan" and "frontier"; refused with "estimate".
+ * "fleet" reads its own: objective cost or chips, weights, the targets. */
 static sp_status get_plan_opts(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
 {
     static const char *const plan_keys[] = {"objective", "latency_metric", "cost_metric", "weights"};
+    static const char *const fleet_keys[] = {"rate", "ttft_ms", "tpot_ms", "util_cap"};
     sp_plan_opts_init(&s->popts);
+    sp_fleet_opts_init(&s->fopts);
+    if (s->compute != SP_SWEEP_FLEET) {
+        for (size_t i = 0; i < sizeof fleet_keys / sizeof fleet_keys[0]; i++)
+            if (json_object_get(root, fleet_keys[i]))
+                return spi_json_fail(c, SP_EPARSE, "", fleet_keys[i], "goes with \"compute\": \"fleet\"");
+    } else {
+        /* fleet: objective cost or chips, the targets, the cap and the weights */
+        for (int i = 1; i < 3; i++)
+            if (json_object_get(root, plan_keys[i]))
+                return spi_json_fail(c, SP_EPARSE, "", plan_keys[i], "goes with \"compute\": \"plan\" or "
+                                                                    "\"frontier\" (a fleet meets ttft_ms and tpot_ms)");
+        static const char *const fobj[] = {"cost", "chips"};
+        int v = 0;
+        SP_CHECK(spi_json_get_enum(c, "", root, "objective", 0, fobj, 2, &v));
+        s->fopts.objective = (sp_fleet_objective)v;
+        v = 0;
+        SP_CHECK(spi_json_get_enum(c, "", root, "weights", 0, weights_names, 4, &v));
+        s->fopts.weights = (sp_plan_weights)v;
+        double ms = 0;
+        SP_CHECK(spi_json_get_num(c, "", root, "ttft_ms", 0, 1, 0, 1e9, "milliseconds > 0", &ms));
+        s->fopts.ttft_s = ms * 1e-3;
+        ms = 0;
+        SP_CHECK(spi_json_get_num(c, "", root, "tpot_ms", 0, 1, 0, 1e9, "milliseconds > 0", &ms));
+        s->fopts.tpot_s = ms * 1e-3;
+        SP_CHECK(spi_json_get_num(c, "", root, "util_cap", 0, 1, 0, 0.999999, "a fraction in (0, 1)",
+                                  &s->fopts.util_cap));
+        s->fopts.alternatives = 0;   /* one fleet per point: the alternatives answer another question */
+        return SP_OK;
+    }
     if (s->compute == SP_SWEEP_ESTIMATE) {
         for (size_t i = 0; i < sizeof plan_keys / sizeof plan_keys[0]; i++)
             if (json_object_get(root, plan_keys[i]))
@@ -361,7 +401,6 @@ static sp_status get_plan_opts(const spi_jctx *c, json_t *root, sp_sweep_spec *s
     static const char *const obj[] = {"latency", "cost", "throughput"};
     static const char *const lat[] = {"total", "decode", "prefill"};
     static const char *const cm[] = {"total", "phase"};
-    static const char *const wts[] = {"auto", "bf16", "int8", "fp8"};
     int v = 0;
     SP_CHECK(spi_json_get_enum(c, "", root, "objective", 0, obj, 3, &v));
     s->popts.objective = (sp_plan_objective)v;
@@ -372,7 +411,7 @@ static sp_status get_plan_opts(const spi_jctx *c, json_t *root, sp_sweep_spec *s
     SP_CHECK(spi_json_get_enum(c, "", root, "cost_metric", 0, cm, 2, &v));
     s->popts.cost_metric = (sp_plan_cost_metric)v;
     v = 0;
-    SP_CHECK(spi_json_get_enum(c, "", root, "weights", 0, wts, 4, &v));
+    SP_CHECK(spi_json_get_enum(c, "", root, "weights", 0, weights_names, 4, &v));
     s->popts.weights = (sp_plan_weights)v;
     /* plan: one layout per point; frontier: one frontier per point; the
      * rivals and the chip-count search are plan's answers to other questions */
@@ -380,6 +419,36 @@ static sp_status get_plan_opts(const spi_jctx *c, json_t *root, sp_sweep_spec *s
     if (s->compute == SP_SWEEP_PLAN) s->popts.frontier = 0;
     s->popts.rivals = 0;
     s->popts.search_min_chips = 0;
+    return SP_OK;
+}
+
+/* fleet: "rate", a number or an array of numbers > 0 (requests/s), none
+ * given twice; and a prompt and a generation of at least one token. */
+static sp_status get_rates(const spi_jctx *c, json_t *root, sp_sweep_spec *s)
+{
+    json_t *v = json_object_get(root, "rate");
+    if (!v) return spi_json_fail(c, SP_EPARSE, "", "rate", "missing field (requests/s: a number or an array)");
+    size_t k = json_is_array(v) ? json_array_size(v) : 1;
+    if (k == 0 || k > SWEEP_MAX_AXIS) return spi_json_fail(c, SP_EPARSE, "", "rate", "must hold 1 to %d values", SWEEP_MAX_AXIS);
+    if (!(s->rates = calloc(k, sizeof *s->rates))) return spi_fail(SP_ENOMEM, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        char ik[24];
+        snprintf(ik, sizeof ik, "%zu", i);
+        if (!json_is_number(x) || !(json_number_value(x) > 0) || !(json_number_value(x) < 1e12))
+            return json_is_array(v) ? spi_json_fail(c, SP_EPARSE, "/rate", ik, "must be a number of requests/s > 0")
+                                    : spi_json_fail(c, SP_EPARSE, "", "rate", "must be a number of requests/s > 0");
+        s->rates[i] = json_number_value(x);
+        for (size_t j = 0; j < i; j++)
+            if (s->rates[j] == s->rates[i])
+                return spi_json_fail(c, SP_EPARSE, "/rate", ik, "value %.17g given twice", s->rates[i]);
+    }
+    s->n[AX_LAYOUT] = (int64_t)k;
+    for (int a = 2; a < 4; a++)
+        for (int64_t i = 0; i < s->n[AX_PROMPT + a - 2]; i++)
+            if (s->vals[a][i] < 1)
+                return spi_json_fail(c, SP_EPARSE, "", a == 2 ? "prompt" : "gen", "a fleet serves requests of at "
+                                     "least one prompt and one generated token");
     return SP_OK;
 }
 
@@ -413,6 +482,7 @@ static sp_status grid_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
         s->n[AX_CHIPS] = s->n[AX_BATCH] = 1;
     }
     json_t *lay = json_object_get(root, "layouts");
+    if (s->compute == SP_SWEEP_FLEET) SP_CHECK(get_rates(c, root, s));
     if (s->compute == SP_SWEEP_ESTIMATE) {
         if (!lay) return spi_json_fail(c, SP_EPARSE, "", "layouts", "missing field (\"compute\": \"estimate\" "
                                                                     "prices these layouts)");
@@ -430,7 +500,7 @@ static sp_status grid_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
     } else {
         if (lay) return spi_json_fail(c, SP_EPARSE, "", "layouts", "goes with \"compute\": \"estimate\" (%s "
                                       "searches the layouts)", compute_names[s->compute]);
-        s->n[AX_LAYOUT] = 1;
+        if (s->compute != SP_SWEEP_FLEET) s->n[AX_LAYOUT] = 1;
     }
     /* every combination must be able to price something */
     for (int64_t i = 0; i < s->n[AX_PROMPT]; i++)
@@ -472,9 +542,9 @@ static sp_status list_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
         if (json_object_get(root, grid_keys[i]))
             return spi_json_fail(c, SP_EPARSE, "", grid_keys[i], "a spec is a grid or a list of \"points\", not "
                                                                 "both: give each point its own values");
-    if (s->compute == SP_SWEEP_FRONTIER)
-        return spi_json_fail(c, SP_ENOTSUP, "", "points", "a list of points with \"compute\": \"frontier\" is not "
-                                                          "implemented: give the frontier's chips and batch as a grid");
+    if (s->compute == SP_SWEEP_FRONTIER || s->compute == SP_SWEEP_FLEET)
+        return spi_json_fail(c, SP_ENOTSUP, "", "points", "a list of points with \"compute\": \"%s\" is not "
+                             "implemented: give its points as a grid", compute_names[s->compute]);
     json_t *pts = json_object_get(root, "points");
     if (!json_is_array(pts) || json_array_size(pts) == 0)
         return spi_json_fail(c, SP_EPARSE, "", "points", "must be a non-empty array of point objects");
@@ -541,14 +611,10 @@ static sp_status spec_from_json(const spi_jctx *c, json_t *root, sp_sweep_spec *
     SP_CHECK(spi_json_expect_object(c, "", root));
     static const char *const keys[] = {"version", "models", "hw", "chips", "batch", "prompt", "gen", "compute",
                                        "layouts", "points", "objective", "latency_metric", "cost_metric",
-                                       "weights", "description", NULL};
+                                       "weights", "description", "rate", "ttft_ms", "tpot_ms", "util_cap", NULL};
     SP_CHECK(spi_json_check_keys(c, "", root, keys));
     int64_t version = 1;
     SP_CHECK(spi_json_get_int(c, "", root, "version", 0, 1, 1, "1 (the spec format this build reads)", &version));
-    const char *cs = json_string_value(json_object_get(root, "compute"));
-    if (cs && !strcmp(cs, "fleet"))
-        return spi_json_fail(c, SP_ENOTSUP, "", "compute", "\"fleet\" is not implemented (this build computes "
-                                                           "estimate, plan or frontier)");
     int ci;
     SP_CHECK(spi_json_get_enum(c, "", root, "compute", 1, compute_names, SP_SWEEP_COMPUTE_COUNT, &ci));
     s->compute = (sp_sweep_compute)ci;
@@ -620,7 +686,10 @@ typedef struct row {
     sp_cost cost;
     char layout[LAYOUT_TEXT];        /* priced or chosen layout ("" when none) */
     char message[256];
-    char *frontier;                  /* frontier: its JSON text (owned; NULL otherwise) */
+    char *frontier;                  /* frontier: its JSON text; fleet: the pools' (owned; NULL otherwise) */
+    int has_fleet;                   /* fleet: a fleet was found */
+    int64_t fleet_chips;
+    double fleet_cost_per_hour, fleet_cost_per_mtok;
 } row;
 
 static void point_axes(const sp_sweep_spec *s, int64_t idx, int64_t ax[AX_COUNT])
@@ -661,6 +730,48 @@ static char *frontier_json(const sp_plan *p)
     return text;
 }
 
+/* fleet: the point's chip kind alone, instances of up to `chips` chips and
+ * batches up to `batch`, the spec's targets; the pools as the JSON array of
+ * `shardplan fleet --json`'s "pools". */
+static void compute_fleet(const sp_sweep_spec *s, const sp_model *m, const sp_hw *hw, int chips,
+                          const sp_workload *w, row *r)
+{
+    sp_fleet_opts o = s->fopts;
+    o.max_instance_chips = chips;
+    o.max_batch = w->batch;
+    sp_fleet_kind k = {.hw = hw, .available = 0};
+    sp_fleet_request q = {.rate = s->rates[r->ax[AX_LAYOUT]], .prompt = w->prompt, .gen = w->gen};
+    sp_fleet *f;
+    if (sp_fleet_solve(m, &k, 1, &q, &o, &f) != SP_OK) {
+        r->status = ROW_NOT_APPLICABLE;
+        snprintf(r->message, sizeof r->message, "%s", sp_last_error());
+        return;
+    }
+    r->plan_result = (int)f->result;
+    for (int i = 0; i < SP_FLEET_ROLE_COUNT; i++) r->candidates += f->stats.candidates[i];
+    if (!f->best.found) {
+        r->status = ROW_NO_LAYOUT;
+        snprintf(r->message, sizeof r->message, "%s: no fleet of %s serves %.6g requests/s within the targets%s%.120s",
+                 sp_plan_result_name(f->result), hw->name, q.rate, f->notes[0] ? "; " : "", f->notes);
+        sp_fleet_free(f);
+        return;
+    }
+    json_t *j = sp_fleet_to_json(f);
+    r->frontier = j ? json_dumps(json_object_get(j, "pools"), JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!r->frontier) {
+        r->status = ROW_NOT_APPLICABLE;
+        snprintf(r->message, sizeof r->message, "the fleet could not be written as JSON (out of memory)");
+    } else {
+        r->status = ROW_OK;
+        r->has_fleet = 1;
+        r->fleet_chips = f->best.chips;
+        r->fleet_cost_per_hour = f->best.cost_per_hour;
+        r->fleet_cost_per_mtok = f->best.cost_per_mtok;
+    }
+    sp_fleet_free(f);
+}
+
 static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
 {
     r->idx = idx;
@@ -670,6 +781,7 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
     r->candidates = 0;
     r->layout[0] = r->message[0] = 0;
     r->frontier = NULL;
+    r->has_fleet = 0;
     const sp_model *m = &s->models[r->ax[AX_MODEL]];
     const sp_hw *hw = &s->hw[r->ax[AX_HW]];
     int chips = (int)s->vals[0][r->ax[AX_CHIPS]];
@@ -689,6 +801,10 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
         }
         r->status = ROW_OK;
         r->has_cost = 1;   /* layout stays "": the priced layout is layout_in */
+        return;
+    }
+    if (s->compute == SP_SWEEP_FLEET) {
+        compute_fleet(s, m, hw, chips, &w, r);
         return;
     }
     sp_plan *p = NULL;
@@ -742,8 +858,9 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
 
 /* ---- the database ------------------------------------------------------------ */
 
-/* Columns of `points`, schema version 2 (doc/sweep.md lists them with units;
- * version 1 had every column but the last, frontier).
+/* Columns of `points`, schema version 3 (doc/sweep.md lists them with units;
+ * version 1 had every column up to capacity, version 2 added frontier,
+ * version 3 the five after it).
  * The key is the point's inputs (UNIQUE); idx, the point's number in the
  * spec, is the rowid, so rows are stored in spec order and the table costs
  * one B-tree besides the key's index. */
@@ -759,8 +876,14 @@ static const char points_ddl[] =
     "decode_compute_s REAL, decode_memory_s REAL, decode_comm_s REAL, "
     "mem_weights INTEGER, mem_gathered_weights INTEGER, mem_kv INTEGER, mem_activations INTEGER, "
     "mem_workspace INTEGER, mem_total INTEGER, capacity INTEGER, frontier TEXT, "
+    "rate REAL NOT NULL DEFAULT 0, fleet_chips INTEGER, fleet_cost_per_hour REAL, fleet_cost_per_mtok REAL, "
+    "fleet TEXT, "
     "UNIQUE (model, hw, chips, batch, prompt, gen, compute, layout_in))";
-#define N_COLS 41
+#define N_COLS 41         /* the cost columns end before this one: frontier */
+#define N_COLS_ALL 46     /* frontier, rate, fleet_chips, fleet_cost_per_hour, fleet_cost_per_mtok, fleet */
+/* version 2 -> 3: the columns appended after frontier (as in points_ddl) */
+static const char *const v3_columns[] = {"rate REAL NOT NULL DEFAULT 0", "fleet_chips INTEGER",
+                                         "fleet_cost_per_hour REAL", "fleet_cost_per_mtok REAL", "fleet TEXT"};
 
 static sp_status db_fail(sqlite3 *db, const char *what)
 {
@@ -828,6 +951,18 @@ static sp_status db_prepare(sqlite3 *db, const char *path, const sp_sweep_spec *
              * row: version 1 computed no frontiers) */
             SP_CHECKGOTO(db_exec(db, "ALTER TABLE points ADD COLUMN frontier TEXT"), st, fail);
             SP_CHECKGOTO(db_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema_version'"), st, fail);
+            v = 2;
+        }
+        if (v == 2) {
+            /* version 2 -> 3: the fleet columns, appended (rate 0 and the
+             * others NULL in every row: version 2 computed no fleets; rate
+             * is not part of the key, a fleet row's layout_in holds it) */
+            for (size_t i = 0; i < sizeof v3_columns / sizeof v3_columns[0]; i++) {
+                char sql[128];
+                snprintf(sql, sizeof sql, "ALTER TABLE points ADD COLUMN %s", v3_columns[i]);
+                SP_CHECKGOTO(db_exec(db, sql), st, fail);
+            }
+            SP_CHECKGOTO(db_exec(db, "UPDATE meta SET value = '3' WHERE key = 'schema_version'"), st, fail);
         } else if (v != SP_SWEEP_SCHEMA_VERSION) {
             st = spi_fail(SP_EINVAL, "%s: sweep schema version %s, this build reads versions 1 to %d: use a new "
                           "--db or a newer shardplan", path, ver, SP_SWEEP_SCHEMA_VERSION);
@@ -900,8 +1035,11 @@ static sp_status insert_row(sqlite3 *db, sqlite3_stmt *q, const sp_sweep_spec *s
     sqlite3_bind_text(q, k++, s->hw_name[r->ax[AX_HW]], -1, SQLITE_STATIC);
     for (int a = 0; a < 4; a++) sqlite3_bind_int64(q, k++, s->vals[a][r->ax[AX_CHIPS + a]]);
     sqlite3_bind_text(q, k++, compute_names[s->compute], -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, k++, s->compute == SP_SWEEP_ESTIMATE ? s->layout_text[r->ax[AX_LAYOUT]] : "", -1,
-                      SQLITE_STATIC);
+    /* layout_in: estimate's layout; fleet's rate, which the key must tell apart (doc/sweep.md) */
+    char rate_in[48] = "";
+    if (s->compute == SP_SWEEP_FLEET) snprintf(rate_in, sizeof rate_in, "rate=%.17g", s->rates[r->ax[AX_LAYOUT]]);
+    sqlite3_bind_text(q, k++, s->compute == SP_SWEEP_ESTIMATE ? s->layout_text[r->ax[AX_LAYOUT]] : rate_in, -1,
+                      SQLITE_TRANSIENT);
     sqlite3_bind_text(q, k++, row_status_names[r->status], -1, SQLITE_STATIC);
     if (r->message[0]) sqlite3_bind_text(q, k++, r->message, -1, SQLITE_STATIC);
     else sqlite3_bind_null(q, k++);
@@ -913,8 +1051,18 @@ static sp_status insert_row(sqlite3 *db, sqlite3_stmt *q, const sp_sweep_spec *s
         sqlite3_bind_null(q, k++);
     }
     k = bind_cost(q, k, r);   /* == N_COLS: the frontier column */
-    if (r->frontier) sqlite3_bind_text(q, k, r->frontier, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(q, k);
+    int is_fleet = s->compute == SP_SWEEP_FLEET;
+    if (r->frontier && !is_fleet) sqlite3_bind_text(q, k++, r->frontier, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(q, k++);
+    sqlite3_bind_double(q, k++, is_fleet ? s->rates[r->ax[AX_LAYOUT]] : 0.0);
+    if (r->has_fleet) {
+        sqlite3_bind_int64(q, k++, r->fleet_chips);
+        sqlite3_bind_double(q, k++, r->fleet_cost_per_hour);
+        sqlite3_bind_double(q, k++, r->fleet_cost_per_mtok);
+        sqlite3_bind_text(q, k++, r->frontier, -1, SQLITE_STATIC);
+    } else {
+        for (int i = 0; i < 4; i++) sqlite3_bind_null(q, k++);
+    }
     if (sqlite3_step(q) != SQLITE_DONE) return db_fail(db, "inserting a point");
     return SP_OK;
 }
@@ -1065,7 +1213,7 @@ static sp_status writer_open(writer *w, const sp_sweep_spec *s, const char *db_p
     SP_CHECK(load_done(w->db, s, w->done, &w->st.done_before));
     char sql[1024];
     int n = snprintf(sql, sizeof sql, "INSERT INTO points VALUES (");
-    for (int i = 0; i < N_COLS; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, i ? ",?" : "?");
+    for (int i = 0; i < N_COLS_ALL; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, i ? ",?" : "?");
     snprintf(sql + n, sizeof sql - (size_t)n, ") ON CONFLICT DO NOTHING");
     if (sqlite3_prepare_v2(w->db, sql, -1, &w->ins, NULL) != SQLITE_OK) return db_fail(w->db, "preparing the insert");
     return SP_OK;
@@ -1623,7 +1771,8 @@ sp_status sp_sweep_export(const char *db_path, sp_sweep_format fmt, FILE *f)
             case SQLITE_TEXT: {
                 const char *t = (const char *)sqlite3_column_text(q, i);
                 if (fmt == SP_SWEEP_CSV) put_csv_string(f, t);
-                else if (!strcmp(sqlite3_column_name(q, i), "frontier")) fputs(t, f);   /* JSON written by us */
+                else if (!strcmp(sqlite3_column_name(q, i), "frontier") || !strcmp(sqlite3_column_name(q, i), "fleet"))
+                    fputs(t, f);   /* JSON written by us */
                 else put_json_string(f, t);
                 break;
             }

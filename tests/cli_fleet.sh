@@ -42,7 +42,7 @@ fleet_json() {
     "$JSONQ" "$f" '/pools/*' /role /hw /instances /chips_per_instance /layout /batch /ttft_s /tpot_s >/dev/null &&
     json_check '$1 == "colocated" || $1 == "prefill" || $1 == "decode"' "$f" '/pools/*/role' &&
     json_check '$1 <= 0.8 + 1e-9' -n "$f" '/pools/*/utilisation' &&
-    json_check '$1 <= 0.5 + 1e-9' -n -w /role=colocated "$f" '/pools/*' /ttft_s &&
+    json_check '$1 == "decode" || $2 <= 0.5 + 1e-9' "$f" '/pools/*' /role /ttft_s &&
     json_check '$1 >= 1' -l "$f" /alternatives &&
     json_check '$0 != ""' "$f" '/alternatives/*/reason'
 }

@@ -35,7 +35,13 @@ check "plan with layouts names layouts" spec_error planlayouts 'layouts' '{'"$G"
 check "range with step and times names it" spec_error range '/prompt' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": {"from": 1, "to": 8, "step": 1, "times": 2}, "gen": [4], "compute": "plan"}'
 check "negative gen names it" spec_error neg '/gen/0' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": [8], "gen": [-4], "compute": "plan"}'
 check "malformed JSON exits 2" spec_error syntax 'syntax.json' '{"models": ["tiny-llama"],'
-check "compute fleet is refused as not implemented" spec_error fleet 'fleet.*not implemented' '{'"$G"', "compute": "fleet"}'
+check "fleet without a rate names rate" spec_error fleetnorate 'rate' '{'"$G"', "compute": "fleet"}'
+check "a rate without fleet names rate" spec_error planrate 'rate' '{'"$G"', "compute": "plan", "rate": [10]}'
+check "fleet: a rate given twice names it" spec_error fleettwice '/rate/1' '{'"$G"', "compute": "fleet", "rate": [10, 10]}'
+check "fleet: a rate of 0 names it" spec_error fleetzero '/rate/0' '{'"$G"', "compute": "fleet", "rate": [0]}'
+check "fleet: latency_metric names it" spec_error fleetlat 'latency_metric' '{'"$G"', "compute": "fleet", "rate": 1, "latency_metric": "decode"}'
+check "fleet: a plan objective names it" spec_error fleetobj '/objective' '{'"$G"', "compute": "fleet", "rate": 1, "objective": "latency"}'
+check "fleet: a prompt of 0 names prompt" spec_error fleetp0 'prompt' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": [0], "gen": [4], "compute": "fleet", "rate": 1}'
 check "a grid value given twice names it" spec_error twice '/chips' '{"models": ["tiny-llama"], "hw": ["h100"], "chips": [1, 2, 1], "batch": [1], "prompt": [8], "gen": [4], "compute": "plan"}'
 check "a model given twice names it" spec_error twicem '/models/1' '{"models": ["tiny-llama", "tiny-llama"], "hw": ["h100"], "chips": [1], "batch": [1], "prompt": [8], "gen": [4], "compute": "plan"}'
 P='"model": "tiny-llama", "hw": "h100", "chips": 1, "batch": 1, "prompt": 8, "gen": 4'
@@ -87,8 +93,8 @@ check "resumed database equals the uninterrupted one (csv)" cmp -s "$tmp/ref.csv
 check "resumed database equals the uninterrupted one (json)" cmp -s "$tmp/ref.jsonl" "$tmp/res.jsonl"
 check "a complete sweep rerun computes nothing" sh -c \
     '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "($2 already there, 0 computed)"' "$tmp/grid.json" "$tmp/res.db" "$total"
-sweep_json() { # export, points: schema 2, that many points, numbered 0, 1, ... in order
-    json_check '$1 == 2' -n "$1" /schema_version && json_check "\$1 == $2" -l "$1" /points &&
+sweep_json() { # export, points: schema 3, that many points, numbered 0, 1, ... in order
+    json_check '$1 == 3' -n "$1" /schema_version && json_check "\$1 == $2" -l "$1" /points &&
     json_check '$1 == NR - 1' -n "$1" '/points/*/idx'
 }
 check "export json parses" sweep_json "$tmp/ref.jsonl" "$total"
@@ -168,15 +174,49 @@ check "frontier: the entries are the frontier verb's (chips, batch, layout)" cmp
 check "report of a frontier sweep is refused (exit 2)" sh -c \
     '"$SHARDPLAN" report --db "$0" --out "$1" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/front.db" "$tmp/frep"
 
-# ---- schema: a version 1 database is migrated; an unknown version is refused ----
+# ---- fleet: one fleet per (model, hw, max chips, max batch, prompt, gen, rate) ----
+printf '%s\n' '{"models": ["llama3.1-8b"], "hw": ["h100"], "chips": [1], "batch": [16], "prompt": [512], "gen": [128],
+ "rate": [20, 60], "ttft_ms": 500, "tpot_ms": 30, "compute": "fleet"}' >"$tmp/fleet.json"
+"$SHARDPLAN" sweep "$tmp/fleet.json" --db "$tmp/fleet.db" --quiet; rc=$?
+check "fleet sweep exits 0" test "$rc" -eq 0
+"$SHARDPLAN" sweep --export json --db "$tmp/fleet.db" >"$tmp/fleet.out"
+check "fleet: a row per rate, status ok, chips, cost and pools" json_check \
+    '$1 == "ok" && $2 == "fleet" && $3 >= 1 && $4 > 0 && $5 > 0 && $6 == "rate=" $7' "$tmp/fleet.out" '/points/*' /status \
+    /compute /fleet_chips /fleet_cost_per_hour /fleet_cost_per_mtok /layout_in /rate
+for k in 0 1; do
+    r=$("$JSONQ" -n "$tmp/fleet.out" "/points/$k/rate")
+    "$SHARDPLAN" fleet --model llama3.1-8b --hw h100 --rate "$r" --prompt 512 --gen 128 --ttft-ms 500 --tpot-ms 30 \
+        --max-instance-chips 1 --max-batch 16 --json >"$tmp/fleet$k.json"
+    c=$("$JSONQ" -n "$tmp/fleet$k.json" "" /chips /cost_per_hour | tr '\t' ' ')
+    check "fleet: row $k's chips and cost are the fleet verb's" json_check \
+        "\$1 == $(echo "$c" | cut -d' ' -f1) && abs(\$2 - $(echo "$c" | cut -d' ' -f2)) <= 1e-9 * \$2" \
+        -n "$tmp/fleet.out" "/points/$k" /fleet_chips /fleet_cost_per_hour
+    "$JSONQ" "$tmp/fleet$k.json" '/pools/*' /role /hw /instances /chips_per_instance /batch /layout >"$tmp/fvp$k.tsv"
+    "$JSONQ" "$tmp/fleet.out" "/points/$k/fleet/*" /role /hw /instances /chips_per_instance /batch /layout >"$tmp/fsp$k.tsv"
+    check "fleet: row $k's pools are the fleet verb's" cmp -s "$tmp/fvp$k.tsv" "$tmp/fsp$k.tsv"
+done
+check "fleet: a rerun computes nothing" sh -c '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "(2 already there, 0 computed)"' \
+    "$tmp/fleet.json" "$tmp/fleet.db"
+check "report of a fleet sweep is refused (exit 2)" sh -c \
+    '"$SHARDPLAN" report --db "$0" --out "$1" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/fleet.db" "$tmp/flrep"
+
+# ---- schema: a version 1 or 2 database is migrated; an unknown version is refused ----
 if command -v sqlite3 >/dev/null 2>&1; then
     cp "$tmp/plan1.db" "$tmp/v1.db"
-    sqlite3 "$tmp/v1.db" "ALTER TABLE points DROP COLUMN frontier; UPDATE meta SET value = '1' WHERE key = 'schema_version'; DELETE FROM points WHERE idx % 2 = 1"
+    v3cols="ALTER TABLE points DROP COLUMN fleet; ALTER TABLE points DROP COLUMN fleet_cost_per_mtok; ALTER TABLE points DROP COLUMN fleet_cost_per_hour; ALTER TABLE points DROP COLUMN fleet_chips; ALTER TABLE points DROP COLUMN rate"
+    sqlite3 "$tmp/v1.db" "$v3cols; ALTER TABLE points DROP COLUMN frontier; UPDATE meta SET value = '1' WHERE key = 'schema_version'; DELETE FROM points WHERE idx % 2 = 1"
     "$SHARDPLAN" sweep "$tmp/plan.json" --db "$tmp/v1.db" --quiet; rc=$?
-    check "schema 1 database: resumed into version 2" test "$rc" -eq 0
-    check "schema 1 database: now version 2" test "$(sqlite3 "$tmp/v1.db" "SELECT value FROM meta WHERE key = 'schema_version'")" = 2
+    check "schema 1 database: resumed into version 3" test "$rc" -eq 0
+    check "schema 1 database: now version 3" test "$(sqlite3 "$tmp/v1.db" "SELECT value FROM meta WHERE key = 'schema_version'")" = 3
     "$SHARDPLAN" sweep --export csv --db "$tmp/v1.db" >"$tmp/v1.csv"
-    check "schema 1 database: rows equal a fresh version 2 run's" cmp -s "$tmp/plan1.csv" "$tmp/v1.csv"
+    check "schema 1 database: rows equal a fresh version 3 run's" cmp -s "$tmp/plan1.csv" "$tmp/v1.csv"
+    cp "$tmp/plan1.db" "$tmp/v2.db"
+    sqlite3 "$tmp/v2.db" "$v3cols; UPDATE meta SET value = '2' WHERE key = 'schema_version'; DELETE FROM points WHERE idx % 2 = 0"
+    "$SHARDPLAN" sweep "$tmp/plan.json" --db "$tmp/v2.db" --quiet; rc=$?
+    check "schema 2 database: resumed into version 3" test "$rc" -eq 0
+    check "schema 2 database: now version 3" test "$(sqlite3 "$tmp/v2.db" "SELECT value FROM meta WHERE key = 'schema_version'")" = 3
+    "$SHARDPLAN" sweep --export csv --db "$tmp/v2.db" >"$tmp/v2.csv"
+    check "schema 2 database: rows equal a fresh version 3 run's" cmp -s "$tmp/plan1.csv" "$tmp/v2.csv"
     cp "$tmp/plan1.db" "$tmp/v9.db"
     sqlite3 "$tmp/v9.db" "UPDATE meta SET value = '9' WHERE key = 'schema_version'"
     check "schema 9 database: refused, exit 2, naming the version" sh -c \

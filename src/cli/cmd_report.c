@@ -1150,11 +1150,11 @@ static int report_db(rep *r, const char *db_path, int lm_given)
         return CLI_EXIT_INTERNAL;
     }
     const char *compute = jstr(spec, "compute");
-    if (!strcmp(compute, "frontier")) {
-        /* its rows hold whole frontiers (column frontier), not one layout */
+    if (!strcmp(compute, "frontier") || !strcmp(compute, "fleet")) {
+        /* its rows hold whole frontiers or fleets (columns frontier, fleet), not one layout */
         json_decref(root);
-        cli_errorf("%s: a report of a \"frontier\" sweep is not implemented (report reads estimate and plan "
-                   "sweeps)", db_path);
+        cli_errorf("%s: a report of a \"%s\" sweep is not implemented (report reads estimate and plan "
+                   "sweeps)", db_path, compute);
         return CLI_EXIT_USAGE;
     }
     int estimate = !strcmp(compute, "estimate");
