@@ -197,8 +197,16 @@ for k in 0 1; do
 done
 check "fleet: a rerun computes nothing" sh -c '"$SHARDPLAN" sweep "$0" --db "$1" 2>&1 | grep -q "(2 already there, 0 computed)"' \
     "$tmp/fleet.json" "$tmp/fleet.db"
-check "report of a fleet sweep is refused (exit 2)" sh -c \
-    '"$SHARDPLAN" report --db "$0" --out "$1" >/dev/null 2>&1; [ $? -eq 2 ]' "$tmp/fleet.db" "$tmp/flrep"
+fleet_report() { # report --db of a fleet sweep: a row per point with its fleet's chips and dollars per hour
+    "$SHARDPLAN" report --db "$tmp/fleet.db" --out "$tmp/flrep" --format md >/dev/null || return 1
+    "$SHARDPLAN" report --db "$tmp/fleet.db" --out "$tmp/flrep" >/dev/null && test -s "$tmp/flrep/report.html" || return 1
+    "$JSONQ" -n "$tmp/fleet.out" '/points/*' /rate /fleet_chips /fleet_cost_per_hour >"$tmp/flrows" || return 1
+    while IFS='	' read -r r c d; do
+        line=$(awk -v r="$r" -v c="$c" -v d="$d" 'BEGIN { printf "| llama3.1-8b | h100 | 1 | 16 | 512 | 128 | %.6g | %d | %.2f |", r, c, d }')
+        grep -qF -- "$line" "$tmp/flrep/report.md" || { echo "  report.md lacks: $line"; return 1; }
+    done <"$tmp/flrows"
+}
+check "report of a fleet sweep: each row's fleet (chips, dollars per hour)" fleet_report
 
 # ---- schema: a version 1 or 2 database is migrated; an unknown version is refused ----
 if command -v sqlite3 >/dev/null 2>&1; then

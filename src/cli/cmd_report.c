@@ -1128,6 +1128,92 @@ static int db_metric(json_t *row, sp_plan_latency lm, double *lat, double *cost)
     return *lat > 0 && *cost > 0;
 }
 
+/* A sweep database's page: opened in r's folder (report.html or .md), its
+ * title "<what>: <db>", the spec's description.  NULL when it cannot be written. */
+static FILE *db_page_begin(const rep *r, const char *what, const char *db_path, json_t *spec, page *pg,
+                           const char **name)
+{
+    *name = r->md ? "report.md" : "report.html";
+    FILE *f = open_out(r, *name);
+    if (!f) return NULL;
+    *pg = (page){f, r->md, r, 0};
+    char title[512];
+    snprintf(title, sizeof title, "%s: %s", what, db_path);
+    page_begin(pg, title);
+    const char *desc = jstr(spec, "description");
+    if (desc[0]) para(pg, "%s", desc);
+    return f;
+}
+
+/* The command that reproduces the page and the spec it read. */
+static void db_page_spec(page *pg, json_t *spec)
+{
+    para(pg, "Reproduce this page with:");
+    code(pg, "sh", pg->r->command);
+    char *specs = json_dumps(spec, JSON_SORT_KEYS | JSON_INDENT(1));
+    para(pg, "The sweep's spec (from the database):");
+    code(pg, "json", specs ? specs : "null");
+    free(specs);
+}
+
+/* A fleet sweep's page: per row its point (rate, the most chips of an
+ * instance and the largest batch), its fleet's chips, dollars per hour and
+ * per million generated tokens, and its pools in one line; the spec and
+ * the command that reproduce it.  No figures. */
+static int report_fleet_db(rep *r, const char *db_path, json_t *spec, json_t *rows)
+{
+    page pg;
+    const char *name;
+    FILE *f = db_page_begin(r, "Fleet sweep report", db_path, spec, &pg, &name);
+    if (!f) return CLI_EXIT_USAGE;
+    size_t n = json_array_size(rows), n_ok = 0;
+    for (size_t i = 0; i < n; i++) n_ok += !strcmp(jstr(json_array_get(rows, i), "status"), "ok");
+    json_t *tt = json_object_get(spec, "ttft_ms"), *tp = json_object_get(spec, "tpot_ms");
+    char ttft[48] = "no TTFT target", tpot[48] = "no TPOT target";
+    if (tt) snprintf(ttft, sizeof ttft, "mean TTFT <= %g ms", json_number_value(tt));
+    if (tp) snprintf(tpot, sizeof tpot, "TPOT <= %g ms", json_number_value(tp));
+    para(&pg, "%zu rows (compute fleet), %zu with a fleet; %s, %s.  Each fleet uses its row's chip kind alone, "
+              "instances of up to the row's chips and batches up to its batch, and minimises %s (shardplan fleet, "
+              "doc/planner.md).  Prices are the profiles' cost_per_chip_hour as this shardplan (%s) finds them.",
+         n, n_ok, ttft, tpot, jstr(spec, "objective")[0] ? jstr(spec, "objective") : "cost", sp_version());
+    static const char *const hdr[11] = {"model", "hw", "chips/inst <=", "batch <=", "prompt", "gen", "req/s",
+                                        "chips", "$/h", "$/M tokens", "pools"};
+    table_begin(&pg, 11, hdr);
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(rows, i);
+        char c[7][32], pools[1024] = "";
+        snprintf(c[0], sizeof c[0], "%lld", (long long)jint(row, "chips"));
+        snprintf(c[1], sizeof c[1], "%lld", (long long)jint(row, "batch"));
+        snprintf(c[2], sizeof c[2], "%lld", (long long)jint(row, "prompt"));
+        snprintf(c[3], sizeof c[3], "%lld", (long long)jint(row, "gen"));
+        snprintf(c[4], sizeof c[4], "%.6g", json_number_value(json_object_get(row, "rate")));
+        int ok = !strcmp(jstr(row, "status"), "ok");
+        snprintf(c[5], sizeof c[5], "%lld", (long long)jint(row, "fleet_chips"));
+        snprintf(c[6], sizeof c[6], "%.2f", json_number_value(json_object_get(row, "fleet_cost_per_hour")));
+        char mt[32];
+        snprintf(mt, sizeof mt, "%.4f", json_number_value(json_object_get(row, "fleet_cost_per_mtok")));
+        json_t *fl = json_object_get(row, "fleet");
+        for (size_t k = 0; ok && k < json_array_size(fl); k++) {
+            json_t *p = json_array_get(fl, k);
+            size_t at = strlen(pools);
+            snprintf(pools + at, sizeof pools - at, "%s%lld x %lld %s, batch %lld (%s, utilisation %.2f)",
+                     k ? "; " : "", (long long)jint(p, "instances"), (long long)jint(p, "chips_per_instance"),
+                     jstr(p, "hw"), (long long)jint(p, "batch"), jstr(p, "role"),
+                     json_number_value(json_object_get(p, "utilisation")));
+        }
+        if (!ok) snprintf(pools, sizeof pools, "none: %s", jstr(row, "message"));
+        const char *cells[11] = {jstr(row, "model"), jstr(row, "hw"), c[0], c[1], c[2], c[3], c[4],
+                                 ok ? c[5] : "-", ok ? c[6] : "-", ok ? mt : "-", pools};
+        table_row(&pg, cells);
+    }
+    table_end(&pg);
+    db_page_spec(&pg, spec);
+    page_end(&pg);
+    if (close_out(f, r, name)) return CLI_EXIT_USAGE;
+    printf("%s/%s\n", r->dir, name);
+    return CLI_EXIT_OK;
+}
+
 static int report_db(rep *r, const char *db_path, int lm_given)
 {
     char *buf = NULL;
@@ -1150,11 +1236,16 @@ static int report_db(rep *r, const char *db_path, int lm_given)
         return CLI_EXIT_INTERNAL;
     }
     const char *compute = jstr(spec, "compute");
-    if (!strcmp(compute, "frontier") || !strcmp(compute, "fleet")) {
-        /* its rows hold whole frontiers or fleets (columns frontier, fleet), not one layout */
+    if (!strcmp(compute, "fleet")) {
+        int rc = report_fleet_db(r, db_path, spec, rows);
         json_decref(root);
-        cli_errorf("%s: a report of a \"%s\" sweep is not implemented (report reads estimate and plan "
-                   "sweeps)", db_path, compute);
+        return rc;
+    }
+    if (!strcmp(compute, "frontier")) {
+        /* its rows hold whole frontiers (column frontier), not one layout */
+        json_decref(root);
+        cli_errorf("%s: a report of a \"frontier\" sweep is not implemented (report reads estimate, plan and "
+                   "fleet sweeps)", db_path);
         return CLI_EXIT_USAGE;
     }
     int estimate = !strcmp(compute, "estimate");
@@ -1364,18 +1455,13 @@ static int report_db(rep *r, const char *db_path, int lm_given)
     }
     if (rc != CLI_EXIT_OK) goto out;
     /* the page */
-    const char *name = r->md ? "report.md" : "report.html";
-    FILE *f = open_out(r, name);
+    page pg;
+    const char *name;
+    FILE *f = db_page_begin(r, "Sweep report", db_path, spec, &pg, &name);
     if (!f) {
         rc = CLI_EXIT_USAGE;
         goto out;
     }
-    page pg = {f, r->md, r, 0};
-    char title[512];
-    snprintf(title, sizeof title, "Sweep report: %s", db_path);
-    page_begin(&pg, title);
-    const char *desc = jstr(spec, "description");
-    if (desc[0]) para(&pg, "%s", desc);
     para(&pg, "%zu rows (compute %s): %lld priced, %lld of them fit in memory; the frontiers use the %lld that fit. "
               "Latency: %s; cost: chip-seconds per %s token%s. Hardware prices and calibrations are read from the "
               "profiles as this shardplan (%s) finds them.",
@@ -1383,12 +1469,7 @@ static int report_db(rep *r, const char *db_path, int lm_given)
          lm == SP_PLAN_LAT_TOTAL ? " (chips x total time / generated tokens; prompt tokens where gen is 0)"
          : lm == SP_PLAN_LAT_DECODE ? " (chips x decode step / batch)" : " (chips x prefill / (batch x prompt))",
          sp_version());
-    para(&pg, "Reproduce this page with:");
-    code(&pg, "sh", r->command);
-    char *specs = json_dumps(spec, JSON_SORT_KEYS | JSON_INDENT(1));
-    para(&pg, "The sweep's spec (from the database):");
-    code(&pg, "json", specs ? specs : "null");
-    free(specs);
+    db_page_spec(&pg, spec);
     for (int g = 0; g < ng && !rc; g++) {
         heading(&pg, 2, gnames[g]);
         char stem[64], cap[512];
