@@ -11,7 +11,7 @@
 # (whole request + prompt only) spaces of the pool layouts (tensor meshes
 # 1x1xT, one micro-batch per stage): about 68k layouts priced at ~6 us
 # (memoised phases) over the planner's threads, plus a program of ~60 rows
-# x ~80 columns (GLPK well under 10 ms for the four solves): ~0.4 s of CPU.
+# x ~80 columns (GLPK well under 20 ms for the five solves): ~0.4 s of CPU.
 # Measured (2-core VM, load 16-17, nice -n -20): median 1594 ms, floor 31 ms (51x); the
 # process's CPU time 0.47-0.49 s user: the target wants an idle machine to be judged.
 set -eu
