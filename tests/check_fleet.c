@@ -74,6 +74,29 @@ START_TEST(test_batch_wait_vs_simulation)
 }
 END_TEST
 
+/* The simulation is a function of its seed: the same seed, the same figures to the bit; another
+ * seed, other figures (the arrivals are random, not a fixed pattern). */
+START_TEST(test_simulation_seeded)
+{
+    sp_fleet_pool p[2] = {
+        {.role = SP_FLEET_PREFILL, .instances = 3, .batch = 4, .service_s = 0.2, .prefill_s = 0.15,
+         .handoff_s = 0.01, .rate = 30},
+        {.role = SP_FLEET_DECODE, .instances = 2, .batch = 16, .service_s = 0.8, .handoff_s = 0.02, .rate = 30},
+    };
+    sp_fleet *f = fleet_of(30, p, 2);
+    sp_fleet_sim_pool a[2], b[2], c[2];
+    ck_assert_int_eq(sp_fleet_simulate(f, 20000, 5, a), SP_OK);
+    ck_assert_int_eq(sp_fleet_simulate(f, 20000, 5, b), SP_OK);
+    ck_assert_int_eq(sp_fleet_simulate(f, 20000, 6, c), SP_OK);
+    ck_assert_mem_eq(a, b, sizeof a);
+    ck_assert(a[0].mean_wait_s != c[0].mean_wait_s && a[1].mean_wait_s != c[1].mean_wait_s);
+    ck_assert_int_eq(a[0].served, 18000);   /* every measured request is prefilled, then decoded */
+    ck_assert_int_eq(a[1].served, 18000);
+    ck_assert_int_eq(sp_fleet_simulate(f, 99, 5, a), SP_EINVAL);
+    sp_fleet_free(f);
+}
+END_TEST
+
 /* ---- the slot wait: b slots held H, fed by a prefill pool that never queues ---- */
 static const int64_t slot_b[] = {1, 8, 64};
 static const double slot_rho[] = {0.5, 0.8};
@@ -456,6 +479,7 @@ static Suite *fleet_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_batch_wait_vs_simulation, 0, 20);
     tcase_add_loop_test(tc, test_slot_wait_vs_simulation, 0, 6);
+    tcase_add_test(tc, test_simulation_seeded);
     tcase_add_loop_test(tc, test_fleet_vs_simulation, 0, 3);
     tcase_add_loop_test(tc, test_program_vs_brute_force_random, 0, 40);
     tcase_add_test(tc, test_program_vs_brute_force_priced);
