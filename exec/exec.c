@@ -386,14 +386,11 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);
-    /* mixture of experts: routing runs on host memory, expert shards are not quantised
-     * (refused as input the executor does not take: SP_EINVAL, the CLI's exit 2) */
+    /* mixture of experts: routing runs on host memory (refused as input the executor does not
+     * take: SP_EINVAL, the CLI's exit 2) */
     if (m->n_experts > 0 && backend == SP_COMM_BACKEND_NCCL)
         return spi_fail(SP_EINVAL, "model %s: mixture-of-experts layers on the CUDA device are not implemented "
                                     "(run them on the threads or MPI backend)", m->name);
-    if (m->n_experts > 0 && (l->weights == SP_DT_INT8 || l->weights == SP_DT_FP8))
-        return spi_fail(SP_EINVAL, "model %s: %s expert weights are not implemented in the executor (f32, bf16, f16 "
-                                    "are)", m->name, sp_dtype_name(l->weights));
     const spi_xops *ops = &spi_xops_cpu;
     if (backend == SP_COMM_BACKEND_NCCL) {
         /* GPUs: buffers in device memory, moved by NCCL */

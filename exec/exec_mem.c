@@ -144,16 +144,18 @@ sp_status spi_chip_setup(chip *ch)
             int64_t shard = s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype);
             SP_CHECK(take(ch, &dev, s->count > 1 ? s->count * sp_mem_align(shard) : shard, sp_weight_name(w),
                           &ch->lw[i]));
-            SP_CHECK(take(ch, &dev, q8 ? s->cols * 4 : 0, "weight scales", (void **)&ch->lscale[i]));
+            /* INT8/FP8: each local expert's whole-column scales (one block of cols fp32 each, aligned) */
+            SP_CHECK(take(ch, &dev, q8 ? s->count * sp_mem_align(s->cols * 4) : 0, "weight scales", (void **)&ch->lscale[i]));
             SP_CHECK(take(ch, &dev, s->bias ? s->cols_real * 4 : 0, "bias", (void **)&ch->lb[i]));
-            if (s->count > 1 && (q8 || s->bias))
-                return spi_fail(SP_ENOTSUP, "%s of %lld experts stored as %s%s: not implemented", sp_weight_name(w),
-                                (long long)s->count, sp_dtype_name(s->dtype), s->bias ? " with a bias" : "");
+            if (s->count > 1 && s->bias)
+                return spi_fail(SP_ENOTSUP, "%s of %lld experts with a bias: not implemented", sp_weight_name(w),
+                                (long long)s->count);
             /* a MoE layer's FFN matrices: the chip's experts, its replica's block of them */
             int experts = ch->m->n_experts > 0 && (w == SP_W_IN || w == SP_W_UP || w == SP_W_OUT);
             for (int64_t e = 0; e < s->count; e++)
                 SP_CHECK(spi_build_shard(ch, s, first + li, experts ? ch->expert0 + e : 0,
-                                         (char *)ch->lw[i] + e * sp_mem_align(shard), ch->lscale[i]));
+                                         (char *)ch->lw[i] + e * sp_mem_align(shard),
+                                         q8 ? ch->lscale[i] + e * (sp_mem_align(s->cols * 4) / 4) : NULL));
             if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
         }
     /* model weights: final norm, vocabulary tables, learned positions */

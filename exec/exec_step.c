@@ -185,12 +185,16 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                 return spi_fail(SP_EINVAL, "expert matmul %s: step (%lld, %lld, %lld experts) vs shard (%lld, %lld, %lld)",
                                 sp_weight_name(s->weight), (long long)s->k, (long long)s->n, (long long)s->experts,
                                 (long long)ws->local_rows, (long long)ws->local_cols, (long long)ws->count);
-            if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) SP_CHECK(spi_matmul_scales(ch, s, ws, &v.scale));
+            /* INT8/FP8: local expert e's scales follow expert e−1's, each block of cols aligned (exec_mem.c) */
+            const float *sc0 = NULL;
+            if (v.dt == SP_DT_INT8 || v.dt == SP_DT_FP8) SP_CHECK(spi_matmul_scales(ch, s, ws, &sc0));
             int64_t S = s->capacity, shard = sp_mem_align(ws->local_rows * ws->local_cols * sp_dtype_bytes(v.dt));
+            int64_t sstride = sp_mem_align(ws->cols * 4) / 4;
             const char *w0 = ch->lw[ch->li * SP_W_COUNT + s->weight];
             v.ld = ws->local_cols;
             for (int64_t b = 0; b < s->m / S; b++) {
                 v.data = w0 + (b % s->experts) * shard;
+                if (sc0) v.scale = sc0 + (b % s->experts) * sstride;
                 SP_CHECK(ch->ops->matmul(&ch->dev, (float *)ch->buf[s->dst] + b * S * s->n,
                                          (const float *)ch->buf[s->src] + b * S * s->k, &v, S, s->k, s->n,
                                          s->accumulate ? SP_KERN_ACCUMULATE : SP_KERN_OVERWRITE));

@@ -82,7 +82,7 @@ sp_status spi_build_shard(chip *ch, const sp_weight_spec *s, int64_t layer, int6
         } else {
             /* zero rows: only the scales of the whole real column range */
             int8_t none;
-            st = sp_weights_block(ch->ex->w, w, layer, 0, 0, 0, s->cols_real, dt, &none, full);
+            st = sp_weights_block(ch->ex->w, w, layer, roff, roff, 0, s->cols_real, dt, &none, full);   /* the expert's */
         }
         if (full) st = from_host(ch, scale_dst, full, sb, st);
     }

@@ -99,7 +99,8 @@ void sp_weights_free(sp_weights *w);   /* safe on a zeroed or freed struct */
  * in place so the fp32 reference computes what a quantised executor computes.
  * BF16: round to nearest even.  INT8: symmetric, per output column scale =
  * max|col| / 127 over all rows of the layer's matrix (FP8 E4M3: max|col| / 448);
- * scales kept in w->scales.  Embeddings, LM head, norms and biases stay fp32.
+ * a MoE layer's experts (w_in, w_up, w_out) each over its own rows; scales
+ * kept in w->scales ((NL, cols), experts: (NL, n_experts, cols)).  Embeddings, LM head, norms and biases stay fp32.
  * F32: no-op.  May be called once. */
 sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt);
 /* Round-trips the embedding, LM head and learned positions through dt (F32:
@@ -113,7 +114,9 @@ sp_status sp_weights_round_tables(sp_weights *w, sp_dtype dt);
  * (BF16/F16: uint16, INT8: int8, FP8: uint8, F32: float), and for INT8/FP8
  * scale_out (c1-c0).  Scales are those of the whole global column (from
  * w->scales after sp_weights_quantize, else computed), so dequantising the
- * block gives exactly the round-tripped weights. */
+ * block gives exactly the round-tripped weights.  Of a MoE layer's expert
+ * matrices the block lies in one expert's rows (the expert of r0; an empty
+ * block [r0, r0) gives that expert's scales), whose own columns scale it. */
 sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int64_t r0, int64_t r1, int64_t c0,
                            int64_t c1, sp_dtype dt, void *out, float *scale_out);
 /* Same for any fp32 matrix W (K, ld).  col_scale (ld) or NULL (computed from

@@ -179,6 +179,13 @@ static uint8_t q_fp8(float x, float s)
     return s == 0.0f ? 0 : sp_kern_f32_to_fp8(x / s);
 }
 
+/* Matrices of one layer's kind t quantised apart: the n_experts experts of a MoE layer's FFN
+ * kinds (rows stacked expert-major, sp_weight), each with its own column scales, else 1. */
+static int64_t quant_groups(const sp_model *m, sp_weight t)
+{
+    return m->n_experts > 0 && (t == SP_W_IN || t == SP_W_UP || t == SP_W_OUT) ? m->n_experts : 1;
+}
+
 static int quant_dtype_ok(sp_dtype dt)
 {
     return dt == SP_DT_F32 || dt == SP_DT_BF16 || dt == SP_DT_F16 || dt == SP_DT_INT8 || dt == SP_DT_FP8;
@@ -220,14 +227,19 @@ sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int6
         return spi_fail(SP_EINVAL, "weights_block: tensor %s absent", sp_weight_name(t));
     int64_t R, C;
     sp_weight_shape(&w->model, t, &R, &C);
+    /* an expert's matrix is quantised on its own: the block lies in expert e's rows [e·Rg, (e+1)·Rg) */
+    int64_t G = quant_groups(&w->model, t), Rg = R / G, e = r0 >= 0 && Rg > 0 ? r0 / Rg : 0;
+    if (G > 1 && (e >= G || r1 > (e + 1) * Rg))
+        return spi_fail(SP_EINVAL, "weights_block: rows [%lld,%lld) of %s span more than one expert's %lld",
+                        (long long)r0, (long long)r1, sp_weight_name(t), (long long)Rg);
     if (!w->t[t]) {
-        /* from the checkpoint: just these rows, or whole columns when the
+        /* from the checkpoint: just these rows, or whole columns (of the expert) when the
          * per-column scales need them */
         if (r0 < 0 || r1 > R || r0 > r1 || c0 < 0 || c1 > C || c0 > c1)
             return spi_fail(SP_EINVAL, "weights_block: [%lld,%lld) x [%lld,%lld) outside (%lld, %lld)", (long long)r0,
                             (long long)r1, (long long)c0, (long long)c1, (long long)R, (long long)C);
         int whole = dt == SP_DT_INT8 || dt == SP_DT_FP8;
-        int64_t a0 = whole ? 0 : r0, a1 = whole ? R : r1;
+        int64_t a0 = whole ? e * Rg : r0, a1 = whole ? (e + 1) * Rg : r1;
         if (c1 == c0 || (a1 == a0 && !whole)) return SP_OK;
         float *tmp = malloc((size_t)((a1 - a0) * (c1 - c0)) * sizeof *tmp);   // (a1-a0, c1-c0)
         if (!tmp) return spi_fail(SP_ENOMEM, "weights_block: %lld x %lld", (long long)(a1 - a0), (long long)(c1 - c0));
@@ -248,8 +260,8 @@ sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int6
         base += layer * R * C;
     }
     const float *cs = NULL;
-    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (sp_weight_per_layer(t) ? layer * C : 0);
-    return sp_weights_quant_block(base, R, C, r0, r1, c0, c1, dt, cs, out, scale_out);
+    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (sp_weight_per_layer(t) ? (layer * G + e) * C : 0);
+    return sp_weights_quant_block(base + e * Rg * C, Rg, C, r0 - e * Rg, r1 - e * Rg, c0, c1, dt, cs, out, scale_out);
 }
 
 sp_status sp_weights_round_tables(sp_weights *w, sp_dtype dt)
@@ -284,16 +296,18 @@ sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt)
         if (!sp_weight_is_matrix((sp_weight)t) || !w->t[t]) continue;
         int64_t R, C;
         sp_weight_shape(&w->model, (sp_weight)t, &R, &C);
+        /* an expert's matrix (G of them stacked: rows Rg each) has its own scales */
+        int64_t G = quant_groups(&w->model, (sp_weight)t), Rg = R / G;
         if (scaled) {
-            w->scales[t] = malloc((size_t)(NL * C) * sizeof(float));
+            w->scales[t] = malloc((size_t)(NL * G * C) * sizeof(float));
             if (!w->scales[t]) return spi_fail(SP_ENOMEM, "weights_quantize: no memory for scales");
         }
-        for (int64_t l = 0; l < NL; l++) {
-            float *W = w->t[t] + l * R * C;   // (R, C)
-            float *s = scaled ? w->scales[t] + l * C : NULL;   // (C)
+        for (int64_t lg = 0; lg < NL * G; lg++) {
+            float *W = w->t[t] + lg * Rg * C;   // (Rg, C): layer lg / G, expert lg % G
+            float *s = scaled ? w->scales[t] + lg * C : NULL;   // (C)
             if (s)
-                for (int64_t c = 0; c < C; c++) s[c] = col_scale(W, R, C, c, dt);
-            for (int64_t i = 0; i < R * C; i++) {
+                for (int64_t c = 0; c < C; c++) s[c] = col_scale(W, Rg, C, c, dt);
+            for (int64_t i = 0; i < Rg * C; i++) {
                 float x = W[i];
                 switch (dt) {
                 case SP_DT_BF16: W[i] = sp_kern_bf16_to_f32(sp_kern_f32_to_bf16(x)); break;

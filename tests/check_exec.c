@@ -151,6 +151,15 @@ static const exec_case cases[] = {
     {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=3,1,replicas=2,experts=2,mesh=1x1x1," MOE F32
                         "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
     {"tiny-moe-every2", "replicas=2,experts=2,mesh=2x1x1," MOE BF16 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    /* int8/fp8 expert weights: each expert's own column scales (and the dense layers', the shared
+     * experts'), the reference computing the same round-tripped weights */
+    {"tiny-moe", "mesh=1x1x1," MOE INT8 "prefill=ws1d/heads,decode=ws1d/heads", 2, 5, 16},
+    {"tiny-moe", "replicas=2,experts=2,mesh=2x1x1," MOE INT8 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    {"tiny-moe", "replicas=4,experts=4,mesh=2x1x1," MOE FP8 "prefill=ws1d/heads,decode=ws1d/heads", 8, 5, 16},
+    {"tiny-moe-shared", "replicas=2,experts=2,mesh=2x2x1," MOE INT8 "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 16},
+    {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=1,3,replicas=2,experts=2,mesh=1x1x1," MOE FP8
+                        "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
+    {"tiny-moe-every2", "mesh=2x2x1," MOE INT8 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -322,12 +331,12 @@ START_TEST(test_moe_capacity_refused)
         }
         sp_exec_free(ex);
     }
-    /* the executor keeps MoE on the CPU and unquantised */
+    /* the executor keeps MoE on the CPU: the CUDA device is refused by name, before any device is touched */
     sp_layout l;
-    ck_assert_int_eq(sp_layout_parse("mesh=1x1x1,weights=int8,kv=f32", &l, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_parse("mesh=1x1x1,capacity=4,weights=f32,kv=f32", &l, &err), SP_OK);
     sp_exec *ex = NULL;
-    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
-    ck_assert_ptr_nonnull(strstr(sp_last_error(), "int8 expert weights are not implemented"));
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_NCCL, &ex), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "mixture-of-experts layers on the CUDA device are not implemented"));
     sp_weights_free(&w);
 }
 END_TEST

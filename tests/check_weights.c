@@ -135,6 +135,100 @@ START_TEST(test_quantize_blocks)
 }
 END_TEST
 
+/* A MoE layer's experts are quantised each with its own column scales: a
+ * block of expert e's rows dequantises to the round-tripped weights with
+ * scales that are expert e's (max |col| over its rows only); a block across
+ * two experts is refused. */
+START_TEST(test_quantize_expert_blocks)
+{
+    sp_dtype dt = qd[_i];
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-moe", &m, &err), SP_OK);
+    sp_weights w, orig;
+    ck_assert_int_eq(sp_weights_build_random(&m, 5, &w), SP_OK);
+    ck_assert_int_eq(sp_weights_build_random(&m, 5, &orig), SP_OK);
+    ck_assert_int_eq(sp_weights_quantize(&w, dt), SP_OK);
+    int64_t R, C, E = m.d_model, F = m.d_ff;
+    sp_weight_shape(&m, SP_W_IN, &R, &C);   /* (n_experts · E, F) */
+    ck_assert_int_eq(R, m.n_experts * E);
+    int scaled = dt == SP_DT_INT8 || dt == SP_DT_FP8;
+    int eb = sp_dtype_bytes(dt);
+    void *q = malloc((size_t)(E * F * eb));
+    float *scale = malloc((size_t)F * sizeof *scale);
+    for (int64_t e = 0; e < m.n_experts; e++) {
+        int64_t r0 = e * E + 2, r1 = e * E + 9, nr = r1 - r0;
+        ck_assert_int_eq(sp_weights_block(&w, SP_W_IN, 1, r0, r1, 0, F, dt, q, scale), SP_OK);
+        for (int64_t c = 0; c < F && scaled; c++) {
+            float mx = 0;   /* expert e's column, before quantisation */
+            for (int64_t r = 0; r < E; r++) mx = fmaxf(mx, fabsf(orig.layers[1].w_in[(e * E + r) * F + c]));
+            ck_assert_float_eq(scale[c], mx / (dt == SP_DT_FP8 ? 448.0f : 127.0f));
+        }
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t c = 0; c < F; c++) {
+                int64_t i = r * F + c;
+                float deq = dt == SP_DT_INT8 ? (float)((int8_t *)q)[i] * scale[c]
+                            : dt == SP_DT_FP8 ? sp_kern_fp8_to_f32(((uint8_t *)q)[i]) * scale[c]
+                            : dt == SP_DT_BF16 ? sp_kern_bf16_to_f32(((uint16_t *)q)[i])
+                                               : sp_kern_f16_to_f32(((uint16_t *)q)[i]);
+                ck_assert_msg(deq == w.layers[1].w_in[(r0 + r) * F + c], "expert %lld (%lld,%lld)", (long long)e,
+                              (long long)r, (long long)c);
+            }
+    }
+    ck_assert_int_eq(sp_weights_block(&w, SP_W_IN, 1, E - 2, E + 2, 0, F, dt, q, scale), SP_EINVAL);
+    free(q);
+    free(scale);
+    sp_weights_free(&w);
+    sp_weights_free(&orig);
+}
+END_TEST
+
+/* The same per-expert blocks and scales from a MoE checkpoint opened for
+ * slices (each expert's own tensor, whole columns of it for the scales) as
+ * from the checkpoint read whole: tests/ref/mixtral and qwen2-moe-step2
+ * (dense layers between MoE ones), every layer, expert and FFN kind. */
+START_TEST(test_expert_blocks_lazy_equal_eager)
+{
+    static const char *const refs[] = {"mixtral", "qwen2-moe-step2"};
+    sp_dtype dt = qd[_i];
+    const char *top = getenv("top_srcdir");
+    for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tests/ref/%s", top ? top : ".", refs[k]);
+        char cfg[1100];
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        sp_model m;
+        sp_error err;
+        ck_assert_msg(sp_model_load_file(cfg, 0, &m, &err) == SP_OK, "%s: %s", cfg, err.text);
+        sp_weights eager, lazy;
+        ck_assert_msg(sp_weights_load_hf(dir, &m, &eager, &err) == SP_OK, "%s: %s", dir, err.text);
+        ck_assert_msg(sp_weights_open_hf(dir, &m, &lazy, &err) == SP_OK, "%s: %s", dir, err.text);
+        int eb = sp_dtype_bytes(dt);
+        static const sp_weight kinds[] = {SP_W_IN, SP_W_UP, SP_W_OUT, SP_W_D_IN, SP_W_D_OUT};
+        for (int64_t l = 0; l < m.n_layers; l++)
+            for (size_t t = 0; t < sizeof kinds / sizeof kinds[0]; t++) {
+                if (!sp_weight_in_layer(&m, kinds[t], l)) continue;
+                int64_t R, C;
+                sp_weight_shape(&m, kinds[t], &R, &C);
+                int64_t G = kinds[t] == SP_W_D_IN || kinds[t] == SP_W_D_OUT ? 1 : m.n_experts, Rg = R / G;
+                for (int64_t e = 0; e < G; e++) {
+                    int64_t r0 = e * Rg + 1, r1 = e * Rg + Rg - 1, n = (r1 - r0) * C;
+                    char *a = malloc((size_t)(n * eb)), *b = malloc((size_t)(n * eb));
+                    float *sa = calloc((size_t)C, sizeof *sa), *sb = calloc((size_t)C, sizeof *sb);
+                    ck_assert_int_eq(sp_weights_block(&eager, kinds[t], l, r0, r1, 0, C, dt, a, sa), SP_OK);
+                    ck_assert_int_eq(sp_weights_block(&lazy, kinds[t], l, r0, r1, 0, C, dt, b, sb), SP_OK);
+                    ck_assert_msg(!memcmp(a, b, (size_t)(n * eb)) && !memcmp(sa, sb, (size_t)C * sizeof *sa),
+                                  "%s %s layer %lld expert %lld", refs[k], sp_weight_name(kinds[t]), (long long)l,
+                                  (long long)e);
+                    free(a), free(b), free(sa), free(sb);
+                }
+            }
+        sp_weights_free(&eager);
+        sp_weights_free(&lazy);
+    }
+}
+END_TEST
+
 /* ---- safetensors ------------------------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -530,6 +624,8 @@ static Suite *weights_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_sizes_equal_alloc, 0, M_COUNT);
     tcase_add_loop_test(tc, test_quantize_blocks, 0, (int)(sizeof qd / sizeof *qd));
+    tcase_add_loop_test(tc, test_quantize_expert_blocks, 0, (int)(sizeof qd / sizeof *qd));
+    tcase_add_loop_test(tc, test_expert_blocks_lazy_equal_eager, 0, (int)(sizeof qd / sizeof *qd));
     tcase_add_test(tc, test_roundtrip_llama);
     tcase_add_loop_test(tc, test_roundtrip_gpt2, 0, 2);
     tcase_add_test(tc, test_corrupt_files);

@@ -5,7 +5,7 @@
 # degree and explains the rival on the other side of it; run executes
 # tiny-moe with expert parallelism (bytes measured = predicted from the
 # routing, the expected value beside them), refuses an
-# expert over its capacity (exit 1) and quantised experts (exit 2).
+# expert over its capacity (exit 1), and runs int8 experts.
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
 . "${top_srcdir:-.}/tests/json.sh"
@@ -103,5 +103,11 @@ expect "run qwen2_moe checkpoint, config without the shared expert" 2 \
     { grep -q "mlp.shared_expert.*not explained" "$tmp/err" || { echo "FAIL: unexplained shared expert message"; fail=$((fail + 1)); }; }
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }
-expect "run tiny-moe int8 experts" 2 $SHARDPLAN $RUN --layout mesh=1x1x1,capacity=4,weights=int8
+# int8 experts (each expert's own column scales) run, and move the bytes predicted
+LQ=replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+if expect "run tiny-moe int8 experts" 0 $SHARDPLAN run --model tiny-moe --batch 4 --prompt 8 --gen 4 --json --layout $LQ; then
+    { json_check '$1 == 0 && $2 > 0' -n "$tmp/out" "" /comm/mismatches /comm/measured_bytes/all-to-all &&
+      json_check '$1 == $2' "$tmp/out" /comm /measured_bytes /predicted_bytes; } ||
+        { echo "FAIL: run tiny-moe int8: bytes"; fail=$((fail + 1)); }
+fi
 [ "$fail" -eq 0 ]
