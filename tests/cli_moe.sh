@@ -103,6 +103,11 @@ expect "run qwen2_moe checkpoint, config without the shared expert" 2 \
     { grep -q "mlp.shared_expert.*not explained" "$tmp/err" || { echo "FAIL: unexplained shared expert message"; fail=$((fail + 1)); }; }
 expect "run tiny-moe over capacity" 1 $SHARDPLAN $RUN --layout mesh=1x1x1,weights=f32,kv=f32 && \
     { grep -q "capacity" "$tmp/err" || { echo "FAIL: capacity message"; fail=$((fail + 1)); }; }
+# dense layers between MoE layers: planned with even pipeline splits, and the plan says so
+if expect "plan tiny-moe-every2" 0 $SHARDPLAN plan --model tiny-moe-every2 --hw h100 --chips 4 --batch 8 --prompt 64 --gen 16; then
+    grep -q "pipeline program: not run: tiny-moe-every2 has dense layers between its MoE layers" "$tmp/out" ||
+        { echo "FAIL: plan tiny-moe-every2: no word on the pipeline program"; fail=$((fail + 1)); }
+fi
 # int8 experts (each expert's own column scales) run, and move the bytes predicted
 LQ=replicas=2,experts=2,mesh=2x1x1,capacity=4,weights=int8,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 if expect "run tiny-moe int8 experts" 0 $SHARDPLAN run --model tiny-moe --batch 4 --prompt 8 --gen 4 --json --layout $LQ; then

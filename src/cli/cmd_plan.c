@@ -203,6 +203,9 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
                "priced, %d rows x %d columns; its split %s\n", p->stats.split_kept, p->stats.split_templates,
                p->stats.split_blocks, p->stats.split_rows, p->stats.split_cols,
                p->stats.split_better ? "beat every even split and joined the space" : "was no better than the space's best");
+    else if (sp_model_dense_ff(m) > 0 && !p->opts.even_stages)
+        printf("\npipeline program: not run: %s has dense layers between its MoE layers (moe_every %lld), so a "
+               "stage's price depends on its first layer; pipelines are split evenly\n", m->name, (long long)m->moe_every);
     if (p->n_frontier) {
         printf("\nfrontier: chip-seconds per token vs %s latency (%d points, non-dominated)\n",
                sp_plan_latency_name(p->opts.latency_metric), p->n_frontier);
