@@ -831,7 +831,8 @@ sp_status spi_hf_fill(const spi_hf_src *h, const sp_model *m, sp_weights *w, sp_
             }
             if (!w->t[t] || !present) continue;
             int absent;
-            SP_CHECK(spi_hf_read_block(h, m, (sp_weight)t, l, 0, R, 0, C, w->t[t] + (global ? 0 : l * R * C), &absent, err));
+            SP_CHECK(spi_hf_read_block(h, m, (sp_weight)t, l, 0, R, 0, C, (float *)(global ? w->t[t] : sp_weights_tensor(w, (sp_weight)t, l)),
+                                       &absent, err));
         }
     }
     return SP_OK;

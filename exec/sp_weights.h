@@ -50,10 +50,10 @@ typedef struct sp_weights_layer {
     float *sh_gate;       /* (E, 1): shared_expert_gate only */
     float *d_in, *d_up, *d_out;   /* (E, Fd), (E, Fd), (Fd, E): the dense FFN of a layer between MoE layers */
 } sp_weights_layer;
-/* The per-layer kinds are stacked over every layer (sp_weights_sizes); a
- * layer's pointer to a kind it does not hold (sp_weight_in_layer: the
- * experts and router of a dense layer between MoE layers, the dense FFN of
- * a MoE layer) is NULL, and its block of the slab unused. */
+/* The per-layer kinds are stacked over the layers that hold them
+ * (sp_weight_layers, sp_weight_layer_slot: the experts and router over the
+ * MoE layers, the dense FFN of a model with dense layers between MoE layers
+ * over those); a layer's pointer to a kind it does not hold is NULL. */
 
 typedef struct sp_weights {
     sp_model model;
@@ -77,13 +77,13 @@ typedef struct sp_weights {
     struct spi_hf_src *src;
 } sp_weights;
 
-/* Elements per tensor kind into sizes[SP_W_COUNT]; *total (may be NULL) gets
- * the sum.  Pure; the slab sp_weights_build_* allocates is 4 * total bytes. */
+/* Elements per tensor kind into sizes[SP_W_COUNT] (a per-layer kind times
+ * the layers holding it); *total (may be NULL) gets the sum.  Pure; the slab sp_weights_build_* allocates is 4 * total bytes. */
 sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_W_COUNT], int64_t *total);
 
 /* Layer `layer`'s part of tensor k ((rows, cols) of sp_weight_shape; the
  * layer is ignored for a model-level kind), borrowed from w; NULL when m has
- * no k, the layer is out of range, or k stays in the checkpoint
+ * no k, the layer is out of range or does not hold k (sp_weight_in_layer), or k stays in the checkpoint
  * (sp_weights_open_hf's matrices and vocabulary tables: use sp_weights_block). */
 const float *sp_weights_tensor(const sp_weights *w, sp_weight k, int64_t layer);
 

@@ -23,7 +23,7 @@ sp_status sp_weights_sizes(const sp_model *m, int64_t sizes[SP_W_COUNT], int64_t
             int64_t r, c;
             sp_weight_shape(m, (sp_weight)t, &r, &c);
             if (!spi_mul_u64((uint64_t)r, (uint64_t)c, &n) ||
-                (sp_weight_per_layer((sp_weight)t) && !spi_mul_u64(n, (uint64_t)m->n_layers, &n)))
+                (sp_weight_per_layer((sp_weight)t) && !spi_mul_u64(n, (uint64_t)sp_weight_layers(m, (sp_weight)t), &n)))
                 return spi_fail(SP_EINVAL, "weights: size of %s overflows", sp_weight_name((sp_weight)t));
         }
         if (n > (uint64_t)INT64_MAX / 8 || !spi_add_u64(sum, n, &sum))
@@ -74,7 +74,7 @@ static sp_status alloc_kinds(const sp_model *m, sp_weights *w, int (*keep)(sp_we
         dst[SP_W_SH_GATE] = &L->sh_gate;
         dst[SP_W_D_IN] = &L->d_in; dst[SP_W_D_UP] = &L->d_up; dst[SP_W_D_OUT] = &L->d_out;
         for (int t = SP_W_FIRST_LAYER; t < SP_W_COUNT; t++)
-            *dst[t] = w->t[t] && sp_weight_in_layer(m, (sp_weight)t, l) ? w->t[t] + l * (w->sizes[t] / m->n_layers) : NULL;
+            *dst[t] = w->t[t] && sp_weight_in_layer(m, (sp_weight)t, l) ? (float *)sp_weights_tensor(w, (sp_weight)t, l) : NULL;
     }
     w->embed = w->t[SP_W_EMBED];
     w->pos = w->t[SP_W_POS];
@@ -90,8 +90,10 @@ const float *sp_weights_tensor(const sp_weights *w, sp_weight k, int64_t layer)
 {
     if ((unsigned)k >= SP_W_COUNT || !w->t[k]) return NULL;
     if (!sp_weight_per_layer(k)) return w->t[k];
-    if (layer < 0 || layer >= w->model.n_layers) return NULL;
-    return w->t[k] + layer * (w->sizes[k] / w->model.n_layers);
+    if (layer < 0 || layer >= w->model.n_layers || !sp_weight_in_layer(&w->model, k, layer)) return NULL;
+    int64_t R, C;
+    sp_weight_shape(&w->model, k, &R, &C);
+    return w->t[k] + sp_weight_layer_slot(&w->model, k, layer) * R * C;
 }
 
 
@@ -255,12 +257,14 @@ sp_status sp_weights_block(const sp_weights *w, sp_weight t, int64_t layer, int6
     }
     const float *base = w->t[t];
     if (sp_weight_per_layer(t)) {
-        if (layer < 0 || layer >= w->model.n_layers)
-            return spi_fail(SP_EINVAL, "weights_block: layer %lld of %lld", (long long)layer, (long long)w->model.n_layers);
-        base += layer * R * C;
+        if (layer < 0 || layer >= w->model.n_layers || !sp_weight_in_layer(&w->model, t, layer))
+            return spi_fail(SP_EINVAL, "weights_block: layer %lld of %lld has no %s", (long long)layer,
+                            (long long)w->model.n_layers, sp_weight_name(t));
+        base = sp_weights_tensor(w, t, layer);
     }
     const float *cs = NULL;
-    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (sp_weight_per_layer(t) ? (layer * G + e) * C : 0);
+    int64_t slot = sp_weight_per_layer(t) ? sp_weight_layer_slot(&w->model, t, layer) : 0;
+    if (w->scales[t] && w->quant == dt) cs = w->scales[t] + (slot * G + e) * C;
     return sp_weights_quant_block(base + e * Rg * C, Rg, C, r0 - e * Rg, r1 - e * Rg, c0, c1, dt, cs, out, scale_out);
 }
 
@@ -291,19 +295,18 @@ sp_status sp_weights_quantize(sp_weights *w, sp_dtype dt)
     if (w->quant != SP_DT_F32) return spi_fail(SP_EINVAL, "weights_quantize: already quantised to %s", sp_dtype_name(w->quant));
     if (dt == SP_DT_F32) return SP_OK;
     int scaled = dt == SP_DT_INT8 || dt == SP_DT_FP8;
-    int64_t NL = w->model.n_layers;
     for (int t = 0; t < SP_W_COUNT; t++) {
         if (!sp_weight_is_matrix((sp_weight)t) || !w->t[t]) continue;
         int64_t R, C;
         sp_weight_shape(&w->model, (sp_weight)t, &R, &C);
         /* an expert's matrix (G of them stacked: rows Rg each) has its own scales */
-        int64_t G = quant_groups(&w->model, (sp_weight)t), Rg = R / G;
+        int64_t G = quant_groups(&w->model, (sp_weight)t), Rg = R / G, NL = sp_weight_layers(&w->model, (sp_weight)t);
         if (scaled) {
             w->scales[t] = malloc((size_t)(NL * G * C) * sizeof(float));
             if (!w->scales[t]) return spi_fail(SP_ENOMEM, "weights_quantize: no memory for scales");
         }
         for (int64_t lg = 0; lg < NL * G; lg++) {
-            float *W = w->t[t] + lg * Rg * C;   // (Rg, C): layer lg / G, expert lg % G
+            float *W = w->t[t] + lg * Rg * C;   // (Rg, C): the (lg / G)-th layer holding t, expert lg % G
             float *s = scaled ? w->scales[t] + lg * C : NULL;   // (C)
             if (s)
                 for (int64_t c = 0; c < C; c++) s[c] = col_scale(W, Rg, C, c, dt);

@@ -102,6 +102,17 @@ int sp_weight_layer_kind(sp_weight w)
     return w == SP_W_D_IN || w == SP_W_D_UP || w == SP_W_D_OUT ? 2 : 0;
 }
 
+/* MoE layers among layers 0 .. n-1: (g + 1) % k == 0 */
+static int64_t moe_layers_below(const sp_model *m, int64_t n) { return n / (m->moe_every > 0 ? m->moe_every : 1); }
+
+int64_t sp_weight_layers(const sp_model *m, sp_weight w) { return sp_weight_layer_slot(m, w, m->n_layers); }
+
+int64_t sp_weight_layer_slot(const sp_model *m, sp_weight w, int64_t layer)
+{
+    int where = m->n_experts > 0 && m->moe_every > 1 ? sp_weight_layer_kind(w) : 0;
+    return where == 0 ? layer : where == 1 ? moe_layers_below(m, layer) : layer - moe_layers_below(m, layer);
+}
+
 int sp_weight_in_layer(const sp_model *m, sp_weight w, int64_t layer)
 {
     if (!sp_weight_per_layer(w) || !sp_weight_present(m, w)) return 0;

@@ -260,6 +260,11 @@ int sp_weight_layer_kind(sp_weight w);
  * experts and shared experts are in MoE layers, the dense FFN (SP_W_D_*) in
  * the others, everything else in every layer (when the model has it). */
 int sp_weight_in_layer(const sp_model *m, sp_weight w, int64_t layer);
+/* Per-layer kind w stacked over the layers that hold it: how many there
+ * are (n_layers, the MoE layers or the dense ones), and layer `layer`'s
+ * place among them (meaningful when sp_weight_in_layer). */
+int64_t sp_weight_layers(const sp_model *m, sp_weight w);
+int64_t sp_weight_layer_slot(const sp_model *m, sp_weight w, int64_t layer);
 void sp_model_moe_routing(const sp_model *m, double tokens, double *distinct, double *q_max);
 
 #ifdef __cplusplus

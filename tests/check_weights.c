@@ -135,6 +135,42 @@ START_TEST(test_quantize_blocks)
 }
 END_TEST
 
+/* Dense layers between MoE layers (tiny-moe-every2: MoE in 1 and 3): each
+ * per-layer kind is stacked over the layers that hold it, a layer's pointer
+ * to a kind it lacks is NULL, and the slab is the sum. */
+START_TEST(test_sizes_moe_every)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-moe-every2", &m, &err), SP_OK);
+    int64_t sz[SP_W_COUNT], total;
+    ck_assert_int_eq(sp_weights_sizes(&m, sz, &total), SP_OK);
+    const int64_t E = 64, NE = 8, F = 96, Fd = 160, QD = 64;
+    ck_assert_int_eq(sz[SP_W_ROUTER], 2 * E * NE);
+    ck_assert_int_eq(sz[SP_W_IN], 2 * NE * E * F);
+    ck_assert_int_eq(sz[SP_W_OUT], 2 * NE * F * E);
+    ck_assert_int_eq(sz[SP_W_D_IN], 2 * E * Fd);
+    ck_assert_int_eq(sz[SP_W_D_OUT], 2 * Fd * E);
+    ck_assert_int_eq(sz[SP_W_Q], 4 * E * QD);
+    int64_t sum = 0;
+    for (int t = 0; t < SP_W_COUNT; t++) sum += sz[t];
+    ck_assert_int_eq(total, sum);
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 3, &w), SP_OK);
+    ck_assert_int_eq((int64_t)w.bytes, 4 * total);
+    for (int64_t l = 0; l < 4; l++) {
+        int moe = l % 2 == 1;
+        ck_assert(moe == (w.layers[l].router != NULL) && moe == (w.layers[l].w_in != NULL));
+        ck_assert(moe != (w.layers[l].d_in != NULL) && moe != (w.layers[l].d_up != NULL));
+        ck_assert_ptr_nonnull(w.layers[l].wq);
+    }
+    /* the second MoE layer's router follows the first's; the dense layers' FFN likewise */
+    ck_assert(w.layers[3].router == w.layers[1].router + E * NE);
+    ck_assert(w.layers[2].d_in == w.layers[0].d_in + E * Fd);
+    sp_weights_free(&w);
+}
+END_TEST
+
 /* A MoE layer's experts are quantised each with its own column scales: a
  * block of expert e's rows dequantises to the round-tripped weights with
  * scales that are expert e's (max |col| over its rows only); a block across
@@ -625,6 +661,7 @@ static Suite *weights_suite(void)
     tcase_add_loop_test(tc, test_sizes_equal_alloc, 0, M_COUNT);
     tcase_add_loop_test(tc, test_quantize_blocks, 0, (int)(sizeof qd / sizeof *qd));
     tcase_add_loop_test(tc, test_quantize_expert_blocks, 0, (int)(sizeof qd / sizeof *qd));
+    tcase_add_test(tc, test_sizes_moe_every);
     tcase_add_loop_test(tc, test_expert_blocks_lazy_equal_eager, 0, (int)(sizeof qd / sizeof *qd));
     tcase_add_test(tc, test_roundtrip_llama);
     tcase_add_loop_test(tc, test_roundtrip_gpt2, 0, 2);
