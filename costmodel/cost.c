@@ -974,7 +974,8 @@ typedef struct stage_kind {
 } stage_kind;
 
 static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                             const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k)
+                             const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k,
+                             int run_pf)
 {
     int64_t l0, nl;
     sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
@@ -991,7 +992,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
     const phase_val *v;
     /* buffers of both phases (the decode lookup may reuse the prefill memo slot) */
     int64_t pf_bufs[SP_BUF_COUNT], dc_bufs[SP_BUF_COUNT], pf_scr[SP_SCR_COUNT], dc_scr[SP_SCR_COUNT];
-    if (w->prompt > 0) {
+    if (run_pf) {
         /* the last pass (the whole prefill when unchunked) sizes the memory: a chip
          * holds one pass's activations; the passes' prices add up */
         SP_CHECK(phase_prices(m, hw, l, SP_PHASE_PREFILL, &pf_sh, s, 0, opts, bound, &kept[SP_PHASE_PREFILL], &v));
@@ -1019,15 +1020,15 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
         SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, bound, &kept[SP_PHASE_DECODE], &v));
         k->d1 = v->c0;
         k->dn = v->c1;
-        int64_t pf_ws = w->prompt > 0 ? k->mem.workspace : 0;
+        int64_t pf_ws = run_pf ? k->mem.workspace : 0;
         k->mem = v->mem;   /* weights and KV: the stage's, either phase's agrees */
         if (pf_ws > k->mem.workspace) k->mem.workspace = pf_ws;   /* the larger tile */
         memcpy(dc_bufs, v->buf_bytes, sizeof dc_bufs);
         memcpy(dc_scr, v->scratch_bytes, sizeof dc_scr);
     }
     if (ck.overflow) return spi_fail(SP_EINVAL, "%s do not fit in 64 bits (the request is too large to represent)", ck.what);
-    SP_CHECK(sp_lower_mem_sizes_merge(&k->mem, w->prompt > 0 ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem));
-    return sp_lower_mem_scratch_merge(w->prompt > 0 ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem);
+    SP_CHECK(sp_lower_mem_sizes_merge(&k->mem, run_pf ? pf_bufs : NULL, w->gen > 0 ? dc_bufs : NULL, &k->mem));
+    return sp_lower_mem_scratch_merge(run_pf ? pf_scr : NULL, w->gen > 0 ? dc_scr : NULL, &k->mem);
 }
 
 void sp_cost_pipe_terms(const sp_hw *hw, const sp_layout *l, int64_t prefill_units, sp_cost_pipe *out)
@@ -1080,7 +1081,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};
-    SP_CHECK(stage_price(m, hw, l, w, opts, stage, &bound, kept, &k));
+    SP_CHECK(stage_price(m, hw, l, w, opts, stage, &bound, kept, &k, w->prompt > 0));
     memset(out, 0, sizeof *out);
     sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
     out->prefill = k.pf;
@@ -1096,9 +1097,83 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
 /* the largest system sp_hw describes (a 4096^3 torus is refused above 2^24 chips) */
 #define SP_COST_MAX_CHIPS (1 << 24)
 
+static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                          const sp_cost_opts *opts, int run_pf, sp_cost *out);
+static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost *out);
+
 /* Pipeline timing over stages (sp_cost.h): returns the time; sums the breakdown. */
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
+{
+    if (l && sp_layout_disaggregated(l)) return eval_groups(m, hw, l, w, opts, out);
+    return eval_one(m, hw, l, w, opts, w ? w->prompt > 0 : 0, out);
+}
+
+/* Separate prefill and decode groups (sp_cost.h): each group priced as its
+ * own layout, the prefill group for the prompt alone (its cache holds the
+ * prompt), the decode group for the generated tokens alone (its memory
+ * holds no prefill activations), joined by the KV transfer. */
+static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                             const sp_cost_opts *opts, sp_cost *out)
+{
+    if (!m || !hw || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
+    if (w->batch < 1 || w->prompt < 1 || w->gen < 1)
+        return opts && opts->quiet ? SP_EINVAL
+                                   : spi_fail(SP_EINVAL, "separate prefill and decode groups need a prompt and generated "
+                                                         "tokens (batch %lld, prompt %lld, gen %lld)",
+                                              (long long)w->batch, (long long)w->prompt, (long long)w->gen);
+    sp_layout g[SP_PHASE_COUNT];
+    sp_cost c[SP_PHASE_COUNT];
+    sp_workload wp = {w->batch, w->prompt, 0};
+    for (int p = 0; p < SP_PHASE_COUNT; p++) sp_layout_phase_group(l, (sp_phase)p, &g[p]);
+    SP_CHECK(sp_cost_eval(m, hw, &g[SP_PHASE_PREFILL], &wp, opts, &c[SP_PHASE_PREFILL]));
+    if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));
+    SP_CHECK(eval_one(m, hw, &g[SP_PHASE_DECODE], w, opts, 0, &c[SP_PHASE_DECODE]));
+    sp_kv_xfer_cost x;
+    SP_CHECK(sp_cost_kv_xfer(m, hw, l, w->batch, w->prompt, SP_XFER_ONE_JOB, &x));
+    const sp_cost *pf = &c[SP_PHASE_PREFILL], *dc = &c[SP_PHASE_DECODE];
+    memset(out, 0, sizeof *out);
+    out->disaggregated = 1;
+    out->chips = pf->chips + dc->chips;
+    out->capacity = pf->capacity;
+    out->torus = pf->torus;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        out->group_chips[p] = c[p].chips;
+        out->group_feasible[p] = c[p].feasible;
+        out->group_shortfall[p] = c[p].shortfall_bytes;
+        out->group_mem[p] = c[p].mem;
+    }
+    const sp_cost *big = pf->mem.total >= dc->mem.total ? pf : dc;
+    out->mem = big->mem;
+    out->shortfall_bytes = big->shortfall_bytes;
+    out->feasible = pf->feasible && dc->feasible;
+    out->prefill_s = pf->prefill_s;
+    out->prefill = pf->prefill;
+    out->comm_bytes_prefill = pf->comm_bytes_prefill;
+    out->mfu_prefill = pf->mfu_prefill;
+    out->decode_step_s = dc->decode_step_s;
+    out->decode_s = dc->decode_s;
+    out->decode = dc->decode;
+    out->comm_bytes_decode_step = dc->comm_bytes_decode_step;
+    out->mfu_decode = dc->mfu_decode;
+    out->kv_transfer_s = x.seconds;
+    out->kv_transfer_bytes = x.bytes;
+    out->total_s = out->prefill_s + out->kv_transfer_s + out->decode_s;
+    out->period_s = (out->prefill_s > out->decode_s ? out->prefill_s : out->decode_s) + out->kv_transfer_s;
+    double gen_tokens = (double)w->batch * w->gen;
+    out->tokens_per_s = gen_tokens / out->period_s;
+    out->cost_chip_s_per_token = out->chips * out->period_s / gen_tokens;
+    /* model FLOPs of a batch over the whole job's chips for one period: 2·params per token,
+     * recovered from the groups' own MFU (their peaks and params are the same) */
+    double pf_flops = pf->mfu_prefill * sp_hw_compute_peak(hw, l->weights) * pf->chips * pf->prefill_s;
+    double dc_flops = dc->mfu_decode * sp_hw_compute_peak(hw, l->weights) * dc->chips * dc->decode_s;
+    out->mfu = (pf_flops + dc_flops) / (sp_hw_compute_peak(hw, l->weights) * out->chips * out->period_s);
+    return sp_cost_check(out);
+}
+
+static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                          const sp_cost_opts *opts, int run_pf, sp_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
@@ -1158,10 +1233,10 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))
                 return spi_fail(SP_EINTERNAL, "cost model: more than %d kinds of stage", nkinds);
             k = &kinds[nkinds++];
-            SP_CHECK(stage_price(m, hw, l, w, opts, s, &bound, kept, k));
+            SP_CHECK(stage_price(m, hw, l, w, opts, s, &bound, kept, k, run_pf));
             units = k->units;
         }
-        if (w->prompt > 0) {
+        if (run_pf) {
             int64_t t = k->pf_ps;
             pf_sum += t;
             if (t > pf_max) pf_max = t;
@@ -1190,7 +1265,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
 
     sp_cost_pipe pipe;
     sp_cost_pipe_terms(hw, l, units, &pipe);
-    if (w->prompt > 0) {
+    if (run_pf) {
         int64_t pf = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_PREFILL], pf_sum, pf_max);
         if (pf < 0) return spi_fail(SP_EINVAL, "prefill time (ps) does not fit in 64 bits (the request is too large to represent)");
         out->prefill_s = (double)pf * 1e-12;
@@ -1230,8 +1305,9 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
         out->tokens_per_s = tokens / out->prefill_s;
         out->cost_chip_s_per_token = out->chips * out->prefill_s / tokens;
     }
-    if (w->prompt > 0) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
-    out->mfu = n2 * (double)w->batch * (w->prompt + w->gen) / (peak * out->total_s);
+    if (run_pf) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
+    /* a decode group's (run_pf 0) tokens are the generated ones alone */
+    out->mfu = n2 * (double)w->batch * ((run_pf ? w->prompt : 0) + w->gen) / (peak * out->total_s);
     return sp_cost_check(out);   /* nothing negative, NaN or infinite; the verdict exact */
 }
 

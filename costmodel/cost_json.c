@@ -16,10 +16,23 @@ static json_t *phase_json(const sp_phase_cost *p)
     return o;
 }
 
+static json_t *mem_json(const sp_mem_sizes *m, int64_t capacity)
+{
+    json_t *mem = json_object();
+    json_object_set_new(mem, "weights", json_integer(m->weights));
+    json_object_set_new(mem, "gathered_weights", json_integer(m->gathered_weights));
+    json_object_set_new(mem, "kv", json_integer(m->kv));
+    json_object_set_new(mem, "activations", json_integer(m->activations));
+    json_object_set_new(mem, "workspace", json_integer(m->workspace));
+    json_object_set_new(mem, "total", json_integer(m->total));
+    json_object_set_new(mem, "capacity", json_integer(capacity));
+    return mem;
+}
+
 void *sp_cost_to_json(const sp_cost *c, const sp_layout *l)
 {
     json_t *o = json_object();
-    char text[256];
+    char text[512];
     json_object_set_new(o, "layout", l ? (json_t *)sp_layout_to_json(l) : json_null());
     if (l) json_object_set_new(o, "layout_text", json_string(sp_layout_format(l, text, sizeof text)));
     json_object_set_new(o, "chips", json_integer(c->chips));
@@ -42,14 +55,23 @@ void *sp_cost_to_json(const sp_cost *c, const sp_layout *l)
     json_object_set_new(tb, "prefill", phase_json(&c->prefill));
     json_object_set_new(tb, "decode_step", phase_json(&c->decode));
     json_object_set_new(o, "time_breakdown", tb);
-    json_t *mem = json_object();
-    json_object_set_new(mem, "weights", json_integer(c->mem.weights));
-    json_object_set_new(mem, "gathered_weights", json_integer(c->mem.gathered_weights));
-    json_object_set_new(mem, "kv", json_integer(c->mem.kv));
-    json_object_set_new(mem, "activations", json_integer(c->mem.activations));
-    json_object_set_new(mem, "workspace", json_integer(c->mem.workspace));
-    json_object_set_new(mem, "total", json_integer(c->mem.total));
-    json_object_set_new(mem, "capacity", json_integer(c->capacity));
-    json_object_set_new(o, "memory_per_chip", mem);
+    json_object_set_new(o, "memory_per_chip", mem_json(&c->mem, c->capacity));
+    if (c->disaggregated) {
+        /* separate prefill and decode groups (sp_cost.h) */
+        json_object_set_new(o, "kv_transfer_s", json_real(c->kv_transfer_s));
+        json_object_set_new(o, "kv_transfer_bytes", json_integer(c->kv_transfer_bytes));
+        json_object_set_new(o, "latency_s", json_real(c->total_s));
+        json_object_set_new(o, "period_s", json_real(c->period_s));
+        json_t *g = json_object();
+        for (int p = 0; p < SP_PHASE_COUNT; p++) {
+            json_t *x = json_object();
+            json_object_set_new(x, "chips", json_integer(c->group_chips[p]));
+            json_object_set_new(x, "feasible", json_boolean(c->group_feasible[p]));
+            json_object_set_new(x, "shortfall_bytes", json_integer(c->group_shortfall[p]));
+            json_object_set_new(x, "memory_per_chip", mem_json(&c->group_mem[p], c->capacity));
+            json_object_set_new(g, sp_phase_name((sp_phase)p), x);
+        }
+        json_object_set_new(o, "groups", g);
+    }
     return o;
 }

@@ -229,6 +229,9 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
                       const sp_sim_opts *opts, sp_sim_times *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
+    if (sp_layout_disaggregated(l))
+        return spi_fail(SP_ENOTSUP, "simulating separate prefill and decode chip groups is not implemented (estimate "
+                                    "prices them)");
     sp_sim_opts o;
     if (opts) o = *opts;
     else sp_sim_opts_init(&o);

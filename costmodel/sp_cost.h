@@ -133,6 +133,26 @@ typedef struct sp_cost {
     int64_t chips;
     sp_torus_map torus;           /* torus: the rented slice and how the axes lie on it
                                      (sp_layout_torus_map); all 0 on a cluster */
+    /* Separate prefill and decode chip groups (sp_layout_disaggregated; 0 otherwise).
+     * prefill_s, the prefill breakdown and comm_bytes_prefill are the prefill
+     * group's; decode_step_s, decode_s, the decode breakdown and
+     * comm_bytes_decode_step the decode group's; mem the group with the larger
+     * total, feasible both groups.  One batch's latency total_s = prefill_s +
+     * kv_transfer_s + decode_s.  Steady state, prefill of batch i+1 runs while
+     * batch i decodes; each group holds one batch's cache, so the transfer
+     * of batch i+1 waits for both (prefill i+1 done, decode i done) and both
+     * wait for it: a batch every period_s = max(prefill_s, decode_s) +
+     * kv_transfer_s (the slower group sets the rate).  tokens_per_s,
+     * cost_chip_s_per_token and mfu are taken at that rate; mfu_prefill and
+     * mfu_decode on each group's own chips. */
+    int disaggregated;
+    double kv_transfer_s;                       /* sp_cost_kv_xfer, the groups in one job */
+    int64_t kv_transfer_bytes;                  /* everything that crosses between the groups */
+    double period_s;
+    int64_t group_chips[SP_PHASE_COUNT];
+    int group_feasible[SP_PHASE_COUNT];
+    int64_t group_shortfall[SP_PHASE_COUNT];
+    sp_mem_sizes group_mem[SP_PHASE_COUNT];     /* each group's worst stage */
 } sp_cost;
 
 /* Options: NULL means defaults. */
@@ -299,13 +319,52 @@ sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout
  * topologies; a torus reports the whole group in one tier). */
 void sp_cost_group_tiers(const sp_hw *hw, const sp_layout *l, const char *axes, int *k_in, int *k_out);
 
+/* ---- the KV transfer between separate chip groups ---- */
+/* Where the two groups sit:
+ *   ONE_JOB  one job's chips, the prefill group first (chips 0..Np−1) and
+ *            the decode group right after it (Np..Np+Nd−1), as a
+ *            disaggregated layout runs; on a cluster a message stays inside
+ *            a node when both chips are in it, on a torus the groups are
+ *            slices side by side
+ *   APART    separate instances (a fleet's pools): on a cluster every
+ *            message crosses between nodes; on a torus refused (separate
+ *            slices meet over the data-centre network, which no profile
+ *            describes: SP_ENOTSUP) */
+typedef enum sp_xfer_place { SP_XFER_ONE_JOB = 0, SP_XFER_APART = 1 } sp_xfer_place;
+typedef struct sp_kv_xfer_cost {
+    int64_t kv_bytes;        /* the KV blocks (sp_lower_kv_xfer) */
+    int64_t token_bytes;     /* the first generated tokens */
+    int64_t bytes;           /* kv_bytes + token_bytes */
+    int64_t max_sent;        /* the busiest prefill chip */
+    int64_t max_recv;        /* the busiest decode chip */
+    int64_t messages;        /* (sender, receiver) pairs: one message each */
+    double seconds;
+} sp_kv_xfer_cost;
+/* Prices the KV transfer of one batch (batch sequences, prompt tokens each)
+ * of disaggregated layout l (sp_lower_kv_xfer's blocks, one message per
+ * chip pair): every chip sends (receives) its messages one after another,
+ * a message of b bytes taking α + b·β on its tier (cluster: intra-node
+ * latency and bandwidth when both chips share a node, inter-node otherwise;
+ * torus: hop_latency × h and link_bw, one link per chip, h = the mean
+ * distance between the two slices laid side by side along their longest
+ * sides, ceil((a_prefill + a_decode) / 2)), every bandwidth × net_bw_eff:
+ *   seconds = collective_latency + max(max over prefill chips Σ its sends,
+ *                                      max over decode chips Σ its receives)
+ * A fleet that pairs two instances' layouts builds l with
+ * sp_layout_disaggregate and prices with where = SP_XFER_APART. */
+sp_status sp_cost_kv_xfer(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                          sp_xfer_place where, sp_kv_xfer_cost *out);
+
 /* The JSON form `estimate --json` prints, as a new Jansson reference (json_t *):
  * layout, feasible, shortfall_bytes, prefill_s, decode_step_s, decode_s, total_s,
  * tokens_per_s, mfu, mfu_prefill, mfu_decode, cost_chip_s_per_token,
  * comm_bytes_per_chip.{prefill,decode_step}, torus_slice ([X, Y, Z] rented; torus
  * only), time_breakdown.{prefill,decode}.
  * {compute_s, memory_s, roofline_s, comm_s, all-gather, ...}, memory_per_chip.
- * {weights, gathered_weights, kv, activations, workspace, total, capacity}. */
+ * {weights, gathered_weights, kv, activations, workspace, total, capacity}.
+ * Separate chip groups add kv_transfer_s, kv_transfer_bytes, latency_s
+ * (= total_s), period_s and groups.{prefill,decode}.{chips, feasible,
+ * shortfall_bytes, memory_per_chip}. */
 void *sp_cost_to_json(const sp_cost *c, const sp_layout *l);
 
 /* Longest context (tokens per sequence) whose KV cache fits in fraction

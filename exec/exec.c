@@ -383,6 +383,10 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (batch < 1 || prompt < 1 || gen < 1)
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
+    if (sp_layout_disaggregated(l))
+        return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups (prefill.mesh / decode.mesh) are not "
+                                    "implemented in the executor: estimate prices them, run executes layouts whose "
+                                    "phases share their chips");
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);

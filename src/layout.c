@@ -77,8 +77,79 @@ void sp_layout_init(sp_layout *l)
     l->capacity = 1.0;
 }
 
+int sp_layout_disaggregated(const sp_layout *l) { return l->group[SP_PHASE_PREFILL].stages != 0; }
+
+static int64_t group_chips(const sp_group *g)
+{
+    spi_ckd c = SPI_CKD_INIT;
+    int64_t n = spi_ck_mul(&c, "chips", spi_ck_mul3(&c, "chips", g->stages, g->replicas, g->mesh[0]),
+                           spi_ck_mul(&c, "chips", g->mesh[1], g->mesh[2]));
+    return c.overflow ? -1 : n;
+}
+
+void sp_layout_phase_group(const sp_layout *l, sp_phase ph, sp_layout *out)
+{
+    *out = *l;
+    if (!sp_layout_disaggregated(l)) return;
+    const sp_group *g = &l->group[ph];
+    out->stages = g->stages;
+    out->replicas = g->replicas;
+    memcpy(out->mesh, g->mesh, sizeof out->mesh);
+    memset(out->group, 0, sizeof out->group);
+    out->phase[!ph] = l->phase[ph];   /* the group's cache stays in its own phase's layout */
+    if (ph == SP_PHASE_DECODE) out->prefill_chunk = out->prefill_tokens = 0;
+}
+
+/* Folds the groups: keys not given (0) take the layout's own value; equal
+ * groups become the layout's own; otherwise the layout's own stages,
+ * replicas and mesh become the prefill group's (sp_layout.h). */
+static void groups_resolve(sp_layout *l)
+{
+    int any = 0;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_group *g = &l->group[p];
+        any |= g->stages || g->replicas || g->mesh[0];
+        if (!g->stages) g->stages = l->stages;
+        if (!g->replicas) g->replicas = l->replicas;
+        if (!g->mesh[0]) memcpy(g->mesh, l->mesh, sizeof g->mesh);
+    }
+    const sp_group *pf = &l->group[SP_PHASE_PREFILL];
+    l->stages = pf->stages;
+    l->replicas = pf->replicas;
+    memcpy(l->mesh, pf->mesh, sizeof l->mesh);
+    if (!any || !memcmp(&l->group[0], &l->group[1], sizeof l->group[0])) memset(l->group, 0, sizeof l->group);
+}
+
+sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *decode, sp_layout *out)
+{
+    if (sp_layout_disaggregated(prefill) || sp_layout_disaggregated(decode))
+        return spi_fail(SP_EINVAL, "sp_layout_disaggregate: a group's layout has separate groups itself");
+    if (prefill->weights != decode->weights || prefill->kv != decode->kv ||
+        prefill->microbatches != decode->microbatches || memcmp(prefill->placement, decode->placement,
+                                                                sizeof prefill->placement) ||
+        prefill->experts != decode->experts || prefill->capacity != decode->capacity)
+        return spi_fail(SP_EINVAL, "sp_layout_disaggregate: the groups differ in weights, kv, microbatches, placement, "
+                                   "experts or capacity (one value serves both)");
+    if (sp_layout_uneven(prefill) || sp_layout_uneven(decode))
+        return spi_fail(SP_EINVAL, "sp_layout_disaggregate: stage_layers with separate groups is not implemented");
+    *out = *prefill;
+    out->phase[SP_PHASE_DECODE] = decode->phase[SP_PHASE_DECODE];
+    const sp_layout *src[SP_PHASE_COUNT] = {prefill, decode};
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        out->group[p].stages = src[p]->stages;
+        out->group[p].replicas = src[p]->replicas;
+        memcpy(out->group[p].mesh, src[p]->mesh, sizeof out->group[p].mesh);
+    }
+    groups_resolve(out);
+    return SP_OK;
+}
+
 int64_t sp_layout_chips(const sp_layout *l)
 {
+    if (sp_layout_disaggregated(l)) {
+        int64_t a = group_chips(&l->group[0]), b = group_chips(&l->group[1]);
+        return a < 0 || b < 0 ? -1 : a + b;
+    }
     spi_ckd c = SPI_CKD_INIT;
     int64_t n = spi_ck_mul(&c, "chips", spi_ck_mul3(&c, "chips", l->stages, l->replicas, l->mesh[0]),
                            spi_ck_mul(&c, "chips", l->mesh[1], l->mesh[2]));
@@ -180,6 +251,25 @@ static int per_stage_key(const char *k)
 #define PER_STAGE_REFUSAL "per-stage %s is not implemented: every stage has the layout's mesh, layouts and " \
                           "precision (only its layers differ: stage_layers)"
 
+/* XxYxZ, all three dimensions */
+static sp_status parse_mesh(const char *v, size_t vlen, int out[3], const char *key, sp_error *err)
+{
+    int dims[3] = {1, 1, 1}, nd = 0;
+    const char *q = v, *end = v + vlen;
+    while (q < end && nd < 3) {
+        const char *x = memchr(q, 'x', (size_t)(end - q));
+        size_t dl = x ? (size_t)(x - q) : (size_t)(end - q);
+        SP_CHECK(parse_int(q, dl, &dims[nd++], key, err));
+        q += dl + (x ? 1 : 0);
+        if (x && q == end) nd = 4;
+    }
+    if (q < end || nd != 3)
+        return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key,
+                             "'%.*s' is not XxYxZ: give all three tensor-mesh dimensions (e.g. 4x4x1)", (int)vlen, v);
+    memcpy(out, dims, sizeof dims);
+    return SP_OK;
+}
+
 static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
 {
     const char *p = text;
@@ -196,7 +286,16 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         char key[24];
         snprintf(key, sizeof key, "%.*s", (int)(klen < 23 ? klen : 23), p);
         sp_status st = SP_OK;
-        if (!strcmp(key, "stages")) st = parse_int(v, vlen, &l->stages, key, err);
+        const char *dot = strchr(key, '.');
+        if (dot && (!strncmp(key, "prefill.", 8) || !strncmp(key, "decode.", 7))) {
+            sp_group *g = &l->group[key[0] == 'p' ? SP_PHASE_PREFILL : SP_PHASE_DECODE];
+            if (!strcmp(dot + 1, "stages")) st = parse_int(v, vlen, &g->stages, key, err);
+            else if (!strcmp(dot + 1, "replicas")) st = parse_int(v, vlen, &g->replicas, key, err);
+            else if (!strcmp(dot + 1, "mesh")) st = parse_mesh(v, vlen, g->mesh, key, err);
+            else
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
+                                     "unknown key (a phase's group takes mesh, stages, replicas)");
+        } else if (!strcmp(key, "stages")) st = parse_int(v, vlen, &l->stages, key, err);
         else if (!strcmp(key, "replicas")) st = parse_int(v, vlen, &l->replicas, key, err);
         else if (!strcmp(key, "microbatches")) st = parse_int(v, vlen, &l->microbatches, key, err);
         else if (!strcmp(key, "experts")) st = parse_int(v, vlen, &l->experts, key, err);
@@ -204,20 +303,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         else if (!strcmp(key, "prefill_chunk")) st = parse_int(v, vlen, &l->prefill_chunk, key, err);
         else if (!strcmp(key, "prefill_tokens")) st = parse_int(v, vlen, &l->prefill_tokens, key, err);
         else if (!strcmp(key, "mesh")) {
-            int dims[3] = {1, 1, 1}, nd = 0;
-            const char *q = v, *end = v + vlen;
-            while (q < end && nd < 3) {
-                const char *x = memchr(q, 'x', (size_t)(end - q));
-                size_t dl = x ? (size_t)(x - q) : (size_t)(end - q);
-                SP_CHECK(parse_int(q, dl, &dims[nd++], key, err));
-                q += dl + (x ? 1 : 0);
-                if (x && q == end) nd = 4;
-            }
-            if (q < end || nd != 3)
-                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, "mesh",
-                                     "'%.*s' is not XxYxZ: give all three tensor-mesh dimensions (e.g. 4x4x1)",
-                                     (int)vlen, v);
-            memcpy(l->mesh, dims, sizeof dims);
+            st = parse_mesh(v, vlen, l->mesh, key, err);
         } else if (!strcmp(key, "weights") || !strcmp(key, "kv")) {
             char dt[16];
             snprintf(dt, sizeof dt, "%.*s", (int)(vlen < 15 ? vlen : 15), v);
@@ -257,14 +343,33 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         } else
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
-                                 "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers)");
+                                 "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers, "
+                                 "prefill.mesh, prefill.stages, prefill.replicas, decode.mesh, decode.stages, "
+                                 "decode.replicas)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
+    groups_resolve(l);
     return SP_OK;
 }
 
-static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp_error *err)
+/* [X, Y, Z], positive integers */
+static sp_status json_mesh(json_t *v, const char *path, int out[3], sp_error *err)
+{
+    if (!json_is_array(v) || json_array_size(v) != 3)
+        return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
+    int dims[3] = {1, 1, 1};
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *d = json_array_get(v, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > 1 << 20)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
+        dims[i] = (int)json_integer_value(d);
+    }
+    memcpy(out, dims, sizeof dims);
+    return SP_OK;
+}
+
+static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp_group *g, sp_error *err)
 {
     char path[32];
     snprintf(path, sizeof path, "/%s", key);
@@ -272,10 +377,18 @@ static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v) {
-        if (!json_is_string(v)) {
-            snprintf(path, sizeof path, "/%s/%s", key, k);
-            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string");
+        snprintf(path, sizeof path, "/%s/%s", key, k);
+        if (!strcmp(k, "mesh")) {
+            SP_CHECK(json_mesh(v, path, g->mesh, err));
+            continue;
         }
+        if (!strcmp(k, "stages") || !strcmp(k, "replicas")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a positive integer");
+            *(k[0] == 's' ? &g->stages : &g->replicas) = (int)json_integer_value(v);
+            continue;
+        }
+        if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string");
         const char *s = json_string_value(v);
         if (!strcmp(k, "ffn")) {
             int f = lookup(s, strlen(s), ffn_names, SP_FL_COUNT);
@@ -289,7 +402,7 @@ static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp
             out->attn = (sp_attn_layout)a;
         } else {
             snprintf(path, sizeof path, "/%s/%s", key, k);
-            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "unknown key (ffn, attn)");
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "unknown key (ffn, attn, mesh, stages, replicas)");
         }
     }
     return SP_OK;
@@ -325,16 +438,7 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
                 return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a capacity factor in [1, 64]");
             l->capacity = x;
         } else if (!strcmp(k, "mesh")) {
-            if (!json_is_array(v) || json_array_size(v) != 3)
-                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
-            int dims[3] = {1, 1, 1};
-            for (size_t i = 0; i < json_array_size(v); i++) {
-                json_t *d = json_array_get(v, i);
-                if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > 1 << 20)
-                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be an array of 3 positive integers [X, Y, Z]");
-                dims[i] = (int)json_integer_value(d);
-            }
-            memcpy(l->mesh, dims, sizeof dims);
+            SP_CHECK(json_mesh(v, path, l->mesh, err));
         } else if (!strcmp(k, "weights") || !strcmp(k, "kv")) {
             sp_dtype d;
             if (!json_is_string(v) || sp_dtype_parse(json_string_value(v), &d) != SP_OK)
@@ -342,9 +446,9 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
             if (k[0] == 'w') l->weights = d;
             else l->kv = d;
         } else if (!strcmp(k, "prefill")) {
-            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_PREFILL], err));
+            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_PREFILL], &l->group[SP_PHASE_PREFILL], err));
         } else if (!strcmp(k, "decode")) {
-            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_DECODE], err));
+            SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_DECODE], &l->group[SP_PHASE_DECODE], err));
         } else if (!strcmp(k, "placement")) {
             if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string such as \"zyx\"");
             SP_CHECK(parse_placement(json_string_value(v), strlen(json_string_value(v)), l, err));
@@ -370,6 +474,7 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
                                  "experts, capacity, prefill_chunk, prefill_tokens, stage_layers)");
         }
     }
+    groups_resolve(l);
     return SP_OK;
 }
 
@@ -407,6 +512,20 @@ sp_status sp_layout_load_file(const char *path, sp_layout *out, sp_error *err)
 char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
 {
     static const char ax[SP_AXIS_COUNT] = {'s', 'r', 'x', 'y', 'z'};
+    if (sp_layout_disaggregated(l)) {
+        /* each group's keys in place of stages, replicas, mesh (those are the prefill group's) */
+        const sp_group *a = &l->group[SP_PHASE_PREFILL], *b = &l->group[SP_PHASE_DECODE];
+        char g[160];
+        snprintf(g, sizeof g,
+                 "prefill.stages=%d,prefill.replicas=%d,prefill.mesh=%dx%dx%d,decode.stages=%d,decode.replicas=%d,"
+                 "decode.mesh=%dx%dx%d",
+                 a->stages, a->replicas, a->mesh[0], a->mesh[1], a->mesh[2], b->stages, b->replicas, b->mesh[0],
+                 b->mesh[1], b->mesh[2]);
+        snprintf(buf, size, "%s,weights=%s,kv=%s,microbatches=%d,prefill=%s/%s,decode=%s/%s,placement=%c%c%c", g,
+                 sp_dtype_name(l->weights), sp_dtype_name(l->kv), l->microbatches, sp_ffn_layout_name(l->phase[0].ffn),
+                 sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
+                 sp_attn_layout_name(l->phase[1].attn), ax[l->placement[0]], ax[l->placement[1]], ax[l->placement[2]]);
+    } else
     snprintf(buf, size,
              "stages=%d,replicas=%d,mesh=%dx%dx%d,weights=%s,kv=%s,microbatches=%d,prefill=%s/%s,decode=%s/%s,"
              "placement=%c%c%c",
@@ -437,10 +556,17 @@ void *sp_layout_to_json(const sp_layout *l)
     json_object_set_new(o, "weights", json_string(sp_dtype_name(l->weights)));
     json_object_set_new(o, "kv", json_string(sp_dtype_name(l->kv)));
     json_object_set_new(o, "microbatches", json_integer(l->microbatches));
-    for (int p = 0; p < SP_PHASE_COUNT; p++)
-        json_object_set_new(o, sp_phase_name((sp_phase)p),
-                            json_pack("{ssss}", "ffn", sp_ffn_layout_name(l->phase[p].ffn), "attn",
-                                      sp_attn_layout_name(l->phase[p].attn)));
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        json_t *ph = json_pack("{ssss}", "ffn", sp_ffn_layout_name(l->phase[p].ffn), "attn",
+                               sp_attn_layout_name(l->phase[p].attn));
+        if (sp_layout_disaggregated(l)) {
+            const sp_group *g = &l->group[p];
+            json_object_set_new(ph, "mesh", json_pack("[iii]", g->mesh[0], g->mesh[1], g->mesh[2]));
+            json_object_set_new(ph, "stages", json_integer(g->stages));
+            json_object_set_new(ph, "replicas", json_integer(g->replicas));
+        }
+        json_object_set_new(o, sp_phase_name((sp_phase)p), ph);
+    }
     json_object_set_new(o, "placement", json_string(pl));
     if (l->experts != 1) json_object_set_new(o, "experts", json_integer(l->experts));
     if (l->capacity != 1.0) json_object_set_new(o, "capacity", json_real(l->capacity));
@@ -617,10 +743,53 @@ int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler)
     return 1;
 }
 
+/* A disaggregated layout: the groups' chips add up to `chips`, each group
+ * is a valid layout of its own chips, and on a cluster the groups sit where
+ * the pricing assumes (prefill from chip 0, decode right after it): the
+ * prefill group fills whole nodes or both groups share one node, so that
+ * each group's collectives see the tiers its own layout implies. */
+static sp_status groups_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
+                              sp_error *err)
+{
+    int64_t total = sp_layout_chips(l);
+    if (total != chips)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "prefill.mesh",
+                             "the prefill group (%lld chips) and the decode group (%lld chips) hold %lld chips, but "
+                             "%lld chips were asked for", (long long)group_chips(&l->group[0]),
+                             (long long)group_chips(&l->group[1]), (long long)total, (long long)chips);
+    if (sp_layout_uneven(l))
+        return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, "stage_layers",
+                             "stage_layers with separate prefill and decode groups is not implemented (each group "
+                             "splits its layers evenly)");
+    int64_t np = group_chips(&l->group[SP_PHASE_PREFILL]);
+    if (hw && hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0 && np % hw->chips_per_node &&
+        total > hw->chips_per_node)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "prefill.mesh",
+                             "the prefill group's %lld chips end inside a %d-chip node: the decode group starts on a "
+                             "node of its own (a prefill group of whole nodes) or both groups share one node",
+                             (long long)np, hw->chips_per_node);
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_layout g;
+        sp_layout_phase_group(l, (sp_phase)p, &g);
+        sp_status st = sp_layout_check(&g, m, hw, group_chips(&l->group[p]), batch, err);
+        if (st != SP_OK) {
+            if (err) {
+                /* "prefill group: <reason>", the reason cut to fit */
+                char t[sizeof err->text];
+                snprintf(t, sizeof t, "%s group: %.290s", sp_phase_name((sp_phase)p), err->text);
+                memcpy(err->text, t, sizeof t);
+            }
+            return st;
+        }
+    }
+    return SP_OK;
+}
+
 sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
                           sp_error *err)
 {
     char b[256];
+    if (sp_layout_disaggregated(l)) return groups_check(l, m, hw, chips, batch, err);
     int64_t total = sp_layout_chips(l);
     if (total < 0)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",

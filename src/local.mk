@@ -10,7 +10,7 @@ libspcore_la_SOURCES = \
 	src/sp_hw.h src/hw.c src/hw_calib.c \
 	src/sp_mesh.h src/mesh.c \
 	src/sp_layout.h src/layout.c \
-	src/sp_lower.h src/spi_lower.h src/lower.c \
+	src/sp_lower.h src/spi_lower.h src/lower.c src/lower_xfer.c \
 	src/sp_trace.h src/trace.c \
 	src/sp_measure.h src/measure.c \
 	src/sp_validate.h src/validate.c

@@ -1324,6 +1324,9 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                        int stage, sp_program *p, int quiet)
 {
     if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) BAD( "sp_lower: bad arguments");
+    if (sp_layout_disaggregated(l))
+        BAD("a layout with separate prefill and decode chip groups is lowered group by group "
+            "(sp_layout_phase_group), its KV transfer by sp_lower_kv_xfer");
     if (stage < 0 || stage >= l->stages) BAD( "stage %d outside 0..%d", stage, l->stages - 1);
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
@@ -1928,6 +1931,13 @@ void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *
         *q0 = (int64_t)blk * s->heads;
         *kv0 = kv_first(m, *q0, s->kv_heads);
     }
+}
+
+int64_t sp_lower_kv_head0(const sp_model *m, const sp_program *p, int rank)
+{
+    int blk = sp_lower_axes_index(&p->layout, rank, p->kv_head_axes);
+    int64_t q0 = (int64_t)blk * (p->heads_padded / axes_size(&p->layout, p->kv_head_axes));
+    return kv_first(m, q0, p->kv_heads_cache);
 }
 
 int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row)

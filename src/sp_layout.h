@@ -77,6 +77,29 @@
  *                 Every stage has the same mesh, layouts and precision; a
  *                 stage of its own mesh or layout is not implemented.
  * JSON: "stage_layers": [L0, L1, ...].
+ *
+ * Separate chip groups for prefill and decode (disaggregated serving; written
+ * only when set):
+ *   prefill.mesh=XxYxZ, prefill.stages=P, prefill.replicas=R, and the same
+ *   three keys for decode.   A phase key not given takes the layout's own
+ *   value (stages, replicas, mesh).  When the two phases' groups then differ,
+ *   prefill runs on chips 0..Np−1 and decode on chips Np..Np+Nd−1 (Np, Nd
+ *   their groups' chips; Np + Nd = the layout's chips), each group holding
+ *   its own copy of the weights in its own storage, and after the prefill the
+ *   KV cache of the prompts and the first generated token of every sequence
+ *   move from the prefill group's chips to the decode group's chips that need
+ *   them (sp_lower_kv_xfer, priced by sp_cost_kv_xfer).  Each group keeps the
+ *   cache in its own phase's attention layout, so prefill_tokens applies to
+ *   the prefill group alone.  microbatches, weights, kv, placement, experts
+ *   and capacity apply to both groups; stage_layers with separate groups is
+ *   not implemented (each group splits its layers evenly).  When both groups
+ *   come out equal the layout is an ordinary one (the keys fold into stages,
+ *   replicas, mesh).  The layout's own stages, replicas and mesh then hold the
+ *   prefill group's, so code that knows only one group sees the prefill group;
+ *   the lowering refuses a disaggregated layout as a whole (sp_lower):
+ *   callers lower each group's layout (sp_layout_phase_group).
+ * JSON: the same keys inside each phase's object:
+ *   "prefill": {"ffn": "wg-xyz", "attn": "batch", "mesh": [4,4,2], "stages": 1, "replicas": 1}
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -109,6 +132,12 @@ typedef struct sp_phase_layout {
 /* Layers one stage of an uneven split can hold. */
 #define SP_LAYOUT_MAX_STAGE_LAYERS 32767
 
+/* The chips of one phase's group (separate chip groups, see above). */
+typedef struct sp_group {
+    int stages, replicas;
+    int mesh[3];
+} sp_group;
+
 typedef struct sp_layout {
     int stages;              /* P >= 1 */
     int replicas;            /* R >= 1 */
@@ -124,14 +153,32 @@ typedef struct sp_layout {
     int prefill_chunk;       /* sequences per prefill pass; 0: the micro-batch, see above */
     int prefill_tokens;      /* prompt tokens per prefill pass; 0: the prompt, see above */
     int16_t stage_layers[SP_LAYOUT_MAX_STAGES]; /* layers per stage; all 0: the even split */
+    sp_group group[SP_PHASE_COUNT]; /* separate chip groups of prefill and decode (see above);
+                                       all 0 when the phases share the layout's chips */
 } sp_layout;
+
+/* 1 if prefill and decode run on separate chip groups (l->group set). */
+int sp_layout_disaggregated(const sp_layout *l);
+/* The ordinary (one-group) layout that phase ph of l runs: its group's
+ * stages, replicas and mesh, both phases taking ph's FFN and attention
+ * layouts (the group keeps the KV cache in ph's layout), prefill_chunk and
+ * prefill_tokens kept for prefill and cleared for decode.  A layout that is
+ * not disaggregated comes back unchanged. */
+void sp_layout_phase_group(const sp_layout *l, sp_phase ph, sp_layout *out);
+/* The disaggregated layout of two one-group layouts: prefill's stages,
+ * replicas, mesh and prefill layout, decode's stages, replicas, mesh and
+ * decode layout; every other key from prefill.  SP_EINVAL when either is
+ * itself disaggregated or they differ in a key both groups share
+ * (weights, kv, microbatches, placement, experts, capacity) or set
+ * stage_layers.  Equal groups give an ordinary layout. */
+sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *decode, sp_layout *out);
 
 /* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,
  * bf16 weights and KV, 1 micro-batch, prefill ws2d/heads, decode ws2d/heads,
  * placement zyx. */
 void sp_layout_init(sp_layout *l);
 /* P * R * X * Y * Z in 64 bits (each factor is at most 2^20, so the product may not fit:
- * -1 then, which no check accepts) */
+ * -1 then, which no check accepts); a disaggregated layout: the sum of its two groups' */
 int64_t sp_layout_chips(const sp_layout *l);
 void sp_layout_mesh(const sp_layout *l, sp_mesh *out);
 /* 1 if the layout names its layers per stage (stage_layers), 0 for the even split. */

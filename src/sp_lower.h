@@ -545,6 +545,51 @@ int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row);
  * axes) is one the chip of global rank `rank` keeps. */
 int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk);
 
+/* The first KV head of the cache block the chip of global rank `rank` holds
+ * (p->kv_heads_cache heads from it): the block of decode's head axes
+ * (kv_head_axes), as the KV_STORE and decode ATTN steps resolve it. */
+int64_t sp_lower_kv_head0(const sp_model *m, const sp_program *p, int rank);
+
+/* ---- KV transfer between separate chip groups ------------------------------------
+ * A disaggregated layout (sp_layout.h: prefill.mesh=..., decode.mesh=...)
+ * prefills on its prefill group and decodes on its decode group.  Between
+ * the two, every decode-group chip receives what its cache block holds at
+ * the end of the prompt (sp_program kv_*: its stage's layers × its
+ * sequences of each micro-batch × its KV heads × the prompt's positions, K
+ * and V, in the kv dtype) from the prefill-group chips whose caches hold it,
+ * and every chip of the decode group's first stage receives the first
+ * generated token (int32) of each sequence of its replica from a chip of
+ * the prefill group's last stage.  Where several prefill chips hold a piece
+ * (KV heads replicated over head shards), decode chip d takes it from the
+ * (d mod k)-th of its k holders (rank order), which spreads the sends.
+ * The moves are blocks, enumerated in a fixed order (decode rank, then its
+ * micro-batches, sequences, prefill stages, heads; tokens last):
+ *   KV block:    layers [layer0, +layers) × sequences [seq0, +seqs) (of the
+ *                batch) × KV heads [head0, +heads) × positions [0, prompt):
+ *                bytes = 2 · layers · seqs · heads · prompt · d_head · kv bytes
+ *   token block: sequences [seq0, +seqs): bytes = 4 · seqs
+ * So the volume is Σ over decode chips of their cache at the prompt (the
+ * batch's KV bytes times decode's head replication: exactly the batch's KV
+ * bytes when decode holds each KV head once) plus 4 · batch · (decode's
+ * X·Y·Z) for the tokens.  A chip's blocks to one peer travel as one message
+ * (a SEND on the prefill chip, a RECV on the decode chip; sp_cost_kv_xfer
+ * prices them, the executor runs them). */
+typedef struct sp_xfer_block {
+    int src, dst;              /* prefill-group rank, decode-group rank (each in its group's sp_layout_mesh order) */
+    int tokens;                /* 1: a token block; 0: a KV block */
+    int64_t layer0, layers;    /* model layers (KV) */
+    int64_t seq0, seqs;        /* sequences of the batch */
+    int64_t head0, heads;      /* KV heads (KV) */
+    int64_t bytes;
+} sp_xfer_block;
+/* Called once per block; a status other than SP_OK stops the walk and is returned. */
+typedef sp_status (*sp_xfer_fn)(void *ctx, const sp_xfer_block *b);
+/* Walks the blocks of disaggregated layout l for a batch and prompt (the
+ * groups lowered as sp_layout_phase_group gives them).  SP_EINVAL when l
+ * is not disaggregated or a group does not apply (sp_lower's reason). */
+sp_status sp_lower_kv_xfer(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, sp_xfer_fn fn,
+                           void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

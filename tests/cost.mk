@@ -33,3 +33,12 @@ tests_check_moe_CFLAGS = $(SP_TEST_CFLAGS)
 tests_check_moe_LDADD = $(SP_TEST_LIBS)
 TESTS += tests/cli_moe.sh
 EXTRA_DIST += tests/cli_moe.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_groups
+TESTS += tests/check_groups
+endif
+tests_check_groups_SOURCES = tests/check_groups.c
+tests_check_groups_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_groups_LDADD = $(SP_TEST_LIBS)
+TESTS += tests/cli_groups.sh
+EXTRA_DIST += tests/cli_groups.sh

@@ -82,9 +82,22 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     row(t, "prefill", cli_fmt_seconds(c->prefill_s, a, sizeof a));
     row(t, "decode step (last context)", cli_fmt_seconds(c->decode_step_s, a, sizeof a));
     row(t, "decode (all tokens)", cli_fmt_seconds(c->decode_s, a, sizeof a));
-    row(t, "total", cli_fmt_seconds(c->total_s, a, sizeof a));
-    snprintf(a, sizeof a, "%.1f", c->tokens_per_s);
-    row(t, "tokens/s", a);
+    if (c->disaggregated) {
+        /* separate groups: one batch's latency, and the rate when prefill of the next batch
+         * runs beside the decode of this one (sp_cost.h) */
+        snprintf(b, sizeof b, "%s", cli_fmt_bytes((double)c->kv_transfer_bytes, a, sizeof a));
+        char t2[96];
+        snprintf(t2, sizeof t2, "%s (%s)", cli_fmt_seconds(c->kv_transfer_s, a, sizeof a), b);
+        row(t, "KV transfer (prefill -> decode group)", t2);
+        row(t, "latency of one batch", cli_fmt_seconds(c->total_s, a, sizeof a));
+        row(t, "steady state: a batch every", cli_fmt_seconds(c->period_s, a, sizeof a));
+        snprintf(a, sizeof a, "%.1f", c->tokens_per_s);
+        row(t, "tokens/s (steady state)", a);
+    } else {
+        row(t, "total", cli_fmt_seconds(c->total_s, a, sizeof a));
+        snprintf(a, sizeof a, "%.1f", c->tokens_per_s);
+        row(t, "tokens/s", a);
+    }
     snprintf(a, sizeof a, "%.1f %% (prefill %.1f %%, decode %.1f %%)", 100 * c->mfu, 100 * c->mfu_prefill, 100 * c->mfu_decode);
     row(t, "MFU", a);
     snprintf(a, sizeof a, "%.4g", c->cost_chip_s_per_token);
@@ -136,6 +149,31 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     cli_table_print(t, stdout);
     cli_table_free(t);
 
+    if (c->disaggregated) {
+        printf("\nmemory per chip (worst stage of each group)\n");
+        static const char *const hg[3] = {"part", "prefill group", "decode group"};
+        t = cli_table_new(3, hg);
+        const sp_mem_sizes *g = c->group_mem;
+        const char *parts[6] = {"weights", "gathered weights", "KV cache", "activations", "workspace", "total"};
+        for (int r = 0; r < 6; r++) {
+            int64_t v[2];
+            for (int p = 0; p < 2; p++)
+                v[p] = r == 0 ? g[p].weights : r == 1 ? g[p].gathered_weights : r == 2 ? g[p].kv
+                     : r == 3 ? g[p].activations : r == 4 ? g[p].workspace : g[p].total;
+            const char *cells[3] = {parts[r], cli_fmt_bytes((double)v[0], a, sizeof a), cli_fmt_bytes((double)v[1], b, sizeof b)};
+            cli_table_add(t, cells);
+        }
+        snprintf(a, sizeof a, "%lld", (long long)c->group_chips[0]);
+        snprintf(b, sizeof b, "%lld", (long long)c->group_chips[1]);
+        const char *cc[3] = {"chips", a, b};
+        cli_table_add(t, cc);
+        cli_fmt_bytes((double)c->capacity, a, sizeof a);
+        const char *cap[3] = {"capacity (usable)", a, a};
+        cli_table_add(t, cap);
+        cli_table_print(t, stdout);
+        cli_table_free(t);
+        return;
+    }
     printf("\nmemory per chip (worst stage)\n");
     static const char *const h3[2] = {"part", "bytes"};
     t = cli_table_new(2, h3);
@@ -221,7 +259,7 @@ int cli_cmd_estimate(int argc, char **argv)
         cli_print_json(o, stdout);
         json_decref(o);
     } else {
-        char text[256];
+        char text[512];
         printf("layout   %s\n", sp_layout_format(&l, text, sizeof text));
         cli_print_cost(&c, &hw);
     }

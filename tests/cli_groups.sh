@@ -1,0 +1,46 @@
+#!/bin/sh
+# Separate prefill and decode chip groups on the command line: estimate
+# prices palm-62b prefilling on 4x4x2 and decoding on 2x2x2 TPU v4 chips
+# (text and JSON, the figures composing as sp_cost.h says); a layout whose
+# groups do not add up to --chips, `run` and `simulate` (not implemented for
+# separate groups) exit 2 naming why.
+set -u
+SHARDPLAN=${SHARDPLAN:-./shardplan}
+. "${top_srcdir:-.}/tests/json.sh"
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+PALM="--model palm-62b --hw tpu-v4 --chips 40 --batch 512 --prompt 2048 --gen 64"
+LAY="prefill.mesh=4x4x2,decode.mesh=2x2x2,weights=bf16,prefill=wg-xyz/batch,decode=ws2d/batch,prefill_chunk=64"
+"$SHARDPLAN" estimate $PALM --layout "$LAY" >"$tmp/est.txt" 2>"$tmp/est.err" ||
+    { echo "FAIL: estimate of separate groups: exit $?"; cat "$tmp/est.err"; fail=$((fail + 1)); }
+for want in "KV transfer" "latency of one batch" "steady state" "prefill group" "decode group"; do
+    grep -q "$want" "$tmp/est.txt" || { echo "FAIL: estimate text lacks '$want'"; fail=$((fail + 1)); }
+done
+"$SHARDPLAN" estimate $PALM --layout "$LAY" --json >"$tmp/est.json" 2>"$tmp/est.err" ||
+    { echo "FAIL: estimate --json of separate groups: exit $?"; cat "$tmp/est.err"; fail=$((fail + 1)); }
+json_check '$1 > 0 && $2 > 0 && $3 > 0' "$tmp/est.json" "" /prefill_s /kv_transfer_s /decode_step_s &&
+json_check '$1 == 32 && $2 == 8' "$tmp/est.json" "" /groups/prefill/chips /groups/decode/chips &&
+json_check '$1 > 0 && $2 > 0' "$tmp/est.json" "" /groups/prefill/memory_per_chip/total /groups/decode/memory_per_chip/total &&
+json_check 'abs($1 - $2 - $3 - $4) <= 1e-9 * $1' "$tmp/est.json" "" /latency_s /prefill_s /kv_transfer_s /decode_s &&
+json_check 'abs($1 - ($2 > $3 ? $2 : $3) - $4) <= 1e-9 * $1' "$tmp/est.json" "" /period_s /prefill_s /decode_s /kv_transfer_s &&
+json_check 'abs($1 - 512 * 64 / $2) <= 1e-6 * $1' "$tmp/est.json" "" /tokens_per_s /period_s ||
+    { echo "FAIL: estimate --json of separate groups"; cat "$tmp/est.json"; fail=$((fail + 1)); }
+# groups that do not add up to --chips
+"$SHARDPLAN" estimate --model palm-62b --hw tpu-v4 --chips 32 --batch 512 --prompt 2048 --gen 64 --layout "$LAY" \
+    >/dev/null 2>"$tmp/bad.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "40 chips" "$tmp/bad.err" ||
+    { echo "FAIL: groups of 40 chips on --chips 32: exit $rc"; cat "$tmp/bad.err"; fail=$((fail + 1)); }
+# run refuses separate groups by name
+"$SHARDPLAN" run --model tiny-llama --chips 6 --batch 4 --prompt 8 --gen 4 \
+    --layout prefill.mesh=4x1x1,decode.mesh=2x1x1 >/dev/null 2>"$tmp/run.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "separate prefill and decode chip groups" "$tmp/run.err" ||
+    { echo "FAIL: run of separate groups: exit $rc"; cat "$tmp/run.err"; fail=$((fail + 1)); }
+# simulate refuses them by name
+"$SHARDPLAN" simulate $PALM --layout "$LAY" >/dev/null 2>"$tmp/sim.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "separate prefill and decode chip groups is not implemented" "$tmp/sim.err" ||
+    { echo "FAIL: simulate of separate groups: exit $rc"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
+exit $fail
