@@ -19,6 +19,7 @@ typedef struct sim {
     sp_phase phase;
     int S, M, T, n_st;           /* stages, micro-batches, tokens, chips per stage */
     int64_t U, NT;               /* prefill: passes per micro-batch, token passes among them (1, 1 in decode) */
+    int64_t pass;                /* the prefill pass being run (trace ids); -1: one pass, or decode */
     sp_mesh mesh;
     spi_prog_run *pr;            /* [NT × S]: token pass j of stage s at j·S + s */
     spi_sched *st;               /* [n_st]: the chips of the stage being run */
@@ -58,7 +59,7 @@ static void trace_step(sim *x, int chip, const sp_step *s, sp_prog_part part, in
     char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
     sp_trace_event e = {chip, sp_trace_step_stream(s), x->o->t0_s + (double)start * 1e-12, (double)dur * 1e-12,
                         sp_trace_step_label(s, name, sizeof name),
-                        sp_trace_step_id(x->phase, x->o->token0 + tok, part, layer, idx, id, sizeof id), mb,
+                        sp_trace_step_id_pass(x->phase, x->o->token0 + tok, x->pass, part, layer, idx, id, sizeof id), mb,
                         sp_trace_step_bytes(s), s->flops};
     x->trace_status = sp_trace_write(x->o->trace, &e);
 }
@@ -204,6 +205,7 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         for (int64_t u = 0; u < x.M * x.U; u++)
             for (int s = 0; s < x.S; s++) {
                 int64_t i = u % x.NT * x.S + s;
+                x.pass = phase == SP_PHASE_PREFILL && x.U > 1 ? u % x.U : -1;
                 SP_CHECKGOTO(run_unit(&x, progs[i], &x.pr[i], s, t, (int)(u / x.U)), st, done);
             }
         if (barrier) {

@@ -323,7 +323,7 @@ static sp_status write_timeline(chip *ch)
         const sp_program *p = v->token == 0 ? ch->pf : ch->dc;
         const sp_step *s = &sp_program_part(p, (sp_prog_part)v->part)->s[v->index];
         char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
-        sp_trace_step_id(p->phase, v->token - 1, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
+        sp_trace_step_id_pass(p->phase, v->token - 1, v->pass, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
         sp_trace_event te = {.chip = ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
                              .dur_s = v->t1 - v->t0, .name = sp_trace_step_label(s, name, sizeof name), .id = id,
                              .mb = v->mb, .bytes = v->bytes, .flops = v->flops};

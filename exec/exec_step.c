@@ -299,6 +299,11 @@ static sp_status record(chip *ch, const sp_step *s, sp_prog_part part, int i, in
     e->t0 = t0;
     e->t1 = t1;
     e->token = ch->token;
+    {   /* sequence chunk i, token pass j: pass i·passes_tok + j (sp_trace.h) */
+        const sp_program *p = ch->prog;
+        int64_t nt = p->passes_tok > 1 ? p->passes_tok : 1, ns = p->passes_seq > 1 ? p->passes_seq : 1;
+        e->pass = ch->token == 0 && ns * nt > 1 ? ch->pass_seq * nt + (nt - 1 - p->shape.passes_left) : -1;
+    }
     e->layer = ch->li;
     e->flops = s->flops;
     e->bytes = sp_trace_step_bytes(s);

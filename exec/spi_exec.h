@@ -52,6 +52,7 @@ struct sp_exec {
 typedef struct spi_event {
     double t0, t1;                   /* spi_now_s around the step */
     int64_t token;                   /* run step: 0 prefill, s >= 1 decode step s - 1 */
+    int64_t pass;                    /* prefill pass of the micro-batch (trace ids); -1: one pass, or decode */
     int64_t layer;                   /* stage-local layer (layer part) */
     int64_t flops, bytes;            /* of the step as lowered for this run step (sp_trace_step_bytes) */
     int part, index, mb;

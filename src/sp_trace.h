@@ -30,14 +30,17 @@
  *     phase  "prefill", or "decode<t>" with t the decode step of the run
  *            (0-based; decode step t runs at context prompt + 1 + t, so a
  *            single traced step at the last context of a run generating G
- *            tokens is "decode<G-1>")
+ *            tokens is "decode<G-1>"); a prefill that runs each micro-batch
+ *            as several passes (prefill_chunk, prefill_tokens: sp_program)
+ *            is "prefill<p>", p the pass in the micro-batch's run order
+ *            (0-based: sequence chunk i, token pass j is p = i·passes_tok + j)
  *     part   "pre", "layer", "post" or "dense" (sp_program's step lists)
  *     layer  the layer's index on its stage (0 .. n_layers-1); -1 for pre/post
  *     index  the step's index in that part's sp_steps
  *   e.g. "prefill/layer/0/4", "decode63/post/-1/2".
- * A chip runs its program once per micro-batch, so the same id recurs once
- * per micro-batch: the pair (id, args.mb) names one event of a chip, and
- * (pid, id, mb) one event of the trace.
+ * A chip runs its program once per micro-batch (and prefill pass), so the
+ * same id recurs once per micro-batch: the pair (id, args.mb) names one
+ * event of a chip, and (pid, id, mb) one event of the trace.
  *
  * Step labels (the event name): "matmul <weight>" (weights by sp_weight_name:
  * "matmul wq", "matmul w_out"), "<collective>" by sp_coll_kind_name
@@ -75,6 +78,11 @@ enum { SP_TRACE_COMPUTE = 0, SP_TRACE_COMM = 1, SP_TRACE_STREAMS = 2 };
  * layer on the stage (ignored for pre/post, written -1). */
 char *sp_trace_step_id(sp_phase phase, int64_t token, sp_prog_part part, int64_t layer, int index, char *buf,
                        size_t size);
+/* The same with the prefill pass: pass >= 0 names pass `pass` of a prefill
+ * that runs in several ("prefill<pass>"); pass < 0 (and decode) as
+ * sp_trace_step_id. */
+char *sp_trace_step_id_pass(sp_phase phase, int64_t token, int64_t pass, sp_prog_part part, int64_t layer, int index,
+                            char *buf, size_t size);
 /* The step's label (convention above) into buf; returns buf. */
 char *sp_trace_step_label(const sp_step *s, char *buf, size_t size);
 /* SP_TRACE_COMM for collectives and send/recv, SP_TRACE_COMPUTE otherwise. */

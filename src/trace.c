@@ -15,9 +15,16 @@ const char *sp_prog_part_name(sp_prog_part p) { return (unsigned)p < SP_PART_COU
 char *sp_trace_step_id(sp_phase phase, int64_t token, sp_prog_part part, int64_t layer, int index, char *buf,
                        size_t size)
 {
+    return sp_trace_step_id_pass(phase, token, -1, part, layer, index, buf, size);
+}
+
+char *sp_trace_step_id_pass(sp_phase phase, int64_t token, int64_t pass, sp_prog_part part, int64_t layer, int index,
+                            char *buf, size_t size)
+{
     if (!buf || size == 0) return buf;
     char ph[32];
     if (phase == SP_PHASE_DECODE) snprintf(ph, sizeof ph, "decode%lld", (long long)(token > 0 ? token : 0));
+    else if (pass >= 0) snprintf(ph, sizeof ph, "%s%lld", sp_phase_name(phase), (long long)pass);
     else snprintf(ph, sizeof ph, "%s", sp_phase_name(phase));
     int n = snprintf(buf, size, "%s/%s/%lld/%d", ph, sp_prog_part_name(part),
                      (long long)(part == SP_PART_LAYER || part == SP_PART_DENSE ? layer : -1), index);

@@ -18,6 +18,10 @@ START_TEST(test_ids)
     ck_assert_str_eq(sp_trace_step_id(SP_PHASE_PREFILL, 7, SP_PART_LAYER, 3, 12, b, sizeof b), "prefill/layer/3/12");
     ck_assert_str_eq(sp_trace_step_id(SP_PHASE_DECODE, 63, SP_PART_POST, 5, 2, b, sizeof b), "decode63/post/-1/2");
     ck_assert_str_eq(sp_trace_step_id(SP_PHASE_DECODE, 0, SP_PART_PRE, 0, 0, b, sizeof b), "decode0/pre/-1/0");
+    /* a prefill of several passes names the pass; one pass and decode as above */
+    ck_assert_str_eq(sp_trace_step_id_pass(SP_PHASE_PREFILL, 0, 5, SP_PART_LAYER, 1, 4, b, sizeof b), "prefill5/layer/1/4");
+    ck_assert_str_eq(sp_trace_step_id_pass(SP_PHASE_PREFILL, 0, -1, SP_PART_PRE, 1, 0, b, sizeof b), "prefill/pre/-1/0");
+    ck_assert_str_eq(sp_trace_step_id_pass(SP_PHASE_DECODE, 2, 3, SP_PART_PRE, 1, 0, b, sizeof b), "decode2/pre/-1/0");
     char tiny[8];
     ck_assert_str_eq(sp_trace_step_id(SP_PHASE_PREFILL, 0, SP_PART_LAYER, 3, 12, tiny, sizeof tiny), "");
     sp_step s;

@@ -48,6 +48,23 @@ for r in r1 r2; do
     json_check '$1 == $2' "$tmp/$r.json" /memory /allocated_bytes_per_chip /predicted_bytes_per_chip ||
         { echo "FAIL: $r: tokens, bytes or memory differ"; fail=$((fail + 1)); }
 done
+# traces of a chunked prefill: each pass has its own ids (prefill<p>), so (chip, id, micro-batch)
+# names one event in the simulated and in the measured timeline, and both hold the same prefill events
+CL="mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=2,prefill_tokens=3"
+"$SHARDPLAN" $RUN --layout "$CL" --trace "$tmp/rt.json" >/dev/null &&
+"$SHARDPLAN" simulate --model tiny-llama --hw a100-80g --chips 2 --batch 4 --prompt 6 --gen 4 --layout "$CL" \
+    --trace "$tmp/st.json" >/dev/null || { echo "FAIL: run / simulate --trace of $CL"; fail=$((fail + 1)); }
+for t in rt st; do
+    "$JSONQ" -w /ph=X "$tmp/$t.json" '/traceEvents/*' /pid /args/id /args/mb >"$tmp/$t.ev" &&
+        [ -s "$tmp/$t.ev" ] && [ -z "$(sort "$tmp/$t.ev" | uniq -d)" ] ||
+        { echo "FAIL: $t trace of a chunked prefill repeats (chip, id, micro-batch)"; sort "$tmp/$t.ev" | uniq -d | head -3;
+          fail=$((fail + 1)); }
+    grep '	prefill' "$tmp/$t.ev" | sort >"$tmp/$t.pf"
+done
+# 2 sequence chunks × 2 token passes: prefill0 .. prefill3, and nothing else
+[ "$(cut -f2 "$tmp/rt.pf" | sed 's|/.*||' | sort -u | tr '\n' ' ')" = "prefill0 prefill1 prefill2 prefill3 " ] &&
+    cmp -s "$tmp/rt.pf" "$tmp/st.pf" ||
+    { echo "FAIL: chunked prefill traces: passes or events differ between run and simulate"; fail=$((fail + 1)); }
 # bad values: exit 2, the key named
 while IFS='|' read -r lay key; do
     for verb in estimate simulate run; do

@@ -157,9 +157,9 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
         const char *parts[6] = {"weights", "gathered weights", "KV cache", "activations", "workspace", "total"};
         for (int r = 0; r < 6; r++) {
             int64_t v[2];
-            for (int p = 0; p < 2; p++)
-                v[p] = r == 0 ? g[p].weights : r == 1 ? g[p].gathered_weights : r == 2 ? g[p].kv
-                     : r == 3 ? g[p].activations : r == 4 ? g[p].workspace : g[p].total;
+            for (int gi = 0; gi < 2; gi++)
+                v[gi] = r == 0 ? g[gi].weights : r == 1 ? g[gi].gathered_weights : r == 2 ? g[gi].kv
+                     : r == 3 ? g[gi].activations : r == 4 ? g[gi].workspace : g[gi].total;
             const char *cells[3] = {parts[r], cli_fmt_bytes((double)v[0], a, sizeof a), cli_fmt_bytes((double)v[1], b, sizeof b)};
             cli_table_add(t, cells);
         }
