@@ -218,7 +218,16 @@ static sp_status chip_run(chip *ch)
     double t0 = 0, t1 = 0, t1_in = 0;
     if (ch->rank == 0) t0 = spi_now_s();
     if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
-    for (int64_t s = 0; s < G && !st; s++) {
+    /* separate groups: the prefill group runs step 0 and sends the cache; the decode
+     * group receives it (and the first tokens) and runs steps 1..G-1 */
+    sp_comm *xc = NULL;
+    if (!st && ex->role) st = sp_comm_open(ex->xworld, ex->xfer_first + ch->rank, &xc);
+    if (!st && ex->role == 2) {
+        st = spi_xfer_run(ch, xc, cur);
+        if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
+        if (ch->rank == 0) t1_in = t1 = spi_now_s();
+    }
+    for (int64_t s = ex->role == 2 ? 1 : 0; s < (ex->role == 1 ? 1 : G) && !st; s++) {
         ch->token = s;
         if (s == 0) ch->prog = ch->pf;
         else {
@@ -280,14 +289,14 @@ static sp_status chip_run(chip *ch)
             }
         }
         if (st) break;
-        if (last && l->stages > 1 && s < G - 1) {
+        if (last && l->stages > 1 && s < G - 1 && ex->role != 1) {
             sp_comm_counters a, b;
             sp_comm_stats(ch->c, &a);
             if ((st = send_host(ch, spi_peer_stage(ch, 0), cur, (size_t)Br * sizeof *cur))) break;
             sp_comm_stats(ch->c, &b);
             ch->token_bytes += b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
         }
-        if (s < G - 1 && ch->stage == 0 && l->stages > 1) {
+        if (s < G - 1 && ch->stage == 0 && l->stages > 1 && ex->role != 1) {
             sp_comm_counters a, b;
             sp_comm_stats(ch->c, &a);
             if ((st = recv_host(ch, spi_peer_stage(ch, l->stages - 1), cur, (size_t)Br * sizeof *cur))) break;
@@ -298,10 +307,12 @@ static sp_status chip_run(chip *ch)
         if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
         if (s == 0 && ch->rank == 0) t1 = spi_now_s();
     }
+    if (!st && ex->role == 1) st = spi_xfer_run(ch, xc, cur);
+    sp_comm_close(xc);
     if (!st && ch->rank == 0) {
         double t2 = spi_now_s();
         ch->prefill_s = t1 - t0;
-        ch->decode_step_s = G > 1 ? (t2 - t1_in) / (double)(G - 1) : 0;
+        ch->decode_step_s = G > 1 && ex->role != 1 ? (t2 - t1_in) / (double)(G - 1) : 0;
         ch->tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
     }
     if (!st && ex->local_count < ex->nchips) st = exchange_results(ch, Br, base);
@@ -351,6 +362,7 @@ static void *chip_thread(void *arg)
     }
     pthread_mutex_unlock(&ex->mu);
     if (st) sp_comm_abort(ex->world, sp_last_error());
+    if (st && ex->xworld) sp_comm_abort(ex->xworld, sp_last_error());   /* the other group waits on it */
     sp_comm_close(ch->c);
     ch->c = NULL;
     spi_chip_teardown(ch);
@@ -375,6 +387,61 @@ static sp_status host_fits(int64_t chip_bytes, int local_chips)
                     (long long)chip_bytes, local_chips, (double)chip_bytes * local_chips, (long long)have);
 }
 
+static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                           const sp_weights *w, sp_comm_backend backend, int role, sp_exec **out);
+
+/* Separate prefill and decode groups: one executor per group (each its own
+ * communicator over its own mesh) and the job's flat communicator for the
+ * KV transfer.  Threads only: a group's world over part of an MPI job is not
+ * implemented. */
+static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                              const sp_weights *w, sp_comm_backend backend, sp_exec **out)
+{
+    if (backend != SP_COMM_BACKEND_THREADS)
+        return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups run on the threads backend only: under "
+                                    "%s (one rank per chip) a communicator per group is not implemented",
+                        backend == SP_COMM_BACKEND_MPI ? "MPI" : "CUDA/NCCL");
+    sp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) return spi_fail(SP_ENOMEM, "executor");
+    ex->m = *m;
+    ex->l = *l;
+    ex->B = batch;
+    ex->P = prompt;
+    ex->G = gen;
+    ex->w = w;
+    ex->backend = backend;
+    pthread_mutex_init(&ex->mu, NULL);
+    int64_t n[SP_PHASE_COUNT];
+    sp_status st = SP_OK;
+    for (int p = 0; p < SP_PHASE_COUNT && !st; p++) {
+        sp_layout g;
+        sp_layout_phase_group(l, (sp_phase)p, &g);
+        n[p] = sp_layout_chips(&g);
+        st = build_one(m, &g, batch, prompt, gen, w, backend, p + 1, &ex->grp[p]);
+    }
+    if (!st) {
+        sp_mesh flat = {{1, 1, 1, 1, (int)(n[0] + n[1])}};
+        ex->mesh = flat;
+        ex->nchips = (int)(n[0] + n[1]);
+        ex->local_count = ex->nchips;
+        st = sp_comm_world_create(backend, &flat, &ex->xworld);
+    }
+    if (!st)
+        for (int p = 0; p < SP_PHASE_COUNT; p++) {
+            sp_exec *g = ex->grp[p];
+            g->job = *l;
+            g->xworld = ex->xworld;
+            g->xfer_first = p == 0 ? 0 : (int)n[0];
+            g->xfer_peer_first = p == 0 ? (int)n[0] : 0;
+        }
+    if (st) {
+        sp_exec_free(ex);
+        return st;
+    }
+    *out = ex;
+    return SP_OK;
+}
+
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                         const sp_weights *w, sp_comm_backend backend, sp_exec **out)
 {
@@ -383,10 +450,14 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (batch < 1 || prompt < 1 || gen < 1)
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
-    if (sp_layout_disaggregated(l))
-        return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups (prefill.mesh / decode.mesh) are not "
-                                    "implemented in the executor: estimate prices them, run executes layouts whose "
-                                    "phases share their chips");
+    if (sp_layout_disaggregated(l)) return build_groups(m, l, batch, prompt, gen, w, backend, out);
+    return build_one(m, l, batch, prompt, gen, w, backend, 0, out);
+}
+
+static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                           const sp_weights *w, sp_comm_backend backend, int role, sp_exec **out)
+{
+    *out = NULL;
     if (prompt + gen > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
                         (long long)m->max_context);
@@ -433,6 +504,7 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     ex->P = prompt;
     ex->G = gen;
     ex->w = w;
+    ex->role = role;
     sp_layout_mesh(l, &ex->mesh);
     ex->nchips = sp_mesh_size(&ex->mesh);
     pthread_mutex_init(&ex->mu, NULL);
@@ -460,6 +532,8 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
 void sp_exec_free(sp_exec *ex)
 {
     if (!ex) return;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) sp_exec_free(ex->grp[p]);
+    if (ex->grp[0] || ex->grp[1]) sp_comm_world_free(ex->xworld);   /* the job's; its groups borrow it */
     sp_comm_world_free(ex->world);
     pthread_mutex_destroy(&ex->mu);
     free(ex->rope_inv);
@@ -483,12 +557,10 @@ sp_status sp_exec_run(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_o
     return sp_exec_run_logits(ex, prompt, sample, tokens, last_logits, 0, stats);
 }
 
-sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
-                             float *logits, int all_steps, sp_exec_stats *stats)
+/* the run's inputs and outputs, into ex (a group: each of the job's groups) */
+static void run_init(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                     float *logits, int all_steps)
 {
-    if (!ex || !prompt || !tokens) return spi_fail(SP_EINVAL, "sp_exec_run: bad arguments");
-    if (sp_comm_world_aborted(ex->world, NULL, 0))
-        return spi_fail(SP_ECOMM, "sp_exec_run: the communicator was aborted by an earlier run");
     ex->prompt = prompt;
     if (sample) ex->samp = *sample;
     else sp_kern_sample_opts_init(&ex->samp);
@@ -499,6 +571,104 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
     memset(&ex->st, 0, sizeof ex->st);
     ex->err = SP_OK;
     ex->errmsg[0] = '\0';
+}
+
+/* one thread per chip ex hosts, from chips[0] and th[0]; returns the threads started */
+static int spawn(sp_exec *ex, chip *chips, pthread_t *th)
+{
+    int started = 0;
+    for (int i = 0; i < ex->local_count; i++) {
+        chip *ch = &chips[i];
+        int r = ex->local_first + i;
+        ch->ex = ex;
+        ch->m = &ex->m;
+        ch->l = &ex->l;
+        ch->rank = r;
+        sp_mesh_coords(&ex->mesh, r, ch->coords);
+        ch->stage = ch->coords[SP_AXIS_STAGE];
+        ch->replica = ch->coords[SP_AXIS_REPLICA];
+        if (pthread_create(&th[i], NULL, chip_thread, ch)) {
+            sp_comm_abort(ex->world, "thread creation failed");
+            if (ex->xworld) sp_comm_abort(ex->xworld, "thread creation failed");
+            if (!ex->err) {
+                ex->err = SP_ENOMEM;
+                snprintf(ex->errmsg, sizeof ex->errmsg, "pthread_create failed");
+            }
+            break;
+        }
+        started++;
+    }
+    return started;
+}
+
+/* Separate groups: both groups' chips run at once (the prefill group's step 0,
+ * the transfer, the decode group's steps); the job's figures are the
+ * groups': bytes summed, memory the larger chip, prefill from the prefill
+ * group, decode steps from the decode group, tokens/s over the whole run. */
+static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                            float *logits, int all_steps, sp_exec_stats *stats)
+{
+    if (ex->trace_path)
+        return spi_fail(SP_ENOTSUP, "a trace of separate prefill and decode chip groups is not implemented");
+    if (sample && sample->temperature > 0)
+        return spi_fail(SP_ENOTSUP, "sampling with separate prefill and decode chip groups is not implemented (greedy "
+                                    "decoding is: the sampler's state would have to move with the cache)");
+    if (sp_comm_world_aborted(ex->xworld, NULL, 0))
+        return spi_fail(SP_ECOMM, "sp_exec_run: the communicator was aborted by an earlier run");
+    chip *chips = calloc((size_t)ex->nchips, sizeof *chips);
+    pthread_t *th = calloc((size_t)ex->nchips, sizeof *th);
+    if (!chips || !th) {
+        free(chips);
+        free(th);
+        return spi_fail(SP_ENOMEM, "threads");
+    }
+    sp_kern_set_blas_threads(1);
+    double t0 = spi_now_s();
+    int started[SP_PHASE_COUNT] = {0, 0}, off = 0;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_exec *g = ex->grp[p];
+        run_init(g, prompt, sample, tokens, logits, all_steps);
+        g->t_base = t0;
+        started[p] = spawn(g, chips + off, th + off);
+        off += g->local_count;
+    }
+    for (int p = 0, o = 0; p < SP_PHASE_COUNT; o += ex->grp[p]->local_count, p++)
+        for (int r = 0; r < started[p]; r++) pthread_join(th[o + r], NULL);
+    double wall = spi_now_s() - t0;
+    free(chips);
+    free(th);
+    sp_exec_stats *a = &ex->grp[0]->st, *b = &ex->grp[1]->st, t = *a;
+    for (int k = 0; k < SP_COLL_COUNT; k++) {
+        t.measured_bytes[k] += b->measured_bytes[k];
+        t.predicted_bytes[k] += b->predicted_bytes[k];
+        t.measured_recv[k] += b->measured_recv[k];
+        t.predicted_recv[k] += b->predicted_recv[k];
+        t.expected_bytes[k] += b->expected_bytes[k];
+        t.expected_recv[k] += b->expected_recv[k];
+    }
+    t.token_bytes += b->token_bytes;
+    t.comm_steps += b->comm_steps;
+    if (!t.mismatches) memcpy(t.first_mismatch, b->first_mismatch, sizeof t.first_mismatch);
+    t.mismatches += b->mismatches;
+    if (b->allocated_bytes_per_chip > t.allocated_bytes_per_chip) t.allocated_bytes_per_chip = b->allocated_bytes_per_chip;
+    if (b->predicted_bytes_per_chip > t.predicted_bytes_per_chip) t.predicted_bytes_per_chip = b->predicted_bytes_per_chip;
+    t.decode_step_s = b->decode_step_s;
+    memcpy(t.measured_decode_class_s, b->measured_decode_class_s, sizeof t.measured_decode_class_s);
+    t.tokens_per_s = wall > 0 ? (double)(ex->B * ex->G) / wall : 0;
+    if (stats) *stats = t;
+    for (int p = 0; p < SP_PHASE_COUNT; p++)
+        if (ex->grp[p]->err) return spi_fail(ex->grp[p]->err, "%s group: %s", p ? "decode" : "prefill", ex->grp[p]->errmsg);
+    return SP_OK;
+}
+
+sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
+                             float *logits, int all_steps, sp_exec_stats *stats)
+{
+    if (!ex || !prompt || !tokens) return spi_fail(SP_EINVAL, "sp_exec_run: bad arguments");
+    if (ex->grp[0]) return run_groups(ex, prompt, sample, tokens, logits, all_steps, stats);
+    if (sp_comm_world_aborted(ex->world, NULL, 0))
+        return spi_fail(SP_ECOMM, "sp_exec_run: the communicator was aborted by an earlier run");
+    run_init(ex, prompt, sample, tokens, logits, all_steps);
     int n = ex->local_count;
     chip *chips = calloc((size_t)n, sizeof *chips);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -521,27 +691,7 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
         }
     }
     ex->t_base = spi_now_s();
-    int started = 0;
-    for (int i = 0; i < n; i++) {
-        chip *ch = &chips[i];
-        int r = ex->local_first + i;
-        ch->ex = ex;
-        ch->m = &ex->m;
-        ch->l = &ex->l;
-        ch->rank = r;
-        sp_mesh_coords(&ex->mesh, r, ch->coords);
-        ch->stage = ch->coords[SP_AXIS_STAGE];
-        ch->replica = ch->coords[SP_AXIS_REPLICA];
-        if (pthread_create(&th[i], NULL, chip_thread, ch)) {
-            sp_comm_abort(ex->world, "thread creation failed");
-            if (!ex->err) {
-                ex->err = SP_ENOMEM;
-                snprintf(ex->errmsg, sizeof ex->errmsg, "pthread_create failed");
-            }
-            break;
-        }
-        started++;
-    }
+    int started = spawn(ex, chips, th);
     for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
     free(chips);
     free(th);

@@ -39,7 +39,7 @@ sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step)
     sh.batch = ex->B;
     sh.q_len = decode ? 1 : ex->P;
     sh.context = decode ? ex->P + step : ex->P;
-    sh.max_context = ex->P + ex->G;
+    sh.max_context = ex->P + (ex->role == 1 ? 0 : ex->G);   /* a prefill group keeps the prompt's cache */
     sh.act_dtype = SP_DT_F32;
     sh.passes_left = 0;
     return sh;
@@ -83,8 +83,11 @@ sp_status spi_chip_setup(chip *ch)
     ch->pf = malloc(sizeof *ch->pf);
     ch->dc = malloc(sizeof *ch->dc);
     if (!ch->pf || !ch->dc) return spi_fail(SP_ENOMEM, "programs");
-    SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
-    SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+    /* a group of separate groups runs its phase alone: its memory is that phase's */
+    if (ex->role != 2) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
+    if (ex->role != 1) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+    if (ex->role == 1) *ch->dc = *ch->pf;
+    if (ex->role == 2) *ch->pf = *ch->dc;
     const sp_program *pf = ch->pf, *dc = ch->dc;
     if (ch->l->kv != SP_DT_F32 && ch->l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(ch->l->kv));
@@ -119,7 +122,7 @@ sp_status spi_chip_setup(chip *ch)
     for (int b = 1; b < SP_BUF_COUNT; b++)
         SP_CHECK(take(ch, &dev, max64(pf->buf_bytes[b], dc->buf_bytes[b]), sp_buf_name(b), &ch->buf[b]));
     /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D), K then V */
-    ch->ctx_max = ex->P + ex->G;
+    ch->ctx_max = spi_shape_of(ex, 0, 0).max_context;
     ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * ch->m->d_head;
     ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
     int64_t kvb = ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv);

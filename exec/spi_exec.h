@@ -46,6 +46,16 @@ struct sp_exec {
     char *trace_path;                /* owned; NULL: none */
     sp_trace *trace;                 /* open during a run that writes one */
     double t_base;                   /* the run's time origin (spi_now_s) */
+    /* Separate prefill and decode chip groups (sp_layout_disaggregated): the
+     * job's executor owns one executor per group (grp), each a whole executor
+     * of its group's layout that runs its phase only; they share the run's
+     * inputs and outputs, and the KV transfer goes over the job's flat
+     * communicator (mesh 1×1×1×1×chips, the prefill group first). */
+    int role;                        /* 0: both phases on every chip; 1: the prefill group; 2: the decode group */
+    sp_exec *grp[SP_PHASE_COUNT];    /* the job's groups (owned); NULL otherwise */
+    sp_layout job;                   /* a group's: the job's disaggregated layout */
+    sp_comm_world *xworld;           /* the flat communicator (the job's, owned; borrowed by its groups) */
+    int xfer_first, xfer_peer_first; /* a group's: flat ranks of its chip 0 and of the other group's chip 0 */
 };
 
 /* One step as it ran on a chip: which step of which program, and its times. */
@@ -120,6 +130,14 @@ static inline double spi_now_s(void)
 /* ---- a chip's block of an axis sequence, as the lowering numbers them -------------- */
 static inline int spi_aidx(const chip *ch, const char *axes) { return sp_lower_axes_index(ch->l, ch->rank, axes); }
 static inline int spi_asize(const chip *ch, const char *axes) { return sp_lower_axes_size(ch->l, axes); }
+
+/* ---- the KV transfer between separate groups (exec_xfer.c) ---------------------
+ * A prefill-group chip (role 1) sends, a decode-group chip (role 2) receives,
+ * over xc (its handle on the job's flat communicator), its blocks of
+ * sp_lower_kv_xfer: KV cache blocks from and into its cache, the first tokens
+ * from and into cur (the replica's current tokens).  Bytes counted against
+ * the lowering's like every step (send-recv). */
+sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur);
 
 /* ---- chip memory (exec_mem.c) ----------------------------------------------------- */
 sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step);

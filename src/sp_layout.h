@@ -88,7 +88,8 @@
  *   its own copy of the weights in its own storage, and after the prefill the
  *   KV cache of the prompts and the first generated token of every sequence
  *   move from the prefill group's chips to the decode group's chips that need
- *   them (sp_lower_kv_xfer, priced by sp_cost_kv_xfer).  Each group keeps the
+ *   them (sp_lower_kv_xfer, priced by sp_cost_kv_xfer, run by the executor on
+ *   threads: sp_exec.h).  Each group keeps the
  *   cache in its own phase's attention layout, so prefill_tokens applies to
  *   the prefill group alone.  microbatches, weights, kv, placement, experts
  *   and capacity apply to both groups; stage_layers with separate groups is

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "costmodel/sp_cost.h"
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
 #include "exec/spi_exec.h"   /* spi_exec_arena_delta */
@@ -223,23 +224,46 @@ static void check_case(const exec_case *c, int _i)
                       (unsigned long long)st.measured_bytes[k], (unsigned long long)st.predicted_bytes[k]);
         ck_assert_msg(st.measured_recv[k] == st.predicted_recv[k], "%s: recv", sp_coll_kind_name(k));
     }
-    /* memory: every chip's arena is the lowering's prediction for its stage, exactly */
+    /* memory: every chip's arena is the lowering's prediction for its stage, exactly (separate
+     * groups: each group's phase alone, the prefill group's cache holding the prompt) */
     int64_t pred = 0;
     static sp_program pp, dp;
-    for (int stg = 0; stg < l.stages; stg++) {
-        sp_shape psh = {B, P, P, P + G, SP_DT_F32, 0}, dsh = {B, 1, P + G, P + G, SP_DT_F32, 0};
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &psh, stg, &pp), SP_OK);
-        ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &dsh, stg, &dp), SP_OK);
-        sp_mem_sizes ms;
-        ck_assert_int_eq(sp_lower_mem_sizes(&pp, &dp, &ms), SP_OK);
-        ck_assert_int_gt(ms.scratch, 0);
-        if (ms.total > pred) pred = ms.total;
+    int groups = sp_layout_disaggregated(&l);
+    for (int gi = 0; gi < (groups ? 2 : 1); gi++) {
+        sp_layout gl;
+        sp_layout_phase_group(&l, (sp_phase)gi, &gl);
+        int64_t ctx = groups && gi == 0 ? P : P + G;
+        for (int stg = 0; stg < gl.stages; stg++) {
+            sp_shape psh = {B, P, P, ctx, SP_DT_F32, 0}, dsh = {B, 1, P + G, P + G, SP_DT_F32, 0};
+            if (!groups || gi == 0) ck_assert_int_eq(sp_lower(&m, &gl, SP_PHASE_PREFILL, &psh, stg, &pp), SP_OK);
+            if (!groups || gi == 1) ck_assert_int_eq(sp_lower(&m, &gl, SP_PHASE_DECODE, &dsh, stg, &dp), SP_OK);
+            sp_mem_sizes ms;
+            ck_assert_int_eq(sp_lower_mem_sizes(groups && gi == 1 ? &dp : &pp, groups && gi == 0 ? &pp : &dp, &ms),
+                             SP_OK);
+            ck_assert_int_gt(ms.scratch, 0);
+            if (ms.total > pred) pred = ms.total;
+        }
     }
     ck_assert_msg(st.allocated_bytes_per_chip == pred && st.predicted_bytes_per_chip == pred,
                   "%s %s: allocated %lld, reported predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)pred);
     if (sp_layout_chips(&l) / l.stages / l.replicas > 1) ck_assert_msg(st.comm_steps > 0, "no collective ran");
-    if (l.stages > 1) ck_assert_msg(st.token_bytes > 0, "pipeline token hand-off not counted");
+    if (l.stages > 1 && !groups) ck_assert_msg(st.token_bytes > 0, "pipeline token hand-off not counted");
+    if (groups) {
+        /* the KV transfer moved what the cost model prices (closed form: check_groups), and
+         * without pipelines it is every send-recv byte of the run */
+        sp_hw hw;
+        ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);
+        sp_kv_xfer_cost x;
+        ck_assert_int_eq(sp_cost_kv_xfer(&m, &hw, &l, B, P, SP_XFER_ONE_JOB, &x), SP_OK);
+        ck_assert_int_ge(st.measured_bytes[SP_COLL_SENDRECV], x.bytes);
+        ck_assert_int_ge(st.measured_recv[SP_COLL_SENDRECV], x.bytes);
+        if (l.group[0].stages == 1 && l.group[1].stages == 1)
+            ck_assert_msg(st.measured_bytes[SP_COLL_SENDRECV] == (uint64_t)x.bytes &&
+                              st.measured_recv[SP_COLL_SENDRECV] == (uint64_t)x.bytes,
+                          "%s %s: send-recv %llu bytes, the KV transfer is priced at %lld", c->model, c->layout,
+                          (unsigned long long)st.measured_bytes[SP_COLL_SENDRECV], (long long)x.bytes);
+    }
     /* expert parallelism moves tokens to their experts' replicas (and the bytes matched above) */
     if (l.experts > 1) ck_assert_msg(st.measured_bytes[SP_COLL_ALLTOALL] > 0, "no dispatch all-to-all ran");
     /* the expected-value figures differ from the prediction only where the routing decides: the
@@ -288,6 +312,27 @@ START_TEST(test_handoff_matches_reference)
              attn[da]);
     exec_case c = {handoff_models[_i / N_PAIRS], layout, 8, 5, 3};
     check_case(&c, 500 + _i);
+}
+END_TEST
+
+/* Separate prefill and decode chip groups (4+2, 2+4, 4+4 chips, a 2-stage
+ * prefill group feeding a 1-stage decode group, a chunked prefill group) on
+ * tiny-llama (GQA), tiny-palm (MQA) and tiny-gpt2 (MHA): the decode group's
+ * cache arrives by the KV transfer, tokens equal the single-chip reference. */
+static const char *const group_layouts[] = {
+    "prefill.mesh=4x1x1,decode.mesh=2x1x1",
+    "prefill.mesh=2x1x1,decode.mesh=4x1x1,decode=ws2d/batch",
+    "prefill.mesh=2x2x1,decode.mesh=4x1x1,prefill=wg-xyz/batch,decode=ws1d/heads",   /* own storage each */
+    "prefill.mesh=2x1x1,prefill.stages=2,decode.mesh=2x1x1",
+    "prefill.mesh=1x1x1,prefill.replicas=2,decode.mesh=2x1x1,decode.stages=2,microbatches=2,prefill_chunk=1",
+};
+#define N_GROUP_LAYOUTS ((int)(sizeof group_layouts / sizeof group_layouts[0]))
+START_TEST(test_groups_match_reference)
+{
+    char layout[200];
+    snprintf(layout, sizeof layout, F32 "%s", group_layouts[_i % N_GROUP_LAYOUTS]);
+    exec_case c = {handoff_models[_i / N_GROUP_LAYOUTS], layout, 8, 5, 3};
+    check_case(&c, 900 + _i);
 }
 END_TEST
 
@@ -513,6 +558,10 @@ int main(void)
     tcase_add_test(tc, test_arena_size_checked);
     tcase_add_loop_test(tc, test_trace_every_step_once, 0, (int)(sizeof trace_cases / sizeof trace_cases[0]));
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("groups");
+    tcase_set_timeout(tg, 120);
+    tcase_add_loop_test(tg, test_groups_match_reference, 0, 3 * N_GROUP_LAYOUTS);
+    suite_add_tcase(s, tg);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

@@ -1,0 +1,187 @@
+/* exec_xfer.c: the KV transfer between separate prefill and decode chip
+ * groups (sp_lower.h: sp_lower_kv_xfer's blocks), on the job's flat
+ * communicator (one rank per chip of both groups, prefill first).  A chip's
+ * blocks to one peer travel as one message (the lowering's rule, priced so
+ * by sp_cost_kv_xfer): a prefill chip packs and sends its messages in
+ * ascending decode rank, a decode chip receives in ascending prefill rank.
+ * Sends are synchronous, and the message (decode d, prefill p) that is
+ * least in (d, p) order among those not yet done always has both ends
+ * waiting for it, so the exchange cannot deadlock. */
+#include <stdlib.h>
+#include <string.h>
+#include "spi_common.h"
+#include "exec/spi_exec.h"
+
+typedef struct mine {
+    int role, me;           /* 1: prefill chip (keeps blocks it sends), 2: decode chip (blocks it receives) */
+    sp_xfer_block *b;
+    int64_t n, cap;
+} mine;
+
+static sp_status keep(void *ctx, const sp_xfer_block *b)
+{
+    mine *k = ctx;
+    if ((k->role == 1 ? b->src : b->dst) != k->me) return SP_OK;
+    if (k->n == k->cap) {
+        int64_t cap = k->cap ? 2 * k->cap : 64;
+        sp_xfer_block *nb = realloc(k->b, (size_t)cap * sizeof *nb);
+        if (!nb) return spi_fail(SP_ENOMEM, "KV transfer: %lld blocks", (long long)cap);
+        k->b = nb;
+        k->cap = cap;
+    }
+    k->b[k->n++] = *b;
+    return SP_OK;
+}
+
+/* Element offset in this chip's K (or V) cache of layer l, sequence q, KV
+ * head h, position 0 (cache (layers, M, kv_seqs, ctx_max, kvh, D)); -1 when
+ * the chip's block does not hold them (a lowering and executor out of step). */
+static int64_t cache_off(const chip *ch, const sp_program *p, int64_t h0, int64_t blk, int64_t l, int64_t q,
+                         int64_t h, int64_t heads)
+{
+    int64_t Br = ch->ex->B / ch->l->replicas, ql = q - ch->replica * Br, ll = l - ch->first_layer;
+    if (ql < 0 || ql >= Br || ll < 0 || ll >= p->n_layers || h < h0 || h + heads > h0 + p->kv_heads_cache) return -1;
+    int64_t mb = ql / p->micro_batch, slot = ql % p->micro_batch - blk * p->kv_seqs;
+    if (slot < 0 || slot >= p->kv_seqs) return -1;
+    return ll * ch->kv_layer_elems + mb * ch->kv_mb_elems + (slot * ch->ctx_max * p->kv_heads_cache + (h - h0)) *
+                                                                ch->m->d_head;
+}
+
+/* Copies block b between the chip's cache (and current tokens) and the
+ * message at msg: out = 1 packs (cache -> msg), 0 unpacks. */
+static sp_status copy_block(chip *ch, const sp_program *p, int64_t h0, int64_t blk, const sp_xfer_block *b, char *msg,
+                            int32_t *cur, int out)
+{
+    int64_t Br = ch->ex->B / ch->l->replicas;
+    if (b->tokens) {
+        for (int64_t q = b->seq0; q < b->seq0 + b->seqs; q++) {
+            int64_t ql = q - ch->replica * Br;
+            if (ql < 0 || ql >= Br) return spi_fail(SP_EINTERNAL, "KV transfer: sequence %lld is not in chip %d's replica",
+                                                    (long long)q, ch->rank);
+            if (out) memcpy(msg, &cur[ql], sizeof *cur);
+            else memcpy(&cur[ql], msg, sizeof *cur);
+            msg += sizeof *cur;
+        }
+        return SP_OK;
+    }
+    int eb = sp_dtype_bytes(ch->l->kv);
+    int64_t D = ch->m->d_head, P = ch->ex->P, run = b->heads * D * eb, kvh = p->kv_heads_cache;
+    for (int kv = 0; kv < 2; kv++) {   /* K, then V */
+        char *cache = kv ? ch->vc : ch->kc;
+        for (int64_t l = b->layer0; l < b->layer0 + b->layers; l++)
+            for (int64_t q = b->seq0; q < b->seq0 + b->seqs; q++) {
+                int64_t off = cache_off(ch, p, h0, blk, l, q, b->head0, b->heads);
+                if (off < 0)
+                    return spi_fail(SP_EINTERNAL, "KV transfer: chip %d's cache does not hold layer %lld, sequence %lld, "
+                                                  "KV heads %lld..%lld", ch->rank, (long long)l, (long long)q,
+                                    (long long)b->head0, (long long)(b->head0 + b->heads - 1));
+                /* positions 0..P-1 of the sequence: one run of heads × D per position */
+                for (int64_t t = 0; t < P; t++) {
+                    char *c = cache + (off + t * kvh * D) * eb;
+                    if (out) memcpy(msg, c, (size_t)run);
+                    else memcpy(c, msg, (size_t)run);
+                    msg += run;
+                }
+            }
+    }
+    return SP_OK;
+}
+
+/* (peer, walk position): sorting by it groups a chip's blocks by peer, each peer's in
+ * walk order (one message per peer, packed and unpacked in the same order) */
+typedef struct pos { int peer; int64_t i; } pos;
+static int by_peer(const void *a, const void *b)
+{
+    const pos *x = a, *y = b;
+    return x->peer != y->peer ? (x->peer > y->peer) - (x->peer < y->peer) : (x->i > y->i) - (x->i < y->i);
+}
+
+static sp_status sort_by_peer(mine *k)
+{
+    pos *o = malloc((size_t)(k->n ? k->n : 1) * sizeof *o);
+    sp_xfer_block *nb = malloc((size_t)(k->n ? k->n : 1) * sizeof *nb);
+    if (!o || !nb) {
+        free(o);
+        free(nb);
+        return spi_fail(SP_ENOMEM, "KV transfer: %lld blocks", (long long)k->n);
+    }
+    for (int64_t i = 0; i < k->n; i++) o[i] = (pos){k->role == 1 ? k->b[i].dst : k->b[i].src, i};
+    qsort(o, (size_t)k->n, sizeof *o, by_peer);
+    for (int64_t i = 0; i < k->n; i++) nb[i] = k->b[o[i].i];
+    free(o);
+    free(k->b);
+    k->b = nb;
+    k->cap = k->n;
+    return SP_OK;
+}
+
+sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur)
+{
+    sp_exec *ex = ch->ex;
+    mine k = {ex->role, ch->rank, NULL, 0, 0};
+    sp_status st = sp_lower_kv_xfer(ch->m, &ex->job, ex->B, ex->P, keep, &k);
+    /* the walk lists the KV blocks by decode chip and the token blocks after them:
+     * regrouped by peer (ascending, the order the exchange needs) */
+    if (!st) st = sort_by_peer(&k);
+    const sp_program *p = k.role == 1 ? ch->pf : ch->dc;
+    int64_t h0 = sp_lower_kv_head0(ch->m, p, ch->rank), blk = sp_lower_axes_index(ch->l, ch->rank, p->kv_batch_axes);
+    char *msg = NULL;
+    int64_t cap = 0, moved = 0, predicted = 0;
+    sp_comm_counters a, b;
+    if (!st) st = sp_comm_stats(xc, &a);
+    for (int64_t i = 0; i < k.n && !st;) {
+        int peer = k.role == 1 ? k.b[i].dst : k.b[i].src;
+        int64_t j = i, bytes = 0;
+        while (j < k.n && (k.role == 1 ? k.b[j].dst : k.b[j].src) == peer) bytes += k.b[j++].bytes;
+        if (bytes > cap) {
+            char *nm = realloc(msg, (size_t)bytes);
+            if (!nm) {
+                st = spi_fail(SP_ENOMEM, "KV transfer: a message of %lld bytes", (long long)bytes);
+                break;
+            }
+            msg = nm;
+            cap = bytes;
+        }
+        /* the peer's rank on the flat communicator (the prefill group first) */
+        int gpeer = ex->xfer_peer_first + peer;
+        char *at = msg;
+        if (k.role == 1) {
+            for (int64_t x = i; x < j && !st; x++) {
+                st = copy_block(ch, p, h0, blk, &k.b[x], at, cur, 1);
+                at += k.b[x].bytes;
+            }
+            if (!st) st = sp_comm_send(xc, gpeer, msg, (size_t)bytes, SP_DT_INT8);
+        } else {
+            st = sp_comm_recv(xc, gpeer, msg, (size_t)bytes, SP_DT_INT8);
+            for (int64_t x = i; x < j && !st; x++) {
+                st = copy_block(ch, p, h0, blk, &k.b[x], at, cur, 0);
+                at += k.b[x].bytes;
+            }
+        }
+        predicted += bytes;
+        ch->comm_steps++;
+        i = j;
+    }
+    if (!st) st = sp_comm_stats(xc, &b);
+    if (!st) {
+        /* byte-counted like every step: what the backend moved against what the lowering said */
+        if (k.role == 1) {
+            moved = (int64_t)(b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV]);
+            ch->meas[SP_COLL_SENDRECV] += (uint64_t)moved;
+            ch->pred[SP_COLL_SENDRECV] += (uint64_t)predicted;
+            ch->expect[SP_COLL_SENDRECV] += (uint64_t)predicted;
+        } else {
+            moved = (int64_t)(b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV]);
+            ch->measr[SP_COLL_SENDRECV] += (uint64_t)moved;
+            ch->predr[SP_COLL_SENDRECV] += (uint64_t)predicted;
+            ch->expectr[SP_COLL_SENDRECV] += (uint64_t)predicted;
+        }
+        if (moved != predicted && !ch->mismatches++)
+            snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
+                     "KV transfer, %s chip %d: %lld bytes moved, %lld predicted", k.role == 1 ? "prefill" : "decode",
+                     ch->rank, (long long)moved, (long long)predicted);
+    }
+    free(msg);
+    free(k.b);
+    return st;
+}
