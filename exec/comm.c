@@ -62,7 +62,26 @@ static sp_status backend_missing(sp_comm_backend b)
 
 /* ---- world ---------------------------------------------------------------------- */
 
+static sp_status world_create(sp_comm_backend b, const sp_mesh *mesh, int first, int total, sp_comm_world **out);
+
 sp_status sp_comm_world_create(sp_comm_backend b, const sp_mesh *mesh, sp_comm_world **out)
+{
+    return world_create(b, mesh, 0, 0, out);
+}
+
+sp_status sp_comm_world_create_part(sp_comm_backend b, const sp_mesh *mesh, int first, int total,
+                                    sp_comm_world **out)
+{
+    if (out) *out = NULL;
+    if (b == SP_COMM_BACKEND_NCCL)
+        return spi_fail(SP_ENOTSUP, "NCCL backend: a communicator over part of the job's GPUs is not implemented");
+    if (mesh && (first < 0 || total < 1 || first > total - sp_mesh_size(mesh)))
+        return spi_fail(SP_EINVAL, "sp_comm_world_create_part: chips %d.. of a mesh of %d in a job of %d", first,
+                        sp_mesh_size(mesh), total);
+    return world_create(b, mesh, first, total, out);
+}
+
+static sp_status world_create(sp_comm_backend b, const sp_mesh *mesh, int first, int total, sp_comm_world **out)
 {
     if (!out) return spi_fail(SP_EINVAL, "sp_comm_world_create: out is NULL");
     *out = NULL;
@@ -84,6 +103,8 @@ sp_status sp_comm_world_create(sp_comm_backend b, const sp_mesh *mesh, sp_comm_w
     w->be = be;
     w->mesh = *mesh;
     w->nranks = (int)n;
+    w->part_first = first;
+    w->part_total = total;
     for (int a = 0; a < SP_AXIS_COUNT; a++)
         if (mesh->dims[a] > 1) w->live_axes |= 1u << a;
     long t = sp_env_long(SP_ENV_COMM_TIMEOUT_S);

@@ -179,12 +179,28 @@ sp_status spi_mpi_bootstrap(sp_comm_world *w, const char *backend, MPI_Comm *com
     snprintf(who, sizeof who, "%s backend", backend);
     int size = 0;
     SP_CHECK(spi_mpi_world_dup(who, comm, rank, &size));
-    if (size != w->nranks) {
+    int want = w->part_total > 0 ? w->part_total : w->nranks;
+    if (size != want) {
         MPI_Comm_free(comm);
         return spi_fail(SP_EINVAL,
                         "%s backend: the MPI job has %d process%s but the mesh has %d chips "
                         "(one process per chip: mpirun -np %d)",
-                        backend, size, size == 1 ? "" : "es", w->nranks, w->nranks);
+                        backend, size, size == 1 ? "" : "es", want, want);
+    }
+    if (w->part_total > 0) {
+        /* part of the job: its ranks in order; a process outside it gets no communicator
+         * (*rank -1) */
+        int in = *rank >= w->part_first && *rank < w->part_first + w->nranks;
+        MPI_Comm sub = MPI_COMM_NULL;
+        int rc = MPI_Comm_split(*comm, in ? 0 : MPI_UNDEFINED, *rank, &sub);
+        MPI_Comm_free(comm);
+        if (rc != MPI_SUCCESS) return spi_mpi_fail(NULL, rc, "MPI_Comm_split");
+        *comm = sub;
+        *rank = -1;
+        if (in) {
+            MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+            MPI_Comm_rank(sub, rank);
+        }
     }
     return SP_OK;
 }
@@ -219,8 +235,8 @@ static sp_status mpi_world_init(sp_comm_world *w)
         free(mw);
         return st;
     }
-    w->first_local = rank;
-    w->nlocal = 1;
+    w->first_local = rank < 0 ? 0 : rank;
+    w->nlocal = rank < 0 ? 0 : 1;   /* rank -1: a world over part of the job that this process is not in */
     w->impl = mw;
     return SP_OK;
 }
@@ -231,7 +247,7 @@ static void mpi_world_fini(sp_comm_world *w)
     if (!mw) return;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin && !spi_comm_world_is_aborted(w)) MPI_Comm_free(&mw->comm);
+    if (!fin && !spi_comm_world_is_aborted(w) && mw->comm != MPI_COMM_NULL) MPI_Comm_free(&mw->comm);
     free(mw);
     w->impl = NULL;
 }

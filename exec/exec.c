@@ -179,6 +179,50 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
     return st;
 }
 
+/* Separate groups under MPI: each group's results are on its own ranks
+ * (exchange_results); one all-gather over the job's flat communicator gives
+ * every process the other group's statistics (into the sibling executor),
+ * tokens and logits: step 0 from the prefill group, steps 1.. from the
+ * decode group.  Bytes moved here are not part of any program step. */
+static sp_status exchange_groups(chip *ch, sp_comm *xc)
+{
+    sp_exec *ex = ch->ex, *sib = ex->sibling;
+    int n = sp_comm_group_size(xc, SP_AXES_ALL);
+    int64_t B = ex->B, G = ex->G, V = ch->m->vocab, nl = ex->logits ? B * ex->lg_steps * V : 0;
+    size_t hdr = sizeof(sp_exec_stats), tb = (size_t)(B * G) * sizeof(int32_t);
+    size_t blk = (hdr + tb + (size_t)nl * sizeof(float) + 7) & ~(size_t)7;
+    char *send = calloc(1, blk), *recv = malloc(blk * (size_t)n);
+    sp_status st = SP_OK;
+    if (!send || !recv) st = spi_fail(SP_ENOMEM, "result exchange between the groups");
+    if (!st) {
+        pthread_mutex_lock(&ex->mu);
+        memcpy(send, &ex->st, hdr);
+        pthread_mutex_unlock(&ex->mu);
+        memcpy(send + hdr, ex->tokens, tb);
+        if (nl) memcpy(send + hdr + tb, ex->logits, (size_t)nl * sizeof(float));
+        st = sp_comm_allgather(xc, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
+    }
+    if (!st) {
+        const char *o = recv + (size_t)ex->xfer_peer_first * blk;   /* the other group's chip 0 */
+        memcpy(&sib->st, o, hdr);
+        /* the other group's steps: the prefill group takes steps 1.., the decode group step 0 */
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < G; s++)
+                if ((ex->role == 1) == (s > 0)) {
+                    memcpy(&ex->tokens[b * G + s], o + hdr + (size_t)(b * G + s) * sizeof(int32_t), sizeof(int32_t));
+                    if (nl && ex->lg_steps == G)
+                        memcpy(ex->logits + (b * G + s) * V, o + hdr + tb + (size_t)((b * G + s) * V) * sizeof(float),
+                               (size_t)V * sizeof(float));
+                }
+        /* the last step's logits: the decode group's, the prefill group's when gen is 1 */
+        if (nl && ex->lg_steps == 1 && (ex->role == 1) == (G > 1))
+            memcpy(ex->logits, o + hdr + tb, (size_t)nl * sizeof(float));
+    }
+    free(send);
+    free(recv);
+    return st;
+}
+
 static sp_status chip_run(chip *ch)
 {
     sp_exec *ex = ch->ex;
@@ -308,7 +352,6 @@ static sp_status chip_run(chip *ch)
         if (s == 0 && ch->rank == 0) t1 = spi_now_s();
     }
     if (!st && ex->role == 1) st = spi_xfer_run(ch, xc, cur);
-    sp_comm_close(xc);
     if (!st && ch->rank == 0) {
         double t2 = spi_now_s();
         ch->prefill_s = t1 - t0;
@@ -316,6 +359,8 @@ static sp_status chip_run(chip *ch)
         ch->tokens_per_s = t2 > t0 ? (double)(ex->B * G) / (t2 - t0) : 0;
     }
     if (!st && ex->local_count < ex->nchips) st = exchange_results(ch, Br, base);
+    if (!st && ex->role && ex->local_count < ex->nchips) st = exchange_groups(ch, xc);
+    sp_comm_close(xc);
     free(cur);
     free(in);
     free(rng);
@@ -388,19 +433,18 @@ static sp_status host_fits(int64_t chip_bytes, int local_chips)
 }
 
 static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
-                           const sp_weights *w, sp_comm_backend backend, int role, sp_exec **out);
+                           const sp_weights *w, sp_comm_backend backend, int role, int first, int total,
+                           sp_exec **out);
 
 /* Separate prefill and decode groups: one executor per group (each its own
- * communicator over its own mesh) and the job's flat communicator for the
- * KV transfer.  Threads only: a group's world over part of an MPI job is not
- * implemented. */
+ * communicator over its own mesh: under MPI over its part of the job's
+ * ranks) and the job's flat communicator for the KV transfer. */
 static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                               const sp_weights *w, sp_comm_backend backend, sp_exec **out)
 {
-    if (backend != SP_COMM_BACKEND_THREADS)
-        return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups run on the threads backend only: under "
-                                    "%s (one rank per chip) a communicator per group is not implemented",
-                        backend == SP_COMM_BACKEND_MPI ? "MPI" : "CUDA/NCCL");
+    if (backend == SP_COMM_BACKEND_NCCL)
+        return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups on the CUDA backend are not implemented "
+                                    "(threads and MPI run them)");
     sp_exec *ex = calloc(1, sizeof *ex);
     if (!ex) return spi_fail(SP_ENOMEM, "executor");
     ex->m = *m;
@@ -412,13 +456,15 @@ static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t bat
     ex->backend = backend;
     pthread_mutex_init(&ex->mu, NULL);
     int64_t n[SP_PHASE_COUNT];
+    sp_layout g[SP_PHASE_COUNT];
     sp_status st = SP_OK;
-    for (int p = 0; p < SP_PHASE_COUNT && !st; p++) {
-        sp_layout g;
-        sp_layout_phase_group(l, (sp_phase)p, &g);
-        n[p] = sp_layout_chips(&g);
-        st = build_one(m, &g, batch, prompt, gen, w, backend, p + 1, &ex->grp[p]);
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_layout_phase_group(l, (sp_phase)p, &g[p]);
+        n[p] = sp_layout_chips(&g[p]);
     }
+    for (int p = 0; p < SP_PHASE_COUNT && !st; p++)
+        st = build_one(m, &g[p], batch, prompt, gen, w, backend, p + 1, p == 0 ? 0 : (int)n[0], (int)(n[0] + n[1]),
+                       &ex->grp[p]);
     if (!st) {
         sp_mesh flat = {{1, 1, 1, 1, (int)(n[0] + n[1])}};
         ex->mesh = flat;
@@ -428,11 +474,12 @@ static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t bat
     }
     if (!st)
         for (int p = 0; p < SP_PHASE_COUNT; p++) {
-            sp_exec *g = ex->grp[p];
-            g->job = *l;
-            g->xworld = ex->xworld;
-            g->xfer_first = p == 0 ? 0 : (int)n[0];
-            g->xfer_peer_first = p == 0 ? (int)n[0] : 0;
+            sp_exec *gx = ex->grp[p];
+            gx->job = *l;
+            gx->xworld = ex->xworld;
+            gx->xfer_first = p == 0 ? 0 : (int)n[0];
+            gx->xfer_peer_first = p == 0 ? (int)n[0] : 0;
+            gx->sibling = ex->grp[!p];
         }
     if (st) {
         sp_exec_free(ex);
@@ -451,11 +498,13 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
     if (sp_layout_disaggregated(l)) return build_groups(m, l, batch, prompt, gen, w, backend, out);
-    return build_one(m, l, batch, prompt, gen, w, backend, 0, out);
+    return build_one(m, l, batch, prompt, gen, w, backend, 0, 0, 0, out);
 }
 
+/* first, total: the world over the job's chips first.. of total (separate groups); 0, 0: the job */
 static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
-                           const sp_weights *w, sp_comm_backend backend, int role, sp_exec **out)
+                           const sp_weights *w, sp_comm_backend backend, int role, int first, int total,
+                           sp_exec **out)
 {
     *out = NULL;
     if (prompt + gen > m->max_context)
@@ -518,7 +567,9 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
         st = ex->rope_inv ? sp_model_rope_freqs(m, prompt + gen, ex->rope_inv, &ex->rope_scale)
                           : spi_fail(SP_ENOMEM, "RoPE table");
     }
-    if (!st) st = sp_comm_world_create(backend, &ex->mesh, &ex->world);
+    if (!st)
+        st = total ? sp_comm_world_create_part(backend, &ex->mesh, first, total, &ex->world)
+                   : sp_comm_world_create(backend, &ex->mesh, &ex->world);
     if (!st) st = sp_comm_world_local_ranks(ex->world, &ex->local_first, &ex->local_count);
     if (!st && ops->host_memory) st = host_fits(chip_bytes, ex->local_count);
     if (st) {

@@ -111,6 +111,16 @@ typedef struct sp_comm sp_comm;               /* opaque: one chip's handle */
  * flag when the backend is not built.  Caller frees with sp_comm_world_free,
  * after every sp_comm of it is closed. */
 sp_status sp_comm_world_create(sp_comm_backend b, const sp_mesh *mesh, sp_comm_world **out);
+/* A world over part of a job: the mesh's chips are the job's ranks first ..
+ * first+n-1 of `total` (n = sp_mesh_size(mesh); separate prefill and decode
+ * chip groups, one world each).  THREADS: as sp_comm_world_create (the
+ * process hosts the world's chips; first and total only checked).  MPI:
+ * collective over every process of MPI_COMM_WORLD, which must have `total`;
+ * the world's chip r is MPI rank first + r, and a process outside the range
+ * gets a world that hosts no chip (sp_comm_world_local_ranks count 0).  NCCL:
+ * SP_ENOTSUP. */
+sp_status sp_comm_world_create_part(sp_comm_backend b, const sp_mesh *mesh, int first, int total,
+                                    sp_comm_world **out);
 void sp_comm_world_free(sp_comm_world *w);                 /* NULL is a no-op */
 /* The chips this process hosts: global ranks first .. first+count-1
  * (THREADS: 0 .. n-1; MPI/NCCL: its one rank). */

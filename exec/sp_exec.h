@@ -25,7 +25,7 @@
  * those bytes are not in the program and are counted in token_bytes only.
  *
  * Separate prefill and decode chip groups (sp_layout_disaggregated; THREADS
- * only, greedy, no trace: SP_ENOTSUP otherwise): chips 0..Np−1 run the
+ * and MPI, greedy, no trace: SP_ENOTSUP otherwise): chips 0..Np−1 run the
  * prefill group's layout (prefill only, the cache at P tokens), chips
  * Np..Np+Nd−1 the decode group's (decode steps 1..G−1), each group on its
  * own communicator; between them the KV transfer (sp_lower_kv_xfer) moves

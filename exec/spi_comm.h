@@ -69,6 +69,7 @@ struct sp_comm_world {
     int nranks;              /* sp_mesh_size(mesh) */
     unsigned live_axes;      /* mask of axes with extent > 1 */
     int first_local, nlocal; /* chips hosted here (set by world_init) */
+    int part_first, part_total; /* sp_comm_world_create_part: the job's ranks of chip 0 and in all; 0, 0: the job */
     double timeout_s;        /* SHARDPLAN_COMM_TIMEOUT_S, read at creation */
     pthread_mutex_t mu;      /* guards reason, open[] */
     atomic_int aborted;

@@ -56,6 +56,7 @@ struct sp_exec {
     sp_layout job;                   /* a group's: the job's disaggregated layout */
     sp_comm_world *xworld;           /* the flat communicator (the job's, owned; borrowed by its groups) */
     int xfer_first, xfer_peer_first; /* a group's: flat ranks of its chip 0 and of the other group's chip 0 */
+    sp_exec *sibling;                /* a group's: the other group (borrowed; its stats filled under MPI) */
 };
 
 /* One step as it ran on a chip: which step of which program, and its times. */

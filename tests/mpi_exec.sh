@@ -3,7 +3,9 @@
 # backend on the same layout, on 2, 4 and 8 ranks: identical tokens, equal
 # measured bytes (and equal to the prediction), bit-identical last logits;
 # and `validate --backend mpi`.  The KV handoff between differing prefill and
-# decode placements (all-to-all either way, all-gather, slice) included.
+# decode placements (all-to-all either way, all-gather, slice) included, and
+# separate prefill and decode chip groups (4+2, 2+4, 4+4, a 2-stage prefill
+# group into a 1-stage decode group: the KV transfer between them).
 # A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
 # without MPI.
 set -u
@@ -58,6 +60,10 @@ done <<'EOF2'
 2 tiny-llama mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,prefill_chunk=2,prefill_tokens=1
 4 tiny-palm stages=2,microbatches=2,mesh=1x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads,prefill_chunk=2,prefill_tokens=1
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch,prefill_chunk=8
+6 tiny-llama prefill.mesh=4x1x1,decode.mesh=2x1x1,weights=f32,kv=f32
+6 tiny-palm prefill.mesh=2x1x1,decode.mesh=4x1x1,weights=f32,kv=f32,decode=ws2d/batch
+8 tiny-gpt2 prefill.mesh=2x2x1,decode.mesh=4x1x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws1d/heads
+6 tiny-llama prefill.mesh=2x1x1,prefill.stages=2,decode.mesh=2x1x1,weights=f32,kv=f32
 4 tiny-palm stages=2,microbatches=1,mesh=1x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch
