@@ -436,6 +436,23 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
                            const sp_weights *w, sp_comm_backend backend, int role, int first, int total,
                            sp_exec **out);
 
+/* A new executor of the job's description (caller frees with sp_exec_free); NULL when out of memory. */
+static sp_exec *exec_new(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
+                         const sp_weights *w, sp_comm_backend backend)
+{
+    sp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) return NULL;
+    ex->m = *m;
+    ex->l = *l;
+    ex->B = batch;
+    ex->P = prompt;
+    ex->G = gen;
+    ex->w = w;
+    ex->backend = backend;
+    pthread_mutex_init(&ex->mu, NULL);
+    return ex;
+}
+
 /* Separate prefill and decode groups: one executor per group (each its own
  * communicator over its own mesh: under MPI over its part of the job's
  * ranks) and the job's flat communicator for the KV transfer. */
@@ -445,16 +462,8 @@ static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t bat
     if (backend == SP_COMM_BACKEND_NCCL)
         return spi_fail(SP_ENOTSUP, "separate prefill and decode chip groups on the CUDA backend are not implemented "
                                     "(threads and MPI run them)");
-    sp_exec *ex = calloc(1, sizeof *ex);
+    sp_exec *ex = exec_new(m, l, batch, prompt, gen, w, backend);
     if (!ex) return spi_fail(SP_ENOMEM, "executor");
-    ex->m = *m;
-    ex->l = *l;
-    ex->B = batch;
-    ex->P = prompt;
-    ex->G = gen;
-    ex->w = w;
-    ex->backend = backend;
-    pthread_mutex_init(&ex->mu, NULL);
     int64_t n[SP_PHASE_COUNT];
     sp_layout g[SP_PHASE_COUNT];
     sp_status st = SP_OK;
@@ -545,19 +554,11 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     }
     free(p);
     if (st) return st;
-    sp_exec *ex = calloc(1, sizeof *ex);
+    sp_exec *ex = exec_new(m, l, batch, prompt, gen, w, backend);
     if (!ex) return spi_fail(SP_ENOMEM, "executor");
-    ex->m = *m;
-    ex->l = *l;
-    ex->B = batch;
-    ex->P = prompt;
-    ex->G = gen;
-    ex->w = w;
     ex->role = role;
     sp_layout_mesh(l, &ex->mesh);
     ex->nchips = sp_mesh_size(&ex->mesh);
-    pthread_mutex_init(&ex->mu, NULL);
-    ex->backend = backend;
     ex->ops = ops;
     ex->rope_scale = 1.0;
     if (m->positions == SP_POS_ROPE) {
