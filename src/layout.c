@@ -761,6 +761,14 @@ static sp_status groups_check(const sp_layout *l, const sp_model *m, const sp_hw
         return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, "stage_layers",
                              "stage_layers with separate prefill and decode groups is not implemented (each group "
                              "splits its layers evenly)");
+    /* both groups in one machine: a torus holds both slices, a cluster both groups */
+    int64_t room = !hw ? 0 : hw->topo == SP_TOPO_TORUS
+                                 ? (int64_t)hw->torus_dims[0] * hw->torus_dims[1] * hw->torus_dims[2]
+                                 : hw->max_chips;
+    if (room > 0 && total > room)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "prefill.mesh",
+                             "the prefill and decode groups hold %lld chips, more than the %lld of %s", (long long)total,
+                             (long long)room, hw->name);
     int64_t np = group_chips(&l->group[SP_PHASE_PREFILL]);
     if (hw && hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0 && np % hw->chips_per_node &&
         total > hw->chips_per_node)

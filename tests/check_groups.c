@@ -126,6 +126,14 @@ START_TEST(test_check)
     ck_assert_msg(strstr(err.text, "inside a 8-chip node"), "%s", err.text);
     l = parse("prefill.mesh=8x1x1,decode.mesh=4x1x1");
     ck_assert_int_eq(sp_layout_check(&l, &m, &hw, 12, 8, &err), SP_OK);
+    /* both groups must fit in the machine: 32 + 8 chips fit a 4x4x4 torus, 64 + 32 do not */
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    hw.torus_dims[0] = hw.torus_dims[1] = hw.torus_dims[2] = 4;
+    l = parse("prefill.mesh=4x4x2,decode.mesh=2x2x2");
+    ck_assert_msg(sp_layout_check(&l, &m, &hw, 40, 64, &err) == SP_OK, "%s", err.text);
+    l = parse("prefill.mesh=4x4x4,decode.mesh=4x4x2");
+    ck_assert_int_eq(sp_layout_check(&l, &m, &hw, 96, 64, &err), SP_EINVAL);
+    ck_assert_msg(strstr(err.text, "more than the 64"), "%s", err.text);
 }
 END_TEST
 
