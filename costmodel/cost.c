@@ -206,7 +206,7 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
     double par[SP_CP_COUNT];
     sp_cost_coll_terms(hw, l, c, &t);
     sp_cost_params(hw, l->weights, par);
-    return coll_terms_time(&t, par);
+    return spi_comm_share(hw, l) * coll_terms_time(&t, par);
 }
 
 /* ---- efficiencies, memoised ----
@@ -290,6 +290,7 @@ typedef struct price_ctx {
     sp_torus_map map;   /* torus: looked up once per program */
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
+    double comm_share;  /* share, or 1 when the profile's communication figures already hold it */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
     unsigned groups_done;                  /* bit m: group[m] resolved */
     coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
@@ -385,7 +386,7 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
         pc->groups_done |= 1u << mask;
     }
     coll_terms_group(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &pc->group[mask], &ct);
-    double t = r->mode == SPI_RUN_RECV ? 0.0 : coll_terms_time(&ct, pc->par);
+    double t = r->mode == SPI_RUN_RECV ? 0.0 : pc->comm_share * coll_terms_time(&ct, pc->par);
     int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
                                s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
     for (int k = 0; k <= two; k++) {
@@ -394,11 +395,12 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
         sums[k].comm_bytes = spi_ck_add(pc->ck, "bytes sent per chip", sums[k].comm_bytes, bytes);
     }
     if (coef && r->mode != SPI_RUN_RECV) {
-        coef[SP_CP_ALPHA_NEAR] = ct.steps[NEAR];
-        coef[SP_CP_BETA_NEAR] = ct.bytes[NEAR];
-        coef[SP_CP_ALPHA_FAR] = ct.steps[FAR];
-        coef[SP_CP_BETA_FAR] = ct.bytes[FAR];
-        coef[SP_CP_COLL_LAUNCH] = ct.launch;
+        double sh = pc->comm_share;
+        coef[SP_CP_ALPHA_NEAR] = sh * ct.steps[NEAR];
+        coef[SP_CP_BETA_NEAR] = sh * ct.bytes[NEAR];
+        coef[SP_CP_ALPHA_FAR] = sh * ct.steps[FAR];
+        coef[SP_CP_BETA_FAR] = sh * ct.bytes[FAR];
+        coef[SP_CP_COLL_LAUNCH] = sh * ct.launch;
     }
     r->dur_ps[0] = r->dur_ps[1] = spi_ps(t);
     if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION) {
@@ -420,6 +422,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     pc.have_map = 0;
     pc.ck = NULL;
     pc.share = 1.0;
+    pc.comm_share = 1.0;
     pc.wstream = 0;
     pc.groups_done = 0;
     if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */
@@ -429,12 +432,8 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
         }
     }
     if (hw->shared_cores > 0) {
-        /* chips of the layout computing at once: every tensor chip of every
-         * replica, times the stages busy together (at most the micro-batches) */
-        const sp_layout *l = &p->layout;
-        int busy = l->stages < l->microbatches ? l->stages : l->microbatches;
-        double n = (double)sp_layout_chips(l) / l->stages * (busy > 0 ? busy : 1);
-        if (n > hw->shared_cores) pc.share = n / hw->shared_cores;
+        pc.share = spi_core_share(hw, &p->layout);
+        pc.comm_share = spi_comm_share(hw, &p->layout);
     }
     sp_cost_params(hw, p->layout.weights, pc.par);
     pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);

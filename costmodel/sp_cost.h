@@ -25,7 +25,9 @@
  *               KV bytes read are those of the context reached.
  *     CPU chips sharing cores (chip.shared_cores = C): a compute step of a
  *     layout whose n = replicas × X·Y·Z × min(stages, micro-batches) chips
- *     compute at once takes max(1, n / C) times as long.
+ *     compute at once takes max(1, n / C) times as long; with
+ *     chip.comm_shares_cores so does every collective and send/recv, and
+ *     the per-token barrier (spi_core_share, spi_comm_share).
  *   collective (alpha-beta, a latency α per step of the algorithm and a
  *   bandwidth β = 1/bw per byte, per tier; c = one chip's block):
  *     cluster (tier near = inside a node, far = between nodes; a group of
@@ -70,7 +72,8 @@
  *            bubble once, not per token).
  *            With chip.token_sync_s > 0 (a runtime that synchronises every
  *            chip after each token, as our CPU executor does), a decode
- *            step is Σ t_s + (M−1)·max t_s + token_sync_s·(chips − 1) instead.
+ *            step is Σ t_s + (M−1)·max t_s + token_sync_s·(chips − 1) instead
+ *            (× max(1, n / C) with chip.comm_shares_cores).
  *   decode over G tokens: the trapezoid of the first and last step (exact
  *            while the same term dominates, since every term is linear in
  *            the context).
@@ -268,8 +271,9 @@ typedef struct sp_coll_terms {
 } sp_coll_terms;
 void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, sp_coll_terms *out);
 /* Seconds one collective step takes on the layout's placement (the terms
- * priced with the profile's α and β; +inf on a torus the layout does not
- * map onto). */
+ * priced with the profile's α and β, stretched by the chips sharing cores
+ * when chip.comm_shares_cores; +inf on a torus the layout does not map
+ * onto). */
 double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c);
 
 /* ---- free parameters, for fits ---- */

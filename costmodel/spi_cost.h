@@ -155,16 +155,40 @@ static inline int64_t spi_sched_commit(spi_sched *st, const spi_step_run *r, int
 #define SPI_PS_MAX_S 1e6
 static inline int64_t spi_ps(double s) { return s < SPI_PS_MAX_S ? (int64_t)(s * 1e12 + 0.5) : (int64_t)(SPI_PS_MAX_S * 1e12); }
 
+/* Chips time-sharing cores (chip.shared_cores = C): n chips of l compute at
+ * once (every tensor chip of every replica, times the stages busy together,
+ * at most the micro-batches), so a step of one of them takes max(1, n / C)
+ * times as long as on a core of its own; 1 when the profile's chips do not
+ * share cores. */
+static inline double spi_core_share(const sp_hw *hw, const sp_layout *l)
+{
+    if (hw->shared_cores <= 0) return 1.0;
+    int busy = l->stages < l->microbatches ? l->stages : l->microbatches;
+    double n = (double)sp_layout_chips(l) / l->stages * (busy > 0 ? busy : 1);
+    return n > hw->shared_cores ? n / hw->shared_cores : 1.0;
+}
+
+/* The same stretch for the communication figures (collectives, send/recv,
+ * the per-token barrier) when the profile states them per chip with a core
+ * (chip.comm_shares_cores), else 1. */
+static inline double spi_comm_share(const sp_hw *hw, const sp_layout *l)
+{
+    return hw->comm_shares_cores ? spi_core_share(hw, l) : 1.0;
+}
+
 /* The per-token barrier (sp_cost.h, "pipeline"): with chip.token_sync_s > 0
  * the runtime synchronises every chip after each generated token, at
- * token_sync_s per chip beyond the first, so a decode step is a flow shop of
- * the stages and micro-batches and then the barrier.  Returns 1 with the
- * barrier's whole picoseconds in *ps when the profile has one, else 0
- * (*ps = 0).  The closed form adds *ps to its flow shop, the simulator holds
- * every chip until the barrier ends: one rule, one figure, to the bit. */
+ * token_sync_s per chip beyond the first (stretched by spi_comm_share), so
+ * a decode step is a flow shop of the stages and micro-batches and then the
+ * barrier.  Returns 1 with the barrier's whole picoseconds in *ps when the
+ * profile has one, else 0 (*ps = 0).  The closed form adds *ps to its flow
+ * shop, the simulator holds every chip until the barrier ends: one rule,
+ * one figure, to the bit. */
 static inline int spi_token_sync(const sp_hw *hw, const sp_layout *l, int64_t *ps)
 {
-    *ps = hw->token_sync_s > 0 ? spi_ps(hw->token_sync_s * (double)(sp_layout_chips(l) - 1)) : 0;
+    *ps = hw->token_sync_s > 0
+              ? spi_ps(hw->token_sync_s * (double)(sp_layout_chips(l) - 1) * spi_comm_share(hw, l))
+              : 0;
     return hw->token_sync_s > 0;
 }
 #endif

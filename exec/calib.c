@@ -566,7 +566,7 @@ static sp_status coll_chip(calib_ctx *cx, sp_comm *c)
             free(snd);
             free(rcv);
             if (st || sp_comm_rank(c) != 0) continue;
-            sp_calib_coll_pt p = {kind, K, cb, best, 0, 0};
+            sp_calib_coll_pt p = {kind, K, cb, best, 0, 0, K * cx->ystride};
             if (kind == SP_CALIB_SENDRECV) p.steps = 1, p.beta_bytes = (double)cb;
             else if (kind == SP_CALIB_AR) p.steps = 2.0 * (K - 1), p.beta_bytes = 2.0 * (K - 1) * (double)cb;
             else p.steps = K - 1, p.beta_bytes = (double)(K - 1) * (double)cb;
@@ -714,6 +714,11 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
         cx.K = K;
         cx.ystride = n / K;
         st = on_chips(&cx, K, n / K, coll_chip);
+        /* and one group alone: a run of K chips shares the cores less */
+        if (!st && K < n && r->backend == SP_COMM_BACKEND_THREADS) {
+            cx.ystride = 1;
+            st = on_chips(&cx, K, 1, coll_chip);
+        }
     }
     pthread_mutex_destroy(&cx.mu);
     r->seconds = now_s() - t0;
@@ -827,6 +832,12 @@ int sp_calib_curve(int n, const double *x, const double *y, int max, double *cx,
         k++;
     }
     return k;
+}
+
+double sp_calib_share(const sp_calib_result *r, int n)
+{
+    if (r->backend == SP_COMM_BACKEND_NCCL || r->cores < 1 || n <= r->cores) return 1.0;
+    return (double)n / r->cores;
 }
 
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
@@ -947,13 +958,15 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         if (e < best_err) best_err = e, f->tile_m = tiles[ti];
     }
     f->mm_median_err = best_err;
-    /* collectives */
+    /* collectives: each point's time on a core of its own (t / share), so
+     * the fit holds for runs of any chip count (errors are relative, the
+     * same before and after the division) */
     double s[256], b[256], t[256], e[256];
     n = 0;
     for (int i = 0; i < r->n_coll && n < 256; i++) {
         s[n] = r->coll[i].steps;
         b[n] = r->coll[i].beta_bytes;
-        t[n] = r->coll[i].seconds;
+        t[n] = r->coll[i].seconds / sp_calib_share(r, r->coll[i].chips);
         n++;
     }
     if (n) {
@@ -964,7 +977,8 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     }
     f->act_elem_s[0] = r->act_s[0];
     f->act_elem_s[1] = r->act_s[1];
-    f->token_sync_s = r->chips > 1 ? r->barrier_s / (r->chips - 1) : 0;   /* per chip beyond the first */
+    /* per chip beyond the first, on a core of its own */
+    f->token_sync_s = r->chips > 1 ? r->barrier_s / (r->chips - 1) / sp_calib_share(r, r->chips) : 0;
     if (r->disp_steps[1] > r->disp_steps[0]) {
         f->dispatch_s = (r->disp_seconds[1] - r->disp_seconds[0]) / (double)(r->disp_steps[1] - r->disp_steps[0]);
         if (f->dispatch_s < 0) f->dispatch_s = 0;

@@ -23,8 +23,10 @@
  *            by working set (16 KiB .. 256 MiB; above 16 MiB a ring of
  *            matrices, one per call, as a decode step streams its layers).
  *   collectives  every kind over groups of K = each divisor of the chip count
- *            above 1 (all N chips busy: N/K groups at once, as in a run), one
- *            chip's block c of 256 B .. 1 MiB; send/recv between chip pairs.
+ *            above 1, twice: all N chips busy (N/K groups at once, as in a
+ *            run of N chips) and one group alone (K chips, as in a run of
+ *            K); one chip's block c of 256 B .. 1 MiB; send/recv between
+ *            chip pairs.
  *   attention sp_kern_attention (decode: 1 query over 256 positions; prefill:
  *            64 causal queries) at head widths 8, 64, 128, FLOPs counted as
  *            the lowering counts them.
@@ -35,9 +37,12 @@
  *            difference in time over the difference in steps.
  * Chips.  The compute benchmarks run on min(chips, cores) chips at once
  * (each chip then has a core, the per-chip rate the profile states; more
- * chips than cores time-share them, which the profile's host.cores tells the
- * cost model); the collectives run on all chips asked, so their latency
- * includes the scheduling of chips beyond the cores.
+ * chips than cores time-share them, which the profile's chip.shared_cores
+ * tells the cost model).  A collective of n chips running at once on C
+ * cores is a share s = max(1, n / C) of the cores' time: the fit and the
+ * per-token barrier divide each time by its s (chip.comm_shares_cores: the
+ * cost model multiplies by the run's own s), so one profile prices runs of
+ * every chip count.
  * Timing: one untimed call (warm-up), then `rounds` (5) timed rounds of R calls
  * each (R fixed per point from its size), separated by barriers; the point is
  * the MINIMUM over rounds of the mean call time on chip 0 (robust against a
@@ -87,6 +92,7 @@ typedef struct sp_calib_coll_pt {
     double seconds;
     double steps;              /* algorithm steps (the α count): K-1, 2(K-1) for all-reduce, 1 for send */
     double beta_bytes;         /* bytes on β: (K-1)·c, 2(K-1)·c for all-reduce, c for send */
+    int chips;                 /* chips running this benchmark at once (K: one group; N: all) */
 } sp_calib_coll_pt;
 
 typedef struct sp_calib_attn {
@@ -135,13 +141,18 @@ typedef struct sp_calib_fit {
     double mem_bw;             /* the best weight-stream rate, B/s */
     int mem_points;            /* fraction of mem_bw by bytes moved */
     double mem_bytes[SP_CALIB_CURVE], mem_value[SP_CALIB_CURVE];
-    double launch, alpha, beta; /* seconds per collective, per collective step, per byte */
+    double launch, alpha, beta; /* seconds per collective, per collective step, per byte, of chips
+                                   each with a core (a point's time / sp_calib_share) */
     double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */
     double dispatch_s;         /* seconds per interpreter step */
     double act_elem_s[2];      /* r->act_s */
-    double token_sync_s;       /* r->barrier_s / (chips - 1) with 2 chips or more, else 0 */
+    double token_sync_s;       /* r->barrier_s / (chips - 1) / sp_calib_share(r, chips) with 2
+                                  chips or more, else 0 */
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
+/* The share of the cores' time one of n chips running at once gets the
+ * inverse of: max(1, n / r->cores) for CPU chips, 1 for a GPU. */
+double sp_calib_share(const sp_calib_result *r, int n);
 
 /* Least squares of t ≈ λ + α·s + β·b in relative error (weights 1/t), every
  * coefficient >= 0 (the best non-negative subset).  Exposed for tests. */

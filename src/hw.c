@@ -220,6 +220,10 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     if (!(hw->token_sync_s >= 0 && hw->token_sync_s <= 1)) return hfail(src, err, "/chip/token_sync_s", "seconds in [0, 1]");
     if (hw->shared_cores < 0 || hw->shared_cores > 65536)
         return hfail(src, err, "/chip/shared_cores", "an integer in [0, 65536] (0: chips do not share cores)");
+    if (hw->comm_shares_cores != 0 && hw->comm_shares_cores != 1)
+        return hfail(src, err, "/chip/comm_shares_cores", "true or false");
+    if (hw->comm_shares_cores && !hw->shared_cores)
+        return hfail(src, err, "/chip/comm_shares_cores", "true needs chip.shared_cores > 0 (the cores the chips share)");
     RANGE_(hw->hbm_usable, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_usable");
     RANGE_(hw->hbm_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/hbm_bw");
     RANGE_(hw->net_bw_eff, HW_FRACTION_MIN, 1, "(fraction)", 0, "/efficiency/network");
@@ -239,7 +243,7 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "act_elem_s", "token_sync_s", NULL};
+                                        "comm_shares_cores", "act_elem_s", "token_sync_s", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices",
                                          "collective_latency", NULL};
@@ -269,6 +273,7 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
     int64_t sc = 0;
     C_(spi_json_get_int(c, "/chip", chip, "shared_cores", 0, 0, 65536, "integer in [0, 65536]; 0: not shared", &sc));
     hw->shared_cores = (int)sc;
+    C_(spi_json_get_bool(c, "/chip", chip, "comm_shares_cores", 0, &hw->comm_shares_cores));
     C_(spi_json_get_num(c, "/chip", chip, "token_sync_s", 0, 0, 0, 1, "seconds in [0, 1] per generated token",
                         &hw->token_sync_s));
     json_t *ae;
@@ -553,6 +558,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     json_object_set_new(chip, "hbm_bw", json_real(hw->hbm_bw));
     json_object_set_new(chip, "dispatch_s", json_real(hw->dispatch_s));
     if (hw->shared_cores) json_object_set_new(chip, "shared_cores", json_integer(hw->shared_cores));
+    if (hw->comm_shares_cores) json_object_set_new(chip, "comm_shares_cores", json_true());
     if (hw->act_elem_s[0] > 0 || hw->act_elem_s[1] > 0)
         json_object_set_new(chip, "act_elem_s", json_pack("{s:f,s:f}", "gelu", hw->act_elem_s[0], "swiglu",
                                                           hw->act_elem_s[1]));

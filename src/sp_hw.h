@@ -71,6 +71,10 @@ typedef struct sp_hw {
     int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
                                          cores: a compute step of n chips running at once takes
                                          max(1, n / shared_cores) times as long; 0 = not shared */
+    int comm_shares_cores;            /* 1: the collective, send/recv and token_sync_s figures are
+                                         those of chips each with a core, and time-sharing stretches
+                                         them like a compute step (max(1, n / shared_cores)); 0: they
+                                         are what n chips take as they are (needs shared_cores > 0) */
     /* topology */
     sp_topo_kind topo;
     int torus_dims[3];                /* torus: X, Y, Z of the full slice (chips = product) */

@@ -349,6 +349,18 @@ START_TEST(test_two_tier)
     /* the same group on a torus-free single-node placement prices like one tier */
     hw.chips_per_node = 16;
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 15 * block / 300e9 + 15 * 3e-6, 1e-12);
+    /* chips sharing cores: 16 chips computing at once on 4 cores stretch
+     * every collective 4x when the profile's figures are per core
+     * (chip.comm_shares_cores), and leave it as given otherwise */
+    double alone = sp_cost_coll_time(&hw, &l, &c);
+    hw.shared_cores = 4;
+    ck_assert_double_eq(sp_cost_coll_time(&hw, &l, &c), alone);
+    hw.comm_shares_cores = 1;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone, 1e-15);
+    hw.shared_cores = 16;   /* a core each: no stretch */
+    ck_assert_double_eq(sp_cost_coll_time(&hw, &l, &c), alone);
+    hw.shared_cores = 0;
+    hw.comm_shares_cores = 0;
     int kin, kout;
     hw.chips_per_node = 8;
     sp_cost_group_tiers(&hw, &l, "yz", &kin, &kout);

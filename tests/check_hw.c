@@ -6,6 +6,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "sp_hw.h"
+#include "spi_json.h"
 
 static const char *const bundled[] = {"tpu-v4", "a100-40g", "a100-80g", "h100", "h200"};
 
@@ -151,6 +152,24 @@ START_TEST(test_new_fields)
     ck_assert_double_eq(hw.dispatch_s, 0.0);
     int any[3] = {1, 1, 3};
     ck_assert(!sp_hw_slice_rentable(&hw, any));   /* a cluster rents no torus slice */
+    /* chip.comm_shares_cores: a boolean, only beside shared_cores, written back */
+    char t3[4096];
+    const char *dp = strstr(text, "\"dispatch_s\":5e-6");
+    snprintf(t3, sizeof t3, "%.*s\"shared_cores\":2,\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_int_eq(hw.comm_shares_cores, 1);
+    json_t *back = spi_hw_to_json(&hw);
+    ck_assert(json_is_true(json_object_get(json_object_get(back, "chip"), "comm_shares_cores")));
+    json_decref(back);
+    snprintf(t3, sizeof t3, "%.*s\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/comm_shares_cores");
+    ck_assert_ptr_nonnull(strstr(err.text, "shared_cores"));
+    snprintf(t3, sizeof t3, "%.*s\"shared_cores\":2,\"comm_shares_cores\":1,%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/comm_shares_cores");
+    ck_assert_int_eq(sp_hw_loads(minimal, 0, &hw, &err), SP_OK);
+    ck_assert_int_eq(hw.comm_shares_cores, 0);
     /* errors name their field */
     static const struct { const char *from, *to, *path; } bad[] = {
         {"\"dispatch_s\":5e-6", "\"dispatch_s\":-1", "/chip/dispatch_s"},

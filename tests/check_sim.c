@@ -265,7 +265,8 @@ END_TEST
  * token_sync_s > 0: a runtime with a barrier after every token; then the
  * decode makespan is also tokens × step.  Returns the layouts checked and,
  * in *pipelines, those with stages. */
-static int check_catalogue(const char *const *hws, size_t n_hw, double token_sync_s, int *pipelines)
+static int check_catalogue(const char *const *hws, size_t n_hw, double token_sync_s, int shared_cores,
+                           int *pipelines)
 {
     /* tiny-moe-every2: MoE layers between dense ones, each stage's layers in their order */
     const char *models[] = {"tiny-llama", "tiny-gpt2", "tiny-palm", "tiny-moe-every2"};
@@ -280,6 +281,8 @@ static int check_catalogue(const char *const *hws, size_t n_hw, double token_syn
             ck_assert_int_eq(sp_hw_find(hws[hi], &hw, &err), SP_OK);
             if (!strcmp(hws[hi], "a100-80g")) hw.chips_per_node = 4;   /* two tiers on 8 chips */
             hw.token_sync_s = token_sync_s;
+            hw.shared_cores = shared_cores;
+            hw.comm_shares_cores = shared_cores > 0;
             sp_workload w = {16, 16, 4};
             for (int S = 1; S <= 2; S++)
                 for (int R = 1; R <= 2; R++)
@@ -330,7 +333,7 @@ static int check_catalogue(const char *const *hws, size_t n_hw, double token_syn
 START_TEST(test_closed_form_catalogue)
 {
     const char *hws[] = {"tpu-v4", "a100-80g"};
-    int pipelines, checked = check_catalogue(hws, 2, 0, &pipelines);
+    int pipelines, checked = check_catalogue(hws, 2, 0, 0, &pipelines);
     ck_assert_int_gt(checked, 200);
     ck_assert_int_gt(pipelines, 20);
 }
@@ -344,7 +347,20 @@ END_TEST
 START_TEST(test_closed_form_token_sync)
 {
     const char *hws[] = {"a100-80g"};
-    int pipelines, checked = check_catalogue(hws, 1, 3e-6, &pipelines);
+    int pipelines, checked = check_catalogue(hws, 1, 3e-6, 0, &pipelines);
+    ck_assert_int_gt(checked, 100);
+    ck_assert_int_gt(pipelines, 10);
+}
+END_TEST
+
+/* CPU chips on 2 shared cores, collectives and the barrier stated per core
+ * (chip.comm_shares_cores, as `calibrate` writes it): both stretch by the
+ * layout's chips computing at once / 2, in the simulator as in the closed
+ * form (spi_comm_share), so the two stay equal to the bit. */
+START_TEST(test_closed_form_shared_cores)
+{
+    const char *hws[] = {"a100-80g"};
+    int pipelines, checked = check_catalogue(hws, 1, 3e-6, 2, &pipelines);
     ck_assert_int_gt(checked, 100);
     ck_assert_int_gt(pipelines, 10);
 }
@@ -483,6 +499,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_bubble);
     tcase_add_test(tc, test_closed_form_catalogue);
     tcase_add_test(tc, test_closed_form_token_sync);
+    tcase_add_test(tc, test_closed_form_shared_cores);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_trace);
     suite_add_tcase(s, tc);

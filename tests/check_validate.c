@@ -132,6 +132,49 @@ START_TEST(test_alpha_beta)
 }
 END_TEST
 
+/* Collectives and the per-token barrier measured with more chips than
+ * cores are fitted per chip with a core: each point's time over
+ * max(1, chips / cores).  Points made as share × (λ + α·s + β·b) give λ, α
+ * and β back; the barrier over 8 chips on 2 cores gives its time / 7 / 4. */
+START_TEST(test_fit_shared_cores)
+{
+    sp_calib_mm mm[3] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4}, {SP_DT_F32, 64, 512, 512, 1, 6e-4},
+                         {SP_DT_F32, 1, 512, 512, 1, 2e-5}};
+    sp_calib_coll_pt pt[8];
+    int n = 0;
+    for (int chips = 2; chips <= 8; chips *= 4)
+        for (int K = 2; K <= 4; K += 2)
+            for (int i = 0; i < 2; i++) {
+                double c = i ? 65536 : 256, steps = K - 1, by = (K - 1) * c;
+                double share = chips > 2 ? chips / 2.0 : 1.0;
+                pt[n++] = (sp_calib_coll_pt){SP_CALIB_AG, K, (int64_t)c,
+                                             share * (5e-6 + 3e-6 * steps + 2e-10 * by), steps, by, chips};
+            }
+    sp_calib_result r;
+    memset(&r, 0, sizeof r);
+    r.backend = SP_COMM_BACKEND_THREADS;
+    r.chips = 8;
+    r.cores = 2;
+    r.compute_chips = 2;
+    r.mm = mm;
+    r.n_mm = 3;
+    r.coll = pt;
+    r.n_coll = n;
+    r.barrier_s = 56e-6;
+    sp_calib_fit f;
+    ck_assert_msg(sp_calib_fit_result(&r, &f) == SP_OK, "%s", sp_last_error());
+    ck_assert_double_eq_tol(f.launch, 5e-6, 1e-12);
+    ck_assert_double_eq_tol(f.alpha, 3e-6, 1e-12);
+    ck_assert_double_eq_tol(f.beta, 2e-10, 1e-16);
+    ck_assert_double_eq_tol(f.coll_worst_err, 0, 1e-9);
+    ck_assert_double_eq_tol(f.token_sync_s, 56e-6 / 7 / 4, 1e-15);
+    ck_assert_double_eq(sp_calib_share(&r, 2), 1.0);
+    ck_assert_double_eq(sp_calib_share(&r, 8), 4.0);
+    r.backend = SP_COMM_BACKEND_NCCL;   /* a GPU computes on its own */
+    ck_assert_double_eq(sp_calib_share(&r, 8), 1.0);
+}
+END_TEST
+
 START_TEST(test_curve_bins)
 {
     double x[6] = {1e3, 1.1e3, 1e6, 1.2e6, 1e9, 0.9e9}, y[6] = {0.1, 0.3, 0.5, 0.7, 0.9, 0.9};
@@ -157,6 +200,7 @@ int main(void)
     tcase_add_test(tc, test_parse_file_missing);
     tcase_add_test(tc, test_alpha_beta);
     tcase_add_test(tc, test_curve_bins);
+    tcase_add_test(tc, test_fit_shared_cores);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

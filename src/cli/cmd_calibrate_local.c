@@ -71,10 +71,11 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
     }
     for (int i = 0; i < r->n_coll; i++) {
         const sp_calib_coll_pt *p = &r->coll[i];
-        double fit = f->launch + f->alpha * p->steps + f->beta * p->beta_bytes;
-        json_array_append_new(coll, json_pack("{s:s,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind),
-                                              "group", p->K, "block_bytes", (json_int_t)p->block_bytes, "seconds",
-                                              p->seconds, "steps", p->steps, "beta_bytes", p->beta_bytes,
+        /* the fit is per chip with a core; this point ran p->chips chips at once */
+        double fit = (f->launch + f->alpha * p->steps + f->beta * p->beta_bytes) * sp_calib_share(r, p->chips);
+        json_array_append_new(coll, json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind),
+                                              "group", p->K, "chips", p->chips, "block_bytes", (json_int_t)p->block_bytes,
+                                              "seconds", p->seconds, "steps", p->steps, "beta_bytes", p->beta_bytes,
                                               "fitted_seconds", fit));
     }
     json_t *attn = json_array();
@@ -133,6 +134,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.attn_points = f->attn_points;
     for (int i = 0; i < f->attn_points; i++) hw.attn_dhead[i] = f->attn_dhead[i], hw.attn_value[i] = f->attn_value[i];
     hw.shared_cores = gpu ? 0 : r->cores;   /* a GPU computes on its own, CPU chips share the cores */
+    hw.comm_shares_cores = hw.shared_cores > 0;   /* the fit and token_sync_s are per chip with a core */
     hw.act_elem_s[0] = f->act_elem_s[0];
     hw.act_elem_s[1] = f->act_elem_s[1];
     hw.token_sync_s = f->token_sync_s;
@@ -164,7 +166,9 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
                                     "binned by FLOPs; hbm_bw = the best weight-stream (T = 1 matmul) rate and "
                                     "efficiency.memory its fraction by bytes (caches included); one collective "
                                     "tier fitted as latency per algorithm step + bytes / bandwidth (least squares "
-                                    "in relative error); overlap none (collectives run on the chip's thread); "
+                                    "in relative error) on each point's time / max(1, chips running / cores) "
+                                    "(comm_shares_cores: runs stretch it back by their own share); "
+                                    "overlap none (collectives run on the chip's thread); "
                                     "hbm_bytes = host memory / chips (cuda: the GPU's memory; one GPU, no collectives).  "
                                     "Every point in measured.points."));
     json_t *cal = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:f,s:s,s:o,s:{s:f,s:f}}", "backend",
@@ -173,7 +177,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
                             r->seconds, "method",
                             "every point: one warm-up call, then the minimum over 5 timed rounds of the mean call "
                             "time on chip 0; compute points on min(chips, cores) chips at once, collectives on "
-                            "all chips (groups of K side by side)",
+                            "all chips (groups of K side by side) and on one group alone (threads)",
                             "points", measured_json(r, f), "collective_fit", "median_rel_err", f->coll_median_err,
                             "worst_rel_err", f->coll_worst_err);
     json_object_set_new(cal, "matmul_fit", json_pack("{s:i,s:f}", "tile_m", f->tile_m, "median_rel_err",
@@ -231,7 +235,7 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                    cli_fmt_rate(f.mem_bw, b[2], 32), f.tile_m, 100 * f.mm_median_err,
                    cli_fmt_seconds(f.dispatch_s, b[3], 32));
             if (r->n_coll)
-                printf("collective %s + %s a step + bytes at %s (median err %.0f%%, worst %.0f%%)\n",
+                printf("collective %s + %s a step + bytes at %s, each chip on a core (median err %.0f%%, worst %.0f%%)\n",
                        cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
                        cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
                        100 * f.coll_worst_err);
