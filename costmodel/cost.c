@@ -216,7 +216,8 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
  * (compared by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
 typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype); attention (flops, -1, d_head);
-                                                                 memory (bytes, -2, -2); weight stream (bytes, -3, -3) */
+                                                                 memory (bytes, -2, -2); weight stream (bytes, -3, -3),
+                                                                 of a chip alone (bytes, -4, -3) */
 static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
 /* What the curves read of a profile (sp_hw_matmul_shape_eff,
  * sp_hw_memory_eff, sp_hw_attention_eff, the weight-stream curve): the
@@ -231,7 +232,9 @@ _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offse
                offsetof(sp_hw, rows_value) < offsetof(sp_hw, mem_points) &&
                offsetof(sp_hw, mem_points) < offsetof(sp_hw, mem_bytes) && offsetof(sp_hw, mem_bytes) < offsetof(sp_hw, mem_value) &&
                offsetof(sp_hw, mem_value) < offsetof(sp_hw, ws_points) && offsetof(sp_hw, ws_points) < offsetof(sp_hw, ws_bytes) &&
-               offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, attn_points) &&
+               offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, wsa_points) &&
+               offsetof(sp_hw, wsa_points) < offsetof(sp_hw, wsa_bytes) && offsetof(sp_hw, wsa_bytes) < offsetof(sp_hw, wsa_value) &&
+               offsetof(sp_hw, wsa_value) < offsetof(sp_hw, attn_points) &&
                offsetof(sp_hw, attn_points) < offsetof(sp_hw, attn_dhead) && offsetof(sp_hw, attn_dhead) < offsetof(sp_hw, attn_value),
                "the efficiency curves lie between eff_points and attn_value");
 static _Thread_local struct {
@@ -253,7 +256,8 @@ static void eff_bind(const sp_hw *hw)
 
 static __attribute__((noinline)) double eff_compute(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
 {
-    return b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
+    return b == -4 ? sp_hw_curve(hw->wsa_points, hw->wsa_bytes, hw->wsa_value, (double)a, 1.0)
+         : b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
          : b == -2 ? sp_hw_memory_eff(hw, (double)a)
          : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
 }
@@ -291,6 +295,7 @@ typedef struct price_ctx {
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
     double comm_share;  /* share, or 1 when the profile's communication figures already hold it */
+    int ws_curve;       /* eff_lookup's key of the weight-stream curve: -3, or -4 for a chip alone */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
     unsigned groups_done;                  /* bit m: group[m] resolved */
     coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
@@ -337,7 +342,7 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
      * weights (each weight once per token), not of its own bytes: a CPU's
      * caches hold what the pass touches, not one matrix */
     double meff = bytes <= 0 ? 1.0
-                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, -3, -3, 0)
+                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, pc->ws_curve, -3, 0)
                                                            : eff_lookup(hw, bytes, -2, -2, 0);
     double m = bytes / (pc->bw * meff);
     /* chips time-sharing cores: every part of a compute step stretches alike */
@@ -423,6 +428,9 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     pc.ck = NULL;
     pc.share = 1.0;
     pc.comm_share = 1.0;
+    /* one chip computing while the others wait streams the memory bandwidth
+     * the node's chips otherwise share */
+    pc.ws_curve = hw->wsa_points > 0 && hw->shared_cores > 1 && spi_chips_computing(&p->layout) <= 1 ? -4 : -3;
     pc.wstream = 0;
     pc.groups_done = 0;
     if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */

@@ -160,11 +160,15 @@ static inline int64_t spi_ps(double s) { return s < SPI_PS_MAX_S ? (int64_t)(s *
  * at most the micro-batches), so a step of one of them takes max(1, n / C)
  * times as long as on a core of its own; 1 when the profile's chips do not
  * share cores. */
+static inline double spi_chips_computing(const sp_layout *l)
+{
+    int busy = l->stages < l->microbatches ? l->stages : l->microbatches;
+    return (double)sp_layout_chips(l) / l->stages * (busy > 0 ? busy : 1);
+}
 static inline double spi_core_share(const sp_hw *hw, const sp_layout *l)
 {
     if (hw->shared_cores <= 0) return 1.0;
-    int busy = l->stages < l->microbatches ? l->stages : l->microbatches;
-    double n = (double)sp_layout_chips(l) / l->stages * (busy > 0 ? busy : 1);
+    double n = spi_chips_computing(l);
     return n > hw->shared_cores ? n / hw->shared_cores : 1.0;
 }
 

@@ -209,6 +209,7 @@ typedef struct mm_job {
     int64_t T, K, N;
     int mem;   /* 1: a memory (weight stream) point */
     int ring;  /* weight matrices cycled through (a working set of ring · K · N elements) */
+    int alone; /* 1: chip 0 only, the other chips idle */
 } mm_job;
 
 static int64_t mm_reps(const calib_grid *g, double flops)
@@ -217,20 +218,25 @@ static int64_t mm_reps(const calib_grid *g, double flops)
     return r < 2 ? 2 : r > 2000 ? 2000 : (int64_t)r;
 }
 
-static size_t jobs_of(const calib_grid *g, mm_job *jobs, size_t max)
+/* The grid's jobs; alone_too: the weight streams once more on chip 0 alone. */
+static size_t jobs_of(const calib_grid *g, int alone_too, mm_job *jobs, size_t max)
 {
     size_t n = 0;
     for (int i = 0; i < g->n_mm_kn; i++)
         for (int j = 0; j < g->n_mm_t && n < max; j++)
-            jobs[n++] = (mm_job){SP_DT_F32, g->mm_t[j], g->mm_kn[i][0], g->mm_kn[i][1], 0, 1};
+            jobs[n++] = (mm_job){SP_DT_F32, g->mm_t[j], g->mm_kn[i][0], g->mm_kn[i][1], 0, 1, 0};
     for (int d = SP_DT_BF16; d <= SP_DT_FP8; d++)
         for (int i = 0; i < g->n_dq_kn; i++)
             for (int j = 0; j < g->n_dq_t && n < max; j++)
-                jobs[n++] = (mm_job){d, g->dq_t[j], g->dq_kn[i][0], g->dq_kn[i][1], 0, 1};
+                jobs[n++] = (mm_job){d, g->dq_t[j], g->dq_kn[i][0], g->dq_kn[i][1], 0, 1, 0};
     for (int i = 0; i < g->n_mem && n < max; i++) {
         int64_t e = g->mem_kn[i][0] * g->mem_kn[i][1], side = (int64_t)sqrt((double)g->ring_elems);
-        if (e > g->ring_elems) jobs[n++] = (mm_job){SP_DT_F32, 1, side, side, 1, (int)(e / g->ring_elems)};
-        else jobs[n++] = (mm_job){SP_DT_F32, 1, g->mem_kn[i][0], g->mem_kn[i][1], 1, 1};
+        if (e > g->ring_elems) jobs[n++] = (mm_job){SP_DT_F32, 1, side, side, 1, (int)(e / g->ring_elems), 0};
+        else jobs[n++] = (mm_job){SP_DT_F32, 1, g->mem_kn[i][0], g->mem_kn[i][1], 1, 1, 0};
+    }
+    for (size_t i = n - (size_t)g->n_mem, end = n; alone_too && i < end && n < max; i++) {
+        jobs[n] = jobs[i];
+        jobs[n++].alone = 1;
     }
     return n;
 }
@@ -314,7 +320,7 @@ static sp_status mm_call(spi_xdev *d, void *arg, int64_t i)
  * minimum over rounds. */
 static sp_status mm_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, const mm_job *j, double *best)
 {
-    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    int active = sp_comm_rank(c) < (j->alone ? 1 : cx->r->compute_chips);
     void *wd = NULL;
     float *sc = NULL, *x = NULL, *dsc = NULL;
     double once = 0;
@@ -480,17 +486,17 @@ static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
 {
     mm_job jobs[128];
     const calib_grid *g = grid_of(cx->o);
-    size_t n = jobs_of(g, jobs, NELEM(jobs));
+    size_t n = jobs_of(g, cx->r->compute_chips > 1, jobs, NELEM(jobs));
     sp_calib_result *r = cx->r;
     spi_xdev dev;
     sp_status st = chip_dev_open(cx->o, &dev);
     for (size_t i = 0; i < n && !st; i++) {
         double t;
         if ((st = mm_point(cx, c, &dev, &jobs[i], &t)) || sp_comm_rank(c) != 0) continue;
-        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t};
+        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t, jobs[i].alone};
         if (cx->o->log)
-            fprintf(cx->o->log, "matmul %-4s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
-                    sp_dtype_name((sp_dtype)jobs[i].dt), (long long)jobs[i].T, (long long)jobs[i].K,
+            fprintf(cx->o->log, "matmul %-4s%s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
+                    sp_dtype_name((sp_dtype)jobs[i].dt), jobs[i].alone ? " alone" : "", (long long)jobs[i].T, (long long)jobs[i].K,
                     (long long)jobs[i].N, t, 2e-9 * (double)(jobs[i].T * jobs[i].K * jobs[i].N) / t,
                     1e-9 * (double)(jobs[i].K * jobs[i].N * sp_dtype_bytes((sp_dtype)jobs[i].dt)) / t);
     }
@@ -884,7 +890,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             next = 0;   /* the next larger T measured */
             for (int i = 0; i < r->n_mm && m < 128; i++) {
                 const sp_calib_mm *p = &r->mm[i];
-                if (p->dt != d || p->ring > 1) continue;
+                if (p->dt != d || p->ring > 1 || p->alone) continue;
                 if (p->T > T && (!next || p->T < next)) next = p->T;
                 if (p->T != T) continue;
                 double fl = 2.0 * (double)(p->T * p->K * p->N);
@@ -919,11 +925,11 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             f->attn_points++;
         }
     }
-    /* memory: the T = 1 f32 weight streams */
+    /* memory: the T = 1 f32 weight streams (on the compute chips at once) */
     n = 0;
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T != 1 || p->dt != SP_DT_F32) continue;
+        if (p->T != 1 || p->dt != SP_DT_F32 || p->alone) continue;
         double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
         x[n] = by * p->ring;   /* the working set */
         y[n] = by / p->seconds;
@@ -935,6 +941,20 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     f->mem_points = sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->mem_bytes, f->mem_value);
     for (int i = 0; i < f->mem_points; i++)
         if (f->mem_value[i] > 1) f->mem_value[i] = 1;   /* a bin's mean never exceeds its best */
+    /* the same streams on chip 0 alone, as fractions of the same best rate
+     * (at most 1: a cache-sized stream is no faster alone) */
+    n = 0;
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        if (p->T != 1 || p->dt != SP_DT_F32 || !p->alone) continue;
+        double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
+        x[n] = by * p->ring;
+        y[n] = by / p->seconds / f->mem_bw;
+        n++;
+    }
+    f->wsa_points = n ? sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->wsa_bytes, f->wsa_value) : 0;
+    for (int i = 0; i < f->wsa_points; i++)
+        if (f->wsa_value[i] > 1) f->wsa_value[i] = 1;
     /* matmul_tile M: the token granularity (none, 2 .. 32) under which the
      * roofline max(compute, memory) best matches every f32 point (with the
      * rows curve, a granularity seldom adds anything on a CPU) */
@@ -944,7 +964,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         int m = 0;
         for (int i = 0; i < r->n_mm && m < 128; i++) {
             const sp_calib_mm *p = &r->mm[i];
-            if (p->dt != SP_DT_F32 || p->ring > 1) continue;
+            if (p->dt != SP_DT_F32 || p->ring > 1 || p->alone) continue;
             double fl = 2.0 * (double)(p->T * p->K * p->N), tm = (double)tiles[ti];
             double util = tm > 0 ? (double)p->T / (ceil((double)p->T / tm) * tm) : 1.0;
             double c = fl / (f->peak_flops[SP_DT_F32] * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0) *

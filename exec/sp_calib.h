@@ -21,7 +21,10 @@
  *   memory   sp_kern_matmul with T = 1 (a weight stream: the decode matmul,
  *            bound by the weight bytes), bytes = K·N·s + (K + N)·4; B/s = bytes / t,
  *            by working set (16 KiB .. 256 MiB; above 16 MiB a ring of
- *            matrices, one per call, as a decode step streams its layers).
+ *            matrices, one per call, as a decode step streams its layers);
+ *            with more than one compute chip, once more on chip 0 alone
+ *            (the chips share the memory bandwidth: a chip streaming while
+ *            its peers wait, as in a pipeline of one micro-batch, is faster).
  *   collectives  every kind over groups of K = each divisor of the chip count
  *            above 1, twice: all N chips busy (N/K groups at once, as in a
  *            run of N chips) and one group alone (K chips, as in a run of
@@ -83,6 +86,8 @@ typedef struct sp_calib_mm {
     int64_t T, K, N;
     int ring;                  /* weight matrices cycled through (working set ring·K·N) */
     double seconds;            /* one call */
+    int alone;                 /* 1: chip 0 ran it with the other chips idle (a weight stream alone);
+                                  0: on min(chips, cores) chips at once */
 } sp_calib_mm;
 
 typedef struct sp_calib_coll_pt {
@@ -141,6 +146,9 @@ typedef struct sp_calib_fit {
     double mem_bw;             /* the best weight-stream rate, B/s */
     int mem_points;            /* fraction of mem_bw by bytes moved */
     double mem_bytes[SP_CALIB_CURVE], mem_value[SP_CALIB_CURVE];
+    int wsa_points;            /* the same streams on one chip alone: fraction of mem_bw by bytes
+                                  (0 points: none measured, e.g. chips = 1 or one core) */
+    double wsa_bytes[SP_CALIB_CURVE], wsa_value[SP_CALIB_CURVE];
     double launch, alpha, beta; /* seconds per collective, per collective step, per byte, of chips
                                    each with a core (a point's time / sp_calib_share) */
     double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */

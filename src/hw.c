@@ -213,6 +213,8 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     }
     SP_CHECK(check_curve(src, err, "/efficiency/memory", "bytes", hw->mem_points, hw->mem_bytes, hw->mem_value));
     SP_CHECK(check_curve(src, err, "/efficiency/weight_stream", "bytes", hw->ws_points, hw->ws_bytes, hw->ws_value));
+    SP_CHECK(check_curve(src, err, "/efficiency/weight_stream_alone", "bytes", hw->wsa_points, hw->wsa_bytes,
+                         hw->wsa_value));
     SP_CHECK(check_curve(src, err, "/efficiency/attention", "d_head", hw->attn_points, hw->attn_dhead, hw->attn_value));
     for (int i = 0; i < 2; i++)
         if (!(hw->act_elem_s[i] >= 0 && hw->act_elem_s[i] <= 1))
@@ -251,7 +253,8 @@ static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_mi
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency", "collective_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "memory", "weight_stream", "attention",
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "memory", "weight_stream",
+                                       "weight_stream_alone", "attention",
                                        "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
 
@@ -420,6 +423,9 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
     if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
     C_(spi_json_get_child(c, "/efficiency", e, "weight_stream", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/weight_stream", mm, "bytes", &hw->ws_points, hw->ws_bytes, hw->ws_value));
+    C_(spi_json_get_child(c, "/efficiency", e, "weight_stream_alone", 0, JSON_ARRAY, &mm));
+    if (mm)
+        C_(read_curve(c, "/efficiency/weight_stream_alone", mm, "bytes", &hw->wsa_points, hw->wsa_bytes, hw->wsa_value));
     C_(spi_json_get_child(c, "/efficiency", e, "attention", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/attention", mm, "d_head", &hw->attn_points, hw->attn_dhead, hw->attn_value));
     C_(spi_json_get_child(c, "/efficiency", e, "matmul_tile", 0, JSON_ARRAY, &mm));
@@ -603,6 +609,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     else json_decref(rows);
     curve_json(e, "memory", hw->mem_points, hw->mem_bytes, hw->mem_value);
     curve_json(e, "weight_stream", hw->ws_points, hw->ws_bytes, hw->ws_value);
+    curve_json(e, "weight_stream_alone", hw->wsa_points, hw->wsa_bytes, hw->wsa_value);
     curve_json(e, "attention", hw->attn_points, hw->attn_dhead, hw->attn_value);
     if (hw->matmul_tile[0] || hw->matmul_tile[1] || hw->matmul_tile[2])
         json_object_set_new(e, "matmul_tile", json_pack("[iii]", hw->matmul_tile[0], hw->matmul_tile[1],

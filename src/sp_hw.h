@@ -122,6 +122,13 @@ typedef struct sp_hw {
                                          of the memory curve at its own bytes (CPU caches) */
     double ws_bytes[SP_HW_EFF_POINTS];
     double ws_value[SP_HW_EFF_POINTS];
+    int wsa_points;                   /* weight streams of a chip computing alone: points as ws_*; when
+                                         present, chips share cores (shared_cores > 1) and a layout has
+                                         one chip computing at once (1 chip; stages with 1 micro-batch),
+                                         it replaces ws_* (CPU chips share the memory bandwidth: one
+                                         streams faster than each of two at once) */
+    double wsa_bytes[SP_HW_EFF_POINTS];
+    double wsa_value[SP_HW_EFF_POINTS];
     int attn_points;                  /* attention: points (head width d_head, fraction of the peak
                                          its FLOPs run at); none: the matmul curve by FLOPs */
     double attn_dhead[SP_HW_EFF_POINTS];

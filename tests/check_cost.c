@@ -674,6 +674,49 @@ START_TEST(test_pipeline_stages)
 }
 END_TEST
 
+/* efficiency.weight_stream_alone: a layout with one chip computing at once
+ * (1 chip; 2 stages of 1 micro-batch) streams its weights at that curve,
+ * any other at weight_stream; so each prices exactly as a profile whose
+ * weight_stream is the curve it should read. */
+START_TEST(test_weight_stream_alone)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_hw both, shared, alone;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &both, &err), SP_OK);
+    both.shared_cores = 2;
+    both.ws_points = both.wsa_points = 1;
+    both.ws_bytes[0] = both.wsa_bytes[0] = 1e6;
+    both.ws_value[0] = 0.25;
+    both.wsa_value[0] = 0.5;
+    shared = alone = both;
+    shared.wsa_points = alone.wsa_points = 0;
+    alone.ws_value[0] = 0.5;
+    sp_workload w = {4, 16, 4};
+    static const int cfg[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 2, 2}};   /* X, stages, micro-batches */
+    for (int i = 0; i < 4; i++) {
+        sp_layout l = make_layout(cfg[i][0], 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+        l.stages = cfg[i][1];
+        l.microbatches = cfg[i][2];
+        int one = cfg[i][0] * cfg[i][2] == 1;
+        sp_cost a, b;
+        ck_assert_int_eq(sp_cost_eval(&m, &both, &l, &w, NULL, &a), SP_OK);
+        ck_assert_int_eq(sp_cost_eval(&m, one ? &alone : &shared, &l, &w, NULL, &b), SP_OK);
+        ck_assert_msg(a.prefill_s == b.prefill_s && a.decode_step_s == b.decode_step_s, "case %d: %.17g %.17g vs %.17g %.17g",
+                      i, a.prefill_s, a.decode_step_s, b.prefill_s, b.decode_step_s);
+        ck_assert_int_eq(sp_cost_eval(&m, one ? &shared : &alone, &l, &w, NULL, &b), SP_OK);
+        ck_assert(a.decode_step_s != b.decode_step_s);   /* the curves do differ here */
+    }
+    both.shared_cores = 1;   /* one core: no chip ever has the bandwidth to itself beyond its share */
+    sp_layout l = make_layout(1, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    sp_cost a, b;
+    ck_assert_int_eq(sp_cost_eval(&m, &both, &l, &w, NULL, &a), SP_OK);
+    shared.shared_cores = 1;
+    ck_assert_int_eq(sp_cost_eval(&m, &shared, &l, &w, NULL, &b), SP_OK);
+    ck_assert(a.decode_step_s == b.decode_step_s);
+}
+END_TEST
+
 /* uneven stages: the layout's counts reach the lowering, the stage prices
  * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
  * price depends on its own layers and position only (not the split) */
@@ -1132,6 +1175,7 @@ int main(void)
     tcase_add_test(tc, test_overlap_marked);
     tcase_add_test(tc, test_coefs);
     tcase_add_test(tc, test_pipeline_stages);
+    tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);

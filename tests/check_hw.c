@@ -126,11 +126,13 @@ START_TEST(test_new_fields)
              "\"dispatch_s\":5e-6},\"topology\":{\"kind\":\"torus\",\"dims\":[8,8,8],\"link_bw\":1e10,"
              "\"hop_latency\":1e-6,\"slices\":{\"shapes\":[[2,2,1]],\"cuboid_multiple\":4,\"cuboid_min_chips\":64}},"
              "\"efficiency\":{\"matmul_tile\":[8,128,128],\"matmul_rows\":{\"bf16\":[[1,0.2],[16,1]]},"
-             "\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]]}}");
+             "\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]],\"weight_stream_alone\":[[1e6,0.6],[1e8,0.3]]}}");
     ck_assert_msg(sp_hw_loads(text, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
     ck_assert_double_eq(hw.dispatch_s, 5e-6);
     ck_assert_int_eq(hw.matmul_tile[1], 128);
     ck_assert_int_eq(hw.mem_points, 3);
+    ck_assert_int_eq(hw.wsa_points, 2);
+    ck_assert_double_eq(hw.wsa_value[1], 0.3);
     ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e5), 0.3, 1e-12);   /* log midpoint */
     ck_assert_double_eq_tol(sp_hw_memory_eff(&hw, 1e9), 0.9, 1e-12);   /* clamped */
     /* tile utilisation: m = 4 of 8, n = 192 of 256, k = 128 of 128; no FLOPs curve: 1.0 */
@@ -160,6 +162,7 @@ START_TEST(test_new_fields)
     ck_assert_int_eq(hw.comm_shares_cores, 1);
     json_t *back = spi_hw_to_json(&hw);
     ck_assert(json_is_true(json_object_get(json_object_get(back, "chip"), "comm_shares_cores")));
+    ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "efficiency"), "weight_stream_alone")), 2);
     json_decref(back);
     snprintf(t3, sizeof t3, "%.*s\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
@@ -177,6 +180,8 @@ START_TEST(test_new_fields)
         {"[8,128,128]", "[8,-1,128]", "/efficiency/matmul_tile/1"},
         {"[1e6,0.5]", "[1e6,1.5]", "/efficiency/memory/1"},
         {"[16,1]", "[16,1.5]", "/efficiency/matmul_rows/bf16/1"},
+        {"[1e8,0.3]", "[1e8,1.3]", "/efficiency/weight_stream_alone/1"},
+        {"[1e8,0.3]", "[1e5,0.3]", "/efficiency/weight_stream_alone/1"},
         {"[16,1]", "[0.5,1]", "/efficiency/matmul_rows/bf16/1"},
         {"rows\":{\"bf16\":", "rows\":{\"bf17\":", "/efficiency/matmul_rows/bf17"},
         {"[1e6,0.5]", "[1e3,0.5]", "/efficiency/memory/1"},

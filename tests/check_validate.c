@@ -138,8 +138,11 @@ END_TEST
  * and β back; the barrier over 8 chips on 2 cores gives its time / 7 / 4. */
 START_TEST(test_fit_shared_cores)
 {
-    sp_calib_mm mm[3] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4}, {SP_DT_F32, 64, 512, 512, 1, 6e-4},
-                         {SP_DT_F32, 1, 512, 512, 1, 2e-5}};
+    /* weight streams: 1 MiB at the best rate; 16 MiB on 2 chips at once at
+     * 1/8 of it, alone at 1/4 */
+    sp_calib_mm mm[5] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
+                         {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0},
+                         {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}};
     sp_calib_coll_pt pt[8];
     int n = 0;
     for (int chips = 2; chips <= 8; chips *= 4)
@@ -157,7 +160,7 @@ START_TEST(test_fit_shared_cores)
     r.cores = 2;
     r.compute_chips = 2;
     r.mm = mm;
-    r.n_mm = 3;
+    r.n_mm = 5;
     r.coll = pt;
     r.n_coll = n;
     r.barrier_s = 56e-6;
@@ -168,6 +171,12 @@ START_TEST(test_fit_shared_cores)
     ck_assert_double_eq_tol(f.beta, 2e-10, 1e-16);
     ck_assert_double_eq_tol(f.coll_worst_err, 0, 1e-9);
     ck_assert_double_eq_tol(f.token_sync_s, 56e-6 / 7 / 4, 1e-15);
+    /* the stream alone is a curve of its own; the shared curve keeps its two points */
+    ck_assert_int_eq(f.mem_points, 2);
+    ck_assert_double_eq_tol(f.mem_value[1], 1.0 / 8, 1e-12);
+    ck_assert_int_eq(f.wsa_points, 1);
+    ck_assert_double_eq_tol(f.wsa_value[0], 1.0 / 4, 1e-12);
+    ck_assert_double_eq_tol(f.wsa_bytes[0], f.mem_bytes[1], 1e-6);
     ck_assert_double_eq(sp_calib_share(&r, 2), 1.0);
     ck_assert_double_eq(sp_calib_share(&r, 8), 4.0);
     r.backend = SP_COMM_BACKEND_NCCL;   /* a GPU computes on its own */

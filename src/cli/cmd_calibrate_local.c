@@ -60,9 +60,10 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
         double flops = 2.0 * (double)(p->T * p->K * p->N);
         if (p->T == 1 && p->dt == SP_DT_F32) {
             double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
-            json_array_append_new(mem, json_pack("{s:I,s:I,s:i,s:f,s:f,s:f}", "K", (json_int_t)p->K, "N",
+            json_array_append_new(mem, json_pack("{s:I,s:I,s:i,s:f,s:f,s:f,s:b}", "K", (json_int_t)p->K, "N",
                                                  (json_int_t)p->N, "matrices", p->ring, "working_set_bytes",
-                                                 by * p->ring, "seconds", p->seconds, "bytes_per_s", by / p->seconds));
+                                                 by * p->ring, "seconds", p->seconds, "bytes_per_s", by / p->seconds,
+                                                 "alone", p->alone));
             continue;
         }
         json_array_append_new(mm, json_pack("{s:s,s:I,s:I,s:I,s:f,s:f}", "dtype", sp_dtype_name((sp_dtype)p->dt),
@@ -144,6 +145,11 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     for (int i = 0; i < f->mem_points; i++) {
         hw.mem_bytes[i] = hw.ws_bytes[i] = f->mem_bytes[i];
         hw.mem_value[i] = hw.ws_value[i] = f->mem_value[i];
+    }
+    hw.wsa_points = f->wsa_points;
+    for (int i = 0; i < f->wsa_points; i++) {
+        hw.wsa_bytes[i] = f->wsa_bytes[i];
+        hw.wsa_value[i] = f->wsa_value[i] < 0.01 ? 0.01 : f->wsa_value[i];
     }
     /* the CPU executor runs every collective on the chip's own thread */
     hw.overlap = SP_OVERLAP_NONE;
@@ -241,6 +247,14 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                        100 * f.coll_worst_err);
             else   /* cuda: one GPU (the profile's max_chips is 1: no layout prices a collective) */
                 printf("collectives not measured (one chip)\n");
+            if (f.wsa_points) {
+                printf("  weight stream (fraction of the best rate by working set): %d chips at once",
+                       r->compute_chips);
+                for (int i = 0; i < f.mem_points; i++) printf(" %s: %.2f", cli_fmt_bytes(f.mem_bytes[i], b[0], 32), f.mem_value[i]);
+                printf("; one chip alone");
+                for (int i = 0; i < f.wsa_points; i++) printf(" %s: %.2f", cli_fmt_bytes(f.wsa_bytes[i], b[0], 32), f.wsa_value[i]);
+                printf("\n");
+            }
             for (int d = 0; d < 5; d++) {
                 if (!f.rows_points[d]) continue;
                 printf("  matmul rows %-4s (fraction of the FLOPs curve at T rows):", sp_dtype_name((sp_dtype)d));
