@@ -925,6 +925,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     spi_space s;
     spi_space_init(&s, m, hw);
     spi_space_narrow(&s, &o);
+    s.split_bounds = !o.even_stages;
     sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);

@@ -136,6 +136,11 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
     c->total_s = cost.total_s;
     c->tokens_per_s = cost.tokens_per_s;
     c->cost_total = cost.cost_chip_s_per_token;
+    /* the pipeline program's bound of this template now, on this worker,
+     * while the memo holds its stages (most of its blocks are the even
+     * split's stages); an error is left for spi_split_solve to report */
+    if (s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers))
+        c->has_bound = spi_split_bound(s->m, s->hw, &c->layout, w, c->bound_ps, &c->bound_units) == SP_OK;
 }
 
 static void *pricer_main(void *arg)

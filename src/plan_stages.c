@@ -145,12 +145,12 @@ static double cand_measure(const spi_cand *c, sp_plan_latency lm)
     return lm == SP_PLAN_LAT_DECODE ? c->decode_step_s : lm == SP_PLAN_LAT_PREFILL ? c->prefill_s : c->total_s;
 }
 
-/* A layout of t whose stage at position s (of kind k) holds n layers, the
- * other stages sharing the rest evenly. */
-static void block_layout(const tmpl *t, int64_t L, int k, int n, sp_layout *l, int *pos)
+/* A layout of template tl (S stages) whose stage at position s (of kind k)
+ * holds n layers, the other stages sharing the rest evenly. */
+static void block_layout(const sp_layout *tl, int64_t L, int k, int n, sp_layout *l, int *pos)
 {
-    *l = t->c->layout;
-    int S = t->S, s = k == K_FIRST ? 0 : k == K_LAST ? S - 1 : 1;
+    *l = *tl;
+    int S = tl->stages, s = k == K_FIRST ? 0 : k == K_LAST ? S - 1 : 1;
     int64_t rest = L - n;
     for (int i = 0, j = 0; i < S; i++) {
         if (i == s) {
@@ -163,26 +163,71 @@ static void block_layout(const tmpl *t, int64_t L, int k, int n, sp_layout *l, i
     *pos = s;
 }
 
-static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t, int k, int n, int64_t tau[PH_COUNT],
-                             double *mu)
+/* The block (kind k, n layers) of template tl: τ per phase (ps), μ (MiB over
+ * the usable HBM, ceil) and the prefill passes per micro-batch. */
+static sp_status stage_block(const sp_model *m, const sp_hw *hw, const sp_layout *tl, const sp_workload *w, int k,
+                             int n, int64_t tau[PH_COUNT], double *mu, int64_t *units)
 {
     sp_layout l;
     int pos;
-    block_layout(t, sp->m->n_layers, k, n, &l, &pos);
+    block_layout(tl, m->n_layers, k, n, &l, &pos);
     sp_cost_opts q;
     sp_cost_opts_init(&q);
     q.quiet = 1;
     sp_stage_cost sc;
-    SP_CHECK(sp_cost_stage_eval(sp->m, sp->hw, &l, w, &q, pos, &sc));
+    SP_CHECK(sp_cost_stage_eval(m, hw, &l, w, &q, pos, &sc));
     tau[PH_PF] = sc.prefill_ps;
     tau[PH_D1] = sc.decode1_ps;
     tau[PH_DN] = sc.decode_ps;
-    if (sc.prefill_units != t->units) {   /* prefill passes per micro-batch: every stage alike */
-        t->units = sc.prefill_units;
+    *units = sc.prefill_units;
+    int64_t cap = (int64_t)(hw->hbm_bytes * hw->hbm_usable);
+    *mu = ceil((double)(sc.mem.total - cap) / 1048576.0);
+    return SP_OK;
+}
+
+static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t, int k, int n, int64_t tau[PH_COUNT],
+                             double *mu)
+{
+    int64_t units;
+    SP_CHECK(stage_block(sp->m, sp->hw, &t->c->layout, w, k, n, tau, mu, &units));
+    if (units != t->units) {   /* prefill passes per micro-batch: every stage alike */
+        t->units = units;
         sp_cost_pipe_terms(sp->hw, &t->c->layout, t->units, &t->pipe);
     }
-    int64_t cap = (int64_t)(sp->hw->hbm_bytes * sp->hw->hbm_usable);
-    *mu = ceil((double)(sc.mem.total - cap) / 1048576.0);
+    return SP_OK;
+}
+
+int spi_split_is_template(const sp_layout *l, int64_t L)
+{
+    return l->stages >= 2 && l->stages <= SP_LAYOUT_MAX_STAGES && !sp_layout_uneven(l) &&
+           L <= SP_LAYOUT_MAX_STAGE_LAYERS;
+}
+
+sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                          int64_t m_ps[PH_COUNT], int64_t *units)
+{
+    /* some stage holds at least ceil(L/S) layers; a middle stage of as many
+     * layers is no slower than the first or the last (they run its steps
+     * and more), so m = τ(middle, ceil(L/S)) when there is a middle stage,
+     * else the lesser of first and last */
+    const int S = l->stages;
+    const int n = (int)((m->n_layers + S - 1) / S);
+    *units = 1;
+    for (int p = 0; p < PH_COUNT; p++) m_ps[p] = INT64_MAX;
+    for (int k = 0; k < K_COUNT; k++) {
+        if ((k == K_MID) != (S >= 3)) continue;
+        int64_t tau[PH_COUNT], u;
+        double mu;
+        sp_status bs = stage_block(m, hw, l, w, k, n, tau, &mu, &u);
+        if (bs == SP_EINVAL) {   /* the block does not apply: no bound from it */
+            for (int p = 0; p < PH_COUNT; p++) m_ps[p] = 0;
+            continue;
+        }
+        SP_CHECK(bs);
+        *units = u;
+        for (int p = 0; p < PH_COUNT; p++)
+            if (tau[p] < m_ps[p]) m_ps[p] = tau[p];
+    }
     return SP_OK;
 }
 
@@ -559,7 +604,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         const spi_cand *c = &sp->c[i];
         if (c->inst != inst) continue;
         int S = c->layout.stages;
-        if (S < 2 || S > SP_LAYOUT_MAX_STAGES || sp_layout_uneven(&c->layout) || L > SP_LAYOUT_MAX_STAGE_LAYERS) continue;
+        if (!spi_split_is_template(&c->layout, L)) continue;
         out->templates++;
         tmpl *t = &T[nt];
         memset(t, 0, sizeof *t);
@@ -568,28 +613,18 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         t->M = c->layout.microbatches;
         spi_split_window(L, S, &t->lo, &t->hi);
         t->nn = t->hi - t->lo + 1;
-        t->units = 1;
-        sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
         {
-            /* the bound m: some stage holds at least ceil(L/S) layers; a middle
-             * stage of as many layers is no slower than the first or the last
-             * (they run its steps and more), so m = τ(middle, ceil(L/S)) when
-             * there is a middle stage, else the lesser of first and last */
-            int n = (int)((L + S - 1) / S);
-            for (int p = 0; p < PH_COUNT; p++) t->mb[p] = INT64_MAX;
-            for (int k = 0; k < K_COUNT && st == SP_OK; k++) {
-                if ((k == K_MID) != (S >= 3)) continue;
-                int64_t tau[PH_COUNT];
-                double mu;
-                sp_status bs = price_block(sp, w, t, k, n, tau, &mu);
-                if (bs == SP_EINVAL) {   /* the block does not apply: no bound from it */
-                    for (int p = 0; p < PH_COUNT; p++) t->mb[p] = 0;
-                    continue;
-                }
-                if ((st = bs) != SP_OK) break;
-                for (int p = 0; p < PH_COUNT; p++)
-                    if (tau[p] < t->mb[p]) t->mb[p] = tau[p];
+            /* the bound m (spi_split_bound): priced with the candidate when
+             * the space did (its stages then still memoised), else now */
+            if (c->has_bound) {
+                memcpy(t->mb, c->bound_ps, sizeof t->mb);
+                t->units = c->bound_units;
+            } else {
+                double tb = now_s();
+                st = spi_split_bound(m, sp->hw, &c->layout, w, t->mb, &t->units);
+                out->eval_s += now_s() - tb;
             }
+            sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
             if (st != SP_OK) break;
             double lb = 0;
             for (int p = 0; p < PH_COUNT; p++)

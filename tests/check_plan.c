@@ -516,6 +516,67 @@ START_TEST(test_split_program_size)
 }
 END_TEST
 
+/* The pipeline program's bounds priced with the space (split_bounds, on the
+ * pricing workers, from the memo) equal those it prices itself, and its
+ * answer, what it prunes and the program it builds are the same either way,
+ * with no incumbent and with one that prunes part of the templates. */
+START_TEST(test_split_bounds_with_space)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    m.n_layers = 12;
+    sp_hw hw;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {8, 16, 8};
+    spi_space a, b;
+    spi_space_init(&a, &m, &hw);
+    spi_space_init(&b, &m, &hw);
+    b.split_bounds = 1;
+    ck_assert_int_eq(spi_space_add(&a, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
+    ck_assert_int_eq(spi_space_add(&b, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
+    ck_assert_int_eq(a.n, b.n);
+    int with = 0;
+    for (int i = 0; i < b.n; i++) {
+        const spi_cand *c = &b.c[i];
+        ck_assert(!a.c[i].has_bound);
+        ck_assert_int_eq(c->has_bound, spi_split_is_template(&c->layout, m.n_layers));
+        if (!c->has_bound) continue;
+        with++;
+        int64_t ps[3], units;
+        ck_assert_int_eq(spi_split_bound(&m, &hw, &c->layout, &w, ps, &units), SP_OK);
+        for (int p = 0; p < 3; p++) ck_assert_int_eq(ps[p], c->bound_ps[p]);
+        ck_assert_int_eq(units, c->bound_units);
+        ck_assert_int_gt(c->bound_ps[0], 0);
+    }
+    ck_assert_int_gt(with, 10);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    double inc[2] = {INFINITY, 0};
+    for (int k = 0; k < 2; k++) {
+        spi_split_req r = {.o = &o, .incumbent = inc[k], .batch = 4};
+        spi_split_out x, y;
+        double glpk_s = 0;
+        ck_assert_int_eq(spi_split_solve(&a, 0, &r, &x, &glpk_s), SP_OK);
+        ck_assert_int_eq(spi_split_solve(&b, 0, &r, &y, &glpk_s), SP_OK);
+        ck_assert(x.found && y.found);
+        ck_assert_int_eq(x.templates, y.templates);
+        ck_assert_int_eq(x.pruned, y.pruned);
+        ck_assert_int_eq(x.kept, y.kept);
+        ck_assert_int_eq(x.rows, y.rows);
+        ck_assert_int_eq(x.cols, y.cols);
+        ck_assert_int_eq(x.template_cand, y.template_cand);
+        ck_assert(x.phi == y.phi);
+        ck_assert(!memcmp(x.layout.stage_layers, y.layout.stage_layers, sizeof x.layout.stage_layers));
+        if (k == 1) ck_assert_int_gt(y.pruned, 0);
+        /* next: an incumbent just above the optimum, so the bound prunes */
+        inc[1] = x.phi * 1.02;
+    }
+    spi_space_free(&a);
+    spi_space_free(&b);
+}
+END_TEST
+
 /* The frontier over a union of (chips, batch) instances (each instance
  * reduced as it is priced, then the union) against the enumerated Pareto set
  * of the union, for the phase cost metric and both phases; sp_plan_frontiers
@@ -824,6 +885,7 @@ int main(void)
     tcase_set_timeout(t3, 600);
     tcase_add_loop_test(t3, test_split_equals_enumeration, 0, 8);
     tcase_add_test(t3, test_split_program_size);
+    tcase_add_test(t3, test_split_bounds_with_space);
     tcase_add_test(t3, test_split_wins);
     tcase_add_test(t3, test_split_summary);
     suite_add_tcase(s, t3);

@@ -1,0 +1,56 @@
+#!/bin/sh
+# plan_identical.sh: `shardplan plan --json` of two builds over a set of
+# instances, compared figure by figure (everything but the timing stats and
+# the counts of work done, which a faster search is allowed to change).
+# A speed-up of the cost model or the planner must leave every answer the same
+# to the bit: chosen layout and costs, stages, frontier, rivals.
+#
+# Usage (from the build directory): sh bench/plan_identical.sh OLD_SHARDPLAN [NEW_SHARDPLAN]
+#   OLD_DATA=DIR: the bundled data the old binary reads (SHARDPLAN_DATA; by
+#   default the data/ beside OLD_SHARDPLAN when there is one)
+# Exit 0 when every instance agrees; prints each instance that differs.
+set -eu
+old=${1:?usage: plan_identical.sh OLD_SHARDPLAN [NEW_SHARDPLAN]}
+new=${2:-./shardplan}
+command -v jq >/dev/null || { echo "plan_identical: needs jq" >&2; exit 1; }
+old_data=${OLD_DATA:-$(dirname "$old")/data}
+tmp=${TMPDIR:-/tmp}/plan_identical.$$
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+# model hw chips batch prompt gen [extra options]
+cat > "$tmp/cases" <<'CASES'
+palm-540b tpu-v4 64 64 2048 64
+palm-540b tpu-v4 64 512 2048 0
+palm-540b tpu-v4 64 1 128 128 --objective cost
+palm-540b tpu-v4 128 64 2048 64 --latency-metric decode
+palm-62b tpu-v4 8 512 2048 64
+palm-8b tpu-v4 16 32 512 256 --objective throughput --max-latency-ms 20000
+llama2-70b a100-80g 8 16 1024 128
+llama2-70b h100 16 64 2048 256 --objective cost
+llama3.1-405b h100 32 8 4096 512
+gpt3-175b a100-40g 16 4 512 64
+mixtral-8x7b h100 8 32 1024 128
+gpt-20b-ft a100-80g 8 1 512 32 --latency-metric prefill
+falcon-180b h200 8 16 2048 128 --weights int8
+bloom-176b a100-80g 16 128 256 32
+CASES
+n=0 bad=0
+while read -r m h c b p g extra; do
+    n=$((n + 1))
+    for side in old new; do
+        eval bin=\$$side
+        env=
+        if [ "$side" = old ] && [ -d "$old_data" ]; then env="SHARDPLAN_DATA=$old_data"; fi
+        # shellcheck disable=SC2086
+        env $env "$bin" plan --model "$m" --hw "$h" --chips "$c" --batch "$b" --prompt "$p" --gen "$g" $extra --json \
+            >"$tmp/$side.json" 2>"$tmp/$side.err" || true
+        jq -S 'del(.stats)' "$tmp/$side.json" >"$tmp/$side.cmp" 2>/dev/null || cp "$tmp/$side.err" "$tmp/$side.cmp"
+    done
+    if ! cmp -s "$tmp/old.cmp" "$tmp/new.cmp"; then
+        bad=$((bad + 1))
+        echo "DIFFERS: $m $h $c $b $p $g $extra"
+        diff "$tmp/old.cmp" "$tmp/new.cmp" | head -20
+    fi
+done <"$tmp/cases"
+echo "# $n instances, $bad differ"
+test "$bad" -eq 0
