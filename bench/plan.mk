@@ -7,5 +7,7 @@ bench_bench_plan_CPPFLAGS = $(SP_BENCH_CPPFLAGS)
 bench_bench_plan_LDADD = libspcore.la $(SP_DEP_LIBS)
 CLEANFILES += bench/bench_plan$(EXEEXT)
 EXTRA_DIST += bench/plan_process.sh
+# sh bench/plan_identical.sh OLD_SHARDPLAN [NEW]: plan --json of two builds, figure by figure
+EXTRA_DIST += bench/plan_identical.sh
 EXTRA_DIST += bench/autoconfig_process.sh
 EXTRA_DIST += bench/fleet_process.sh bench/wall_ms.sh
