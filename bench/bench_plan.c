@@ -26,15 +26,101 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <time.h>
 #include "spi_common.h"
 #include "sp_plan.h"
+#include "spi_plan.h"
 
 static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Splits of L layers over S stages with every count in [lo, hi]: the
+ * compositions the full product would price per template (a double: the
+ * count outgrows 64 bits for long windows). */
+static double splits_in_window(int L, int S, int lo, int hi)
+{
+    double *f = calloc((size_t)L + 1, sizeof *f), *g = calloc((size_t)L + 1, sizeof *g);
+    if (!f || !g) {
+        free(f);
+        free(g);
+        return 0;
+    }
+    f[0] = 1;
+    for (int s = 0; s < S; s++) {
+        for (int r = 0; r <= L; r++) g[r] = 0;
+        for (int r = 0; r <= L; r++)
+            for (int n = lo; n <= hi && r + n <= L; n++) g[r + n] += f[r];
+        double *x = f;
+        f = g, g = x;
+    }
+    double n = f[L];
+    free(f);
+    free(g);
+    return n;
+}
+
+/* 3. The pipeline program for palm-540b on 256 tpu-v4 chips, pipelines of
+ * up to 8 stages, for workload w under objective o: the space priced (on
+ * every core, each template's bound with it, as sp_plan_solve does), the
+ * incumbent taken from it, then the program: its templates, the full
+ * product's size beside the program's, its solve time and GLPK's nodes. */
+static int bench_split256(const sp_model *m, const sp_hw *hw, const sp_workload *w, const sp_plan_opts *o,
+                          int sample, const char *name)
+{
+    spi_space s;
+    spi_space_init(&s, m, hw);
+    s.split_bounds = 1;
+    double t0 = now_s();
+    if (spi_space_add(&s, 256, w, o->weights, o->kv) != SP_OK) {
+        fprintf(stderr, "bench_plan: pricing 256 chips failed: %s\n", sp_last_error());
+        spi_space_free(&s);
+        return 1;
+    }
+    double t_space = now_s() - t0;
+    double inc = INFINITY, product = 0;
+    long rows0 = 1, cols0 = 0;   /* the program over every template, before the reductions */
+    int templates = 0;
+    for (int i = 0; i < s.n; i++) {
+        const spi_cand *c = &s.c[i];
+        int adm = c->mem_over <= 0 && (o->max_latency_s <= 0 || spi_cand_latency(&s, c, o->latency_metric) <= o->max_latency_s) &&
+                  (o->min_tokens_per_s <= 0 || c->tokens_per_s >= o->min_tokens_per_s);
+        double v = spi_split_measure(&s, c, o);
+        if (adm && v < inc) inc = v;
+        if (!spi_split_is_template(&c->layout, m->n_layers) || c->layout.stages > 8) continue;
+        int lo, hi;
+        spi_split_window(m->n_layers, c->layout.stages, &lo, &hi);
+        int S = c->layout.stages, nn = hi - lo + 1;
+        product += splits_in_window((int)m->n_layers, S, lo, hi);
+        cols0 += 1 + S * (nn - 1) + 6;   /* doc/planner.md "Size" (forms: 1 prefill, 2 decode) */
+        rows0 += S * (nn - 1) + 2 + S + 3 * (1 + S) + 3 + (S > 3 ? (long)(S - 3) * (nn - 1) : 0);
+        templates++;
+    }
+    /* sample > 0: no incumbent, the `sample` templates of least bound in one
+     * program (the program at work, where the bound would drop them all) */
+    spi_split_req r = {.o = o, .incumbent = sample ? INFINITY : inc, .batch = sample, .max_stages = 8,
+                       .max_templates = sample};
+    spi_split_out so;
+    double glpk_s = 0;
+    t0 = now_s();
+    sp_status st = spi_split_solve(&s, 0, &r, &so, &glpk_s);
+    double t_split = now_s() - t0;
+    spi_space_free(&s);
+    if (st != SP_OK) {
+        fprintf(stderr, "bench_plan: pipeline program failed: %s\n", sp_last_error());
+        return 1;
+    }
+    printf("%-10s templates %d (S <= 8): full product %.3g (layout, split) pairs; program before reductions %ld rows x "
+           "%ld columns; %s %d kept, %d blocks priced, solved: %d rows x %d columns, %ld B&B nodes; space %.1f ms, "
+           "program %.1f ms (blocks %.1f, GLPK %.1f)%s\n",
+           name, templates, product, rows0, cols0, sample ? "sampled, no incumbent:" : "with the space's incumbent:",
+           so.kept, so.blocks, so.rows, so.cols, so.nodes, t_space * 1e3, t_split * 1e3, so.eval_s * 1e3,
+           glpk_s * 1e3, so.found ? "; a split found" : "");
+    return 0;
 }
 
 static int cmpd(const void *a, const void *b)
@@ -81,6 +167,32 @@ int main(int argc, char **argv)
            t[runs / 2] * 1e3, ev / runs * 1e3, gl / runs * 1e3, 100 * gl / (ev + gl), st.candidates, st.solves,
            st.columns);
     free(t);
+    /* 256 chips: the whole plan (median of runs, target < 1 s), and the
+     * pipeline program of pipelines up to 8 stages, for the default
+     * objective and for throughput at a large batch, where uneven splits win */
+    t = malloc((size_t)runs * sizeof *t);
+    for (int i = 0; i < runs; i++) {
+        sp_plan *p;
+        double t0 = now_s();
+        if (sp_plan_solve(&m, &hw, 256, &w, NULL, &p) != SP_OK || !p->has_chosen) {
+            fprintf(stderr, "bench_plan: plan of 256 chips failed: %s\n", sp_last_error());
+            return 1;
+        }
+        t[i] = now_s() - t0;
+        st = p->stats;
+        sp_plan_free(p);
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmpd);
+    printf("%-10s %8d %10.1f %10.1f %10.1f %8.1f %8d %7d  (256 chips; pipeline program: %d of %d templates kept, "
+           "%d x %d, %ld nodes; target < 1000 ms)\n",
+           "plan256", runs, t[runs / 2] * 1e3, st.eval_s * 1e3, st.glpk_s * 1e3,
+           100 * st.glpk_s / (st.eval_s + st.glpk_s), st.candidates, st.solves, st.split_kept, st.split_templates,
+           st.split_rows, st.split_cols, st.split_nodes);
+    free(t);
+    sp_plan_opts po;
+    sp_plan_opts_init(&po);
+    if (bench_split256(&m, &hw, &w, &po, 0, "split256")) return 1;
+    if (bench_split256(&m, &hw, &w, &po, 16, "split256s")) return 1;
     if (!do_frontier) return 0;
     int chips[] = {8, 16, 32, 64, 128, 256};
     int64_t batches[11];

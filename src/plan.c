@@ -860,6 +860,7 @@ static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p
     p->stats.split_blocks = so.blocks;
     p->stats.split_rows = so.rows;
     p->stats.split_cols = so.cols;
+    p->stats.split_nodes = so.nodes;
     if (!so.found) return SP_OK;
     spi_cand c = s->c[so.template_cand];
     c.layout = so.layout;
@@ -1273,8 +1274,9 @@ void *sp_plan_to_json(const sp_plan *p)
                                               p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,
                                               "total_s", p->stats.total_s));
     json_object_set_new(json_object_get(o, "stats"), "pipeline_program",
-                        json_pack("{sisisisisisb}", "templates", p->stats.split_templates, "kept", p->stats.split_kept,
+                        json_pack("{sisisisisisIsb}", "templates", p->stats.split_templates, "kept", p->stats.split_kept,
                                   "blocks", p->stats.split_blocks, "rows", p->stats.split_rows, "columns",
-                                  p->stats.split_cols, "better", p->stats.split_better));
+                                  p->stats.split_cols, "nodes", (json_int_t)p->stats.split_nodes, "better",
+                                  p->stats.split_better));
     return o;
 }

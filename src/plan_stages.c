@@ -338,6 +338,15 @@ static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
     return lb;
 }
 
+/* GLPK callback: the branch-and-bound tree's node count so far (every node
+ * created, the removed ones included) into *(int *)info */
+static void count_nodes(glp_tree *T, void *info)
+{
+    int a, n, t;
+    glp_ios_tree_size(T, &a, &n, &t);
+    if (t > *(int *)info) *(int *)info = t;
+}
+
 static int cmp_lb(const void *a, const void *b)
 {
     const tmpl *x = a, *y = b;
@@ -516,7 +525,11 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         parm.presolve = GLP_ON;
         parm.msg_lev = GLP_MSG_OFF;
         parm.tm_lim = o->time_limit_ms > 0 ? o->time_limit_ms : 10000;
+        int nodes = 0;
+        parm.cb_func = count_nodes;
+        parm.cb_info = &nodes;
         int ret = glp_intopt(P, &parm);
+        out->nodes += nodes;
         int mst = glp_mip_status(P);
         sp_plan_result res = SP_PLAN_INFEASIBLE;
         out->solved++;
@@ -604,7 +617,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         const spi_cand *c = &sp->c[i];
         if (c->inst != inst) continue;
         int S = c->layout.stages;
-        if (!spi_split_is_template(&c->layout, L)) continue;
+        if (!spi_split_is_template(&c->layout, L) || (r->max_stages > 0 && S > r->max_stages)) continue;
         out->templates++;
         tmpl *t = &T[nt];
         memset(t, 0, sizeof *t);
@@ -647,6 +660,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
     /* price the blocks of the templates under the incumbent, in the order of
      * their first bound; the second bound (from the blocks) drops more */
     qsort(T, (size_t)nt, sizeof *T, cmp_lb);
+    if (r->max_templates > 0 && nt > r->max_templates) nt = r->max_templates;   /* a sample (spi_split_req) */
     int np = 0;
     for (int i = 0; i < nt && st == SP_OK; i++) {
         tmpl *t = &T[i];

@@ -186,6 +186,7 @@ typedef struct sp_plan_stats {
     int split_kept;                  /* in the program (the others cannot beat the best layout) */
     int split_blocks;                /* (pipeline, stage kind, layers) blocks priced */
     int split_rows, split_cols;      /* the program's size */
+    long split_nodes;                /* its branch-and-bound nodes (GLPK) */
     int split_better;                /* 1: its split beat every layout of the space, and is one */
 } sp_plan_stats;
 

@@ -173,6 +173,9 @@ typedef struct spi_split_req {
     double incumbent;        /* the best measure (s) among the admissible candidates; INFINITY: none
                                 (every template is kept) */
     int batch;               /* templates per program, in the order of their bounds (0: 32) */
+    int max_stages;          /* only templates of at most this many stages (0: every one) */
+    int max_templates;       /* only the first this many templates in the order of the first bound
+                                (0: all); a sample for benchmarks, not an exact search */
 } spi_split_req;
 typedef struct spi_split_out {
     int solved;              /* glp_intopt calls (one per program of `batch` templates) */
@@ -186,6 +189,7 @@ typedef struct spi_split_out {
     int kept;                /* in the program */
     int blocks;              /* (template, kind, layers) priced */
     int rows, cols;          /* the programs' size (summed over them) */
+    long nodes;              /* GLPK's branch-and-bound nodes (glp_ios_tree_size, summed over the programs) */
     double eval_s;           /* seconds pricing blocks */
 } spi_split_out;
 /* Solves the pipeline program over instance inst's templates in s. */

@@ -200,8 +200,8 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     }
     if (p->stats.split_templates > 0)
         printf("\npipeline program: %d of %d pipelines kept (the others cannot beat the best layout), %d stage blocks "
-               "priced, %d rows x %d columns; its split %s\n", p->stats.split_kept, p->stats.split_templates,
-               p->stats.split_blocks, p->stats.split_rows, p->stats.split_cols,
+               "priced, %d rows x %d columns, %ld branch-and-bound nodes; its split %s\n", p->stats.split_kept,
+               p->stats.split_templates, p->stats.split_blocks, p->stats.split_rows, p->stats.split_cols, p->stats.split_nodes,
                p->stats.split_better ? "beat every even split and joined the space" : "was no better than the space's best");
     else if (sp_model_dense_ff(m) > 0 && !p->opts.even_stages)
         printf("\npipeline program: not run: %s has dense layers between its MoE layers (moe_every %lld), so a "
