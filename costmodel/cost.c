@@ -754,7 +754,11 @@ static void add_phase_half(sp_phase_cost *acc, const sp_phase_cost *x, int64_t n
  * then lowers and prices only the phases whose key it has not seen.  The
  * memo belongs to one model and one hardware profile, compared by value,
  * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it. */
+ * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.1 KB (key 256 B,
+ * value 848 B), ~1.1 MB a thread: a plan of palm-540b on 64 TPU v4 lowers
+ * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
+ * with 256 slots it lowered 94.3k (evictions), with 1024 86.4k, with 4096
+ * 84.2k (callgrind: 2.58G, 2.41G, 2.37G instructions for the plan). */
 typedef struct phase_key {
     sp_lower_key lk;
     int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
@@ -767,7 +771,7 @@ typedef struct phase_val {
     int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
     int64_t left[3], num[3];
 } phase_val;
-enum { MEMO_SLOTS = 256 };
+enum { MEMO_SLOTS = 1024 };
 static _Thread_local struct {
     sp_model m;
     sp_hw hw;
