@@ -277,7 +277,7 @@ static int next_split(int16_t *c, int S, int64_t L)
     return 0;
 }
 
-static int n_split_compared, n_split_better, n_split_product;
+static int n_split_compared, n_split_better, n_split_product, n_bound_checked;
 
 /* sp_plan_solve (the space and the pipeline program) against the full
  * product: every layout of the space and, for each pipeline, every split of
@@ -298,9 +298,23 @@ static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const
         sp_layout u = *l;
         for (int s = 0; s < l->stages; s++) u.stage_layers[s] = 1;
         u.stage_layers[l->stages - 1] = (int16_t)(m->n_layers - l->stages + 1);
+        /* the pipeline program's first bound: no split's slowest stage is faster */
+        int64_t bound[3], units;
+        ck_assert_int_eq(spi_split_bound(m, hw, l, w, bound, &units), SP_OK);
         do {
             sp_cost c;
             ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
+            int64_t slowest[3] = {0, 0, 0};
+            for (int s = 0; s < u.stages; s++) {
+                sp_stage_cost sc;
+                ck_assert_int_eq(sp_cost_stage_eval(m, hw, &u, w, NULL, s, &sc), SP_OK);
+                int64_t t[3] = {sc.prefill_ps, sc.decode1_ps, sc.decode_ps};
+                for (int p = 0; p < 3; p++) slowest[p] = t[p] > slowest[p] ? t[p] : slowest[p];
+            }
+            for (int p = 0; p < 3; p++)
+                ck_assert_msg(slowest[p] >= bound[p], "phase %d: the bound %lld ps exceeds the slowest stage %lld ps",
+                              p, (long long)bound[p], (long long)slowest[p]);
+            n_bound_checked++;
             if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
             all[n].l = u;
             all[n++].c = c;
@@ -512,6 +526,61 @@ START_TEST(test_split_program_size)
                   c.total_s);
     printf("pipeline program: %d templates, %d rows x %d columns; the full product %.0f splits\n", so.templates,
            so.rows, so.cols, product);
+    spi_space_free(&s);
+}
+END_TEST
+
+/* The pipeline program's first bound (spi_split_bound) is no more than the
+ * slowest stage of any split of its template, phase by phase: here a long
+ * prompt on a small model, where a last stage (a receive, the final norm,
+ * one token's logits) is often faster than a middle stage of as many
+ * layers (a receive and a send), so the middle kind alone would overstate
+ * it where L = S·(ceil(L/S) − 1) + 1. */
+START_TEST(test_split_bound_below_splits)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    m.n_layers = 7;
+    sp_hw hw;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {8, 2048, 8};
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    /* 24 chips: 3 stages of one node each, and 7 = 3·2 + 1 layers, so the
+     * split 2,2,3 puts ceil(7/3) layers on the last stage alone */
+    ck_assert_int_eq(spi_space_add(&s, 24, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
+    int templates = 0, splits = 0, last_faster = 0;
+    for (int i = 0; i < s.n; i++) {
+        const sp_layout *l = &s.c[i].layout;
+        if (!spi_split_is_template(l, m.n_layers) || l->stages < 3) continue;
+        templates++;
+        int64_t bound[3], units;
+        ck_assert_int_eq(spi_split_bound(&m, &hw, l, &w, bound, &units), SP_OK);
+        sp_layout u = *l;
+        for (int k = 0; k < u.stages; k++) u.stage_layers[k] = 1;
+        u.stage_layers[u.stages - 1] = (int16_t)(m.n_layers - u.stages + 1);
+        do {
+            int64_t slowest[3] = {0, 0, 0}, t[SP_LAYOUT_MAX_STAGES][3];
+            for (int k = 0; k < u.stages; k++) {
+                sp_stage_cost sc;
+                ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &u, &w, NULL, k, &sc), SP_OK);
+                t[k][0] = sc.prefill_ps, t[k][1] = sc.decode1_ps, t[k][2] = sc.decode_ps;
+                for (int p = 0; p < 3; p++) slowest[p] = t[k][p] > slowest[p] ? t[k][p] : slowest[p];
+            }
+            for (int p = 0; p < 3; p++)
+                ck_assert_msg(slowest[p] >= bound[p], "phase %d: the bound %lld ps exceeds the slowest stage %lld ps",
+                              p, (long long)bound[p], (long long)slowest[p]);
+            /* the case the bound must allow for: the last stage holding as many layers as a middle one, faster */
+            for (int k = 1; k + 1 < u.stages; k++)
+                last_faster += u.stage_layers[u.stages - 1] == u.stage_layers[k] && t[u.stages - 1][0] < t[k][0];
+            splits++;
+        } while (next_split(u.stage_layers, u.stages, m.n_layers));
+    }
+    ck_assert_int_gt(templates, 10);
+    ck_assert_int_gt(last_faster, 0);
+    printf("pipeline program's first bound: %d templates, %d splits, a faster last stage in %d\n", templates, splits,
+           last_faster);
     spi_space_free(&s);
 }
 END_TEST
@@ -858,9 +927,11 @@ END_TEST
 
 START_TEST(test_split_summary)
 {
-    printf("pipeline program: %d plans = the full product (%d splits priced), %d won by an uneven split\n",
-           n_split_compared, n_split_product, n_split_better);
+    printf("pipeline program: %d plans = the full product (%d splits priced), %d won by an uneven split; "
+           "the first bound below every split's slowest stage (%d splits)\n",
+           n_split_compared, n_split_product, n_split_better, n_bound_checked);
     ck_assert_int_gt(n_split_compared, 0);
+    ck_assert_int_gt(n_bound_checked, 0);
 }
 END_TEST
 
@@ -886,6 +957,7 @@ int main(void)
     tcase_add_loop_test(t3, test_split_equals_enumeration, 0, 8);
     tcase_add_test(t3, test_split_program_size);
     tcase_add_test(t3, test_split_bounds_with_space);
+    tcase_add_test(t3, test_split_bound_below_splits);
     tcase_add_test(t3, test_split_wins);
     tcase_add_test(t3, test_split_summary);
     suite_add_tcase(s, t3);
