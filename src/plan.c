@@ -926,13 +926,14 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     spi_space s;
     spi_space_init(&s, m, hw);
     spi_space_narrow(&s, &o);
-    s.split_bounds = !o.even_stages;
+    /* the pipeline program prices a stage by its position and layer count; with dense layers
+     * between MoE layers a stage's price also depends on its first layer: even splits only */
+    const int split = !o.even_stages && sp_model_dense_ff(m) == 0;
+    s.split_bounds = split;   /* each template's bound priced with it */
     sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
-    /* the pipeline program prices a stage by its position and layer count; with dense layers
-     * between MoE layers a stage's price also depends on its first layer: even splits only */
-    if (!o.even_stages && sp_model_dense_ff(m) == 0) SP_CHECKGOTO(split_pipelines(&s, &o, p), st, fail);
+    if (split) SP_CHECKGOTO(split_pipelines(&s, &o, p), st, fail);
     SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
     p->stats.eval_s += s.eval_s;
