@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "spi_common.h"
 #include "costmodel/sp_cost.h"
@@ -1247,6 +1248,10 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             SP_CHECK(stage_price(m, hw, l, w, opts, s, &bound, kept, k, run_pf));
             units = k->units;
         }
+        if (opts->stage_times)   /* as sp_cost_stage_eval reports them */
+            opts->stage_times[s] = (sp_stage_time){run_pf ? k->pf_ps : 0,
+                                                   w->gen > 0 ? spi_ps(k->d1.time_s) : 0,
+                                                   w->gen > 0 ? spi_ps(k->dn.time_s) : 0, k->units};
         if (run_pf) {
             int64_t t = k->pf_ps;
             pf_sum += t;
@@ -1327,13 +1332,14 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
  * prefill is faster than *best's. */
 static sp_status try_variant(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int chunk, int tokens, sp_layout *best_l, sp_cost *best,
-                             sp_cost *vc, int *ok)
+                             sp_cost *vc, int *ok, sp_stage_time *vt)
 {
     sp_layout v = *l;
     v.prefill_chunk = chunk;
     v.prefill_tokens = tokens;
     sp_cost_opts o = *opts;
     o.quiet = 1;   /* a pass the layouts' splits do not allow is no variant */
+    o.stage_times = vt;   /* the variant's, kept in opts' when it is kept (vt: l->stages entries) */
     *ok = 0;
     sp_status st = sp_cost_eval(m, hw, &v, w, &o, vc);
     if (st == SP_EINVAL) return SP_OK;
@@ -1342,6 +1348,7 @@ static sp_status try_variant(const sp_model *m, const sp_hw *hw, const sp_layout
     if (vc->feasible && (!best->feasible || vc->prefill_s < best->prefill_s)) {
         *best = *vc;
         *best_l = v;
+        if (vt) memcpy(opts->stage_times, vt, (size_t)l->stages * sizeof *vt);
     }
     return SP_OK;
 }
@@ -1354,10 +1361,28 @@ static int64_t halving_start(int64_t n, double f)
     return c;
 }
 
+/* sp_cost_eval_chunked with vt: room for a variant's stage times (l->stages
+ * entries) when opts asks for them, else NULL */
+static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                              const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out, sp_stage_time *vt);
+
 sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                                const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out)
 {
-    if (!chosen) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
+    if (!chosen || !l) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
+    if (!opts || !opts->stage_times) return eval_chunked(m, hw, l, w, opts, chosen, out, NULL);
+    /* a variant's stage times: on the stack for the pipelines a search meets (S <= 64) */
+    sp_stage_time small[64], *vt = small;
+    if (l->stages > (int)SPI_ARRAY_LEN(small) && !(vt = malloc((size_t)l->stages * sizeof *vt)))
+        return spi_fail(SP_ENOMEM, "cost model: out of memory for %d stages' times", l->stages);
+    sp_status st = eval_chunked(m, hw, l, w, opts, chosen, out, vt);
+    if (vt != small) free(vt);
+    return st;
+}
+
+static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                              const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out, sp_stage_time *vt)
+{
     SP_CHECK(sp_cost_eval(m, hw, l, w, opts, out));
     *chosen = *l;
     if (l->prefill_chunk || l->prefill_tokens || w->prompt == 0) return SP_OK;
@@ -1380,7 +1405,7 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
         for (int tries = 0; c >= 1 && tries < 4 && !out->feasible; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok));
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt));
             if (ok && !vc.feasible) {
                 base = vc;
                 base_chunk = (int)c;
@@ -1392,7 +1417,7 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
         for (int tries = 0; t >= 1 && tries < 4 && !out->feasible; t /= 2) {
             if (P % t) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, base_chunk, (int)t, chosen, out, &vc, &ok));
+            SP_CHECK(try_variant(m, hw, l, w, opts, base_chunk, (int)t, chosen, out, &vc, &ok, vt));
         }
         return SP_OK;
     }
@@ -1401,7 +1426,7 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
         for (int64_t c = mb / 2, tries = 0; c >= 1 && tries < 3; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok));
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt));
             if (!ok || out->prefill_s >= last) break;   /* no faster: smaller passes will not be either */
             last = out->prefill_s;
         }

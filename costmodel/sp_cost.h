@@ -159,6 +159,12 @@ typedef struct sp_cost {
 } sp_cost;
 
 /* Options: NULL means defaults. */
+/* One stage's times as sp_cost_eval priced them (sp_stage_cost's figures). */
+typedef struct sp_stage_time {
+    int64_t prefill_ps, decode1_ps, decode_ps;   /* ps; 0 for a phase the workload does not run */
+    int64_t prefill_units;                       /* prefill passes per micro-batch */
+} sp_stage_time;
+
 typedef struct sp_cost_opts {
     size_t size;           /* sizeof(sp_cost_opts) */
     sp_dtype act_dtype;    /* activations: BF16 by default */
@@ -167,6 +173,10 @@ typedef struct sp_cost_opts {
                               benchmarks) */
     int quiet;             /* 1: a layout that does not apply is SP_EINVAL without a message
                               (searches that probe many layouts) */
+    sp_stage_time *stage_times;   /* optional output (NULL: none; borrowed): entry s = stage s of
+                                     the layout priced (l->stages entries), valid when the
+                                     evaluation returns SP_OK; sp_cost_eval_chunked: the
+                                     chosen variant's.  The planner bounds uneven splits with them. */
 } sp_cost_opts;
 void sp_cost_opts_init(sp_cost_opts *o);
 

@@ -123,6 +123,10 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
     sp_cost_opts quiet;
     sp_cost_opts_init(&quiet);
     quiet.quiet = 1;
+    /* a template of the pipeline program: its stages' times give its bound (spi_split_bound_of) */
+    sp_stage_time st[SP_LAYOUT_MAX_STAGES];
+    int bound = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers);
+    if (bound) quiet.stage_times = st;
     sp_cost cost;
     /* the prefill chunked when that makes the layout fit or its pipeline faster (the variant
      * kept dominates the others on every objective: sp_cost_eval_chunked) */
@@ -136,11 +140,10 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
     c->total_s = cost.total_s;
     c->tokens_per_s = cost.tokens_per_s;
     c->cost_total = cost.cost_chip_s_per_token;
-    /* the pipeline program's bound of this template now, on this worker,
-     * while the memo holds its stages (most of its blocks are the even
-     * split's stages); an error is left for spi_split_solve to report */
-    if (s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers))
-        c->has_bound = spi_split_bound(s->m, s->hw, &c->layout, w, c->bound_ps, &c->bound_units) == SP_OK;
+    if (bound) {
+        spi_split_bound_of(st, c->layout.stages, c->bound_ps, &c->bound_units);
+        c->has_bound = 1;
+    }
 }
 
 static void *pricer_main(void *arg)

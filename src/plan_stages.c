@@ -204,34 +204,42 @@ int spi_split_is_template(const sp_layout *l, int64_t L)
            L <= SP_LAYOUT_MAX_STAGE_LAYERS;
 }
 
-sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                          int64_t m_ps[PH_COUNT], int64_t *units)
+void spi_split_bound_of(const sp_stage_time *st, int S, int64_t m_ps[PH_COUNT], int64_t *units)
 {
-    /* some stage holds at least ceil(L/S) layers, and a stage's time does
-     * not fall when it holds more layers, so m = the least of τ(kind,
-     * ceil(L/S)) over the kinds a stage of S can be.  Not τ(middle) alone:
-     * a middle stage receives and sends, and in prefill the last stage
-     * (a receive, the final norm and one token's logits) is faster than a
-     * middle stage of as many layers (palm-540b on TPU v4, 4 stages: 1360
-     * of 2005 windows' counts). */
-    const int S = l->stages;
-    const int n = (int)((m->n_layers + S - 1) / S);
-    *units = 1;
+    /* some stage of any split holds at least ceil(L/S) layers, and a
+     * stage's time does not fall when it holds more layers, so the slowest
+     * stage takes at least min_k τ(k, ceil(L/S)) over the kinds k a stage
+     * can be, and so at least min_k τ(k, n_k) for any n_k <= ceil(L/S):
+     * the even split's stages 0 (first), 1 (the largest middle) and S − 1
+     * (last) hold such counts.  Not τ(middle) alone: a middle stage also
+     * receives, and in prefill a last stage of as many layers (one token's
+     * logits) is often faster (palm-540b on 64 TPU v4 in 4 stages: 1,360 of
+     * 2,005 layer counts near L/S). */
+    const int at[3] = {0, S >= 3 ? 1 : 0, S - 1};
     for (int p = 0; p < PH_COUNT; p++) m_ps[p] = INT64_MAX;
-    for (int k = 0; k < K_COUNT; k++) {
-        if (k == K_MID && S < 3) continue;
-        int64_t tau[PH_COUNT], u;
-        double mu;
-        sp_status bs = stage_block(m, hw, l, w, k, n, tau, &mu, &u);
-        if (bs == SP_EINVAL) {   /* the block does not apply: no bound from it */
-            for (int p = 0; p < PH_COUNT; p++) m_ps[p] = 0;
-            continue;
-        }
-        SP_CHECK(bs);
-        *units = u;
+    for (int i = 0; i < 3; i++) {
+        const sp_stage_time *t = &st[at[i]];
+        int64_t tau[PH_COUNT] = {t->prefill_ps, t->decode1_ps, t->decode_ps};
         for (int p = 0; p < PH_COUNT; p++)
             if (tau[p] < m_ps[p]) m_ps[p] = tau[p];
     }
+    *units = st[S - 1].prefill_units;
+}
+
+sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                          int64_t m_ps[PH_COUNT], int64_t *units)
+{
+    const int S = l->stages;
+    sp_stage_time st[SP_LAYOUT_MAX_STAGES];
+    const int at[3] = {0, S >= 3 ? 1 : 0, S - 1};
+    if (S < 2 || S > SP_LAYOUT_MAX_STAGES || sp_layout_uneven(l))
+        return spi_fail(SP_EINVAL, "spi_split_bound: %d stages split evenly, not a template", S);
+    for (int i = 0; i < 3; i++) {   /* the even split's stages, priced as sp_cost_eval prices them */
+        sp_stage_cost sc;
+        SP_CHECK(sp_cost_stage_eval(m, hw, l, w, NULL, at[i], &sc));
+        st[at[i]] = (sp_stage_time){sc.prefill_ps, sc.decode1_ps, sc.decode_ps, sc.prefill_units};
+    }
+    spi_split_bound_of(st, S, m_ps, units);
     return SP_OK;
 }
 

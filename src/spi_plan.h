@@ -25,10 +25,10 @@ typedef struct spi_cand {
     int64_t mem_over;             /* worst-stage bytes − capacity (> 0: does not fit) */
     double prefill_s, decode_step_s, total_s, tokens_per_s, cost_total;
     /* the pipeline program's bottleneck bound of this layout as a template
-     * (spi_split_bound), priced with the layout when the space asks
-     * (spi_space.split_bounds): has_bound 1, bound_ps per phase (prefill,
-     * first and last decode step, ps), bound_units prefill passes per
-     * micro-batch */
+     * (spi_split_bound_of), from the stage times of its pricing when the
+     * space asks (spi_space.split_bounds): has_bound 1, bound_ps per phase
+     * (prefill, first and last decode step, ps), bound_units prefill passes
+     * per micro-batch */
     int has_bound;
     int64_t bound_ps[3], bound_units;
 } spi_cand;
@@ -47,9 +47,9 @@ typedef struct spi_space {
     int tensor_1d, m_per_stage;
     int tie_phases;               /* 1: decode takes prefill's (FFN, attention) layout: for spaces
                                      where one phase alone is used (a fleet's prefill pools) */
-    /* 1: price each pipeline's bottleneck bound with it (spi_cand.has_bound),
-     * while the cost model's memo still holds its stages: for a plan that
-     * runs the pipeline program (spi_split_solve) */
+    /* 1: each pipeline's bottleneck bound taken from its pricing
+     * (spi_cand.has_bound): for a plan that runs the pipeline program
+     * (spi_split_solve) */
     int split_bounds;
     int n, cap;
     spi_cand *c;
@@ -163,9 +163,10 @@ int spi_split_kind(int s, int S);
 int spi_split_is_template(const sp_layout *l, int64_t L);
 /* The bottleneck bound m of template l (REDUCTIONS in plan_stages.c): per
  * phase (prefill, first and last decode step) a lower bound in ps on the
- * slowest stage of any split, m_ps[p] = 0 where no block gives one; *units:
- * the prefill passes per micro-batch the blocks report (1 when none
- * priced).  Fails only as sp_cost_stage_eval does, SP_EINVAL excepted. */
+ * slowest stage of any split of l's layers; *units: its prefill passes per
+ * micro-batch.  From the stage times of l's even split (st: S entries, as
+ * sp_cost_opts.stage_times gives them), or priced (spi_split_bound). */
+void spi_split_bound_of(const sp_stage_time *st, int S, int64_t m_ps[3], int64_t *units);
 sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                           int64_t m_ps[3], int64_t *units);
 typedef struct spi_split_req {
