@@ -720,6 +720,47 @@ END_TEST
 /* uneven stages: the layout's counts reach the lowering, the stage prices
  * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
  * price depends on its own layers and position only (not the split) */
+/* sp_cost_opts.stage_times: each stage's times as sp_cost_stage_eval gives
+ * them, for even and uneven splits, and from sp_cost_eval_chunked those of
+ * the variant it chose (a pipeline whose prefill is faster chunked). */
+START_TEST(test_stage_times)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 9;
+    sp_hw hw = torus_hw();
+    sp_layout l = make_layout(2, 1, 2, SP_FL_WS2D, SP_AL_HEADS);
+    l.stages = 3;
+    l.microbatches = 4;
+    sp_workload w = {64, 1024, 8};
+    const int16_t splits[3][3] = {{0, 0, 0}, {2, 3, 4}, {1, 7, 1}};
+    int chunked = 0;
+    for (int k = 0; k < 3; k++)
+        for (int ch = 0; ch < 2; ch++) {
+            memcpy(l.stage_layers, splits[k], sizeof splits[k]);
+            sp_stage_time st[3];
+            memset(st, 0xff, sizeof st);
+            sp_cost_opts o;
+            sp_cost_opts_init(&o);
+            o.stage_times = st;
+            sp_cost c;
+            sp_layout u = l;
+            if (ch) ck_assert_int_eq(sp_cost_eval_chunked(&m, &hw, &l, &w, &o, &u, &c), SP_OK);
+            else ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, &o, &c), SP_OK);
+            chunked += u.prefill_chunk != 0;
+            for (int s = 0; s < 3; s++) {
+                sp_stage_cost sc;
+                ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &u, &w, NULL, s, &sc), SP_OK);
+                ck_assert_int_eq(st[s].prefill_ps, sc.prefill_ps);
+                ck_assert_int_eq(st[s].decode1_ps, sc.decode1_ps);
+                ck_assert_int_eq(st[s].decode_ps, sc.decode_ps);
+                ck_assert_int_eq(st[s].prefill_units, sc.prefill_units);
+                ck_assert_int_gt(st[s].prefill_ps, 0);
+            }
+        }
+    ck_assert_int_gt(chunked, 0);   /* a chosen variant's times were checked */
+}
+END_TEST
+
 START_TEST(test_uneven_stages)
 {
     sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
@@ -1177,6 +1218,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_uneven_stages);
+    tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_chunked_prefill_refused);
