@@ -123,6 +123,28 @@ static int bench_split256(const sp_model *m, const sp_hw *hw, const sp_workload 
     return 0;
 }
 
+/* `runs` plans of chips chips: wall seconds of each into t, the pricing and
+ * GLPK seconds summed into *ev and *gl, the last plan's stats into *st. */
+static int plan_runs(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w, int runs, double *t,
+                     double *ev, double *gl, sp_plan_stats *st)
+{
+    *ev = *gl = 0;
+    for (int i = 0; i < runs; i++) {
+        sp_plan *p;
+        double t0 = now_s();
+        if (sp_plan_solve(m, hw, chips, w, NULL, &p) != SP_OK || !p->has_chosen) {
+            fprintf(stderr, "bench_plan: plan of %d chips failed: %s\n", chips, sp_last_error());
+            return 1;
+        }
+        t[i] = now_s() - t0;
+        *ev += p->stats.eval_s;
+        *gl += p->stats.glpk_s;
+        *st = p->stats;
+        sp_plan_free(p);
+    }
+    return 0;
+}
+
 static int cmpd(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -147,19 +169,7 @@ int main(int argc, char **argv)
     sp_workload w = {64, 2048, 64};
     double *t = malloc((size_t)runs * sizeof *t), ev = 0, gl = 0;
     sp_plan_stats st = {0};
-    for (int i = 0; i < runs; i++) {
-        sp_plan *p;
-        double t0 = now_s();
-        if (sp_plan_solve(&m, &hw, 64, &w, NULL, &p) != SP_OK || !p->has_chosen) {
-            fprintf(stderr, "bench_plan: plan failed: %s\n", sp_last_error());
-            return 1;
-        }
-        t[i] = now_s() - t0;
-        ev += p->stats.eval_s;
-        gl += p->stats.glpk_s;
-        st = p->stats;
-        sp_plan_free(p);
-    }
+    if (plan_runs(&m, &hw, 64, &w, runs, t, &ev, &gl, &st)) return 1;
     qsort(t, (size_t)runs, sizeof *t, cmpd);
     printf("%-10s %8s %10s %10s %10s %8s %8s %7s\n", "bench", "runs", "median_ms", "eval_ms", "glpk_ms", "glpk_%",
            "layouts", "solves");
@@ -171,23 +181,12 @@ int main(int argc, char **argv)
      * pipeline program of pipelines up to 8 stages, for the default
      * objective and for throughput at a large batch, where uneven splits win */
     t = malloc((size_t)runs * sizeof *t);
-    for (int i = 0; i < runs; i++) {
-        sp_plan *p;
-        double t0 = now_s();
-        if (sp_plan_solve(&m, &hw, 256, &w, NULL, &p) != SP_OK || !p->has_chosen) {
-            fprintf(stderr, "bench_plan: plan of 256 chips failed: %s\n", sp_last_error());
-            return 1;
-        }
-        t[i] = now_s() - t0;
-        st = p->stats;
-        sp_plan_free(p);
-    }
+    if (plan_runs(&m, &hw, 256, &w, runs, t, &ev, &gl, &st)) return 1;
     qsort(t, (size_t)runs, sizeof *t, cmpd);
     printf("%-10s %8d %10.1f %10.1f %10.1f %8.1f %8d %7d  (256 chips; pipeline program: %d of %d templates kept, "
            "%d x %d, %ld nodes; target < 1000 ms)\n",
-           "plan256", runs, t[runs / 2] * 1e3, st.eval_s * 1e3, st.glpk_s * 1e3,
-           100 * st.glpk_s / (st.eval_s + st.glpk_s), st.candidates, st.solves, st.split_kept, st.split_templates,
-           st.split_rows, st.split_cols, st.split_nodes);
+           "plan256", runs, t[runs / 2] * 1e3, ev / runs * 1e3, gl / runs * 1e3, 100 * gl / (ev + gl), st.candidates,
+           st.solves, st.split_kept, st.split_templates, st.split_rows, st.split_cols, st.split_nodes);
     free(t);
     sp_plan_opts po;
     sp_plan_opts_init(&po);

@@ -277,6 +277,36 @@ static int next_split(int16_t *c, int S, int64_t L)
     return 0;
 }
 
+/* tiny-llama stretched to 12 layers on h100, batch 8, prompt 16, gen 8 */
+static void split_instance(sp_model *m, sp_hw *hw, sp_workload *w)
+{
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", m, &err), SP_OK);
+    m->n_layers = 12;
+    ck_assert_int_eq(sp_hw_find("h100", hw, &err), SP_OK);
+    *w = (sp_workload){8, 16, 8};
+}
+
+/* The slowest stage per phase (prefill, first and last decode step) of u,
+ * each stage's times in t (may be NULL), checked against a bound. */
+static void slowest_stages(const sp_model *m, const sp_hw *hw, const sp_layout *u, const sp_workload *w,
+                           const int64_t bound[3], int64_t (*t)[3])
+{
+    int64_t slowest[3] = {0, 0, 0};
+    for (int s = 0; s < u->stages; s++) {
+        sp_stage_cost sc;
+        ck_assert_int_eq(sp_cost_stage_eval(m, hw, u, w, NULL, s, &sc), SP_OK);
+        int64_t x[3] = {sc.prefill_ps, sc.decode1_ps, sc.decode_ps};
+        for (int p = 0; p < 3; p++) {
+            slowest[p] = x[p] > slowest[p] ? x[p] : slowest[p];
+            if (t) t[s][p] = x[p];
+        }
+    }
+    for (int p = 0; p < 3; p++)
+        ck_assert_msg(slowest[p] >= bound[p], "phase %d: the bound %lld ps exceeds the slowest stage %lld ps", p,
+                      (long long)bound[p], (long long)slowest[p]);
+}
+
 static int n_split_compared, n_split_better, n_split_product, n_bound_checked;
 
 /* sp_plan_solve (the space and the pipeline program) against the full
@@ -304,16 +334,7 @@ static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const
         do {
             sp_cost c;
             ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
-            int64_t slowest[3] = {0, 0, 0};
-            for (int s = 0; s < u.stages; s++) {
-                sp_stage_cost sc;
-                ck_assert_int_eq(sp_cost_stage_eval(m, hw, &u, w, NULL, s, &sc), SP_OK);
-                int64_t t[3] = {sc.prefill_ps, sc.decode1_ps, sc.decode_ps};
-                for (int p = 0; p < 3; p++) slowest[p] = t[p] > slowest[p] ? t[p] : slowest[p];
-            }
-            for (int p = 0; p < 3; p++)
-                ck_assert_msg(slowest[p] >= bound[p], "phase %d: the bound %lld ps exceeds the slowest stage %lld ps",
-                              p, (long long)bound[p], (long long)slowest[p]);
+            slowest_stages(m, hw, &u, w, bound, NULL);
             n_bound_checked++;
             if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
             all[n].l = u;
@@ -459,12 +480,9 @@ END_TEST
 START_TEST(test_split_program_size)
 {
     sp_model m;
-    sp_error err;
-    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
-    m.n_layers = 12;
     sp_hw hw;
-    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
-    sp_workload w = {8, 16, 8};
+    sp_workload w;
+    split_instance(&m, &hw, &w);
     spi_space s;
     spi_space_init(&s, &m, &hw);
     ck_assert_int_eq(spi_space_add(&s, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
@@ -561,16 +579,8 @@ START_TEST(test_split_bound_below_splits)
         for (int k = 0; k < u.stages; k++) u.stage_layers[k] = 1;
         u.stage_layers[u.stages - 1] = (int16_t)(m.n_layers - u.stages + 1);
         do {
-            int64_t slowest[3] = {0, 0, 0}, t[SP_LAYOUT_MAX_STAGES][3];
-            for (int k = 0; k < u.stages; k++) {
-                sp_stage_cost sc;
-                ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &u, &w, NULL, k, &sc), SP_OK);
-                t[k][0] = sc.prefill_ps, t[k][1] = sc.decode1_ps, t[k][2] = sc.decode_ps;
-                for (int p = 0; p < 3; p++) slowest[p] = t[k][p] > slowest[p] ? t[k][p] : slowest[p];
-            }
-            for (int p = 0; p < 3; p++)
-                ck_assert_msg(slowest[p] >= bound[p], "phase %d: the bound %lld ps exceeds the slowest stage %lld ps",
-                              p, (long long)bound[p], (long long)slowest[p]);
+            int64_t t[SP_LAYOUT_MAX_STAGES][3];
+            slowest_stages(&m, &hw, &u, &w, bound, t);
             /* the case the bound must allow for: the last stage holding as many layers as a middle one, faster */
             for (int k = 1; k + 1 < u.stages; k++)
                 last_faster += u.stage_layers[u.stages - 1] == u.stage_layers[k] && t[u.stages - 1][0] < t[k][0];
@@ -585,19 +595,16 @@ START_TEST(test_split_bound_below_splits)
 }
 END_TEST
 
-/* The pipeline program's bounds priced with the space (split_bounds, on the
- * pricing workers, from the memo) equal those it prices itself, and its
+/* The pipeline program's bounds taken from the space's pricing (split_bounds:
+ * each template's stage times) equal those it prices itself, and its
  * answer, what it prunes and the program it builds are the same either way,
  * with no incumbent and with one that prunes part of the templates. */
 START_TEST(test_split_bounds_with_space)
 {
     sp_model m;
-    sp_error err;
-    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
-    m.n_layers = 12;
     sp_hw hw;
-    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
-    sp_workload w = {8, 16, 8};
+    sp_workload w;
+    split_instance(&m, &hw, &w);
     spi_space a, b;
     spi_space_init(&a, &m, &hw);
     spi_space_init(&b, &m, &hw);
