@@ -23,6 +23,21 @@
  * prices on one thread per CPU.  Measured on this 2-core VM (load ~1): plan
  * median 23-24 ms in process, GLPK 1.3 ms (5.5 %); whole process (sh
  * bench/plan_process.sh) median 36-37 ms; frontier 0.92 s.
+ *
+ * 3. plan256 / split256 / split256s: the plan on 256 chips (target < 1 s),
+ *    and the pipeline program over the pipelines of up to 8 stages: the
+ *    full product's size (Σ over templates of the splits in the window),
+ *    the program's size before the reductions (doc/planner.md "Size"),
+ *    what the reductions keep, its solve time and GLPK's nodes; with the
+ *    space's incumbent (as plan runs it), and on a sample of the 16
+ *    templates of least bound without one (the program at work).
+ *    Napkin math: 256 = 2^8 chips give ~131k layouts tried, ~12k priced
+ *    (1/4 of 64 chips' pricing: fewer meshes fit the torus slices); the
+ *    program prices ~36 blocks per kept template.  Counted (callgrind, one
+ *    pricing thread): 2.00G instructions for the plan (~0.2 s of one core
+ *    at ~3 instructions a cycle);
+ *    8,012 templates, 1.5e9 (layout, split) pairs, 575,285 x 367,764
+ *    before the reductions, none kept; the sample: 1,128 x 714, 57 nodes.
  */
 #include <stdio.h>
 #include <stdlib.h>

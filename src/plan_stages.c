@@ -243,6 +243,33 @@ sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l
     return SP_OK;
 }
 
+/* The first bound of template t at ceil(L/S) layers for every stage kind
+ * (its blocks priced), where the even split's stages hold fewer: the last
+ * stage holds floor(L/S) layers when S does not divide L, and with a large
+ * S one layer is much of a stage (palm-540b in 64 stages: one or two).
+ * Raises t->mb where that is tighter; a block that does not apply leaves
+ * it as it is. */
+static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t)
+{
+    const int64_t L = sp->m->n_layers;
+    const int S = t->S, n = (int)((L + S - 1) / S);
+    int64_t m2[PH_COUNT];
+    for (int p = 0; p < PH_COUNT; p++) m2[p] = INT64_MAX;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (k == K_MID && S < 3) continue;
+        int64_t tau[PH_COUNT], u;
+        double mu;
+        sp_status bs = stage_block(sp->m, sp->hw, &t->c->layout, w, k, n, tau, &mu, &u);
+        if (bs == SP_EINVAL) return SP_OK;
+        SP_CHECK(bs);
+        for (int p = 0; p < PH_COUNT; p++)
+            if (tau[p] < m2[p]) m2[p] = tau[p];
+    }
+    for (int p = 0; p < PH_COUNT; p++)
+        if (m2[p] > t->mb[p]) t->mb[p] = m2[p];
+    return SP_OK;
+}
+
 /* Lower bound of a phase (ps) from the bottleneck bound m (REDUCTIONS). */
 static double phase_lb(const sp_cost_pipe_phase *f, int64_t m)
 {
@@ -639,8 +666,8 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         spi_split_window(L, S, &t->lo, &t->hi);
         t->nn = t->hi - t->lo + 1;
         {
-            /* the bound m (spi_split_bound): priced with the candidate when
-             * the space did (its stages then still memoised), else now */
+            /* the bound m (spi_split_bound_of): from the candidate's
+             * pricing when the space kept its stage times, else priced now */
             if (c->has_bound) {
                 memcpy(t->mb, c->bound_ps, sizeof t->mb);
                 t->units = c->bound_units;
@@ -652,8 +679,18 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
             sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
             if (st != SP_OK) break;
             double lb = 0;
-            for (int p = 0; p < PH_COUNT; p++)
-                if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+            for (int rf = 0; rf < 2; rf++) {
+                lb = 0;
+                for (int p = 0; p < PH_COUNT; p++)
+                    if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+                /* not dropped by the even split's stages: each kind at ceil(L/S) layers may */
+                if (rf || lb >= inc || isinf(inc) || L % S == 0) break;
+                double tb = now_s();
+                st = refine_bound(sp, w, t);
+                out->eval_s += now_s() - tb;
+                if (st != SP_OK) break;
+            }
+            if (st != SP_OK) break;
             t->lb = lb;
             if (lb >= inc) {
                 out->pruned++;
