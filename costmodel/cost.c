@@ -281,6 +281,11 @@ static int step_mode(const sp_step *s, const sp_hw *hw)
 {
     if (s->kind == SP_STEP_RECV) return SPI_RUN_RECV;
     if (s->kind == SP_STEP_SEND) return SPI_RUN_BLOCKING;
+    /* host copies run beside compute like an overlappable collective, on the
+     * chip's one communication stream (a stated simplification: they queue
+     * behind collectives instead of using a copy engine of their own) */
+    if (s->kind == SP_STEP_HOST_LOAD || s->kind == SP_STEP_HOST_STORE)
+        return hw->overlap != SP_OVERLAP_NONE ? SPI_RUN_OVERLAP : SPI_RUN_BLOCKING;
     if (s->kind != SP_STEP_COLL) return SPI_RUN_COMPUTE;
     return s->coll.overlappable && hw->overlap != SP_OVERLAP_NONE ? SPI_RUN_OVERLAP : SPI_RUN_BLOCKING;
 }
@@ -375,6 +380,26 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     r->pen_ps[0] = r->pen_ps[1] = 0;
     r->pen_frac = 0;
     if (coef) memset(coef, 0, SP_CP_COUNT * sizeof *coef);
+    if (s->kind == SP_STEP_HOST_WAIT) {   /* an ordering point: no work, no dispatch */
+        r->dur_ps[0] = r->dur_ps[1] = 0;
+        return;
+    }
+    if (s->kind == SP_STEP_HOST_LOAD || s->kind == SP_STEP_HOST_STORE) {
+        /* bytes over the host link at its bandwidth (a KV load grows with the context) */
+        for (int k = 0; k <= two; k++) {
+            int64_t b = sp_lower_host_bytes(s, pc->ctx[k]);
+            double t = (double)b / hw->host_link_bw;
+            r->dur_ps[k] = spi_ps(t);
+            sums[k].host_s += t * times;
+            spi_ck_addmul(pc->ck, "host bytes per chip", &sums[k].host_bytes, b, times);
+            if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION) {
+                r->pen_frac = 1.0 - hw->overlap_fraction;
+                r->pen_ps[k] = spi_ps(r->pen_frac * t);
+            }
+        }
+        if (!two) r->dur_ps[1] = r->dur_ps[0], r->pen_ps[1] = r->pen_ps[0];
+        return;
+    }
     if (r->mode == SPI_RUN_COMPUTE) {
         step_terms x;
         r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
@@ -452,6 +477,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     int two = ctx[1] > 0;
     memset(out->sums, 0, sizeof out->sums);
     out->overlaps = 0;
+    out->varied = 0;
     /* buffers an overlapping step touches (a 64-bit set: SP_BUF_COUNT <= 64),
      * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
     uint64_t touched = 0, ov_buf = 0, ov_read = 0;
@@ -461,8 +487,11 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
         for (int i = 0; i < parts[k]->n; i++)
         {
             const spi_step_run *r = &out->run[k][i];
-            price_step(&pc, &parts[k]->s[i], sp_program_part_runs(p, (sp_prog_part)k), &out->run[k][i], out->sums, two,
-                       coef ? (*coef)[k][i] : NULL);
+            const sp_step *st = &parts[k]->s[i];
+            int in_layer = k == SP_PART_LAYER || k == SP_PART_DENSE;
+            price_step(&pc, st, in_layer ? sp_lower_step_layers(p, (sp_prog_part)k, st) : sp_program_part_runs(p, (sp_prog_part)k),
+                       &out->run[k][i], out->sums, two, coef ? (*coef)[k][i] : NULL);
+            if (in_layer && st->on != SP_ON_EVERY) out->varied = 1;
             if (r->mode != SPI_RUN_OVERLAP) continue;
             out->overlaps = 1;
             for (int j = 0; j < 4; j++) {
@@ -550,11 +579,12 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
 
 /* The whole schedule of one part, every step (the coefficient vectors'
  * path: st->vec set). */
-static void sched_part(spi_sched *st, const sp_steps *ss, const spi_prog_run *pr, int part, int k,
-                       const double (*coef)[SP_CP_COUNT])
+static void sched_part(spi_sched *st, const sp_program *p, const sp_steps *ss, const spi_prog_run *pr, int part,
+                       int64_t layer, int k, const double (*coef)[SP_CP_COUNT])
 {
     const spi_step_run *run = pr->run[part];
     for (int i = 0; i < ss->n; i++) {
+        if (layer >= 0 && !sp_lower_step_runs(p, &ss->s[i], layer)) continue;
         int from;
         int64_t start = spi_sched_ready(st, &run[i], &from);
         spi_sched_commit(st, &run[i], k, start, st->vec ? st->vec[from] : NULL, coef ? coef[i] : NULL);
@@ -568,12 +598,12 @@ static int64_t sched_program(const sp_program *p, const spi_prog_run *pr, int k,
 {
     memset(st->t, 0, sizeof st->t);
     memset(st->vec, 0, SPI_SLOTS * sizeof *st->vec);
-    sched_part(st, &p->pre, pr, SP_PART_PRE, k, (*coef)[SP_PART_PRE]);
+    sched_part(st, p, &p->pre, pr, SP_PART_PRE, -1, k, coef ? (*coef)[SP_PART_PRE] : NULL);
     for (int64_t layer = 0; layer < p->n_layers; layer++) {
         sp_prog_part lp = sp_program_layer_part(p, layer);
-        sched_part(st, sp_program_part(p, lp), pr, lp, k, (*coef)[lp]);
+        sched_part(st, p, sp_program_part(p, lp), pr, lp, layer, k, coef ? (*coef)[lp] : NULL);
     }
-    sched_part(st, &p->post, pr, SP_PART_POST, k, (*coef)[SP_PART_POST]);
+    sched_part(st, p, &p->post, pr, SP_PART_POST, -1, k, coef ? (*coef)[SP_PART_POST] : NULL);
     return st->t[SPI_SLOT_COMP] > st->t[SPI_SLOT_COMM] ? st->t[SPI_SLOT_COMP] : st->t[SPI_SLOT_COMM];
 }
 
@@ -625,6 +655,16 @@ static int64_t part_sum(const sp_steps *ss, const spi_step_run *run, int k)
 static inline __attribute__((always_inline)) void sched_shortcut(const sp_program *p, const spi_prog_run *pr, int nk,
                                                                  int64_t out[2])
 {
+    if (pr->varied) {
+        /* offload: the layers differ (sp_lower_step_runs), so no repeated
+         * state to skip ahead on: every layer is scheduled, step by step,
+         * as the simulator does */
+        static _Thread_local spi_sched st;
+        static _Thread_local double vec[SPI_SLOTS][SP_CP_COUNT];
+        st.vec = vec;
+        for (int k = 0; k < nk; k++) out[k] = sched_program(p, pr, k, &st, NULL);
+        return;
+    }
     if (!pr->overlaps) {
         /* nothing runs beside the compute stream: every step starts when
          * the one before ends (its inputs are earlier still), so the
@@ -712,6 +752,11 @@ static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64
     return SP_OK;
 }
 
+int sp_cost_host_bound(const sp_phase_cost *p)
+{
+    return p->host_bytes > 0 && p->host_s >= p->roofline_s + p->dispatch_s + p->comm_s;
+}
+
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
 {
     int64_t ctx[2] = {context, 0};
@@ -729,6 +774,8 @@ static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
     acc->comm_s += x->comm_s;
     acc->comm_bytes += x->comm_bytes;
     acc->flops += x->flops;
+    acc->host_s += x->host_s;
+    acc->host_bytes += x->host_bytes;
 }
 
 /* acc += x × num / 2, each figure (a prefill pass's weight, sp_lower_pass_terms) */
@@ -746,6 +793,9 @@ static void add_phase_half(sp_phase_cost *acc, const sp_phase_cost *x, int64_t n
     acc->comm_bytes = spi_ck_add(ck, "prefill bytes sent per chip", acc->comm_bytes,
                                  spi_ck_mul(ck, "prefill bytes sent per chip", x->comm_bytes, num));
     acc->flops = spi_ck_add(ck, "prefill FLOPs per chip", acc->flops, spi_ck_mul(ck, "prefill FLOPs per chip", x->flops, num));
+    acc->host_s += f * x->host_s;
+    acc->host_bytes = spi_ck_add(ck, "prefill host bytes per chip", acc->host_bytes,
+                                 spi_ck_mul(ck, "prefill host bytes per chip", x->host_bytes, num));
 }
 
 /* Phase prices are memoised per thread.  A search prices each phase's
@@ -926,15 +976,17 @@ static const struct { const char *name; size_t off; } check_d[] = {
     CK_D(prefill_s), CK_D(decode_step_s), CK_D(decode_s), CK_D(total_s), CK_D(tokens_per_s), CK_D(mfu),
     CK_D(mfu_prefill), CK_D(mfu_decode), CK_D(cost_chip_s_per_token),
     CK_D(prefill.time_s), CK_D(prefill.compute_s), CK_D(prefill.memory_s), CK_D(prefill.roofline_s),
-    CK_D(prefill.dispatch_s), CK_D(prefill.comm_s),
+    CK_D(prefill.dispatch_s), CK_D(prefill.comm_s), CK_D(prefill.host_s),
     CK_D(decode.time_s), CK_D(decode.compute_s), CK_D(decode.memory_s), CK_D(decode.roofline_s),
-    CK_D(decode.dispatch_s), CK_D(decode.comm_s),
+    CK_D(decode.dispatch_s), CK_D(decode.comm_s), CK_D(decode.host_s),
 };
 static const struct { const char *name; size_t off; } check_n[] = {
     CK_D(shortfall_bytes), CK_D(comm_bytes_prefill), CK_D(comm_bytes_decode_step), CK_D(capacity), CK_D(chips),
     CK_D(prefill.flops), CK_D(decode.flops), CK_D(prefill.comm_bytes), CK_D(decode.comm_bytes),
     CK_D(mem.weights), CK_D(mem.gathered_weights), CK_D(mem.kv), CK_D(mem.activations), CK_D(mem.workspace),
-    CK_D(mem.scratch), CK_D(mem.total),
+    CK_D(mem.scratch), CK_D(mem.staging), CK_D(mem.total), CK_D(mem.host_weights), CK_D(mem.host_kv),
+    CK_D(mem.host_total), CK_D(host_peak), CK_D(host_capacity), CK_D(host_shortfall_bytes),
+    CK_D(prefill.host_bytes), CK_D(decode.host_bytes),
 };
 #undef CK_D
 
@@ -960,12 +1012,18 @@ sp_status sp_cost_check(const sp_cost *c)
     spi_ckd ck = SPI_CKD_INIT;
     int64_t sum = spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.weights, c->mem.gathered_weights),
                              spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.kv, c->mem.activations),
-                                        spi_ck_add(&ck, "", c->mem.workspace, c->mem.scratch)));
+                                        spi_ck_add(&ck, "", spi_ck_add(&ck, "", c->mem.workspace, c->mem.scratch),
+                                                   c->mem.staging)));
     if (ck.overflow || sum != c->mem.total)
         return spi_fail(SP_EINTERNAL, "cost model: memory parts sum to %lld%s, the total says %lld", (long long)sum,
                         ck.overflow ? " (overflowed)" : "", (long long)c->mem.total);
     int fits = c->mem.total <= c->capacity;
     int64_t short_by = fits ? 0 : c->mem.total - c->capacity;
+    int host_fits = c->host_peak <= c->host_capacity;
+    if (c->host_shortfall_bytes != (host_fits ? 0 : c->host_peak - c->host_capacity))
+        return spi_fail(SP_EINTERNAL, "cost model: host memory short by %lld bytes, but %lld bytes against %lld",
+                        (long long)c->host_shortfall_bytes, (long long)c->host_peak, (long long)c->host_capacity);
+    fits &= host_fits;
     if (!c->feasible != !fits || c->shortfall_bytes != short_by)
         return spi_fail(SP_EINTERNAL, "cost model: says %s (short by %lld bytes) but %lld bytes %s a capacity of %lld",
                         c->feasible ? "it fits" : "it does not fit", (long long)c->shortfall_bytes,
@@ -979,6 +1037,7 @@ typedef struct stage_kind {
     int first, last;
     int64_t layers;
     int64_t moe_phase;          /* first layer mod moe_every: which layers are MoE (0 without dense ones) */
+    int64_t streamed;           /* layers whose weights are offloaded (offload_weights) */
     sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
     int64_t units;              /* prefill passes per micro-batch */
@@ -996,6 +1055,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
     k->last = s == l->stages - 1;
     k->layers = nl;
     k->moe_phase = sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0;
+    k->streamed = sp_layout_offload_layers(l, s);
     k->units = 1;
     spi_ckd ck = SPI_CKD_INIT;
     int64_t max_ctx = w->prompt + w->gen;
@@ -1026,6 +1086,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
         }
         k->pf.comm_bytes /= 2;
         k->pf.flops /= 2;
+        k->pf.host_bytes /= 2;
         k->pf_ps = ps2 / 2;
     }
     if (w->gen > 0) {
@@ -1239,7 +1300,8 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         stage_kind *k = NULL;
         for (int i = 0; i < nkinds && !k; i++)
             if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl &&
-                kinds[i].moe_phase == (sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0))
+                kinds[i].moe_phase == (sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0) &&
+                kinds[i].streamed == sp_layout_offload_layers(l, s))
                 k = &kinds[i];
         if (!k) {
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))
@@ -1273,11 +1335,14 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             worst = k->mem.total;
             out->mem = k->mem;
         }
+        if (k->mem.host_total > out->host_peak) out->host_peak = k->mem.host_total;
     }
     out->comm_bytes_decode_step = spi_ck_mul(&ck, "decode bytes sent per chip", out->comm_bytes_decode_step, M);
     if (ck.overflow) return spi_fail(SP_EINVAL, "%s do not fit in 64 bits (the request is too large to represent)", ck.what);
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
-    out->feasible = out->shortfall_bytes == 0;
+    out->host_capacity = hw->host_bytes;
+    out->host_shortfall_bytes = out->host_peak > out->host_capacity ? out->host_peak - out->host_capacity : 0;
+    out->feasible = out->shortfall_bytes == 0 && out->host_shortfall_bytes == 0;
 
     sp_cost_pipe pipe;
     sp_cost_pipe_terms(hw, l, units, &pipe);

@@ -73,5 +73,22 @@ void *sp_cost_to_json(const sp_cost *c, const sp_layout *l)
         }
         json_object_set_new(o, "groups", g);
     }
+    if (c->host_peak > 0 || c->prefill.host_bytes > 0 || c->decode.host_bytes > 0) {
+        /* offload: what lives in host memory, what crosses the host link, and whether it bounds the step */
+        json_t *off = json_object();
+        json_object_set_new(off, "host_weights_bytes", json_integer(c->mem.host_weights));
+        json_object_set_new(off, "host_kv_bytes", json_integer(c->mem.host_kv));
+        json_object_set_new(off, "host_bytes_peak", json_integer(c->host_peak));
+        json_object_set_new(off, "host_capacity", json_integer(c->host_capacity));
+        json_object_set_new(off, "host_shortfall_bytes", json_integer(c->host_shortfall_bytes));
+        json_object_set_new(off, "staging_bytes", json_integer(c->mem.staging));
+        json_object_set_new(off, "prefill_host_link_bytes", json_integer(c->prefill.host_bytes));
+        json_object_set_new(off, "prefill_host_link_s", json_real(c->prefill.host_s));
+        json_object_set_new(off, "prefill_host_bound", json_boolean(sp_cost_host_bound(&c->prefill)));
+        json_object_set_new(off, "decode_step_host_link_bytes", json_integer(c->decode.host_bytes));
+        json_object_set_new(off, "decode_step_host_link_s", json_real(c->decode.host_s));
+        json_object_set_new(off, "decode_step_host_bound", json_boolean(sp_cost_host_bound(&c->decode)));
+        json_object_set_new(o, "offload", off);
+    }
     return o;
 }

@@ -114,7 +114,9 @@ static sp_status run_unit(sim *x, const sp_program *p, const spi_prog_run *pr, i
     for (int64_t layer = 0; layer < p->n_layers; layer++) {
         sp_prog_part lp = sp_program_layer_part(p, layer);   /* a MoE layer or a dense one between them */
         const sp_steps *ls = sp_program_part(p, lp);
-        for (int i = 0; i < ls->n; i++) SP_CHECK(run_step(x, s, &ls->s[i], &pr->run[lp][i], lp, layer, i, tok, mb));
+        for (int i = 0; i < ls->n; i++)
+            if (sp_lower_step_runs(p, &ls->s[i], layer))   /* offload: some steps run on some layers */
+                SP_CHECK(run_step(x, s, &ls->s[i], &pr->run[lp][i], lp, layer, i, tok, mb));
     }
     for (int i = 0; i < p->post.n; i++)
         SP_CHECK(run_step(x, s, &p->post.s[i], &pr->run[SP_PART_POST][i], SP_PART_POST, -1, i, tok, mb));

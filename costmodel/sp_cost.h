@@ -114,6 +114,8 @@ typedef struct sp_phase_cost {
     double comm_s;                    /* Σ of coll_s */
     int64_t comm_bytes;               /* bytes this chip sends (= receives) */
     int64_t flops;
+    double host_s;                    /* Σ time of the host-link copies (offload) */
+    int64_t host_bytes;               /* bytes over the host link, both directions */
 } sp_phase_cost;
 
 typedef struct sp_cost {
@@ -133,6 +135,10 @@ typedef struct sp_cost {
     int64_t comm_bytes_decode_step;
     sp_mem_sizes mem;             /* worst stage */
     int64_t capacity;             /* HBM × usable fraction */
+    int64_t host_peak;            /* offload: host memory of the stage that holds the most (mem.host_*
+                                     is the device-worst stage's) */
+    int64_t host_capacity;        /* host.memory_bytes per chip */
+    int64_t host_shortfall_bytes; /* host_peak over host_capacity (0 if it fits); feasible needs both */
     int64_t chips;
     sp_torus_map torus;           /* torus: the rented slice and how the axes lie on it
                                      (sp_layout_torus_map); all 0 on a cluster */
@@ -157,6 +163,12 @@ typedef struct sp_cost {
     int64_t group_shortfall[SP_PHASE_COUNT];
     sp_mem_sizes group_mem[SP_PHASE_COUNT];     /* each group's worst stage */
 } sp_cost;
+
+/* 1 if the host link bounds a phase's step (offload): its copies take at
+ * least as long as all the rest the chip does (roofline + dispatch +
+ * communication), so no overlap can hide them and the step takes at least
+ * host_s. */
+int sp_cost_host_bound(const sp_phase_cost *p);
 
 /* Options: NULL means defaults. */
 /* One stage's times as sp_cost_eval priced them (sp_stage_cost's figures). */

@@ -35,6 +35,8 @@ typedef struct spi_step_run {
 typedef struct spi_prog_run {
     spi_step_run run[SP_PART_COUNT][SP_PROG_MAX_STEPS];
     int overlaps;            /* some step runs in SPI_RUN_OVERLAP mode */
+    int varied;              /* some layer step runs on part of the layers (offload, sp_step_on):
+                                the schedule runs every layer, the shortcut does not apply */
     /* The closed form's shortcut: per part, the steps that interact with an
      * overlapping one (read or write a buffer it reads or writes, or use the
      * communication stream), each after the summed time of the compute

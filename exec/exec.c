@@ -69,6 +69,8 @@ typedef struct xstats {
     uint64_t token_bytes;
     int64_t comm_steps, mismatches;
     int64_t alloc_bytes, pred_bytes;
+    int64_t host_alloc_bytes, host_pred_bytes;
+    uint64_t host_meas, host_pred;
     double prefill_s, decode_step_s, tokens_per_s;
     double class_s[2][SP_CLASS_COUNT];
     char first_mismatch[256];
@@ -88,6 +90,10 @@ static void chip_xstats(const chip *ch, xstats *x)
     x->mismatches = ch->mismatches;
     x->alloc_bytes = ch->arena_bytes;
     x->pred_bytes = ch->pred_bytes;
+    x->host_alloc_bytes = ch->oarena_bytes;
+    x->host_pred_bytes = ch->host_pred_bytes;
+    x->host_meas = ch->host_meas;
+    x->host_pred = ch->host_pred;
     x->prefill_s = ch->prefill_s;
     x->decode_step_s = ch->decode_step_s;
     x->tokens_per_s = ch->tokens_per_s;
@@ -119,6 +125,10 @@ static void add_xstats(const sp_exec *ex, sp_exec_stats *st, const xstats *x, in
     st->mismatches += x->mismatches;
     if (x->alloc_bytes > st->allocated_bytes_per_chip) st->allocated_bytes_per_chip = x->alloc_bytes;
     if (x->pred_bytes > st->predicted_bytes_per_chip) st->predicted_bytes_per_chip = x->pred_bytes;
+    if (x->host_alloc_bytes > st->host_allocated_bytes_per_chip) st->host_allocated_bytes_per_chip = x->host_alloc_bytes;
+    if (x->host_pred_bytes > st->host_predicted_bytes_per_chip) st->host_predicted_bytes_per_chip = x->host_pred_bytes;
+    st->host_link_bytes_measured += x->host_meas;
+    st->host_link_bytes_predicted += x->host_pred;
     if (rank == 0) {
         st->prefill_s = x->prefill_s;
         st->decode_step_s = x->decode_step_s;

@@ -117,25 +117,52 @@ sp_status spi_chip_setup(chip *ch)
         return spi_fail(SP_ENOMEM, "chip %d: host arena of %lld bytes", ch->rank, (long long)host.size);
     host.base = ch->harena;
     ch->arena_bytes = dev.size + host.size;
+    /* offload: the host arena of what the layout keeps in host memory */
+    int64_t W = pf->w_streamed, H = pf->kv_host_seqs;
+    if ((W > 0 || H > 0) && !o->host_memory)
+        return spi_fail(SP_ENOTSUP, "offload_weights / offload_kv on the %s device: not implemented (CPU chips only)",
+                        o->name);
+    arena off = {NULL, ms.host_total, 0};
+    ch->host_pred_bytes = ms.host_total;
+    if (off.size > 0 && !(ch->oarena = calloc(1, (size_t)off.size)))
+        return spi_fail(SP_ENOMEM, "chip %d: offload arena of %lld bytes", ch->rank, (long long)off.size);
+    off.base = ch->oarena;
+    ch->oarena_bytes = off.size;
 
     /* buffers: the larger of the two programs' */
     for (int b = 1; b < SP_BUF_COUNT; b++)
         SP_CHECK(take(ch, &dev, max64(pf->buf_bytes[b], dc->buf_bytes[b]), sp_buf_name(b), &ch->buf[b]));
-    /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D), K then V */
+    /* KV cache (n_layers, M, kv_seqs − H, ctx_max, kvh, D), K then V; the host-held H
+     * sequences' in the offload arena, same order */
     ch->ctx_max = spi_shape_of(ex, 0, 0).max_context;
-    ch->kv_mb_elems = pf->kv_seqs * ch->ctx_max * pf->kv_heads_cache * ch->m->d_head;
+    ch->kv_mb_elems = (pf->kv_seqs - H) * ch->ctx_max * pf->kv_heads_cache * ch->m->d_head;
     ch->kv_layer_elems = ch->kv_mb_elems * ch->l->microbatches;
     int64_t kvb = ch->kv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv);
     SP_CHECK(take(ch, &dev, kvb, "K cache", &ch->kc));
     SP_CHECK(take(ch, &dev, kvb, "V cache", &ch->vc));
+    ch->hkv_mb_elems = H * ch->ctx_max * pf->kv_heads_cache * ch->m->d_head;
+    ch->hkv_layer_elems = ch->hkv_mb_elems * ch->l->microbatches;
+    int64_t hkvb = ch->hkv_layer_elems * cnt * sp_dtype_bytes(ch->l->kv);
+    SP_CHECK(take(ch, &off, hkvb, "host K cache", &ch->hkc));
+    SP_CHECK(take(ch, &off, hkvb, "host V cache", &ch->hvc));
     /* layer weights: shard, whole-column scales (INT8/FP8), whole bias */
     ch->lw = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lw);
     ch->lscale = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lscale);
     ch->lb = calloc((size_t)(cnt * SP_W_COUNT), sizeof *ch->lb);
     if (!ch->lw || !ch->lscale || !ch->lb) return spi_fail(SP_ENOMEM, "weight tables");
+    if (W > 0) {
+        ch->hlw = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlw);
+        ch->hlscale = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlscale);
+        ch->hlb = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlb);
+        ch->hbase = calloc((size_t)W, sizeof *ch->hbase);
+        if (!ch->hlw || !ch->hlscale || !ch->hlb || !ch->hbase) return spi_fail(SP_ENOMEM, "host weight tables");
+    }
     /* experts split over the replicas: replica r holds the r-th block of them (sp_layout.h) */
     ch->expert0 = ch->l->experts > 1 ? (int64_t)ch->coords[SP_AXIS_REPLICA] * pf->wspec[SP_W_IN].count : 0;
-    for (int64_t li = 0; li < cnt; li++)
+    for (int64_t li = 0; li < cnt; li++) {
+        /* a streamed layer's blocks, contiguous in the offload arena as in its staging block */
+        arena *wa = li < W ? &off : &dev;
+        if (li < W) ch->hbase[li] = off.base + off.used;
         for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
             const sp_weight_spec *s = &pf->wspec[w];
             /* the kinds this layer holds: experts in MoE layers, the dense FFN in the others */
@@ -145,11 +172,11 @@ sp_status spi_chip_setup(chip *ch)
             /* a MoE layer's local experts one after the other, each shard on its own
              * SP_MEM_ALIGN boundary (count × the aligned shard, as the lowering counts) */
             int64_t shard = s->local_rows * s->local_cols * sp_dtype_bytes(s->dtype);
-            SP_CHECK(take(ch, &dev, s->count > 1 ? s->count * sp_mem_align(shard) : shard, sp_weight_name(w),
+            SP_CHECK(take(ch, wa, s->count > 1 ? s->count * sp_mem_align(shard) : shard, sp_weight_name(w),
                           &ch->lw[i]));
             /* INT8/FP8: each local expert's whole-column scales (one block of cols fp32 each, aligned) */
-            SP_CHECK(take(ch, &dev, q8 ? s->count * sp_mem_align(s->cols * 4) : 0, "weight scales", (void **)&ch->lscale[i]));
-            SP_CHECK(take(ch, &dev, s->bias ? s->cols_real * 4 : 0, "bias", (void **)&ch->lb[i]));
+            SP_CHECK(take(ch, wa, q8 ? s->count * sp_mem_align(s->cols * 4) : 0, "weight scales", (void **)&ch->lscale[i]));
+            SP_CHECK(take(ch, wa, s->bias ? s->cols_real * 4 : 0, "bias", (void **)&ch->lb[i]));
             if (s->count > 1 && s->bias)
                 return spi_fail(SP_ENOTSUP, "%s of %lld experts with a bias: not implemented", sp_weight_name(w),
                                 (long long)s->count);
@@ -160,7 +187,22 @@ sp_status spi_chip_setup(chip *ch)
                                          (char *)ch->lw[i] + e * sp_mem_align(shard),
                                          q8 ? ch->lscale[i] + e * (sp_mem_align(s->cols * 4) / 4) : NULL));
             if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
+            if (li < W) {
+                /* the host copy, which a host-load copies into staging; until then the layer has
+                 * no weights on the device (a step that ran before its load would find none) */
+                ch->hlw[i] = ch->lw[i];
+                ch->hlscale[i] = ch->lscale[i];
+                ch->hlb[i] = ch->lb[i];
+                ch->lw[i] = NULL;
+                ch->lscale[i] = NULL;
+                ch->lb[i] = NULL;
+            }
         }
+        if (li < W && off.base + off.used - ch->hbase[li] != pf->layer_weight_bytes)
+            return spi_fail(SP_EINTERNAL, "chip %d: layer %lld's weights take %lld bytes, the lowering's staging "
+                                          "block %lld", ch->rank, (long long)li,
+                            (long long)(off.base + off.used - ch->hbase[li]), (long long)pf->layer_weight_bytes);
+    }
     /* model weights: final norm, vocabulary tables, learned positions */
     for (int w = 1; w < SP_W_FIRST_LAYER; w++) {
         const sp_weight_spec *s = &pf->wspec[w];
@@ -197,6 +239,13 @@ sp_status spi_chip_setup(chip *ch)
                      (long long)(dev.used + host.used), (long long)(dev.size + host.size), (long long)ms.total);
         ch->mismatches++;
     }
+    if (off.used != off.size) {
+        if (!ch->mismatches)
+            snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
+                     "chip %d offload memory: %lld bytes carved of a host arena of %lld (predicted)", ch->rank,
+                     (long long)off.used, (long long)off.size);
+        ch->mismatches++;
+    }
     return SP_OK;
 }
 
@@ -210,6 +259,11 @@ void spi_chip_teardown(chip *ch)
     }
     ch->arena = NULL;
     free(ch->harena);
+    free(ch->oarena);
+    free(ch->hlw);
+    free(ch->hlscale);
+    free(ch->hlb);
+    free(ch->hbase);
     free(ch->lb);
     free(ch->lw);
     free(ch->lscale);

@@ -30,23 +30,44 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
                          ch->ex->rope_scale);
 }
 
-static sp_kern_kv cache_view(chip *ch, int mb)
+/* The cache of the micro-batch's sequences this pass runs, in up to two parts
+ * (offload): part 0 the device cache's sequences, part 1 the host-held ones'
+ * staging block of layer li (sp_lower.h, "Offload").  Returns the number of
+ * parts; *first[i] is part i's first sequence among the pass's. */
+static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2])
 {
     const sp_program *p = ch->prog;
-    sp_kern_kv kv;
     int eb = sp_dtype_bytes(ch->l->kv);
-    /* the micro-batch's block, then the sequences of the prefill pass being run */
+    int64_t H = p->kv_host_seqs, row = p->kv_heads_cache * ch->m->d_head;
+    /* the micro-batch's block, then the sequences of the prefill pass being run (offload runs whole prefills) */
     int64_t seq0 = ch->pass_seq * p->kv_pass_seqs;
-    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems +
-                           seq0 * ch->ctx_max * p->kv_heads_cache * ch->m->d_head) * eb);
-    kv.dt = ch->l->kv;
-    kv.k = (char *)ch->kc + off;
-    kv.v = (char *)ch->vc + off;
-    kv.B = p->kv_pass_seqs;
-    kv.ctx_max = ch->ctx_max;
-    kv.KVHl = p->kv_heads_cache;
-    kv.D = ch->m->d_head;
-    return kv;
+    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems + seq0 * ch->ctx_max * row) * eb);
+    int n = 0;
+    if (p->kv_pass_seqs - H > 0) {
+        kv[n].dt = ch->l->kv;
+        kv[n].k = (char *)ch->kc + off;
+        kv[n].v = (char *)ch->vc + off;
+        kv[n].B = p->kv_pass_seqs - H;
+        kv[n].ctx_max = ch->ctx_max;
+        kv[n].KVHl = p->kv_heads_cache;
+        kv[n].D = ch->m->d_head;
+        first[n++] = 0;
+    }
+    if (H > 0) {
+        /* staging block li mod blocks: K (H, ctx_max, kvh, D), then V, each SP_MEM_ALIGN'd */
+        int64_t blk = sp_mem_align(H * ch->ctx_max * row * eb);
+        int64_t blocks = p->buf_bytes[SP_BUF_KVSTREAM] / (2 * blk);
+        char *b = (char *)ch->buf[SP_BUF_KVSTREAM] + (ch->li % (blocks > 0 ? blocks : 1)) * 2 * blk;
+        kv[n].dt = ch->l->kv;
+        kv[n].k = b;
+        kv[n].v = b + blk;
+        kv[n].B = H;
+        kv[n].ctx_max = ch->ctx_max;
+        kv[n].KVHl = p->kv_heads_cache;
+        kv[n].D = ch->m->d_head;
+        first[n++] = p->kv_pass_seqs - H;
+    }
+    return n;
 }
 
 static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
@@ -65,8 +86,13 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
     SP_CHECK(spi_copy_block(ch, ch->ks, kvc * D, k + off * D, kvs * D, Bq * Lq, kvc * D, 4));
     SP_CHECK(spi_copy_block(ch, ch->vs, kvc * D, v + off * D, kvs * D, Bq * Lq, kvc * D, 4));
     SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvc, s->pos0));
-    sp_kern_kv kv = cache_view(ch, mb);
-    return ch->ops->kv_append(&ch->dev, &kv, ch->ks, ch->vs, Lq, s->pos0);
+    sp_kern_kv kv[2];
+    int64_t first[2];
+    int n = cache_views(ch, mb, kv, first);
+    for (int i = 0; i < n; i++)
+        SP_CHECK(ch->ops->kv_append(&ch->dev, &kv[i], ch->ks + first[i] * Lq * kvc * D, ch->vs + first[i] * Lq * kvc * D,
+                                    Lq, s->pos0));
+    return SP_OK;
 }
 
 static sp_status run_attn(chip *ch, const sp_step *s, int mb)
@@ -81,41 +107,113 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
     SP_CHECK(slot_holds(ch, SP_SCR_Q, Bq * Lq * Hl * D));
     SP_CHECK(spi_copy_flat(ch, ch->qs, ch->buf[s->src], Bq * Lq * Hl * D, 4));
     SP_CHECK(rope_rows(ch, ch->qs, Bq, Lq, Hl, s->pos0));
-    sp_kern_kv kv;
+    sp_kern_kv kv[2];
+    int64_t first[2] = {0, 0};
+    int nparts = 1;
     int64_t pos0 = s->pos0;
     if (s->from_cache) {
         if (Bq != ch->prog->kv_pass_seqs)
             return spi_fail(SP_EINVAL, "attention over %lld sequences, cache block holds %lld", (long long)Bq,
                             (long long)ch->prog->kv_pass_seqs);
-        kv = cache_view(ch, mb);
+        nparts = cache_views(ch, mb, kv, first);
     } else {
         if (s->pos0 != 0) return spi_fail(SP_ENOTSUP, "prefill from position %lld (chunked prefill)", (long long)s->pos0);
         int64_t kvs = s->kv_heads_src;
         SP_CHECK(slot_holds(ch, SP_SCR_K, Bq * Lq * kvs * D));
         SP_CHECK(spi_copy_flat(ch, ch->ks, ch->buf[s->src2], Bq * Lq * kvs * D, 4));
         SP_CHECK(rope_rows(ch, ch->ks, Bq, Lq, kvs, 0));
-        kv.dt = SP_DT_F32;
-        kv.k = ch->ks;
-        kv.v = ch->buf[s->src3];
-        kv.B = Bq;
-        kv.ctx_max = Lq;
-        kv.KVHl = kvs;
-        kv.D = D;
+        kv[0].dt = SP_DT_F32;
+        kv[0].k = ch->ks;
+        kv[0].v = ch->buf[s->src3];
+        kv[0].B = Bq;
+        kv[0].ctx_max = Lq;
+        kv[0].KVHl = kvs;
+        kv[0].D = D;
     }
     if (Hr == Hl) {
-        /* the query heads of a chip are contiguous: compute in place of the copy's layout */
-        return ch->ops->attention(&ch->dev, out, ch->qs, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0);
+        /* the query heads of a chip are contiguous: compute in place of the copy's layout; each part
+         * of the cache (offload: device, host-held) attends its own sequences' rows */
+        for (int i = 0; i < nparts; i++) {
+            int64_t r0 = first[i] * Lq * Hl * D;
+            SP_CHECK(ch->ops->attention(&ch->dev, out + r0, ch->qs + r0, &kv[i], Lq, pos0, H, m->n_kv_heads, h0, Hl, kv0));
+        }
+        return SP_OK;
     }
     /* padded heads: compute the real ones densely, then spread */
     SP_CHECK(ch->ops->zero(&ch->dev, out, (size_t)(Bq * Lq * Hl * D) * 4));
     if (Hr == 0) return SP_OK;
-    float *qd = ch->vs, *od = ch->ks == kv.k ? NULL : ch->ks;
+    float *qd = ch->vs, *od = ch->ks == kv[0].k ? NULL : ch->ks;
     if (!od) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
     SP_CHECK(slot_holds(ch, SP_SCR_K, Bq * Lq * Hr * D));
     SP_CHECK(slot_holds(ch, SP_SCR_V, Bq * Lq * Hr * D));
     SP_CHECK(spi_copy_block(ch, qd, Hr * D, ch->qs, Hl * D, Bq * Lq, Hr * D, 4));
-    SP_CHECK(ch->ops->attention(&ch->dev, od, qd, &kv, Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0));
+    for (int i = 0; i < nparts; i++) {
+        int64_t r0 = first[i] * Lq * Hr * D;
+        SP_CHECK(ch->ops->attention(&ch->dev, od + r0, qd + r0, &kv[i], Lq, pos0, H, m->n_kv_heads, h0, Hr, kv0));
+    }
     return spi_copy_block(ch, out, Hl * D, od, Hr * D, Bq * Lq, Hr * D, 4);
+}
+
+/* ---- offload: copies over the host link (sp_lower.h, "Offload") ---- */
+/* counts a host copy: measured as the executor moved it, predicted as the step says */
+static void host_count(chip *ch, const sp_step *s, int64_t moved)
+{
+    int64_t pred = sp_lower_host_bytes(s, 0);
+    ch->host_meas += (uint64_t)moved;
+    ch->host_pred += (uint64_t)pred;
+    if (moved != pred) {
+        if (!ch->mismatches)
+            snprintf(ch->first_mismatch, sizeof ch->first_mismatch, "chip %d %s layer %lld: %lld host bytes, predicted %lld",
+                     ch->rank, sp_step_kind_name(s->kind), (long long)ch->li, (long long)moved, (long long)pred);
+        ch->mismatches++;
+    }
+}
+
+/* K and V rows [t0, t0 + nt) of the host-held sequences of layer li, micro-batch mb: host <-> staging block */
+static int64_t kv_host_rows(chip *ch, int64_t li, int mb, int64_t t0, int64_t nt, int to_host)
+{
+    const sp_program *p = ch->prog;
+    int eb = sp_dtype_bytes(ch->l->kv);
+    int64_t H = p->kv_host_seqs, row = p->kv_heads_cache * ch->m->d_head * eb;
+    int64_t blk = sp_mem_align(H * ch->ctx_max * row);
+    int64_t blocks = p->buf_bytes[SP_BUF_KVSTREAM] / (2 * blk);
+    char *st = (char *)ch->buf[SP_BUF_KVSTREAM] + (li % (blocks > 0 ? blocks : 1)) * 2 * blk;
+    size_t hoff = (size_t)((li * ch->hkv_layer_elems + mb * ch->hkv_mb_elems) * eb);
+    char *hk = (char *)ch->hkc + hoff, *hv = (char *)ch->hvc + hoff;
+    int64_t moved = 0;
+    for (int64_t q = 0; q < H && nt > 0; q++) {
+        size_t o = (size_t)((q * ch->ctx_max + t0) * row), n = (size_t)(nt * row);
+        memcpy(to_host ? hk + o : st + o, to_host ? st + o : hk + o, n);
+        memcpy(to_host ? hv + o : st + blk + o, to_host ? st + blk + o : hv + o, n);
+        moved += 2 * (int64_t)n;
+    }
+    return moved;
+}
+
+static sp_status run_host_load(chip *ch, const sp_step *s, int mb)
+{
+    const sp_program *p = ch->prog;
+    /* the layer it fetches: layer 0 from the pre part, else the next one */
+    int64_t j = ch->part == SP_PART_PRE ? 0 : ch->li + 1;
+    if (s->dst == SP_BUF_WSTREAM) {
+        if (j >= p->w_streamed) return spi_fail(SP_EINTERNAL, "weights of layer %lld are not streamed", (long long)j);
+        int64_t lw = p->layer_weight_bytes, blocks = p->buf_bytes[SP_BUF_WSTREAM] / (lw > 0 ? lw : 1);
+        char *dst = (char *)ch->buf[SP_BUF_WSTREAM] + (j % (blocks > 0 ? blocks : 1)) * lw;
+        memcpy(dst, ch->hbase[j], (size_t)lw);
+        /* layer j's weights are now the staging block's, at the offsets they have in host memory */
+        for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
+            int64_t i = j * SP_W_COUNT + w;
+            if (ch->hlw[i]) ch->lw[i] = dst + ((char *)ch->hlw[i] - ch->hbase[j]);
+            if (ch->hlscale[i]) ch->lscale[i] = (float *)(dst + ((char *)ch->hlscale[i] - ch->hbase[j]));
+            if (ch->hlb[i]) ch->lb[i] = (float *)(dst + ((char *)ch->hlb[i] - ch->hbase[j]));
+        }
+        host_count(ch, s, lw);
+        return SP_OK;
+    }
+    /* the host-held sequences' stored tokens, before this pass's */
+    if (j >= p->n_layers) return spi_fail(SP_EINTERNAL, "host K/V of layer %lld of %lld", (long long)j, (long long)p->n_layers);
+    host_count(ch, s, kv_host_rows(ch, j, mb, 0, s->context - s->q_len, 0));
+    return SP_OK;
 }
 
 /* ---- one step ----------------------------------------------------------------- */
@@ -225,6 +323,11 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
                             sp_model_act(ch->m));
     case SP_STEP_ATTN: return run_attn(ch, s, mb);
     case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
+    case SP_STEP_HOST_LOAD: return run_host_load(ch, s, mb);
+    case SP_STEP_HOST_STORE:
+        host_count(ch, s, kv_host_rows(ch, ch->li, mb, s->pos0, s->q_len, 1));
+        return SP_OK;
+    case SP_STEP_HOST_WAIT: return SP_OK;   /* the copies above are synchronous */
     case SP_STEP_ADD: return ch->ops->add(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);
     case SP_STEP_SLICE: return run_slice(ch, s);
     case SP_STEP_LOGITS: {
@@ -320,8 +423,10 @@ sp_status spi_run_steps(chip *ch, sp_prog_part part, int mb)
     double *cls = ch->class_s[p->phase == SP_PHASE_DECODE];
     /* a device that queues work is waited for after each step, so a step's time is its own */
     int wait = !ch->ops->host_memory;
+    ch->part = part;
     for (int i = 0; i < ss->n; i++) {
         const sp_step *s = &ss->s[i];
+        if ((part == SP_PART_LAYER || part == SP_PART_DENSE) && !sp_lower_step_runs(p, s, ch->li)) continue;
         double t0 = spi_now_s();
         sp_status st = run_step(ch, s, mb);
         if (!st && wait) st = ch->ops->sync(&ch->dev);

@@ -113,6 +113,15 @@ typedef struct sp_exec_stats {
      * and whose expected value assumes the model's router (sp_lower.h) */
     uint64_t expected_bytes[SP_COLL_COUNT];
     uint64_t expected_recv[SP_COLL_COUNT];
+    /* offload (layout offload_weights / offload_kv): each chip's second arena, in host memory, of
+     * exactly sp_lower_mem_sizes(...).host_total bytes (the streamed layers' weights, the host-held
+     * sequences' K/V; 0 without offload), the largest chip's; and the bytes copied over the host
+     * link, summed over all chips: measured as the executor moved them, predicted as the program's
+     * host-load / host-store steps say (a difference counts a mismatch) */
+    int64_t host_allocated_bytes_per_chip;
+    int64_t host_predicted_bytes_per_chip;
+    uint64_t host_link_bytes_measured;
+    uint64_t host_link_bytes_predicted;
 } sp_exec_stats;
 
 /* Validates the layout against the model and the job (lowers every stage

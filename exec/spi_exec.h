@@ -101,8 +101,20 @@ typedef struct chip {
     /* gathered weight buffers: the storage column block of each gathered column block */
     int wb_ncb[SP_BUF_COUNT];
     int wb_cblk[SP_BUF_COUNT][64];
-    void *kc, *vc;                   /* KV cache (n_layers, kv_seqs·M, ctx_max, kvh, D) */
+    void *kc, *vc;                   /* KV cache (n_layers, M, kv_seqs − kv_host_seqs, ctx_max, kvh, D) */
     int64_t ctx_max, kv_layer_elems, kv_mb_elems;
+    /* offload (sp_lower.h, "Offload"): a second arena in host memory of sp_lower_mem_sizes'
+     * host_total, holding the streamed layers' weights (each layer's blocks contiguous, laid out
+     * as its staging block) and the host-held sequences' K/V */
+    void *oarena;
+    int64_t oarena_bytes, host_pred_bytes;   /* allocated, predicted (host_total) */
+    void **hlw;                      /* (w_streamed, SP_W_COUNT) host shard / scales / bias pointers ... */
+    float **hlscale, **hlb;
+    char **hbase;                    /* (w_streamed) each layer's first host byte */
+    void *hkc, *hvc;                 /* host K/V (n_layers, M, kv_host_seqs, ctx_max, kvh, D) */
+    int64_t hkv_layer_elems, hkv_mb_elems;
+    int part;                        /* the program part being run (sp_prog_part) */
+    uint64_t host_meas, host_pred;   /* bytes copied over the host link: counted, as the steps say */
     const int32_t *in_tok;           /* input tokens of the current micro-batch (prefill: pass) */
     int64_t pass_seq;                /* prefill: the micro-batch's sequence chunk being run (sp_program) */
     int64_t li;                      /* current layer (stage-local) */

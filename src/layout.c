@@ -44,6 +44,57 @@ sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why,
     return SP_OK;
 }
 
+/* some stage streams some layer's weights */
+static int weights_offloaded(const sp_layout *l)
+{
+    for (int s = 0; s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES; s++)
+        if (l->offload_layers[s] > 0) return 1;
+    return 0;
+}
+
+int sp_layout_offloads(const sp_layout *l) { return l->offload_kv > 0 || weights_offloaded(l); }
+
+/* one form per meaning (layouts are compared byte for byte): a list of zeros is no list */
+static void offload_canon(sp_layout *l)
+{
+    if (!weights_offloaded(l)) {
+        l->offload_stages = 0;
+        memset(l->offload_layers, 0, sizeof l->offload_layers);
+    }
+}
+
+int64_t sp_layout_offload_layers(const sp_layout *l, int stage)
+{
+    return stage >= 0 && stage < l->offload_stages && stage < SP_LAYOUT_MAX_STAGES ? l->offload_layers[stage] : 0;
+}
+
+sp_status sp_layout_offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size)
+{
+    if (!(l->offload_kv >= 0 && l->offload_kv <= 1)) {
+        snprintf(why, size, "offload_kv %g: a fraction of the KV sequences in [0, 1]", l->offload_kv);
+        return SP_EINVAL;
+    }
+    if (sp_layout_disaggregated(l) && sp_layout_offloads(l)) {
+        snprintf(why, size, "offload with separate prefill and decode chip groups: not implemented");
+        return SP_EINVAL;
+    }
+    if (l->offload_stages == 0) return SP_OK;
+    if (l->offload_stages != l->stages || l->offload_stages > SP_LAYOUT_MAX_STAGES) {
+        snprintf(why, size, "offload_weights gives %d counts for %d stages (one per stage)", l->offload_stages, l->stages);
+        return SP_EINVAL;
+    }
+    for (int s = 0; s < l->offload_stages; s++) {
+        int64_t first, cnt;
+        sp_layout_stage_layers(l, n_layers, s, &first, &cnt);
+        if (l->offload_layers[s] < 0 || l->offload_layers[s] > cnt) {
+            snprintf(why, size, "offload_weights: stage %d streams %d layers, it holds %lld", s, l->offload_layers[s],
+                     (long long)cnt);
+            return SP_EINVAL;
+        }
+    }
+    return SP_OK;
+}
+
 void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int64_t *first, int64_t *count)
 {
     if (sp_layout_uneven(l)) {
@@ -206,8 +257,9 @@ bad:
     return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a positive integer", (int)len, v);
 }
 
-/* a capacity factor: a finite number in [1, 64] */
-static sp_status parse_capacity(const char *v, size_t len, double *out, const char *key, sp_error *err)
+/* a finite number in [lo, hi] (a capacity factor, an offload fraction: `what`) */
+static sp_status parse_real(const char *v, size_t len, double lo, double hi, const char *what, double *out,
+                            const char *key, sp_error *err)
 {
     char buf[32];
     if (len == 0 || len >= sizeof buf) goto bad;
@@ -215,11 +267,11 @@ static sp_status parse_capacity(const char *v, size_t len, double *out, const ch
     buf[len] = '\0';
     char *end;
     double x = strtod(buf, &end);
-    if (*end || !(x >= 1 && x <= 64)) goto bad;
+    if (*end || !(x >= lo && x <= hi)) goto bad;
     *out = x;
     return SP_OK;
 bad:
-    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a capacity factor in [1, 64]", (int)len, v);
+    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not %s in [%g, %g]", (int)len, v, what, lo, hi);
 }
 
 static sp_status parse_placement(const char *v, size_t len, sp_layout *l, sp_error *err)
@@ -270,6 +322,42 @@ static sp_status parse_mesh(const char *v, size_t vlen, int out[3], const char *
     return SP_OK;
 }
 
+/* A per-stage list of counts (stage_layers, offload_weights), each in
+ * [lo, SP_LAYOUT_MAX_STAGE_LAYERS]: the comma-separated integers from the
+ * value at *v up to the next key=value.  Advances the parser's cursor (*p,
+ * *len, *comma) to the last count; *n gets how many. */
+static sp_status parse_counts(const char *key, int lo, const char **p, const char **v, size_t *vlen, size_t *len,
+                              const char **comma, int16_t *out, int *n, sp_error *err)
+{
+    *n = 0;
+    for (;;) {
+        if (*n == SP_LAYOUT_MAX_STAGES)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "more than %d stages: a per-stage list names at most %d",
+                                 SP_LAYOUT_MAX_STAGES, SP_LAYOUT_MAX_STAGES);
+        char buf[32];
+        char *end;
+        long x = -1;
+        if (*vlen > 0 && *vlen < sizeof buf) {
+            memcpy(buf, *v, *vlen);
+            buf[*vlen] = '\0';
+            x = strtol(buf, &end, 10);
+            if (*end) x = -1;
+        }
+        if (x < lo || x > SP_LAYOUT_MAX_STAGE_LAYERS)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "'%.*s' is not a layer count in %d..%d",
+                                 (int)*vlen, *v, lo, SP_LAYOUT_MAX_STAGE_LAYERS);
+        out[(*n)++] = (int16_t)x;
+        if (!*comma) break;
+        const char *q = *comma + 1, *c2 = strchr(q, ',');
+        size_t ql = c2 ? (size_t)(c2 - q) : strlen(q);
+        if (memchr(q, '=', ql)) break;   /* the next key */
+        *p = *v = q;
+        *vlen = *len = ql;
+        *comma = c2;
+    }
+    return SP_OK;
+}
+
 static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
 {
     const char *p = text;
@@ -299,7 +387,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         else if (!strcmp(key, "replicas")) st = parse_int(v, vlen, &l->replicas, key, err);
         else if (!strcmp(key, "microbatches")) st = parse_int(v, vlen, &l->microbatches, key, err);
         else if (!strcmp(key, "experts")) st = parse_int(v, vlen, &l->experts, key, err);
-        else if (!strcmp(key, "capacity")) st = parse_capacity(v, vlen, &l->capacity, key, err);
+        else if (!strcmp(key, "capacity")) st = parse_real(v, vlen, 1, 64, "a capacity factor", &l->capacity, key, err);
         else if (!strcmp(key, "prefill_chunk")) st = parse_int(v, vlen, &l->prefill_chunk, key, err);
         else if (!strcmp(key, "prefill_tokens")) st = parse_int(v, vlen, &l->prefill_tokens, key, err);
         else if (!strcmp(key, "mesh")) {
@@ -320,32 +408,18 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
             return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, key, PER_STAGE_REFUSAL, key + 6);
         else if (!strcmp(key, "stage_layers")) {
             /* the counts run up to the next key=value: 30,30,29,29 */
-            int n = 0;
-            for (;;) {
-                int x = 0;
-                if (n == SP_LAYOUT_MAX_STAGES)
-                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key,
-                                         "more than %d stages: uneven splits name at most %d", SP_LAYOUT_MAX_STAGES,
-                                         SP_LAYOUT_MAX_STAGES);
-                SP_CHECK(parse_int(v, vlen, &x, key, err));
-                if (x > SP_LAYOUT_MAX_STAGE_LAYERS)
-                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, key, "%d layers in one stage: at most %d",
-                                         x, SP_LAYOUT_MAX_STAGE_LAYERS);
-                l->stage_layers[n++] = (int16_t)x;
-                if (!comma) break;
-                const char *q = comma + 1, *c2 = strchr(q, ',');
-                size_t ql = c2 ? (size_t)(c2 - q) : strlen(q);
-                if (memchr(q, '=', ql)) break;   /* the next key */
-                p = v = q;
-                vlen = len = ql;
-                comma = c2;
-            }
+            int n;
+            SP_CHECK(parse_counts(key, 1, &p, &v, &vlen, &len, &comma, l->stage_layers, &n, err));
+        } else if (!strcmp(key, "offload_weights")) {
+            SP_CHECK(parse_counts(key, 0, &p, &v, &vlen, &len, &comma, l->offload_layers, &l->offload_stages, err));
+        } else if (!strcmp(key, "offload_kv")) {
+            st = parse_real(v, vlen, 0, 1, "a fraction", &l->offload_kv, key, err);
         } else
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, (int)(p - text) + 1, key,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
                                  "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers, "
                                  "prefill.mesh, prefill.stages, prefill.replicas, decode.mesh, decode.stages, "
-                                 "decode.replicas)");
+                                 "decode.replicas, offload_weights, offload_kv)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -408,6 +482,25 @@ static sp_status json_phase(json_t *o, const char *key, sp_phase_layout *out, sp
     return SP_OK;
 }
 
+/* A per-stage JSON array of counts (stage_layers, offload_weights), each in
+ * [lo, SP_LAYOUT_MAX_STAGE_LAYERS], 1 to SP_LAYOUT_MAX_STAGES of them. */
+static sp_status json_counts(const json_t *v, const char *path, int lo, int16_t *out, int *n, sp_error *err)
+{
+    size_t len = json_is_array(v) ? json_array_size(v) : 0;
+    if (len < 1 || len > SP_LAYOUT_MAX_STAGES)
+        return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
+                             "must be an array of 1 to %d layer counts, one per stage", SP_LAYOUT_MAX_STAGES);
+    for (size_t i = 0; i < len; i++) {
+        json_t *d = json_array_get(v, i);
+        if (!json_is_integer(d) || json_integer_value(d) < lo || json_integer_value(d) > SP_LAYOUT_MAX_STAGE_LAYERS)
+            return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "element %zu must be a layer count in %d..%d", i,
+                                 lo, SP_LAYOUT_MAX_STAGE_LAYERS);
+        out[i] = (int16_t)json_integer_value(d);
+    }
+    *n = (int)len;
+    return SP_OK;
+}
+
 sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
 {
     json_t *root = (json_t *)json;
@@ -455,26 +548,25 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
         } else if (per_stage_key(k)) {
             return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, path, PER_STAGE_REFUSAL, k + 6);
         } else if (!strcmp(k, "stage_layers")) {
-            size_t n = json_is_array(v) ? json_array_size(v) : 0;
-            if (n < 1 || n > SP_LAYOUT_MAX_STAGES)
-                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
-                                     "must be an array of 1 to %d layer counts, one per stage", SP_LAYOUT_MAX_STAGES);
-            for (size_t i = 0; i < n; i++) {
-                json_t *d = json_array_get(v, i);
-                if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > SP_LAYOUT_MAX_STAGE_LAYERS)
-                    return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
-                                         "element %zu must be a layer count in 1..%d", i, SP_LAYOUT_MAX_STAGE_LAYERS);
-                l->stage_layers[i] = (int16_t)json_integer_value(d);
-            }
+            int n;
+            SP_CHECK(json_counts(v, path, 1, l->stage_layers, &n, err));
+        } else if (!strcmp(k, "offload_weights")) {
+            SP_CHECK(json_counts(v, path, 0, l->offload_layers, &l->offload_stages, err));
+        } else if (!strcmp(k, "offload_kv")) {
+            double x = json_is_number(v) ? json_number_value(v) : -1;
+            if (!(x >= 0 && x <= 1))
+                return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a fraction in [0, 1]");
+            l->offload_kv = x;
         } else if (!strcmp(k, "text") || !strcmp(k, "chips")) {
             /* informational keys written by sp_layout_to_json */
         } else {
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
-                                 "experts, capacity, prefill_chunk, prefill_tokens, stage_layers)");
+                                 "experts, capacity, prefill_chunk, prefill_tokens, stage_layers, offload_weights, offload_kv)");
         }
     }
     groups_resolve(l);
+    offload_canon(l);
     return SP_OK;
 }
 
@@ -491,7 +583,9 @@ sp_status sp_layout_parse(const char *text, sp_layout *out, sp_error *err)
         return st;
     }
     sp_layout_init(out);
-    return parse_text(text, out, err);
+    SP_CHECK(parse_text(text, out, err));
+    offload_canon(out);
+    return SP_OK;
 }
 
 sp_status sp_layout_load_file(const char *path, sp_layout *out, sp_error *err)
@@ -542,6 +636,10 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
     if (l->prefill_tokens && n < size) n += (size_t)snprintf(buf + n, size - n, ",prefill_tokens=%d", l->prefill_tokens);
     for (int s = 0; sp_layout_uneven(l) && s < SP_LAYOUT_MAX_STAGES && l->stage_layers[s] && n < size; s++)
         n += (size_t)snprintf(buf + n, size - n, "%s%d", s ? "," : ",stage_layers=", l->stage_layers[s]);
+    /* offload likewise, only when set; %.17g so that the fraction reads back exactly */
+    for (int s = 0; weights_offloaded(l) && s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES && n < size; s++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%d", s ? "," : ",offload_weights=", l->offload_layers[s]);
+    if (l->offload_kv > 0 && n < size) n += (size_t)snprintf(buf + n, size - n, ",offload_kv=%.17g", l->offload_kv);
     return buf;
 }
 
@@ -578,6 +676,13 @@ void *sp_layout_to_json(const sp_layout *l)
             json_array_append_new(a, json_integer(l->stage_layers[s]));
         json_object_set_new(o, "stage_layers", a);
     }
+    if (weights_offloaded(l)) {
+        json_t *a = json_array();
+        for (int s = 0; s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES; s++)
+            json_array_append_new(a, json_integer(l->offload_layers[s]));
+        json_object_set_new(o, "offload_weights", a);
+    }
+    if (l->offload_kv > 0) json_object_set_new(o, "offload_kv", json_real(l->offload_kv));
     return o;
 }
 
@@ -829,6 +934,16 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
         char why[160];
         if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
             return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
+    }
+    if (sp_layout_offloads(l)) {
+        char why[160];
+        if (sp_layout_offload_check(l, m->n_layers, why, sizeof why) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, l->offload_kv > 1 || l->offload_kv < 0 ? "offload_kv" : "offload_weights",
+                                 "%s", why);
+        if (hw && (hw->host_link_bw <= 0 || hw->host_bytes <= 0))
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, l->offload_kv > 0 ? "offload_kv" : "offload_weights",
+                                 "%s states no host memory or host link (host.memory_bytes, host.link_bw): nothing can be offloaded",
+                                 hw->name);
     }
     if (l->experts != 1 || l->capacity != 1.0) {
         const char *key = l->experts != 1 ? "experts" : "capacity";

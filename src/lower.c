@@ -27,11 +27,12 @@
 
 static const char *const step_names[SP_STEP_COUNT] = {
     "embed", "pos", "norm-stats", "norm-apply", "matmul", "bias", "act", "attn",
-    "add", "coll", "slice", "logits", "send", "recv", "kv-store", "route", "dispatch", "combine", "gate-scale"};
+    "add", "coll", "slice", "logits", "send", "recv", "kv-store", "route", "dispatch", "combine", "gate-scale",
+    "host-load", "host-store", "host-wait"};
 static const char *const buf_names[] = {
     "none", "x", "xg", "stats", "q", "k", "v", "qb", "kb", "vb", "att", "attb", "h", "h2",
     "hs", "hs2", "y", "y2", "last", "logits", "logits-all", "kvin", "kp", "vp",
-    "qp", "attg", "emb", "xf", "rlog", "gate", "disp", "exp"};
+    "qp", "attg", "emb", "xf", "rlog", "gate", "disp", "exp", "wstream", "kvstream"};
 static const char *const scr_names[SP_SCR_COUNT] = {
     "pack", "pack2", "q", "k", "v", "scores", "pos", "scales", "sample", "tokens", "logits-row"};
 _Static_assert(SPI_ARRAY_LEN(step_names) == SP_STEP_COUNT, "step names");
@@ -48,7 +49,7 @@ const char *sp_buf_name(sp_buf b)
 const char *sp_scr_name(sp_scr s) { return s < SP_SCR_COUNT ? scr_names[s] : "?"; }
 
 static const char *const class_names[SP_CLASS_COUNT] = {
-    "matmul", "attention", "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv", "other"};
+    "matmul", "attention", "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv", "other", "host-copy"};
 _Static_assert(SPI_ARRAY_LEN(class_names) == SP_CLASS_COUNT, "class names");
 _Static_assert(SP_CLASS_ALLGATHER + SP_COLL_ALLGATHER == SP_CLASS_ALLGATHER &&
                    SP_CLASS_ALLGATHER + SP_COLL_SENDRECV == SP_CLASS_SENDRECV &&
@@ -59,6 +60,7 @@ const char *sp_step_class_name(sp_step_class c) { return (unsigned)c < SP_CLASS_
 sp_step_class sp_step_class_of(const sp_step *s)
 {
     switch (s->kind) {
+    case SP_STEP_HOST_LOAD: case SP_STEP_HOST_STORE: return SP_CLASS_HOST;
     case SP_STEP_MATMUL: case SP_STEP_LOGITS: return SP_CLASS_MATMUL;
     case SP_STEP_ATTN: return SP_CLASS_ATTN;
     case SP_STEP_COLL: return (sp_step_class)(SP_CLASS_ALLGATHER + s->coll.kind);
@@ -245,6 +247,7 @@ typedef struct ctx {
      * by at least one token of a step (the mean over expert groups) */
     int64_t experts_local, slots;
     double experts_active;
+    int w_any;         /* some stage of the layout streams weights (offload_weights) */
     spi_ckd ck;        /* the first size that overflowed int64 (checked where a shape multiplies) */
 } ctx;
 
@@ -799,6 +802,21 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         axcpy(s->batch_axes, c->p->kv_batch_axes);
         s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2 * st_seqs, L, s->kv_heads,
                                           D * sp_dtype_bytes(c->l->kv));
+    }
+    if (c->p->kv_host_seqs > 0) {
+        /* the rows just stored for the host-held sequences go back to host memory: K and V,
+         * (kv_host_seqs, L, kv_heads_cache, D) each */
+        sp_step *s = emit(ss, SP_STEP_HOST_STORE);
+        s->src2 = kst;
+        s->src3 = vst;
+        s->batch = c->p->kv_host_seqs;
+        s->q_len = L;
+        s->kv_heads = c->p->kv_heads_cache;
+        s->d_head = D;
+        s->pos0 = c->p->shape.context - L;
+        s->context = c->p->shape.context;
+        s->host_bytes = spi_ck_mul4(&c->ck, "host bytes per step", 2 * c->p->kv_host_seqs, L, s->kv_heads,
+                                    D * sp_dtype_bytes(c->l->kv));
     }
 
     /* attention core */
@@ -1522,6 +1540,29 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         int64_t k = m->moe_every;
         p->n_dense_layers = p->n_layers - ((first + p->n_layers) / k - first / k);
     }
+
+    /* offload: which layers' weights and which sequences' KV live in host memory */
+    p->w_streamed = p->kv_host_seqs = 0;
+    c->w_any = 0;
+    if (sp_layout_offloads(l)) {
+        char why[160];
+        if (sp_layout_offload_check(l, m->n_layers, why, sizeof why) != SP_OK) BAD("%s", why);
+        p->w_streamed = sp_layout_offload_layers(l, stage);
+        for (int s = 0; s < l->stages; s++) c->w_any |= sp_layout_offload_layers(l, s) > 0;
+        if (c->w_any && sp_model_dense_ff(m) > 0)
+            BAD("offload_weights for model %s, whose layers differ (dense layers between MoE ones): not implemented",
+                m->name);
+        if (l->offload_kv > 0) {
+            if (l->prefill_chunk || l->prefill_tokens)
+                BAD("offload_kv with prefill_chunk or prefill_tokens: not implemented (prefill writes whole prompts "
+                    "of host-held sequences)");
+            double h = l->offload_kv * (double)p->kv_seqs;
+            if (fabs(h - nearbyint(h)) > 1e-9 * (double)p->kv_seqs || h < 1)
+                BAD("offload_kv=%g of the %lld KV sequences each chip holds per micro-batch is not a whole number "
+                    "of sequences (>= 1)", l->offload_kv, (long long)p->kv_seqs);
+            p->kv_host_seqs = (int64_t)nearbyint(h);
+        }
+    }
     return SP_OK;
 }
 #undef BAD
@@ -1552,6 +1593,11 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
     /* the stage's layers are in the key (n_layers, first, last): the split of
      * the other stages is not, so every split shares the stage's price */
     memset(key->layout.stage_layers, 0, sizeof key->layout.stage_layers);
+    /* likewise the stage's offloaded layers, not the other stages' */
+    key->w_streamed = p->w_streamed;
+    key->w_any = c->w_any;
+    key->layout.offload_stages = 0;
+    memset(key->layout.offload_layers, 0, sizeof key->layout.offload_layers);
     key->shape.batch = shape->batch;   /* field by field: the key's padding stays zero */
     key->shape.q_len = shape->q_len;
     key->shape.context = shape->context;
@@ -1641,6 +1687,98 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
 #undef SCR
 }
 
+/* ---- offload (sp_lower.h, "Offload") ---- */
+/* one host-held sequence's K and V of one layer at `tokens` positions */
+static int64_t kv_host_tok_bytes(ctx *c)
+{
+    return spi_ck_mul4(&c->ck, "host bytes per step", 2 * c->p->kv_host_seqs, c->p->kv_heads_cache, c->D,
+                       sp_dtype_bytes(c->l->kv));
+}
+
+static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on)
+{
+    sp_program *p = c->p;
+    sp_step *s = emit(ss, SP_STEP_HOST_LOAD);
+    s->dst = dst;
+    s->on = on;
+    s->context = p->shape.context;
+    if (dst == SP_BUF_WSTREAM) {
+        s->host_bytes = p->layer_weight_bytes;
+    } else {
+        /* the stored tokens: every position before this pass's */
+        s->q_len = p->shape.q_len;
+        s->batch = p->kv_host_seqs;
+        s->kv_heads = p->kv_heads_cache;
+        s->d_head = c->D;
+        s->host_tok_bytes = kv_host_tok_bytes(c);
+        s->host_bytes = spi_ck_mul(&c->ck, "host bytes per step", s->host_tok_bytes, p->shape.context - p->shape.q_len);
+    }
+    return s;
+}
+
+/* decode reads the host-held sequences' cache; prefill (whole prompts: kv offload refuses
+ * chunked prefill) only writes it */
+static int kv_loads(const ctx *c) { return c->p->kv_host_seqs > 0 && c->p->phase == SP_PHASE_DECODE; }
+
+static void emit_offload_pre(ctx *c, sp_steps *ss)
+{
+    if (c->p->w_streamed > 0) emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_EVERY);
+    if (kv_loads(c)) emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_EVERY);
+}
+
+static void emit_offload_layer(ctx *c, sp_steps *ss)
+{
+    if (c->w_any) {
+        sp_step *w = emit(ss, SP_STEP_HOST_WAIT);
+        w->src = SP_BUF_WSTREAM;
+        w->on = SP_ON_STREAMED;
+        emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_STREAM_NEXT);
+    }
+    if (kv_loads(c)) {
+        sp_step *w = emit(ss, SP_STEP_HOST_WAIT);
+        w->src = SP_BUF_KVSTREAM;
+        emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_NEXT);
+    }
+}
+
+/* the staging buffers: two blocks where a layer prefetches the next one's, else one */
+static void size_staging(ctx *c)
+{
+    sp_program *p = c->p;
+    if (p->w_streamed > 0)
+        p->buf_bytes[SP_BUF_WSTREAM] = spi_ck_mul(&c->ck, "staging bytes", p->w_streamed > 1 ? 2 : 1, p->layer_weight_bytes);
+    if (p->kv_host_seqs > 0) {
+        int blocks = kv_loads(c) && p->n_layers > 1 ? 2 : 1;
+        int64_t one = ck_align(&c->ck, "staging bytes",
+                               spi_ck_mul(&c->ck, "staging bytes", kv_host_tok_bytes(c) / 2, p->shape.max_context));
+        p->buf_bytes[SP_BUF_KVSTREAM] = spi_ck_mul(&c->ck, "staging bytes", 2 * blocks, one);
+    }
+}
+
+int sp_lower_step_runs(const sp_program *p, const sp_step *s, int64_t li)
+{
+    switch (s->on) {
+    case SP_ON_STREAMED: return li < p->w_streamed;
+    case SP_ON_STREAM_NEXT: return li + 1 < p->w_streamed;
+    case SP_ON_NEXT: return li + 1 < p->n_layers;
+    default: return 1;
+    }
+}
+
+int64_t sp_lower_step_layers(const sp_program *p, sp_prog_part part, const sp_step *s)
+{
+    if (s->on == SP_ON_EVERY) return sp_program_part_runs(p, part);
+    int64_t n = 0;   /* offload's steps: the layers of this part where it runs */
+    for (int64_t li = 0; li < p->n_layers; li++) n += sp_program_layer_part(p, li) == part && sp_lower_step_runs(p, s, li);
+    return n;
+}
+
+int64_t sp_lower_host_bytes(const sp_step *s, int64_t at)
+{
+    if (at <= 0 || !s->host_tok_bytes) return s->host_bytes;
+    return s->host_bytes + s->host_tok_bytes * (at - s->context);
+}
+
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming
  * the quantity, when one of its sizes overflows int64 (the shape is too large
  * to represent, whatever the chips) */
@@ -1656,11 +1794,21 @@ static sp_status emit_program(ctx *c, int layer_steps)
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
-    if (layer_steps < 0) emit_layer(c, &p->layer);
-    else p->layer.n = layer_steps;   /* kept (spi_lower_finish_keep_layer) */
+    p->layer_weight_bytes = 0;
+    for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++)
+        if (p->wspec[w].present)
+            p->layer_weight_bytes = spi_ck_add(&c->ck, "layer weight bytes", p->layer_weight_bytes, p->wspec[w].bytes);
+    emit_offload_pre(c, &p->pre);
+    if (layer_steps < 0) {
+        emit_offload_layer(c, &p->layer);
+        emit_layer(c, &p->layer);
+    } else {
+        p->layer.n = layer_steps;   /* kept (spi_lower_finish_keep_layer) */
+    }
     if (c->Fdp > 0) {
         /* the dense layer (emitted again when the MoE layer is kept: it is short) */
         c->dense_layer = 1;
+        emit_offload_layer(c, &p->dense);
         emit_layer(c, &p->dense);
         c->dense_layer = 0;
     }
@@ -1678,6 +1826,7 @@ static sp_status emit_program(ctx *c, int layer_steps)
         for (int i = 0; i < ss->n; i++)
             if (ss->s[i].kind == SP_STEP_MATMUL && ss->s[i].k > p->matmul_k_max) p->matmul_k_max = ss->s[i].k;
     }
+    size_staging(c);
     /* the sampled tokens of the replica's sequences cross to stage 0 through device memory */
     if (c->l->stages > 1 && (first_stage || last_stage))
         need_scr(p, SP_SCR_TOKENS, spi_ck_mul3(&c->ck, "token hand-off bytes", p->micro_batch, c->l->microbatches, 4));
@@ -1795,14 +1944,16 @@ sp_status sp_lower_mem_sizes_merge(const sp_mem_sizes *stage_sizes, const int64_
     spi_ckd ck = SPI_CKD_INIT;
     /* the activation buffers, then the gathered weights' (sum_aligned_max's
      * bound holds for each part: every term is one of the whole's) */
-    int64_t act = sum_aligned_max(&ck, "activation bytes", a, b, 1, SP_BUF_GATHERED);
+    int64_t act = sum_aligned_max(&ck, "activation bytes", a, b, 1, SP_BUF_WSTREAM);
+    int64_t staging = sum_aligned_max(&ck, "staging bytes", a, b, SP_BUF_WSTREAM, SP_BUF_GATHERED);
     int64_t gathered = sum_aligned_max(&ck, "activation bytes", a, b, SP_BUF_GATHERED, SP_BUF_COUNT);
-    int64_t sum = spi_ck_add(&ck, "activation bytes", act, gathered);
     r.gathered_weights = gathered;
-    r.activations = sum - gathered;
+    r.activations = act;
+    r.staging = staging;
     r.total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.weights, r.gathered_weights),
                          spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.kv, r.activations),
-                                    spi_ck_add(&ck, "total bytes", r.workspace, r.scratch)));
+                                    spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", r.workspace, r.scratch),
+                                               staging)));
     if (ck.overflow) return mem_overflow(&ck);
     *out = r;
     return SP_OK;
@@ -1826,25 +1977,39 @@ static int64_t dequant_workspace(const sp_program *p)
     return p->layout.weights != SP_DT_F32 ? p->matmul_k_max * SP_DEQUANT_TILE * 4 : 0;
 }
 
+/* K and V of `seqs` sequences of every micro-batch and layer of the stage at full capacity, one
+ * aligned block each */
+static int64_t kv_block_bytes(spi_ckd *ck, const sp_program *any, int64_t seqs)
+{
+    const sp_layout *l = &any->layout;
+    int64_t d_head = any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0;
+    if (seqs <= 0) return 0;
+    return spi_ck_mul(ck, "KV cache bytes", 2,
+                      ck_align(ck, "KV cache bytes",
+                               spi_ck_mul4(ck, "KV cache bytes", spi_ck_mul(ck, "KV cache bytes", seqs, l->microbatches),
+                                           any->shape.max_context, any->kv_heads_cache,
+                                           spi_ck_mul3(ck, "KV cache bytes", d_head, sp_dtype_bytes(l->kv), any->n_layers))));
+}
+
 sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
-    const sp_layout *l = &any->layout;
     spi_ckd ck = SPI_CKD_INIT;
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
         /* a per-layer kind in the stage's layers that hold it (experts in MoE layers, the dense FFN
-         * in the others) */
-        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, sp_weight_per_layer(w) ? sp_program_weight_layers(any, (sp_weight)w) : 1);
+         * in the others); a streamed layer's weights are the host's (offload_weights: every layer holds
+         * every per-layer kind, models with dense layers do not stream) */
+        int per_layer = sp_weight_per_layer(w);
+        int64_t held = per_layer ? sp_program_weight_layers(any, (sp_weight)w) : 1;
+        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? held - any->w_streamed : 1);
+        if (per_layer) spi_ck_addmul(&ck, "host weight bytes", &out->host_weights, s->bytes, any->w_streamed);
     }
-    /* KV: every micro-batch's sequences stay resident, at full capacity; K and V one block each */
-    int64_t d_head = any->wspec[SP_W_Q].present ? (any->wspec[SP_W_Q].cols / any->heads_padded) : 0;
-    out->kv = spi_ck_mul(&ck, "KV cache bytes", 2,
-                         ck_align(&ck, "KV cache bytes",
-                                  spi_ck_mul4(&ck, "KV cache bytes", spi_ck_mul(&ck, "KV cache bytes", any->kv_seqs, l->microbatches),
-                                              any->shape.max_context, any->kv_heads_cache,
-                                              spi_ck_mul3(&ck, "KV cache bytes", d_head, sp_dtype_bytes(l->kv), any->n_layers))));
+    /* KV: every micro-batch's sequences stay resident (in HBM, or the host-held ones in host memory) */
+    out->kv = kv_block_bytes(&ck, any, any->kv_seqs - any->kv_host_seqs);
+    out->host_kv = kv_block_bytes(&ck, any, any->kv_host_seqs);
+    out->host_total = spi_ck_add(&ck, "host bytes", out->host_weights, out->host_kv);
     out->workspace = dequant_workspace(any);
     out->total = spi_ck_add(&ck, "total bytes", spi_ck_add(&ck, "total bytes", out->weights, out->kv), out->workspace);
     return ck.overflow ? mem_overflow(&ck) : SP_OK;

@@ -101,6 +101,26 @@
  *   callers lower each group's layout (sp_layout_phase_group).
  * JSON: the same keys inside each phase's object:
  *   "prefill": {"ffn": "wg-xyz", "attn": "batch", "mesh": [4,4,2], "stages": 1, "replicas": 1}
+ *
+ * Offload (written only when set): weights and KV cache parked in host
+ * memory and copied into HBM ahead of use over the host link (sp_hw
+ * host.link_bw; capacity host.memory_bytes per chip).
+ *   offload_weights=W0,W1,...   per stage (one count per stage, in order),
+ *                 the stage's first Ws layers keep their weights (every
+ *                 per-layer weight: matrices, scales, biases, norm gains) in
+ *                 host memory; each is copied into a device staging block
+ *                 one layer ahead of use (two blocks: layer i computes from
+ *                 one while layer i+1's copy fills the other).  0 <= Ws <=
+ *                 the stage's layers.
+ *   offload_kv=F  the fraction F in [0, 1] of each chip's KV-cache
+ *                 sequences (of its block of every micro-batch, the last
+ *                 F·kv_seqs of them) kept in host memory: their K/V of layer
+ *                 i+1 is copied in while layer i runs, and the rows each
+ *                 pass appends are copied back.  F·kv_seqs must be a whole
+ *                 number of sequences; not with prefill_chunk or
+ *                 prefill_tokens (not implemented).
+ *   The lowering emits the copies as steps (sp_lower.h, "Offload").
+ * JSON: "offload_weights": [W0, W1, ...], "offload_kv": F.
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -156,6 +176,10 @@ typedef struct sp_layout {
     int16_t stage_layers[SP_LAYOUT_MAX_STAGES]; /* layers per stage; all 0: the even split */
     sp_group group[SP_PHASE_COUNT]; /* separate chip groups of prefill and decode (see above);
                                        all 0 when the phases share the layout's chips */
+    int offload_stages;      /* counts given in offload_weights (0: no weights offloaded) */
+    int16_t offload_layers[SP_LAYOUT_MAX_STAGES]; /* per stage: its first layers whose weights
+                                                     live in host memory (offload_weights) */
+    double offload_kv;       /* fraction of each chip's KV sequences in host memory, [0, 1] */
 } sp_layout;
 
 /* 1 if prefill and decode run on separate chip groups (l->group set). */
@@ -194,6 +218,14 @@ void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int
  * reason in why (no message set: the lowering probes quietly).  Part of
  * sp_layout_check and of the lowering's checks. */
 sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
+/* 1 if the layout offloads anything (weights of some layer, or KV). */
+int sp_layout_offloads(const sp_layout *l);
+/* Layers of stage s whose weights live in host memory (offload_weights; 0 when unset). */
+int64_t sp_layout_offload_layers(const sp_layout *l, int stage);
+/* SP_OK if l's offload keys fit the model: one offload_weights count per
+ * stage, each within its stage's layers, offload_kv in [0, 1]; SP_EINVAL
+ * with the reason in why (quiet, like sp_layout_split_check). */
+sp_status sp_layout_offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
 /* 1 if the phase layout stores weights as 1D (E F_xyz), 0 for 2D (E_x F_yz). */
 int sp_ffn_layout_is_1d(sp_ffn_layout f);
 

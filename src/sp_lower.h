@@ -55,6 +55,29 @@
  *              split over fewer axes
  * priced, simulated and executed as every other step.
  *
+ * Offload (layout offload_weights / offload_kv).  A stage's first
+ * w_streamed layers keep their weights in host memory, and kv_host_seqs of
+ * the kv_seqs sequences of each micro-batch block (the last ones) keep
+ * their K/V there.  Copies are steps, prefetched one layer ahead into
+ * double-buffered staging (SP_BUF_WSTREAM, SP_BUF_KVSTREAM):
+ *   pre    HOST_LOAD  layer 0's weights (w_streamed > 0); decode: layer 0's
+ *                     host K/V (kv_host_seqs > 0)
+ *   layer  HOST_WAIT  src WSTREAM            on SP_ON_STREAMED
+ *          HOST_LOAD  next layer's weights   on SP_ON_STREAM_NEXT
+ *          HOST_WAIT  src KVSTREAM           decode, every layer
+ *          HOST_LOAD  next layer's host K/V  decode, on SP_ON_NEXT
+ *          ... the layer ...; after the KV_STORE:
+ *          HOST_STORE the appended rows of the host-held sequences
+ *                     (src2/src3: the K/V rows it stores), every layer
+ * A weights load moves layer_weight_bytes; a K/V load moves the stored
+ * tokens of the host-held sequences (kv_host_seqs · (context − q_len) ·
+ * kv_heads_cache · D · kv bytes, K and V); a store their q_len new rows.
+ * On a streamed layer every weight operand (stored shard, scales, bias,
+ * gain) is read from its staging block; the KV_STORE and ATTN of the
+ * host-held sequences use theirs.  A program whose layout streams weights
+ * on some stage carries the weight steps on every stage (they run on no
+ * layer where w_streamed = 0), so stages share their layer part.
+ *
  * Mixture of experts (model n_experts = NE, top_k = k; layout experts = N,
  * 1 or the replicas; ws1d and ws2d storage): the FFN becomes
  *   router MATMUL  RLOG (T, NE) = XG (T, E/|Rx|) · W_ROUTER   [all-reduce Rx]
@@ -134,6 +157,9 @@ typedef enum sp_step_kind {
     SP_STEP_DISPATCH = 16,   /* MoE: dst(experts·capacity, n) = src(m, n) rows placed in their experts' slots */
     SP_STEP_COMBINE = 17,    /* MoE: dst(m, n) (+)= Σ_k gate src2 · slot row of src(experts·capacity, n) */
     SP_STEP_GATE_SCALE = 18, /* MoE shared expert gate: dst(m, n) row i *= sigmoid(src(i, 0)), src (m, 1) */
+    SP_STEP_HOST_LOAD = 19,  /* offload: host_bytes from host memory into the staging buffer dst (see "Offload") */
+    SP_STEP_HOST_STORE = 20, /* offload: the KV rows this pass appended for host-held sequences, back to host memory */
+    SP_STEP_HOST_WAIT = 21,  /* offload: the layer's compute waits for the staging buffer src (no work) */
     SP_STEP_COUNT
 } sp_step_kind;
 const char *sp_step_kind_name(sp_step_kind k);
@@ -149,6 +175,7 @@ typedef enum sp_step_class {
     SP_CLASS_ALLGATHER = 2, SP_CLASS_REDUCESCATTER = 3, SP_CLASS_ALLREDUCE = 4, SP_CLASS_ALLTOALL = 5,
     SP_CLASS_SENDRECV = 6,
     SP_CLASS_OTHER = 7,
+    SP_CLASS_HOST = 8,       /* HOST_LOAD, HOST_STORE: copies over the host link */
     SP_CLASS_COUNT
 } sp_step_class;
 const char *sp_step_class_name(sp_step_class c);   /* "matmul", "attention", "all-gather", ..., "other" */
@@ -184,11 +211,16 @@ typedef enum sp_buf {
                            experts), then (rows, top_k) choices of SP_ROUTE_BYTES (SP_ROUTE_CHOICES) */
     SP_BUF_DISP = 30,   /* MoE token rows in expert slots (n_experts · slots, E cols of this chip) */
     SP_BUF_EXP = 31,    /* MoE slots of this chip's experts after the dispatch all-to-all */
+    SP_BUF_WSTREAM = 32,  /* offload: staging of streamed layers' weights, min(2, w_streamed) blocks of
+                             layer_weight_bytes (each weight's shard, scales, bias as the arena lays them) */
+    SP_BUF_KVSTREAM = 33, /* offload: staging of the host-held sequences' K/V of one layer, per block
+                             K (kv_host_seqs, max_context, kv_heads_cache, D) then V; decode 2 blocks
+                             (min(2, n_layers)), prefill 1 */
     /* Gathered weights (weight-gathered layouts), reused across layers: the
      * buffer of per-layer weight w is SP_BUF_GATHERED_OF(w), named by w, so
      * weights have one vocabulary (sp_weight) and a new per-layer kind has
      * its buffer without a new name here.  Insert activation buffers above. */
-    SP_BUF_GATHERED = 32,
+    SP_BUF_GATHERED = 34,
     SP_BUF_COUNT = SP_BUF_GATHERED + SP_W_COUNT - SP_W_FIRST_LAYER
 } sp_buf;
 #define SP_BUF_GATHERED_OF(w) ((sp_buf)(SP_BUF_GATHERED + (int)(w) - SP_W_FIRST_LAYER))
@@ -296,8 +328,25 @@ typedef struct sp_step {
     int64_t kv_bytes_read;   /* ATTN: KV-cache bytes read */
     int64_t kv_bytes_written;/* KV_STORE */
     int64_t act_bytes;       /* activation bytes read + written */
+    /* HOST_LOAD / HOST_STORE: bytes over the host link at the lowered
+     * context (shape.context), and per context token beyond it (a decode
+     * KV load reads every stored token: bytes(ctx) = host_bytes +
+     * host_tok_bytes · (ctx − context)) */
+    int64_t host_bytes, host_tok_bytes;
+    int on;                  /* layer part: the layers that run it (sp_step_on) */
     sp_coll coll;            /* COLL, SEND, RECV */
 } sp_step;
+
+/* Which layers of a stage run a layer-part step (pre and post steps run
+ * once per pass, whatever `on` says).  Layer li is 0-based on the stage.
+ * Every consumer asks sp_lower_step_runs; none decides it again. */
+typedef enum sp_step_on {
+    SP_ON_EVERY = 0,     /* every layer */
+    SP_ON_STREAMED = 1,  /* li < w_streamed: the layer's weights come from host memory */
+    SP_ON_STREAM_NEXT = 2, /* li + 1 < w_streamed: prefetches the next layer's weights */
+    SP_ON_NEXT = 3,      /* li + 1 < n_layers: prefetches the next layer's (KV) */
+    SP_ON_COUNT
+} sp_step_on;
 /* The class of a step (sp_step_class). */
 sp_step_class sp_step_class_of(const sp_step *s);
 
@@ -377,6 +426,10 @@ typedef struct sp_program {
     char kv_batch_axes[SP_AXSEQ_MAX];  /* sequence block axes */
     char kv_head_axes[SP_AXSEQ_MAX];   /* q-head block axes (cache heads follow them) */
     int kv_repl;                       /* KV heads replicated across head shards */
+    /* Offload (layout offload_weights / offload_kv; see "Offload" below) */
+    int64_t w_streamed;                /* this stage's first layers whose weights live in host memory */
+    int64_t layer_weight_bytes;        /* one layer's weights on this chip (Σ per-layer wspec bytes) */
+    int64_t kv_host_seqs;              /* of kv_seqs per micro-batch, the last ones, held in host memory */
 } sp_program;
 
 /* The steps of part k of p. */
@@ -394,6 +447,12 @@ sp_prog_part sp_program_layer_part(const sp_program *p, int64_t li);
  * experts in MoE layers, the dense FFN in the others), for a model-level
  * kind 1. */
 int64_t sp_program_weight_layers(const sp_program *p, sp_weight w);
+/* 1 if the layer-part step s runs on layer li of p's stage (sp_step_on). */
+int sp_lower_step_runs(const sp_program *p, const sp_step *s, int64_t li);
+/* How many layers of one pass run step s of layer part `part` (SP_PART_LAYER or SP_PART_DENSE). */
+int64_t sp_lower_step_layers(const sp_program *p, sp_prog_part part, const sp_step *s);
+/* Bytes a HOST_LOAD / HOST_STORE moves at context ctx (0: as lowered). */
+int64_t sp_lower_host_bytes(const sp_step *s, int64_t ctx);
 
 /* Lowers one phase of a layout for pipeline stage `stage` (0..stages-1).
  * The program describes one micro-batch on one chip; every chip of a stage
@@ -425,6 +484,8 @@ typedef struct sp_lower_key {
     int kv_repl;
     int64_t kv_seqs, kv_heads_cache;
     char kv_batch_axes[SP_AXSEQ_MAX], kv_head_axes[SP_AXSEQ_MAX];
+    int64_t w_streamed;      /* this stage's offloaded layers (the layout's list of them is cleared) */
+    int w_any;               /* some stage streams weights: the layer part carries the copy steps */
 } sp_lower_key;
 /* sp_lower_check, and on SP_OK the program's key. */
 sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
@@ -476,7 +537,12 @@ typedef struct sp_mem_sizes {
     int64_t activations;       /* activation buffers of the program */
     int64_t workspace;         /* dequantisation tile of matmuls and logits over 16/8-bit weights */
     int64_t scratch;           /* executor scratch: the sum of the scratch slots (sp_scr) */
-    int64_t total;
+    int64_t staging;           /* offload: the device staging buffers (SP_BUF_WSTREAM, SP_BUF_KVSTREAM) */
+    int64_t total;             /* device memory: every field above */
+    /* host memory (offload), not part of total: the host arena */
+    int64_t host_weights;      /* streamed layers' weights */
+    int64_t host_kv;           /* host-held sequences' KV cache */
+    int64_t host_total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
 /* One program's part that does not come from its buffers: weights and KV

@@ -161,6 +161,20 @@ static const exec_case cases[] = {
     {"tiny-moe-every2", "stages=2,microbatches=2,stage_layers=1,3,replicas=2,experts=2,mesh=1x1x1," MOE FP8
                         "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 16},
     {"tiny-moe-every2", "mesh=2x2x1," MOE INT8 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 16},
+    /* offload: some layers' weights and part of the KV cache in the host arena, copied in one
+     * layer ahead (sp_lower.h, "Offload"), on 1, 2 and 4 chips; weight-gathered from streamed
+     * shards, int8 scales and biases streamed, batch-sharded decode, a pipeline */
+    {"tiny-llama", "mesh=1x1x1," F32 "offload_weights=2,offload_kv=0.5", 2, 5, 16},
+    {"tiny-llama", "mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads,offload_weights=4,offload_kv=1", 2, 5, 16},
+    {"tiny-llama", "mesh=2x2x1," F32 "prefill=ws2d/heads,decode=ws2d/batch,offload_weights=1,offload_kv=0.5", 8, 5, 16},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," F32 "offload_weights=1,2,offload_kv=0.5", 8, 5, 16},
+    {"tiny-gpt2", "mesh=1x1x1," F32 "offload_weights=1,offload_kv=0.5", 2, 5, 16},
+    {"tiny-gpt2", "mesh=2x1x1," F32 "prefill=wg-x/heads,decode=ws2d/heads,offload_weights=2,offload_kv=0.5", 4, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x1,weights=int8,kv=f32,offload_weights=2,offload_kv=0.25", 4, 5, 16},
+    {"tiny-gpt2", "stages=2,microbatches=2,mesh=1x2x1," F32 "offload_weights=1,1,offload_kv=1", 4, 5, 16},
+    /* KV offload in a model whose layers differ (dense layers between MoE ones) */
+    {"tiny-moe-every2", "replicas=2,experts=2,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5",
+                        4, 5, 16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -225,8 +239,9 @@ static void check_case(const exec_case *c, int _i)
         ck_assert_msg(st.measured_recv[k] == st.predicted_recv[k], "%s: recv", sp_coll_kind_name(k));
     }
     /* memory: every chip's arena is the lowering's prediction for its stage, exactly (separate
-     * groups: each group's phase alone, the prefill group's cache holding the prompt) */
-    int64_t pred = 0;
+     * groups: each group's phase alone, the prefill group's cache holding the prompt); so is the
+     * host arena of what it offloads */
+    int64_t pred = 0, host_pred = 0;
     static sp_program pp, dp;
     int groups = sp_layout_disaggregated(&l);
     for (int gi = 0; gi < (groups ? 2 : 1); gi++) {
@@ -242,8 +257,19 @@ static void check_case(const exec_case *c, int _i)
                              SP_OK);
             ck_assert_int_gt(ms.scratch, 0);
             if (ms.total > pred) pred = ms.total;
+            if (ms.host_total > host_pred) host_pred = ms.host_total;
         }
     }
+    ck_assert_msg(st.host_allocated_bytes_per_chip == host_pred && st.host_predicted_bytes_per_chip == host_pred,
+                  "%s %s: host arena %lld, reported predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
+                  (long long)st.host_allocated_bytes_per_chip, (long long)st.host_predicted_bytes_per_chip,
+                  (long long)host_pred);
+    ck_assert_msg(st.host_link_bytes_measured == st.host_link_bytes_predicted, "%s %s: host link %llu moved, %llu predicted",
+                  c->model, c->layout, (unsigned long long)st.host_link_bytes_measured,
+                  (unsigned long long)st.host_link_bytes_predicted);
+    ck_assert_msg(sp_layout_offloads(&l) == (host_pred > 0 && st.host_link_bytes_measured > 0),
+                  "%s %s: offload %d, host arena %lld, host link %llu", c->model, c->layout, sp_layout_offloads(&l),
+                  (long long)host_pred, (unsigned long long)st.host_link_bytes_measured);
     ck_assert_msg(st.allocated_bytes_per_chip == pred && st.predicted_bytes_per_chip == pred,
                   "%s %s: allocated %lld, reported predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)pred);

@@ -37,7 +37,7 @@ json_keys_ok() {
     [ "$("$JSONQ" -k $out /measured/steps | sort | tr '\n' ' ')" = "decode_step prefill " ] &&
     for st in prefill decode_step; do
         [ "$("$JSONQ" -k $out /measured/steps/$st | sort | tr '\n' ' ')" = \
-            "all-gather all-reduce all-to-all attention matmul other reduce-scatter send-recv " ] &&
+            "all-gather all-reduce all-to-all attention host-copy matmul other reduce-scatter send-recv " ] &&
         json_check '$1 >= 0' -n $out "/measured/steps/$st/*" &&
         json_check '$1 > 0' -n $out /measured/steps/$st/matmul || { echo "  measured.steps.$st"; return 1; }
     done &&

@@ -49,3 +49,4 @@ include tests/exec.mk
 include tests/rel.mk
 include tests/local_fid.mk
 include tests/report.mk
+include tests/offload.mk

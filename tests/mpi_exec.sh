@@ -6,6 +6,8 @@
 # decode placements (all-to-all either way, all-gather, slice) included, and
 # separate prefill and decode chip groups (4+2, 2+4, 4+4, a 2-stage prefill
 # group into a 1-stage decode group: the KV transfer between them).
+# offload (weights streamed from each rank's host arena, part of the KV
+# cache there): host-link bytes moved = predicted, host arena = predicted.
 # A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
 # without MPI.
 set -u
@@ -41,7 +43,10 @@ while read -r np model layout; do
     fi
     { json_check '$1 == "threads"' $tmp/t.json /backend && json_check '$1 == "mpi"' $tmp/m.json /backend &&
       json_same $tmp/t.json $tmp/m.json /tokens /comm/measured_bytes /comm/predicted_bytes /comm/measured_recv \
-          /comm/predicted_recv /comm/expected_bytes /comm/expected_recv /comm/token_bytes /memory &&
+          /comm/predicted_recv /comm/expected_bytes /comm/expected_recv /comm/token_bytes /memory \
+          /comm/host_link_measured_bytes /comm/host_link_predicted_bytes &&
+      json_check '$1 == $2' -n $tmp/m.json /comm /host_link_measured_bytes /host_link_predicted_bytes &&
+      json_check '$1 == $2' -n $tmp/m.json /memory /host_allocated_bytes_per_chip /host_predicted_bytes_per_chip &&
       json_check '$1 == $2' $tmp/m.json /comm /measured_bytes /predicted_bytes &&
       json_check '$1 == 0' -n $tmp/m.json /comm/mismatches &&
       json_check '$1 == $2' -n $tmp/m.json /memory /allocated_bytes_per_chip /predicted_bytes_per_chip; } ||
@@ -64,6 +69,10 @@ done <<'EOF2'
 6 tiny-palm prefill.mesh=2x1x1,decode.mesh=4x1x1,weights=f32,kv=f32,decode=ws2d/batch
 8 tiny-gpt2 prefill.mesh=2x2x1,decode.mesh=4x1x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws1d/heads
 6 tiny-llama prefill.mesh=2x1x1,prefill.stages=2,decode.mesh=2x1x1,weights=f32,kv=f32
+1 tiny-llama mesh=1x1x1,weights=f32,kv=f32,offload_weights=2,offload_kv=0.5
+2 tiny-gpt2 mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=ws2d/heads,offload_weights=2,offload_kv=0.5
+4 tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,offload_weights=1,2,offload_kv=0.5
+4 tiny-gpt2 mesh=2x2x1,weights=int8,kv=f32,prefill=ws2d/heads,decode=ws2d/batch,offload_weights=1,offload_kv=0.5
 4 tiny-palm stages=2,microbatches=1,mesh=1x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 8 tiny-gpt2 mesh=2x2x2,weights=int8,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=wg-xyz/batch

@@ -73,9 +73,12 @@ static void row(cli_table *t, const char *k, const char *v)
 void cli_print_cost(const sp_cost *c, const sp_hw *hw)
 {
     char a[64], b[64];
-    if (!c->feasible)
+    if (c->shortfall_bytes > 0)
         printf("DOES NOT FIT: %s over the %s usable per chip\n", cli_fmt_bytes((double)c->shortfall_bytes, a, sizeof a),
                cli_fmt_bytes((double)c->capacity, b, sizeof b));
+    if (c->host_shortfall_bytes > 0)
+        printf("DOES NOT FIT: %s over the %s of host memory per chip\n",
+               cli_fmt_bytes((double)c->host_shortfall_bytes, a, sizeof a), cli_fmt_bytes((double)c->host_capacity, b, sizeof b));
     static const char *const hdr[2] = {"metric", "value"};
     cli_table *t = cli_table_new(2, hdr);
     cli_table_left(t, 1);
@@ -186,6 +189,27 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     row(t, "capacity (usable)", cli_fmt_bytes((double)c->capacity, a, sizeof a));
     cli_table_print(t, stdout);
     cli_table_free(t);
+    if (c->host_peak > 0 || c->prefill.host_bytes > 0 || c->decode.host_bytes > 0) {
+        printf("\noffload (host memory per chip, worst stage; host link %s)\n", cli_fmt_rate(hw->host_link_bw, a, sizeof a));
+        t = cli_table_new(2, h3);
+        row(t, "weights in host memory", cli_fmt_bytes((double)c->mem.host_weights, a, sizeof a));
+        row(t, "KV cache in host memory", cli_fmt_bytes((double)c->mem.host_kv, a, sizeof a));
+        row(t, "host memory (most of any stage)", cli_fmt_bytes((double)c->host_peak, a, sizeof a));
+        row(t, "host capacity", cli_fmt_bytes((double)c->host_capacity, a, sizeof a));
+        row(t, "device staging", cli_fmt_bytes((double)c->mem.staging, a, sizeof a));
+        const sp_phase_cost *ph[2] = {&c->prefill, &c->decode};
+        const char *nm[2] = {"prefill", "decode step"};
+        for (int i = 0; i < 2; i++) {
+            char k[64], v[96];
+            snprintf(k, sizeof k, "host link, %s", nm[i]);
+            snprintf(v, sizeof v, "%s in %s%s", cli_fmt_bytes((double)ph[i]->host_bytes, a, sizeof a),
+                     cli_fmt_seconds(ph[i]->host_s, b, sizeof b),
+                     sp_cost_host_bound(ph[i]) ? ": the host link bounds the step" : "");
+            row(t, k, v);
+        }
+        cli_table_print(t, stdout);
+        cli_table_free(t);
+    }
 }
 
 int cli_cmd_estimate(int argc, char **argv)

@@ -188,7 +188,12 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_t *mem = json_object();
         json_object_set_new(mem, "allocated_bytes_per_chip", json_integer(s->allocated_bytes_per_chip));
         json_object_set_new(mem, "predicted_bytes_per_chip", json_integer(s->predicted_bytes_per_chip));
+        /* offload: the host arena, and the bytes over the host link (0 without offload) */
+        json_object_set_new(mem, "host_allocated_bytes_per_chip", json_integer(s->host_allocated_bytes_per_chip));
+        json_object_set_new(mem, "host_predicted_bytes_per_chip", json_integer(s->host_predicted_bytes_per_chip));
         json_object_set_new(o, "memory", mem);
+        json_object_set_new(comm, "host_link_measured_bytes", json_integer((json_int_t)s->host_link_bytes_measured));
+        json_object_set_new(comm, "host_link_predicted_bytes", json_integer((json_int_t)s->host_link_bytes_predicted));
         /* measured: wall times, and per step class (sp_exec_stats) */
         json_t *meas = json_object(), *steps = json_object(), *spf = json_object(), *sdc = json_object();
         for (int k = 0; k < SP_CLASS_COUNT; k++) {
@@ -218,6 +223,10 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
            s->decode_step_s, s->tokens_per_s);
     printf("memory per chip (largest): %lld B allocated, %lld B predicted\n", (long long)s->allocated_bytes_per_chip,
            (long long)s->predicted_bytes_per_chip);
+    if (s->host_predicted_bytes_per_chip > 0 || s->host_link_bytes_predicted > 0)
+        printf("offload: host memory per chip (largest) %lld B allocated, %lld B predicted; host link %llu B moved, "
+               "%llu B predicted\n", (long long)s->host_allocated_bytes_per_chip, (long long)s->host_predicted_bytes_per_chip,
+               (unsigned long long)s->host_link_bytes_measured, (unsigned long long)s->host_link_bytes_predicted);
     printf("measured per step class, seconds (prefill / decode step):");
     for (int k = 0; k < SP_CLASS_COUNT; k++)
         printf("%s %s %.6f / %.6f", k ? "," : "", sp_step_class_name((sp_step_class)k), s->measured_prefill_class_s[k],
