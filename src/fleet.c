@@ -888,7 +888,8 @@ static json_t *choice_json(const sp_fleet *f, const sp_fleet_choice *c)
         json_object_set_new(x, "utilisation", json_real(p->utilisation));
         json_object_set_new(x, "ttft_s", json_real(p->ttft_s));
         json_object_set_new(x, "tpot_s", json_real(p->tpot_s));
-        json_object_set_new(x, "wait_s", json_real(isfinite(p->wait_s) ? p->wait_s : -1));
+        /* a saturated pool's wait is unbounded: null, never a negative sentinel */
+        json_object_set_new(x, "wait_s", isfinite(p->wait_s) ? json_real(p->wait_s) : json_null());
         json_object_set_new(x, "service_s", json_real(p->service_s));
         json_object_set_new(x, "prefill_s", json_real(p->prefill_s));
         json_object_set_new(x, "decode_step_s", json_real(p->decode_step_s));
