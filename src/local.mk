@@ -1,4 +1,5 @@
-# src/: library core (descriptions, JSON I/O, layouts, lowering), planner, CLI.
+# src/: library core (descriptions, JSON I/O, layouts, lowering) that every
+# other layer builds on; the planner is in plan/, the program in cli/.
 # libspcore.la holds every object of the library; libshardplan.la is the
 # installed face of it, exporting only the public sp_ symbols.  The CLI and
 # the tests link libspcore.la so they may use internal (spi_) helpers.
@@ -24,6 +25,3 @@ libshardplan_la_LDFLAGS = -no-undefined -export-symbols-regex '^sp_' -version-in
 shardplanincludedir = $(includedir)/shardplan
 shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h src/sp_layout.h src/sp_lower.h src/sp_trace.h src/sp_measure.h src/sp_validate.h
 nodist_shardplaninclude_HEADERS = src/sp_version.h
-
-include src/plan.mk
-include src/cli/local.mk

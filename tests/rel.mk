@@ -33,7 +33,7 @@ tests_fuzz_replay_safetensors_LDADD = libspcore.la $(SP_DEP_LIBS)
 tests_fuzz_replay_sweep_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_sweep.c
 tests_fuzz_replay_sweep_LDADD = libspcore.la $(SP_DEP_LIBS)
 tests_fuzz_replay_cli_SOURCES = tests/fuzz/fuzz.h tests/fuzz/driver.c tests/fuzz/fuzz_cli.c
-tests_fuzz_replay_cli_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/src/cli
+tests_fuzz_replay_cli_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/cli
 tests_fuzz_replay_cli_LDADD = libspcli.la libspcore.la $(SP_DEP_LIBS)
 TESTS += tests/fuzz/replay.sh
 CLEANFILES += $(SP_FUZZ_REPLAY:=.err)

@@ -11,7 +11,7 @@ cflags="-g -O1 -std=c11 -D_GNU_SOURCE -pthread -fno-omit-frame-pointer $san"
 src=$(cd "$top_srcdir" && pwd)
 # the project's include path (Makefile.am's AM_CPPFLAGS) and the packages' flags
 # SP_FUZZ_CPPFLAGS: the -I options of the project's AM_CPPFLAGS and the packages' (from make)
-SP_FUZZ_CPPFLAGS="-DHAVE_CONFIG_H -I$top_builddir -I$src/src/cli -DSP_SRCDATADIR=\"$src/data\" ${SP_FUZZ_CPPFLAGS:-}"
+SP_FUZZ_CPPFLAGS="-DHAVE_CONFIG_H -I$top_builddir -I$src/cli -DSP_SRCDATADIR=\"$src/data\" ${SP_FUZZ_CPPFLAGS:-}"
 out=$top_builddir/fuzz
 mkdir -p "$out/obj" "$out/corpus"
 if ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |

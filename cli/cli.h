@@ -1,9 +1,9 @@
 /*
  * cli.h: the shardplan program's shared pieces.
  *
- * Adding a verb: write src/cli/cmd_<x>.c with `int cli_cmd_<x>(int argc, char **argv)`
+ * Adding a verb: write cli/cmd_<x>.c with `int cli_cmd_<x>(int argc, char **argv)`
  * (argv[0] is the verb; parse with getopt_long after `optind = 0`), declare it
- * below, add it to shardplan_SOURCES in src/cli/local.mk and one line to the
+ * below, add it to shardplan_SOURCES in cli/local.mk and one line to the
  * verb table in main.c.  Return one of the CLI_EXIT_* codes.
  */
 #ifndef SP_CLI_H
