@@ -16,6 +16,10 @@ static const char usage[] =
     "when every member is, marked collectives run under compute, pipeline stages pass\n"
     "micro-batches on (costmodel/sp_sim.h).  Prints the simulated prefill time and\n"
     "decode step (at the last context) beside the cost model's closed form.\n"
+    "Separate prefill and decode groups (prefill.mesh=..., decode.mesh=...): the\n"
+    "prefill group's chips, then the KV transfer's messages on both groups' comm\n"
+    "streams, then the decode group's chips; also prints the transfer and the\n"
+    "timeline's span (prefill + transfer + T decode steps) beside the closed form.\n"
     "\n"
     "  --model, --hw, --chips, --batch, --prompt, --gen, --layout   as for estimate\n"
     "  --trace FILE    write the timeline as Chrome Trace Event JSON (open it in\n"
@@ -87,12 +91,23 @@ int cli_cmd_simulate(int argc, char **argv)
         cli_errorf("%s: %s", trace_arg, sp_last_error());
         return CLI_EXIT_INTERNAL;
     }
+    sp_layout dg;   /* the decode group's layout (the layout itself without groups) */
+    sp_layout_phase_group(&l, SP_PHASE_DECODE, &dg);
+    int64_t T = gen > 0 ? (o.tokens ? o.tokens : dg.stages + 2) : 0;
+    /* the closed form of the simulated timeline: T decode steps after the prefill (and transfer) */
+    double closed_span = c.prefill_s + c.kv_transfer_s + (double)T * c.decode_step_s;
     if (json) {
         json_t *j = json_pack("{s:o,s:i,s:f,s:f,s:f,s:f,s:I,s:I,s:s?}", "layout", (json_t *)sp_layout_to_json(&l),
                               "chips", c.chips, "prefill_s", r.prefill_s, "decode_step_s", r.decode_step_s,
                               "closed_form_prefill_s", c.prefill_s, "closed_form_decode_step_s", c.decode_step_s,
                               "events", (json_int_t)(r.prefill.events + r.decode.events), "tokens",
-                              (json_int_t)(gen > 0 ? (o.tokens ? o.tokens : l.stages + 2) : 0), "trace", trace_arg);
+                              (json_int_t)T, "trace", trace_arg);
+        json_object_set_new(j, "makespan_s", json_real(r.makespan_s));
+        json_object_set_new(j, "closed_form_makespan_s", json_real(closed_span));
+        if (c.disaggregated) {
+            json_object_set_new(j, "kv_transfer_s", json_real(r.kv_transfer_s));
+            json_object_set_new(j, "closed_form_kv_transfer_s", json_real(c.kv_transfer_s));
+        }
         cli_print_json(j, stdout);
         json_decref(j);
         return CLI_EXIT_OK;
@@ -111,6 +126,15 @@ int cli_cmd_simulate(int argc, char **argv)
         const char *cells[3] = {"decode step (last context)", cli_fmt_seconds(r.decode_step_s, a, sizeof a),
                                 cli_fmt_seconds(c.decode_step_s, b, sizeof b)};
         cli_table_add(tb, cells);
+    }
+    if (c.disaggregated) {
+        const char *x[3] = {"KV transfer", cli_fmt_seconds(r.kv_transfer_s, a, sizeof a),
+                            cli_fmt_seconds(c.kv_transfer_s, b, sizeof b)};
+        cli_table_add(tb, x);
+        char what[64];
+        snprintf(what, sizeof what, "prefill + transfer + %lld decode steps", (long long)T);
+        const char *y[3] = {what, cli_fmt_seconds(r.makespan_s, a, sizeof a), cli_fmt_seconds(closed_span, b, sizeof b)};
+        cli_table_add(tb, y);
     }
     cli_table_print(tb, stdout);
     cli_table_free(tb);

@@ -6,6 +6,7 @@
 #include "spi_common.h"
 #include "spi_ckd.h"
 #include "sp_cost.h"
+#include "costmodel/spi_cost.h"
 
 /* pair matrices larger than this (prefill chips × decode chips) are refused:
  * 4M pairs of int64 is 32 MiB */
@@ -42,11 +43,11 @@ static int longest_side(const sp_layout *g, const sp_hw *hw, int *side)
     return 1;
 }
 
-sp_status sp_cost_kv_xfer(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
-                          sp_xfer_place where, sp_kv_xfer_cost *out)
+sp_status spi_cost_kv_xfer_msgs(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                                sp_xfer_place where, spi_xfer_msg_fn fn, void *ctx, int64_t *kv_bytes,
+                                int64_t *token_bytes)
 {
-    if (!m || !hw || !l || !out) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: NULL argument");
-    memset(out, 0, sizeof *out);
+    if (!m || !hw || !l || !fn) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: NULL argument");
     if (!sp_layout_disaggregated(l))
         return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: the layout's phases share their chips: nothing moves between groups");
     if (where != SP_XFER_ONE_JOB && where != SP_XFER_APART)
@@ -82,40 +83,81 @@ sp_status sp_cost_kv_xfer(const sp_model *m, const sp_hw *hw, const sp_layout *l
     acc a = {(int)n[0], (int)n[1], calloc((size_t)(n[0] * n[1]), sizeof(int64_t)), 0, 0, SPI_CKD_INIT};
     if (!a.pair) return spi_fail(SP_ENOMEM, "KV transfer: %lld chip pairs", (long long)(n[0] * n[1]));
     sp_status st = sp_lower_kv_xfer(m, l, batch, prompt, add_block, &a);
-    double *send_s = st ? NULL : calloc((size_t)(n[0] + n[1]), sizeof(double)), *recv_s = send_s ? send_s + n[0] : NULL;
-    int64_t *sent = send_s ? calloc((size_t)(n[0] + n[1]), sizeof(int64_t)) : NULL, *recv = sent ? sent + n[0] : NULL;
-    if (!st && !sent) st = spi_fail(SP_ENOMEM, "KV transfer: per-chip sums");
     int G = hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0 ? hw->chips_per_node : 0;
     for (int64_t c = 0; c < n[0] && !st; c++)
-        for (int64_t d = 0; d < n[1]; d++) {
+        for (int64_t d = 0; d < n[1] && !st; d++) {
             int64_t b = a.pair[c * n[1] + d];
             if (!b) continue;
             /* the decode group starts right after the prefill group (ONE_JOB) */
             int far = where == SP_XFER_APART || (G && c / G != (n[0] + d) / G);
-            double t = alpha[far] + (double)b * beta[far];
-            send_s[c] += t;
-            recv_s[d] += t;
-            sent[c] += b;   /* each at most the total, which did not overflow */
-            recv[d] += b;
-            out->messages++;
+            st = fn(ctx, (int)c, (int)d, b, alpha[far] + (double)b * beta[far]);
         }
+    if (kv_bytes) *kv_bytes = a.kv;
+    if (token_bytes) *token_bytes = a.tok;
+    free(a.pair);
+    return st;
+}
+
+/* per-chip sums of the messages' times and bytes */
+typedef struct sums {
+    int np, nd;
+    double *send_s, *recv_s;
+    int64_t *sent, *recv, messages;
+} sums;
+
+static sp_status add_msg(void *ctx, int c, int d, int64_t b, double t)
+{
+    sums *u = ctx;
+    if (!u->send_s) {
+        u->send_s = calloc((size_t)(u->np + u->nd), sizeof(double));
+        u->sent = calloc((size_t)(u->np + u->nd), sizeof(int64_t));
+        if (!u->send_s || !u->sent) return spi_fail(SP_ENOMEM, "KV transfer: per-chip sums");
+        u->recv_s = u->send_s + u->np;
+        u->recv = u->sent + u->np;
+    }
+    u->send_s[c] += t;
+    u->recv_s[d] += t;
+    u->sent[c] += b;   /* each at most the total, which did not overflow */
+    u->recv[d] += b;
+    u->messages++;
+    return SP_OK;
+}
+
+double spi_cost_kv_xfer_seconds(const sp_hw *hw, int64_t messages, double busiest_s)
+{
+    return messages ? hw->coll_latency + busiest_s : 0;
+}
+
+sp_status sp_cost_kv_xfer(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                          sp_xfer_place where, sp_kv_xfer_cost *out)
+{
+    if (!m || !hw || !l || !out) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: NULL argument");
+    memset(out, 0, sizeof *out);
+    sums u = {0};
+    if (sp_layout_disaggregated(l)) {
+        sp_layout g;
+        sp_layout_phase_group(l, SP_PHASE_PREFILL, &g);
+        u.np = (int)sp_layout_chips(&g);
+        sp_layout_phase_group(l, SP_PHASE_DECODE, &g);
+        u.nd = (int)sp_layout_chips(&g);
+    }
+    sp_status st = spi_cost_kv_xfer_msgs(m, hw, l, batch, prompt, where, add_msg, &u, &out->kv_bytes, &out->token_bytes);
     if (!st) {
         double worst = 0;
-        for (int64_t i = 0; i < n[0] + n[1]; i++)
-            if (send_s[i] > worst) worst = send_s[i];
-        for (int64_t c = 0; c < n[0]; c++)
-            if (sent[c] > out->max_sent) out->max_sent = sent[c];
-        for (int64_t d = 0; d < n[1]; d++)
-            if (recv[d] > out->max_recv) out->max_recv = recv[d];
-        out->kv_bytes = a.kv;
-        out->token_bytes = a.tok;
-        out->bytes = spi_ck_add(&a.ck, "KV transfer bytes", a.kv, a.tok);
-        if (a.ck.overflow) st = spi_fail(SP_EINVAL, "%s do not fit in 64 bits", a.ck.what);
-        out->seconds = out->messages ? hw->coll_latency + worst : 0;
+        for (int64_t i = 0; u.send_s && i < u.np + u.nd; i++)
+            if (u.send_s[i] > worst) worst = u.send_s[i];
+        for (int64_t c = 0; u.sent && c < u.np; c++)
+            if (u.sent[c] > out->max_sent) out->max_sent = u.sent[c];
+        for (int64_t d = 0; u.recv && d < u.nd; d++)
+            if (u.recv[d] > out->max_recv) out->max_recv = u.recv[d];
+        out->messages = u.messages;
+        spi_ckd ck = SPI_CKD_INIT;
+        out->bytes = spi_ck_add(&ck, "KV transfer bytes", out->kv_bytes, out->token_bytes);
+        if (ck.overflow) st = spi_fail(SP_EINVAL, "%s do not fit in 64 bits", ck.what);
+        out->seconds = spi_cost_kv_xfer_seconds(hw, out->messages, worst);
         if (!isfinite(out->seconds)) st = spi_fail(SP_EINVAL, "%s: a KV transfer over a link of no bandwidth", hw->name);
     }
-    free(a.pair);
-    free(send_s);
-    free(sent);
+    free(u.send_s);
+    free(u.sent);
     return st;
 }

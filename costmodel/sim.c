@@ -57,7 +57,7 @@ static void trace_step(sim *x, int chip, const sp_step *s, sp_prog_part part, in
 {
     if (!x->o->trace || x->trace_status != SP_OK) return;
     char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
-    sp_trace_event e = {chip, sp_trace_step_stream(s), x->o->t0_s + (double)start * 1e-12, (double)dur * 1e-12,
+    sp_trace_event e = {x->o->chip0 + chip, sp_trace_step_stream(s), x->o->t0_s + (double)start * 1e-12, (double)dur * 1e-12,
                         sp_trace_step_label(s, name, sizeof name),
                         sp_trace_step_id_pass(x->phase, x->o->token0 + tok, x->pass, part, layer, idx, id, sizeof id), mb,
                         sp_trace_step_bytes(s), s->flops};
@@ -84,9 +84,9 @@ static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run
     }
     for (int c = 0; c < x->n_st; c++) {
         const spi_step_run *r = r0;
-        if (x->o->slowdown && r0->mode == SPI_RUN_COMPUTE && x->o->slowdown[base + c] != 1.0) {
+        if (x->o->slowdown && r0->mode == SPI_RUN_COMPUTE && x->o->slowdown[x->o->chip0 + base + c] != 1.0) {
             rs[0] = *r0;
-            rs[0].dur_ps[0] = (int64_t)llround((double)r0->dur_ps[0] * x->o->slowdown[base + c]);
+            rs[0].dur_ps[0] = (int64_t)llround((double)r0->dur_ps[0] * x->o->slowdown[x->o->chip0 + base + c]);
             r = rs;
         }
         int64_t start = gid ? x->gmax[gid[c]] : x->ready[c];
@@ -229,27 +229,17 @@ done:
     return st;
 }
 
-sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                      const sp_sim_opts *opts, sp_sim_times *out)
+/* sp_sim_eval's phases of one-group layout l: prefill (run_pf) and decode
+ * (run_dc); the caller checked the request (sp_cost_eval). */
+static sp_status sim_group(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                           const sp_sim_opts *opts, int run_pf, int run_dc, sp_sim_times *out)
 {
-    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
-    if (sp_layout_disaggregated(l))
-        return spi_fail(SP_ENOTSUP, "simulating separate prefill and decode chip groups is not implemented (estimate "
-                                    "prices them)");
-    sp_sim_opts o;
-    if (opts) o = *opts;
-    else sp_sim_opts_init(&o);
-    memset(out, 0, sizeof *out);
-    /* the checks sp_cost_eval runs (workload, torus slice, the layout applies) */
-    sp_cost c;
-    sp_cost_opts co = o.cost;
-    co.fresh = 1;
-    SP_CHECK(sp_cost_eval(m, hw, l, w, &co, &c));
+    sp_sim_opts o = *opts;
     int S = l->stages;
     int64_t max_ctx = w->prompt + w->gen;
     /* prefill token passes (prefill_tokens): one program per pass and stage */
     int64_t NT = 1;
-    if (w->prompt > 0) {
+    if (run_pf) {
         sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype, 0};
         static _Thread_local sp_program last;
         SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, &last));
@@ -267,7 +257,7 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
         goto done;
     }
     for (int64_t i = 0; i < S * NT; i++) pp[i] = &progs[i];
-    if (w->prompt > 0) {
+    if (run_pf) {
         for (int64_t j = 0; j < NT; j++)
             for (int s = 0; s < S; s++) {
                 sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype, NT - 1 - j};
@@ -276,7 +266,7 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
         SP_CHECKGOTO(sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill), st, done);
         out->prefill_s = out->prefill.step_s;
     }
-    if (w->gen > 0) {
+    if (run_dc) {
         sp_shape sh = {w->batch, 1, max_ctx, max_ctx, o.cost.act_dtype, 0};
         for (int s = 0; s < S; s++) SP_CHECKGOTO(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &progs[s]), st, done);
         int T = o.tokens > 0 ? o.tokens : S + 2;
@@ -286,8 +276,87 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
         SP_CHECKGOTO(sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &out->decode), st, done);
         out->decode_step_s = out->decode.step_s;
     }
+    out->makespan_s = out->prefill.makespan_s + out->decode.makespan_s;
 done:
     free(progs);
     free(pp);
     return st;
+}
+
+/* the KV transfer on the timeline (sp_sim.h): every chip's messages back to
+ * back from t0 + the collective latency; busiest: each chip's running sum */
+typedef struct xfer_tl {
+    const sp_hw *hw;
+    sp_trace *trace;
+    double t0;
+    int np;
+    double *busy;            /* [np + nd]: each chip's messages so far, seconds */
+    int64_t messages;
+    sp_status trace_status;
+} xfer_tl;
+
+static sp_status xfer_msg(void *ctx, int c, int d, int64_t bytes, double t)
+{
+    xfer_tl *x = ctx;
+    int chip[2] = {c, x->np + d};
+    for (int k = 0; k < 2; k++) {
+        double *b = &x->busy[chip[k]];
+        if (x->trace && x->trace_status == SP_OK) {
+            char id[SP_TRACE_ID_MAX], label[SP_TRACE_LABEL_MAX];
+            sp_trace_xfer_id(k == 0, chip[1 - k], id, label);
+            sp_trace_event e = {chip[k], SP_TRACE_COMM, x->t0 + x->hw->coll_latency + *b, t, label, id, 0, bytes, 0};
+            x->trace_status = sp_trace_write(x->trace, &e);
+        }
+        *b += t;   /* the order sp_cost_kv_xfer sums in */
+    }
+    x->messages++;
+    return SP_OK;
+}
+
+sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                      const sp_sim_opts *opts, sp_sim_times *out)
+{
+    if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
+    sp_sim_opts o;
+    if (opts) o = *opts;
+    else sp_sim_opts_init(&o);
+    memset(out, 0, sizeof *out);
+    /* the checks sp_cost_eval runs (workload, torus slice, the layout applies) */
+    sp_cost c;
+    sp_cost_opts co = o.cost;
+    co.fresh = 1;
+    SP_CHECK(sp_cost_eval(m, hw, l, w, &co, &c));
+    if (!sp_layout_disaggregated(l)) return sim_group(m, hw, l, w, &o, w->prompt > 0, w->gen > 0, out);
+    sp_layout g[SP_PHASE_COUNT];
+    for (int p = 0; p < SP_PHASE_COUNT; p++) sp_layout_phase_group(l, (sp_phase)p, &g[p]);
+    int np = (int)sp_layout_chips(&g[SP_PHASE_PREFILL]), nd = (int)sp_layout_chips(&g[SP_PHASE_DECODE]);
+    sp_sim_times r;
+    memset(&r, 0, sizeof r);
+    /* the prefill group: the prompt alone, as sp_cost_eval prices it */
+    sp_workload wp = {w->batch, w->prompt, 0};
+    o.chip0 = 0;
+    SP_CHECK(sim_group(m, hw, &g[SP_PHASE_PREFILL], &wp, &o, 1, 0, &r));
+    out->prefill = r.prefill;
+    out->prefill_s = r.prefill_s;
+    /* the transfer, from the last prefill chip's end */
+    xfer_tl x = {hw, o.trace, o.t0_s + r.prefill.makespan_s, np, calloc((size_t)np + (size_t)nd, sizeof(double)), 0,
+                 SP_OK};
+    if (!x.busy) return spi_fail(SP_ENOMEM, "simulator: KV transfer of %d + %d chips", np, nd);
+    sp_status st = spi_cost_kv_xfer_msgs(m, hw, l, w->batch, w->prompt, SP_XFER_ONE_JOB, xfer_msg, &x, NULL, NULL);
+    double worst = 0;
+    for (int i = 0; i < np + nd; i++)
+        if (x.busy[i] > worst) worst = x.busy[i];
+    free(x.busy);
+    SP_CHECK(st);
+    SP_CHECK(x.trace_status);
+    out->kv_transfer_s = spi_cost_kv_xfer_seconds(hw, x.messages, worst);
+    /* the decode group, after the transfer */
+    memset(&r, 0, sizeof r);
+    o.chip0 = np;
+    o.t0_s += out->prefill.makespan_s + out->kv_transfer_s;
+    SP_CHECK(sim_group(m, hw, &g[SP_PHASE_DECODE], w, &o, 0, 1, &r));
+    out->decode = r.decode;
+    out->decode_step_s = r.decode_step_s;
+    out->makespan_s = out->prefill.makespan_s + out->kv_transfer_s + out->decode.makespan_s;
+    return SP_OK;
 }

@@ -57,6 +57,9 @@ typedef struct sp_sim_opts {
     sp_trace *trace;         /* optional: one event per step and chip (borrowed) */
     double t0_s;             /* added to every traced time */
     int64_t token0;          /* decode: the step number (step ids) of the first simulated token */
+    int chip0;               /* sp_sim_phase: the global rank of the layout's chip 0 (a decode group's
+                                chips follow the prefill group's); traced chips and slowdown are
+                                indexed from it */
     sp_cost_opts cost;       /* sp_sim_eval: lowering options (act_dtype) */
 } sp_sim_opts;
 void sp_sim_opts_init(sp_sim_opts *o);
@@ -83,10 +86,30 @@ typedef struct sp_sim_times {
     double prefill_s;        /* 0 without a prompt */
     double decode_step_s;    /* 0 without generated tokens; at the last context */
     sp_sim_result prefill, decode;
+    double kv_transfer_s;    /* separate groups: the KV transfer (0 otherwise) */
+    double makespan_s;       /* the timeline: prefill, the transfer, the simulated decode steps */
 } sp_sim_times;
 /* Lowers every stage (the shapes sp_cost_eval uses) and simulates prefill,
  * then decode; traced decode steps follow the prefill on the timeline and
- * are numbered gen − tokens .. gen − 1 (from 0 when gen < tokens). */
+ * are numbered gen − tokens .. gen − 1 (from 0 when gen < tokens).
+ *
+ * Separate prefill and decode chip groups (sp_layout_disaggregated): the
+ * prefill group's chips (global ranks 0 .. Np−1) run the prefill of its
+ * layout (sp_layout_phase_group) for the prompt; then the KV transfer, as
+ * sp_cost_kv_xfer prices it: it starts when the last prefill chip is done
+ * (the cache of the whole batch moves once its prompt is complete), every
+ * chip of both groups puts its messages (one per peer, sp_lower_kv_xfer's
+ * blocks) back to back on its comm stream after the collective latency, a
+ * sender in ascending decode rank, a receiver in ascending prefill rank
+ * (trace ids "kv/send/-1/<peer>", "kv/recv/-1/<peer>": sp_trace.h), and
+ * the decode group starts when the last message has landed; then the
+ * decode group's chips (ranks Np .. Np+Nd−1) run the decode steps.  So
+ * kv_transfer_s equals sp_cost_eval's, prefill_s and decode_step_s its
+ * groups' (as for any layout), and makespan_s = prefill makespan +
+ * kv_transfer_s + the decode steps' makespan; with tokens = gen on a
+ * one-stage decode group (or one that synchronises every token) that is
+ * the closed form's prefill_s + kv_transfer_s + gen · decode_step_s, to
+ * the picosecond (a decode pipeline adds its fill to the first step). */
 sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                       const sp_sim_opts *opts, sp_sim_times *out);
 

@@ -197,4 +197,17 @@ static inline int spi_token_sync(const sp_hw *hw, const sp_layout *l, int64_t *p
               : 0;
     return hw->token_sync_s > 0;
 }
+/* The KV transfer between separate chip groups, message by message, as
+ * sp_cost_kv_xfer prices it (sp_cost.h): fn(ctx, c, d, bytes, seconds) for
+ * every (prefill chip c, decode chip d) pair that moves bytes (group ranks),
+ * c ascending, d ascending within c; seconds = α + bytes·β on the pair's
+ * tier.  *kv_bytes, *token_bytes (optional): the totals by kind.  The
+ * transfer takes spi_cost_kv_xfer_seconds(hw, messages, the largest of
+ * every chip's summed message times). */
+typedef sp_status (*spi_xfer_msg_fn)(void *ctx, int c, int d, int64_t bytes, double seconds);
+sp_status spi_cost_kv_xfer_msgs(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
+                                sp_xfer_place where, spi_xfer_msg_fn fn, void *ctx, int64_t *kv_bytes,
+                                int64_t *token_bytes);
+double spi_cost_kv_xfer_seconds(const sp_hw *hw, int64_t messages, double busiest_s);
+
 #endif

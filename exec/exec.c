@@ -386,11 +386,19 @@ static sp_status write_timeline(chip *ch)
     sp_exec *ex = ch->ex;
     for (int64_t i = 0; i < ch->nev; i++) {
         const spi_event *v = &ch->ev[i];
+        char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
+        if (v->part == SPI_EVENT_KV_SEND || v->part == SPI_EVENT_KV_RECV) {
+            sp_trace_xfer_id(v->part == SPI_EVENT_KV_SEND, v->index, id, name);
+            sp_trace_event te = {.chip = ex->xfer_first + ch->rank, .stream = SP_TRACE_COMM, .ts_s = v->t0 - ex->t_base,
+                                 .dur_s = v->t1 - v->t0, .name = name, .id = id, .bytes = v->bytes};
+            SP_CHECK(sp_trace_write(ex->trace, &te));
+            continue;
+        }
         const sp_program *p = v->token == 0 ? ch->pf : ch->dc;
         const sp_step *s = &sp_program_part(p, (sp_prog_part)v->part)->s[v->index];
-        char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
         sp_trace_step_id_pass(p->phase, v->token - 1, v->pass, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
-        sp_trace_event te = {.chip = ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
+        /* a group's chips are numbered in the job: the decode group after the prefill group */
+        sp_trace_event te = {.chip = ex->xfer_first + ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
                              .dur_s = v->t1 - v->t0, .name = sp_trace_step_label(s, name, sizeof name), .id = id,
                              .mb = v->mb, .bytes = v->bytes, .flops = v->flops};
         SP_CHECK(sp_trace_write(ex->trace, &te));
@@ -663,6 +671,29 @@ static int spawn(sp_exec *ex, chip *chips, pthread_t *th)
     return started;
 }
 
+/* Opens ex's trace for this process's chips first .. first+count−1 of the
+ * job's total: ex->trace_path, or PATH.<first> for a process that hosts
+ * only some (MPI). */
+static sp_status open_trace(sp_exec *ex, int first, int count, int total)
+{
+    char path[4096];
+    if (count == total) snprintf(path, sizeof path, "%s", ex->trace_path);
+    else snprintf(path, sizeof path, "%s.%d", ex->trace_path, first);
+    return sp_trace_open(path, first, count, &ex->trace);
+}
+
+/* Closes ex's trace, its write errors the run's error unless one came first. */
+static void close_trace(sp_exec *ex)
+{
+    if (!ex->trace) return;
+    sp_status ts = sp_trace_close(ex->trace);
+    ex->trace = NULL;
+    if (ts && !ex->err) {
+        ex->err = ts;
+        snprintf(ex->errmsg, sizeof ex->errmsg, "%s", sp_last_error());
+    }
+}
+
 /* Separate groups: both groups' chips run at once (the prefill group's step 0,
  * the transfer, the decode group's steps); the job's figures are the
  * groups': bytes summed, memory the larger chip, prefill from the prefill
@@ -670,8 +701,6 @@ static int spawn(sp_exec *ex, chip *chips, pthread_t *th)
 static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_opts *sample, int32_t *tokens,
                             float *logits, int all_steps, sp_exec_stats *stats)
 {
-    if (ex->trace_path)
-        return spi_fail(SP_ENOTSUP, "a trace of separate prefill and decode chip groups is not implemented");
     if (sample && sample->temperature > 0)
         return spi_fail(SP_ENOTSUP, "sampling with separate prefill and decode chip groups is not implemented (greedy "
                                     "decoding is: the sampler's state would have to move with the cache)");
@@ -685,11 +714,28 @@ static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sa
         return spi_fail(SP_ENOMEM, "threads");
     }
     sp_kern_set_blas_threads(1);
+    if (ex->trace_path) {
+        /* one file for both groups' chips (job ranks: the decode group after the prefill group) */
+        int first = -1, count = 0;
+        for (int p = 0; p < SP_PHASE_COUNT; p++)
+            if (ex->grp[p]->local_count) {
+                if (first < 0) first = ex->grp[p]->xfer_first + ex->grp[p]->local_first;
+                count += ex->grp[p]->local_count;
+            }
+        sp_status ts = first < 0 ? SP_OK : open_trace(ex, first, count, ex->nchips);
+        if (ts) {
+            free(chips);
+            free(th);
+            return ts;
+        }
+    }
+    ex->err = SP_OK;
     double t0 = spi_now_s();
     int started[SP_PHASE_COUNT] = {0, 0}, off = 0;
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
         sp_exec *g = ex->grp[p];
         run_init(g, prompt, sample, tokens, logits, all_steps);
+        g->trace = ex->trace;
         g->t_base = t0;
         started[p] = spawn(g, chips + off, th + off);
         off += g->local_count;
@@ -699,6 +745,8 @@ static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sa
     double wall = spi_now_s() - t0;
     free(chips);
     free(th);
+    for (int p = 0; p < SP_PHASE_COUNT; p++) ex->grp[p]->trace = NULL;
+    close_trace(ex);
     sp_exec_stats *a = &ex->grp[0]->st, *b = &ex->grp[1]->st, t = *a;
     for (int k = 0; k < SP_COLL_COUNT; k++) {
         t.measured_bytes[k] += b->measured_bytes[k];
@@ -720,6 +768,7 @@ static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sa
     if (stats) *stats = t;
     for (int p = 0; p < SP_PHASE_COUNT; p++)
         if (ex->grp[p]->err) return spi_fail(ex->grp[p]->err, "%s group: %s", p ? "decode" : "prefill", ex->grp[p]->errmsg);
+    if (ex->err) return spi_fail(ex->err, "%s", ex->errmsg);   /* the trace's write */
     return SP_OK;
 }
 
@@ -742,10 +791,7 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
     sp_kern_set_blas_threads(1);
     if (ex->trace_path) {
         /* this process's chips; a process that hosts only some (MPI) writes PATH.<its first chip> */
-        char path[4096];
-        if (ex->local_count == ex->nchips) snprintf(path, sizeof path, "%s", ex->trace_path);
-        else snprintf(path, sizeof path, "%s.%d", ex->trace_path, ex->local_first);
-        sp_status ts = sp_trace_open(path, ex->local_first, ex->local_count, &ex->trace);
+        sp_status ts = open_trace(ex, ex->local_first, ex->local_count, ex->nchips);
         if (ts) {
             free(chips);
             free(th);
@@ -757,14 +803,7 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
     for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
     free(chips);
     free(th);
-    if (ex->trace) {
-        sp_status ts = sp_trace_close(ex->trace);
-        ex->trace = NULL;
-        if (ts && !ex->err) {
-            ex->err = ts;
-            snprintf(ex->errmsg, sizeof ex->errmsg, "%s", sp_last_error());
-        }
-    }
+    close_trace(ex);
     if (stats) *stats = ex->st;
     if (ex->err) return spi_fail(ex->err, "%s", ex->errmsg);
     return SP_OK;

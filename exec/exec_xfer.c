@@ -115,6 +115,20 @@ static sp_status sort_by_peer(mine *k)
     return SP_OK;
 }
 
+/* one message on the chip's timeline (write_timeline names it: sp_trace.h's KV transfer ids) */
+static sp_status record_msg(chip *ch, int peer, int64_t bytes, double t0, double t1)
+{
+    if (ch->nev == ch->cap_ev) SP_CHECK(spi_timeline_reserve(ch, ch->cap_ev ? 2 * ch->cap_ev : 1024));
+    spi_event *e = &ch->ev[ch->nev++];
+    memset(e, 0, sizeof *e);
+    e->t0 = t0;
+    e->t1 = t1;
+    e->part = ch->ex->role == 1 ? SPI_EVENT_KV_SEND : SPI_EVENT_KV_RECV;
+    e->index = peer;
+    e->bytes = bytes;
+    return SP_OK;
+}
+
 sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur)
 {
     sp_exec *ex = ch->ex;
@@ -150,9 +164,13 @@ sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur)
                 st = copy_block(ch, p, h0, blk, &k.b[x], at, cur, 1);
                 at += k.b[x].bytes;
             }
+            double t0 = spi_now_s();
             if (!st) st = sp_comm_send(xc, gpeer, msg, (size_t)bytes, SP_DT_INT8);
+            if (!st && ex->trace) st = record_msg(ch, gpeer, bytes, t0, spi_now_s());
         } else {
+            double t0 = spi_now_s();
             st = sp_comm_recv(xc, gpeer, msg, (size_t)bytes, SP_DT_INT8);
+            if (!st && ex->trace) st = record_msg(ch, gpeer, bytes, t0, spi_now_s());
             for (int64_t x = i; x < j && !st; x++) {
                 st = copy_block(ch, p, h0, blk, &k.b[x], at, cur, 0);
                 at += k.b[x].bytes;

@@ -25,7 +25,7 @@
  * those bytes are not in the program and are counted in token_bytes only.
  *
  * Separate prefill and decode chip groups (sp_layout_disaggregated; THREADS
- * and MPI, greedy, no trace: SP_ENOTSUP otherwise): chips 0..Np−1 run the
+ * and MPI, greedy: SP_ENOTSUP otherwise): chips 0..Np−1 run the
  * prefill group's layout (prefill only, the cache at P tokens), chips
  * Np..Np+Nd−1 the decode group's (decode steps 1..G−1), each group on its
  * own communicator; between them the KV transfer (sp_lower_kv_xfer) moves
@@ -33,7 +33,8 @@
  * pair, counted under send-recv against the lowering's bytes.  Stats: bytes
  * summed over both groups, memory the larger chip's (each group's arena is
  * its phase's alone), prefill_s the prefill group's, decode_step_s the
- * decode group's, tokens_per_s over the whole run.
+ * decode group's, tokens_per_s over the whole run.  A trace holds both
+ * groups' chips (job ranks) and each KV message (sp_trace.h).
  *
  * Devices.  THREADS and MPI run the chips on the CPU (kernels/cpu, host
  * memory); NCCL runs each chip on its process's GPU (kernels/cuda and cuBLAS,

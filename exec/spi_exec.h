@@ -59,7 +59,10 @@ struct sp_exec {
     sp_exec *sibling;                /* a group's: the other group (borrowed; its stats filled under MPI) */
 };
 
-/* One step as it ran on a chip: which step of which program, and its times. */
+/* One step as it ran on a chip: which step of which program, and its times.
+ * A KV transfer message (separate groups) has part SPI_EVENT_KV_SEND or
+ * SPI_EVENT_KV_RECV and index the peer's rank on the job's flat communicator. */
+enum { SPI_EVENT_KV_SEND = -1, SPI_EVENT_KV_RECV = -2 };
 typedef struct spi_event {
     double t0, t1;                   /* spi_now_s around the step */
     int64_t token;                   /* run step: 0 prefill, s >= 1 decode step s - 1 */

@@ -38,6 +38,12 @@
  *     layer  the layer's index on its stage (0 .. n_layers-1); -1 for pre/post
  *     index  the step's index in that part's sp_steps
  *   e.g. "prefill/layer/0/4", "decode63/post/-1/2".
+ * The KV transfer between separate prefill and decode chip groups
+ * (sp_lower.h, sp_lower_kv_xfer) is one message per (prefill chip, decode
+ * chip) pair, on the comm stream of both: "kv/send/-1/<peer>" on the
+ * sender, "kv/recv/-1/<peer>" on the receiver, peer the other chip's
+ * global rank (the prefill group first), labels "send kv" and "recv kv",
+ * args.mb 0, args.bytes the message's.
  * A chip runs its program once per micro-batch (and prefill pass), so the
  * same id recurs once per micro-batch: the pair (id, args.mb) names one
  * event of a chip, and (pid, id, mb) one event of the trace.
@@ -83,6 +89,10 @@ char *sp_trace_step_id(sp_phase phase, int64_t token, sp_prog_part part, int64_t
  * sp_trace_step_id. */
 char *sp_trace_step_id_pass(sp_phase phase, int64_t token, int64_t pass, sp_prog_part part, int64_t layer, int index,
                             char *buf, size_t size);
+/* A KV transfer message's id and label (convention above) into id and
+ * label (SP_TRACE_ID_MAX, SP_TRACE_LABEL_MAX bytes); send: 1 on the
+ * sender, 0 on the receiver. */
+void sp_trace_xfer_id(int send, int peer, char *id, char *label);
 /* The step's label (convention above) into buf; returns buf. */
 char *sp_trace_step_label(const sp_step *s, char *buf, size_t size);
 /* SP_TRACE_COMM for collectives and send/recv, SP_TRACE_COMPUTE otherwise. */

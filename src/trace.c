@@ -32,6 +32,12 @@ char *sp_trace_step_id_pass(sp_phase phase, int64_t token, int64_t pass, sp_prog
     return buf;
 }
 
+void sp_trace_xfer_id(int send, int peer, char *id, char *label)
+{
+    snprintf(id, SP_TRACE_ID_MAX, "kv/%s/-1/%d", send ? "send" : "recv", peer);
+    snprintf(label, SP_TRACE_LABEL_MAX, "%s kv", send ? "send" : "recv");
+}
+
 int sp_trace_step_stream(const sp_step *s)
 {
     return s->kind == SP_STEP_COLL || s->kind == SP_STEP_SEND || s->kind == SP_STEP_RECV ? SP_TRACE_COMM

@@ -480,6 +480,188 @@ START_TEST(test_trace)
 }
 END_TEST
 
+
+/* Separate prefill and decode groups on the timeline (sp_sim.h): the
+ * prefill group's prefill and the decode group's step equal the closed
+ * form's to the bit, so does the KV transfer (the same messages summed in
+ * the same order), and the timeline's span is prefill + transfer + the
+ * decode steps' span; with a one-stage decode group that is
+ * prefill_s + kv_transfer_s + T · decode_step_s to the picosecond (the
+ * closed form's terms are doubles: 1e-12 relative), a decode pipeline adds
+ * its fill (the first token's pass through the stages) and stays within
+ * one step of it. */
+static const char *const group_lays[] = {
+    "weights=f32,kv=f32,prefill.mesh=2x2x2,decode.mesh=2x2x1",
+    "weights=f32,kv=f32,prefill.mesh=2x2x1,decode.mesh=2x2x2,prefill=ws1d/heads,decode=ws2d/batch",
+    "prefill.stages=2,prefill.mesh=2x2x1,decode.mesh=2x2x1,microbatches=2",
+    "prefill.mesh=2x2x1,decode.stages=2,decode.mesh=2x2x1,microbatches=2",
+};
+
+START_TEST(test_groups_closed_form)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    const char *hws[] = {"a100-80g", "tpu-v4"};
+    for (int h = 0; h < 2; h++) {
+        sp_hw hw;
+        ck_assert_int_eq(sp_hw_find(hws[h], &hw, &err), SP_OK);
+        sp_layout l;
+        ck_assert_int_eq(sp_layout_parse(group_lays[_i], &l, &err), SP_OK);
+        ck_assert(sp_layout_disaggregated(&l));
+        sp_workload w = {8, 16, 6};
+        sp_cost c;
+        ck_assert_msg(sp_cost_eval(&m, &hw, &l, &w, NULL, &c) == SP_OK, "%s: %s", group_lays[_i], sp_last_error());
+        sp_sim_opts o;
+        sp_sim_opts_init(&o);
+        o.tokens = (int)w.gen;
+        sp_sim_times r;
+        ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, &o, &r) == SP_OK, "%s: %s", group_lays[_i], sp_last_error());
+        ck_assert_msg(r.prefill_s == c.prefill_s, "%s: prefill %.15g vs %.15g", group_lays[_i], r.prefill_s, c.prefill_s);
+        ck_assert_msg(r.decode_step_s == c.decode_step_s, "%s: step %.15g vs %.15g", group_lays[_i], r.decode_step_s,
+                      c.decode_step_s);
+        ck_assert_msg(r.kv_transfer_s == c.kv_transfer_s && r.kv_transfer_s > 0, "%s: transfer %.15g vs %.15g",
+                      group_lays[_i], r.kv_transfer_s, c.kv_transfer_s);
+        ck_assert(r.makespan_s == r.prefill.makespan_s + r.kv_transfer_s + r.decode.makespan_s);
+        double closed = c.prefill_s + c.kv_transfer_s + (double)w.gen * c.decode_step_s;
+        sp_layout dg;
+        sp_layout_phase_group(&l, SP_PHASE_DECODE, &dg);
+        if (dg.stages == 1)
+            ck_assert_msg(fabs(r.makespan_s - closed) <= 1e-12 * closed, "%s on %s: span %.15g vs %.15g", group_lays[_i],
+                          hws[h], r.makespan_s, closed);
+        else
+            ck_assert_msg(r.makespan_s > closed && r.makespan_s < closed + c.decode_step_s,
+                          "%s on %s: span %.15g vs %.15g (step %.15g)", group_lays[_i], hws[h], r.makespan_s, closed,
+                          c.decode_step_s);
+    }
+}
+END_TEST
+
+/* sp_lower_kv_xfer's blocks summed per (prefill chip, decode chip) */
+typedef struct pairs { int np, nd; int64_t b[64]; } pairs;
+static sp_status add_pair(void *ctx, const sp_xfer_block *b)
+{
+    pairs *p = ctx;
+    p->b[b->src * p->nd + b->dst] += b->bytes;
+    return SP_OK;
+}
+
+/* The trace of separate groups: every step of each group's programs once
+ * per chip, micro-batch (and decode token), on the group's chips (decode
+ * after prefill in global ranks), and one "send kv" / "recv kv" slice per
+ * chip pair the transfer joins, with the pair's bytes, starting after the
+ * last prefill step and ending before the first decode step. */
+START_TEST(test_groups_trace)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l, g[2];
+    ck_assert_int_eq(sp_layout_parse(group_lays[_i], &l, &err), SP_OK);
+    for (int p = 0; p < 2; p++) sp_layout_phase_group(&l, (sp_phase)p, &g[p]);
+    int n[2] = {(int)sp_layout_chips(&g[0]), (int)sp_layout_chips(&g[1])};
+    sp_workload w = {8, 16, 6};
+    char path[] = "/tmp/check_sim_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    sp_trace *t;
+    ck_assert_int_eq(sp_trace_open(path, 0, n[0] + n[1], &t), SP_OK);
+    sp_sim_opts o;
+    sp_sim_opts_init(&o);
+    o.trace = t;
+    o.tokens = 3;
+    sp_sim_times st;
+    ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, &o, &st) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(sp_trace_close(t), SP_OK);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    unlink(path);
+    ck_assert_msg(root != NULL, "trace: %s at %d:%d", je.text, je.line, je.column);
+    json_t *want = json_object();
+    int64_t expected = 0;
+    for (int ph = 0; ph < 2; ph++) {
+        /* each group's shapes as sp_cost_eval prices it: the prefill group's cache holds the prompt */
+        int64_t ctx = ph ? w.prompt + w.gen : w.prompt;
+        sp_shape sh = ph ? (sp_shape){w.batch, 1, ctx, ctx, SP_DT_BF16, 0}
+                         : (sp_shape){w.batch, w.prompt, w.prompt, ctx, SP_DT_BF16, 0};
+        int tokens = ph ? 3 : 1, per_stage = n[ph] / g[ph].stages;
+        for (int chip = 0; chip < n[ph]; chip++) {
+            static sp_program p;
+            ck_assert_int_eq(sp_lower(&m, &g[ph], (sp_phase)ph, &sh, chip / per_stage, &p), SP_OK);
+            const sp_steps *parts[3] = {&p.pre, &p.layer, &p.post};
+            for (int tok = 0; tok < tokens; tok++)
+                for (int mb = 0; mb < l.microbatches; mb++)
+                    for (int k = 0; k < 3; k++)
+                        for (int64_t layer = 0; layer < (k == 1 ? p.n_layers : 1); layer++)
+                            for (int i = 0; i < parts[k]->n; i++) {
+                                char id[SP_TRACE_ID_MAX], key[96], name[SP_TRACE_LABEL_MAX];
+                                sp_trace_step_id((sp_phase)ph, w.gen - 3 + tok, (sp_prog_part)k, layer, i, id, sizeof id);
+                                snprintf(key, sizeof key, "%d %s %d", ph * n[0] + chip, id, mb);
+                                json_object_set_new(want, key,
+                                                    json_string(sp_trace_step_label(&parts[k]->s[i], name, sizeof name)));
+                                expected++;
+                            }
+        }
+    }
+    pairs pr = {n[0], n[1], {0}};
+    ck_assert_int_le(n[0] * n[1], 64);
+    ck_assert_int_eq(sp_lower_kv_xfer(&m, &l, w.batch, w.prompt, add_pair, &pr), SP_OK);
+    int64_t messages = 0;
+    for (int c = 0; c < n[0]; c++)
+        for (int d = 0; d < n[1]; d++) {
+            if (!pr.b[c * n[1] + d]) continue;
+            for (int k = 0; k < 2; k++) {
+                char id[SP_TRACE_ID_MAX], label[SP_TRACE_LABEL_MAX], key[96];
+                sp_trace_xfer_id(k == 0, k ? c : n[0] + d, id, label);
+                snprintf(key, sizeof key, "%d %s 0", k ? n[0] + d : c, id);
+                json_object_set_new(want, key, json_integer(pr.b[c * n[1] + d]));
+            }
+            messages++;
+        }
+    ck_assert_int_gt(messages, 0);
+    ck_assert_int_eq((int64_t)json_object_size(want), expected + 2 * messages);   /* the keys are distinct */
+    ck_assert_int_eq(st.prefill.events + st.decode.events, expected);
+    size_t i;
+    json_t *e;
+    int64_t seen = 0;
+    double pf_end = 0, x_start = 1e30, x_end = 0, dc_start = 1e30;
+    json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X")) continue;
+        json_t *args = json_object_get(e, "args");
+        const char *id = json_string_value(json_object_get(args, "id"));
+        char key[96];
+        snprintf(key, sizeof key, "%d %s %d", (int)json_integer_value(json_object_get(e, "pid")), id,
+                 (int)json_integer_value(json_object_get(args, "mb")));
+        json_t *v = json_object_get(want, key);
+        ck_assert_msg(v != NULL, "unexpected or repeated event %s", key);
+        double ts = json_number_value(json_object_get(e, "ts")), end = ts + json_number_value(json_object_get(e, "dur"));
+        if (!strncmp(id, "kv/", 3)) {
+            ck_assert_int_eq(json_integer_value(json_object_get(args, "bytes")), json_integer_value(v));
+            ck_assert_int_eq(json_integer_value(json_object_get(e, "tid")), SP_TRACE_COMM);
+            if (ts < x_start) x_start = ts;
+            if (end > x_end) x_end = end;
+        } else {
+            ck_assert_str_eq(json_string_value(json_object_get(e, "name")), json_string_value(v));
+            if (!strncmp(id, "prefill", 7) && end > pf_end) pf_end = end;
+            if (!strncmp(id, "decode", 6) && ts < dc_start) dc_start = ts;
+        }
+        json_object_del(want, key);   /* a second one would not be found */
+        seen++;
+    }
+    ck_assert_int_eq(seen, expected + 2 * messages);
+    ck_assert_int_eq((int64_t)json_object_size(want), 0);
+    /* µs in the file, 6 decimals */
+    ck_assert_msg(pf_end <= x_start + 1e-6 && x_end <= dc_start + 1e-6, "prefill ends %.6f, transfer %.6f..%.6f, decode "
+                  "starts %.6f", pf_end, x_start, x_end, dc_start);
+    ck_assert(fabs((dc_start - pf_end) * 1e-6 - st.kv_transfer_s) <= 2e-12 + 1e-9 * st.kv_transfer_s);
+    json_decref(want);
+    json_decref(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sim");
@@ -494,6 +676,8 @@ int main(void)
     tcase_add_test(tc, test_closed_form_token_sync);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_trace);
+    tcase_add_loop_test(tc, test_groups_closed_form, 0, (int)(sizeof group_lays / sizeof group_lays[0]));
+    tcase_add_loop_test(tc, test_groups_trace, 0, (int)(sizeof group_lays / sizeof group_lays[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

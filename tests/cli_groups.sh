@@ -3,7 +3,10 @@
 # prices palm-62b prefilling on 4x4x2 and decoding on 2x2x2 TPU v4 chips
 # (text and JSON, the figures composing as sp_cost.h says); a layout whose
 # groups do not add up to --chips exits 2; `run` executes separate groups on
-# threads (`simulate` refuses them by name, exit 2).
+# threads; `simulate` lays both groups and the KV transfer on the timeline
+# (its figures the closed form's), and the traces of `run` and `simulate`
+# hold the same events: every step of each group's program once per chip,
+# micro-batch and decode step, and one KV message per chip pair on each side.
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
 . "${top_srcdir:-.}/tests/json.sh"
@@ -41,9 +44,32 @@ RUN="run --model tiny-llama --batch 8 --prompt 5 --gen 3 --json"
 json_same "$tmp/r1.json" "$tmp/r6.json" /tokens &&
 json_check '$1 == $2 && $1 > 0' "$tmp/r6.json" /comm /measured_bytes/send-recv /predicted_bytes/send-recv ||
     { echo "FAIL: run of separate groups: tokens or bytes"; fail=$((fail + 1)); }
-# simulate refuses them by name
-"$SHARDPLAN" simulate $PALM --layout "$LAY" >/dev/null 2>"$tmp/sim.err"
-rc=$?
-[ $rc -eq 2 ] && grep -q "separate prefill and decode chip groups is not implemented" "$tmp/sim.err" ||
-    { echo "FAIL: simulate of separate groups: exit $rc"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
+# simulate: prefill, the transfer and 64 decode steps on the timeline = the closed form's figures
+# (to the picosecond: check_sim; the JSON carries 10 digits)
+"$SHARDPLAN" simulate $PALM --layout "$LAY" --tokens 64 --json >"$tmp/sim.json" 2>"$tmp/sim.err" ||
+    { echo "FAIL: simulate of separate groups: exit $?"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
+json_check '$1 == $2 && $3 == $4 && $5 == $6 && $5 > 0' "$tmp/sim.json" "" /prefill_s /closed_form_prefill_s \
+    /decode_step_s /closed_form_decode_step_s /kv_transfer_s /closed_form_kv_transfer_s &&
+json_check 'abs($1 - $2) <= 1e-9 * $2 && abs($2 - $3 - $4 - 64 * $5) <= 1e-9 * $2' "$tmp/sim.json" "" /makespan_s \
+    /closed_form_makespan_s /prefill_s /kv_transfer_s /decode_step_s ||
+    { echo "FAIL: simulate of separate groups: figures"; cat "$tmp/sim.json"; fail=$((fail + 1)); }
+# run --trace and simulate --trace of separate groups: the same (chip, step id, micro-batch) events,
+# decode steps numbered from the run's first (run) and its last (simulate): compared without the number
+for L in weights=f32,kv=f32,prefill.mesh=4x1x1,decode.mesh=2x1x1 \
+    weights=f32,kv=f32,prefill.stages=2,prefill.mesh=2x1x1,decode.mesh=2x1x1,microbatches=2 \
+    weights=f32,kv=f32,prefill.mesh=2x1x1,decode.stages=2,decode.mesh=2x1x1,microbatches=2,decode=ws2d/batch; do
+    "$SHARDPLAN" $RUN --layout "$L" --trace "$tmp/rt.json" >/dev/null &&
+    "$SHARDPLAN" simulate --model tiny-llama --hw a100-80g --chips 6 --batch 8 --prompt 5 --gen 3 --tokens 2 \
+        --layout "$L" --trace "$tmp/st.json" >/dev/null || { echo "FAIL: run / simulate --trace of $L"; fail=$((fail + 1)); }
+    for t in rt st; do
+        "$JSONQ" -w /ph=X "$tmp/$t.json" '/traceEvents/*' /pid /args/id /args/mb >"$tmp/$t.ev" &&
+            [ -s "$tmp/$t.ev" ] && [ -z "$(sort "$tmp/$t.ev" | uniq -d)" ] ||
+            { echo "FAIL: $t trace of $L repeats (chip, id, micro-batch)"; fail=$((fail + 1)); }
+        sed 's/	decode[0-9]*/	decode/' "$tmp/$t.ev" | sort >"$tmp/$t.norm"
+    done
+    [ "$(cut -f1 "$tmp/rt.ev" | sort -un | tr '\n' ' ')" = "0 1 2 3 4 5 " ] && grep -q '	kv/send/' "$tmp/rt.ev" &&
+        grep -q '	kv/recv/' "$tmp/rt.ev" && cmp -s "$tmp/rt.norm" "$tmp/st.norm" ||
+        { echo "FAIL: run and simulate traces of $L differ"; diff "$tmp/rt.norm" "$tmp/st.norm" | head -5;
+          fail=$((fail + 1)); }
+done
 exit $fail
