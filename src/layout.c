@@ -148,15 +148,18 @@ void sp_layout_phase_group(const sp_layout *l, sp_phase ph, sp_layout *out)
     memcpy(out->mesh, g->mesh, sizeof out->mesh);
     memset(out->group, 0, sizeof out->group);
     out->phase[!ph] = l->phase[ph];   /* the group's cache stays in its own phase's layout */
+    out->separate = 0;
     if (ph == SP_PHASE_DECODE) out->prefill_chunk = out->prefill_tokens = 0;
 }
 
 /* Folds the groups: keys not given (0) take the layout's own value; equal
- * groups become the layout's own; otherwise the layout's own stages,
- * replicas and mesh become the prefill group's (sp_layout.h). */
+ * groups become the layout's own unless groups=separate; otherwise the
+ * layout's own stages, replicas and mesh become the prefill group's
+ * (sp_layout.h).  separate stays set only where it matters (equal groups),
+ * so that one set of groups has one representation. */
 static void groups_resolve(sp_layout *l)
 {
-    int any = 0;
+    int any = l->separate;
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
         sp_group *g = &l->group[p];
         any |= g->stages || g->replicas || g->mesh[0];
@@ -168,7 +171,9 @@ static void groups_resolve(sp_layout *l)
     l->stages = pf->stages;
     l->replicas = pf->replicas;
     memcpy(l->mesh, pf->mesh, sizeof l->mesh);
-    if (!any || !memcmp(&l->group[0], &l->group[1], sizeof l->group[0])) memset(l->group, 0, sizeof l->group);
+    int equal = !memcmp(&l->group[0], &l->group[1], sizeof l->group[0]);
+    if (!any || (equal && !l->separate)) memset(l->group, 0, sizeof l->group);
+    if (!equal) l->separate = 0;
 }
 
 sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *decode, sp_layout *out)
@@ -184,6 +189,7 @@ sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *deco
     if (sp_layout_uneven(prefill) || sp_layout_uneven(decode))
         return spi_fail(SP_EINVAL, "sp_layout_disaggregate: stage_layers with separate groups is not implemented");
     *out = *prefill;
+    out->separate = 1;   /* equal groups too: on chips of their own */
     out->phase[SP_PHASE_DECODE] = decode->phase[SP_PHASE_DECODE];
     const sp_layout *src[SP_PHASE_COUNT] = {prefill, decode};
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
@@ -358,6 +364,16 @@ static sp_status parse_counts(const char *key, int lo, const char **p, const cha
     return SP_OK;
 }
 
+/* groups=separate|shared (sp_layout.h) */
+static sp_status parse_groups(const char *v, size_t vlen, sp_layout *l, const char *path, sp_error *err)
+{
+    if (vlen == 8 && !memcmp(v, "separate", 8)) l->separate = 1;
+    else if (vlen == 6 && !memcmp(v, "shared", 6)) l->separate = 0;
+    else
+        return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "'%.*s' is not separate or shared", (int)vlen, v);
+    return SP_OK;
+}
+
 static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
 {
     const char *p = text;
@@ -404,6 +420,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
         } else if (!strcmp(key, "prefill")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_PREFILL], key, err);
         else if (!strcmp(key, "decode")) st = parse_phase(v, vlen, &l->phase[SP_PHASE_DECODE], key, err);
         else if (!strcmp(key, "placement")) st = parse_placement(v, vlen, l, err);
+        else if (!strcmp(key, "groups")) st = parse_groups(v, vlen, l, key, err);
         else if (per_stage_key(key))
             return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, key, PER_STAGE_REFUSAL, key + 6);
         else if (!strcmp(key, "stage_layers")) {
@@ -419,7 +436,7 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
                                  "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers, "
                                  "prefill.mesh, prefill.stages, prefill.replicas, decode.mesh, decode.stages, "
-                                 "decode.replicas, offload_weights, offload_kv)");
+                                 "decode.replicas, groups, offload_weights, offload_kv)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -542,6 +559,9 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
             SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_PREFILL], &l->group[SP_PHASE_PREFILL], err));
         } else if (!strcmp(k, "decode")) {
             SP_CHECK(json_phase(v, k, &l->phase[SP_PHASE_DECODE], &l->group[SP_PHASE_DECODE], err));
+        } else if (!strcmp(k, "groups")) {
+            if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be \"separate\" or \"shared\"");
+            SP_CHECK(parse_groups(json_string_value(v), strlen(json_string_value(v)), l, path, err));
         } else if (!strcmp(k, "placement")) {
             if (!json_is_string(v)) return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path, "must be a string such as \"zyx\"");
             SP_CHECK(parse_placement(json_string_value(v), strlen(json_string_value(v)), l, err));
@@ -562,7 +582,8 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
         } else {
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
-                                 "experts, capacity, prefill_chunk, prefill_tokens, stage_layers, offload_weights, offload_kv)");
+                                 "experts, capacity, prefill_chunk, prefill_tokens, stage_layers, groups, offload_weights, "
+                                 "offload_kv)");
         }
     }
     groups_resolve(l);
@@ -619,6 +640,10 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
                  sp_dtype_name(l->weights), sp_dtype_name(l->kv), l->microbatches, sp_ffn_layout_name(l->phase[0].ffn),
                  sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
                  sp_attn_layout_name(l->phase[1].attn), ax[l->placement[0]], ax[l->placement[1]], ax[l->placement[2]]);
+        if (l->separate) {   /* equal groups: only the key keeps them apart */
+            size_t n = strlen(buf);
+            if (n < size) snprintf(buf + n, size - n, ",groups=separate");
+        }
     } else
     snprintf(buf, size,
              "stages=%d,replicas=%d,mesh=%dx%dx%d,weights=%s,kv=%s,microbatches=%d,prefill=%s/%s,decode=%s/%s,"
@@ -666,6 +691,7 @@ void *sp_layout_to_json(const sp_layout *l)
         json_object_set_new(o, sp_phase_name((sp_phase)p), ph);
     }
     json_object_set_new(o, "placement", json_string(pl));
+    if (l->separate) json_object_set_new(o, "groups", json_string("separate"));
     if (l->experts != 1) json_object_set_new(o, "experts", json_integer(l->experts));
     if (l->capacity != 1.0) json_object_set_new(o, "capacity", json_real(l->capacity));
     if (l->prefill_chunk) json_object_set_new(o, "prefill_chunk", json_integer(l->prefill_chunk));

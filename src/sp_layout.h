@@ -95,12 +95,18 @@
  *   and capacity apply to both groups; stage_layers with separate groups is
  *   not implemented (each group splits its layers evenly).  When both groups
  *   come out equal the layout is an ordinary one (the keys fold into stages,
- *   replicas, mesh).  The layout's own stages, replicas and mesh then hold the
+ *   replicas, mesh: both phases on the same chips), unless it says
+ *   groups=separate (default groups=shared): then the two equal groups run
+ *   on chips of their own as above, e.g. mesh=2x2x1,groups=separate is a
+ *   prefill group of 4 chips and a decode group of 4 more, on 8 chips
+ *   (groups=separate is written only for equal groups: different groups are
+ *   separate anyway).  The layout's own stages, replicas and mesh then hold the
  *   prefill group's, so code that knows only one group sees the prefill group;
  *   the lowering refuses a disaggregated layout as a whole (sp_lower):
  *   callers lower each group's layout (sp_layout_phase_group).
  * JSON: the same keys inside each phase's object:
- *   "prefill": {"ffn": "wg-xyz", "attn": "batch", "mesh": [4,4,2], "stages": 1, "replicas": 1}
+ *   "prefill": {"ffn": "wg-xyz", "attn": "batch", "mesh": [4,4,2], "stages": 1, "replicas": 1};
+ *   "groups": "separate".
  *
  * Offload (written only when set): weights and KV cache parked in host
  * memory and copied into HBM ahead of use over the host link (sp_hw
@@ -176,6 +182,7 @@ typedef struct sp_layout {
     int16_t stage_layers[SP_LAYOUT_MAX_STAGES]; /* layers per stage; all 0: the even split */
     sp_group group[SP_PHASE_COUNT]; /* separate chip groups of prefill and decode (see above);
                                        all 0 when the phases share the layout's chips */
+    int separate;            /* groups=separate with equal groups (see above); 0 otherwise */
     int offload_stages;      /* counts given in offload_weights (0: no weights offloaded) */
     int16_t offload_layers[SP_LAYOUT_MAX_STAGES]; /* per stage: its first layers whose weights
                                                      live in host memory (offload_weights) */
@@ -195,7 +202,7 @@ void sp_layout_phase_group(const sp_layout *l, sp_phase ph, sp_layout *out);
  * decode layout; every other key from prefill.  SP_EINVAL when either is
  * itself disaggregated or they differ in a key both groups share
  * (weights, kv, microbatches, placement, experts, capacity) or set
- * stage_layers.  Equal groups give an ordinary layout. */
+ * stage_layers.  Equal groups stay separate (groups=separate). */
 sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *decode, sp_layout *out);
 
 /* Defaults: 1 stage, 1 replica, mesh chips×1×1 is NOT implied: mesh 1x1x1,

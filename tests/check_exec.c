@@ -342,7 +342,8 @@ START_TEST(test_handoff_matches_reference)
 END_TEST
 
 /* Separate prefill and decode chip groups (4+2, 2+4, 4+4 chips, a 2-stage
- * prefill group feeding a 1-stage decode group, a chunked prefill group) on
+ * prefill group feeding a 1-stage decode group, a chunked prefill group,
+ * equal groups kept apart by groups=separate) on
  * tiny-llama (GQA), tiny-palm (MQA) and tiny-gpt2 (MHA): the decode group's
  * cache arrives by the KV transfer, tokens equal the single-chip reference. */
 static const char *const group_layouts[] = {
@@ -351,6 +352,8 @@ static const char *const group_layouts[] = {
     "prefill.mesh=2x2x1,decode.mesh=4x1x1,prefill=wg-xyz/batch,decode=ws1d/heads",   /* own storage each */
     "prefill.mesh=2x1x1,prefill.stages=2,decode.mesh=2x1x1",
     "prefill.mesh=1x1x1,prefill.replicas=2,decode.mesh=2x1x1,decode.stages=2,microbatches=2,prefill_chunk=1",
+    "mesh=2x2x1,groups=separate,decode=ws2d/batch",                       /* 4 + 4 chips, one mesh */
+    "stages=2,microbatches=2,mesh=2x1x1,groups=separate",                  /* 4 + 4, 2-stage groups */
 };
 #define N_GROUP_LAYOUTS ((int)(sizeof group_layouts / sizeof group_layouts[0]))
 START_TEST(test_groups_match_reference)

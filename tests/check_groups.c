@@ -76,6 +76,38 @@ START_TEST(test_parse)
     ck_assert(!sp_layout_disaggregated(&l));
     ck_assert_int_eq(sp_layout_chips(&l), 8);
     ck_assert_int_eq(l.stages, 2);
+    /* groups=separate keeps equal groups on chips of their own: 4 + 4 chips of one 2x2x1 mesh */
+    l = parse("mesh=2x2x1,groups=separate,prefill=ws2d/heads,decode=ws2d/batch");
+    ck_assert(sp_layout_disaggregated(&l));
+    ck_assert_int_eq(sp_layout_chips(&l), 8);
+    ck_assert(!memcmp(&l.group[0], &l.group[1], sizeof l.group[0]));
+    {
+        char t[320];
+        sp_layout_format(&l, t, sizeof t);
+        ck_assert_ptr_nonnull(strstr(t, "groups=separate"));
+        sp_layout back = parse(t);
+        ck_assert_msg(!memcmp(&back, &l, sizeof l), "text round trip: %s", t);
+        json_t *jj = sp_layout_to_json(&l);
+        char *js2 = json_dumps(jj, 0);
+        ck_assert_ptr_nonnull(strstr(js2, "\"groups\": \"separate\""));
+        back = parse(js2);
+        ck_assert_msg(!memcmp(&back, &l, sizeof l), "JSON round trip: %s", js2);
+        free(js2);
+        json_decref(jj);
+        /* each group is the ordinary layout of its own chips */
+        sp_layout_phase_group(&l, SP_PHASE_DECODE, &back);
+        ck_assert(!sp_layout_disaggregated(&back) && !back.separate);
+        ck_assert_int_eq(sp_layout_chips(&back), 4);
+    }
+    /* the same from the group keys; groups that differ need no key (one representation);
+     * groups=shared (the default) folds equal groups */
+    sp_layout l2 = parse("prefill.mesh=2x2x1,decode.mesh=2x2x1,groups=separate,prefill=ws2d/heads,decode=ws2d/batch");
+    ck_assert(!memcmp(&l2, &l, sizeof l));
+    l2 = parse("prefill.mesh=4x1x1,decode.mesh=2x1x1,groups=separate");
+    sp_layout l3 = parse("prefill.mesh=4x1x1,decode.mesh=2x1x1");
+    ck_assert(!memcmp(&l2, &l3, sizeof l2) && !l2.separate);
+    l2 = parse("mesh=2x2x1,groups=separate,groups=shared");
+    ck_assert(!sp_layout_disaggregated(&l2) && sp_layout_chips(&l2) == 4);
     /* a group from two one-group layouts */
     sp_layout a = parse("mesh=4x1x1,prefill=wg-xyz/batch"), b = parse("mesh=2x1x1,stages=2,decode=ws2d/heads"), c;
     ck_assert_int_eq(sp_layout_disaggregate(&a, &b, &c), SP_OK);
@@ -88,6 +120,10 @@ START_TEST(test_parse)
     ck_assert(!sp_layout_disaggregated(&g));
     ck_assert_int_eq(g.stages, 2);
     ck_assert_int_eq(g.phase[SP_PHASE_PREFILL].ffn, SP_FL_WS2D);   /* decode's layout in both phases */
+    /* two equal one-group layouts: separate groups of equal meshes */
+    ck_assert_int_eq(sp_layout_disaggregate(&a, &a, &c), SP_OK);
+    ck_assert(sp_layout_disaggregated(&c) && c.separate);
+    ck_assert_int_eq(sp_layout_chips(&c), 8);
     b.kv = SP_DT_F32;
     ck_assert_int_eq(sp_layout_disaggregate(&a, &b, &c), SP_EINVAL);
     /* refusals by name */
@@ -95,6 +131,10 @@ START_TEST(test_parse)
     ck_assert_int_eq(sp_layout_parse("prefill.chips=4", &l, &err), SP_EPARSE);
     ck_assert_str_eq(err.path, "prefill.chips");
     ck_assert_int_eq(sp_layout_parse("decode.mesh=2x2", &l, &err), SP_EPARSE);
+    ck_assert_int_eq(sp_layout_parse("groups=apart", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "groups");
+    ck_assert_int_eq(sp_layout_parse("{\"groups\": 1}", &l, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/groups");
 }
 END_TEST
 

@@ -69,6 +69,7 @@ done <<'EOF2'
 6 tiny-palm prefill.mesh=2x1x1,decode.mesh=4x1x1,weights=f32,kv=f32,decode=ws2d/batch
 8 tiny-gpt2 prefill.mesh=2x2x1,decode.mesh=4x1x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws1d/heads
 6 tiny-llama prefill.mesh=2x1x1,prefill.stages=2,decode.mesh=2x1x1,weights=f32,kv=f32
+8 tiny-palm mesh=2x2x1,groups=separate,weights=f32,kv=f32,decode=ws2d/batch
 1 tiny-llama mesh=1x1x1,weights=f32,kv=f32,offload_weights=2,offload_kv=0.5
 2 tiny-gpt2 mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=ws2d/heads,offload_weights=2,offload_kv=0.5
 4 tiny-llama stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,offload_weights=1,2,offload_kv=0.5
