@@ -17,6 +17,7 @@
 #include "exec/sp_weights.h"
 #include "kernels/cpu/sp_kern.h"
 #include "exec/spi_xdev.h"
+#include "exec/spi_comm.h"
 #ifdef HAVE_CUDA
 #include "kernels/cuda/sp_cuda.h"
 #endif
@@ -140,6 +141,7 @@ struct calib_ctx {
     chip_fn fn;
     int K;                  /* collective group size of this world */
     int ystride;            /* its y extent: the global-rank distance of x neighbours */
+    int first;              /* this process's first chip */
     pthread_mutex_t mu;
     sp_status err;
 };
@@ -153,7 +155,8 @@ static void *chip_main(void *p)
 {
     chip_arg *a = p;
     calib_ctx *cx = a->cx;
-    sp_kern_set_blas_threads(1);   /* the executor's rule: one BLAS thread per chip */
+    sp_kern_set_blas_threads(1);   /* the executor's rules: one BLAS thread per chip, */
+    if (cx->o->backend == SP_COMM_BACKEND_THREADS) spi_threads_pin(a->rank - cx->first);   /* each on its core */
     sp_comm *c = NULL;
     sp_status st = sp_comm_open(cx->w, a->rank, &c);
     if (!st) st = cx->fn(cx, c);
@@ -175,6 +178,7 @@ static sp_status on_chips(calib_ctx *cx, int x, int y, chip_fn fn)
     cx->err = SP_OK;
     int first = 0, count = 0;
     if ((st = sp_comm_world_local_ranks(cx->w, &first, &count))) goto out;
+    cx->first = first;
     if (cx->o->backend != SP_COMM_BACKEND_THREADS) {
         chip_arg a = {cx, first};
         chip_main(&a);

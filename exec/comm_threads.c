@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -120,6 +122,25 @@ static struct timespec deadline_after(double s)
 static const char *kind_name(int k)
 {
     return k == KIND_BARRIER ? "barrier" : k == KIND_ALLTOALLV ? "all-to-all-v" : sp_coll_kind_name((sp_coll_kind)k);
+}
+
+/* ---- placement ------------------------------------------------------------------------ */
+
+void spi_threads_pin(int thread)
+{
+    if (sp_env_long(SP_ENV_PIN_CHIPS) == 0 || thread < 0) return;
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int n = CPU_COUNT(&allowed);
+    if (n <= 1) return;
+    for (int c = 0, k = 0, want = thread % n; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &allowed) || k++ != want) continue;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
+            sp_log(SP_LOG_INFO, "COMM", "chip thread %d: cannot bind to CPU %d", thread, c);
+        return;
+    }
 }
 
 /* ---- rendezvous ------------------------------------------------------------------------ */

@@ -14,6 +14,7 @@
 #include "spi_common.h"
 #include "spi_ckd.h"
 #include "exec/spi_exec.h"
+#include "exec/spi_comm.h"
 
 
 /* ---- host data through the communicator -------------------------------------------
@@ -410,6 +411,7 @@ static void *chip_thread(void *arg)
 {
     chip *ch = arg;
     sp_exec *ex = ch->ex;
+    if (ex->backend == SP_COMM_BACKEND_THREADS) spi_threads_pin(ch->thread);
     sp_status st = chip_run(ch);
     if (!st && ex->trace) st = write_timeline(ch);
     pthread_mutex_lock(&ex->mu);
@@ -643,8 +645,9 @@ static void run_init(sp_exec *ex, const int32_t *prompt, const sp_kern_sample_op
     ex->errmsg[0] = '\0';
 }
 
-/* one thread per chip ex hosts, from chips[0] and th[0]; returns the threads started */
-static int spawn(sp_exec *ex, chip *chips, pthread_t *th)
+/* one thread per chip ex hosts, from chips[0] and th[0], the process's chip
+ * threads thread0.. (their cores); returns the threads started */
+static int spawn(sp_exec *ex, chip *chips, pthread_t *th, int thread0)
 {
     int started = 0;
     for (int i = 0; i < ex->local_count; i++) {
@@ -654,6 +657,7 @@ static int spawn(sp_exec *ex, chip *chips, pthread_t *th)
         ch->m = &ex->m;
         ch->l = &ex->l;
         ch->rank = r;
+        ch->thread = thread0 + i;
         sp_mesh_coords(&ex->mesh, r, ch->coords);
         ch->stage = ch->coords[SP_AXIS_STAGE];
         ch->replica = ch->coords[SP_AXIS_REPLICA];
@@ -737,7 +741,7 @@ static sp_status run_groups(sp_exec *ex, const int32_t *prompt, const sp_kern_sa
         run_init(g, prompt, sample, tokens, logits, all_steps);
         g->trace = ex->trace;
         g->t_base = t0;
-        started[p] = spawn(g, chips + off, th + off);
+        started[p] = spawn(g, chips + off, th + off, off);
         off += g->local_count;
     }
     for (int p = 0, o = 0; p < SP_PHASE_COUNT; o += ex->grp[p]->local_count, p++)
@@ -799,7 +803,7 @@ sp_status sp_exec_run_logits(sp_exec *ex, const int32_t *prompt, const sp_kern_s
         }
     }
     ex->t_base = spi_now_s();
-    int started = spawn(ex, chips, th);
+    int started = spawn(ex, chips, th, 0);
     for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
     free(chips);
     free(th);

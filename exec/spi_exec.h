@@ -77,6 +77,7 @@ typedef struct chip {
     const sp_model *m;
     const sp_layout *l;
     int rank, stage, replica;
+    int thread;                      /* this process's chip threads, 0.. (threads backend: its core) */
     int coords[SP_AXIS_COUNT];
     int64_t expert0;                 /* MoE: the global index of the chip's first expert */
     sp_comm *c;

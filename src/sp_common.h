@@ -114,6 +114,8 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
       "autoconfig plan cache directory; off: no cache (default $XDG_CACHE_HOME/shardplan)") \
     X(XDG_CACHE_HOME, "XDG_CACHE_HOME", "", "base of the plan cache (default $HOME/.cache)") \
     X(HOME, "HOME", "", "home directory: the plan cache falls back to $HOME/.cache/shardplan") \
+    X(PIN_CHIPS, "SHARDPLAN_PIN_CHIPS", "1",                                              \
+      "threads backend: 1 binds chip thread i to the i-th allowed CPU (mod their count); 0 leaves placement to the scheduler") \
     X(LOCAL_HW, "SHARDPLAN_LOCAL_HW", "",                                                 \
       "this machine's profile (written by calibrate --backend): run and validate price with it when --hw is not given")
 
