@@ -73,11 +73,12 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
     for (int i = 0; i < r->n_coll; i++) {
         const sp_calib_coll_pt *p = &r->coll[i];
         /* the fit is per chip with a core; this point ran p->chips chips at once */
-        double fit = (f->launch + f->alpha * p->steps + f->beta * p->beta_bytes) * sp_calib_share(r, p->chips);
-        json_array_append_new(coll, json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind),
-                                              "group", p->K, "chips", p->chips, "block_bytes", (json_int_t)p->block_bytes,
-                                              "seconds", p->seconds, "steps", p->steps, "beta_bytes", p->beta_bytes,
-                                              "fitted_seconds", fit));
+        double sh = sp_calib_share(r, p->chips);
+        double fit = (f->launch + f->alpha * p->steps + f->beta * p->beta_bytes) * sh + f->idle_wake_s / sh;
+        json_t *pt = json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind), "group", p->K,
+                               "chips", p->chips, "block_bytes", (json_int_t)p->block_bytes, "seconds", p->seconds,
+                               "steps", p->steps, "beta_bytes", p->beta_bytes, "fitted_seconds", fit);
+        json_array_append_new(coll, pt);
     }
     json_t *attn = json_array();
     for (int i = 0; i < r->n_attn; i++) {
@@ -139,6 +140,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.act_elem_s[0] = f->act_elem_s[0];
     hw.act_elem_s[1] = f->act_elem_s[1];
     hw.token_sync_s = f->token_sync_s;
+    hw.idle_wake_s = f->idle_wake_s;
     /* one measured curve by working set: steps that read weights look it up at
      * the weights a pass streams, the others at their own bytes */
     hw.mem_points = hw.ws_points = f->mem_points;
@@ -232,7 +234,7 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
         if ((st = sp_calib_fit_result(r, &f))) rc = cli_report(st, NULL);
         else rc = write_profile(out, r, &f);
         if (!rc) {
-            char b[7][32];
+            char b[8][32];
             printf("wrote %s: %d chips (%s, %d cores), %.1f s\n", out, r->chips, sp_comm_backend_name(r->backend),
                    r->cores, r->seconds);
             printf("  peak f32 %s, bf16 %s; weight stream %s; matmul tile M %d (median err %.0f%%)\n"
@@ -241,10 +243,13 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                    cli_fmt_rate(f.mem_bw, b[2], 32), f.tile_m, 100 * f.mm_median_err,
                    cli_fmt_seconds(f.dispatch_s, b[3], 32));
             if (r->n_coll)
-                printf("collective %s + %s a step + bytes at %s, each chip on a core (median err %.0f%%, worst %.0f%%)\n",
+                printf("collective %s + %s a step + bytes at %s, each chip on a core (median err %.0f%%, worst %.0f%% on the points that carried the fit)\n",
                        cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
                        cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
                        100 * f.coll_worst_err);
+            if (f.idle_wake_s > 0)
+                printf("  and the wake-up of an idle core %s a collective (chips each with a core; 1/n of it, n chips a core)\n",
+                       cli_fmt_seconds(f.idle_wake_s, b[7], 32));
             else   /* cuda: one GPU (the profile's max_chips is 1: no layout prices a collective) */
                 printf("collectives not measured (one chip)\n");
             if (f.wsa_points) {

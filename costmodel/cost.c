@@ -207,7 +207,7 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
     double par[SP_CP_COUNT];
     sp_cost_coll_terms(hw, l, c, &t);
     sp_cost_params(hw, l->weights, par);
-    return spi_comm_share(hw, l) * coll_terms_time(&t, par);
+    return spi_comm_share(hw, l) * coll_terms_time(&t, par) + t.launch * spi_idle_wake(hw, l);
 }
 
 /* ---- efficiencies, memoised ----
@@ -301,6 +301,7 @@ typedef struct price_ctx {
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
     double comm_share;  /* share, or 1 when the profile's communication figures already hold it */
+    double wake_s;      /* chip.idle_wake_s / share: each collective's wait for an idle core (spi_idle_wake) */
     int ws_curve;       /* eff_lookup's key of the weight-stream curve: -3, or -4 for a chip alone */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
     unsigned groups_done;                  /* bit m: group[m] resolved */
@@ -417,7 +418,7 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
         pc->groups_done |= 1u << mask;
     }
     coll_terms_group(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &pc->group[mask], &ct);
-    double t = r->mode == SPI_RUN_RECV ? 0.0 : pc->comm_share * coll_terms_time(&ct, pc->par);
+    double t = r->mode == SPI_RUN_RECV ? 0.0 : pc->comm_share * coll_terms_time(&ct, pc->par) + ct.launch * pc->wake_s;
     int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
                                s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
     for (int k = 0; k <= two; k++) {
@@ -454,6 +455,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     pc.ck = NULL;
     pc.share = 1.0;
     pc.comm_share = 1.0;
+    pc.wake_s = spi_idle_wake(hw, &p->layout);
     /* one chip computing while the others wait streams the memory bandwidth
      * the node's chips otherwise share */
     pc.ws_curve = hw->wsa_points > 0 && hw->shared_cores > 1 && spi_chips_computing(&p->layout) <= 1 ? -4 : -3;

@@ -182,6 +182,17 @@ static inline double spi_comm_share(const sp_hw *hw, const sp_layout *l)
     return hw->comm_shares_cores ? spi_core_share(hw, l) : 1.0;
 }
 
+/* What each collective (send/recv included) adds for the wake-up of a core
+ * that went idle while its chip waited (chip.idle_wake_s): all of it with a
+ * core per chip; with n chips a core, 1/n of it (the waking core's other
+ * chips run meanwhile, so less of the wake-up is exposed: a first-order
+ * rule, 1/n the simplest that is exact at n = 1 and vanishes as the cores
+ * fill).  Not fitted by calibrate --fit: 0 in every datasheet profile. */
+static inline double spi_idle_wake(const sp_hw *hw, const sp_layout *l)
+{
+    return hw->idle_wake_s > 0 ? hw->idle_wake_s / spi_core_share(hw, l) : 0.0;
+}
+
 /* The per-token barrier (sp_cost.h, "pipeline"): with chip.token_sync_s > 0
  * the runtime synchronises every chip after each generated token, at
  * token_sync_s per chip beyond the first (stretched by spi_comm_share), so

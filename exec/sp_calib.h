@@ -150,12 +150,17 @@ typedef struct sp_calib_fit {
                                   (0 points: none measured, e.g. chips = 1 or one core) */
     double wsa_bytes[SP_CALIB_CURVE], wsa_value[SP_CALIB_CURVE];
     double launch, alpha, beta; /* seconds per collective, per collective step, per byte, of chips
-                                   each with a core (a point's time / sp_calib_share) */
+                                   each with a core (a point's time / sp_calib_share), fitted on the
+                                   points whose chips shared cores when there are 3 or more */
     double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */
     double dispatch_s;         /* seconds per interpreter step */
     double act_elem_s[2];      /* r->act_s */
     double token_sync_s;       /* r->barrier_s / (chips - 1) / sp_calib_share(r, chips) with 2
                                   chips or more, else 0 */
+    double idle_wake_s;        /* median over the points whose chips each had a core (share 1),
+                                  when points with chips sharing cores carried the fit, of
+                                  max(0, time - fit): the wake-up of a waiting chip's idle core;
+                                  0 otherwise */
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
 /* The share of the cores' time one of n chips running at once gets the

@@ -220,6 +220,7 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
         if (!(hw->act_elem_s[i] >= 0 && hw->act_elem_s[i] <= 1))
             return hfail(src, err, i ? "/chip/act_elem_s/swiglu" : "/chip/act_elem_s/gelu", "seconds in [0, 1]");
     if (!(hw->token_sync_s >= 0 && hw->token_sync_s <= 1)) return hfail(src, err, "/chip/token_sync_s", "seconds in [0, 1]");
+    if (!(hw->idle_wake_s >= 0 && hw->idle_wake_s <= 1)) return hfail(src, err, "/chip/idle_wake_s", "seconds in [0, 1]");
     if (hw->shared_cores < 0 || hw->shared_cores > 65536)
         return hfail(src, err, "/chip/shared_cores", "an integer in [0, 65536] (0: chips do not share cores)");
     if (hw->comm_shares_cores != 0 && hw->comm_shares_cores != 1)
@@ -245,7 +246,7 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "comm_shares_cores", "act_elem_s", "token_sync_s", NULL};
+                                        "comm_shares_cores", "act_elem_s", "token_sync_s", "idle_wake_s", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices",
                                          "collective_latency", NULL};
@@ -279,6 +280,8 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
     C_(spi_json_get_bool(c, "/chip", chip, "comm_shares_cores", 0, &hw->comm_shares_cores));
     C_(spi_json_get_num(c, "/chip", chip, "token_sync_s", 0, 0, 0, 1, "seconds in [0, 1] per generated token",
                         &hw->token_sync_s));
+    C_(spi_json_get_num(c, "/chip", chip, "idle_wake_s", 0, 0, 0, 1, "seconds in [0, 1] per collective",
+                        &hw->idle_wake_s));
     json_t *ae;
     C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
     if (ae) {
@@ -569,6 +572,7 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         json_object_set_new(chip, "act_elem_s", json_pack("{s:f,s:f}", "gelu", hw->act_elem_s[0], "swiglu",
                                                           hw->act_elem_s[1]));
     if (hw->token_sync_s > 0) json_object_set_new(chip, "token_sync_s", json_real(hw->token_sync_s));
+    if (hw->idle_wake_s > 0) json_object_set_new(chip, "idle_wake_s", json_real(hw->idle_wake_s));
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));
     if (hw->coll_latency > 0) json_object_set_new(t, "collective_latency", json_real(hw->coll_latency));

@@ -68,6 +68,11 @@ typedef struct sp_hw {
                                          and a decode step then runs its stages and micro-batches as
                                          a flow shop, like prefill; 0 = the generation schedule of
                                          sp_cost.h (no per-token sync) */
+    double idle_wake_s;               /* a collective (send/recv included) whose first member slept
+                                         on an idle core waits this long for the core to wake: added
+                                         in full with a core per chip, divided by the chips per core
+                                         when they share (another chip then runs on the waking core);
+                                         0 = none */
     int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
                                          cores: a compute step of n chips running at once takes
                                          max(1, n / shared_cores) times as long; 0 = not shared */

@@ -359,6 +359,13 @@ START_TEST(test_two_tier)
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone, 1e-15);
     hw.shared_cores = 16;   /* a core each: no stretch */
     ck_assert_double_eq(sp_cost_coll_time(&hw, &l, &c), alone);
+    /* chip.idle_wake_s: a core per chip pays all of it once per collective,
+     * n chips a core 1/n of it (spi_idle_wake) */
+    hw.idle_wake_s = 30e-6;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), alone + 30e-6, 1e-15);
+    hw.shared_cores = 4;   /* 16 chips on 4 cores: stretched 4x, a quarter of the wake-up */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone + 30e-6 / 4, 1e-15);
+    hw.idle_wake_s = 0;
     hw.shared_cores = 0;
     hw.comm_shares_cores = 0;
     int kin, kout;

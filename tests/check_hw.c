@@ -160,10 +160,19 @@ START_TEST(test_new_fields)
     snprintf(t3, sizeof t3, "%.*s\"shared_cores\":2,\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
     ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
     ck_assert_int_eq(hw.comm_shares_cores, 1);
+    ck_assert_double_eq(hw.idle_wake_s, 0.0);
+    hw.idle_wake_s = 2.5e-5;   /* chip.idle_wake_s written back when set */
     json_t *back = spi_hw_to_json(&hw);
     ck_assert(json_is_true(json_object_get(json_object_get(back, "chip"), "comm_shares_cores")));
+    ck_assert_double_eq(json_real_value(json_object_get(json_object_get(back, "chip"), "idle_wake_s")), 2.5e-5);
     ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "efficiency"), "weight_stream_alone")), 2);
     json_decref(back);
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_s\":-1e-6,%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/idle_wake_s");
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_s\":3e-5,%s", (int)(dp - text), text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_double_eq(hw.idle_wake_s, 3e-5);
     snprintf(t3, sizeof t3, "%.*s\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/comm_shares_cores");
