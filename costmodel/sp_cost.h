@@ -27,7 +27,9 @@
  *     layout whose n = replicas × X·Y·Z × min(stages, micro-batches) chips
  *     compute at once takes max(1, n / C) times as long; with
  *     chip.comm_shares_cores so does every collective and send/recv, and
- *     the per-token barrier (spi_core_share, spi_comm_share).
+ *     the per-token barrier (spi_core_share, spi_comm_share).  With
+ *     chip.idle_wake_s, each collective and send/recv also waits for an
+ *     idle core to wake: idle_wake_s / max(1, n / C) (spi_idle_wake).
  *   collective (alpha-beta, a latency α per step of the algorithm and a
  *   bandwidth β = 1/bw per byte, per tier; c = one chip's block):
  *     cluster (tier near = inside a node, far = between nodes; a group of
