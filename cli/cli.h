@@ -53,6 +53,11 @@ int cli_calibrate_local(int argc, char **argv);
  * said on stderr, naming the verb). */
 int cli_mpi_init(const char *verb, int *rank, int *size);
 
+/* Reads a workload file (--workload: sp_ragged_load_file); on failure says
+ * why on stderr naming the file, line and field, and returns CLI_EXIT_USAGE.
+ * *out is the caller's: sp_ragged_free. */
+int cli_load_workload(const char *path, sp_ragged *out);
+
 /* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE, ENOMEM -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);
 

@@ -45,6 +45,16 @@ int cli_exit_for(sp_status s)
     }
 }
 
+int cli_load_workload(const char *path, sp_ragged *out)
+{
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_ragged_load_file(path, out, &err);
+    if (st == SP_OK) return CLI_EXIT_OK;
+    cli_report(st, &err);
+    return CLI_EXIT_USAGE;   /* bad input, whatever the reading failed on */
+}
+
 int cli_report(sp_status s, const sp_error *err)
 {
     char buf[1024];

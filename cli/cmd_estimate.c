@@ -12,6 +12,7 @@
 
 static const char usage[] =
     "usage: shardplan estimate --model M --hw H --chips N --batch B --prompt P --gen G --layout L [--json]\n"
+    "       shardplan estimate --model M --hw H --chips N --workload FILE --layout L [--json]\n"
     "       shardplan estimate --model M --hw H --chips N --batch B --layout L --max-context --kv-budget F [--json]\n"
     "\n"
     "Prices one layout with the cost model: prefill time, decode time per step (at\n"
@@ -25,6 +26,10 @@ static const char usage[] =
     "  --batch B       sequences\n"
     "  --prompt P      prompt tokens per sequence (default 0: decode only)\n"
     "  --gen G         generated tokens per sequence (default 0: prefill only)\n"
+    "  --workload FILE a ragged batch instead of --batch/--prompt/--gen: each sequence's\n"
+    "                  own prompt and gen (CSV \"prompt,gen\" lines or JSON, doc/formats.md),\n"
+    "                  priced by its actual tokens (no padding) and beside the same batch\n"
+    "                  padded to its longest prompt and gen (JSON: \"padded\")\n"
     "  --layout L      text form (stages=1,replicas=1,mesh=4x4x4,weights=int8,\n"
     "                  prefill=ws2d/heads,decode=ws2d/batch), JSON text, or a JSON file\n"
     "                  (a plan's chosen layout is accepted as is)\n"
@@ -212,6 +217,79 @@ void cli_print_cost(const sp_cost *c, const sp_hw *hw)
     }
 }
 
+/* estimate --workload: the ragged batch by its actual tokens, and padded */
+static int estimate_ragged(const char *model_arg, const char *hw_arg, const char *layout_arg, int chips,
+                           const char *workload_arg, int json)
+{
+    sp_ragged r;
+    int rc = cli_load_workload(workload_arg, &r);
+    if (rc != CLI_EXIT_OK) return rc;
+    sp_model m;
+    sp_hw hw;
+    sp_layout l;
+    sp_workload pw = sp_workload_padded(&r);
+    /* the padded batch's context bounds the model check: the ragged one's is within it */
+    rc = cli_load_job(model_arg, hw_arg, layout_arg, chips, r.n, pw.prompt + pw.gen, &m, &hw, &l);
+    sp_cost c, pc;
+    sp_status st = SP_OK, pst = SP_OK;
+    char why[400] = "";
+    if (rc == CLI_EXIT_OK && (st = sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &c)) != SP_OK) rc = cli_report(st, NULL);
+    if (rc == CLI_EXIT_OK && (pst = sp_cost_eval(&m, &hw, &l, &pw, NULL, &pc)) != SP_OK)
+        snprintf(why, sizeof why, "%s", sp_last_error());
+    if (rc == CLI_EXIT_OK && json) {
+        json_t *o = sp_cost_to_json(&c, &l);
+        json_object_set_new(o, "workload",
+                            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "sequences", (json_int_t)r.n, "prompt_tokens",
+                                      (json_int_t)r.sum_prompt, "gen_tokens", (json_int_t)r.sum_gen, "max_prompt",
+                                      (json_int_t)r.max_prompt, "max_gen", (json_int_t)r.max_gen, "max_context",
+                                      (json_int_t)r.max_context));
+        json_t *pj = pst ? json_pack("{s:s}", "error", why) : (json_t *)sp_cost_to_json(&pc, &l);
+        json_object_set_new(pj, "workload", json_pack("{s:I,s:I,s:I}", "batch", (json_int_t)pw.batch, "prompt",
+                                                      (json_int_t)pw.prompt, "gen", (json_int_t)pw.gen));
+        json_object_set_new(o, "padded", pj);
+        cli_print_json(o, stdout);
+        json_decref(o);
+    } else if (rc == CLI_EXIT_OK) {
+        char text[512], a[64], b[64];
+        printf("layout   %s\n", sp_layout_format(&l, text, sizeof text));
+        printf("workload %s: %lld sequences, %lld prompt tokens (longest %lld), %lld generated (longest %lld), "
+               "no padding\n", workload_arg, (long long)r.n, (long long)r.sum_prompt, (long long)r.max_prompt,
+               (long long)r.sum_gen, (long long)r.max_gen);
+        cli_print_cost(&c, &hw);
+        printf("\nragged vs padded (the same %lld sequences padded to prompt %lld, gen %lld)\n", (long long)pw.batch,
+               (long long)pw.prompt, (long long)pw.gen);
+        if (pst) {
+            printf("padded: not priced: %s\n", why);
+        } else {
+            static const char *const hdr[3] = {"metric", "ragged", "padded"};
+            cli_table *t = cli_table_new(3, hdr);
+            const char *nm[4] = {"prefill", "decode (all tokens)", "total", "KV cache per chip"};
+            double v[2][4] = {{c.prefill_s, c.decode_s, c.total_s, (double)c.mem.kv},
+                              {pc.prefill_s, pc.decode_s, pc.total_s, (double)pc.mem.kv}};
+            for (int i = 0; i < 4; i++) {
+                if (i < 3) {
+                    cli_fmt_seconds(v[0][i], a, sizeof a);
+                    cli_fmt_seconds(v[1][i], b, sizeof b);
+                } else {
+                    cli_fmt_bytes(v[0][i], a, sizeof a);
+                    cli_fmt_bytes(v[1][i], b, sizeof b);
+                }
+                const char *cells[3] = {nm[i], a, b};
+                cli_table_add(t, cells);
+            }
+            /* the padded batch's useful tokens are the ragged batch's: per useful generated token */
+            snprintf(a, sizeof a, "%.4g", c.cost_chip_s_per_token);
+            snprintf(b, sizeof b, "%.4g", pc.chips * pc.total_s / (double)r.sum_gen);
+            const char *cc[3] = {"chip-seconds per generated token (actual tokens)", a, b};
+            cli_table_add(t, cc);
+            cli_table_print(t, stdout);
+            cli_table_free(t);
+        }
+    }
+    sp_ragged_free(&r);
+    return rc;
+}
+
 int cli_cmd_estimate(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -220,8 +298,8 @@ int cli_cmd_estimate(int argc, char **argv)
         {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
         {"layout", required_argument, 0, 'l'}, {"json", no_argument, 0, 'j'},
         {"max-context", no_argument, 0, 'c'}, {"kv-budget", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_arg = NULL, *hw_arg = NULL, *layout_arg = NULL, *budget_arg = NULL;
+        {"workload", required_argument, 0, 'W'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model_arg = NULL, *hw_arg = NULL, *layout_arg = NULL, *budget_arg = NULL, *workload_arg = NULL;
     long long chips = 0, batch = 0, prompt = 0, gen = 0;
     int json = 0, maxctx = 0, ch;
     optind = 0;
@@ -237,11 +315,19 @@ int cli_cmd_estimate(int argc, char **argv)
         case 'j': json = 1; break;
         case 'c': maxctx = 1; break;
         case 'k': budget_arg = optarg; break;
+        case 'W': workload_arg = optarg; break;
         case 'h': fputs(usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("estimate", "unknown option");
         }
     }
     if (optind < argc) return cli_usage("estimate", "unexpected argument '%s'", argv[optind]);
+    if (workload_arg) {
+        if (batch || prompt || gen || maxctx)
+            return cli_usage("estimate", "--workload replaces --batch, --prompt, --gen and --max-context");
+        if (!model_arg || !hw_arg || !chips || !layout_arg)
+            return cli_usage("estimate", "--model, --hw, --chips, --workload and --layout are required");
+        return estimate_ragged(model_arg, hw_arg, layout_arg, (int)chips, workload_arg, json);
+    }
     if (!model_arg || !hw_arg || !chips || !batch || !layout_arg)
         return cli_usage("estimate", "--model, --hw, --chips, --batch and --layout are required");
     if (!maxctx && prompt == 0 && gen == 0) return cli_usage("estimate", "give --prompt and/or --gen (tokens)");

@@ -1044,12 +1044,70 @@ typedef struct stage_kind {
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
     int64_t units;              /* prefill passes per micro-batch */
     sp_mem_sizes mem;
+    double ragged_decode_s;     /* a ragged batch (one stage): every decode step, composed (sp_workload) */
 } stage_kind;
 
+sp_workload sp_workload_padded(const sp_ragged *r)
+{
+    return (sp_workload){r->n, r->max_prompt, r->max_gen};
+}
+
+/* A ragged batch's stage (sp_workload): the lowering allows one stage and
+ * one micro-batch, so the stage is the layout.  Programs are priced as
+ * lowered (each decode step at its own contexts). */
+static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                                    const sp_ragged *r, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf)
+{
+    if (r->n != w->batch || r->max_prompt != w->prompt || r->max_gen != w->gen)
+        return spi_fail(SP_EINVAL, "workload: a ragged batch's batch, prompt and gen are its sequences (%lld), longest "
+                                   "prompt (%lld) and longest generation (%lld)",
+                        (long long)r->n, (long long)r->max_prompt, (long long)r->max_gen);
+    sp_program *p = malloc(3 * sizeof *p);   /* prefill, decode (step 1, sized for every step), one step */
+    if (!p) return spi_fail(SP_ENOMEM, "cost model: programs of a ragged batch");
+    sp_status st = SP_OK;
+    int64_t l0;
+    memset(k, 0, sizeof *k);
+    sp_layout_stage_layers(l, m->n_layers, s, &l0, &k->layers);
+    k->first = s == 0;
+    k->last = s == l->stages - 1;
+    k->units = 1;
+    static const int64_t as_lowered[2] = {0, 0};
+    sp_shape pf_sh = {r->n, r->max_prompt, r->max_prompt, r->max_context, opts->act_dtype, 0};
+    sp_shape dc_sh = {r->n, 1, r->max_context, r->max_context, opts->act_dtype, 0};
+    if (run_pf && !(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf_sh, r, 0, s, &p[0])) &&
+        !(st = price_program(&p[0], hw, as_lowered, &k->pf, NULL)))
+        k->pf_ps = spi_ps(k->pf.time_s);
+    if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, r, s, &p[1], &p[2]);
+    if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &k->mem);
+    sp_cost_pipe pipe;
+    sp_cost_pipe_terms(hw, l, 1, &pipe);
+    for (int64_t s0 = 1; s0 <= r->max_gen && !st;) {
+        int64_t s1 = sp_ragged_segment_end(r, s0), t[2];
+        sp_phase_cost c[2];
+        for (int e = 0; e < 2 && !st; e++) {
+            if (e && s1 == s0) c[1] = c[0];
+            else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, r, e ? s1 : s0, s, &p[2])))
+                st = price_program(&p[2], hw, as_lowered, &c[e], NULL);
+            int64_t ps = spi_ps(c[e].time_s);
+            if (!st && (t[e] = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], ps, ps)) < 0)
+                st = spi_fail(SP_EINVAL, "decode step time (ps) does not fit in 64 bits (the request is too large to represent)");
+        }
+        if (st) break;
+        /* as a uniform batch's decode_s = gen · (first + last) / 2 */
+        k->ragged_decode_s += (double)(s1 - s0 + 1) * 0.5 * ((double)t[0] * 1e-12 + (double)t[1] * 1e-12);
+        if (s0 == 1) k->d1 = c[0];
+        k->dn = c[1];
+        s0 = s1 + 1;
+    }
+    free(p);
+    return st;
+}
+
 static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                             const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k,
+                             const sp_ragged *rg, const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k,
                              int run_pf)
 {
+    if (rg) return stage_price_ragged(m, hw, l, w, rg, opts, s, k, run_pf);
     int64_t l0, nl;
     sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
     memset(k, 0, sizeof *k);
@@ -1156,7 +1214,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};
-    SP_CHECK(stage_price(m, hw, l, w, opts, stage, &bound, kept, &k, w->prompt > 0));
+    SP_CHECK(stage_price(m, hw, l, w, NULL, opts, stage, &bound, kept, &k, w->prompt > 0));
     memset(out, 0, sizeof *out);
     sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
     out->prefill = k.pf;
@@ -1173,7 +1231,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
 #define SP_COST_MAX_CHIPS (1 << 24)
 
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                          const sp_cost_opts *opts, int run_pf, sp_cost *out);
+                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out);
 static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost *out);
 
@@ -1182,7 +1240,17 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
                        const sp_cost_opts *opts, sp_cost *out)
 {
     if (l && sp_layout_disaggregated(l)) return eval_groups(m, hw, l, w, opts, out);
-    return eval_one(m, hw, l, w, opts, w ? w->prompt > 0 : 0, out);
+    return eval_one(m, hw, l, w, NULL, opts, w ? w->prompt > 0 : 0, out);
+}
+
+sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                              const sp_cost_opts *opts, sp_cost *out)
+{
+    if (!r || r->n < 1) return spi_fail(SP_EINVAL, "sp_cost_eval_ragged: no sequences");
+    if (l && sp_layout_disaggregated(l))
+        return spi_fail(SP_EINVAL, "ragged batches on separate prefill and decode chip groups: not implemented");
+    sp_workload w = sp_workload_padded(r);   /* the envelope: the workload checks, the layout's splits */
+    return eval_one(m, hw, l, &w, r, opts, 1, out);
 }
 
 /* Separate prefill and decode groups (sp_cost.h): each group priced as its
@@ -1204,7 +1272,7 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
     for (int p = 0; p < SP_PHASE_COUNT; p++) sp_layout_phase_group(l, (sp_phase)p, &g[p]);
     SP_CHECK(sp_cost_eval(m, hw, &g[SP_PHASE_PREFILL], &wp, opts, &c[SP_PHASE_PREFILL]));
     if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));
-    SP_CHECK(eval_one(m, hw, &g[SP_PHASE_DECODE], w, opts, 0, &c[SP_PHASE_DECODE]));
+    SP_CHECK(eval_one(m, hw, &g[SP_PHASE_DECODE], w, NULL, opts, 0, &c[SP_PHASE_DECODE]));
     sp_kv_xfer_cost x;
     SP_CHECK(sp_cost_kv_xfer(m, hw, l, w->batch, w->prompt, SP_XFER_ONE_JOB, &x));
     const sp_cost *pf = &c[SP_PHASE_PREFILL], *dc = &c[SP_PHASE_DECODE];
@@ -1248,7 +1316,7 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
 }
 
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                          const sp_cost_opts *opts, int run_pf, sp_cost *out)
+                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
@@ -1309,7 +1377,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))
                 return spi_fail(SP_EINTERNAL, "cost model: more than %d kinds of stage", nkinds);
             k = &kinds[nkinds++];
-            SP_CHECK(stage_price(m, hw, l, w, opts, s, &bound, kept, k, run_pf));
+            SP_CHECK(stage_price(m, hw, l, w, rg, opts, s, &bound, kept, k, run_pf));
             units = k->units;
         }
         if (opts->stage_times)   /* as sp_cost_stage_eval reports them */
@@ -1361,6 +1429,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         double step1 = (double)t1 * 1e-12, stepn = (double)tn * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
+        if (rg) out->decode_s = kinds[0].ragged_decode_s;   /* one stage (stage_price_ragged) */
     }
     out->total_s = out->prefill_s + out->decode_s;
 
@@ -1378,19 +1447,20 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     }
     double peak = sp_hw_compute_peak(hw, l->weights) * out->chips;
     double n2 = 2.0 * (double)params_active;
+    /* tokens: a ragged batch's actual ones */
+    double prompt_tokens = rg ? (double)rg->sum_prompt : (double)w->batch * w->prompt;
+    double gen_tokens = rg ? (double)rg->sum_gen : (double)w->batch * w->gen;
     if (w->gen > 0) {
-        double gen_tokens = (double)w->batch * w->gen;
         out->tokens_per_s = gen_tokens / out->total_s;
         out->cost_chip_s_per_token = out->chips * out->total_s / gen_tokens;
         out->mfu_decode = n2 * gen_tokens / (peak * out->decode_s);
     } else {
-        double tokens = (double)w->batch * w->prompt;
-        out->tokens_per_s = tokens / out->prefill_s;
-        out->cost_chip_s_per_token = out->chips * out->prefill_s / tokens;
+        out->tokens_per_s = prompt_tokens / out->prefill_s;
+        out->cost_chip_s_per_token = out->chips * out->prefill_s / prompt_tokens;
     }
-    if (run_pf) out->mfu_prefill = n2 * (double)w->batch * w->prompt / (peak * out->prefill_s);
+    if (run_pf) out->mfu_prefill = n2 * prompt_tokens / (peak * out->prefill_s);
     /* a decode group's (run_pf 0) tokens are the generated ones alone */
-    out->mfu = n2 * (double)w->batch * ((run_pf ? w->prompt : 0) + w->gen) / (peak * out->total_s);
+    out->mfu = n2 * ((run_pf ? prompt_tokens : 0) + gen_tokens) / (peak * out->total_s);
     return sp_cost_check(out);   /* nothing negative, NaN or infinite; the verdict exact */
 }
 

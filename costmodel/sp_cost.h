@@ -104,6 +104,8 @@ typedef struct sp_workload {
     int64_t prompt;   /* prefill tokens per sequence (0: decode only, from an empty cache) */
     int64_t gen;      /* generated tokens per sequence (0: prefill only) */
 } sp_workload;
+/* The ragged batch r (sp_ragged.h) padded to its longest prompt and generation. */
+sp_workload sp_workload_padded(const sp_ragged *r);
 
 /* Time of one program (one micro-batch on one stage) split by term. */
 typedef struct sp_phase_cost {
@@ -199,6 +201,22 @@ void sp_cost_opts_init(sp_cost_opts *o);
  * feasible = 0 and shortfall_bytes set. */
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out);
+
+/* Prices a layout for a ragged batch r (sp_ragged.h): each sequence's own
+ * prompt and gen, by its actual tokens (sp_lower.h, "Ragged batches").
+ * Prefill: the packed program.  Decode: the steps s = 1 .. max gen,
+ * sequence b in steps 1 .. gen_b; over each run [s0, s1] of steps with the
+ * same sequences, (s1 − s0 + 1) · (t(s0) + t(s1)) / 2 (every figure affine
+ * in the step), as a uniform batch's gen · (first + last) / 2, which it
+ * equals when every length is equal.  decode_step_s and the decode
+ * breakdown are the last step's (s = max gen); tokens_per_s, MFU and cost
+ * per token count the actual tokens; memory: the KV cache at the longest
+ * sequence (max prompt_b + gen_b), buffers for the largest step.  One
+ * stage, one replica, one micro-batch and the layouts the lowering takes
+ * (else SP_EINVAL naming what is not implemented).  Compare with
+ * sp_cost_eval of sp_workload_padded(r). */
+sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                              const sp_cost_opts *opts, sp_cost *out);
 
 /* ---- the pipeline from its stages (the planner's building blocks) ---- */
 

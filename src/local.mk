@@ -12,6 +12,7 @@ libspcore_la_SOURCES = \
 	src/sp_mesh.h src/mesh.c \
 	src/sp_layout.h src/layout.c \
 	src/sp_lower.h src/spi_lower.h src/lower.c src/lower_xfer.c \
+	src/sp_ragged.h src/ragged.c \
 	src/sp_trace.h src/trace.c \
 	src/sp_measure.h src/measure.c \
 	src/sp_validate.h src/validate.c
@@ -23,5 +24,5 @@ libshardplan_la_LIBADD = libspcore.la $(SP_DEP_LIBS)
 libshardplan_la_LDFLAGS = -no-undefined -export-symbols-regex '^sp_' -version-info $(SP_LT_VERSION)
 
 shardplanincludedir = $(includedir)/shardplan
-shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h src/sp_layout.h src/sp_lower.h src/sp_trace.h src/sp_measure.h src/sp_validate.h
+shardplaninclude_HEADERS = src/sp_common.h src/sp_model.h src/sp_hw.h src/sp_mesh.h src/sp_layout.h src/sp_lower.h src/sp_ragged.h src/sp_trace.h src/sp_measure.h src/sp_validate.h
 nodist_shardplaninclude_HEADERS = src/sp_version.h

@@ -626,6 +626,60 @@ static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
     return best;
 }
 
+/* ---- ragged batches (sp_lower.h, "Ragged batches") ----
+ * Whether batch sequence b runs in pass p, and then its tokens and first
+ * position: the one rule sp_lower_ragged_seq and the step figures follow. */
+static int ragged_at(const sp_program *p, int64_t b, int64_t *q_len, int64_t *pos0)
+{
+    const sp_ragged *r = p->ragged;
+    if (p->phase == SP_PHASE_PREFILL) {
+        *q_len = r->prompt[b];
+        *pos0 = 0;
+        return 1;
+    }
+    *q_len = 1;
+    *pos0 = r->prompt[b] + p->step - 1;
+    return sp_ragged_active(r, b, p->step);
+}
+
+void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0)
+{
+    if (!p->ragged) {
+        *seq = i;
+        *q_len = p->shape.q_len;
+        *row0 = i * *q_len;
+        *pos0 = p->shape.context - *q_len;
+        return;
+    }
+    int64_t rows = 0, k = 0;
+    for (int64_t b = 0; b < p->ragged->n; b++) {
+        if (!ragged_at(p, b, q_len, pos0)) continue;
+        if (k++ == i) {
+            *seq = b;
+            *row0 = rows;
+            return;
+        }
+        rows += *q_len;
+    }
+    *seq = *row0 = *q_len = *pos0 = -1;   /* i past the pass's sequences */
+}
+
+/* Σ over the pass's sequences of the contexts their query tokens see
+ * (Σ_t pos0 + t) and of their contexts after the pass */
+static void ragged_sums(ctx *c, int64_t *ctx_sum, int64_t *ctx_tokens)
+{
+    spi_ckd *ck = &c->ck;
+    *ctx_sum = *ctx_tokens = 0;
+    for (int64_t b = 0; b < c->p->ragged->n; b++) {
+        int64_t q, pos0;
+        if (!ragged_at(c->p, b, &q, &pos0)) continue;
+        int64_t seen = spi_ck_add(ck, "attention context sum", spi_ck_mul(ck, "attention context sum", q, pos0),
+                                  spi_ck_mul(ck, "attention context sum", q, q + 1) / 2);
+        *ctx_sum = spi_ck_add(ck, "attention context sum", *ctx_sum, seen);
+        *ctx_tokens = spi_ck_add(ck, "attention context sum", *ctx_tokens, pos0 + q);
+    }
+}
+
 /* ---- attention ----
  * in: XG (T, E/|Rx|) normed.  out: Y (T, E/|Rx|) partial over C (accumulates if acc). */
 static void emit_attention(ctx *c, sp_steps *ss, int acc)
@@ -802,6 +856,15 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         axcpy(s->batch_axes, c->p->kv_batch_axes);
         s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2 * st_seqs, L, s->kv_heads,
                                           D * sp_dtype_bytes(c->l->kv));
+        if (c->p->ragged) {
+            /* each sequence's own rows into its own slot (sp_lower_ragged_seq) */
+            s->ragged = 1;
+            s->m = c->T;
+            s->batch = c->seqs;
+            s->pos0 = 0;
+            s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2, c->T, s->kv_heads,
+                                              D * sp_dtype_bytes(c->l->kv));
+        }
     }
     if (c->p->kv_host_seqs > 0) {
         /* the rows just stored for the host-held sequences go back to host memory: K and V,
@@ -852,6 +915,19 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
                                            s->context, s->kv_heads, D * sp_dtype_bytes(c->l->kv));
         s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", spi_ck_mul(ck, "attention activation bytes", 2, a_seqs),
                                    L, a_heads, D * c->act_b);
+        if (c->p->ragged) {
+            /* each sequence over its own context (every chip holds every sequence: a_seqs = seqs) */
+            int64_t seen, tokens;
+            ragged_sums(c, &seen, &tokens);
+            s->ragged = 1;
+            s->m = T;
+            s->pos0 = 0;
+            s->flops = spi_ck_mul4(ck, "attention FLOPs", 4, a_heads, D, seen);
+            if (s->from_cache)
+                s->kv_bytes_read = spi_ck_mul4(ck, "KV cache bytes read per step", 2, tokens, s->kv_heads,
+                                               D * sp_dtype_bytes(c->l->kv));
+            s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", 2, T, a_heads, D * c->act_b);
+        }
         if (al == SP_AL_BATCH) {
             sp_step *b = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_ATT, SP_BUF_ATTB, Gs, sh->G, T, Hl * D,
                                    c->p->shape.act_dtype, 0);
@@ -1157,6 +1233,7 @@ static void emit_embed(ctx *c, sp_steps *ss)
 {
     const shard *sh = &c->sh;
     int64_t L = c->p->shape.q_len, rows = spi_ck_mul(&c->ck, "tokens per pass", c->p->pass_seqs, L);
+    if (c->p->ragged) rows = c->T;   /* packed: every chip holds every token */
     int64_t Ec = c->E / sh->nact;
     sp_step *s = emit(ss, SP_STEP_EMBED);
     s->dst = SP_BUF_EMB;
@@ -1183,6 +1260,11 @@ static void emit_embed(ctx *c, sp_steps *ss)
         s->n = Ec;
         s->pos0 = c->p->shape.context - L;
         s->q_len = L;
+        if (c->p->ragged) {
+            s->ragged = 1;   /* each row at its sequence's position (sp_lower_ragged_seq) */
+            s->batch = c->seqs;
+            s->pos0 = 0;
+        }
         axcpy(s->axes, sh->act);
         axcpy(s->batch_axes, sh->N);
         s->act_bytes = spi_ck_mul4(&c->ck, "position embedding bytes", 2, c->T, Ec, c->act_b);
@@ -1196,7 +1278,7 @@ static void emit_logits(ctx *c, sp_steps *ss)
     int64_t L = c->p->shape.q_len, Ec = c->E / sh->nact;
     sp_dtype ad = c->p->shape.act_dtype;
     sp_buf x = SP_BUF_X;
-    if (L > 1) {
+    if (c->T > c->seqs) {   /* some sequence has more than one token in the pass (uniform: L > 1) */
         sp_step *s = emit(ss, SP_STEP_SLICE);
         s->dst = SP_BUF_LAST;
         s->src = SP_BUF_X;
@@ -1204,6 +1286,12 @@ static void emit_logits(ctx *c, sp_steps *ss)
         s->k = c->T;
         s->m = c->seqs;
         s->n = Ec;
+        if (c->p->ragged) {
+            /* row row0 + q_len − 1 of each sequence (sp_lower_ragged_seq) */
+            s->ragged = 1;
+            s->every = 0;
+            s->batch = c->seqs;
+        }
         x = SP_BUF_LAST;
     }
     char Ns[4];
@@ -1265,6 +1353,12 @@ static void need(spi_ckd *ck, sp_program *p, sp_buf b, int64_t elems, int eb)
     if (bytes > p->buf_bytes[b]) p->buf_bytes[b] = bytes;
 }
 
+/* query rows of an ATTN or KV_STORE step: packed (ragged) or sequences × tokens */
+static int64_t step_rows(spi_ckd *ck, const sp_step *s)
+{
+    return s->ragged ? s->m : spi_ck_mul(ck, "buffer elements", s->batch, s->q_len);
+}
+
 static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t E, int64_t Vp)
 {
     int ab = sp_dtype_bytes(p->shape.act_dtype);
@@ -1284,16 +1378,16 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
             if (s->src2) need(ck, p, s->src2, EL(s->m, s->n), ab);
             break;
         case SP_STEP_ATTN:
-            need(ck, p, s->dst, EL(EL(s->batch, s->q_len), s->heads * s->d_head), ab);
-            need(ck, p, s->src, EL(EL(s->batch, s->q_len), s->heads * s->d_head), ab);
+            need(ck, p, s->dst, EL(step_rows(ck, s), s->heads * s->d_head), ab);
+            need(ck, p, s->src, EL(step_rows(ck, s), s->heads * s->d_head), ab);
             if (!s->from_cache) {
-                need(ck, p, s->src2, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
-                need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
+                need(ck, p, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+                need(ck, p, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
             }
             break;
         case SP_STEP_KV_STORE:
-            need(ck, p, s->src2, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
-            need(ck, p, s->src3, EL(EL(s->batch, s->q_len), s->kv_heads_src * s->d_head), ab);
+            need(ck, p, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+            need(ck, p, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
             break;
         case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
         case SP_STEP_ROUTE:
@@ -1339,7 +1433,7 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
 /* a tensor mesh (X·Y·Z) larger than any torus or cluster sp_hw describes (2^24 chips) */
 #define SP_LOWER_MAX_MESH (1 << 24)
 static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
-                       int stage, sp_program *p, int quiet)
+                       const sp_ragged *rg, int64_t step, int stage, sp_program *p, int quiet)
 {
     if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) BAD( "sp_lower: bad arguments");
     if (sp_layout_disaggregated(l))
@@ -1359,6 +1453,8 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     p->layout = *l;
     p->shape = *shape;
     p->stage = stage;
+    p->ragged = rg;
+    p->step = rg && phase == SP_PHASE_DECODE ? step : 0;
 
     ctx *c = cp;   /* filled in place: the checks run for every layout a search tries */
     memset(c, 0, sizeof *c);
@@ -1446,6 +1542,47 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->T = spi_ck_mul(&c->ck, "rows per chip (sequences × tokens)", c->seqs, p->shape.q_len);
     if (c->ck.overflow)
         BAD("%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)p->shape.q_len);
+    if (rg) {
+        /* a ragged batch (sp_lower.h, "Ragged batches"): every chip holds every sequence's tokens */
+        const sp_ragged *r = rg;
+        if (r->n != shape->batch)
+            BAD("ragged batch of %lld sequences lowered as a batch of %lld", (long long)r->n, (long long)shape->batch);
+        if (l->stages > 1 || l->replicas > 1 || l->microbatches > 1)
+            BAD("ragged batches with pipeline stages, replicas or micro-batches (stages=%d, replicas=%d, "
+                "microbatches=%d): not implemented (per-chip token counts would differ)",
+                l->stages, l->replicas, l->microbatches);
+        if (l->prefill_chunk || l->prefill_tokens)
+            BAD("ragged batches with prefill_chunk or prefill_tokens: not implemented");
+        if (sp_layout_offloads(l)) BAD("ragged batches with offload_weights or offload_kv: not implemented");
+        if (m->n_experts > 0) BAD("ragged batches of model %s (mixture of experts): not implemented", m->name);
+        for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
+            if (both[ph]->nN > 1)
+                BAD("ragged batches with %s in %s (sequences split over the weight-gathered axes): not implemented "
+                    "(ws1d and ws2d are)", sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
+            if (l->phase[ph].attn == SP_AL_BATCH)
+                BAD("ragged batches with batch-sharded attention in %s: not implemented (head-sharded is)",
+                    sp_phase_name((sp_phase)ph));
+        }
+        if (shape->max_context < r->max_context)
+            BAD("ragged batch: KV cache of %lld tokens per sequence, the longest sequence needs %lld",
+                (long long)shape->max_context, (long long)r->max_context);
+        if (phase == SP_PHASE_PREFILL) {
+            if (shape->q_len != r->max_prompt || shape->context != r->max_prompt)
+                BAD("ragged prefill: shape tokens %lld, context %lld; the longest prompt is %lld",
+                    (long long)shape->q_len, (long long)shape->context, (long long)r->max_prompt);
+            c->seqs = p->pass_seqs = r->n;
+            c->T = r->sum_prompt;
+        } else {
+            if (shape->q_len != 1 || step < 1 || step > r->max_gen)
+                BAD("ragged decode step %lld (tokens %lld): steps run 1 .. %lld, one token each",
+                    (long long)step, (long long)shape->q_len, (long long)r->max_gen);
+            int64_t ctx_max = 0;
+            for (int64_t b = 0; b < r->n; b++)
+                if (sp_ragged_active(r, b, step) && r->prompt[b] + step > ctx_max) ctx_max = r->prompt[b] + step;
+            c->seqs = c->T = p->pass_seqs = sp_ragged_active_count(r, step);
+            p->shape.context = ctx_max;
+        }
+    }
     /* attention batch sharding splits a chip's sequences over the head group; a prefill
      * pass's sequences split like decode's micro-batch too (they fill its KV cache) */
     for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
@@ -1514,6 +1651,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             axcpy(p->kv_batch_axes, d->N);
             p->kv_seqs = p->micro_batch / d->nN;
             p->kv_pass_seqs = p->pass_seqs / d->nN;
+            if (rg) p->kv_pass_seqs = p->kv_seqs;   /* a pass indexes the slots of the whole batch */
             axcpy(p->kv_head_axes, d->G);
             if (c->case_a) {
                 p->kv_heads_cache = c->KVH / d->nG;
@@ -1583,7 +1721,7 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
 {
     begun.p = NULL;
     ctx *c = &begun.c;
-    if (setup(c, m, l, phase, shape, stage, p, 1) != SP_OK) return SP_EINVAL;
+    if (setup(c, m, l, phase, shape, NULL, 0, stage, p, 1) != SP_OK) return SP_EINVAL;
     begun.p = p;
     if (!key) return SP_OK;
     memset(key, 0, sizeof *key);
@@ -1654,7 +1792,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
             break;
         }
         case SP_STEP_ATTN:
-            rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len);
+            rows = step_rows(ck, s);
             need_scr(p, SP_SCR_Q, SCR(rows, s->heads, D, ab));
             need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
             need_scr(p, SP_SCR_SCORES, spi_ck_mul(ck, "scratch bytes", s->context, 4));
@@ -1666,7 +1804,7 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
             }
             break;
         case SP_STEP_KV_STORE:
-            rows = spi_ck_mul(ck, "scratch rows", s->batch, s->q_len);
+            rows = step_rows(ck, s);
             need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads, D, ab));
             need_scr(p, SP_SCR_V, SCR(rows, s->kv_heads, D, ab));
             need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
@@ -1898,9 +2036,37 @@ int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
                    sp_program *p)
 {
+    return sp_lower_ragged(m, l, phase, shape, NULL, 0, stage, p);
+}
+
+sp_status sp_lower_ragged(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                          const sp_ragged *r, int64_t step, int stage, sp_program *p)
+{
     ctx c;
-    SP_CHECK(setup(&c, m, l, phase, shape, stage, p, 0));
+    SP_CHECK(setup(&c, m, l, phase, shape, r, step, stage, p, 0));
     return emit_program(&c, -1);
+}
+
+sp_status sp_lower_ragged_decode(const sp_model *m, const sp_layout *l, const sp_shape *shape, const sp_ragged *r,
+                                 int stage, sp_program *out, sp_program *tmp)
+{
+    if (!r) return spi_fail(SP_EINVAL, "sp_lower_ragged_decode: no ragged batch");
+    SP_CHECK(sp_lower_ragged(m, l, SP_PHASE_DECODE, shape, r, 1, stage, out));
+    /* within a segment the rows stay and the contexts grow: its ends bound its steps */
+    for (int64_t s0 = 1; s0 <= r->max_gen;) {
+        int64_t s1 = sp_ragged_segment_end(r, s0);
+        for (int e = 0; e < 2; e++) {
+            int64_t step = e ? s1 : s0;
+            if (step == 1) continue;
+            SP_CHECK(sp_lower_ragged(m, l, SP_PHASE_DECODE, shape, r, step, stage, tmp));
+            for (int b = 0; b < SP_BUF_COUNT; b++)
+                if (tmp->buf_bytes[b] > out->buf_bytes[b]) out->buf_bytes[b] = tmp->buf_bytes[b];
+            for (int i = 0; i < SP_SCR_COUNT; i++)
+                if (tmp->scratch_bytes[i] > out->scratch_bytes[i]) out->scratch_bytes[i] = tmp->scratch_bytes[i];
+        }
+        s0 = s1 + 1;
+    }
+    return SP_OK;
 }
 
 /* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE
@@ -2107,6 +2273,11 @@ int64_t sp_lower_kv_head0(const sp_model *m, const sp_program *p, int rank)
 
 int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row)
 {
+    if (p->ragged) {
+        int64_t b, r0, q, pos0;
+        sp_lower_ragged_seq(p, row, &b, &r0, &q, &pos0);
+        return b;
+    }
     int64_t k = p->kv_pass_seqs > 0 ? p->kv_pass_seqs : 1;
     return row / k * p->kv_seqs + chunk * k + row % k;
 }

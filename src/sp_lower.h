@@ -39,6 +39,24 @@
  * first all-gather their weights over N.  Attention projections follow the
  * same pattern with heads in place of F; see lower.c for the K/V rules.
  *
+ * Ragged batches (sp_lower_ragged, sp_ragged.h).  The token-parallel steps
+ * (matmuls, norms, activations, collectives) run on the packed tokens of the
+ * pass's sequences, no padding: T = Σ prompt_b rows in prefill, one row per
+ * sequence still generating in decode step s.  ATTN, KV_STORE and POS are
+ * `ragged`: each sequence attends over its own context only (prefill:
+ * causal within its prompt; decode: its prompt_b + s tokens), and is stored
+ * in its own cache slot (the batch index; sp_lower_ragged_seq resolves
+ * rows, tokens and positions).  So per step
+ *   ATTN flops = 4 · heads · D · Σ_b Σ_{t=1..q_b} (pos0_b + t)
+ *   ATTN kv_bytes_read (decode) = 2 · Σ_b ctx_b · kv_heads · D · kv bytes
+ *   KV_STORE kv_bytes_written = 2 · T · kv_heads · D · kv bytes
+ * The last-token SLICE of prefill keeps row row0_b + prompt_b − 1 of each.
+ * Every chip of the tensor mesh holds every sequence's tokens: ragged
+ * batches lower for one stage, one replica, one micro-batch, no chunked
+ * prefill, no offload, dense models, weight-stationary FFNs (ws1d, ws2d)
+ * with head-sharded attention; the others are refused by name (sequences
+ * split across chips would give the chips different token counts).
+ *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
  * of its block over `seq` axes and of the KV heads of its block over `head`
@@ -132,6 +150,7 @@
 #define SP_LOWER_H
 #include "sp_common.h"
 #include "sp_layout.h"
+#include "sp_ragged.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -334,6 +353,9 @@ typedef struct sp_step {
      * host_tok_bytes · (ctx − context)) */
     int64_t host_bytes, host_tok_bytes;
     int on;                  /* layer part: the layers that run it (sp_step_on) */
+    int ragged;              /* ATTN, KV_STORE, POS, SLICE of a ragged batch: each sequence of the pass
+                                has its own rows, tokens and context (sp_lower_ragged_seq); m = rows
+                                (Σ tokens), batch = sequences, q_len and context the largest, pos0 0 */
     sp_coll coll;            /* COLL, SEND, RECV */
 } sp_step;
 
@@ -430,6 +452,10 @@ typedef struct sp_program {
     int64_t w_streamed;                /* this stage's first layers whose weights live in host memory */
     int64_t layer_weight_bytes;        /* one layer's weights on this chip (Σ per-layer wspec bytes) */
     int64_t kv_host_seqs;              /* of kv_seqs per micro-batch, the last ones, held in host memory */
+    /* A ragged batch (sp_lower_ragged; NULL otherwise): the per-sequence lengths (borrowed) and,
+     * in decode, the step (1 .. max gen) */
+    const sp_ragged *ragged;
+    int64_t step;
 } sp_program;
 
 /* The steps of part k of p. */
@@ -461,6 +487,23 @@ int64_t sp_lower_host_bytes(const sp_step *s, int64_t ctx);
  * apply to the model and shape. */
 sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
                    sp_program *out);
+
+/* sp_lower for a ragged batch r (sp_ragged.h, borrowed: the program
+ * points at it until it is no longer used; NULL: sp_lower).  shape.batch =
+ * r->n, max_context >= r->max_context.  Prefill: q_len = context =
+ * r->max_prompt; the rows are the Σ prompt_b tokens packed sequence after
+ * sequence.  Decode: q_len 1 and `step` s (1 .. r->max_gen); the rows are
+ * the sequences with gen_b >= s, in order, each at context prompt_b + s
+ * (the program's shape.context: the largest of them).  See "Ragged
+ * batches" above. */
+sp_status sp_lower_ragged(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                          const sp_ragged *r, int64_t step, int stage, sp_program *out);
+/* A ragged batch's decode: *out is step 1's program (every sequence), its
+ * buffer and scratch sizes the largest of every step's (the ends of each
+ * run of steps with the same sequences, sp_ragged_segment_end), so that
+ * one arena holds every step.  tmp: room for one program (clobbered). */
+sp_status sp_lower_ragged_decode(const sp_model *m, const sp_layout *l, const sp_shape *shape, const sp_ragged *r,
+                                 int stage, sp_program *out, sp_program *tmp);
 
 /* The checks of sp_lower alone: SP_OK if the layout applies to the model
  * and shape, SP_EINVAL otherwise, without a message (cheap; for searches
@@ -607,6 +650,14 @@ void sp_lower_attn_heads(const sp_model *m, const sp_program *p, const sp_step *
  * the i-th kv_pass_seqs sequences of each block, block after block
  * (identity without chunks). */
 int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row);
+/* A ragged program (sp_lower_ragged): the sequence of the pass's row block i
+ * (0 .. pass_seqs − 1): its index in the batch (*seq, also its KV cache
+ * slot), first row (*row0: rows are packed, sequence after sequence), tokens
+ * this pass (*q_len: prefill prompt_b, decode 1) and first position (*pos0:
+ * prefill 0, decode prompt_b + step − 1); context after the pass = pos0 +
+ * q_len.  Also the uniform program's (row0 = i·q_len).  O(i). */
+void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0);
+
 /* SLICE: 1 if row block `blk` of the step's block sequence (batch_axes, else
  * axes) is one the chip of global rank `rank` keeps. */
 int sp_lower_slice_keeps(const sp_program *p, const sp_step *s, int rank, int blk);
