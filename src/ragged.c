@@ -125,10 +125,10 @@ static sp_status load_csv(const char *text, const char *src, sp_ragged *r, sp_er
             const char *name = f ? "gen" : "prompt";
             if (!csv_int(&q, &v[f]))
                 return spi_error_set(err, SP_EPARSE, src, line, (int)(q - buf) + 1, name,
-                                     "%s: expected a whole number of tokens in \"%s\"", name, buf);
+                                     "expected a whole number of tokens in \"%s\"", buf);
             if (!length_ok(v[f]))
-                return spi_error_set(err, SP_EINVAL, src, line, (int)(p - buf) + 1, name, "%s = %lld: must be 1 .. %d",
-                                     name, (long long)v[f], SP_RAGGED_MAX_TOKENS);
+                return spi_error_set(err, SP_EINVAL, src, line, (int)(p - buf) + 1, name, "%lld tokens: must be 1 .. %d",
+                                     (long long)v[f], SP_RAGGED_MAX_TOKENS);
             if (f == 0) {
                 if (*q != ',')
                     return spi_error_set(err, SP_EPARSE, src, line, (int)(q - buf) + 1, "gen",
@@ -194,8 +194,8 @@ static sp_status load_json(const char *text, const char *src, sp_ragged *r, sp_e
             }
             v[f] = json_integer_value(x);
             if (!length_ok(v[f])) {
-                st = spi_error_set(err, SP_EINVAL, src, 0, 0, path, "%s = %lld: must be 1 .. %d", names[f],
-                                   (long long)v[f], SP_RAGGED_MAX_TOKENS);
+                st = spi_error_set(err, SP_EINVAL, src, 0, 0, path, "%lld tokens: must be 1 .. %d", (long long)v[f],
+                                   SP_RAGGED_MAX_TOKENS);
                 goto out;
             }
         }

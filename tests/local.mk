@@ -50,3 +50,4 @@ include tests/rel.mk
 include tests/local_fid.mk
 include tests/report.mk
 include tests/offload.mk
+include tests/ragged.mk

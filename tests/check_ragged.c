@@ -1,0 +1,361 @@
+/* check_ragged.c: ragged batches (sp_ragged.h, sp_lower.h "Ragged batches"):
+ * workload files and their errors; the lowering's packed token counts and
+ * attention FLOPs / KV bytes against the closed form; a ragged batch of equal
+ * lengths priced exactly as the padded batch; refusals by name. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "costmodel/sp_cost.h"
+#include "sp_layout.h"
+#include "sp_lower.h"
+#include "sp_model.h"
+#include "sp_ragged.h"
+
+/* ---- workload files ---- */
+START_TEST(test_workload_csv_json)
+{
+    sp_ragged r;
+    sp_error err;
+    sp_error_init(&err);
+    ck_assert_int_eq(sp_ragged_loads("# a batch\nprompt,gen\n3,4\n 7 , 2\n\n1,6\n5,3\n", "w.csv", &r, &err), SP_OK);
+    ck_assert_int_eq(r.n, 4);
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    for (int b = 0; b < 4; b++) {
+        ck_assert_int_eq(r.prompt[b], P[b]);
+        ck_assert_int_eq(r.gen[b], G[b]);
+    }
+    ck_assert_int_eq(r.sum_prompt, 16);
+    ck_assert_int_eq(r.sum_gen, 15);
+    ck_assert_int_eq(r.max_prompt, 7);
+    ck_assert_int_eq(r.max_gen, 6);
+    ck_assert_int_eq(r.max_context, 9);   /* 7+2, 1+6, 3+4, 5+3 */
+    /* decode steps 1..6: runs of the same sequences end where a generation ends */
+    ck_assert_int_eq(sp_ragged_active_count(&r, 1), 4);
+    ck_assert_int_eq(sp_ragged_active_count(&r, 3), 3);
+    ck_assert_int_eq(sp_ragged_active_count(&r, 5), 1);
+    ck_assert_int_eq(sp_ragged_segment_end(&r, 1), 2);
+    ck_assert_int_eq(sp_ragged_segment_end(&r, 3), 3);
+    ck_assert_int_eq(sp_ragged_segment_end(&r, 4), 4);
+    ck_assert_int_eq(sp_ragged_segment_end(&r, 5), 6);
+    ck_assert_int_eq(sp_ragged_segment_end(&r, 7), 0);
+    sp_ragged_free(&r);
+
+    ck_assert_int_eq(sp_ragged_loads("{\"sequences\": [{\"prompt\": 3, \"gen\": 4}, {\"gen\": 2, \"prompt\": 7}]}",
+                                     "w.json", &r, &err),
+                     SP_OK);
+    ck_assert_int_eq(r.n, 2);
+    ck_assert_int_eq(r.prompt[1], 7);
+    ck_assert_int_eq(r.gen[1], 2);
+    sp_ragged_free(&r);
+}
+END_TEST
+
+/* each bad input: the status, and the line (CSV) and field named */
+static const struct bad_case {
+    const char *text;
+    sp_status st;
+    int line;
+    const char *path;
+} bad_cases[] = {
+    {"3,4\n7,x\n", SP_EPARSE, 2, "gen"},
+    {"3,4\n0,2\n", SP_EINVAL, 2, "prompt"},
+    {"3,4\n2,0\n", SP_EINVAL, 2, "gen"},
+    {"3\n", SP_EPARSE, 1, "gen"},
+    {"3,4,5\n", SP_EPARSE, 1, ""},
+    {"prompt,tokens\n3,4\n", SP_EPARSE, 1, ""},
+    {"# nothing\n\n", SP_EINVAL, 2, ""},
+    {"-3,4\n", SP_EPARSE, 1, "prompt"},
+    {"99999999999,4\n", SP_EINVAL, 1, "prompt"},
+    {"{\"sequences\": [{\"prompt\": 3, \"gen\": 4}, {\"prompt\": 3}]}", SP_EPARSE, 0, "/sequences/1"},
+    {"{\"sequences\": [{\"prompt\": 3, \"gen\": -1}]}", SP_EINVAL, 0, "/sequences/0/gen"},
+    {"{\"sequences\": []}", SP_EINVAL, 0, "/sequences"},
+    {"{\"seqs\": []}", SP_EPARSE, 0, "/sequences"},
+    {"{\"sequences\": [{\"prompt\": 1, \"gen\": 1}], \"x\": 1}", SP_EPARSE, 0, "/x"},
+    {"{\"sequences\": [", SP_EPARSE, 1, ""},
+};
+
+START_TEST(test_workload_errors)
+{
+    const struct bad_case *c = &bad_cases[_i];
+    sp_ragged r;
+    sp_error err;
+    sp_error_init(&err);
+    sp_status st = sp_ragged_loads(c->text, "bad.in", &r, &err);
+    ck_assert_msg(st == c->st, "case %d: status %d, expected %d (%s)", _i, st, c->st, err.text);
+    ck_assert_str_eq(err.source, "bad.in");
+    ck_assert_msg(err.line == c->line, "case %d: line %d, expected %d", _i, err.line, c->line);
+    ck_assert_str_eq(err.path, c->path);
+    ck_assert_ptr_null(r.prompt);
+    ck_assert_int_eq(sp_ragged_load_file("/nonexistent/w.csv", &r, &err), SP_EIO);
+    ck_assert_str_eq(err.source, "/nonexistent/w.csv");
+}
+END_TEST
+
+/* ---- lowering: closed forms ---- */
+static sp_model small_model(void)
+{
+    sp_model m;
+    sp_model_init(&m);
+    snprintf(m.name, sizeof m.name, "test");
+    m.n_layers = 2;
+    m.d_model = 256;
+    m.d_ff = 1024;
+    m.n_heads = 8;
+    m.n_kv_heads = 4;
+    m.d_head = 32;
+    m.vocab = 512;
+    m.ffn = SP_FFN_SWIGLU;
+    m.block = SP_BLOCK_SERIAL;
+    m.norm = SP_NORM_RMSNORM;
+    m.positions = SP_POS_ROPE;
+    m.max_context = 64;
+    return m;
+}
+
+static sp_layout layout_of(const char *text)
+{
+    sp_layout l;
+    sp_error err;
+    ck_assert_msg(sp_layout_parse(text, &l, &err) == SP_OK, "%s: %s", text, err.text);
+    return l;
+}
+
+static const sp_step *find_step(const sp_steps *ss, sp_step_kind k)
+{
+    for (int i = 0; i < ss->n; i++)
+        if (ss->s[i].kind == k) return &ss->s[i];
+    return NULL;
+}
+
+static const char *const tp_layouts[] = {
+    "mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+    "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+    "mesh=4x1x1,weights=bf16,kv=bf16,prefill=ws1d/heads,decode=ws1d/heads",
+    "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads",
+    "mesh=2x1x2,weights=bf16,kv=f32,prefill=ws2d/heads,decode=ws2d/heads",
+    "mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads",
+};
+
+START_TEST(test_lowering_closed_form)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    sp_layout l = layout_of(tp_layouts[_i]);
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    int64_t n = (int64_t)l.mesh[0] * l.mesh[1] * l.mesh[2], D = m.d_head;
+    int64_t Hl = m.n_heads / n, kvb = sp_dtype_bytes(l.kv);
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p) == SP_OK, "%s", sp_last_error());
+    /* every token-parallel step runs on the 16 packed tokens */
+    for (int i = 0; i < p.layer.n; i++) {
+        const sp_step *s = &p.layer.s[i];
+        if (s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_NORM_STATS || s->kind == SP_STEP_ACT)
+            ck_assert_msg(s->m == 16, "%s: %lld rows", sp_step_kind_name(s->kind), (long long)s->m);
+        if (s->kind == SP_STEP_COLL) ck_assert_int_eq(s->coll.rows % 16, 0);
+    }
+    const sp_step *e = find_step(&p.pre, SP_STEP_EMBED);
+    ck_assert_int_eq(e->m, 16);
+    const sp_step *a = find_step(&p.layer, SP_STEP_ATTN);
+    ck_assert_int_eq(a->ragged, 1);
+    ck_assert_int_eq(a->m, 16);
+    ck_assert_int_eq(a->batch, 4);
+    /* causal within each prompt: Σ L(L+1)/2 = 6 + 28 + 1 + 15 query-key pairs, 4 FLOPs each per head dim */
+    ck_assert_int_eq(a->flops, 4 * a->heads * D * 50);
+    ck_assert_int_eq(a->heads, Hl);
+    const sp_step *kv = find_step(&p.layer, SP_STEP_KV_STORE);
+    ck_assert_int_eq(kv->kv_bytes_written, 2 * 16 * kv->kv_heads * D * kvb);
+    /* last tokens: rows 2, 9, 10, 15 */
+    const sp_step *sl = find_step(&p.post, SP_STEP_SLICE);
+    ck_assert_int_eq(sl->ragged, 1);
+    ck_assert_int_eq(sl->k, 16);
+    ck_assert_int_eq(sl->m, 4);
+    const int64_t row0[4] = {0, 3, 10, 11};
+    for (int i = 0; i < 4; i++) {
+        int64_t b, r0, q, pos0;
+        sp_lower_ragged_seq(&p, i, &b, &r0, &q, &pos0);
+        ck_assert_int_eq(b, i);
+        ck_assert_int_eq(r0, row0[i]);
+        ck_assert_int_eq(q, P[i]);
+        ck_assert_int_eq(pos0, 0);
+    }
+    const sp_step *lg = find_step(&p.post, SP_STEP_LOGITS);
+    ck_assert_int_eq(lg->m, 4);
+
+    /* decode step 3: sequences 0, 2, 3 (gen >= 3) at contexts 6, 4, 8 */
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 3, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(p.shape.context, 8);
+    ck_assert_int_eq(p.pass_seqs, 3);
+    for (int i = 0; i < p.layer.n; i++)
+        if (p.layer.s[i].kind == SP_STEP_MATMUL) ck_assert_int_eq(p.layer.s[i].m, 3);
+    a = find_step(&p.layer, SP_STEP_ATTN);
+    ck_assert_int_eq(a->from_cache, 1);
+    ck_assert_int_eq(a->flops, 4 * Hl * D * (6 + 4 + 8));
+    ck_assert_int_eq(a->kv_bytes_read, 2 * (6 + 4 + 8) * a->kv_heads * D * kvb);
+    kv = find_step(&p.layer, SP_STEP_KV_STORE);
+    ck_assert_int_eq(kv->kv_bytes_written, 2 * 3 * kv->kv_heads * D * kvb);
+    const int64_t seq[3] = {0, 2, 3}, pos[3] = {5, 3, 7};
+    for (int i = 0; i < 3; i++) {
+        int64_t b, r0, q, pos0;
+        sp_lower_ragged_seq(&p, i, &b, &r0, &q, &pos0);
+        ck_assert_int_eq(b, seq[i]);
+        ck_assert_int_eq(sp_lower_pass_seq(&p, 0, i), seq[i]);
+        ck_assert_int_eq(r0, i);
+        ck_assert_int_eq(q, 1);
+        ck_assert_int_eq(pos0, pos[i]);
+    }
+    /* the cache keeps every sequence's slot at the longest context */
+    ck_assert_int_eq(p.kv_seqs, 4);
+    sp_ragged_free(&r);
+}
+END_TEST
+
+/* ---- pricing ---- */
+static const struct price_case {
+    const char *model, *hw, *layout;
+    int64_t batch, prompt, gen;
+} price_cases[] = {
+    {"tiny-llama", "h100", "mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 3},
+    {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 64},
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 32, 1024, 32},
+    {"tiny-gpt2", "a100-80g", "mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", 3, 7, 1},
+};
+
+START_TEST(test_equal_lengths_price_as_padded)
+{
+    const struct price_case *c = &price_cases[_i];
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(c->model, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find(c->hw, &hw, &err), SP_OK);
+    sp_layout l = layout_of(c->layout);
+    int64_t *P = malloc((size_t)c->batch * sizeof *P), *G = malloc((size_t)c->batch * sizeof *G);
+    for (int64_t b = 0; b < c->batch; b++) {
+        P[b] = c->prompt;
+        G[b] = c->gen;
+    }
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, c->batch, &r), SP_OK);
+    sp_workload w = {c->batch, c->prompt, c->gen};
+    sp_cost a, b;
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &a) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(sp_cost_eval(&m, &hw, &l, &w, NULL, &b) == SP_OK, "%s", sp_last_error());
+    /* exactly: the same programs, the same roll-up */
+    ck_assert_msg(a.prefill_s == b.prefill_s, "prefill %.17g vs %.17g", a.prefill_s, b.prefill_s);
+    ck_assert_msg(a.decode_s == b.decode_s, "decode %.17g vs %.17g", a.decode_s, b.decode_s);
+    ck_assert_msg(a.decode_step_s == b.decode_step_s, "decode step %.17g vs %.17g", a.decode_step_s, b.decode_step_s);
+    ck_assert_msg(a.total_s == b.total_s, "total %.17g vs %.17g", a.total_s, b.total_s);
+    ck_assert_msg(a.tokens_per_s == b.tokens_per_s && a.mfu == b.mfu && a.cost_chip_s_per_token == b.cost_chip_s_per_token,
+                  "rates differ");
+    ck_assert_int_eq(a.prefill.flops, b.prefill.flops);
+    ck_assert_int_eq(a.decode.flops, b.decode.flops);
+    ck_assert_int_eq(a.comm_bytes_prefill, b.comm_bytes_prefill);
+    ck_assert_int_eq(a.comm_bytes_decode_step, b.comm_bytes_decode_step);
+    ck_assert_int_eq(a.mem.total, b.mem.total);
+    ck_assert_int_eq(a.mem.kv, b.mem.kv);
+
+    /* one sequence shorter in prompt and gen: cheaper, never dearer, than padded */
+    P[0] = c->prompt > 1 ? c->prompt / 2 : 1;
+    G[0] = c->gen > 1 ? c->gen / 2 : 1;
+    sp_ragged_free(&r);
+    ck_assert_int_eq(sp_ragged_from(P, G, c->batch, &r), SP_OK);
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &a) == SP_OK, "%s", sp_last_error());
+    if (c->prompt > 1) ck_assert_int_lt(a.prefill.flops, b.prefill.flops);
+    ck_assert(a.prefill_s <= b.prefill_s);
+    ck_assert(a.decode_s <= b.decode_s);
+    ck_assert_int_le(a.mem.kv, b.mem.kv);
+    sp_ragged_free(&r);
+    free(P);
+    free(G);
+}
+END_TEST
+
+/* The decode roll-up on a small example: runs of steps [1,2], [3], [4], [5,6]
+ * each priced at their ends (t(s) from a program lowered at step s). */
+START_TEST(test_decode_runs)
+{
+    sp_model m = small_model();
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l = layout_of(tp_layouts[1]);
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_cost c;
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
+    static sp_program p;
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+    double t[7];
+    for (int s = 1; s <= 6; s++) {
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, s, 0, &p), SP_OK);
+        sp_phase_cost pc;
+        sp_cost_program(&p, &hw, 0, &pc);
+        t[s] = pc.time_s;
+    }
+    double want = 2 * 0.5 * (t[1] + t[2]) + t[3] + t[4] + 2 * 0.5 * (t[5] + t[6]);
+    ck_assert_msg(fabs(c.decode_s - want) <= 1e-9 * want, "decode %.9g, runs %.9g", c.decode_s, want);
+    ck_assert_msg(fabs(c.decode_step_s - t[6]) <= 1e-9 * t[6], "last step %.9g vs %.9g", c.decode_step_s, t[6]);
+    /* tokens counted as generated: 15 */
+    ck_assert_msg(fabs(c.tokens_per_s - 15 / c.total_s) <= 1e-9 * c.tokens_per_s, "tokens/s");
+    sp_ragged_free(&r);
+}
+END_TEST
+
+START_TEST(test_refused_by_name)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    static const struct { const char *layout, *why; } no[] = {
+        {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch", "batch-sharded attention"},
+        {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "wg-x"},
+        {"replicas=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "replicas"},
+        {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "pipeline stages"},
+        {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
+    };
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        sp_layout l = layout_of(no[i].layout);
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p), SP_EINVAL);
+        ck_assert_msg(strstr(sp_last_error(), "ragged") && strstr(sp_last_error(), no[i].why) &&
+                          strstr(sp_last_error(), "not implemented"),
+                      "%s: %s", no[i].layout, sp_last_error());
+    }
+    /* shapes that are not this batch's */
+    sp_layout l = layout_of(tp_layouts[0]);
+    sp_shape bad = {4, 6, 6, r.max_context, SP_DT_BF16, 0};
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &bad, &r, 0, 0, &p), SP_EINVAL);
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 7, 0, &p), SP_EINVAL);
+    sp_shape small = {4, 1, 8, 8, SP_DT_BF16, 0};
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &small, &r, 1, 0, &p), SP_EINVAL);
+    sp_ragged_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ragged");
+    TCase *tc = tcase_create("cost");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_workload_csv_json);
+    tcase_add_loop_test(tc, test_workload_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
+    tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
+    tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
+    tcase_add_test(tc, test_decode_runs);
+    tcase_add_test(tc, test_refused_by_name);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
