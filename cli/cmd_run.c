@@ -21,6 +21,7 @@ static void usage(void)
            "                     [--weights DIR] [--weights-dtype f32|bf16|f16|int8|fp8]\n"
            "                     [--temperature T [--top-k K] [--top-p P]] [--prompt-ids FILE|-]\n"
            "                     [--logits FILE [--logits-all]] [--trace FILE] [--json]\n"
+           "       shardplan run --model M --workload FILE --layout FILE|STRING [options]\n"
            "Runs prefill + decode of M under a layout and checks that every collective moves\n"
            "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
            "names a Hugging Face checkpoint; prompt tokens are pseudo-random from the seed\n"
@@ -47,8 +48,12 @@ static void usage(void)
            "  --prompt-ids FILE  prompt token ids: one sequence per line, ids separated by\n"
            "                     spaces, or a JSON array of arrays; - reads stdin (not under\n"
            "                     mpirun).  Sets --batch and --prompt (if given, they must\n"
-           "                     agree).  Prompts of different lengths (a ragged batch) are\n"
-           "                     refused: not implemented\n"
+           "                     agree).  Prompts of different lengths are refused here: give\n"
+           "                     their lengths as a --workload\n"
+           "  --workload FILE    a ragged batch instead of --batch/--prompt/--gen: each sequence's\n"
+           "                     own prompt and gen (CSV \"prompt,gen\" lines or JSON,\n"
+           "                     doc/formats.md), run without padding (threads and mpi; the\n"
+           "                     layouts estimate --workload takes); tokens: each sequence's gen\n"
            "  --logits FILE      write the last step's logits as NumPy .npy, float32\n"
            "                     (batch, vocab): the logits the last token was chosen from\n"
            "  --logits-all       --logits holds every step's: (gen, batch, vocab)\n"
@@ -66,7 +71,7 @@ static void usage(void)
 }
 
 typedef struct run_args {
-    const char *model, *layout, *wdt, *hw, *logits, *weights, *prompt_ids, *trace;
+    const char *model, *layout, *wdt, *hw, *logits, *weights, *prompt_ids, *trace, *workload;
     int logits_all;
     int32_t *ids;   /* --prompt-ids: (B, P), owned */
     long long chips, B, P, G, seed, top_k;
@@ -138,7 +143,7 @@ static void print_prediction(const run_args *a, const char *hw_name, const cli_p
 }
 
 static void print_report(const run_args *a, const sp_layout *l, int planned, const sp_model *m, const int32_t *tok,
-                         const sp_exec_stats *s, const char *hw_name, const cli_prediction *pred)
+                         const sp_exec_stats *s, const char *hw_name, const cli_prediction *pred, const sp_ragged *rg)
 {
     char lt[512];
     sp_layout_format(l, lt, sizeof lt);
@@ -147,7 +152,7 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_t *toks = json_array();
         for (long long b = 0; b < B; b++) {
             json_t *row = json_array();
-            for (long long g = 0; g < G; g++) json_array_append_new(row, json_integer(tok[b * G + g]));
+            for (long long g = 0; g < (rg ? rg->gen[b] : G); g++) json_array_append_new(row, json_integer(tok[b * G + g]));
             json_array_append_new(toks, row);
         }
         json_t *comm = json_object();
@@ -171,6 +176,15 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
         json_object_set_new(o, "batch", json_integer(B));
         json_object_set_new(o, "prompt", json_integer(a->P));
         json_object_set_new(o, "gen", json_integer(G));
+        if (rg) {
+            /* a ragged batch: prompt and gen above are the longest; each sequence's own here */
+            json_t *ps = json_array(), *gs = json_array();
+            for (long long b = 0; b < B; b++) {
+                json_array_append_new(ps, json_integer(rg->prompt[b]));
+                json_array_append_new(gs, json_integer(rg->gen[b]));
+            }
+            json_object_set_new(o, "workload", json_pack("{s:o,s:o}", "prompt", ps, "gen", gs));
+        }
         if (a->ids) {
             json_t *pr = json_array();
             for (long long b = 0; b < B; b++) {
@@ -216,7 +230,8 @@ static void print_report(const run_args *a, const sp_layout *l, int planned, con
     printf("backend: %s, %lld chips\n", backend_label(a), (long long)sp_layout_chips(l));
     for (long long b = 0; b < B; b++) {
         printf("seq %lld:", b);
-        for (long long g = 0; g < G; g++) printf(" %d", tok[b * G + g]);
+        if (rg) printf(" (prompt %lld)", (long long)rg->prompt[b]);
+        for (long long g = 0; g < (rg ? rg->gen[b] : G); g++) printf(" %d", tok[b * G + g]);
         printf("\n");
     }
     printf("prefill %.6f s, decode %.6f s per step (one token per sequence), %.1f generated tokens/s\n", s->prefill_s,
@@ -422,7 +437,28 @@ static int write_logits(const char *path, const float *lg, long long B, long lon
     return CLI_EXIT_OK;
 }
 
-static int run_job(const run_args *a)
+static int run_ragged(const run_args *a, const sp_ragged *rg);
+
+static int run_job(run_args *a)
+{
+    sp_error err;
+    memset(&err, 0, sizeof err);
+    /* --workload: a ragged batch; B, P and G become its sequences, longest prompt and gen */
+    sp_ragged rgb, *rg = NULL;
+    if (a->workload) {
+        int wrc = cli_load_workload(a->workload, &rgb);
+        if (wrc) return wrc;
+        rg = &rgb;
+        a->B = rg->n;
+        a->P = rg->max_prompt;
+        a->G = rg->max_gen;
+    }
+    int rc = run_ragged(a, rg);
+    if (rg) sp_ragged_free(rg);
+    return rc;
+}
+
+static int run_ragged(const run_args *a, const sp_ragged *rg)
 {
     sp_error err;
     memset(&err, 0, sizeof err);
@@ -435,7 +471,7 @@ static int run_job(const run_args *a)
     }
     sp_status st = sp_model_find(model, &m, &err);
     if (st) return fail(st, &err);
-    if ((st = sp_model_check_run(&m, a->P + a->G, &err))) return fail(st, &err);
+    if ((st = sp_model_check_run(&m, rg ? rg->max_context : a->P + a->G, &err))) return fail(st, &err);
     sp_layout l;
     int planned = 0, rc = get_layout(a, &m, &l, &planned);
     if (rc) return rc;
@@ -443,7 +479,9 @@ static int run_job(const run_args *a)
     const char *hw_name = a->hw ? a->hw : *sp_env(SP_ENV_LOCAL_HW) ? sp_env(SP_ENV_LOCAL_HW) : NULL;
     cli_prediction pred;
     int have_pred = 0;
-    if (hw_name) {
+    if (hw_name && rg) {
+        if (is_root) cli_errorf("no prediction for a ragged batch here (estimate --workload prices it)");
+    } else if (hw_name) {
         sp_hw phw;
         if ((st = sp_hw_find(hw_name, &phw, &err))) return fail(st, &err);
         if (cli_predict_run(&m, &phw, &l, a->B, a->P, a->G, &pred) == CLI_EXIT_OK) have_pred = 1;
@@ -462,7 +500,7 @@ static int run_job(const run_args *a)
     }
     sp_exec *ex = NULL;
     sp_comm_backend be = a->cuda ? SP_COMM_BACKEND_NCCL : a->mpi ? SP_COMM_BACKEND_MPI : SP_COMM_BACKEND_THREADS;
-    st = sp_exec_build(&m, &l, a->B, a->P, a->G, &w, be, &ex);
+    st = rg ? sp_exec_build_ragged(&m, &l, rg, &w, be, &ex) : sp_exec_build(&m, &l, a->B, a->P, a->G, &w, be, &ex);
     if (st) {
         sp_weights_free(&w);
         if (st == SP_EINVAL && is_root) {
@@ -512,7 +550,7 @@ static int run_job(const run_args *a)
 #endif
         rc = fail(st, NULL);
     } else if (is_root) {
-        print_report(a, &l, planned, &m, tok, &s, hw_name, have_pred ? &pred : NULL);
+        print_report(a, &l, planned, &m, tok, &s, hw_name, have_pred ? &pred : NULL, rg);
         if (a->logits) rc = write_logits(a->logits, lg, B, S, V, a->logits_all);
         if (!rc && s.mismatches) rc = CLI_EXIT_INFEASIBLE;
         for (int k = 0; k < SP_COLL_COUNT && !rc; k++)
@@ -535,14 +573,15 @@ int cli_cmd_run(int argc, char **argv)
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'}, {"trace", 1, 0, 'R'},
         {"weights", 1, 0, 'W'}, {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'K'}, {"top-p", 1, 0, 'P'},
-        {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"workload", 1, 0, 'U'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     run_args a;
     memset(&a, 0, sizeof a);
     a.B = 1;
     a.P = 8;
     a.G = 8;
     a.seed = 1;
-    long long batch_given = 0, prompt_given = 0;
+    long long batch_given = 0, prompt_given = 0, gen_given = 0;
     int c, rc;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -563,8 +602,9 @@ int cli_cmd_run(int argc, char **argv)
         case 'b': if (cli_parse_long("run", "--batch", optarg, 1, 1 << 20, &a.B)) return CLI_EXIT_USAGE; batch_given = a.B; break;
         case 'p': if (cli_parse_long("run", "--prompt", optarg, 1, 1 << 20, &a.P)) return CLI_EXIT_USAGE; prompt_given = a.P; break;
         case 'I': a.prompt_ids = optarg; break;
+        case 'U': a.workload = optarg; break;
         case 'A': a.logits_all = 1; break;
-        case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; break;
+        case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; gen_given = a.G; break;
         case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &a.seed)) return CLI_EXIT_USAGE; break;
         case 'j': a.json = 1; break;
         case 'W': a.weights = optarg; break;
@@ -593,6 +633,9 @@ int cli_cmd_run(int argc, char **argv)
         return cli_usage("run", "--layout auto needs --chips and --hw (the hardware the split is planned for; "
                                 "the run itself is on this machine)");
     if (a.logits_all && !a.logits) return cli_usage("run", "--logits-all goes with --logits FILE");
+    if (a.workload && (batch_given || prompt_given || gen_given || a.prompt_ids || a.logits_all || !strcmp(a.layout, "auto")))
+        return cli_usage("run", "--workload replaces --batch, --prompt and --gen, and goes without --prompt-ids, "
+                                "--logits-all and --layout auto");
     if (a.prompt_ids && a.mpi && !strcmp(a.prompt_ids, "-"))
         return cli_usage("run", "--prompt-ids -: under mpirun give a file (every rank reads it)");
     if (a.prompt_ids && (rc = read_prompt_ids(&a, batch_given, prompt_given))) {

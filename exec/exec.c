@@ -287,7 +287,8 @@ static sp_status chip_run(chip *ch)
         if (s == 0) ch->prog = ch->pf;
         else {
             sp_shape sh = spi_shape_of(ex, 1, s);
-            if ((st = sp_lower(ch->m, l, SP_PHASE_DECODE, &sh, ch->stage, dstep))) break;
+            /* a ragged batch: step s runs the sequences still generating (sp_lower_ragged) */
+            if ((st = sp_lower_ragged(ch->m, l, SP_PHASE_DECODE, &sh, ex->ragged, s, ch->stage, dstep))) break;
             ch->prog = dstep;
         }
         /* a prefill runs each micro-batch as passes (sp_program: sequence chunks, each as
@@ -306,12 +307,14 @@ static sp_status chip_run(chip *ch)
                 ch->prog = ch->pf;
             }
             const sp_program *p = ch->prog;
-            int64_t L = p->shape.q_len, ps = p->pass_seqs, tok0 = p->shape.context - L;
+            int64_t ps = p->pass_seqs;
             int64_t r0 = (int64_t)mb * mbs;
             ch->pass_seq = i;
             for (int64_t b = 0; b < ps; b++) {
-                int64_t q = r0 + sp_lower_pass_seq(p, i, b);   /* the replica's sequence of row b */
-                for (int64_t t = 0; t < L; t++) in[b * L + t] = s == 0 ? ex->prompt[(base + q) * P + tok0 + t] : cur[q];
+                int64_t q = r0 + sp_lower_pass_seq(p, i, b);   /* the replica's sequence of row block b */
+                int64_t seq, row0, L, tok0;                      /* its rows (packed when ragged) and first token */
+                sp_lower_ragged_seq(p, b, &seq, &row0, &L, &tok0);
+                for (int64_t t = 0; t < L; t++) in[row0 + t] = s == 0 ? ex->prompt[(base + q) * P + tok0 + t] : cur[q];
             }
             ch->in_tok = in;
             if ((st = spi_run_steps(ch, SP_PART_PRE, mb))) break;
@@ -325,7 +328,10 @@ static sp_status chip_run(chip *ch)
             for (int64_t b = 0; b < ps && !st; b++) {
                 int64_t q = r0 + sp_lower_pass_seq(p, i, b);
                 const float *row = lg + b * Vp;   /* on the device */
-                int keep = writer && ex->logits && (ex->lg_steps == G || s == G - 1);
+                /* a ragged batch's sequence stops at its own gen (a later step's token is dropped) */
+                int64_t Gq = ex->ragged ? ex->ragged->gen[base + q] : G;
+                if (s >= Gq) continue;
+                int keep = writer && ex->logits && (ex->lg_steps == G || s == Gq - 1);
                 int32_t tok = 0;
                 if ((!ex->greedy || keep) && !ch->ops->host_memory) {
                     /* sampling and the kept logits read the row on the host */
@@ -454,7 +460,7 @@ static sp_status host_fits(int64_t chip_bytes, int local_chips)
 
 static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                            const sp_weights *w, sp_comm_backend backend, int role, int first, int total,
-                           sp_exec **out);
+                           const sp_ragged *r, sp_exec **out);
 
 /* A new executor of the job's description (caller frees with sp_exec_free); NULL when out of memory. */
 static sp_exec *exec_new(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
@@ -493,7 +499,7 @@ static sp_status build_groups(const sp_model *m, const sp_layout *l, int64_t bat
     }
     for (int p = 0; p < SP_PHASE_COUNT && !st; p++)
         st = build_one(m, &g[p], batch, prompt, gen, w, backend, p + 1, p == 0 ? 0 : (int)n[0], (int)(n[0] + n[1]),
-                       &ex->grp[p]);
+                       NULL, &ex->grp[p]);
     if (!st) {
         sp_mesh flat = {{1, 1, 1, 1, (int)(n[0] + n[1])}};
         ex->mesh = flat;
@@ -527,18 +533,32 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
     if (sp_layout_disaggregated(l)) return build_groups(m, l, batch, prompt, gen, w, backend, out);
-    return build_one(m, l, batch, prompt, gen, w, backend, 0, 0, 0, out);
+    return build_one(m, l, batch, prompt, gen, w, backend, 0, 0, 0, NULL, out);
+}
+
+sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_ragged *r, const sp_weights *w,
+                               sp_comm_backend backend, sp_exec **out)
+{
+    if (!m || !l || !r || !w || !out || r->n < 1) return spi_fail(SP_EINVAL, "sp_exec_build_ragged: bad arguments");
+    *out = NULL;
+    if (sp_layout_disaggregated(l))
+        return spi_fail(SP_EINVAL, "ragged batches on separate prefill and decode chip groups: not implemented");
+    return build_one(m, l, r->n, r->max_prompt, r->max_gen, w, backend, 0, 0, 0, r, out);
 }
 
 /* first, total: the world over the job's chips first.. of total (separate groups); 0, 0: the job */
 static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                            const sp_weights *w, sp_comm_backend backend, int role, int first, int total,
-                           sp_exec **out)
+                           const sp_ragged *r, sp_exec **out)
 {
     *out = NULL;
-    if (prompt + gen > m->max_context)
-        return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)(prompt + gen),
+    int64_t ctx = r ? r->max_context : prompt + gen;   /* the KV cache per sequence */
+    if (ctx > m->max_context)
+        return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)ctx,
                         (long long)m->max_context);
+    if (r && backend == SP_COMM_BACKEND_NCCL)
+        return spi_fail(SP_EINVAL, "ragged batches on the CUDA executor: not implemented (the threads and MPI "
+                                   "backends run them)");
     /* mixture of experts: routing runs on host memory (refused as input the executor does not
      * take: SP_EINVAL, the CLI's exit 2) */
     if (m->n_experts > 0 && backend == SP_COMM_BACKEND_NCCL)
@@ -559,15 +579,15 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(l->kv));
     if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");
-    sp_program *p = malloc(2 * sizeof *p);   /* a stage's prefill and decode programs */
+    sp_program *p = malloc(3 * sizeof *p);   /* a stage's prefill and decode programs (and a ragged decode step) */
     if (!p) return spi_fail(SP_ENOMEM, "program");
     sp_status st = SP_OK;
     int64_t chip_bytes = 0;   /* the largest stage's bytes per chip: what chip_setup will allocate */
     for (int s = 0; s < l->stages && !st; s++) {
-        sp_shape sh = {batch, prompt, prompt, prompt + gen, SP_DT_F32, 0};
-        st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s, &p[0]);
-        sp_shape sd = {batch, 1, prompt + gen, prompt + gen, SP_DT_F32, 0};
-        if (!st) st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s, &p[1]);
+        sp_shape sh = {batch, prompt, prompt, ctx, SP_DT_F32, 0};
+        st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &sh, r, 0, s, &p[0]);
+        sp_shape sd = {batch, 1, ctx, ctx, SP_DT_F32, 0};
+        if (!st) st = r ? sp_lower_ragged_decode(m, l, &sd, r, s, &p[1], &p[2]) : sp_lower(m, l, SP_PHASE_DECODE, &sd, s, &p[1]);
         sp_mem_sizes ms;
         if (!st) st = sp_lower_mem_sizes(&p[0], &p[1], &ms);
         if (!st && ms.total > chip_bytes) chip_bytes = ms.total;
@@ -576,6 +596,7 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     if (st) return st;
     sp_exec *ex = exec_new(m, l, batch, prompt, gen, w, backend);
     if (!ex) return spi_fail(SP_ENOMEM, "executor");
+    ex->ragged = r;
     ex->role = role;
     sp_layout_mesh(l, &ex->mesh);
     ex->nchips = sp_mesh_size(&ex->mesh);
@@ -585,7 +606,7 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
         /* one table for the whole job: the frequencies depend on the model (and, for
          * dynamic scaling, on the context, refused where it would change them) */
         ex->rope_inv = malloc((size_t)(sp_model_rotary_dims(m) / 2) * sizeof *ex->rope_inv);
-        st = ex->rope_inv ? sp_model_rope_freqs(m, prompt + gen, ex->rope_inv, &ex->rope_scale)
+        st = ex->rope_inv ? sp_model_rope_freqs(m, ctx, ex->rope_inv, &ex->rope_scale)
                           : spi_fail(SP_ENOMEM, "RoPE table");
     }
     if (!st)

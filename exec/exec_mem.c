@@ -40,6 +40,7 @@ sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step)
     sh.q_len = decode ? 1 : ex->P;
     sh.context = decode ? ex->P + step : ex->P;
     sh.max_context = ex->P + (ex->role == 1 ? 0 : ex->G);   /* a prefill group keeps the prompt's cache */
+    if (ex->ragged) sh.max_context = ex->ragged->max_context;   /* the longest sequence's */
     sh.act_dtype = SP_DT_F32;
     sh.passes_left = 0;
     return sh;
@@ -84,8 +85,18 @@ sp_status spi_chip_setup(chip *ch)
     ch->dc = malloc(sizeof *ch->dc);
     if (!ch->pf || !ch->dc) return spi_fail(SP_ENOMEM, "programs");
     /* a group of separate groups runs its phase alone: its memory is that phase's */
-    if (ex->role != 2) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
-    if (ex->role != 1) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+    if (ex->ragged) {
+        /* a ragged batch: decode's program sized for its largest step (the arena holds every step) */
+        sp_program *tmp = malloc(sizeof *tmp);
+        if (!tmp) return spi_fail(SP_ENOMEM, "programs");
+        sp_status st = sp_lower_ragged(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ex->ragged, 0, ch->stage, ch->pf);
+        if (!st) st = sp_lower_ragged_decode(ch->m, ch->l, &sd, ex->ragged, ch->stage, ch->dc, tmp);
+        free(tmp);
+        SP_CHECK(st);
+    } else {
+        if (ex->role != 2) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
+        if (ex->role != 1) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+    }
     if (ex->role == 1) *ch->dc = *ch->pf;
     if (ex->role == 2) *ch->pf = *ch->dc;
     const sp_program *pf = ch->pf, *dc = ch->dc;

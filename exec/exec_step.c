@@ -30,6 +30,124 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
                          ch->ex->rope_scale);
 }
 
+static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2]);
+
+/* ---- ragged batches (sp_lower.h, "Ragged batches"): each sequence its own rows ---- */
+/* positions of a ragged step's packed rows into ch->pos: row0_i + t -> pos0_i + t */
+static sp_status ragged_positions(chip *ch, const sp_step *s)
+{
+    if (s->m * (int64_t)sizeof *ch->pos > ch->scr_bytes[SP_SCR_POS])
+        return spi_fail(SP_EINTERNAL, "positions of %lld rows, the slot holds %lld bytes", (long long)s->m,
+                        (long long)ch->scr_bytes[SP_SCR_POS]);
+    int64_t rows = 0;
+    for (int64_t i = 0; i < s->batch; i++) {
+        int64_t b, row0, q, pos0;
+        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
+        if (b < 0 || row0 + q > s->m) return spi_fail(SP_EINTERNAL, "ragged row block %lld of %lld", (long long)i, (long long)s->batch);
+        for (int64_t t = 0; t < q; t++) ch->pos[row0 + t] = pos0 + t;
+        rows += q;
+    }
+    if (rows != s->m) return spi_fail(SP_EINTERNAL, "ragged step of %lld rows, its sequences hold %lld", (long long)s->m, (long long)rows);
+    return SP_OK;
+}
+
+static sp_status ragged_rope(chip *ch, const sp_step *s, float *x, int64_t nh)
+{
+    if (ch->m->positions != SP_POS_ROPE) return SP_OK;
+    SP_CHECK(ragged_positions(ch, s));
+    return ch->ops->rope(&ch->dev, x, s->m, nh, ch->m->d_head, sp_model_rotary_dims(ch->m), ch->pos, ch->ex->rope_inv,
+                         ch->ex->rope_scale);
+}
+
+/* the cache slot of batch sequence b alone (no offload with ragged batches) */
+static sp_status ragged_slot(chip *ch, int mb, int64_t b, sp_kern_kv *kv)
+{
+    int64_t first[2];
+    sp_kern_kv parts[2];
+    if (cache_views(ch, mb, parts, first) != 1) return spi_fail(SP_EINTERNAL, "ragged batch with host-held KV");
+    *kv = parts[0];
+    size_t off = (size_t)(b * ch->ctx_max * kv->KVHl * kv->D * sp_dtype_bytes(kv->dt));
+    kv->k = (char *)kv->k + off;
+    kv->v = (char *)kv->v + off;
+    kv->B = 1;
+    return SP_OK;
+}
+
+static sp_status run_kv_store_ragged(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, T = s->m, kvs = s->kv_heads_src, kvc = s->kv_heads;
+    int64_t h0, off;
+    sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &off);
+    SP_CHECK(slot_holds(ch, SP_SCR_K, T * kvc * D));
+    SP_CHECK(slot_holds(ch, SP_SCR_V, T * kvc * D));
+    SP_CHECK(spi_copy_block(ch, ch->ks, kvc * D, (const float *)ch->buf[s->src2] + off * D, kvs * D, T, kvc * D, 4));
+    SP_CHECK(spi_copy_block(ch, ch->vs, kvc * D, (const float *)ch->buf[s->src3] + off * D, kvs * D, T, kvc * D, 4));
+    SP_CHECK(ragged_rope(ch, s, ch->ks, kvc));
+    for (int64_t i = 0; i < s->batch; i++) {
+        int64_t b, row0, q, pos0;
+        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
+        sp_kern_kv kv;
+        SP_CHECK(ragged_slot(ch, mb, b, &kv));
+        SP_CHECK(ch->ops->kv_append(&ch->dev, &kv, ch->ks + row0 * kvc * D, ch->vs + row0 * kvc * D, q, pos0));
+    }
+    return SP_OK;
+}
+
+/* each sequence's queries over its own keys: prefill its prompt's (src2/src3), decode its cache slot */
+static sp_status run_attn_ragged(chip *ch, const sp_step *s, int mb)
+{
+    const sp_model *m = ch->m;
+    int64_t D = m->d_head, T = s->m, Hl = s->heads, H = m->n_heads, kvs = s->kv_heads_src;
+    int64_t h0, kv0;
+    sp_lower_attn_heads(m, ch->prog, s, ch->rank, &h0, &kv0);
+    int64_t Hr = H - h0 < Hl ? H - h0 : Hl;
+    if (Hr < 0) Hr = 0;
+    float *out = ch->buf[s->dst];
+    SP_CHECK(slot_holds(ch, SP_SCR_Q, T * Hl * D));
+    SP_CHECK(spi_copy_flat(ch, ch->qs, ch->buf[s->src], T * Hl * D, 4));
+    SP_CHECK(ragged_rope(ch, s, ch->qs, Hl));
+    if (!s->from_cache) {
+        SP_CHECK(slot_holds(ch, SP_SCR_K, T * kvs * D));
+        SP_CHECK(spi_copy_flat(ch, ch->ks, ch->buf[s->src2], T * kvs * D, 4));
+        SP_CHECK(ragged_rope(ch, s, ch->ks, kvs));
+    }
+    /* padded heads: the real ones computed densely (queries in V, outputs in K), then spread */
+    float *q = ch->qs, *o = out;
+    int64_t Hx = Hl;
+    if (Hr != Hl) {
+        SP_CHECK(ch->ops->zero(&ch->dev, out, (size_t)(T * Hl * D) * 4));
+        if (Hr == 0) return SP_OK;
+        if (!s->from_cache) return spi_fail(SP_ENOTSUP, "padded query heads in prefill attention");
+        SP_CHECK(slot_holds(ch, SP_SCR_K, T * Hr * D));
+        SP_CHECK(slot_holds(ch, SP_SCR_V, T * Hr * D));
+        SP_CHECK(spi_copy_block(ch, ch->vs, Hr * D, ch->qs, Hl * D, T, Hr * D, 4));
+        q = ch->vs;
+        o = ch->ks;
+        Hx = Hr;
+    }
+    for (int64_t i = 0; i < s->batch; i++) {
+        int64_t b, row0, L, pos0;
+        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &L, &pos0);
+        sp_kern_kv kv;
+        if (s->from_cache) {
+            SP_CHECK(ragged_slot(ch, mb, b, &kv));
+        } else {
+            kv.dt = SP_DT_F32;
+            kv.k = ch->ks + row0 * kvs * D;
+            kv.v = (float *)ch->buf[s->src3] + row0 * kvs * D;
+            kv.B = 1;
+            kv.ctx_max = L;
+            kv.KVHl = kvs;
+            kv.D = D;
+        }
+        SP_CHECK(ch->ops->attention(&ch->dev, o + row0 * Hx * D, q + row0 * Hx * D, &kv, L, pos0, H, m->n_kv_heads, h0, Hx,
+                                    kv0));
+    }
+    if (Hr != Hl) return spi_copy_block(ch, out, Hl * D, o, Hr * D, T, Hr * D, 4);
+    return SP_OK;
+}
+
 /* The cache of the micro-batch's sequences this pass runs, in up to two parts
  * (offload): part 0 the device cache's sequences, part 1 the host-held ones'
  * staging block of layer li (sp_lower.h, "Offload").  Returns the number of
@@ -72,6 +190,7 @@ static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2])
 
 static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
 {
+    if (s->ragged) return run_kv_store_ragged(ch, s, mb);
     const sp_model *m = ch->m;
     int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, kvs = s->kv_heads_src, kvc = s->kv_heads;
     if (Bq != ch->prog->kv_pass_seqs)
@@ -97,6 +216,7 @@ static sp_status run_kv_store(chip *ch, const sp_step *s, int mb)
 
 static sp_status run_attn(chip *ch, const sp_step *s, int mb)
 {
+    if (s->ragged) return run_attn_ragged(ch, s, mb);
     const sp_model *m = ch->m;
     int64_t D = m->d_head, Bq = s->batch, Lq = s->q_len, Hl = s->heads, H = m->n_heads;
     int64_t h0, kv0;   /* first q head of this chip, first KV head of the keys/values it reads */
@@ -222,6 +342,16 @@ static sp_status run_slice(chip *ch, const sp_step *s)
     const float *src = ch->buf[s->src];
     float *dst = ch->buf[s->dst];
     int64_t n = s->n, every = s->every > 1 ? s->every : 1, vrows = s->k / every;
+    if (s->ragged) {
+        /* each sequence's last row: row0 + q_len − 1 (sp_lower.h, "Ragged batches") */
+        for (int64_t i = 0; i < s->m; i++) {
+            int64_t b, row0, q, pos0;
+            sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
+            if (b < 0 || row0 + q > s->k) return spi_fail(SP_EINTERNAL, "ragged slice row block %lld", (long long)i);
+            SP_CHECK(spi_copy_block(ch, dst + i * n, n, src + (row0 + q - 1) * n, n, 1, n, 4));
+        }
+        return SP_OK;
+    }
     /* visible row j of src (every `every`-th row, the last of each group); rows of dst follow on */
 #define VROW(j) (src + ((j) * every + every - 1) * n)
     if (!s->batch_axes[0] && !s->axes[0]) return spi_copy_block(ch, dst, n, VROW(0), every * n, s->m, n, 4);
@@ -252,7 +382,9 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     }
     case SP_STEP_POS: {
         int64_t e0 = (int64_t)spi_aidx(ch, s->axes) * s->n;
-        for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
+        if (s->ragged) SP_CHECK(ragged_positions(ch, s));
+        else
+            for (int64_t r = 0; r < s->m; r++) ch->pos[r] = s->pos0 + r % s->q_len;
         sp_kern_wview tv = {p->wspec[SP_W_POS].dtype, ch->wt[SP_W_POS], m->d_model, NULL};
         return ch->ops->pos_add(&ch->dev, ch->buf[s->dst], s->m, s->n, &tv, e0, ch->pos);
     }

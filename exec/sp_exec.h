@@ -137,6 +137,18 @@ typedef struct sp_exec_stats {
  * does not implement. */
 sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, int64_t gen,
                         const sp_weights *w, sp_comm_backend backend, sp_exec **out);
+/* sp_exec_build for a ragged batch r (sp_ragged.h; borrowed until
+ * sp_exec_free): B = r->n sequences, each with its own prompt and gen,
+ * lowered by sp_lower_ragged (packed tokens, attention over each sequence's
+ * own context, finished sequences leave the decode steps; sp_lower.h,
+ * "Ragged batches").  sp_exec_run then reads prompt as (B, max prompt),
+ * sequence b's first prompt_b tokens (the rest unread), and writes tokens
+ * as (B, max gen), sequence b's first gen_b (the rest untouched);
+ * last_logits are those of each sequence's own last token.  The arena is
+ * sized for the largest decode step (sp_lower_ragged_decode).  THREADS and
+ * MPI; SP_EINVAL for NCCL and for the layouts the lowering refuses. */
+sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_ragged *r, const sp_weights *w,
+                               sp_comm_backend backend, sp_exec **out);
 void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */
 
 /* The next runs write their measured timeline to path (NULL: none, the

@@ -23,6 +23,8 @@ struct sp_exec {
     sp_layout l;
     sp_mesh mesh;
     int64_t B, P, G;
+    const sp_ragged *ragged;         /* a ragged batch (sp_exec_build_ragged; borrowed), else NULL: B = its
+                                        sequences, P and G its longest prompt and generation */
     const sp_weights *w;
     sp_comm_world *world;
     sp_comm_backend backend;

@@ -1,13 +1,16 @@
 /* check_ragged.c: ragged batches (sp_ragged.h, sp_lower.h "Ragged batches"):
  * workload files and their errors; the lowering's packed token counts and
  * attention FLOPs / KV bytes against the closed form; a ragged batch of equal
- * lengths priced exactly as the padded batch; refusals by name. */
+ * lengths priced exactly as the padded batch; refusals by name; the executor
+ * under tensor-parallel layouts gives each sequence what it gets alone. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "costmodel/sp_cost.h"
+#include "exec/sp_exec.h"
+#include "exec/sp_ref.h"
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
@@ -341,6 +344,145 @@ START_TEST(test_refused_by_name)
 }
 END_TEST
 
+/* ---- executor: each sequence as if alone ---- */
+static const struct run_case {
+    const char *model, *layout;
+} run_cases[] = {
+    {"tiny-llama", "mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-llama", "mesh=2x2x2,weights=bf16,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-gpt2", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-gpt2", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+};
+
+/* bytes a program's collectives send, summed over its chips and one pass's steps */
+static uint64_t program_bytes(const sp_program *p, int64_t chips)
+{
+    uint64_t sum = 0;
+    for (int part = 0; part < SP_PART_COUNT; part++) {
+        const sp_steps *ss = sp_program_part(p, (sp_prog_part)part);
+        for (int i = 0; i < ss->n; i++)
+            if (ss->s[i].kind == SP_STEP_COLL)
+                sum += (uint64_t)ss->s[i].coll.bytes_sent * (uint64_t)sp_program_part_runs(p, (sp_prog_part)part);
+    }
+    return sum * (uint64_t)chips;
+}
+
+START_TEST(test_exec_each_sequence_alone)
+{
+    const struct run_case *c = &run_cases[_i];
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(c->model, &m, &err), SP_OK);
+    sp_layout l = layout_of(c->layout);
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 77 + (uint64_t)_i, &w), SP_OK);
+    ck_assert_int_eq(sp_weights_quantize(&w, l.weights), SP_OK);
+    ck_assert_int_eq(sp_weights_round_tables(&w, sp_lower_table_dtype(l.weights)), SP_OK);
+    enum { N = 4 };
+    const int64_t P[N] = {3, 7, 1, 5}, G[N] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, N, &r), SP_OK);
+    int64_t V = m.vocab, MP = r.max_prompt, MG = r.max_gen;
+    int32_t prompt[N * 7], rtok[N * 6], etok[N * 6];
+    float *rl = malloc((size_t)(N * V) * sizeof *rl), *el = malloc((size_t)(N * V) * sizeof *el);
+    uint64_t seed = 5 + (uint64_t)_i;
+    for (int i = 0; i < N * 7; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&seed) % (uint64_t)V);
+    for (int i = 0; i < N * 6; i++) etok[i] = rtok[i] = -1;
+
+    /* reference: each sequence alone on one chip, greedy, the logits its last token came from */
+    for (int b = 0; b < N; b++) {
+        sp_ref *ref;
+        ck_assert_int_eq(sp_ref_build(&m, &w, 1, P[b] + G[b], &ref), SP_OK);
+        int32_t cur;
+        ck_assert_int_eq(sp_ref_forward(ref, prompt + b * MP, P[b], rl + b * V, SP_REF_LAST), SP_OK);
+        for (int64_t g = 0; g < G[b]; g++) {
+            if (g > 0) ck_assert_int_eq(sp_ref_forward(ref, &cur, 1, rl + b * V, SP_REF_LAST), SP_OK);
+            cur = rtok[b * MG + g] = sp_kern_argmax(rl + b * V, V);
+        }
+        sp_ref_free(ref);
+    }
+
+    sp_exec *ex;
+    ck_assert_msg(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_THREADS, &ex) == SP_OK, "%s %s: %s", c->model,
+                  c->layout, sp_last_error());
+    sp_exec_stats st;
+    ck_assert_msg(sp_exec_run(ex, prompt, NULL, etok, el, &st) == SP_OK, "%s %s: %s", c->model, c->layout,
+                  sp_last_error());
+    for (int b = 0; b < N; b++) {
+        double md = 0, mx = 1e-30;
+        for (int64_t v = 0; v < V; v++) {
+            md = fmax(md, fabs((double)el[b * V + v] - rl[b * V + v]));
+            mx = fmax(mx, fabs((double)rl[b * V + v]));
+        }
+        ck_assert_msg(md / mx <= 1e-4, "%s %s: sequence %d: last logits rel diff %g", c->model, c->layout, b, md / mx);
+        for (int64_t g = 0; g < MG; g++)
+            ck_assert_msg(etok[b * MG + g] == rtok[b * MG + g], "%s %s: sequence %d token %lld: %d, alone %d", c->model,
+                          c->layout, b, (long long)g, etok[b * MG + g], rtok[b * MG + g]);
+    }
+    /* bytes: every step as predicted (mismatches), and the predictions those of the ragged
+     * programs: prefill and decode steps 1 .. max gen − 1, each with its own sequences */
+    ck_assert_msg(st.mismatches == 0, "%s %s: %lld mismatches, first: %s", c->model, c->layout,
+                  (long long)st.mismatches, st.first_mismatch);
+    uint64_t meas = 0, pred = 0;
+    for (int k = 0; k < SP_COLL_COUNT; k++) {
+        ck_assert_int_eq(st.measured_bytes[k], st.predicted_bytes[k]);
+        ck_assert_int_eq(st.measured_recv[k], st.predicted_recv[k]);
+        meas += st.measured_bytes[k];
+        pred += st.predicted_bytes[k];
+    }
+    static sp_program pf, dc, tmp;
+    int64_t chips = sp_layout_chips(&l);
+    sp_shape psh = {N, MP, MP, r.max_context, SP_DT_F32, 0}, dsh = {N, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &r, 0, 0, &pf), SP_OK);
+    uint64_t want = program_bytes(&pf, chips);
+    for (int64_t s = 1; s < MG; s++) {
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &r, s, 0, &tmp), SP_OK);
+        want += program_bytes(&tmp, chips);
+    }
+    ck_assert_msg(pred == want, "%s %s: predicted %llu bytes, the programs %llu", c->model, c->layout,
+                  (unsigned long long)pred, (unsigned long long)want);
+    if (chips > 1) ck_assert(meas > 0);
+    /* memory: the arena is the lowering's prediction for the largest step */
+    ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &r, 0, &dc, &tmp), SP_OK);
+    sp_mem_sizes ms;
+    ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
+    ck_assert_msg(st.allocated_bytes_per_chip == ms.total && st.predicted_bytes_per_chip == ms.total,
+                  "%s %s: allocated %lld, predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
+                  (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)ms.total);
+    sp_exec_free(ex);
+    sp_ragged_free(&r);
+    sp_weights_free(&w);
+    free(rl);
+    free(el);
+}
+END_TEST
+
+/* what the executor does not run is refused by name */
+START_TEST(test_exec_refused)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 3, &w), SP_OK);
+    const int64_t P[2] = {3, 5}, G[2] = {2, 4};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 2, &r), SP_OK);
+    sp_exec *ex;
+    sp_layout l = layout_of("mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch");
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "ragged batches with batch-sharded attention"), "%s", sp_last_error());
+    l = layout_of("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_NCCL, &ex), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "ragged batches on the CUDA executor"), "%s", sp_last_error());
+    sp_ragged_free(&r);
+    sp_weights_free(&w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ragged");
@@ -353,6 +495,11 @@ int main(void)
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_refused_by_name);
     suite_add_tcase(s, tc);
+    TCase *te = tcase_create("exec");
+    tcase_set_timeout(te, 120);
+    tcase_add_loop_test(te, test_exec_each_sequence_alone, 0, (int)(sizeof run_cases / sizeof run_cases[0]));
+    tcase_add_test(te, test_exec_refused);
+    suite_add_tcase(s, te);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -3,7 +3,9 @@
 # its actual tokens beside the same batch padded (text and JSON), equal
 # lengths price as the padded batch, bad workload files exit 2 naming the
 # file, line and field, and layouts the lowering does not take are refused
-# by name (exit 2).
+# by name (exit 2).  run --workload executes the batch (threads, and under
+# mpirun when MPI is there): the same tokens on every layout, each sequence
+# its own gen of them, bytes and memory as predicted.
 set -u
 SHARDPLAN=${SHARDPLAN:-./shardplan}
 . "${top_srcdir:-.}/tests/json.sh"
@@ -52,4 +54,33 @@ expect2 "batch-sharded" "ragged batches with batch-sharded attention" estimate -
     --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch --workload "$tmp/w.csv"
 expect2 "replicas" "not implemented" estimate --model llama2-7b --hw h100 --chips 2 \
     --layout replicas=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads --workload "$tmp/w.csv"
+# run: one chip and tensor-parallel layouts give the same tokens; bytes and arena as predicted
+RUN="--model tiny-llama --workload $tmp/w.csv --seed 4 --json"
+i=0
+for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads; do
+    i=$((i + 1))
+    "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
+        { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
+    json_check '$1 == 0 && $2 == $3' "$tmp/r$i.json" "" /comm/mismatches /memory/allocated_bytes_per_chip \
+        /memory/predicted_bytes_per_chip || { echo "FAIL: run --workload $lay: bytes or memory"; fail=$((fail + 1)); }
+    json_same "$tmp/r1.json" "$tmp/r$i.json" /tokens /workload ||
+        { echo "FAIL: run --workload $lay: tokens differ from one chip's"; fail=$((fail + 1)); }
+done
+[ "$("$JSONQ" -l "$tmp/r1.json" '/tokens/*' | tr '\n' ' ')" = "4 2 6 3 " ] ||
+    { echo "FAIL: run --workload: each sequence's gen tokens"; fail=$((fail + 1)); }
+expect2 "run bad workload" "bad1.csv:2:" run --model tiny-llama --workload "$tmp/bad1.csv" --layout mesh=1x1x1
+expect2 "run --workload --gen" "replaces --batch" run $RUN --gen 3 --layout mesh=1x1x1
+expect2 "run batch-sharded" "ragged batches with batch-sharded attention" run $RUN \
+    --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch
+if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads </dev/null >"$tmp/mpi.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r3.json" "$tmp/mpi.json" /tokens /comm/measured_bytes \
+        /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpi.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload differs from threads"; fail=$((fail + 1)); }
+fi
+echo "cli_ragged: mpi part: $( test -n "${MPIRUN:-}" && echo ran || echo skipped)"
 [ $fail -eq 0 ] || exit 1
