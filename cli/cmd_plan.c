@@ -12,7 +12,7 @@ static const char plan_usage[] =
     "usage: shardplan plan --model M --hw H --chips N --batch B --prompt P --gen G\n"
     "                      [--objective latency|cost|throughput] [--latency-metric total|decode|prefill]\n"
     "                      [--max-latency-ms X] [--min-tokens-per-s T] [--weights auto|bf16|int8|fp8]\n"
-    "                      [--min-chips] [--even-stages] [--time-limit-ms MS] [--json]\n"
+    "                      [--min-chips] [--even-stages] [--disaggregate] [--time-limit-ms MS] [--json]\n"
     "\n"
     "Searches every layout of the model on N chips (stages, replicas, tensor mesh and\n"
     "its placement, weight precision, micro-batches, prefill and decode FFN/attention\n"
@@ -41,10 +41,17 @@ static const char plan_usage[] =
     "                       whole nodes) meeting --max-latency-ms / --min-tokens-per-s\n"
     "  --even-stages        pipelines split their layers evenly only (by default a\n"
     "                       second program decides each stage's layers: stage_layers)\n"
+    "  --disaggregate       also split the chips into a prefill group and a decode\n"
+    "                       group (each its own mesh, stages, replicas; the KV cache\n"
+    "                       moves between them), chosen when it beats every shared\n"
+    "                       layout by the objective: one batch's latency = prefill +\n"
+    "                       transfer + decode; throughput and cost at the steady state\n"
+    "                       (a batch every max(prefill, decode) + transfer).  Serving:\n"
+    "                       --objective throughput --max-latency-ms X (doc/planner.md)\n"
     "  --time-limit-ms MS   GLPK time limit per solve (default 10000)\n"
     "  --json               machine-readable output: status, chosen.{layout, costs,\n"
-    "                       stages[]}, frontier[], rivals[]; chosen.layout is accepted\n"
-    "                       by `shardplan estimate --layout`\n"
+    "                       stages[]}, frontier[], rivals[], groups (--disaggregate);\n"
+    "                       chosen.layout is accepted by `shardplan estimate --layout`\n"
     "\n"
     "Exit: 0 a layout was found, 1 nothing fits or meets the bounds (the smallest\n"
     "memory shortfall and the fewest chips that would fit are printed), 2 bad input,\n"
@@ -206,6 +213,28 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     else if (sp_model_dense_ff(m) > 0 && !p->opts.even_stages)
         printf("\npipeline program: not run: %s has dense layers between its MoE layers (moe_every %lld), so a "
                "stage's price depends on its first layer; pipelines are split evenly\n", m->name, (long long)m->moe_every);
+    if (p->groups.searched) {
+        const sp_plan_groups *g = &p->groups;
+        printf("\nseparate groups: %d prefill and %d decode candidates over every split of %d chips, a program of %d "
+               "rows x %d columns, %d pairs priced exactly, %d groups retired, %d GLPK solves%s\n", g->prefill_candidates,
+               g->decode_candidates, p->chips, g->rows, g->cols, g->priced, g->retired, g->solves,
+               g->proven ? "" : " (not proven best)");
+        if (g->found) {
+            char o1[32], o2[32];
+            int thr = p->opts.objective == SP_PLAN_MAX_THROUGHPUT;
+            /* the objective in its unit: seconds, chip-seconds per token, or tokens/s */
+            snprintf(o1, sizeof o1, "%.6g", thr ? -g->objective : g->objective);
+            snprintf(o2, sizeof o2, "%.6g", thr ? -g->shared_objective : g->shared_objective);
+            printf("best pair: %lld + %lld chips, %s; objective %s against %s for the best shared layout: %s\n",
+                   (long long)g->best.cost.group_chips[SP_PHASE_PREFILL],
+                   (long long)g->best.cost.group_chips[SP_PHASE_DECODE], sp_layout_format(&g->best.layout, b, sizeof b),
+                   o1, isinf(g->shared_objective) ? "none" : o2, g->chosen ? "chosen" : "the shared layout stays");
+            if (g->chosen && (p->n_frontier || p->n_rivals))
+                printf("(the frontier and the rivals below are of the shared layouts)\n");
+        } else {
+            printf("no pair of groups fits and meets the bounds\n");
+        }
+    }
     if (p->n_frontier) {
         printf("\nfrontier: chip-seconds per token vs %s latency (%d points, non-dominated)\n",
                sp_plan_latency_name(p->opts.latency_metric), p->n_frontier);
@@ -236,7 +265,8 @@ int cli_cmd_plan(int argc, char **argv)
         {"max-latency-ms", required_argument, 0, 'x'}, {"min-tokens-per-s", required_argument, 0, 't'},
         {"weights", required_argument, 0, 'W'}, {"min-chips", no_argument, 0, 'c'},
         {"time-limit-ms", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
-        {"even-stages", no_argument, 0, 'E'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"even-stages", no_argument, 0, 'E'}, {"disaggregate", no_argument, 0, 'D'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_arg = NULL, *hw_arg = NULL;
     long long chips = 0, batch = 0, prompt = -1, gen = -1, tl = 0;
     int json = 0, minchips = 0, ch;
@@ -268,6 +298,7 @@ int cli_cmd_plan(int argc, char **argv)
             break;
         case 'c': minchips = 1; break;
         case 'E': o.even_stages = 1; break;
+        case 'D': o.disaggregate = 1; break;
         case 'j': json = 1; break;
         case 'h': fputs(plan_usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("plan", "unknown option '%s'", argv[optind - 1]);

@@ -1268,11 +1268,10 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
                                               (long long)w->batch, (long long)w->prompt, (long long)w->gen);
     sp_layout g[SP_PHASE_COUNT];
     sp_cost c[SP_PHASE_COUNT];
-    sp_workload wp = {w->batch, w->prompt, 0};
-    for (int p = 0; p < SP_PHASE_COUNT; p++) sp_layout_phase_group(l, (sp_phase)p, &g[p]);
-    SP_CHECK(sp_cost_eval(m, hw, &g[SP_PHASE_PREFILL], &wp, opts, &c[SP_PHASE_PREFILL]));
-    if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));
-    SP_CHECK(eval_one(m, hw, &g[SP_PHASE_DECODE], w, NULL, opts, 0, &c[SP_PHASE_DECODE]));
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_layout_phase_group(l, (sp_phase)p, &g[p]);
+        SP_CHECK(sp_cost_eval_group(m, hw, &g[p], (sp_phase)p, w, opts, &c[p]));
+    }
     sp_kv_xfer_cost x;
     SP_CHECK(sp_cost_kv_xfer(m, hw, l, w->batch, w->prompt, SP_XFER_ONE_JOB, &x));
     const sp_cost *pf = &c[SP_PHASE_PREFILL], *dc = &c[SP_PHASE_DECODE];
@@ -1313,6 +1312,21 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
     double dc_flops = dc->mfu_decode * sp_hw_compute_peak(hw, l->weights) * dc->chips * dc->decode_s;
     out->mfu = (pf_flops + dc_flops) / (sp_hw_compute_peak(hw, l->weights) * out->chips * out->period_s);
     return sp_cost_check(out);
+}
+
+sp_status sp_cost_eval_group(const sp_model *m, const sp_hw *hw, const sp_layout *g, sp_phase ph,
+                             const sp_workload *w, const sp_cost_opts *opts, sp_cost *out)
+{
+    if (!m || !hw || !g || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval_group: NULL argument");
+    if (sp_layout_disaggregated(g))
+        return opts && opts->quiet ? SP_EINVAL
+                                   : spi_fail(SP_EINVAL, "sp_cost_eval_group: a group's layout is one group");
+    if (ph == SP_PHASE_PREFILL) {
+        sp_workload wp = {w->batch, w->prompt, 0};   /* its cache holds the prompt */
+        return sp_cost_eval(m, hw, g, &wp, opts, out);
+    }
+    if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));
+    return eval_one(m, hw, g, w, NULL, opts, 0, out);
 }
 
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,

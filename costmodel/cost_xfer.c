@@ -43,6 +43,65 @@ static int longest_side(const sp_layout *g, const sp_hw *hw, int *side)
     return 1;
 }
 
+/* The per-message terms of each tier: [0] near (same node; torus links),
+ * [1] far (between nodes).  pf NULL: the least a prefill group can give
+ * (the torus hop term of a one-chip slice). */
+static sp_status tiers(const sp_hw *hw, const sp_layout *pf, const sp_layout *dc, double alpha[2], double beta[2])
+{
+    double eff = hw->net_bw_eff > 0 ? hw->net_bw_eff : 1.0;
+    if (hw->topo == SP_TOPO_TORUS) {
+        int ap = 1, ad;
+        if ((pf && !longest_side(pf, hw, &ap)) || !longest_side(dc, hw, &ad))
+            return spi_fail(SP_EINVAL, "a group fits no torus slice %s offers", hw->name);
+        alpha[0] = alpha[1] = hw->hop_latency * (double)((ap + ad + 1) / 2);
+        beta[0] = beta[1] = 1.0 / (hw->link_bw * eff);
+    } else {
+        alpha[0] = hw->intra_latency;
+        beta[0] = 1.0 / (hw->intra_bw * eff);
+        alpha[1] = hw->inter_latency;
+        beta[1] = 1.0 / (hw->inter_bw * eff);
+    }
+    return SP_OK;
+}
+
+/* the busiest receiver's bytes */
+static sp_status add_recv(void *ctx, int c, int d, int64_t bytes, double t)
+{
+    (void)c;
+    (void)t;
+    int64_t *r = ctx;   /* [0]: the decode group's chips; [1 + d]: chip d's bytes */
+    if (d >= r[0]) return spi_fail(SP_EINTERNAL, "KV transfer to chip %d of a group of %lld", d, (long long)r[0]);
+    r[1 + d] += bytes;
+    return SP_OK;
+}
+
+sp_status sp_cost_kv_xfer_bound(const sp_model *m, const sp_hw *hw, const sp_layout *g, int64_t batch, int64_t prompt,
+                                double *out)
+{
+    if (!m || !hw || !g || !out) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer_bound: NULL argument");
+    if (sp_layout_disaggregated(g)) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer_bound: a group's layout is one group");
+    double alpha[2], beta[2];
+    SP_CHECK(tiers(hw, NULL, g, alpha, beta));
+    /* what each decode chip receives does not depend on the sender: walk it from a
+     * prefill group equal to g (groups=separate) */
+    sp_layout l;
+    SP_CHECK(sp_layout_disaggregate(g, g, &l));
+    int64_t nd = sp_layout_chips(g);
+    if (nd < 1 || nd > XFER_MAX_PAIRS) return spi_fail(SP_ENOTSUP, "KV transfer into a group of %lld chips", (long long)nd);
+    int64_t *r = calloc((size_t)nd + 1, sizeof *r);
+    if (!r) return spi_fail(SP_ENOMEM, "KV transfer: %lld chips", (long long)nd);
+    r[0] = nd;
+    sp_status st = spi_cost_kv_xfer_msgs(m, hw, &l, batch, prompt, SP_XFER_ONE_JOB, add_recv, r, NULL, NULL);
+    int64_t most = 0;
+    for (int64_t d = 0; d < nd; d++)
+        if (r[1 + d] > most) most = r[1 + d];
+    free(r);
+    SP_CHECK(st);
+    double a = alpha[0] < alpha[1] ? alpha[0] : alpha[1], b = beta[0] < beta[1] ? beta[0] : beta[1];
+    *out = most > 0 ? spi_cost_kv_xfer_seconds(hw, 1, a + (double)most * b) : 0;
+    return SP_OK;
+}
+
 sp_status spi_cost_kv_xfer_msgs(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
                                 sp_xfer_place where, spi_xfer_msg_fn fn, void *ctx, int64_t *kv_bytes,
                                 int64_t *token_bytes)
@@ -65,21 +124,8 @@ sp_status spi_cost_kv_xfer_msgs(const sp_model *m, const sp_hw *hw, const sp_lay
     if (n[0] < 1 || n[1] < 1 || n[0] > XFER_MAX_PAIRS / n[1])
         return spi_fail(SP_ENOTSUP, "KV transfer between groups of %lld and %lld chips: at most %d chip pairs are priced",
                         (long long)n[0], (long long)n[1], XFER_MAX_PAIRS);
-    /* the per-message terms of each tier */
-    double alpha[2], beta[2];   /* [0] near (same node; torus links), [1] far (between nodes) */
-    double eff = hw->net_bw_eff > 0 ? hw->net_bw_eff : 1.0;
-    if (hw->topo == SP_TOPO_TORUS) {
-        int ap, ad;
-        if (!longest_side(&g[0], hw, &ap) || !longest_side(&g[1], hw, &ad))
-            return spi_fail(SP_EINVAL, "a group fits no torus slice %s offers", hw->name);
-        alpha[0] = alpha[1] = hw->hop_latency * (double)((ap + ad + 1) / 2);
-        beta[0] = beta[1] = 1.0 / (hw->link_bw * eff);
-    } else {
-        alpha[0] = hw->intra_latency;
-        beta[0] = 1.0 / (hw->intra_bw * eff);
-        alpha[1] = hw->inter_latency;
-        beta[1] = 1.0 / (hw->inter_bw * eff);
-    }
+    double alpha[2], beta[2];
+    SP_CHECK(tiers(hw, &g[0], &g[1], alpha, beta));
     acc a = {(int)n[0], (int)n[1], calloc((size_t)(n[0] * n[1]), sizeof(int64_t)), 0, 0, SPI_CKD_INIT};
     if (!a.pair) return spi_fail(SP_ENOMEM, "KV transfer: %lld chip pairs", (long long)(n[0] * n[1]));
     sp_status st = sp_lower_kv_xfer(m, l, batch, prompt, add_block, &a);

@@ -413,6 +413,27 @@ sp_status sp_cost_kv_xfer(const sp_model *m, const sp_hw *hw, const sp_layout *l
  * shortfall_bytes, memory_per_chip}. */
 void *sp_cost_to_json(const sp_cost *c, const sp_layout *l);
 
+/* One group of separate prefill and decode groups, priced as sp_cost_eval
+ * prices it inside a disaggregated layout: g is the group's own (one-group)
+ * layout (sp_layout_phase_group); ph = SP_PHASE_PREFILL: the prompt alone
+ * (batch, prompt, no generated tokens: prefill_s, memory with the cache at
+ * the prompt); SP_PHASE_DECODE: the generated tokens alone after the prompt
+ * (decode_step_s, decode_s = total_s, memory without prefill activations).
+ * The planner prices each group's candidates with it (doc/planner.md). */
+sp_status sp_cost_eval_group(const sp_model *m, const sp_hw *hw, const sp_layout *g, sp_phase ph,
+                             const sp_workload *w, const sp_cost_opts *opts, sp_cost *out);
+
+/* A lower bound on the KV transfer of one batch into decode group g (a
+ * one-group layout) from any prefill group in one job: every chip of g
+ * receives its cache block at the prompt (and its first tokens) whatever
+ * the prefill group, in at least one message, at best at the fastest
+ * tier's bandwidth and least per-message latency:
+ *   collective_latency + min α + (the busiest receiver's bytes) · min β
+ * (sp_cost_kv_xfer's terms).  The planner's program adds it to each decode
+ * candidate (doc/planner.md). */
+sp_status sp_cost_kv_xfer_bound(const sp_model *m, const sp_hw *hw, const sp_layout *g, int64_t batch, int64_t prompt,
+                                double *out);
+
 /* Longest context (tokens per sequence) whose KV cache fits in fraction
  * `kv_budget` of each chip's HBM for this batch and layout. */
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,

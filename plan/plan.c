@@ -681,7 +681,8 @@ static int check_opts(const sp_plan_opts *o)
     return o->size == sizeof *o && (unsigned)o->objective < SP_PLAN_OBJECTIVE_COUNT &&
            (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
            (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
-           o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0 && o->even_stages >= 0;
+           o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0 && o->even_stages >= 0 &&
+           (o->disaggregate == 0 || o->disaggregate == 1);
 }
 
 /* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
@@ -913,6 +914,63 @@ static sp_status fill_stages(const sp_model *m, const sp_hw *hw, sp_plan *p)
     return SP_OK;
 }
 
+/* Separate groups (plan_groups.c): the best pair, chosen over the shared
+ * layout when its objective is smaller. */
+static sp_status plan_groups(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
+                             const sp_plan_opts *o, sp_plan *p)
+{
+    sp_plan_groups *r = &p->groups;
+    r->objective = r->shared_objective = INFINITY;
+    if (chips < 2 || w->prompt < 1 || w->gen < 1) return SP_OK;
+    r->searched = 1;
+    spi_groups g;
+    SP_CHECK(spi_groups_cands(m, hw, chips, w, o, &g));
+    r->prefill_candidates = g.np;
+    r->decode_candidates = g.nd;
+    spi_groups_out go;
+    sp_status st = spi_groups_solve(&g, m, hw, chips, w, o, &go);
+    p->stats.eval_s += g.eval_s + go.eval_s;
+    p->stats.glpk_s += go.glpk_s;
+    p->stats.solves += go.solved;
+    r->eval_s = g.eval_s + go.eval_s;
+    spi_groups_free(&g);
+    SP_CHECK(st);
+    r->rows = go.rows;
+    r->cols = go.cols;
+    r->priced = go.priced;
+    r->retired = go.retired;
+    r->solves = go.solved;
+    r->proven = go.proven;
+    if (p->has_chosen) r->shared_objective = spi_groups_objective(m, hw, chips, w, o, &p->chosen.cost);
+    if (!go.found) return SP_OK;
+    r->found = 1;
+    r->objective = go.objective;
+    sp_plan_point *b = &r->best;
+    b->layout = go.layout;
+    b->cost = go.cost;
+    b->chips = chips;
+    b->batch = w->batch;
+    b->latency_s = o->latency_metric == SP_PLAN_LAT_DECODE    ? go.cost.decode_step_s
+                   : o->latency_metric == SP_PLAN_LAT_PREFILL ? go.cost.prefill_s
+                                                              : go.cost.total_s;
+    /* cost per token: the cost metric of the phase where it asks, else the steady state's */
+    b->cost_s = o->cost_metric == SP_PLAN_COST_PHASE && o->latency_metric == SP_PLAN_LAT_DECODE
+                    ? chips * go.cost.decode_step_s / (double)w->batch
+                : o->cost_metric == SP_PLAN_COST_PHASE && o->latency_metric == SP_PLAN_LAT_PREFILL
+                    ? chips * go.cost.prefill_s / ((double)w->batch * (double)w->prompt)
+                    : go.cost.cost_chip_s_per_token;
+    if (!(go.objective < r->shared_objective)) return SP_OK;   /* ties keep the shared layout */
+    r->chosen = 1;
+    p->chosen = *b;
+    p->has_chosen = 1;
+    p->result = go.proven && (p->result == SP_PLAN_OPTIMAL || p->result == SP_PLAN_INFEASIBLE) ? SP_PLAN_OPTIMAL
+                                                                                              : SP_PLAN_FEASIBLE;
+    free(p->stages);   /* a shared layout's stages */
+    p->stages = NULL;
+    p->n_stages = 0;
+    return SP_OK;
+}
+
 sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                         const sp_plan_opts *opts, sp_plan **out)
 {
@@ -939,6 +997,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     p->stats.eval_s += s.eval_s;
     SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
     SP_CHECKGOTO(fill_stages(m, hw, p), st, fail);
+    if (o.disaggregate) SP_CHECKGOTO(plan_groups(m, hw, chips, w, &o, p), st, fail);
     if (p->result == SP_PLAN_INFEASIBLE && o.search_min_chips && p->min_shortfall_bytes != 0)
         SP_CHECKGOTO(search_fit(m, hw, chips, w, &o, p), st, fail);
     spi_space_free(&s);
@@ -1274,6 +1333,28 @@ void *sp_plan_to_json(const sp_plan *p)
                                               p->stats.rejected, "feasible", p->stats.feasible, "solves",
                                               p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,
                                               "total_s", p->stats.total_s));
+    if (p->groups.searched) {
+        /* separate prefill and decode groups: the best pair, its split, and how it was found */
+        const sp_plan_groups *g = &p->groups;
+        json_t *j = json_object();
+        json_object_set_new(j, "chosen", json_boolean(g->chosen));
+        json_object_set_new(j, "proven", json_boolean(g->proven));
+        if (g->found) {
+            json_t *b = point_json(&g->best);
+            char text[320];
+            json_object_set_new(b, "layout_text", json_string(sp_layout_format(&g->best.layout, text, sizeof text)));
+            json_object_set_new(b, "prefill_chips", json_integer(g->best.cost.group_chips[SP_PHASE_PREFILL]));
+            json_object_set_new(b, "decode_chips", json_integer(g->best.cost.group_chips[SP_PHASE_DECODE]));
+            json_object_set_new(j, "best", b);
+            json_object_set_new(j, "objective", json_real(g->objective));
+        } else json_object_set_new(j, "best", json_null());
+        json_object_set_new(j, "shared_objective", isinf(g->shared_objective) ? json_null() : json_real(g->shared_objective));
+        json_object_set_new(j, "program", json_pack("{sisisisisisisi}", "prefill_candidates", g->prefill_candidates,
+                                                    "decode_candidates", g->decode_candidates, "rows", g->rows,
+                                                    "columns", g->cols, "pairs_priced", g->priced, "groups_retired",
+                                                    g->retired, "solves", g->solves));
+        json_object_set_new(o, "groups", j);
+    }
     json_object_set_new(json_object_get(o, "stats"), "pipeline_program",
                         json_pack("{sisisisisisIsb}", "templates", p->stats.split_templates, "kept", p->stats.split_kept,
                                   "blocks", p->stats.split_blocks, "rows", p->stats.split_rows, "columns",

@@ -131,7 +131,13 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
     /* the prefill chunked when that makes the layout fit or its pipeline faster (the variant
      * kept dominates the others on every objective: sp_cost_eval_chunked) */
     sp_layout chosen;
-    s->pst[i] = sp_cost_eval_chunked(s->m, s->hw, &c->layout, w, &quiet, &chosen, &cost);
+    if (s->decode_group) {
+        /* a decode group: the generated tokens alone (no prefill to chunk) */
+        chosen = c->layout;
+        s->pst[i] = sp_cost_eval_group(s->m, s->hw, &c->layout, SP_PHASE_DECODE, w, &quiet, &cost);
+    } else {
+        s->pst[i] = sp_cost_eval_chunked(s->m, s->hw, &c->layout, w, &quiet, &chosen, &cost);
+    }
     if (s->pst[i] != SP_OK) return;
     c->layout = chosen;
     c->mem_over = cost.mem.total - cost.capacity;

@@ -121,6 +121,11 @@ typedef struct sp_plan_opts {
     int tensor_1d;                   /* 1: tensor meshes 1x1xT only (one tensor-parallel axis) */
     int microbatches_per_stage;      /* k > 0: pipelines run exactly k·stages micro-batches */
     int even_stages;                 /* 1: pipelines split their layers evenly only (no stage_layers) */
+    int disaggregate;                /* 1: also split the chips into a prefill group and a decode group
+                                        (separate groups, sp_layout.h), each from the space of its chip
+                                        count, priced as the cost model prices groups; the pair is
+                                        chosen when it beats every shared layout (doc/planner.md);
+                                        default 0 */
 } sp_plan_opts;
 
 /* Defaults as above. */
@@ -200,6 +205,24 @@ typedef struct sp_plan_stage {
     int64_t memory_bytes;            /* one chip of the stage */
 } sp_plan_stage;
 
+/* The search over separate prefill and decode groups (opts.disaggregate). */
+typedef struct sp_plan_groups {
+    int searched;                    /* the groups were searched (a prompt, generated tokens, >= 2 chips) */
+    int found;                       /* a pair fits and meets the bounds: best */
+    int chosen;                      /* 1: best beat every shared layout and is the plan's chosen layout */
+    int proven;                      /* best is the best pair (the search ran to its end) */
+    sp_plan_point best;              /* its layout is disaggregated; cost its pricing (sp_cost_eval) */
+    double objective;                /* the plan's objective of best (smaller is better: −tokens/s for
+                                        throughput); INFINITY when none */
+    double shared_objective;         /* the same of the best shared layout; INFINITY when none */
+    int prefill_candidates, decode_candidates;   /* fitting groups over every split of the chips */
+    int rows, cols;                  /* the program's size before any cut (plan_groups.c) */
+    int priced;                      /* pairs priced exactly (sp_cost_eval) */
+    int retired;                     /* groups whose every open pair was priced (column fixed at 0) */
+    int solves;                      /* glp_intopt calls */
+    double eval_s;                   /* seconds pricing groups and pairs */
+} sp_plan_groups;
+
 typedef struct sp_plan {
     sp_plan_result result;
     sp_plan_opts opts;
@@ -220,8 +243,9 @@ typedef struct sp_plan {
     int64_t min_chips_bound;         /* no count below this fits: the model's weights and the KV
                                         cache at one byte per number over the usable HBM per chip */
     sp_plan_stats stats;
-    int n_stages;                    /* has_chosen: the chosen layout's stages */
+    int n_stages;                    /* has_chosen: the chosen layout's stages (0 for separate groups) */
     sp_plan_stage *stages;
+    sp_plan_groups groups;           /* opts.disaggregate (frontier and rivals stay the shared layouts') */
 } sp_plan;
 
 /*

@@ -46,7 +46,10 @@ typedef struct spi_space {
     unsigned ffn_mask, attn_mask, wt_mask;
     int tensor_1d, m_per_stage;
     int tie_phases;               /* 1: decode takes prefill's (FFN, attention) layout: for spaces
-                                     where one phase alone is used (a fleet's prefill pools) */
+                                     where one phase alone is used (a fleet's prefill pools,
+                                     the groups of separate prefill and decode groups) */
+    int decode_group;             /* 1: every layout priced as the decode group of separate groups
+                                     (sp_cost_eval_group; with tie_phases) */
     /* 1: each pipeline's bottleneck bound taken from its pricing
      * (spi_cand.has_bound): for a plan that runs the pipeline program
      * (spi_split_solve) */
@@ -197,5 +200,47 @@ typedef struct spi_split_out {
 sp_status spi_split_solve(const spi_space *s, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s);
 /* The measure (seconds) the plan's objective is monotone in for one instance. */
 double spi_split_measure(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
+
+/* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
+typedef struct spi_gcand {
+    sp_layout layout;        /* one group, both phases in its phase's layout */
+    int chips;
+    double t;                /* prefill group: prefill_s; decode group: decode_s */
+    double t2;               /* decode group: decode_step_s */
+    double xb;               /* decode group: sp_cost_kv_xfer_bound */
+    int key;                 /* the value of the keys both groups share */
+} spi_gcand;
+typedef struct spi_groups {
+    int np, nd;
+    spi_gcand *pf, *dc;      /* fitting candidates of each group, every chip split */
+    int nkeys;
+    int key_of[1024];        /* a candidate of each key value: p >= 0 prefill, -d - 1 decode */
+    int priced;              /* layouts priced into the groups' spaces */
+    double eval_s;
+} spi_groups;
+/* The candidates of every split of `chips` into two groups (o's space narrowing, weights, kv). */
+sp_status spi_groups_cands(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w, const sp_plan_opts *o,
+                           spi_groups *g);
+void spi_groups_free(spi_groups *g);
+/* A pair as one layout, priced by sp_cost_eval (SP_EINVAL: the pair does not apply). */
+sp_status spi_groups_price(const sp_model *m, const sp_hw *hw, const sp_workload *w, const spi_gcand *pf,
+                           const spi_gcand *dc, sp_layout *l, sp_cost *c);
+/* The plan's objective of a priced layout (smaller is better), and whether it fits and meets o's bounds. */
+double spi_groups_objective(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
+                            const sp_plan_opts *o, const sp_cost *c);
+int spi_groups_admissible(const sp_cost *c, const sp_plan_opts *o);
+typedef struct spi_groups_out {
+    int found, proven;
+    int pf, dc;              /* the pair (candidate indices) */
+    sp_layout layout;
+    sp_cost cost;
+    double objective;
+    int rows, cols;          /* the program's size before any cut */
+    int retired, priced, solved;   /* groups whose columns were fixed at 0, pairs priced, glp_intopt calls */
+    double eval_s, glpk_s;
+} spi_groups_out;
+/* The best pair by o's objective (the program at the top of plan_groups.c). */
+sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
+                           const sp_plan_opts *o, spi_groups_out *out);
 
 #endif

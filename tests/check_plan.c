@@ -950,6 +950,125 @@ START_TEST(test_summary)
 }
 END_TEST
 
+
+/* Separate groups (plan_groups.c): the program's answer equals brute force
+ * over every (prefill candidate, decode candidate) pair that splits the
+ * chips, each pair priced by sp_cost_eval, for the objectives and bounds a
+ * plan takes; the program has one column per candidate of either group
+ * (plus t for the steady state), never one per pair. */
+static const struct {
+    const char *model, *hw;
+    int chips;
+    sp_workload w;
+    sp_plan_objective obj;
+    sp_plan_latency lat;
+    double max_lat, min_tps;
+} group_cases[] = {
+    {"tiny-llama", "a100-80g", 4, {8, 64, 16}, SP_PLAN_MIN_LATENCY, SP_PLAN_LAT_TOTAL, 0, 0},
+    {"tiny-llama", "a100-80g", 4, {8, 64, 16}, SP_PLAN_MAX_THROUGHPUT, SP_PLAN_LAT_TOTAL, 0, 0},
+    {"tiny-llama", "a100-80g", 6, {8, 64, 16}, SP_PLAN_MIN_COST, SP_PLAN_LAT_TOTAL, 0, 0},
+    {"tiny-llama", "a100-80g", 4, {8, 64, 16}, SP_PLAN_MIN_LATENCY, SP_PLAN_LAT_DECODE, 0, 0},
+    {"tiny-palm", "a100-80g", 4, {16, 32, 8}, SP_PLAN_MAX_THROUGHPUT, SP_PLAN_LAT_TOTAL, 2e-3, 0},
+    {"tiny-gpt2", "tpu-v4", 8, {16, 32, 8}, SP_PLAN_MAX_THROUGHPUT, SP_PLAN_LAT_TOTAL, 0, 1e4},
+};
+
+START_TEST(test_groups_equal_brute_force)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(group_cases[_i].model, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find(group_cases[_i].hw, &hw, &err), SP_OK);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = group_cases[_i].obj;
+    o.latency_metric = group_cases[_i].lat;
+    o.max_latency_s = group_cases[_i].max_lat;
+    o.min_tokens_per_s = group_cases[_i].min_tps;
+    int N = group_cases[_i].chips;
+    const sp_workload *w = &group_cases[_i].w;
+    spi_groups g;
+    ck_assert_msg(spi_groups_cands(&m, &hw, N, w, &o, &g) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_gt(g.np, 0);
+    ck_assert_int_gt(g.nd, 0);
+    spi_groups_out out;
+    ck_assert_msg(spi_groups_solve(&g, &m, &hw, N, w, &o, &out) == SP_OK, "%s", sp_last_error());
+    ck_assert(out.proven);
+    /* brute force: every pair that splits the chips */
+    double best = INFINITY;
+    int pairs = 0;
+    for (int p = 0; p < g.np; p++)
+        for (int d = 0; d < g.nd; d++) {
+            if (g.pf[p].chips + g.dc[d].chips != N) continue;
+            sp_layout l;
+            sp_cost c;
+            if (spi_groups_price(&m, &hw, w, &g.pf[p], &g.dc[d], &l, &c) != SP_OK) continue;
+            pairs++;
+            if (!spi_groups_admissible(&c, &o)) continue;
+            double v = spi_groups_objective(&m, &hw, N, w, &o, &c);
+            if (v < best) best = v;
+        }
+    ck_assert_int_gt(pairs, 1);
+    ck_assert_int_eq(out.found, best < INFINITY);
+    ck_assert_msg(out.objective == best, "case %d: program %.15g, brute force %.15g (%d pairs, %d priced)", _i,
+                  out.objective, best, pairs, out.priced);
+    if (out.found) {
+        /* the answer is the pair as sp_cost_eval prices it */
+        sp_cost c;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &out.layout, w, NULL, &c), SP_OK);
+        ck_assert(sp_layout_disaggregated(&out.layout) && c.total_s == out.cost.total_s);
+        ck_assert_int_eq(sp_layout_chips(&out.layout), N);
+    }
+    /* the program's size: the sum of the choices (one column each, t for the steady state) and
+     * the rows of the formulation, before any cut */
+    int period = o.objective != SP_PLAN_MIN_LATENCY;
+    ck_assert_int_eq(out.cols, g.np + g.nd + period);
+    ck_assert_int_eq(out.rows, 3 + g.nkeys + 2 * period + 2 * (o.min_tokens_per_s > 0) + (o.max_latency_s > 0));
+    ck_assert_int_le(out.priced, pairs);
+    spi_groups_free(&g);
+}
+END_TEST
+
+/* sp_plan_solve with disaggregate: the groups searched, the choice by the
+ * objective (a pair only when it beats the shared layout), reported in
+ * JSON; without it no search and the same chosen layout. */
+START_TEST(test_plan_disaggregate)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);
+    sp_workload w = {8, 64, 16};
+    for (int obj = 0; obj < 3; obj++) {
+        sp_plan_opts o;
+        sp_plan_opts_init(&o);
+        o.objective = (sp_plan_objective)obj;
+        o.frontier = o.rivals = 0;
+        sp_plan *a, *b;
+        ck_assert_int_eq(sp_plan_solve(&m, &hw, 4, &w, &o, &a), SP_OK);
+        o.disaggregate = 1;
+        ck_assert_int_eq(sp_plan_solve(&m, &hw, 4, &w, &o, &b), SP_OK);
+        ck_assert(!a->groups.searched && b->groups.searched && b->groups.found);
+        ck_assert(a->has_chosen && b->has_chosen);
+        double sa = b->groups.shared_objective, gb = b->groups.objective;
+        ck_assert(sa < INFINITY);
+        if (b->groups.chosen) {
+            ck_assert(gb < sa && sp_layout_disaggregated(&b->chosen.layout) && b->n_stages == 0);
+        } else {
+            ck_assert(!memcmp(&a->chosen.layout, &b->chosen.layout, sizeof a->chosen.layout));
+        }
+        json_t *j = sp_plan_to_json(b), *ja = sp_plan_to_json(a);
+        ck_assert_ptr_nonnull(json_object_get(json_object_get(j, "groups"), "best"));
+        ck_assert_ptr_null(json_object_get(ja, "groups"));
+        json_decref(j);
+        json_decref(ja);
+        sp_plan_free(a);
+        sp_plan_free(b);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -969,6 +1088,11 @@ int main(void)
     tcase_add_test(t3, test_split_summary);
     suite_add_tcase(s, t3);
     suite_add_tcase(s, tc);
+    TCase *t4 = tcase_create("groups");
+    tcase_set_timeout(t4, 600);
+    tcase_add_loop_test(t4, test_groups_equal_brute_force, 0, (int)(sizeof group_cases / sizeof group_cases[0]));
+    tcase_add_test(t4, test_plan_disaggregate);
+    suite_add_tcase(s, t4);
     TCase *t2 = tcase_create("api");
     tcase_set_timeout(t2, 600);
     tcase_add_test(t2, test_autoconfig_deterministic);

@@ -400,6 +400,30 @@ START_TEST(test_chunked_prefill)
 }
 END_TEST
 
+/* Simulates l with a trace of `chips` chips and `tokens` decode steps; the
+ * trace as JSON (a new reference). */
+static json_t *sim_trace(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w, int chips,
+                         int tokens, sp_sim_times *st)
+{
+    char path[] = "/tmp/check_sim_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    sp_trace *t;
+    ck_assert_int_eq(sp_trace_open(path, 0, chips, &t), SP_OK);
+    sp_sim_opts o;
+    sp_sim_opts_init(&o);
+    o.trace = t;
+    o.tokens = tokens;
+    ck_assert_msg(sp_sim_eval(m, hw, l, w, &o, st) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(sp_trace_close(t), SP_OK);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    unlink(path);
+    ck_assert_msg(root != NULL, "trace: %s at %d:%d", je.text, je.line, je.column);
+    return root;
+}
+
 START_TEST(test_trace)
 {
     sp_model m;
@@ -411,23 +435,8 @@ START_TEST(test_trace)
     ck_assert_int_eq(sp_layout_parse("stages=2,mesh=2x1x1,microbatches=2,prefill=wg-x/heads,decode=wg-x/heads", &l,
                                      &err), SP_OK);
     sp_workload w = {4, 8, 5};
-    char path[] = "/tmp/check_sim_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    sp_trace *t;
-    ck_assert_int_eq(sp_trace_open(path, 0, 4, &t), SP_OK);
-    sp_sim_opts o;
-    sp_sim_opts_init(&o);
-    o.trace = t;
-    o.tokens = 3;
     sp_sim_times st;
-    ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, &o, &st) == SP_OK, "%s", sp_last_error());
-    ck_assert_int_eq(sp_trace_close(t), SP_OK);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    unlink(path);
-    ck_assert_msg(root != NULL, "trace: %s at %d:%d", je.text, je.line, je.column);
+    json_t *root = sim_trace(&m, &hw, &l, &w, 4, 3, &st);
     json_t *ev = json_object_get(root, "traceEvents");
     /* expected keys "pid id mb" from the programs themselves */
     json_t *want = json_object();
@@ -563,23 +572,8 @@ START_TEST(test_groups_trace)
     for (int p = 0; p < 2; p++) sp_layout_phase_group(&l, (sp_phase)p, &g[p]);
     int n[2] = {(int)sp_layout_chips(&g[0]), (int)sp_layout_chips(&g[1])};
     sp_workload w = {8, 16, 6};
-    char path[] = "/tmp/check_sim_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    sp_trace *t;
-    ck_assert_int_eq(sp_trace_open(path, 0, n[0] + n[1], &t), SP_OK);
-    sp_sim_opts o;
-    sp_sim_opts_init(&o);
-    o.trace = t;
-    o.tokens = 3;
     sp_sim_times st;
-    ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, &o, &st) == SP_OK, "%s", sp_last_error());
-    ck_assert_int_eq(sp_trace_close(t), SP_OK);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    unlink(path);
-    ck_assert_msg(root != NULL, "trace: %s at %d:%d", je.text, je.line, je.column);
+    json_t *root = sim_trace(&m, &hw, &l, &w, n[0] + n[1], 3, &st);
     json_t *want = json_object();
     int64_t expected = 0;
     for (int ph = 0; ph < 2; ph++) {

@@ -72,4 +72,20 @@ for L in weights=f32,kv=f32,prefill.mesh=4x1x1,decode.mesh=2x1x1 \
         { echo "FAIL: run and simulate traces of $L differ"; diff "$tmp/rt.norm" "$tmp/st.norm" | head -5;
           fail=$((fail + 1)); }
 done
+# plan --disaggregate: the groups searched and reported (both groups and the split); the chosen
+# layout is the pair exactly when it beat the shared layout; without the flag no "groups"
+PLAN="plan --model tiny-llama --hw a100-80g --chips 4 --batch 8 --prompt 64 --gen 16 --objective throughput --json"
+"$SHARDPLAN" $PLAN >"$tmp/p0.json" && "$SHARDPLAN" $PLAN --disaggregate >"$tmp/p1.json" ||
+    { echo "FAIL: plan --disaggregate: exit $?"; fail=$((fail + 1)); }
+"$JSONQ" "$tmp/p0.json" "" /groups >/dev/null 2>&1 && { echo "FAIL: plan without --disaggregate reports groups"; fail=$((fail + 1)); }
+json_check '$1 + $2 == 4 && $1 > 0 && $2 > 0' "$tmp/p1.json" /groups/best /prefill_chips /decode_chips &&
+json_check '$1 > 0 && $2 > 0' "$tmp/p1.json" /groups/program /columns /rows ||
+    { echo "FAIL: plan --disaggregate: groups"; "$JSONQ" "$tmp/p1.json" "" /groups; fail=$((fail + 1)); }
+if json_check '$1 == "true"' "$tmp/p1.json" /groups /chosen >/dev/null; then
+    [ "$("$JSONQ" "$tmp/p1.json" /chosen /layout_text)" = "$("$JSONQ" "$tmp/p1.json" /groups/best /layout_text)" ] ||
+        { echo "FAIL: plan --disaggregate chose the pair but prints another layout"; fail=$((fail + 1)); }
+else
+    json_same "$tmp/p0.json" "$tmp/p1.json" /chosen/layout_text ||
+        { echo "FAIL: plan --disaggregate kept the shared layout but changed it"; fail=$((fail + 1)); }
+fi
 exit $fail
