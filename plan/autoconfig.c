@@ -320,6 +320,9 @@ sp_status sp_autoconfig_ex(const sp_model *m, const sp_hw *hw, int chips, const 
     if (plan_opts) o = *plan_opts;
     else sp_plan_opts_init(&o);
     if (o.size != sizeof o) return spi_fail(SP_EINVAL, "sp_autoconfig_ex: bad sp_plan_opts");
+    if (o.disaggregate)
+        return spi_fail(SP_ENOTSUP, "autoconfig with separate prefill and decode groups (sp_plan_opts.disaggregate) is "
+                                    "not implemented: a serving profile names one layout (sp_plan_solve searches them)");
     o.frontier = 0;
     o.rivals = 0;
     o.search_min_chips = 0;

@@ -1043,6 +1043,11 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
         out[k]->opts = o[k];
         red[k] = (spi_reduce){.o = &o[k], .main = 1, .frontier = 1};
     }
+    if (o[0].disaggregate) {
+        st = spi_fail(SP_ENOTSUP, "a frontier across instances with separate prefill and decode groups "
+                                  "(sp_plan_opts.disaggregate) is not implemented (sp_plan_solve searches them)");
+        goto fail;
+    }
     for (int i = 0; i < n_chips; i++)
         for (int j = 0; j < n_batches; j++) {
             if (chips[i] < 1 || batches[j] < 1) {

@@ -125,7 +125,8 @@ typedef struct sp_plan_opts {
                                         (separate groups, sp_layout.h), each from the space of its chip
                                         count, priced as the cost model prices groups; the pair is
                                         chosen when it beats every shared layout (doc/planner.md);
-                                        default 0 */
+                                        default 0.  sp_plan_frontier(s) and sp_autoconfig refuse it
+                                        (SP_ENOTSUP) */
 } sp_plan_opts;
 
 /* Defaults as above. */

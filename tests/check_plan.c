@@ -1066,6 +1066,18 @@ START_TEST(test_plan_disaggregate)
         sp_plan_free(a);
         sp_plan_free(b);
     }
+    /* where the groups are not searched, the flag is refused by name */
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.disaggregate = 1;
+    int chips[1] = {4};
+    int64_t batches[1] = {8};
+    sp_plan *f = NULL;
+    ck_assert_int_eq(sp_plan_frontier(&m, &hw, chips, 1, batches, 1, &w, &o, &f), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "separate prefill and decode groups"));
+    sp_layout l;
+    ck_assert_int_eq(sp_autoconfig(&m, &hw, 4, 8, &w, &o, &l), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "separate prefill and decode groups"));
 }
 END_TEST
 
