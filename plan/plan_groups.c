@@ -45,7 +45,9 @@
  *   (sp_cost_eval of sp_layout_disaggregate(p, d): its own KV transfer),
  *   keeping a pair that fits, meets the bounds and beats the incumbent,
  *   and fix x_p = 0: every pair of p is priced or cannot win, and the
- *   incumbent only improves.  Likewise for the chosen decode group d.  So
+ *   incumbent only improves.  Likewise for the chosen decode group d.
+ *   Then every group whose own term plus the least term of the other
+ *   side's free groups cannot beat the incumbent is fixed at 0 too.  So
  *   the answer is the best pair under the cost model's group pricing; the
  *   program keeps |P| + |D| (+1) columns and its rows, never |P| · |D|
  *   (column bounds change, no row is added), and each solve retires two
@@ -289,6 +291,38 @@ static sp_status price_pair(const spi_groups *g, const sp_model *m, const sp_hw 
     return SP_OK;
 }
 
+/* Fixes at 0 every free group whose pairs cannot beat the incumbent inc by
+ * a bound of its own side: its term plus the least term any free group of
+ * the other side adds (exact: each pair's measure is at least that).
+ * O(|P| + |D|); returns the groups fixed. */
+static int retire_hopeless(glp_prob *P, const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips,
+                           const sp_workload *w, const sp_plan_opts *o, measure k, double inc)
+{
+    const int np = g->np, nd = g->nd;
+    double pf_min = INFINITY, xb_min = INFINITY, dcx_min = INFINITY;
+    for (int p = 0; p < np; p++)
+        if (glp_get_col_type(P, 1 + p) != GLP_FX && g->pf[p].t < pf_min) pf_min = g->pf[p].t;
+    for (int d = 0; d < nd; d++)
+        if (glp_get_col_type(P, 1 + np + d) != GLP_FX) {
+            if (g->dc[d].xb < xb_min) xb_min = g->dc[d].xb;
+            if (g->dc[d].t + g->dc[d].xb < dcx_min) dcx_min = g->dc[d].t + g->dc[d].xb;
+        }
+    if (isinf(pf_min) || isinf(xb_min)) return 0;
+    int fixed = 0;
+    for (int p = 0; p < np && k != M_DC; p++) {
+        if (glp_get_col_type(P, 1 + p) == GLP_FX) continue;
+        double v = k == M_SUM ? g->pf[p].t + dcx_min : k == M_PF ? g->pf[p].t : g->pf[p].t + xb_min;
+        if (!(bound_objective(m, hw, chips, w, o, k, v) < inc)) glp_set_col_bnds(P, 1 + p, GLP_FX, 0, 0), fixed++;
+    }
+    for (int d = 0; d < nd && k != M_PF; d++) {
+        if (glp_get_col_type(P, 1 + np + d) == GLP_FX) continue;
+        const spi_gcand *b = &g->dc[d];
+        double v = k == M_SUM ? b->t + b->xb + pf_min : k == M_DC ? b->t2 : (b->t > pf_min ? b->t : pf_min) + b->xb;
+        if (!(bound_objective(m, hw, chips, w, o, k, v) < inc)) glp_set_col_bnds(P, 1 + np + d, GLP_FX, 0, 0), fixed++;
+    }
+    return fixed;
+}
+
 sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                            const sp_plan_opts *o, spi_groups_out *out)
 {
@@ -430,6 +464,8 @@ sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *
             glp_set_col_bnds(P, 1 + (side ? np : 0) + fix, GLP_FX, 0, 0);
             out->retired++;
         }
+        /* and every group its own side's bound rules out against the incumbent */
+        if (out->found) out->retired += retire_hopeless(P, g, m, hw, chips, w, o, k, out->objective);
         if (res != SP_PLAN_OPTIMAL) break;
     }
 #undef ROW

@@ -106,6 +106,17 @@ for r in 0 1; do
     json_check "\$1 == $r" -n -w /ph=X $tmp/tr.json.$r '/traceEvents/*' /pid ||
         { echo "FAIL: --trace under mpi: chip $r"; fail=$((fail + 1)); }
 done
+# --trace of separate groups (4 prefill + 2 decode ranks): each rank's file holds its own chip
+# (job ranks: the decode group after the prefill group) and its KV transfer messages
+mpi 6 --model tiny-llama --batch 8 --prompt 5 --gen 3 --trace $tmp/tg.json \
+    --layout prefill.mesh=4x1x1,decode.mesh=2x1x1,weights=f32,kv=f32 >$tmp/tg.out 2>$tmp/tg.err ||
+    { echo "FAIL: --trace of separate groups under mpi"; cat $tmp/tg.err; fail=$((fail + 1)); }
+for r in 0 1 2 3 4 5; do
+    case $r in [0-3]) dir=send ;; *) dir=recv ;; esac
+    json_check "\$1 == $r" -n -w /ph=X $tmp/tg.json.$r '/traceEvents/*' /pid &&
+        "$JSONQ" -w /ph=X $tmp/tg.json.$r '/traceEvents/*' /args/id | grep -q "^kv/$dir/" ||
+        { echo "FAIL: --trace of separate groups under mpi: chip $r"; fail=$((fail + 1)); }
+done
 # every rank rejects a layout alike: exit 2, one message, no hang
 mpi 2 --model tiny-llama --batch 3 --prompt 4 --gen 2 --layout mesh=3x1x1,prefill=ws1d/heads,decode=ws1d/heads \
     >$tmp/b.out 2>$tmp/b.err
