@@ -504,6 +504,7 @@ static const char *const group_lays[] = {
     "weights=f32,kv=f32,prefill.mesh=2x2x1,decode.mesh=2x2x2,prefill=ws1d/heads,decode=ws2d/batch",
     "prefill.stages=2,prefill.mesh=2x2x1,decode.mesh=2x2x1,microbatches=2",
     "prefill.mesh=2x2x1,decode.stages=2,decode.mesh=2x2x1,microbatches=2",
+    "mesh=2x2x1,groups=separate,prefill=ws2d/heads,decode=ws2d/batch",   /* equal groups, 4 + 4 */
 };
 
 START_TEST(test_groups_closed_form)
