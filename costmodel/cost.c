@@ -1055,38 +1055,29 @@ sp_workload sp_workload_padded(const sp_ragged *r)
 /* A ragged batch's stage (sp_workload): the lowering allows one stage and
  * one micro-batch, so the stage is the layout.  Programs are priced as
  * lowered (each decode step at its own contexts). */
-static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                                    const sp_ragged *r, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf)
+/* One replica's sequences v of a ragged batch r: its prefill, its decode runs, its chips' memory. */
+static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                                      const sp_ragged *v, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf,
+                                      sp_program p[3])
 {
-    if (r->n != w->batch || r->max_prompt != w->prompt || r->max_gen != w->gen)
-        return spi_fail(SP_EINVAL, "workload: a ragged batch's batch, prompt and gen are its sequences (%lld), longest "
-                                   "prompt (%lld) and longest generation (%lld)",
-                        (long long)r->n, (long long)r->max_prompt, (long long)r->max_gen);
-    sp_program *p = malloc(3 * sizeof *p);   /* prefill, decode (step 1, sized for every step), one step */
-    if (!p) return spi_fail(SP_ENOMEM, "cost model: programs of a ragged batch");
     sp_status st = SP_OK;
-    int64_t l0;
-    memset(k, 0, sizeof *k);
-    sp_layout_stage_layers(l, m->n_layers, s, &l0, &k->layers);
-    k->first = s == 0;
-    k->last = s == l->stages - 1;
-    k->units = 1;
     static const int64_t as_lowered[2] = {0, 0};
-    sp_shape pf_sh = {r->n, r->max_prompt, r->max_prompt, r->max_context, opts->act_dtype, 0};
+    /* the job's batch (the layout splits it) and the batch's longest context (every slot's) */
+    sp_shape pf_sh = {r->n, v->max_prompt, v->max_prompt, r->max_context, opts->act_dtype, 0};
     sp_shape dc_sh = {r->n, 1, r->max_context, r->max_context, opts->act_dtype, 0};
-    if (run_pf && !(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf_sh, r, 0, s, &p[0])) &&
+    if (run_pf && !(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf_sh, v, 0, s, &p[0])) &&
         !(st = price_program(&p[0], hw, as_lowered, &k->pf, NULL)))
         k->pf_ps = spi_ps(k->pf.time_s);
-    if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, r, s, &p[1], &p[2]);
+    if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, v, s, &p[1], &p[2]);
     if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &k->mem);
     sp_cost_pipe pipe;
     sp_cost_pipe_terms(hw, l, 1, &pipe);
-    for (int64_t s0 = 1; s0 <= r->max_gen && !st;) {
-        int64_t s1 = sp_ragged_segment_end(r, s0), t[2];
+    for (int64_t s0 = 1; s0 <= v->max_gen && !st;) {
+        int64_t s1 = sp_ragged_segment_end(v, s0), t[2];
         sp_phase_cost c[2];
         for (int e = 0; e < 2 && !st; e++) {
             if (e && s1 == s0) c[1] = c[0];
-            else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, r, e ? s1 : s0, s, &p[2])))
+            else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, s, &p[2])))
                 st = price_program(&p[2], hw, as_lowered, &c[e], NULL);
             int64_t ps = spi_ps(c[e].time_s);
             if (!st && (t[e] = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], ps, ps)) < 0)
@@ -1099,7 +1090,53 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
         k->dn = c[1];
         s0 = s1 + 1;
     }
+    return st;
+}
+
+/* A ragged batch's stage (sp_cost_eval_ragged): the lowering allows one
+ * stage and one micro-batch, so the stage is the layout.  Each replica runs
+ * its own sequences (sp_lower.h, "Ragged batches"): the slowest replica's
+ * prefill and decode set the times, the chip that holds the most the
+ * memory.  Programs are priced as lowered (each decode step at its own
+ * contexts). */
+static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                                    const sp_ragged *r, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf)
+{
+    if (r->n != w->batch || r->max_prompt != w->prompt || r->max_gen != w->gen)
+        return spi_fail(SP_EINVAL, "workload: a ragged batch's batch, prompt and gen are its sequences (%lld), longest "
+                                   "prompt (%lld) and longest generation (%lld)",
+                        (long long)r->n, (long long)r->max_prompt, (long long)r->max_gen);
+    if (l->replicas < 1 || r->n % l->replicas)
+        return spi_fail(SP_EINVAL, "ragged batch of %lld sequences does not split into %d replicas", (long long)r->n,
+                        l->replicas);
+    sp_program *p = malloc(3 * sizeof *p);   /* prefill, decode (step 1, sized for every step), one step */
+    if (!p) return spi_fail(SP_ENOMEM, "cost model: programs of a ragged batch");
+    sp_status st = SP_OK;
+    int64_t l0, per = r->n / l->replicas;
+    memset(k, 0, sizeof *k);
+    for (int rep = 0; rep < l->replicas && !st; rep++) {
+        sp_ragged v;
+        stage_kind kr;
+        memset(&kr, 0, sizeof kr);
+        if ((st = sp_ragged_slice(r, rep * per, per, &v)) ||
+            (st = replica_price_ragged(m, hw, l, r, &v, opts, s, &kr, run_pf, p)))
+            break;
+        if (rep == 0 || kr.pf_ps > k->pf_ps) {
+            k->pf = kr.pf;
+            k->pf_ps = kr.pf_ps;
+        }
+        if (rep == 0 || kr.ragged_decode_s > k->ragged_decode_s) {
+            k->ragged_decode_s = kr.ragged_decode_s;
+            k->d1 = kr.d1;
+            k->dn = kr.dn;
+        }
+        if (rep == 0 || kr.mem.total > k->mem.total) k->mem = kr.mem;
+    }
     free(p);
+    sp_layout_stage_layers(l, m->n_layers, s, &l0, &k->layers);
+    k->first = s == 0;
+    k->last = s == l->stages - 1;
+    k->units = 1;
     return st;
 }
 

@@ -211,10 +211,12 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
  * equals when every length is equal.  decode_step_s and the decode
  * breakdown are the last step's (s = max gen); tokens_per_s, MFU and cost
  * per token count the actual tokens; memory: the KV cache at the longest
- * sequence (max prompt_b + gen_b), buffers for the largest step.  One
- * stage, one replica, one micro-batch and the layouts the lowering takes
- * (else SP_EINVAL naming what is not implemented).  Compare with
- * sp_cost_eval of sp_workload_padded(r). */
+ * sequence (max prompt_b + gen_b), buffers for the largest step.  With
+ * replicas each runs its own sequences (B/R consecutive ones): the slowest
+ * replica's prefill and decode set the times (decode_step_s its last step),
+ * the chip that holds the most the memory.  One stage, one micro-batch and
+ * the layouts the lowering takes (else SP_EINVAL naming what is not
+ * implemented).  Compare with sp_cost_eval of sp_workload_padded(r). */
 sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                               const sp_cost_opts *opts, sp_cost *out);
 

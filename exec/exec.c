@@ -284,17 +284,22 @@ static sp_status chip_run(chip *ch)
     }
     for (int64_t s = ex->role == 2 ? 1 : 0; s < (ex->role == 1 ? 1 : G) && !st; s++) {
         ch->token = s;
+        int idle = 0;
         if (s == 0) ch->prog = ch->pf;
         else {
             sp_shape sh = spi_shape_of(ex, 1, s);
-            /* a ragged batch: step s runs the sequences still generating (sp_lower_ragged) */
-            if ((st = sp_lower_ragged(ch->m, l, SP_PHASE_DECODE, &sh, ex->ragged, s, ch->stage, dstep))) break;
+            /* a ragged batch: step s runs the replica's sequences still generating (sp_lower_ragged);
+             * a replica whose sequences are all done idles until the others are */
+            if (ex->ragged && s > ch->rg.max_gen) idle = 1;
+            else if ((st = sp_lower_ragged(ch->m, l, SP_PHASE_DECODE, &sh, ex->ragged ? &ch->rg : NULL, s, ch->stage,
+                                           dstep)))
+                break;
             ch->prog = dstep;
         }
         /* a prefill runs each micro-batch as passes (sp_program: sequence chunks, each as
          * token passes in order); a decode step is one pass */
         int64_t nseq = s == 0 ? ch->pf->passes_seq : 1, ntok = s == 0 ? ch->pf->passes_tok : 1;
-        for (int64_t u = 0; u < (int64_t)l->microbatches * nseq * ntok && !st; u++) {
+        for (int64_t u = 0; u < (idle ? 0 : (int64_t)l->microbatches * nseq * ntok) && !st; u++) {
             int mb = (int)(u / (nseq * ntok));
             int64_t i = u / ntok % nseq, j = u % ntok;
             if (s == 0 && j < ntok - 1) {
@@ -583,11 +588,18 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     if (!p) return spi_fail(SP_ENOMEM, "program");
     sp_status st = SP_OK;
     int64_t chip_bytes = 0;   /* the largest stage's bytes per chip: what chip_setup will allocate */
-    for (int s = 0; s < l->stages && !st; s++) {
-        sp_shape sh = {batch, prompt, prompt, ctx, SP_DT_F32, 0};
-        st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &sh, r, 0, s, &p[0]);
+    /* a ragged batch: each replica's programs take its own sequences */
+    int nrep = r ? l->replicas : 1;
+    if (r && (l->replicas < 1 || batch % l->replicas)) st = spi_fail(SP_EINVAL, "ragged batch of %lld sequences over %d replicas", (long long)batch, l->replicas);
+    for (int s = 0; s < l->stages * nrep && !st; s++) {
+        sp_ragged v, *rv = NULL;
+        if (r && !(st = sp_ragged_slice(r, s % nrep * (batch / nrep), batch / nrep, &v))) rv = &v;
+        if (st) break;
+        sp_shape sh = {batch, rv ? rv->max_prompt : prompt, rv ? rv->max_prompt : prompt, ctx, SP_DT_F32, 0};
+        st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &sh, rv, 0, s / nrep, &p[0]);
         sp_shape sd = {batch, 1, ctx, ctx, SP_DT_F32, 0};
-        if (!st) st = r ? sp_lower_ragged_decode(m, l, &sd, r, s, &p[1], &p[2]) : sp_lower(m, l, SP_PHASE_DECODE, &sd, s, &p[1]);
+        if (!st) st = rv ? sp_lower_ragged_decode(m, l, &sd, rv, s / nrep, &p[1], &p[2])
+                         : sp_lower(m, l, SP_PHASE_DECODE, &sd, s / nrep, &p[1]);
         sp_mem_sizes ms;
         if (!st) st = sp_lower_mem_sizes(&p[0], &p[1], &ms);
         if (!st && ms.total > chip_bytes) chip_bytes = ms.total;

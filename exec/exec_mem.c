@@ -87,10 +87,13 @@ sp_status spi_chip_setup(chip *ch)
     /* a group of separate groups runs its phase alone: its memory is that phase's */
     if (ex->ragged) {
         /* a ragged batch: decode's program sized for its largest step (the arena holds every step) */
+        int64_t per = ex->B / ch->l->replicas;   /* this replica's sequences (sp_lower.h, "Ragged batches") */
+        SP_CHECK(sp_ragged_slice(ex->ragged, ch->replica * per, per, &ch->rg));
+        sp.q_len = sp.context = ch->rg.max_prompt;
         sp_program *tmp = malloc(sizeof *tmp);
         if (!tmp) return spi_fail(SP_ENOMEM, "programs");
-        sp_status st = sp_lower_ragged(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ex->ragged, 0, ch->stage, ch->pf);
-        if (!st) st = sp_lower_ragged_decode(ch->m, ch->l, &sd, ex->ragged, ch->stage, ch->dc, tmp);
+        sp_status st = sp_lower_ragged(ch->m, ch->l, SP_PHASE_PREFILL, &sp, &ch->rg, 0, ch->stage, ch->pf);
+        if (!st) st = sp_lower_ragged_decode(ch->m, ch->l, &sd, &ch->rg, ch->stage, ch->dc, tmp);
         free(tmp);
         SP_CHECK(st);
     } else {

@@ -145,8 +145,10 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
  * sequence b's first prompt_b tokens (the rest unread), and writes tokens
  * as (B, max gen), sequence b's first gen_b (the rest untouched);
  * last_logits are those of each sequence's own last token.  The arena is
- * sized for the largest decode step (sp_lower_ragged_decode).  THREADS and
- * MPI; SP_EINVAL for NCCL and for the layouts the lowering refuses. */
+ * sized for the largest decode step (sp_lower_ragged_decode).  Replicas:
+ * each runs its own sequences' programs (a replica done before the others
+ * idles through their steps).  THREADS and MPI; SP_EINVAL for NCCL and for
+ * the layouts the lowering refuses. */
 sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_ragged *r, const sp_weights *w,
                                sp_comm_backend backend, sp_exec **out);
 void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */

@@ -86,6 +86,7 @@ typedef struct chip {
     spi_xdev dev;                    /* where buffers, weights and the KV cache live */
     const spi_xops *ops;             /* dev.ops, NULL until the device is open */
     sp_program *pf, *dc, *prog;
+    sp_ragged rg;                    /* a ragged batch: this chip's replica's sequences (a view of ex->ragged) */
     void *buf[SP_BUF_COUNT];
     int64_t first_layer;
     void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */

@@ -1545,12 +1545,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (rg) {
         /* a ragged batch (sp_lower.h, "Ragged batches"): every chip holds every sequence's tokens */
         const sp_ragged *r = rg;
-        if (r->n != shape->batch)
-            BAD("ragged batch of %lld sequences lowered as a batch of %lld", (long long)r->n, (long long)shape->batch);
-        if (l->stages > 1 || l->replicas > 1 || l->microbatches > 1)
-            BAD("ragged batches with pipeline stages, replicas or micro-batches (stages=%d, replicas=%d, "
-                "microbatches=%d): not implemented (per-chip token counts would differ)",
-                l->stages, l->replicas, l->microbatches);
+        if (l->stages > 1 || l->microbatches > 1)
+            BAD("ragged batches with pipeline stages or micro-batches (stages=%d, microbatches=%d): not implemented",
+                l->stages, l->microbatches);
+        if (r->n != p->micro_batch)
+            BAD("ragged batch of %lld sequences lowered for a replica of %lld (batch %lld over %d replicas: each "
+                "replica's program takes its own sequences, sp_ragged_slice)", (long long)r->n,
+                (long long)p->micro_batch, (long long)shape->batch, l->replicas);
         if (l->prefill_chunk || l->prefill_tokens)
             BAD("ragged batches with prefill_chunk or prefill_tokens: not implemented");
         if (sp_layout_offloads(l)) BAD("ragged batches with offload_weights or offload_kv: not implemented");

@@ -12,8 +12,10 @@
 void sp_ragged_free(sp_ragged *r)
 {
     if (!r) return;
-    free(r->prompt);
-    free(r->gen);
+    if (!r->view) {
+        free(r->prompt);
+        free(r->gen);
+    }
     memset(r, 0, sizeof *r);
 }
 
@@ -259,6 +261,20 @@ sp_status sp_ragged_load_file(const char *path, sp_ragged *out, sp_error *err)
     }
     free(buf);
     return st;
+}
+
+sp_status sp_ragged_slice(const sp_ragged *r, int64_t first, int64_t n, sp_ragged *out)
+{
+    memset(out, 0, sizeof *out);
+    if (first < 0 || n < 1 || first + n > r->n)
+        return spi_fail(SP_EINVAL, "sequences %lld .. %lld of a batch of %lld", (long long)first,
+                        (long long)(first + n - 1), (long long)r->n);
+    out->n = n;
+    out->prompt = r->prompt + first;
+    out->gen = r->gen + first;
+    out->view = 1;
+    finish(out);
+    return SP_OK;
 }
 
 int64_t sp_ragged_active_count(const sp_ragged *r, int64_t s)

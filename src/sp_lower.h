@@ -51,11 +51,14 @@
  *   ATTN kv_bytes_read (decode) = 2 · Σ_b ctx_b · kv_heads · D · kv bytes
  *   KV_STORE kv_bytes_written = 2 · T · kv_heads · D · kv bytes
  * The last-token SLICE of prefill keeps row row0_b + prompt_b − 1 of each.
- * Every chip of the tensor mesh holds every sequence's tokens: ragged
- * batches lower for one stage, one replica, one micro-batch, no chunked
- * prefill, no offload, dense models, weight-stationary FFNs (ws1d, ws2d)
- * with head-sharded attention; the others are refused by name (sequences
- * split across chips would give the chips different token counts).
+ * Every chip of the tensor mesh holds every sequence's tokens of its
+ * replica; replica i's program is lowered with its own sequences [i·B/R,
+ * (i+1)·B/R) (sp_ragged_slice), so the replicas' token counts, step shapes
+ * and collectives' sizes differ and each replica's chips run its program.
+ * Ragged batches lower for one stage, one micro-batch, no chunked prefill,
+ * no offload, dense models, weight-stationary FFNs (ws1d, ws2d) with
+ * head-sharded attention; the others are refused by name (sequences split
+ * within a tensor mesh would give its chips different token counts).
  *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
@@ -489,8 +492,9 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
                    sp_program *out);
 
 /* sp_lower for a ragged batch r (sp_ragged.h, borrowed: the program
- * points at it until it is no longer used; NULL: sp_lower).  shape.batch =
- * r->n, max_context >= r->max_context.  Prefill: q_len = context =
+ * points at it until it is no longer used; NULL: sp_lower): the sequences
+ * of one replica, r->n = shape.batch / replicas (with replicas, a slice of
+ * the batch: sp_ragged_slice); max_context >= r->max_context.  Prefill: q_len = context =
  * r->max_prompt; the rows are the Σ prompt_b tokens packed sequence after
  * sequence.  Decode: q_len 1 and `step` s (1 .. r->max_gen); the rows are
  * the sequences with gen_b >= s, in order, each at context prompt_b + s

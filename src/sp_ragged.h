@@ -38,6 +38,7 @@ typedef struct sp_ragged {
     int64_t *gen;              /* (n) generated tokens of each sequence, >= 1; owned */
     int64_t max_prompt, max_gen, max_context;   /* max_context = max_b prompt_b + gen_b */
     int64_t sum_prompt, sum_gen;
+    int view;                  /* 1: prompt and gen are borrowed from another (sp_ragged_slice) */
 } sp_ragged;
 
 /* Reads a workload file: JSON ({"sequences": [{"prompt": P, "gen": G}, ...]},
@@ -51,7 +52,10 @@ sp_status sp_ragged_load_file(const char *path, sp_ragged *out, sp_error *err);
 sp_status sp_ragged_loads(const char *text, const char *source, sp_ragged *out, sp_error *err);
 /* Builds one from arrays (copied); SP_EINVAL for a length out of range. */
 sp_status sp_ragged_from(const int64_t *prompt, const int64_t *gen, int64_t n, sp_ragged *out);
-void sp_ragged_free(sp_ragged *r);   /* NULL and a freed one are no-ops */
+void sp_ragged_free(sp_ragged *r);   /* NULL and a freed one are no-ops; a view's arrays stay */
+/* *out = sequences [first, first + n) of r, a view of r's arrays (valid
+ * while r is; its totals its own).  SP_EINVAL outside r. */
+sp_status sp_ragged_slice(const sp_ragged *r, int64_t first, int64_t n, sp_ragged *out);
 
 /* Decode step s (1 .. max_gen): 1 if sequence b takes part (gen_b >= s). */
 static inline int sp_ragged_active(const sp_ragged *r, int64_t b, int64_t s) { return r->gen[b] >= s; }

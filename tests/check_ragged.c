@@ -226,6 +226,7 @@ static const struct price_case {
     {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 64},
     {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 32, 1024, 32},
     {"tiny-gpt2", "a100-80g", "mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", 3, 7, 1},
+    {"llama2-7b", "h100", "replicas=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -262,9 +263,10 @@ START_TEST(test_equal_lengths_price_as_padded)
     ck_assert_int_eq(a.mem.total, b.mem.total);
     ck_assert_int_eq(a.mem.kv, b.mem.kv);
 
-    /* one sequence shorter in prompt and gen: cheaper, never dearer, than padded */
-    P[0] = c->prompt > 1 ? c->prompt / 2 : 1;
-    G[0] = c->gen > 1 ? c->gen / 2 : 1;
+    /* the first and last sequences (one in each replica) shorter in prompt and gen: cheaper,
+     * never dearer, than padded */
+    P[0] = P[c->batch - 1] = c->prompt > 1 ? c->prompt / 2 : 1;
+    G[0] = G[c->batch - 1] = c->gen > 1 ? c->gen / 2 : 1;
     sp_ragged_free(&r);
     ck_assert_int_eq(sp_ragged_from(P, G, c->batch, &r), SP_OK);
     ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &a) == SP_OK, "%s", sp_last_error());
@@ -310,6 +312,39 @@ START_TEST(test_decode_runs)
 }
 END_TEST
 
+/* Replicas run their own sequences: the slower replica's times, each as its
+ * sequences alone on one replica of the same tensor mesh. */
+START_TEST(test_replicas_slowest)
+{
+    sp_model m = small_model();
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l2 = layout_of("replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    sp_layout l1 = layout_of(tp_layouts[1]);
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r, v[2];
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_cost c, cv[2];
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l2, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(sp_ragged_slice(&r, 2 * i, 2, &v[i]), SP_OK);
+        ck_assert_int_eq(v[i].view, 1);
+        ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l1, &v[i], NULL, &cv[i]) == SP_OK, "%s", sp_last_error());
+    }
+    /* replica 0 prefills 10 tokens (3 + 7), replica 1 six (1 + 5); replica 1 decodes 6 steps, replica 0 four */
+    ck_assert(cv[0].prefill_s > cv[1].prefill_s);
+    ck_assert(cv[1].decode_s > cv[0].decode_s);
+    ck_assert_msg(c.prefill_s == cv[0].prefill_s, "prefill %.9g vs replica 0's %.9g", c.prefill_s, cv[0].prefill_s);
+    ck_assert_msg(c.decode_s == cv[1].decode_s, "decode %.9g vs replica 1's %.9g", c.decode_s, cv[1].decode_s);
+    ck_assert_int_eq(c.chips, 4);
+    ck_assert_msg(fabs(c.tokens_per_s - 15 / c.total_s) <= 1e-9 * c.tokens_per_s, "tokens/s");
+    sp_ragged_free(&v[0]);
+    ck_assert_int_eq(r.prompt[0], 3);   /* a view's free leaves the batch's arrays */
+    sp_ragged_free(&r);
+}
+END_TEST
+
 START_TEST(test_refused_by_name)
 {
     static sp_program p;
@@ -320,7 +355,6 @@ START_TEST(test_refused_by_name)
     static const struct { const char *layout, *why; } no[] = {
         {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch", "batch-sharded attention"},
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "wg-x"},
-        {"replicas=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "replicas"},
         {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "pipeline stages"},
         {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
     };
@@ -355,6 +389,11 @@ static const struct run_case {
     {"tiny-llama", "mesh=2x2x2,weights=bf16,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
     {"tiny-gpt2", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-gpt2", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    /* replicas: each its own sequences (replica 0: prompts 3, 7, gens 4, 2; replica 1: 1, 5 and 6, 3) */
+    {"tiny-llama", "replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-gpt2", "replicas=2,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-llama", "replicas=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
 };
 
 /* bytes a program's collectives send, summed over its chips and one pass's steps */
@@ -434,24 +473,34 @@ START_TEST(test_exec_each_sequence_alone)
         pred += st.predicted_bytes[k];
     }
     static sp_program pf, dc, tmp;
-    int64_t chips = sp_layout_chips(&l);
-    sp_shape psh = {N, MP, MP, r.max_context, SP_DT_F32, 0}, dsh = {N, 1, r.max_context, r.max_context, SP_DT_F32, 0};
-    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &r, 0, 0, &pf), SP_OK);
-    uint64_t want = program_bytes(&pf, chips);
-    for (int64_t s = 1; s < MG; s++) {
-        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &r, s, 0, &tmp), SP_OK);
-        want += program_bytes(&tmp, chips);
+    int64_t tp = (int64_t)l.mesh[0] * l.mesh[1] * l.mesh[2], per = N / l.replicas, most = 0;
+    sp_shape dsh = {N, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    uint64_t want = 0;
+    for (int rep = 0; rep < l.replicas; rep++) {
+        /* each replica's programs: its own sequences, prefill and decode steps 1 .. its longest gen − 1 */
+        sp_ragged v;
+        ck_assert_int_eq(sp_ragged_slice(&r, rep * per, per, &v), SP_OK);
+        sp_shape psh = {N, v.max_prompt, v.max_prompt, r.max_context, SP_DT_F32, 0};
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v, 0, 0, &pf), SP_OK);
+        want += program_bytes(&pf, tp);
+        for (int64_t s = 1; s < MG && s <= v.max_gen; s++) {
+            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v, s, 0, &tmp), SP_OK);
+            ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v, s));
+            want += program_bytes(&tmp, tp);
+        }
+        /* memory: the arena is the lowering's prediction for the largest step */
+        ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &v, 0, &dc, &tmp), SP_OK);
+        sp_mem_sizes ms;
+        ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
+        if (ms.total > most) most = ms.total;
+        sp_ragged_free(&v);
     }
     ck_assert_msg(pred == want, "%s %s: predicted %llu bytes, the programs %llu", c->model, c->layout,
                   (unsigned long long)pred, (unsigned long long)want);
-    if (chips > 1) ck_assert(meas > 0);
-    /* memory: the arena is the lowering's prediction for the largest step */
-    ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &r, 0, &dc, &tmp), SP_OK);
-    sp_mem_sizes ms;
-    ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
-    ck_assert_msg(st.allocated_bytes_per_chip == ms.total && st.predicted_bytes_per_chip == ms.total,
+    if (tp > 1) ck_assert(meas > 0);
+    ck_assert_msg(st.allocated_bytes_per_chip == most && st.predicted_bytes_per_chip == most,
                   "%s %s: allocated %lld, predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
-                  (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)ms.total);
+                  (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)most);
     sp_exec_free(ex);
     sp_ragged_free(&r);
     sp_weights_free(&w);
@@ -493,6 +542,7 @@ int main(void)
     tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
+    tcase_add_test(tc, test_replicas_slowest);
     tcase_add_test(tc, test_refused_by_name);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("exec");
