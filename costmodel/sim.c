@@ -360,3 +360,48 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
     out->makespan_s = out->prefill.makespan_s + out->kv_transfer_s + out->decode.makespan_s;
     return SP_OK;
 }
+
+sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                             const sp_sim_opts *opts, sp_sim_times *out)
+{
+    if (!m || !hw || !l || !r || !out) return spi_fail(SP_EINVAL, "sp_sim_eval_ragged: NULL argument");
+    sp_sim_opts o;
+    if (opts) o = *opts;
+    else sp_sim_opts_init(&o);
+    memset(out, 0, sizeof *out);
+    /* the checks sp_cost_eval_ragged runs (the workload, the layout applies) */
+    sp_cost c;
+    sp_cost_opts co = o.cost;
+    co.fresh = 1;
+    SP_CHECK(sp_cost_eval_ragged(m, hw, l, r, &co, &c));
+    if (l->replicas > 1)
+        return spi_fail(SP_EINVAL, "simulate of a ragged batch over replicas: not implemented (each replica runs its own "
+                                   "programs; estimate --workload prices them)");
+    sp_program *p = malloc(sizeof *p);
+    if (!p) return spi_fail(SP_ENOMEM, "simulator: a ragged batch's program");
+    const sp_program *pp[1] = {p};
+    sp_status st = SP_OK;
+    sp_shape pf = {r->n, r->max_prompt, r->max_prompt, r->max_context, o.cost.act_dtype, 0};
+    sp_shape dc = {r->n, 1, r->max_context, r->max_context, o.cost.act_dtype, 0};
+    if (!(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, r, 0, 0, p)) &&
+        !(st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill)))
+        out->prefill_s = out->prefill.step_s;
+    /* every decode step, each with its own sequences and contexts, one after another */
+    o.tokens = 1;
+    o.t0_s += out->prefill.makespan_s;
+    for (int64_t s = 1; s <= r->max_gen && !st; s++) {
+        sp_sim_result d;
+        o.token0 = s - 1;
+        if ((st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, r, s, 0, p)) ||
+            (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d)))
+            break;
+        out->decode_s += d.makespan_s;
+        out->decode.makespan_s += d.makespan_s;
+        out->decode.events += d.events;
+        out->decode.step_s = out->decode_step_s = d.step_s;
+        o.t0_s += d.makespan_s;
+    }
+    out->makespan_s = out->prefill.makespan_s + out->decode.makespan_s;
+    free(p);
+    return st;
+}

@@ -88,6 +88,7 @@ typedef struct sp_sim_times {
     sp_sim_result prefill, decode;
     double kv_transfer_s;    /* separate groups: the KV transfer (0 otherwise) */
     double makespan_s;       /* the timeline: prefill, the transfer, the simulated decode steps */
+    double decode_s;         /* sp_sim_eval_ragged: every decode step, summed (0 from sp_sim_eval) */
 } sp_sim_times;
 /* Lowers every stage (the shapes sp_cost_eval uses) and simulates prefill,
  * then decode; traced decode steps follow the prefill on the timeline and
@@ -112,6 +113,18 @@ typedef struct sp_sim_times {
  * the picosecond (a decode pipeline adds its fill to the first step). */
 sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                       const sp_sim_opts *opts, sp_sim_times *out);
+
+/* A ragged batch r (sp_ragged.h; sp_lower.h, "Ragged batches"): the packed
+ * prefill program, then every decode step s = 1 .. max gen with its own
+ * program (the sequences still generating, each at its context), one after
+ * the other on the timeline (step ids decode<s−1>): decode_s is their sum,
+ * decode_step_s the last one's, makespan_s prefill + decode_s.  Beside
+ * sp_cost_eval_ragged, which prices each run of steps with the same
+ * sequences by its ends, this prices every step.  One replica (SP_EINVAL
+ * naming replicas otherwise), the layouts the lowering takes; opts->tokens
+ * is ignored. */
+sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                             const sp_sim_opts *opts, sp_sim_times *out);
 
 #ifdef __cplusplus
 }

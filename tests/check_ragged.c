@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "costmodel/sp_cost.h"
+#include "costmodel/sp_sim.h"
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
 #include "sp_layout.h"
@@ -345,6 +346,46 @@ START_TEST(test_replicas_slowest)
 }
 END_TEST
 
+/* The simulator runs every decode step: its prefill and last step are the
+ * closed form's programs (equal), its decode the sum of every step's price,
+ * which the closed form's runs-by-their-ends approximate. */
+START_TEST(test_simulate_every_step)
+{
+    sp_model m = small_model();
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l = layout_of(tp_layouts[3]);
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_cost c;
+    sp_sim_times t;
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(sp_sim_eval_ragged(&m, &hw, &l, &r, NULL, &t) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(t.prefill_s == c.prefill_s, "prefill %.12g vs %.12g", t.prefill_s, c.prefill_s);
+    ck_assert_msg(t.decode_step_s == c.decode_step_s, "last step %.12g vs %.12g", t.decode_step_s, c.decode_step_s);
+    static sp_program p;
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+    double sum = 0;
+    for (int s = 1; s <= 6; s++) {
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, s, 0, &p), SP_OK);
+        sp_phase_cost pc;
+        sp_cost_program(&p, &hw, 0, &pc);
+        sum += pc.time_s;
+    }
+    ck_assert_msg(fabs(t.decode_s - sum) <= 1e-9 * sum, "simulated decode %.12g, steps %.12g", t.decode_s, sum);
+    ck_assert_msg(fabs(t.decode_s - c.decode_s) <= 1e-2 * sum, "simulated decode %.9g, closed form %.9g", t.decode_s,
+                  c.decode_s);
+    ck_assert_msg(fabs(t.makespan_s - (t.prefill_s + t.decode_s)) <= 1e-12, "makespan");
+    /* replicas: refused by name */
+    sp_layout l2 = layout_of("replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    ck_assert_int_eq(sp_sim_eval_ragged(&m, &hw, &l2, &r, NULL, &t), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "replicas: not implemented"), "%s", sp_last_error());
+    sp_ragged_free(&r);
+}
+END_TEST
+
 START_TEST(test_refused_by_name)
 {
     static sp_program p;
@@ -543,6 +584,7 @@ int main(void)
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);
+    tcase_add_test(tc, test_simulate_every_step);
     tcase_add_test(tc, test_refused_by_name);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("exec");

@@ -35,6 +35,15 @@ json_check '$1 == $2 && $3 == $4 && $5 == $6' "$tmp/eq.out" "" /prefill_s /padde
     /padded/decode_s /total_s /padded/total_s &&
     json_same "$tmp/eq.out" "$tmp/u.out" /total_s /tokens_per_s /memory_per_chip ||
     { echo "FAIL: equal lengths do not price as the padded batch"; fail=$((fail + 1)); }
+# simulate: every decode step, beside the closed form
+"$SHARDPLAN" simulate --model llama2-7b --hw h100 --chips 2 --layout $LAY --workload "$tmp/w.csv" --json \
+    --trace "$tmp/t.json" >"$tmp/sim.json" 2>"$tmp/sim.err" ||
+    { echo "FAIL: simulate --workload: exit $?"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
+json_check '$1 == $2 && $3 == $4 && abs($5 - $6) <= 0.01 * $6 && $7 > 0' "$tmp/sim.json" "" /prefill_s \
+    /closed_form_prefill_s /decode_step_s /closed_form_decode_step_s /decode_s /closed_form_decode_s /events ||
+    { echo "FAIL: simulate --workload figures"; fail=$((fail + 1)); }
+[ "$("$JSONQ" -l "$tmp/t.json" /traceEvents)" -gt 0 ] 2>/dev/null ||
+    { echo "FAIL: simulate --workload --trace: no events"; fail=$((fail + 1)); }
 # bad input: exit 2, file:line and field
 expect2() {   # expect2 NAME PATTERN ARGS...
     _n=$1 _p=$2; shift 2
