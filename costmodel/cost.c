@@ -1079,8 +1079,20 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
             if (e && s1 == s0) c[1] = c[0];
             else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, s, &p[2])))
                 st = price_program(&p[2], hw, as_lowered, &c[e], NULL);
-            int64_t ps = spi_ps(c[e].time_s);
-            if (!st && (t[e] = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], ps, ps)) < 0)
+            /* the step through every stage (stage s's program priced above; the first stage's
+             * kind carries the job's decode time, every kind its own breakdown) */
+            int64_t sum = spi_ps(c[e].time_s), most = sum;
+            for (int o = 0; o < l->stages && s == 0 && !st; o++) {
+                sp_phase_cost co;
+                if (o == s) continue;
+                if ((st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, o, &p[2])) ||
+                    (st = price_program(&p[2], hw, as_lowered, &co, NULL)))
+                    break;
+                int64_t ps = spi_ps(co.time_s);
+                sum += ps;
+                if (ps > most) most = ps;
+            }
+            if (!st && (t[e] = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], sum, most)) < 0)
                 st = spi_fail(SP_EINVAL, "decode step time (ps) does not fit in 64 bits (the request is too large to represent)");
         }
         if (st) break;
@@ -1093,12 +1105,14 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
     return st;
 }
 
-/* A ragged batch's stage (sp_cost_eval_ragged): the lowering allows one
- * stage and one micro-batch, so the stage is the layout.  Each replica runs
- * its own sequences (sp_lower.h, "Ragged batches"): the slowest replica's
- * prefill and decode set the times, the chip that holds the most the
- * memory.  Programs are priced as lowered (each decode step at its own
- * contexts). */
+/* A ragged batch's stage s (sp_cost_eval_ragged): one micro-batch (the
+ * lowering allows no more), so the prefill composes from the stages' times
+ * as for any layout; decode steps differ, so the first stage's kind
+ * carries the job's whole decode time, each step composed over every
+ * stage (ragged_decode_s).  Each replica runs its own sequences (sp_lower.h,
+ * "Ragged batches"): the slowest replica's prefill and decode set the
+ * times, the chip that holds the most the memory.  Programs are priced as
+ * lowered (each decode step at its own contexts). */
 static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                                     const sp_ragged *r, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf)
 {
@@ -1480,7 +1494,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         double step1 = (double)t1 * 1e-12, stepn = (double)tn * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
-        if (rg) out->decode_s = kinds[0].ragged_decode_s;   /* one stage (stage_price_ragged) */
+        if (rg) out->decode_s = kinds[0].ragged_decode_s;   /* the first stage's kind: every stage's steps */
     }
     out->total_s = out->prefill_s + out->decode_s;
 

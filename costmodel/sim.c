@@ -377,24 +377,24 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     if (l->replicas > 1)
         return spi_fail(SP_EINVAL, "simulate of a ragged batch over replicas: not implemented (each replica runs its own "
                                    "programs; estimate --workload prices them)");
-    sp_program *p = malloc(sizeof *p);
-    if (!p) return spi_fail(SP_ENOMEM, "simulator: a ragged batch's program");
-    const sp_program *pp[1] = {p};
+    int S = l->stages;
+    sp_program *p = calloc((size_t)S, sizeof *p);
+    const sp_program **pp = calloc((size_t)S, sizeof *pp);
     sp_status st = SP_OK;
+    if (!p || !pp) st = spi_fail(SP_ENOMEM, "simulator: a ragged batch's programs (%d stages)", S);
+    for (int i = 0; i < S && !st; i++) pp[i] = &p[i];
     sp_shape pf = {r->n, r->max_prompt, r->max_prompt, r->max_context, o.cost.act_dtype, 0};
     sp_shape dc = {r->n, 1, r->max_context, r->max_context, o.cost.act_dtype, 0};
-    if (!(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, r, 0, 0, p)) &&
-        !(st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill)))
-        out->prefill_s = out->prefill.step_s;
+    for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, r, 0, i, &p[i]);
+    if (!st && !(st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill))) out->prefill_s = out->prefill.step_s;
     /* every decode step, each with its own sequences and contexts, one after another */
     o.tokens = 1;
     o.t0_s += out->prefill.makespan_s;
     for (int64_t s = 1; s <= r->max_gen && !st; s++) {
         sp_sim_result d;
         o.token0 = s - 1;
-        if ((st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, r, s, 0, p)) ||
-            (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d)))
-            break;
+        for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, r, s, i, &p[i]);
+        if (st || (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d))) break;
         out->decode_s += d.makespan_s;
         out->decode.makespan_s += d.makespan_s;
         out->decode.events += d.events;
@@ -403,5 +403,6 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     }
     out->makespan_s = out->prefill.makespan_s + out->decode.makespan_s;
     free(p);
+    free(pp);
     return st;
 }

@@ -214,8 +214,9 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
  * sequence (max prompt_b + gen_b), buffers for the largest step.  With
  * replicas each runs its own sequences (B/R consecutive ones): the slowest
  * replica's prefill and decode set the times (decode_step_s its last step),
- * the chip that holds the most the memory.  One stage, one micro-batch and
- * the layouts the lowering takes (else SP_EINVAL naming what is not
+ * the chip that holds the most the memory.  Pipeline stages: each step
+ * composed over the stages as decode steps are.  One micro-batch and the
+ * layouts the lowering takes (else SP_EINVAL naming what is not
  * implemented).  Compare with sp_cost_eval of sp_workload_padded(r). */
 sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                               const sp_cost_opts *opts, sp_cost *out);

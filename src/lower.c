@@ -1545,9 +1545,9 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (rg) {
         /* a ragged batch (sp_lower.h, "Ragged batches"): every chip holds every sequence's tokens */
         const sp_ragged *r = rg;
-        if (l->stages > 1 || l->microbatches > 1)
-            BAD("ragged batches with pipeline stages or micro-batches (stages=%d, microbatches=%d): not implemented",
-                l->stages, l->microbatches);
+        if (l->microbatches > 1)
+            BAD("ragged batches with micro-batches (microbatches=%d): not implemented (one micro-batch, through any "
+                "number of stages, is)", l->microbatches);
         if (r->n != p->micro_batch)
             BAD("ragged batch of %lld sequences lowered for a replica of %lld (batch %lld over %d replicas: each "
                 "replica's program takes its own sequences, sp_ragged_slice)", (long long)r->n,

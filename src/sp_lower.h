@@ -55,7 +55,8 @@
  * replica; replica i's program is lowered with its own sequences [i·B/R,
  * (i+1)·B/R) (sp_ragged_slice), so the replicas' token counts, step shapes
  * and collectives' sizes differ and each replica's chips run its program.
- * Ragged batches lower for one stage, one micro-batch, no chunked prefill,
+ * Pipeline stages pass the packed rows on (SEND/RECV of T rows).
+ * Ragged batches lower for one micro-batch, no chunked prefill,
  * no offload, dense models, weight-stationary FFNs (ws1d, ws2d) with
  * head-sharded attention; the others are refused by name (sequences split
  * within a tensor mesh would give its chips different token counts).

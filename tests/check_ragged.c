@@ -228,6 +228,8 @@ static const struct price_case {
     {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 32, 1024, 32},
     {"tiny-gpt2", "a100-80g", "mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", 3, 7, 1},
     {"llama2-7b", "h100", "replicas=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
+    {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
+    {"palm-62b", "tpu-v4", "stages=4,microbatches=1,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 16, 512, 16},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -355,7 +357,9 @@ START_TEST(test_simulate_every_step)
     sp_hw hw;
     sp_error err;
     ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
-    sp_layout l = layout_of(tp_layouts[3]);
+    const char *lay[2] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                                          "decode=ws1d/heads"};
+    sp_layout l = layout_of(lay[_i]);
     const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
     sp_ragged r;
     ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
@@ -368,12 +372,13 @@ START_TEST(test_simulate_every_step)
     static sp_program p;
     sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
     double sum = 0;
-    for (int s = 1; s <= 6; s++) {
-        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, s, 0, &p), SP_OK);
-        sp_phase_cost pc;
-        sp_cost_program(&p, &hw, 0, &pc);
-        sum += pc.time_s;
-    }
+    for (int s = 1; s <= 6; s++)
+        for (int stg = 0; stg < l.stages; stg++) {   /* one micro-batch: a step passes every stage in turn */
+            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, s, stg, &p), SP_OK);
+            sp_phase_cost pc;
+            sp_cost_program(&p, &hw, 0, &pc);
+            sum += pc.time_s;
+        }
     ck_assert_msg(fabs(t.decode_s - sum) <= 1e-9 * sum, "simulated decode %.12g, steps %.12g", t.decode_s, sum);
     ck_assert_msg(fabs(t.decode_s - c.decode_s) <= 1e-2 * sum, "simulated decode %.9g, closed form %.9g", t.decode_s,
                   c.decode_s);
@@ -396,7 +401,7 @@ START_TEST(test_refused_by_name)
     static const struct { const char *layout, *why; } no[] = {
         {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch", "batch-sharded attention"},
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "wg-x"},
-        {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "pipeline stages"},
+        {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "micro-batches"},
         {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
     };
     sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
@@ -435,16 +440,20 @@ static const struct run_case {
     {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-gpt2", "replicas=2,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
     {"tiny-llama", "replicas=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    /* pipeline stages (one micro-batch): the packed rows passed on */
+    {"tiny-llama", "stages=2,microbatches=1,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "stages=2,microbatches=1,replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
 };
 
-/* bytes a program's collectives send, summed over its chips and one pass's steps */
+/* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
 static uint64_t program_bytes(const sp_program *p, int64_t chips)
 {
     uint64_t sum = 0;
     for (int part = 0; part < SP_PART_COUNT; part++) {
         const sp_steps *ss = sp_program_part(p, (sp_prog_part)part);
         for (int i = 0; i < ss->n; i++)
-            if (ss->s[i].kind == SP_STEP_COLL)
+            if (ss->s[i].kind == SP_STEP_COLL || ss->s[i].kind == SP_STEP_SEND)
                 sum += (uint64_t)ss->s[i].coll.bytes_sent * (uint64_t)sp_program_part_runs(p, (sp_prog_part)part);
     }
     return sum * (uint64_t)chips;
@@ -522,23 +531,25 @@ START_TEST(test_exec_each_sequence_alone)
         sp_ragged v;
         ck_assert_int_eq(sp_ragged_slice(&r, rep * per, per, &v), SP_OK);
         sp_shape psh = {N, v.max_prompt, v.max_prompt, r.max_context, SP_DT_F32, 0};
-        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v, 0, 0, &pf), SP_OK);
-        want += program_bytes(&pf, tp);
-        for (int64_t s = 1; s < MG && s <= v.max_gen; s++) {
-            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v, s, 0, &tmp), SP_OK);
-            ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v, s));
-            want += program_bytes(&tmp, tp);
+        for (int stg = 0; stg < l.stages; stg++) {
+            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v, 0, stg, &pf), SP_OK);
+            want += program_bytes(&pf, tp);
+            for (int64_t s = 1; s < MG && s <= v.max_gen; s++) {
+                ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v, s, stg, &tmp), SP_OK);
+                ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v, s));
+                want += program_bytes(&tmp, tp);
+            }
+            /* memory: the arena is the lowering's prediction for the largest step */
+            ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &v, stg, &dc, &tmp), SP_OK);
+            sp_mem_sizes ms;
+            ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
+            if (ms.total > most) most = ms.total;
         }
-        /* memory: the arena is the lowering's prediction for the largest step */
-        ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &v, 0, &dc, &tmp), SP_OK);
-        sp_mem_sizes ms;
-        ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
-        if (ms.total > most) most = ms.total;
         sp_ragged_free(&v);
     }
     ck_assert_msg(pred == want, "%s %s: predicted %llu bytes, the programs %llu", c->model, c->layout,
                   (unsigned long long)pred, (unsigned long long)want);
-    if (tp > 1) ck_assert(meas > 0);
+    if (tp > 1 || l.stages > 1) ck_assert(meas > 0);
     ck_assert_msg(st.allocated_bytes_per_chip == most && st.predicted_bytes_per_chip == most,
                   "%s %s: allocated %lld, predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)most);
@@ -584,7 +595,7 @@ int main(void)
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);
-    tcase_add_test(tc, test_simulate_every_step);
+    tcase_add_loop_test(tc, test_simulate_every_step, 0, 2);
     tcase_add_test(tc, test_refused_by_name);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("exec");

@@ -61,13 +61,14 @@ expect2 "missing file" "nope.csv" $E --workload "$tmp/nope.csv"
 expect2 "with --batch" "replaces --batch" $E --workload "$tmp/w.csv" --batch 4
 expect2 "batch-sharded" "ragged batches with batch-sharded attention" estimate --model llama2-7b --hw h100 --chips 2 \
     --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch --workload "$tmp/w.csv"
-expect2 "stages" "ragged batches with pipeline stages" estimate --model llama2-7b --hw h100 --chips 2 \
+expect2 "micro-batches" "ragged batches with micro-batches" estimate --model llama2-7b --hw h100 --chips 2 \
     --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads --workload "$tmp/w.csv"
 # run: one chip and tensor-parallel layouts give the same tokens; bytes and arena as predicted
 RUN="--model tiny-llama --workload $tmp/w.csv --seed 4 --json"
 i=0
 for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
-           mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
+           mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           stages=2,microbatches=1,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
