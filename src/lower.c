@@ -1439,6 +1439,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (sp_layout_disaggregated(l))
         BAD("a layout with separate prefill and decode chip groups is lowered group by group "
             "(sp_layout_phase_group), its KV transfer by sp_lower_kv_xfer");
+    if (sp_layout_hetero(l)) BAD("stage_mesh: stages of their own mesh are not lowered (not implemented)");
     if (stage < 0 || stage >= l->stages) BAD( "stage %d outside 0..%d", stage, l->stages - 1);
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",

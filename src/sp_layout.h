@@ -74,9 +74,28 @@
  *                 (sp_layout_stage_layers), the first n_layers % stages stages
  *                 one layer more.  The counts that follow stage_layers= are
  *                 the comma-separated integers up to the next key=value.
- *                 Every stage has the same mesh, layouts and precision; a
- *                 stage of its own mesh or layout is not implemented.
+ *                 Every stage has the same layouts and precision; a stage
+ *                 of its own layout (FFN, attention, weights) is not
+ *                 implemented.
  * JSON: "stage_layers": [L0, L1, ...].
+ *   stage_mesh=X0xY0xZ0,X1xY1xZ1,...   the tensor mesh of each stage, in
+ *                 order (a heterogeneous pipeline): as many meshes as
+ *                 stages, at most SP_LAYOUT_MAX_STAGES.  Every replica has
+ *                 the same stage meshes; the chips are replicas × Σ_s
+ *                 X_s·Y_s·Z_s, numbered stage-major like the even mesh
+ *                 (sp_mesh.h): stage s's chips start after every earlier
+ *                 stage's (replicas × its mesh each), replica r of stage s
+ *                 holds the next X_s·Y_s·Z_s of them.  The layout's own mesh
+ *                 is the first stage's (a mesh= that differs from it is
+ *                 refused, naming mesh); meshes all equal fold into mesh (one
+ *                 form per meaning: stage_mesh is written only when two
+ *                 differ).  stage_layers applies as usual (both may be
+ *                 given: a stage's layers and its mesh are independent).
+ *                 Not implemented, refused naming stage_mesh: with separate
+ *                 prefill and decode groups, with offload, with experts, on
+ *                 a torus (its slices are X×Y×Z boxes).  The counts after
+ *                 stage_mesh= run up to the next key=value.
+ * JSON: "stage_mesh": [[X0, Y0, Z0], [X1, Y1, Z1], ...].
  *
  * Separate chip groups for prefill and decode (disaggregated serving; written
  * only when set):
@@ -187,6 +206,8 @@ typedef struct sp_layout {
     int16_t offload_layers[SP_LAYOUT_MAX_STAGES]; /* per stage: its first layers whose weights
                                                      live in host memory (offload_weights) */
     double offload_kv;       /* fraction of each chip's KV sequences in host memory, [0, 1] */
+    int stage_mesh[SP_LAYOUT_MAX_STAGES][3]; /* per-stage tensor meshes (stage_mesh); all 0:
+                                                every stage has mesh */
 } sp_layout;
 
 /* 1 if prefill and decode run on separate chip groups (l->group set). */
@@ -210,9 +231,22 @@ sp_status sp_layout_disaggregate(const sp_layout *prefill, const sp_layout *deco
  * placement zyx. */
 void sp_layout_init(sp_layout *l);
 /* P * R * X * Y * Z in 64 bits (each factor is at most 2^20, so the product may not fit:
- * -1 then, which no check accepts); a disaggregated layout: the sum of its two groups' */
+ * -1 then, which no check accepts); a disaggregated layout: the sum of its two groups';
+ * stage meshes: R × Σ_s X_s·Y_s·Z_s */
 int64_t sp_layout_chips(const sp_layout *l);
 void sp_layout_mesh(const sp_layout *l, sp_mesh *out);
+/* 1 if the stages have meshes of their own (stage_mesh), 0 when every stage has mesh. */
+int sp_layout_hetero(const sp_layout *l);
+/* Stage s's tensor mesh: its stage_mesh entry, else the layout's mesh. */
+void sp_layout_stage_mesh(const sp_layout *l, int stage, int out[3]);
+/* Chips of stage s over all replicas (replicas × X_s·Y_s·Z_s) and the global
+ * rank of its first chip (the chips of the stages before it); -1 on overflow. */
+int64_t sp_layout_stage_chips(const sp_layout *l, int stage);
+int64_t sp_layout_stage_first_chip(const sp_layout *l, int stage);
+/* SP_OK if l's stage meshes (if any) number one per stage and combine with
+ * the rest of l (see stage_mesh above); else SP_EINVAL (a count) or
+ * SP_ENOTSUP (a combination not implemented) with the reason in why (quiet). */
+sp_status sp_layout_stage_mesh_check(const sp_layout *l, char *why, size_t size);
 /* 1 if the layout names its layers per stage (stage_layers), 0 for the even split. */
 int sp_layout_uneven(const sp_layout *l);
 /* Layers held by stage s of l for a model of n_layers: l's stage_layers when

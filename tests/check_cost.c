@@ -856,12 +856,105 @@ START_TEST(test_uneven_stages)
     ck_assert_int_eq(sp_layout_parse("stages=2,stage_layers=0,9", &t, &err), SP_EPARSE);
     ck_assert_int_eq(sp_layout_parse("{\"stages\":2,\"stage_layers\":[4,\"5\"]}", &t, &err), SP_EPARSE);
     ck_assert_str_eq(err.path, "/stage_layers");
-    /* a stage with its own mesh or layout is refused by name */
-    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1", &t, &err), SP_ENOTSUP);
-    ck_assert_ptr_nonnull(strstr(err.text, "per-stage mesh is not implemented"));
+    /* a stage with its own layout or chip count other than by a mesh is refused by name */
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_chips=2,4", &t, &err), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err.text, "per-stage chips is not implemented"));
     ck_assert_int_eq(sp_layout_parse("{\"stages\":2,\"stage_prefill\":[]}", &t, &err), SP_ENOTSUP);
     /* without stage_layers a layout's text is unchanged */
     ck_assert_ptr_null(strstr(sp_layout_format(&even, x, sizeof x), "stage_layers"));
+}
+END_TEST
+
+/* stage_mesh: per-stage meshes parse, count their chips, round-trip in
+ * text and JSON, fold when all equal, and are refused by name where they
+ * do not apply */
+START_TEST(test_stage_mesh_layout)
+{
+    sp_layout t, back;
+    sp_error err;
+    char x[400], y[400];
+    ck_assert_int_eq(sp_layout_parse("stages=3,replicas=2,stage_mesh=2x1x1,4x1x1,1x2x2,stage_layers=1,2,3", &t, &err),
+                     SP_OK);
+    ck_assert(sp_layout_hetero(&t));
+    ck_assert_int_eq(t.mesh[0], 2);   /* the layout's mesh is the first stage's */
+    int d[3];
+    sp_layout_stage_mesh(&t, 2, d);
+    ck_assert(d[0] == 1 && d[1] == 2 && d[2] == 2);
+    ck_assert_int_eq(sp_layout_chips(&t), 2 * (2 + 4 + 4));
+    ck_assert_int_eq(sp_layout_stage_chips(&t, 1), 8);
+    ck_assert_int_eq(sp_layout_stage_first_chip(&t, 0), 0);
+    ck_assert_int_eq(sp_layout_stage_first_chip(&t, 2), 2 * 2 + 2 * 4);
+    ck_assert_int_eq(t.stage_layers[1], 2);   /* both lists parse, each up to the next key */
+    ck_assert_ptr_nonnull(strstr(sp_layout_format(&t, x, sizeof x), ",stage_mesh=2x1x1,4x1x1,1x2x2"));
+    ck_assert_ptr_nonnull(strstr(x, "mesh=2x1x1,"));
+    ck_assert_int_eq(sp_layout_parse(x, &back, &err), SP_OK);
+    ck_assert_str_eq(x, sp_layout_format(&back, y, sizeof y));
+    ck_assert_mem_eq(&t, &back, sizeof t);
+    json_t *j = sp_layout_to_json(&t);
+    json_t *a = json_object_get(j, "stage_mesh");
+    ck_assert_int_eq(json_array_size(a), 3);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(a, 1), 0)), 4);
+    char *js = json_dumps(j, 0);
+    ck_assert_int_eq(sp_layout_parse(js, &back, &err), SP_OK);
+    ck_assert_mem_eq(&t, &back, sizeof t);
+    free(js);
+    json_decref(j);
+    ck_assert_int_eq(sp_layout_parse("{\"stages\": 2, \"stage_mesh\": [[1,1,1],[2,1,1]]}", &back, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_chips(&back), 3);
+    /* equal meshes are the even mesh: one form per meaning */
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x2,2x1x2", &t, &err), SP_OK);
+    ck_assert(!sp_layout_hetero(&t));
+    ck_assert_int_eq(t.mesh[2], 2);
+    ck_assert_ptr_null(strstr(sp_layout_format(&t, x, sizeof x), "stage_mesh"));
+    /* bad input, by field */
+    ck_assert_int_eq(sp_layout_parse("stages=2,mesh=4x1x1,stage_mesh=2x1x1,4x1x1", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "mesh");
+    ck_assert_int_eq(sp_layout_parse("stages=2,mesh=2x1x1,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1,4x1x1", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "stage_mesh");
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,0x1x1", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "stage_mesh");
+    ck_assert_int_eq(sp_layout_parse("{\"stages\": 2, \"stage_mesh\": [[1,1,1],[0,1,1]]}", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/stage_mesh/1");
+    ck_assert_int_eq(sp_layout_parse("{\"stages\": 2, \"stage_mesh\": [2,1,1]}", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/stage_mesh/0");
+    ck_assert_int_eq(sp_layout_parse("{\"stage_mesh\": []}", &t, &err), SP_EPARSE);
+    ck_assert_str_eq(err.path, "/stage_mesh");
+    /* the checks: one mesh per stage; combinations not implemented, by name */
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 6;
+    sp_hw hw;
+    sp_hw_init(&hw);
+    hw.topo = SP_TOPO_CLUSTER;
+    hw.chips_per_node = 8;
+    hw.max_chips = 64;
+    hw.peak_flops[SP_DT_BF16] = 1e12;
+    const struct { const char *lay; int64_t chips; sp_status st; const char *what; } bad[] = {
+        {"stages=3,stage_mesh=2x1x1,4x1x1", 6, SP_EINVAL, "2 meshes for 3 stages"},
+        {"stages=2,stage_mesh=2x1x1,4x1x1", 8, SP_EINVAL, "= 6 chips, but 8"},
+        {"stages=2,stage_mesh=2x1x1,4x1x1,offload_kv=0.5", 6, SP_ENOTSUP, "offload"},
+        {"stages=2,stage_mesh=2x1x1,4x1x1,prefill.stages=1", 6, SP_ENOTSUP, "separate prefill and decode"},
+        {"stages=2,stage_mesh=8x1x1,3x1x1", 11, SP_EINVAL, "straddles"},
+        {"stages=2,stage_mesh=4x1x1,8x1x1", 12, SP_EINVAL, "stage 1 starts at chip 4"},
+        {"stages=2,stage_mesh=2x1x1,4x1x1", 6, SP_ENOTSUP, "not lowered"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ck_assert_int_eq(sp_layout_parse(bad[k].lay, &t, &err), SP_OK);
+        sp_status got = sp_layout_check(&t, &m, &hw, bad[k].chips, 16, &err);
+        ck_assert_msg(got == bad[k].st, "%s: %d %s", bad[k].lay, got, err.text);
+        ck_assert_str_eq(err.path, "stage_mesh");
+        ck_assert_msg(strstr(err.text, bad[k].what), "%s: %s", bad[k].lay, err.text);
+    }
+    sp_hw th = torus_hw();
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_check(&t, &m, &th, 6, 16, &err), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err.text, "torus"));
+    /* the lowering refuses them too (no consumer lowers one stage's mesh silently as another's) */
+    sp_program *p = malloc(sizeof *p);
+    sp_shape sh = {.batch = 16, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
+    ck_assert_int_eq(sp_lower(&m, &t, SP_PHASE_PREFILL, &sh, 1, p), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh"));
+    free(p);
 }
 END_TEST
 
@@ -1225,6 +1318,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_uneven_stages);
+    tcase_add_test(tc, test_stage_mesh_layout);
     tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);

@@ -81,7 +81,9 @@ bad "unknown attn" "unknown attention layout" "mesh=4x4x4,decode=ws2d/rows"
 bad "mixed storage" "store weights differently" "mesh=4x4x4,prefill=ws1d/heads,decode=ws2d/batch"
 bad "split sum" "the stages hold 119 layers, the model has 118" "stages=4,mesh=1x1x16,microbatches=4,stage_layers=30,30,30,29"
 bad "split count" "3 layer counts for 4 stages" "stages=4,mesh=1x1x16,microbatches=4,stage_layers=40,40,38"
-bad "per-stage mesh refused" "per-stage mesh is not implemented" "stages=2,mesh=1x1x32,microbatches=2,stage_mesh=1x1x16"
+bad "per-stage chips refused" "per-stage chips is not implemented" "stages=2,mesh=1x1x32,microbatches=2,stage_chips=16,16"
+bad "stage meshes per stage" "1 meshes for 2 stages" "stages=2,mesh=1x1x32,microbatches=2,stage_mesh=1x1x32"
+bad "stage meshes on a torus" "on a torus" "stages=2,microbatches=2,stage_mesh=1x1x16,1x1x48"
 # an uneven split is priced (text and JSON forms alike) and differs from the even split
 U=stages=4,mesh=1x1x16,microbatches=4,stage_layers=29,30,30,29
 check "uneven split" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 --gen 8 \
