@@ -1252,6 +1252,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_stage_eval: NULL argument");
+    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (stage < 0 || stage >= l->stages)
         return spi_fail(SP_EINVAL, "sp_cost_stage_eval: stage %d outside 0..%d", stage, l->stages - 1);
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
@@ -1290,6 +1291,7 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
 {
+    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (l && sp_layout_disaggregated(l)) return eval_groups(m, hw, l, w, opts, out);
     return eval_one(m, hw, l, w, NULL, opts, w ? w->prompt > 0 : 0, out);
 }
@@ -1572,6 +1574,7 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
                                const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out)
 {
     if (!chosen || !l) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
+    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (!opts || !opts->stage_times) return eval_chunked(m, hw, l, w, opts, chosen, out, NULL);
     /* a variant's stage times: on the stack for the pipelines a search meets (S <= 64) */
     sp_stage_time small[64], *vt = small;
@@ -1640,6 +1643,7 @@ sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layou
                               double kv_budget, int64_t *out)
 {
     if (kv_budget <= 0 || kv_budget > 1) return spi_fail(SP_EINVAL, "--kv-budget %g must be in (0, 1]", kv_budget);
+    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     /* KV bytes are linear in the capacity: price one token of context on every stage */
     int64_t worst = 0;
     static _Thread_local sp_program dc;

@@ -149,6 +149,7 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
                        const sp_sim_opts *opts, sp_sim_result *out)
 {
     if (!l || !hw || !progs || !out) return spi_fail(SP_EINVAL, "sp_sim_phase: NULL argument");
+    SP_CHECK(sp_layout_hetero_refuse(l, "simulation"));
     sp_sim_opts defaults;
     if (!opts) {
         sp_sim_opts_init(&defaults);
@@ -317,6 +318,7 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
                       const sp_sim_opts *opts, sp_sim_times *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
+    SP_CHECK(sp_layout_hetero_refuse(l, "simulation"));
     sp_sim_opts o;
     if (opts) o = *opts;
     else sp_sim_opts_init(&o);

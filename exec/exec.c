@@ -537,6 +537,7 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (batch < 1 || prompt < 1 || gen < 1)
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
+    SP_CHECK(sp_layout_hetero_refuse(l, "running"));
     if (sp_layout_disaggregated(l)) return build_groups(m, l, batch, prompt, gen, w, backend, out);
     return build_one(m, l, batch, prompt, gen, w, backend, 0, 0, 0, NULL, out);
 }

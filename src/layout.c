@@ -20,6 +20,13 @@ int sp_layout_uneven(const sp_layout *l) { return l->stage_layers[0] != 0; }
 
 int sp_layout_hetero(const sp_layout *l) { return l->stage_mesh[0][0] != 0; }
 
+sp_status sp_layout_hetero_refuse(const sp_layout *l, const char *what)
+{
+    return !l || !sp_layout_hetero(l) ? SP_OK
+                                      : spi_fail(SP_ENOTSUP, "stage_mesh: %s of stages of their own mesh is not "
+                                                             "implemented", what);
+}
+
 /* meshes given in stage_mesh (the entries before the first all-zero one) */
 static int stage_mesh_count(const sp_layout *l)
 {
@@ -1055,9 +1062,9 @@ static sp_status groups_check(const sp_layout *l, const sp_model *m, const sp_hw
  * cluster each stage's tensor axes fit its nodes as an even mesh's would,
  * its chips starting on a node boundary (or every stage inside one node),
  * so that its collectives see the tiers its own mesh implies.  A torus is
- * refused (its slices are boxes).  Then the stages themselves: lowering
- * stages of different meshes is not implemented yet, refused naming
- * stage_mesh. */
+ * refused (its slices are boxes).  Then every stage lowers on its own mesh
+ * (each phase); the consumers that do not take such stages yet refuse them
+ * themselves (sp_layout_hetero_refuse). */
 static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
                                      int64_t batch, sp_error *err)
 {
@@ -1088,10 +1095,27 @@ static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, cons
                                  "of its own (earlier stages of whole nodes) or every stage shares one node", s,
                                  (long long)sp_layout_stage_first_chip(l, s), hw->chips_per_node);
     }
-    (void)m;
-    (void)batch;
-    return spi_error_set(err, SP_ENOTSUP, "<layout>", 0, 0, "stage_mesh",
-                         "stages of their own mesh are not lowered yet: not implemented");
+    if (l->microbatches < 1)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
+                             l->microbatches);
+    if (sp_layout_uneven(l)) {
+        char why[160];
+        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
+    }
+    /* every stage lowers on its own mesh (the divisibility of its dimensions) */
+    sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
+    sp_program *prog = malloc(sizeof *prog);
+    if (!prog) return spi_error_set(err, SP_ENOMEM, "<layout>", 0, 0, "stage_mesh", "out of memory");
+    sp_status st = SP_OK;
+    char b[256] = "";
+    for (int s = 0; s < l->stages && !st; s++)
+        for (int p = 0; p < SP_PHASE_COUNT && !st; p++)
+            if ((st = sp_lower(m, l, (sp_phase)p, &sh, s, prog)) != SP_OK)
+                snprintf(b, sizeof b, "stage %d: %s", s, sp_last_error());
+    free(prog);
+    if (st) return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_mesh", "%s", b);
+    return SP_OK;
 }
 
 sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,

@@ -1326,6 +1326,34 @@ static void emit_logits(ctx *c, sp_steps *ss)
         emit_coll(c, ss, SP_COLL_ALLGATHER, SP_BUF_LOGITS_ALL, SP_BUF_LOGITS, "", "xyz", B, c->Vp / c->n, ad, 0);
 }
 
+/* Blocks [i·a, (i+1)·a) of a length split in n blocks of a meet at most
+ * this many blocks of size b (the same length split in blocks of b). */
+static int64_t blocks_met(int64_t a, int64_t n, int64_t b)
+{
+    int64_t most = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = (i * a + a - 1) / b - i * a / b + 1;
+        if (k > most) most = k;
+    }
+    return most;
+}
+
+/* The most peers one chip of this stage meets at its boundary with stage
+ * nb (the stage before or after, of its own mesh): its block of rows
+ * (sequences over N) and columns (E over act) against the neighbour's. */
+static int p2p_peers(ctx *c, int nb)
+{
+    sp_layout v = *c->l;
+    sp_layout_stage_mesh(c->l, nb, v.mesh);
+    shard o;
+    phase_shard(&v, c->l->phase[c->p->phase].ffn, &o);
+    int64_t mb = c->seqs * c->sh.nN;   /* sequences of the micro-batch (or pass) */
+    if (mb % o.nN || c->E % o.nact) return 1;   /* the neighbour's own lowering refuses its mesh */
+    int64_t rows = blocks_met(mb / c->sh.nN, c->sh.nN, mb / o.nN);
+    int64_t cols = blocks_met(c->E / c->sh.nact, c->sh.nact, c->E / o.nact);
+    return (int)(rows * cols);
+}
+
 static sp_step *emit_p2p(ctx *c, sp_steps *ss, sp_step_kind k)
 {
     sp_step *s = emit(ss, k);
@@ -1335,6 +1363,13 @@ static sp_step *emit_p2p(ctx *c, sp_steps *ss, sp_step_kind k)
     s->n = Ec;
     s->coll.kind = SP_COLL_SENDRECV;
     s->coll.group = 2;
+    if (sp_layout_hetero(c->l)) {
+        /* the neighbour stage has a mesh of its own: the blocks (sp_lower_stage_xfer) follow
+         * this stage's row blocks (batch_axes) and column blocks (axes) */
+        axcpy(s->axes, c->sh.act);
+        axcpy(s->batch_axes, c->sh.N);
+        s->coll.group = 1 + p2p_peers(c, k == SP_STEP_SEND ? c->p->stage + 1 : c->p->stage - 1);
+    }
     s->coll.rows = c->T;
     s->coll.cols = Ec;
     s->coll.elems = spi_ck_mul(&c->ck, "pipeline transfer elements", c->T, Ec);
@@ -1439,8 +1474,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (sp_layout_disaggregated(l))
         BAD("a layout with separate prefill and decode chip groups is lowered group by group "
             "(sp_layout_phase_group), its KV transfer by sp_lower_kv_xfer");
-    if (sp_layout_hetero(l)) BAD("stage_mesh: stages of their own mesh are not lowered (not implemented)");
     if (stage < 0 || stage >= l->stages) BAD( "stage %d outside 0..%d", stage, l->stages - 1);
+    if (sp_layout_hetero(l)) {
+        char why[200];
+        if (sp_layout_stage_mesh_check(l, why, sizeof why) != SP_OK) BAD("stage_mesh: %s", why);
+    }
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
                         (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
@@ -1452,6 +1490,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     p->pre.n = p->layer.n = p->post.n = p->dense.n = 0;
     p->phase = phase;
     p->layout = *l;
+    if (sp_layout_hetero(l)) {
+        /* a stage of its own mesh is lowered on that mesh: the program's layout is the stage's view */
+        sp_layout_stage_mesh(l, stage, p->layout.mesh);
+        l = &p->layout;
+    }
     p->shape = *shape;
     p->stage = stage;
     p->ragged = rg;
@@ -1727,7 +1770,7 @@ sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, 
     begun.p = p;
     if (!key) return SP_OK;
     memset(key, 0, sizeof *key);
-    key->layout = *l;
+    key->layout = p->layout;   /* a stage of its own mesh: its view (that mesh) */
     memset(&key->layout.phase[!phase], 0, sizeof key->layout.phase[!phase]);
     if (phase == SP_PHASE_DECODE) key->layout.prefill_chunk = key->layout.prefill_tokens = 0;   /* prefill's passes */
     /* the stage's layers are in the key (n_layers, first, last): the split of

@@ -183,3 +183,59 @@ sp_status sp_lower_kv_xfer(const sp_model *m, const sp_layout *l, int64_t batch,
     free(dc.h);
     return st;
 }
+
+/* ---- the stage hand-off (sp_lower.h, "stage hand-off") ---- */
+
+/* the last step of kind k in ss (the hand-off's SEND in post, RECV in pre) */
+static const sp_step *find_step(const sp_steps *ss, sp_step_kind k)
+{
+    for (int i = ss->n - 1; i >= 0; i--)
+        if (ss->s[i].kind == k) return &ss->s[i];
+    return NULL;
+}
+
+/* chip t of replica r of the stage program p: its block's first row and column */
+static void act_block(const sp_program *p, const sp_step *s, int r, int t, int64_t *row0, int64_t *col0)
+{
+    int T = sp_lower_axes_size(&p->layout, "xyz");
+    int view = (p->stage * p->layout.replicas + r) * T + t;
+    *row0 = (int64_t)sp_lower_axes_index(&p->layout, view, s->batch_axes) * s->m;
+    *col0 = (int64_t)sp_lower_axes_index(&p->layout, view, s->axes) * s->n;
+}
+
+sp_status sp_lower_stage_xfer(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                              int boundary, sp_stage_xfer_fn fn, void *ctx)
+{
+    if (!m || !l || !shape || !fn || boundary < 0 || boundary + 1 >= l->stages)
+        return spi_fail(SP_EINVAL, "sp_lower_stage_xfer: bad arguments (boundary %d of %d stages)", boundary,
+                        l ? l->stages : 0);
+    sp_program *p = malloc(2 * sizeof *p);
+    if (!p) return spi_fail(SP_ENOMEM, "stage hand-off: programs");
+    sp_status st = sp_lower(m, l, phase, shape, boundary, &p[0]);
+    if (!st) st = sp_lower(m, l, phase, shape, boundary + 1, &p[1]);
+    const sp_step *snd = st ? NULL : find_step(&p[0].post, SP_STEP_SEND);
+    const sp_step *rcv = st ? NULL : find_step(&p[1].pre, SP_STEP_RECV);
+    if (!st && (!snd || !rcv)) st = spi_fail(SP_EINTERNAL, "stage hand-off: stage %d has no SEND or %d no RECV", boundary, boundary + 1);
+    int Ts = st ? 0 : sp_lower_axes_size(&p[0].layout, "xyz"), Tr = st ? 0 : sp_lower_axes_size(&p[1].layout, "xyz");
+    int64_t fs = sp_layout_stage_first_chip(l, boundary), fr = sp_layout_stage_first_chip(l, boundary + 1);
+    int ab = sp_dtype_bytes(shape->act_dtype);
+    spi_ckd ck = SPI_CKD_INIT;
+    for (int r = 0; r < l->replicas && !st; r++)
+        for (int d = 0; d < Tr && !st; d++) {
+            int64_t dr, dc;
+            act_block(&p[1], rcv, r, d, &dr, &dc);
+            for (int t = 0; t < Ts && !st; t++) {
+                int64_t sr, sc;
+                act_block(&p[0], snd, r, t, &sr, &sc);
+                int64_t r0 = sr > dr ? sr : dr, r1 = sr + snd->m < dr + rcv->m ? sr + snd->m : dr + rcv->m;
+                int64_t c0 = sc > dc ? sc : dc, c1 = sc + snd->n < dc + rcv->n ? sc + snd->n : dc + rcv->n;
+                if (r0 >= r1 || c0 >= c1) continue;
+                sp_stage_block b = {.src = (int)(fs + (int64_t)r * Ts + t), .dst = (int)(fr + (int64_t)r * Tr + d),
+                                    .row0 = r0, .rows = r1 - r0, .col0 = c0, .cols = c1 - c0};
+                b.bytes = spi_ck_mul3(&ck, "stage hand-off bytes", b.rows, b.cols, ab);
+                st = ck.overflow ? spi_fail(SP_EINVAL, "%s do not fit in 64 bits", ck.what) : fn(ctx, &b);
+            }
+        }
+    free(p);
+    return st;
+}

@@ -712,6 +712,39 @@ typedef sp_status (*sp_xfer_fn)(void *ctx, const sp_xfer_block *b);
 sp_status sp_lower_kv_xfer(const sp_model *m, const sp_layout *l, int64_t batch, int64_t prompt, sp_xfer_fn fn,
                            void *ctx);
 
+/* ---- stage hand-off between stages of their own meshes ---------------------------
+ * A heterogeneous pipeline (sp_layout.h: stage_mesh) lowers each stage on
+ * its own mesh: the stage's program's layout is the stage's view (the
+ * layout with mesh = the stage's mesh), so the program's ranks
+ * (sp_lower_axes_index on p->layout) are view ranks, (stage·R + r)·T_s + t
+ * for replica r and tensor rank t of T_s = X_s·Y_s·Z_s; the chip's global
+ * rank is sp_layout_stage_first_chip(l, stage) + r·T_s + t.
+ * After a stage's last layer each chip holds the block of the micro-batch's
+ * activations its phase layout gives it: rows [i·m, (i+1)·m) with i its
+ * block of the SEND step's batch_axes, columns [j·n, (j+1)·n) with j its
+ * block of the step's axes (every element on exactly one chip of a
+ * replica: the weight-stationary and weight-gathered layouts partition the
+ * activations over the mesh).  The next stage's chips need theirs, by
+ * their RECV step's axes.  Each receiving chip takes every overlap of its
+ * block with a sender's block of the same replica from that sender (the
+ * one chip holding it), so a sender sends exactly its m·n elements and a
+ * receiver receives exactly its own; the SEND/RECV steps' coll.group is 1 +
+ * the most peers a chip of the stage meets there.  The blocks, in a fixed
+ * order (replica, receiving chip, sending chip): */
+typedef struct sp_stage_block {
+    int src, dst;              /* global ranks: a chip of stage b, a chip of stage b + 1 */
+    int64_t row0, rows;        /* rows of the micro-batch's (pass's) activations, [row0, +rows) */
+    int64_t col0, cols;        /* columns of E, [col0, +cols) */
+    int64_t bytes;             /* rows · cols · activation bytes */
+} sp_stage_block;
+typedef sp_status (*sp_stage_xfer_fn)(void *ctx, const sp_stage_block *b);
+/* Walks the blocks of the hand-off after stage `boundary` (to boundary + 1)
+ * of l for one step of the given shape (as sp_lower lowers it).  Any
+ * layout of one group (each stage's own mesh or not).  SP_EINVAL when a
+ * stage does not apply (sp_lower's reason) or boundary is not 0..stages−2. */
+sp_status sp_lower_stage_xfer(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                              int boundary, sp_stage_xfer_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

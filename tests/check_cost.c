@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "costmodel/sp_cost.h"
+#include "costmodel/sp_sim.h"
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
@@ -936,7 +937,6 @@ START_TEST(test_stage_mesh_layout)
         {"stages=2,stage_mesh=2x1x1,4x1x1,prefill.stages=1", 6, SP_ENOTSUP, "separate prefill and decode"},
         {"stages=2,stage_mesh=8x1x1,3x1x1", 11, SP_EINVAL, "straddles"},
         {"stages=2,stage_mesh=4x1x1,8x1x1", 12, SP_EINVAL, "stage 1 starts at chip 4"},
-        {"stages=2,stage_mesh=2x1x1,4x1x1", 6, SP_ENOTSUP, "not lowered"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ck_assert_int_eq(sp_layout_parse(bad[k].lay, &t, &err), SP_OK);
@@ -949,11 +949,123 @@ START_TEST(test_stage_mesh_layout)
     ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
     ck_assert_int_eq(sp_layout_check(&t, &m, &th, 6, 16, &err), SP_ENOTSUP);
     ck_assert_ptr_nonnull(strstr(err.text, "torus"));
-    /* the lowering refuses them too (no consumer lowers one stage's mesh silently as another's) */
-    sp_program *p = malloc(sizeof *p);
-    sp_shape sh = {.batch = 16, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
-    ck_assert_int_eq(sp_lower(&m, &t, SP_PHASE_PREFILL, &sh, 1, p), SP_EINVAL);
-    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh"));
+    /* valid on a cluster (every stage lowers on its own mesh); a stage whose mesh does not divide is refused */
+    ck_assert_int_eq(sp_layout_check(&t, &m, &hw, 6, 16, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,1x1x32", &t, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_check(&t, &m, &hw, 34, 16, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "stage_mesh");
+    ck_assert_ptr_nonnull(strstr(err.text, "stage 1"));
+    /* the consumers that do not take them yet refuse them by name */
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
+    sp_workload w = {16, 8, 2};
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &t, &w, NULL, &c), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh: pricing"));
+    sp_sim_times sim;
+    ck_assert_int_eq(sp_sim_eval(&m, &hw, &t, &w, NULL, &sim), SP_ENOTSUP);
+}
+END_TEST
+
+/* the hand-off blocks of one boundary, collected */
+typedef struct hand_off {
+    int n;
+    sp_stage_block b[512];
+} hand_off;
+static sp_status collect_block(void *ctx, const sp_stage_block *b)
+{
+    hand_off *h = ctx;
+    ck_assert_int_lt(h->n, 512);
+    h->b[h->n++] = *b;
+    return SP_OK;
+}
+
+/* stage_mesh lowering: each stage is lowered on its own mesh (its memory
+ * and steps those of an even pipeline of that mesh), and the hand-off's
+ * blocks give every receiving chip exactly its block, once, each sender
+ * exactly its own, between the right stages' chips */
+START_TEST(test_stage_mesh_lower)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 4;
+    const char *meshes[][2] = {{"2x1x1", "4x1x1"}, {"1x1x1", "2x1x1"}, {"2x1x1", "1x1x1"}, {"1x2x1", "2x2x1"},
+                               {"4x1x1", "1x2x1"}};
+    const sp_ffn_layout ffns[] = {SP_FL_WS1D, SP_FL_WS2D, SP_FL_WG_X};
+    sp_program *p = malloc(4 * sizeof *p);
+    hand_off *h = malloc(sizeof *h);
+    for (size_t k = 0; k < sizeof meshes / sizeof meshes[0]; k++)
+        for (size_t f = 0; f < sizeof ffns / sizeof ffns[0]; f++)
+            for (int R = 1; R <= 2; R++)
+                for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
+                    char txt[200];
+                    snprintf(txt, sizeof txt, "stages=2,replicas=%d,microbatches=2,stage_mesh=%s,%s,stage_layers=3,1,"
+                             "prefill=%s/heads,decode=%s/heads", R, meshes[k][0], meshes[k][1],
+                             sp_ffn_layout_name(ffns[f]), sp_ffn_layout_name(ffns[f]));
+                    sp_layout l;
+                    sp_error err;
+                    ck_assert_int_eq(sp_layout_parse(txt, &l, &err), SP_OK);
+                    sp_shape sh = {.batch = 16, .q_len = ph ? 1 : 3, .context = 3, .max_context = 4,
+                                   .act_dtype = SP_DT_F32};
+                    int T[2];
+                    for (int s = 0; s < 2; s++) {
+                        /* the stage as an even pipeline of its mesh lowers the same */
+                        sp_layout even = l;
+                        memset(even.stage_mesh, 0, sizeof even.stage_mesh);
+                        sp_layout_stage_mesh(&l, s, even.mesh);
+                        T[s] = even.mesh[0] * even.mesh[1] * even.mesh[2];
+                        ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, s, &p[s]), SP_OK);
+                        ck_assert_int_eq(sp_lower(&m, &even, (sp_phase)ph, &sh, s, &p[2]), SP_OK);
+                        ck_assert_mem_eq(p[s].layout.mesh, even.mesh, sizeof even.mesh);
+                        ck_assert_mem_eq(p[s].buf_bytes, p[2].buf_bytes, sizeof p[2].buf_bytes);
+                        ck_assert_mem_eq(p[s].scratch_bytes, p[2].scratch_bytes, sizeof p[2].scratch_bytes);
+                        ck_assert_int_eq(p[s].layer.n, p[2].layer.n);
+                        sp_mem_sizes a, b;
+                        ck_assert_int_eq(sp_lower_mem_sizes(&p[s], NULL, &a), SP_OK);
+                        ck_assert_int_eq(sp_lower_mem_sizes(&p[2], NULL, &b), SP_OK);
+                        ck_assert_int_eq(a.total, b.total);
+                    }
+                    const sp_step *snd = &p[0].post.s[p[0].post.n - 1], *rcv = &p[1].pre.s[0];
+                    ck_assert_int_eq(snd->kind, SP_STEP_SEND);
+                    ck_assert_int_eq(rcv->kind, SP_STEP_RECV);
+                    h->n = 0;
+                    ck_assert_int_eq(sp_lower_stage_xfer(&m, &l, (sp_phase)ph, &sh, 0, collect_block, h), SP_OK);
+                    /* per chip: elements sent, received, peers; per receiving chip its block covered once */
+                    int64_t sent[8] = {0}, got[8] = {0};
+                    int peers_s[8] = {0}, peers_r[8] = {0};
+                    int n0 = R * T[0], n1 = R * T[1];
+                    ck_assert_int_eq(sp_layout_stage_first_chip(&l, 1), n0);
+                    for (int i = 0; i < h->n; i++) {
+                        const sp_stage_block *b = &h->b[i];
+                        ck_assert(b->src >= 0 && b->src < n0);
+                        ck_assert(b->dst >= n0 && b->dst < n0 + n1);
+                        ck_assert_int_eq((b->src / T[0]), (b->dst - n0) / T[1]);   /* the same replica */
+                        ck_assert_int_eq(b->bytes, b->rows * b->cols * 4);
+                        sent[b->src] += b->rows * b->cols;
+                        got[b->dst - n0] += b->rows * b->cols;
+                        peers_s[b->src]++;
+                        peers_r[b->dst - n0]++;
+                        for (int j = 0; j < i; j++) {   /* no two blocks to one chip overlap */
+                            const sp_stage_block *o = &h->b[j];
+                            if (o->dst != b->dst) continue;
+                            int disjoint = o->row0 + o->rows <= b->row0 || b->row0 + b->rows <= o->row0 ||
+                                           o->col0 + o->cols <= b->col0 || b->col0 + b->cols <= o->col0;
+                            ck_assert_msg(disjoint, "%s: blocks %d and %d overlap", txt, j, i);
+                        }
+                    }
+                    int most_s = 0, most_r = 0;
+                    for (int c = 0; c < n0; c++) {
+                        ck_assert_int_eq(sent[c], snd->m * snd->n);
+                        if (peers_s[c] > most_s) most_s = peers_s[c];
+                    }
+                    for (int c = 0; c < n1; c++) {
+                        ck_assert_int_eq(got[c], rcv->m * rcv->n);
+                        if (peers_r[c] > most_r) most_r = peers_r[c];
+                    }
+                    ck_assert_int_eq(snd->coll.group, 1 + most_s);
+                    ck_assert_int_eq(rcv->coll.group, 1 + most_r);
+                    ck_assert_int_eq(snd->coll.bytes_sent, snd->m * snd->n * 4);
+                    ck_assert_int_eq(rcv->coll.bytes_recv, rcv->m * rcv->n * 4);
+                }
+    free(h);
     free(p);
 }
 END_TEST
@@ -1319,6 +1431,7 @@ int main(void)
     tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_stage_mesh_layout);
+    tcase_add_test(tc, test_stage_mesh_lower);
     tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);
