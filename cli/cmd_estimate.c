@@ -290,6 +290,37 @@ static int estimate_ragged(const char *model_arg, const char *hw_arg, const char
     return rc;
 }
 
+/* Stages of their own mesh (stage_mesh): each stage's chips, mesh, layers,
+ * one micro-batch's prefill, a decode step at the last context and memory
+ * per chip, as sp_cost_stage_eval prices them; printed, or appended to arr
+ * (estimate --json's stages[]) when arr is not NULL. */
+static sp_status stage_rows(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w, json_t *arr)
+{
+    if (!arr) printf("\nstages (each on its own mesh)\n  stage  chips  mesh     layers  prefill/mb  decode step  memory/chip\n");
+    for (int s = 0; s < l->stages; s++) {
+        sp_stage_cost sc;
+        SP_CHECK(sp_cost_stage_eval(m, hw, l, w, NULL, s, &sc));
+        int d[3];
+        sp_layout_stage_mesh(l, s, d);
+        long long chips = (long long)sp_layout_stage_chips(l, s);
+        if (arr) {
+            json_array_append_new(arr, json_pack("{s:i, s:I, s:[i,i,i], s:I, s:I, s:f, s:f, s:I}", "stage", s, "chips",
+                                                 (json_int_t)chips, "mesh", d[0], d[1], d[2], "first_layer",
+                                                 (json_int_t)sc.first_layer, "layers", (json_int_t)sc.layers,
+                                                 "prefill_s", (double)sc.prefill_ps * 1e-12, "decode_step_s",
+                                                 (double)sc.decode_ps * 1e-12, "memory_per_chip",
+                                                 (json_int_t)sc.mem.total));
+            continue;
+        }
+        char mesh[40], a[32], b[32], c[32];
+        snprintf(mesh, sizeof mesh, "%dx%dx%d", d[0], d[1], d[2]);
+        printf("  %5d  %5lld  %-8s %6lld  %10s  %11s  %11s\n", s, chips, mesh, (long long)sc.layers,
+               cli_fmt_seconds((double)sc.prefill_ps * 1e-12, a, sizeof a),
+               cli_fmt_seconds((double)sc.decode_ps * 1e-12, b, sizeof b), cli_fmt_bytes((double)sc.mem.total, c, sizeof c));
+    }
+    return SP_OK;
+}
+
 int cli_cmd_estimate(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -366,12 +397,21 @@ int cli_cmd_estimate(int argc, char **argv)
     if ((st = sp_cost_eval(&m, &hw, &l, &w, NULL, &c)) != SP_OK) return cli_report(st, NULL);
     if (json) {
         json_t *o = sp_cost_to_json(&c, &l);
+        if (sp_layout_hetero(&l)) {
+            json_t *a = json_array();
+            json_object_set_new(o, "stages", a);
+            if ((st = stage_rows(&m, &hw, &l, &w, a)) != SP_OK) {
+                json_decref(o);
+                return cli_report(st, NULL);
+            }
+        }
         cli_print_json(o, stdout);
         json_decref(o);
     } else {
-        char text[512];
+        char text[1024];
         printf("layout   %s\n", sp_layout_format(&l, text, sizeof text));
         cli_print_cost(&c, &hw);
+        if (sp_layout_hetero(&l) && (st = stage_rows(&m, &hw, &l, &w, NULL)) != SP_OK) return cli_report(st, NULL);
     }
     return CLI_EXIT_OK;
 }

@@ -145,8 +145,16 @@ static void coll_terms_group(const sp_hw *hw, const sp_layout *l, const sp_torus
         double bytes = (double)(c->bytes_sent > c->bytes_recv ? c->bytes_sent : c->bytes_recv);
         /* stages are the outermost axis: a hand-off crosses nodes when a stage fills one */
         int per_stage = l->replicas * l->mesh[0] * l->mesh[1] * l->mesh[2];
-        int tier = hw->topo == SP_TOPO_CLUSTER && per_stage >= hw->chips_per_node ? FAR : NEAR;
-        out->steps[tier] = 1;
+        int tier = hw->topo == SP_TOPO_CLUSTER && per_stage >= hw->chips_per_node ? FAR : NEAR, msgs = 1;
+        if (sp_layout_hetero(l)) {
+            /* stages of their own mesh (l: the stage's view): once the pipeline exceeds a node every
+             * stage starts on a node boundary (sp_layout_check), so a hand-off crosses nodes exactly
+             * then; one message to or from each peer (coll.group − 1 of them, sp_lower_stage_xfer) */
+            tier = hw->topo == SP_TOPO_CLUSTER && hw->chips_per_node > 0 && sp_layout_chips(l) > hw->chips_per_node
+                       ? FAR : NEAR;
+            msgs = c->group > 2 ? c->group - 1 : 1;
+        }
+        out->steps[tier] = msgs;
         out->bytes[tier] = bytes;
         out->launch = 1;
         return;
@@ -873,10 +881,12 @@ static _Thread_local sp_program prog[SP_PHASE_COUNT];
 
 /* What prog[phase] holds for the evaluation under way: the layer steps (-1:
  * none of this evaluation's) lowered for shape sh (a chunked prefill's
- * passes lower different layers). */
+ * passes lower different layers) on a stage of tensor mesh `mesh` (stages
+ * of their own mesh lower different layers). */
 typedef struct layer_keep {
     int n;
     sp_shape sh;
+    int mesh[3];
 } layer_keep;
 
 static int shape_eq(const sp_shape *a, const sp_shape *b)
@@ -892,11 +902,13 @@ static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh
                              layer_keep *kept)
 {
     sp_program *p = &prog[phase];
-    int n = kept->n >= 0 && shape_eq(&kept->sh, sh) ? kept->n : -1;
+    int n = kept->n >= 0 && shape_eq(&kept->sh, sh) && !memcmp(kept->mesh, p->layout.mesh, sizeof kept->mesh)
+                ? kept->n : -1;
     kept->n = -1;   /* until the lowering succeeds */
     SP_CHECK(n >= 0 ? spi_lower_finish_keep_layer(p, n) : sp_lower_finish(p));
     kept->n = p->layer.n;
     kept->sh = *sh;
+    memcpy(kept->mesh, p->layout.mesh, sizeof kept->mesh);
     int64_t ctx[2] = {phase == SP_PHASE_PREFILL ? 0 : first_ctx, sh->max_context};
     SP_CHECK(price_program(p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
     memcpy(v->buf_bytes, p->buf_bytes, sizeof v->buf_bytes);
@@ -1252,7 +1264,6 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_stage_eval: NULL argument");
-    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (stage < 0 || stage >= l->stages)
         return spi_fail(SP_EINVAL, "sp_cost_stage_eval: stage %d outside 0..%d", stage, l->stages - 1);
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
@@ -1265,7 +1276,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     }
     stage_kind k;
     int bound = 0;
-    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};
     SP_CHECK(stage_price(m, hw, l, w, NULL, opts, stage, &bound, kept, &k, w->prompt > 0));
     memset(out, 0, sizeof *out);
     sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
@@ -1291,7 +1302,6 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
 {
-    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (l && sp_layout_disaggregated(l)) return eval_groups(m, hw, l, w, opts, out);
     return eval_one(m, hw, l, w, NULL, opts, w ? w->prompt > 0 : 0, out);
 }
@@ -1430,7 +1440,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     stage_kind kinds[SP_LAYOUT_MAX_STAGES + 4];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
-    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}}, {-1, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
         sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
@@ -1574,7 +1584,6 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
                                const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out)
 {
     if (!chosen || !l) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
-    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     if (!opts || !opts->stage_times) return eval_chunked(m, hw, l, w, opts, chosen, out, NULL);
     /* a variant's stage times: on the stack for the pipelines a search meets (S <= 64) */
     sp_stage_time small[64], *vt = small;
@@ -1643,7 +1652,6 @@ sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layou
                               double kv_budget, int64_t *out)
 {
     if (kv_budget <= 0 || kv_budget > 1) return spi_fail(SP_EINVAL, "--kv-budget %g must be in (0, 1]", kv_budget);
-    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     /* KV bytes are linear in the capacity: price one token of context on every stage */
     int64_t worst = 0;
     static _Thread_local sp_program dc;

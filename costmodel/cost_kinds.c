@@ -23,7 +23,6 @@ sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout
                              const sp_cost_opts *opts, sp_cost_kinds *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_kinds_eval: NULL argument");
-    SP_CHECK(sp_layout_hetero_refuse(l, "pricing"));
     sp_cost_opts defaults;
     if (!opts) {
         sp_cost_opts_init(&defaults);

@@ -41,7 +41,10 @@
  *       all-to-all                  (k_in−1)(α_near + c β_near) + (K−k_in)(α_far + c β_far)
  *                                   (pairwise exchange, c per peer)
  *       send/recv                   α + bytes β on the tier a stage hand-off
- *                                   crosses (far once a stage fills a node)
+ *                                   crosses (far once a stage fills a node);
+ *                                   stages of their own mesh: k α + bytes β
+ *                                   for k peers (coll.group − 1), far once
+ *                                   the pipeline exceeds a node
  *     torus (sp_layout_torus_map: the group spans F_d chips of physical
  *     dimension d of the rented slice; α = hop_latency, β = 1/link_bw):
  *       steps = Σ_d (F_d − 1) (× 2 for all-reduce), directions

@@ -1058,6 +1058,18 @@ static sp_status groups_check(const sp_layout *l, const sp_model *m, const sp_hw
     return SP_OK;
 }
 
+/* micro-batches and the uneven split (stage_layers) */
+static sp_status pipeline_check(const sp_layout *l, const sp_model *m, sp_error *err)
+{
+    if (l->microbatches < 1)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
+                             l->microbatches);
+    char why[160];
+    if (sp_layout_uneven(l) && sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
+        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
+    return SP_OK;
+}
+
 /* Stages of their own meshes (stage_mesh): the chips add up, and on a
  * cluster each stage's tensor axes fit its nodes as an even mesh's would,
  * its chips starting on a node boundary (or every stage inside one node),
@@ -1095,14 +1107,7 @@ static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, cons
                                  "of its own (earlier stages of whole nodes) or every stage shares one node", s,
                                  (long long)sp_layout_stage_first_chip(l, s), hw->chips_per_node);
     }
-    if (l->microbatches < 1)
-        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
-                             l->microbatches);
-    if (sp_layout_uneven(l)) {
-        char why[160];
-        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
-            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
-    }
+    SP_CHECK(pipeline_check(l, m, err));
     /* every stage lowers on its own mesh (the divisibility of its dimensions) */
     sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
     sp_program *prog = malloc(sizeof *prog);
@@ -1153,14 +1158,7 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "mesh axis of %d chips straddles %d-chip nodes unevenly", straddler, hw->chips_per_node);
-    if (l->microbatches < 1)
-        return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "microbatches", "%d: at least 1 micro-batch",
-                             l->microbatches);
-    if (sp_layout_uneven(l)) {
-        char why[160];
-        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK)
-            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_layers", "%s", why);
-    }
+    SP_CHECK(pipeline_check(l, m, err));
     if (sp_layout_offloads(l)) {
         char why[160];
         if (sp_layout_offload_check(l, m->n_layers, why, sizeof why) != SP_OK)

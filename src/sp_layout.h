@@ -93,9 +93,9 @@
  *                 given: a stage's layers and its mesh are independent).
  *                 Not implemented, refused naming stage_mesh: with separate
  *                 prefill and decode groups, with offload, with experts, on
- *                 a torus (its slices are X×Y×Z boxes).  The lowering takes
- *                 such stages (sp_lower.h, "stage hand-off"); pricing,
- *                 simulation and running refuse them by name
+ *                 a torus (its slices are X×Y×Z boxes).  The lowering and
+ *                 the cost model take such stages (sp_lower.h, "stage
+ *                 hand-off"); simulation and running refuse them by name
  *                 (sp_layout_hetero_refuse).  The meshes after stage_mesh=
  *                 run up to the next key=value.
  * JSON: "stage_mesh": [[X0, Y0, Z0], [X1, Y1, Z1], ...].

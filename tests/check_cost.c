@@ -958,11 +958,75 @@ START_TEST(test_stage_mesh_layout)
     /* the consumers that do not take them yet refuse them by name */
     ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
     sp_workload w = {16, 8, 2};
-    sp_cost c;
-    ck_assert_int_eq(sp_cost_eval(&m, &hw, &t, &w, NULL, &c), SP_ENOTSUP);
-    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh: pricing"));
     sp_sim_times sim;
     ck_assert_int_eq(sp_sim_eval(&m, &hw, &t, &w, NULL, &sim), SP_ENOTSUP);
+}
+END_TEST
+
+/* stage_mesh pricing: each stage priced on its own mesh (a stage that
+ * sends to one peer and receives from one prices as the stage of an even
+ * pipeline of its mesh; more peers cost more), the pipeline composed from
+ * the stages' times as an uneven split is, memory the worst stage's */
+START_TEST(test_stage_mesh_price)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    m.n_layers = 4;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);
+    sp_workload w = {16, 8, 4};
+    const char *lays[] = {"stage_mesh=4x1x1,2x1x1,prefill=ws1d/heads,decode=ws1d/heads",
+                          "stage_mesh=2x1x1,4x1x1,prefill=ws1d/heads,decode=ws1d/heads",
+                          "stage_mesh=1x1x1,2x1x1,prefill=ws2d/heads,decode=ws2d/heads"};
+    for (size_t k = 0; k < sizeof lays / sizeof lays[0]; k++) {
+        char txt[200];
+        snprintf(txt, sizeof txt, "stages=2,microbatches=2,stage_layers=3,1,%s", lays[k]);
+        sp_layout l;
+        ck_assert_int_eq(sp_layout_parse(txt, &l, &err), SP_OK);
+        ck_assert_int_eq(sp_layout_check(&l, &m, &hw, sp_layout_chips(&l), w.batch, &err), SP_OK);
+        sp_stage_time st[2];
+        sp_cost_opts o;
+        sp_cost_opts_init(&o);
+        o.stage_times = st;
+        sp_cost c;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, &o, &c), SP_OK);
+        int64_t pf_sum = 0, pf_max = 0, d_sum = 0, d_max = 0, mem = 0;
+        for (int s = 0; s < 2; s++) {
+            sp_stage_cost a, b;
+            ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &l, &w, NULL, s, &a), SP_OK);
+            ck_assert_int_eq(a.prefill_ps, st[s].prefill_ps);
+            ck_assert_int_eq(a.decode_ps, st[s].decode_ps);
+            sp_layout even = l;
+            memset(even.stage_mesh, 0, sizeof even.stage_mesh);
+            sp_layout_stage_mesh(&l, s, even.mesh);
+            ck_assert_int_eq(sp_cost_stage_eval(&m, &hw, &even, &w, NULL, s, &b), SP_OK);
+            ck_assert_msg(a.mem.total == b.mem.total, "%s stage %d: %lld %lld w %lld %lld kv %lld %lld ws %lld %lld", txt, s, (long long)a.mem.total, (long long)b.mem.total, (long long)a.mem.weights, (long long)b.mem.weights, (long long)a.mem.kv, (long long)b.mem.kv, (long long)a.mem.activations, (long long)b.mem.activations);   /* the stage's memory is its mesh's */
+            /* peers at the stage's boundary (sp_lower_stage_xfer): one each way prices as the even stage */
+            sp_program p;
+            sp_shape sh = {w.batch, w.prompt, w.prompt, w.prompt + w.gen, SP_DT_BF16, 0};
+            ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &sh, s, &p), SP_OK);
+            const sp_step *x = s == 0 ? &p.post.s[p.post.n - 1] : &p.pre.s[0];
+            ck_assert(x->kind == SP_STEP_SEND || x->kind == SP_STEP_RECV);
+            if (x->coll.group == 2) ck_assert_int_eq(a.prefill_ps, b.prefill_ps);
+            else ck_assert_int_ge(a.prefill_ps, b.prefill_ps);
+            pf_sum += a.prefill_ps;
+            d_sum += a.decode_ps;
+            if (a.prefill_ps > pf_max) pf_max = a.prefill_ps;
+            if (a.decode_ps > d_max) d_max = a.decode_ps;
+            if (a.mem.total > mem) mem = a.mem.total;
+        }
+        sp_cost_pipe pipe;
+        sp_cost_pipe_terms(&hw, &l, 1, &pipe);
+        ck_assert_double_eq(c.prefill_s, (double)sp_cost_pipe_compose(&pipe.phase[SP_PHASE_PREFILL], pf_sum, pf_max) * 1e-12);
+        ck_assert_double_eq(c.decode_step_s, (double)sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], d_sum, d_max) * 1e-12);
+        ck_assert_int_eq(c.mem.total, mem);
+        /* the memoised prices are those priced afresh */
+        sp_cost f;
+        o.fresh = 1;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, &o, &f), SP_OK);
+        ck_assert_double_eq(f.total_s, c.total_s);
+        ck_assert_int_eq(f.mem.total, c.mem.total);
+    }
 }
 END_TEST
 
@@ -1432,6 +1496,7 @@ int main(void)
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_stage_mesh_layout);
     tcase_add_test(tc, test_stage_mesh_lower);
+    tcase_add_test(tc, test_stage_mesh_price);
     tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
     tcase_add_test(tc, test_chunked_prefill);

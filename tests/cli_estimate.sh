@@ -84,10 +84,22 @@ bad "split count" "3 layer counts for 4 stages" "stages=4,mesh=1x1x16,microbatch
 bad "per-stage chips refused" "per-stage chips is not implemented" "stages=2,mesh=1x1x32,microbatches=2,stage_chips=16,16"
 bad "stage meshes per stage" "1 meshes for 2 stages" "stages=2,mesh=1x1x32,microbatches=2,stage_mesh=1x1x32"
 bad "stage meshes on a torus" "on a torus" "stages=2,microbatches=2,stage_mesh=1x1x16,1x1x48"
-# stages of their own mesh on a cluster: a valid layout, not priced yet (refused by name)
-check "stage meshes not priced" 2 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
-    --gen 4 --layout stages=2,microbatches=2,stage_mesh=8x1x1,4x1x1,stage_layers=60,20
-grep -q "stage_mesh: pricing" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+# stages of their own mesh on a cluster: priced stage by stage (text and JSON), not simulated yet (refused by name)
+H=stages=2,microbatches=2,stage_mesh=8x1x1,4x1x1,stage_layers=60,20
+check "stage meshes" 0 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 --gen 4 \
+    --layout "$H"
+grep -q "stages (each on its own mesh)" /tmp/sp_est_out.$$ && grep -Eq "^ +1 +4 +4x1x1 +20 " /tmp/sp_est_out.$$ ||
+    { echo "FAIL: stage meshes: per-stage rows"; cat /tmp/sp_est_out.$$; fail=$((fail + 1)); }
+check "stage meshes as JSON" 0 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
+    --gen 4 --layout "$H" --json
+{ json_check '$1 == 8' -n /tmp/sp_est_out.$$ /stages/0/chips && json_check '$1 == 4' -n /tmp/sp_est_out.$$ /stages/1/chips &&
+  json_check '$1 == 8' -n /tmp/sp_est_out.$$ /stages/0/mesh/0 && json_check '$1 == 20' -n /tmp/sp_est_out.$$ /stages/1/layers &&
+  json_check '$1 > 0' -n /tmp/sp_est_out.$$ /stages/1/memory_per_chip &&
+  json_check '$1 == 4' -n /tmp/sp_est_out.$$ /layout/stage_mesh/1/0; } ||
+    { echo "FAIL: stage meshes: stages[]"; fail=$((fail + 1)); }
+check "stage meshes not simulated" 2 "$SHARDPLAN" simulate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
+    --gen 4 --layout "$H"
+grep -q "stage_mesh: simulation" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: simulate refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
 # an uneven split is priced (text and JSON forms alike) and differs from the even split
 U=stages=4,mesh=1x1x16,microbatches=4,stage_layers=29,30,30,29
 check "uneven split" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 --gen 8 \
