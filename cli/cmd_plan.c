@@ -12,7 +12,8 @@ static const char plan_usage[] =
     "usage: shardplan plan --model M --hw H --chips N --batch B --prompt P --gen G\n"
     "                      [--objective latency|cost|throughput] [--latency-metric total|decode|prefill]\n"
     "                      [--max-latency-ms X] [--min-tokens-per-s T] [--weights auto|bf16|int8|fp8]\n"
-    "                      [--min-chips] [--even-stages] [--disaggregate] [--time-limit-ms MS] [--json]\n"
+    "                      [--min-chips] [--even-stages] [--disaggregate] [--offload] [--time-limit-ms MS]\n"
+    "                      [--json]\n"
     "\n"
     "Searches every layout of the model on N chips (stages, replicas, tensor mesh and\n"
     "its placement, weight precision, micro-batches, prefill and decode FFN/attention\n"
@@ -48,6 +49,12 @@ static const char plan_usage[] =
     "                       transfer + decode; throughput and cost at the steady state\n"
     "                       (a batch every max(prefill, decode) + transfer).  Serving:\n"
     "                       --objective throughput --max-latency-ms X (doc/planner.md)\n"
+    "  --offload            the plan may keep weights and KV cache in host memory: a\n"
+    "                       third program decides per stage how many layers' weights\n"
+    "                       stream in over the host link (offload_weights) and what\n"
+    "                       fraction of the KV sequences lives in host memory\n"
+    "                       (offload_kv: 0, 1/4, 1/2, 3/4 or 1), under the HBM and host\n"
+    "                       capacities; without it nothing is offloaded\n"
     "  --time-limit-ms MS   GLPK time limit per solve (default 10000)\n"
     "  --json               machine-readable output: status, chosen.{layout, costs,\n"
     "                       stages[]}, frontier[], rivals[], groups (--disaggregate);\n"
@@ -154,6 +161,8 @@ static void print_infeasible(const sp_plan *p)
         printf("no layout found within the solver's time limit (--time-limit-ms %d)\n", p->opts.time_limit_ms);
     else
         printf("nothing meets the bounds (layouts fit in memory but miss the latency/throughput target)\n");
+    if (p->min_shortfall_bytes > 0 && !p->opts.offload)
+        printf("nothing is offloaded without --offload (weights or KV cache in host memory)\n");
     if (p->min_chips_fit > 0) printf("fewest chips that fit: %d\n", p->min_chips_fit);
     else if (p->min_chips_bound > p->min_chips_searched && p->min_chips_searched > 0)
         printf("no chip count up to %d fits: the weights and KV cache alone need at least %lld chips\n",
@@ -178,16 +187,19 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
            "cost model %.1f ms, GLPK %.1f ms = %.1f%% of the two)\n",
            sp_plan_result_name(p->result), p->stats.candidates, p->stats.feasible, p->stats.rejected, p->stats.columns,
            p->stats.solves, ev * 1e3, gl * 1e3, ev + gl > 0 ? 100 * gl / (ev + gl) : 0.0);
+    if (p->opts.offload && p->offload_note[0]) printf("%s\n", p->offload_note);
     if (!p->has_chosen) {
         print_infeasible(p);
         return;
     }
     printf("\nchosen layout: %s\n\n", sp_layout_format(&p->chosen.layout, b, sizeof b));
     cli_print_cost(&p->chosen.cost, hw);
-    if (p->n_stages > 1) {
+    const int off = sp_layout_offloads(&p->chosen.layout);
+    if (p->n_stages > 1 || off) {
         printf("\nstages (one micro-batch through each; every stage's mesh, layouts and precision are the layout's)\n");
-        static const char *const hdr[7] = {"stage", "layers", "chips", "mesh", "prefill", "decode step", "memory/chip"};
-        cli_table *t = cli_table_new(7, hdr);
+        static const char *const hdr[10] = {"stage", "layers", "chips", "mesh", "prefill", "decode step", "memory/chip",
+                                            "streamed layers", "KV in host", "host/chip"};
+        cli_table *t = cli_table_new(off ? 10 : 7, hdr);
         for (int i = 0; i < p->n_stages; i++) {
             const sp_plan_stage *x = &p->stages[i];
             char c0[16], c1[48], c2[16], c3[24], c4[24], c5[24], c6[24];
@@ -199,7 +211,11 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
             cli_fmt_seconds(x->prefill_s, c4, sizeof c4);
             cli_fmt_seconds(x->decode_step_s, c5, sizeof c5);
             snprintf(c6, sizeof c6, "%.2f GiB", (double)x->memory_bytes / 1073741824.0);
-            const char *cells[7] = {c0, c1, c2, c3, c4, c5, c6};
+            char c7[24], c8[24], c9[24];
+            snprintf(c7, sizeof c7, "%lld", (long long)x->offload_layers);
+            snprintf(c8, sizeof c8, "%g", x->offload_kv);
+            snprintf(c9, sizeof c9, "%.2f GiB", (double)x->host_bytes / 1073741824.0);
+            const char *cells[10] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9};
             cli_table_add(t, cells);
         }
         cli_table_print(t, stdout);
@@ -235,6 +251,14 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
             printf("no pair of groups fits and meets the bounds\n");
         }
     }
+    if (p->opts.offload && p->stats.offload_templates > 0)
+        printf("\noffload program: %d of %d layouts kept (the others cannot beat the best layout), %d stage blocks "
+               "priced, %d rows x %d columns, %ld branch-and-bound nodes; its layout %s\n", p->stats.offload_kept,
+               p->stats.offload_templates, p->stats.offload_blocks, p->stats.offload_rows, p->stats.offload_cols,
+               p->stats.offload_nodes, p->stats.offload_better ? "beat every layout without offload and joined the space"
+                                                               : "was no better than the space's best");
+    if (off)
+        printf("\n(run executes offload on CPU chips, threads or MPI; the CUDA device refuses it)\n");
     if (p->n_frontier) {
         printf("\nfrontier: chip-seconds per token vs %s latency (%d points, non-dominated)\n",
                sp_plan_latency_name(p->opts.latency_metric), p->n_frontier);
@@ -266,6 +290,7 @@ int cli_cmd_plan(int argc, char **argv)
         {"weights", required_argument, 0, 'W'}, {"min-chips", no_argument, 0, 'c'},
         {"time-limit-ms", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
         {"even-stages", no_argument, 0, 'E'}, {"disaggregate", no_argument, 0, 'D'},
+        {"offload", no_argument, 0, 'O'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_arg = NULL, *hw_arg = NULL;
     long long chips = 0, batch = 0, prompt = -1, gen = -1, tl = 0;
@@ -299,6 +324,7 @@ int cli_cmd_plan(int argc, char **argv)
         case 'c': minchips = 1; break;
         case 'E': o.even_stages = 1; break;
         case 'D': o.disaggregate = 1; break;
+        case 'O': o.offload = 1; break;
         case 'j': json = 1; break;
         case 'h': fputs(plan_usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("plan", "unknown option '%s'", argv[optind - 1]);

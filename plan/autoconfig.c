@@ -209,6 +209,7 @@ static void cache_key(const sp_model *m, const sp_hw *hw, int chips, const sp_wo
     KH(&k, o->tensor_1d);
     KH(&k, o->microbatches_per_stage);
     KH(&k, o->even_stages);
+    if (o->offload) KH(&k, o->offload);   /* keys of plans that offload nothing stay as they were */
     KH(&k, server);
     snprintf(key, 33, "%016llx%016llx", (unsigned long long)k.a, (unsigned long long)k.b);
 }

@@ -682,7 +682,7 @@ static int check_opts(const sp_plan_opts *o)
            (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
            (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
            o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0 && o->even_stages >= 0 &&
-           (o->disaggregate == 0 || o->disaggregate == 1);
+           (o->disaggregate == 0 || o->disaggregate == 1) && o->offload >= 0;
 }
 
 /* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
@@ -838,10 +838,9 @@ static sp_status search_fit(const sp_model *m, const sp_hw *hw, int chips, const
     return st;
 }
 
-/* The pipeline program over the space's pipelines (plan_stages.c): when its
- * split is better than every admissible layout of the space, the split,
- * priced by sp_cost_eval like every candidate, joins the space. */
-static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p)
+/* The best measure (spi_split_measure) among the space's admissible
+ * candidates: fitting, within the bounds; INFINITY when none is. */
+static double incumbent(const spi_space *s, const sp_plan_opts *o)
 {
     double inc = INFINITY;
     for (int i = 0; i < s->n; i++) {
@@ -851,6 +850,79 @@ static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p
         double v = spi_split_measure(s, c, o);
         if (adm && v < inc) inc = v;
     }
+    return inc;
+}
+
+/* A layout a program over priced stages found (the pipeline program's
+ * split, the offload program's choice), priced by sp_cost_eval like every
+ * candidate, checked against the program's optimum phi (the programs state
+ * the cost model's roll-up, not a copy of its figures: equal to 1e-6), and
+ * pushed into the space when it fits and beats the incumbent inc.  *better
+ * says whether it did. */
+static sp_status join_space(spi_space *s, const sp_plan_opts *o, sp_plan *p, const char *what, int from,
+                            const sp_layout *l, double phi, double inc, int *better)
+{
+    spi_cand c = s->c[from];
+    c.layout = *l;
+    if (sp_layout_uneven(l)) c.key[SPI_DEC_PIPE] |= (int64_t)1 << 62;   /* an uneven split: a pipeline value of its own */
+    sp_cost cost;
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    double t0 = now_s();
+    SP_CHECK(sp_cost_eval(s->m, s->hw, &c.layout, &s->inst[0].w, &co, &cost));
+    p->stats.eval_s += now_s() - t0;
+    c.mem_over = cost.mem.total - cost.capacity;
+    if (cost.host_shortfall_bytes > 0 && cost.host_shortfall_bytes > c.mem_over) c.mem_over = cost.host_shortfall_bytes;
+    c.prefill_s = cost.prefill_s;
+    c.decode_step_s = cost.decode_step_s;
+    c.total_s = cost.total_s;
+    c.tokens_per_s = cost.tokens_per_s;
+    c.cost_total = cost.cost_chip_s_per_token;
+    double v = spi_split_measure(s, &c, o);
+    if (!(fabs(v - phi) <= 1e-6 * v + 1e-12) || c.mem_over > 0) {
+        char t[320];
+        return spi_fail(SP_EINTERNAL, "planner: the %s priced %s at %.9g s%s, the cost model at %.9g s", what,
+                        sp_layout_format(&c.layout, t, sizeof t), phi, c.mem_over > 0 ? " (fitting)" : "", v);
+    }
+    *better = v < inc;
+    return *better ? spi_space_push(s, &c) : SP_OK;
+}
+
+/* The offload program over the space's layouts (plan_offload.c): its
+ * layout joins the space when it beats every admissible layout there. */
+static sp_status offload_layouts(spi_space *s, const sp_plan_opts *o, sp_plan *p)
+{
+    int weights;
+    const char *why = spi_offload_refusal(s->m, s->hw, &weights);
+    if (why) {
+        snprintf(p->offload_note, sizeof p->offload_note, "offload not offered: %s", why);
+        return SP_OK;
+    }
+    if (!weights)
+        snprintf(p->offload_note, sizeof p->offload_note,
+                 "weights not offered for offload: %s has dense layers between its MoE layers (KV only)", s->m->name);
+    double inc = incumbent(s, o);
+    spi_offload_req r = {.o = o, .incumbent = inc};
+    spi_offload_out so;
+    SP_CHECK(spi_offload_solve(s, 0, &r, &so, &p->stats.glpk_s));
+    p->stats.eval_s += so.eval_s;
+    p->stats.solves += so.solved;
+    p->stats.offload_templates = so.templates;
+    p->stats.offload_kept = so.kept;
+    p->stats.offload_blocks = so.blocks;
+    p->stats.offload_rows = so.rows;
+    p->stats.offload_cols = so.cols;
+    p->stats.offload_nodes = so.nodes;
+    if (!so.found) return SP_OK;
+    return join_space(s, o, p, "offload program", so.template_cand, &so.layout, so.phi, inc, &p->stats.offload_better);
+}
+
+/* The pipeline program over the space's pipelines (plan_stages.c): when its
+ * split is better than every admissible layout of the space, the split,
+ * priced by sp_cost_eval like every candidate, joins the space. */
+static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p)
+{
+    double inc = incumbent(s, o);
     spi_split_req r = {.o = o, .incumbent = inc, .batch = 0};
     spi_split_out so;
     SP_CHECK(spi_split_solve(s, 0, &r, &so, &p->stats.glpk_s));
@@ -863,31 +935,7 @@ static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p
     p->stats.split_cols = so.cols;
     p->stats.split_nodes = so.nodes;
     if (!so.found) return SP_OK;
-    spi_cand c = s->c[so.template_cand];
-    c.layout = so.layout;
-    c.key[SPI_DEC_PIPE] |= (int64_t)1 << 62;   /* an uneven split: a pipeline value of its own */
-    sp_cost cost;
-    sp_cost_opts co;
-    sp_cost_opts_init(&co);
-    double t0 = now_s();
-    SP_CHECK(sp_cost_eval(s->m, s->hw, &c.layout, &s->inst[0].w, &co, &cost));
-    p->stats.eval_s += now_s() - t0;
-    c.mem_over = cost.mem.total - cost.capacity;
-    c.prefill_s = cost.prefill_s;
-    c.decode_step_s = cost.decode_step_s;
-    c.total_s = cost.total_s;
-    c.tokens_per_s = cost.tokens_per_s;
-    c.cost_total = cost.cost_chip_s_per_token;
-    double v = spi_split_measure(s, &c, o);
-    /* the program states sp_cost_eval's roll-up (sp_cost_pipe): its optimum is the split's price */
-    if (!(fabs(v - so.phi) <= 1e-6 * v + 1e-12) || c.mem_over > 0) {
-        char t[320];
-        return spi_fail(SP_EINTERNAL, "planner: the pipeline program priced %s at %.9g s%s, the cost model at %.9g s",
-                        sp_layout_format(&c.layout, t, sizeof t), so.phi, c.mem_over > 0 ? " (fitting)" : "", v);
-    }
-    if (!(v < inc)) return SP_OK;
-    p->stats.split_better = 1;
-    return spi_space_push(s, &c);
+    return join_space(s, o, p, "pipeline program", so.template_cand, &so.layout, so.phi, inc, &p->stats.split_better);
 }
 
 /* The chosen layout's stages, priced one by one. */
@@ -910,6 +958,9 @@ static sp_status fill_stages(const sp_model *m, const sp_hw *hw, sp_plan *p)
         x->prefill_s = (double)sc.prefill_ps * 1e-12;
         x->decode_step_s = (double)sc.decode_ps * 1e-12;
         x->memory_bytes = sc.mem.total;
+        x->offload_layers = sp_layout_offload_layers(l, s);
+        x->offload_kv = l->offload_kv;
+        x->host_bytes = sc.mem.host_total;
     }
     return SP_OK;
 }
@@ -991,6 +1042,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
+    if (o.offload) SP_CHECKGOTO(offload_layouts(&s, &o, p), st, fail);
     if (split) SP_CHECKGOTO(split_pipelines(&s, &o, p), st, fail);
     SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
@@ -1295,6 +1347,11 @@ void *sp_plan_to_json(const sp_plan *p)
             json_object_set_new(j, "prefill_s", json_real(x->prefill_s));
             json_object_set_new(j, "decode_step_s", json_real(x->decode_step_s));
             json_object_set_new(j, "memory_bytes", json_integer(x->memory_bytes));
+            if (p->opts.offload || sp_layout_offloads(l)) {   /* the offload decision (plan --offload) */
+                json_object_set_new(j, "offload_layers", json_integer(x->offload_layers));
+                json_object_set_new(j, "offload_kv", json_real(x->offload_kv));
+                json_object_set_new(j, "host_bytes", json_integer(x->host_bytes));
+            }
             json_array_append_new(sa, j);
         }
         json_object_set_new(ch, "stages", sa);
@@ -1365,5 +1422,13 @@ void *sp_plan_to_json(const sp_plan *p)
                                   "blocks", p->stats.split_blocks, "rows", p->stats.split_rows, "columns",
                                   p->stats.split_cols, "nodes", (json_int_t)p->stats.split_nodes, "better",
                                   p->stats.split_better));
+    if (p->opts.offload) {
+        json_object_set_new(o, "offload", json_pack("{sbss}", "allowed", 1, "note", p->offload_note));
+        json_object_set_new(json_object_get(o, "stats"), "offload_program",
+                            json_pack("{sisisisisisIsb}", "templates", p->stats.offload_templates, "kept",
+                                      p->stats.offload_kept, "blocks", p->stats.offload_blocks, "rows",
+                                      p->stats.offload_rows, "columns", p->stats.offload_cols, "nodes",
+                                      (json_int_t)p->stats.offload_nodes, "better", p->stats.offload_better));
+    }
     return o;
 }

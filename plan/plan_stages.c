@@ -83,7 +83,7 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-enum { PH_PF = 0, PH_D1 = 1, PH_DN = 2, PH_COUNT = 3 };
+enum { PH_PF = SPI_PH_PF, PH_D1 = SPI_PH_D1, PH_DN = SPI_PH_DN, PH_COUNT = SPI_PH_COUNT };
 enum { K_FIRST = 0, K_MID = 1, K_LAST = 2, K_COUNT = 3 };
 
 /* the times' unit in the program: microseconds keep its coefficients near 1 */
@@ -111,13 +111,7 @@ void spi_split_window(int64_t L, int S, int *lo, int *hi)
 
 int spi_split_kind(int s, int S) { return s == 0 ? K_FIRST : s == S - 1 ? K_LAST : K_MID; }
 
-/* Which phases the workload runs and which measure Φ and Λ are. */
-typedef struct measure {
-    int ph[PH_COUNT];          /* phase present */
-    double w_obj[PH_COUNT];    /* Φ = Σ w·V */
-    double w_lat[PH_COUNT];    /* Λ */
-    double w_tot[PH_COUNT];    /* Θ (total) */
-} measure;
+typedef spi_measure measure;
 
 static void phase_weights(const sp_workload *w, sp_plan_latency lm, double out[PH_COUNT])
 {
@@ -139,6 +133,20 @@ static sp_plan_latency objective_measure(const sp_plan_opts *o, const sp_workloa
         if (o->latency_metric == SP_PLAN_LAT_PREFILL && w->prompt > 0) return SP_PLAN_LAT_PREFILL;
     }
     return SP_PLAN_LAT_TOTAL;   /* cost: chips·total/tokens; throughput: tokens/total */
+}
+
+void spi_measure_init(const sp_plan_opts *o, const sp_workload *w, spi_measure *ms)
+{
+    memset(ms, 0, sizeof *ms);
+    ms->ph[PH_PF] = w->prompt > 0;
+    ms->ph[PH_D1] = ms->ph[PH_DN] = w->gen > 0;
+    phase_weights(w, objective_measure(o, w), ms->w_obj);
+    phase_weights(w, o->latency_metric, ms->w_lat);
+    phase_weights(w, SP_PLAN_LAT_TOTAL, ms->w_tot);
+    ms->max_lat = o->max_latency_s > 0 ? o->max_latency_s : INFINITY;
+    ms->max_tot = INFINITY;
+    if (o->min_tokens_per_s > 0)
+        ms->max_tot = (double)w->batch * (double)(w->gen > 0 ? w->gen : w->prompt) / o->min_tokens_per_s;
 }
 
 static double cand_measure(const spi_cand *c, sp_plan_latency lm)
@@ -200,7 +208,7 @@ static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t,
 
 int spi_split_is_template(const sp_layout *l, int64_t L)
 {
-    return l->stages >= 2 && l->stages <= SP_LAYOUT_MAX_STAGES && !sp_layout_uneven(l) &&
+    return l->stages >= 2 && !sp_layout_offloads(l) && l->stages <= SP_LAYOUT_MAX_STAGES && !sp_layout_uneven(l) &&
            L <= SP_LAYOUT_MAX_STAGE_LAYERS;
 }
 
@@ -379,7 +387,7 @@ static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
 
 /* GLPK callback: the branch-and-bound tree's node count so far (every node
  * created, the removed ones included) into *(int *)info */
-static void count_nodes(glp_tree *T, void *info)
+void spi_glpk_count_nodes(glp_tree *T, void *info)
 {
     int a, n, t;
     glp_ios_tree_size(T, &a, &n, &t);
@@ -565,7 +573,7 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         parm.msg_lev = GLP_MSG_OFF;
         parm.tm_lim = o->time_limit_ms > 0 ? o->time_limit_ms : 10000;
         int nodes = 0;
-        parm.cb_func = count_nodes;
+        parm.cb_func = spi_glpk_count_nodes;
         parm.cb_info = &nodes;
         int ret = glp_intopt(P, &parm);
         out->nodes += nodes;
@@ -634,17 +642,8 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
     const int64_t L = m->n_layers;
     const sp_plan_opts *o = r->o;
     measure ms;
-    memset(&ms, 0, sizeof ms);
-    ms.ph[PH_PF] = w->prompt > 0;
-    ms.ph[PH_D1] = ms.ph[PH_DN] = w->gen > 0;
-    sp_plan_latency phi = objective_measure(o, w);
-    phase_weights(w, phi, ms.w_obj);
-    phase_weights(w, o->latency_metric, ms.w_lat);
-    phase_weights(w, SP_PLAN_LAT_TOTAL, ms.w_tot);
-    double max_lat = o->max_latency_s > 0 ? o->max_latency_s : INFINITY;
-    double max_tot = INFINITY;
-    if (o->min_tokens_per_s > 0)
-        max_tot = (double)w->batch * (double)(w->gen > 0 ? w->gen : w->prompt) / o->min_tokens_per_s;
+    spi_measure_init(o, w, &ms);
+    const double max_lat = ms.max_lat, max_tot = ms.max_tot;
 
     /* the incumbent: the best admissible candidate of the instance */
     double inc = r->incumbent;

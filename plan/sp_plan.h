@@ -127,6 +127,9 @@ typedef struct sp_plan_opts {
                                         chosen when it beats every shared layout (doc/planner.md);
                                         default 0.  sp_plan_frontier(s) and sp_autoconfig refuse it
                                         (SP_ENOTSUP) */
+    int offload;                     /* 1: the plan may keep weights and KV cache in host memory
+                                        (offload_weights, offload_kv: sp_plan_solve only); 0
+                                        (default): nothing is offloaded */
 } sp_plan_opts;
 
 /* Defaults as above. */
@@ -194,6 +197,13 @@ typedef struct sp_plan_stats {
     int split_rows, split_cols;      /* the program's size */
     long split_nodes;                /* its branch-and-bound nodes (GLPK) */
     int split_better;                /* 1: its split beat every layout of the space, and is one */
+    /* the offload program (opts.offload; doc/planner.md) */
+    int offload_templates;           /* layouts offload may apply to */
+    int offload_kept;                /* in the program (the others cannot beat the best layout) */
+    int offload_blocks;              /* (layout, stage, KV fraction, streamed layers) blocks priced */
+    int offload_rows, offload_cols;  /* the program's size */
+    long offload_nodes;              /* its branch-and-bound nodes (GLPK) */
+    int offload_better;              /* 1: its layout beat every layout of the space, and is one */
 } sp_plan_stats;
 
 /* One stage of the chosen layout: its layers, chips and their figures. */
@@ -204,6 +214,9 @@ typedef struct sp_plan_stage {
     double prefill_s;                /* one micro-batch's prompt through the stage */
     double decode_step_s;            /* one micro-batch's decode step at the last context */
     int64_t memory_bytes;            /* one chip of the stage */
+    int64_t offload_layers;          /* its first layers whose weights stream from host memory */
+    double offload_kv;               /* fraction of its chips' KV sequences in host memory */
+    int64_t host_bytes;              /* one chip's host memory (offload) */
 } sp_plan_stage;
 
 /* The search over separate prefill and decode groups (opts.disaggregate). */
@@ -247,6 +260,8 @@ typedef struct sp_plan {
     int n_stages;                    /* has_chosen: the chosen layout's stages (0 for separate groups) */
     sp_plan_stage *stages;
     sp_plan_groups groups;           /* opts.disaggregate (frontier and rivals stay the shared layouts') */
+    char offload_note[160];          /* opts.offload: why offload was not offered, or only in part
+                                        ("" when it was offered in full) */
 } sp_plan;
 
 /*

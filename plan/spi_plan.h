@@ -156,13 +156,31 @@ void spi_glpk_env_put(int *holds);
  * one); SP_ESOLVER when GLPK failed. */
 sp_status spi_glpk_result(int ret, int mst, sp_plan_result *res);
 
+/* ---- the programs over priced stages (plan_stages.c, plan_offload.c) ---- */
+/* The phases they state: the prefill pass, the first and the last decode step. */
+enum { SPI_PH_PF = 0, SPI_PH_D1 = 1, SPI_PH_DN = 2, SPI_PH_COUNT = 3 };
+/* Which phases the workload runs and the measures over their times V_φ:
+ * Φ = Σ w_obj·V (the objective's: the plan's objective is monotone in it for
+ * one instance), Λ = Σ w_lat·V (the latency metric), Θ = Σ w_tot·V (the
+ * total), and the bounds the plan's options put on Λ and Θ (s; INFINITY:
+ * none). */
+typedef struct spi_measure {
+    int ph[SPI_PH_COUNT];
+    double w_obj[SPI_PH_COUNT], w_lat[SPI_PH_COUNT], w_tot[SPI_PH_COUNT];
+    double max_lat, max_tot;
+} spi_measure;
+void spi_measure_init(const sp_plan_opts *o, const sp_workload *w, spi_measure *ms);
+/* GLPK intopt callback: the branch-and-bound tree's node count so far into *(int *)info. */
+struct glp_tree;
+void spi_glpk_count_nodes(struct glp_tree *T, void *info);
+
 /* ---- the pipeline program (plan_stages.c, doc/planner.md) ---- */
 /* The layer counts a stage of an S-stage pipeline of L layers may hold. */
 void spi_split_window(int64_t L, int S, int *lo, int *hi);
 /* Stage position s of S: 0 first, 1 middle, 2 last. */
 int spi_split_kind(int s, int S);
 /* Whether layout l of an L-layer model is a template of the pipeline program
- * (2..SP_LAYOUT_MAX_STAGES stages, split evenly). */
+ * (2..SP_LAYOUT_MAX_STAGES stages, split evenly, offloading nothing). */
 int spi_split_is_template(const sp_layout *l, int64_t L);
 /* The bottleneck bound m of template l (REDUCTIONS in plan_stages.c): per
  * phase (prefill, first and last decode step) a lower bound in ps on the
@@ -242,5 +260,35 @@ typedef struct spi_groups_out {
 /* The best pair by o's objective (the program at the top of plan_groups.c). */
 sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                            const sp_plan_opts *o, spi_groups_out *out);
+/* ---- the offload program (plan_offload.c, doc/planner.md) ---- */
+/* Why offload cannot be offered for (m, hw) at all, or NULL when it can
+ * (weights, KV or both; *weights set to whether weight streaming is). */
+const char *spi_offload_refusal(const sp_model *m, const sp_hw *hw, int *weights);
+typedef struct spi_offload_req {
+    const sp_plan_opts *o;   /* objective, metrics, bounds */
+    double incumbent;        /* the best measure (s) among the admissible candidates; INFINITY: none */
+    int batch;               /* templates per program, in the order of their bounds (0: 16) */
+    int max_templates;       /* only the first this many templates in the order of the bound (0: all) */
+} spi_offload_req;
+typedef struct spi_offload_out {
+    int solved;              /* glp_intopt calls (one per program of `batch` templates) */
+    int unproven;            /* a program stopped at the time limit */
+    int found;               /* an offload layout better than the incumbent: layout, template_cand, phi */
+    sp_layout layout;
+    int template_cand;       /* the space's candidate it offloads from */
+    double phi;              /* the program's optimum, seconds of the measure */
+    int templates;           /* the instance's layouts offload may apply to */
+    int pruned;              /* of those, dropped by the bound (their own measure) */
+    int kept;                /* in the programs */
+    int blocks;              /* (template, stage class, KV fraction, streamed layers) priced */
+    int rows, cols;          /* the programs' size (summed over them) */
+    double choices_sum;      /* Σ over the kept templates of Σ_f Σ_s (layers_s + 1): the sum of the choices */
+    double choices_product;  /* Σ over the kept templates of |F|·Π_s (layers_s + 1): the full product */
+    long nodes;              /* GLPK's branch-and-bound nodes */
+    double eval_s;           /* seconds pricing blocks */
+} spi_offload_out;
+/* Solves the offload program over instance inst's layouts in s. */
+sp_status spi_offload_solve(const spi_space *s, int inst, const spi_offload_req *r, spi_offload_out *out,
+                            double *glpk_s);
 
 #endif

@@ -9,6 +9,15 @@ endif
 TESTS += tests/cli_plan.sh
 EXTRA_DIST += tests/cli_plan.sh
 if HAVE_CHECK
+check_PROGRAMS += tests/check_plan_offload
+TESTS += tests/check_plan_offload
+tests_check_plan_offload_SOURCES = tests/check_plan_offload.c
+tests_check_plan_offload_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_plan_offload_LDADD = $(SP_TEST_LIBS)
+endif
+TESTS += tests/cli_plan_offload.sh
+EXTRA_DIST += tests/cli_plan_offload.sh
+if HAVE_CHECK
 check_PROGRAMS += tests/check_fit
 TESTS += tests/check_fit
 tests_check_fit_SOURCES = tests/check_fit.c
