@@ -80,6 +80,16 @@ sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int l
     return code;
 }
 
+void spi_error_prefix(sp_error *err, const char *what, const char *kind)
+{
+    if (!err) return;
+    char t[sizeof err->text];
+    int head = snprintf(t, sizeof t, "%s %s: ", what, kind);
+    if (head < 0 || (size_t)head >= sizeof t) return;
+    snprintf(t + head, sizeof t - (size_t)head, "%s", err->text);
+    memcpy(err->text, t, sizeof t);
+}
+
 char *sp_error_format(const sp_error *err, char *buf, size_t size)
 {
     size_t n = 0;

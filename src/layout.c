@@ -5,7 +5,6 @@
 #include <jansson.h>
 #include "spi_common.h"
 #include "sp_layout.h"
-#include "sp_lower.h"
 
 static const char *const ffn_names[SP_FL_COUNT] = {"ws1d", "ws2d", "wg-x", "wg-xy", "wg-xyz"};
 static const char *const attn_names[SP_AL_COUNT] = {"heads", "batch"};
@@ -1044,14 +1043,9 @@ static sp_status groups_check(const sp_layout *l, const sp_model *m, const sp_hw
     for (int p = 0; p < SP_PHASE_COUNT; p++) {
         sp_layout g;
         sp_layout_phase_group(l, (sp_phase)p, &g);
-        sp_status st = sp_layout_check(&g, m, hw, group_chips(&l->group[p]), batch, err);
+        sp_status st = sp_layout_check_base(&g, m, hw, group_chips(&l->group[p]), batch, err);
         if (st != SP_OK) {
-            if (err) {
-                /* "prefill group: <reason>", the reason cut to fit */
-                char t[sizeof err->text];
-                snprintf(t, sizeof t, "%s group: %.290s", sp_phase_name((sp_phase)p), err->text);
-                memcpy(err->text, t, sizeof t);
-            }
+            spi_error_prefix(err, sp_phase_name((sp_phase)p), "group");
             return st;
         }
     }
@@ -1074,9 +1068,9 @@ static sp_status pipeline_check(const sp_layout *l, const sp_model *m, sp_error 
  * cluster each stage's tensor axes fit its nodes as an even mesh's would,
  * its chips starting on a node boundary (or every stage inside one node),
  * so that its collectives see the tiers its own mesh implies.  A torus is
- * refused (its slices are boxes).  Then every stage lowers on its own mesh
- * (each phase); the consumers that do not take such stages yet refuse them
- * themselves (sp_layout_hetero_refuse). */
+ * refused (its slices are boxes).  That every stage lowers on its own mesh
+ * (each phase) is sp_layout_check's (lower.c); the consumers that do not
+ * take such stages yet refuse them themselves (sp_layout_hetero_refuse). */
 static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
                                      int64_t batch, sp_error *err)
 {
@@ -1107,26 +1101,12 @@ static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, cons
                                  "of its own (earlier stages of whole nodes) or every stage shares one node", s,
                                  (long long)sp_layout_stage_first_chip(l, s), hw->chips_per_node);
     }
-    SP_CHECK(pipeline_check(l, m, err));
-    /* every stage lowers on its own mesh (the divisibility of its dimensions) */
-    sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
-    sp_program *prog = malloc(sizeof *prog);
-    if (!prog) return spi_error_set(err, SP_ENOMEM, "<layout>", 0, 0, "stage_mesh", "out of memory");
-    sp_status st = SP_OK;
-    char b[256] = "";
-    for (int s = 0; s < l->stages && !st; s++)
-        for (int p = 0; p < SP_PHASE_COUNT && !st; p++)
-            if ((st = sp_lower(m, l, (sp_phase)p, &sh, s, prog)) != SP_OK)
-                snprintf(b, sizeof b, "stage %d: %s", s, sp_last_error());
-    free(prog);
-    if (st) return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_mesh", "%s", b);
-    return SP_OK;
+    return pipeline_check(l, m, err);
 }
 
-sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
-                          sp_error *err)
+sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
+                               int64_t batch, sp_error *err)
 {
-    char b[256];
     if (sp_layout_hetero(l)) {
         char why[200];
         sp_status st = sp_layout_stage_mesh_check(l, why, sizeof why);
@@ -1180,15 +1160,6 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
             return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "experts",
                                  "%d: experts are split over the replicas, so experts must be 1 or replicas (%d); "
                                  "expert groups of part of the replicas are not implemented", l->experts, l->replicas);
-    }
-    /* a prompt of one prefill pass (prefill_tokens) when the layout chunks it, so that its
-     * checks that do not depend on the prompt run here */
-    int64_t q = l->prefill_tokens > 0 ? l->prefill_tokens : 1;
-    sp_shape sh = {.batch = batch, .q_len = q, .context = q, .max_context = q, .act_dtype = SP_DT_BF16};
-    for (int p = 0; p < SP_PHASE_COUNT; p++) {
-        static _Thread_local sp_program prog;
-        if (sp_lower(m, l, (sp_phase)p, &sh, 0, &prog) != SP_OK)
-            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "", "%s", strncpy(b, sp_last_error(), sizeof b - 1));
     }
     return SP_OK;
 }

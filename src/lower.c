@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "spi_common.h"
 #include "sp_lower.h"
 #include "spi_lower.h"
@@ -1753,6 +1754,52 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage)
 {
     return sp_lower_check_key(m, l, phase, shape, stage, NULL);
+}
+
+/* The lowering's checks of one (not disaggregated) layout for sp_layout_check:
+ * both phases of stage 0, with a message (sp_lower, not the quiet checks). */
+static sp_status layout_lowers(const sp_layout *l, const sp_model *m, int64_t batch, sp_error *err)
+{
+    int64_t q = l->prefill_tokens > 0 ? l->prefill_tokens : 1;
+    sp_shape sh = {.batch = batch, .q_len = q, .context = q, .max_context = q, .act_dtype = SP_DT_BF16};
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        static _Thread_local sp_program prog;   /* ~sizeof(sp_program): too large for the stack */
+        if (sp_lower(m, l, (sp_phase)p, &sh, 0, &prog) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "", "%s", sp_last_error());
+    }
+    return SP_OK;
+}
+
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
+                          sp_error *err)
+{
+    sp_status st = sp_layout_check_base(l, m, hw, chips, batch, err);
+    if (st != SP_OK) return st;
+    if (sp_layout_hetero(l)) {
+        /* stages of their own meshes: every stage lowers on its own mesh (the
+         * divisibility of its dimensions), each phase */
+        sp_shape sh = {.batch = batch, .q_len = 1, .context = 1, .max_context = 1, .act_dtype = SP_DT_BF16};
+        sp_program *prog = malloc(sizeof *prog);
+        if (!prog) return spi_error_set(err, SP_ENOMEM, "<layout>", 0, 0, "stage_mesh", "out of memory");
+        char b[256] = "";
+        for (int s = 0; s < l->stages && !st; s++)
+            for (int p = 0; p < SP_PHASE_COUNT && !st; p++)
+                if ((st = sp_lower(m, l, (sp_phase)p, &sh, s, prog)) != SP_OK)
+                    snprintf(b, sizeof b, "stage %d: %s", s, sp_last_error());
+        free(prog);
+        if (st) return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "stage_mesh", "%s", b);
+        return SP_OK;
+    }
+    if (!sp_layout_disaggregated(l)) return layout_lowers(l, m, batch, err);
+    for (int p = 0; p < SP_PHASE_COUNT; p++) {
+        sp_layout g;
+        sp_layout_phase_group(l, (sp_phase)p, &g);
+        if ((st = layout_lowers(&g, m, batch, err)) != SP_OK) {
+            spi_error_prefix(err, sp_phase_name((sp_phase)p), "group");
+            return st;
+        }
+    }
+    return SP_OK;
 }
 
 /* the context of this thread's last sp_lower_begin, for sp_lower_finish */

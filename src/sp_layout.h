@@ -265,7 +265,7 @@ void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int
 /* SP_OK if l's uneven split (if any) has one count >= 1 per stage, at most
  * SP_LAYOUT_MAX_STAGES stages, summing to n_layers; SP_EINVAL with the
  * reason in why (no message set: the lowering probes quietly).  Part of
- * sp_layout_check and of the lowering's checks. */
+ * sp_layout_check_base and of the lowering's checks. */
 sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
 /* 1 if the layout offloads anything (weights of some layer, or KV). */
 int sp_layout_offloads(const sp_layout *l);
@@ -311,22 +311,23 @@ typedef struct sp_torus_map {
 int sp_layout_torus_map(const sp_layout *l, const sp_hw *hw, sp_torus_map *out);
 /* 1 if stages × replicas × mesh X×Y×Z maps onto a rentable slice of the
  * torus of hw (sp_layout_torus_map); always on a cluster.  Part of
- * sp_layout_check. */
+ * sp_layout_check_base. */
 int sp_layout_fits_torus(const int mesh[3], int replicas, int stages, const sp_hw *hw);
 /* 1 if every tensor axis of l, placed innermost first, fits inside a
  * cluster node's remaining room or fills whole nodes (always on a torus);
  * 0 otherwise, with the chips of the first axis that straddles nodes in
- * *straddler (may be NULL).  Part of sp_layout_check. */
+ * *straddler (may be NULL).  Part of sp_layout_check_base. */
 int sp_layout_fits_nodes(const sp_layout *l, const sp_hw *hw, int *straddler);
 
-/* Checks the layout against a model, chip count and batch: mesh product =
- * chips, storage compatibility, dimensions that must divide (E, F, vocab
- * over the mesh; batch over replicas × micro-batches and over the batch
- * axes of each phase; layers >= stages; KV heads vs head shards), on the
- * given hardware (torus dims, node size).  hw may be NULL.  The reason goes
- * to sp_last_error() and, when err is non-NULL, to err. */
-sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
-                          sp_error *err);
+/* The checks of a layout that need no lowering: mesh product = chips,
+ * storage supported by hw, the fit on the torus slice and cluster nodes,
+ * micro-batches, the uneven split and offload keys against the model's
+ * layers, the expert split; for a disaggregated layout the groups'
+ * placement and these checks of each group.  hw may be NULL.  The reason
+ * goes to sp_last_error() and, when err is non-NULL, to err.  The complete
+ * check, which also lowers the layout, is sp_layout_check (sp_lower.h). */
+sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
+                               int64_t batch, sp_error *err);
 
 #ifdef __cplusplus
 }

@@ -515,6 +515,19 @@ sp_status sp_lower_ragged_decode(const sp_model *m, const sp_layout *l, const sp
  * that probe many layouts).  Call sp_lower for the reason. */
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage);
 
+/* Checks the layout against a model, chip count and batch: the checks of
+ * sp_layout_check_base (chips, storage, torus and node fit, ...), then the
+ * lowering's of both phases of stage 0 (dimensions that must divide: E, F,
+ * vocab over the mesh; batch over replicas × micro-batches and over the
+ * batch axes of each phase; layers >= stages; KV heads vs head shards), for
+ * a prompt of one prefill pass (prefill_tokens when the layout chunks it,
+ * else 1 token) so that only the checks that do not depend on the prompt
+ * run; a disaggregated layout: each group's, the reason prefixed with the
+ * group ("prefill group: ...").  hw may be NULL.  The reason goes to
+ * sp_last_error() and, when err is non-NULL, to err. */
+sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
+                          sp_error *err);
+
 /* Everything one phase's program depends on.  Two (layout, phase, shape,
  * stage) whose keys are equal (memcmp: padding is zeroed) lower to the same
  * steps, buffer sizes and weight storage, so a price of one serves the

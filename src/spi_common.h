@@ -17,6 +17,9 @@ sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format
 /* Fills err (if non-NULL) and the last error; returns code. */
 sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int line, int column,
                         const char *path, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* err's text (err may be NULL: nothing) becomes "<what> <kind>: <text>", the
+ * text cut to fit (e.g. "prefill group: ..."); the last error is left as it was. */
+void spi_error_prefix(sp_error *err, const char *what, const char *kind);
 
 /* CHECK: propagate a non-OK status up the stack, logging the frame at INFO. */
 #define SP_CHECK(call)                                                                \
