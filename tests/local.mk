@@ -39,6 +39,9 @@ tests_jsonq_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_jsonq_LDADD = $(JANSSON_LIBS)
 TESTS += tests/json_tools.sh
 EXTRA_DIST += tests/json.sh tests/json_tools.sh
+# every #include of the library and program points down the layers (Makefile.am)
+TESTS += tests/layers.sh
+EXTRA_DIST += tests/layers.sh
 include tests/desc.mk
 include tests/cost.mk
 include tests/comm.mk
