@@ -64,6 +64,26 @@ static sp_status tiers(const sp_hw *hw, const sp_layout *pf, const sp_layout *dc
     return SP_OK;
 }
 
+/* SP_XFER_APART on a torus: refused (SP_ENOTSUP), by name */
+static sp_status apart_refused(const sp_hw *hw)
+{
+    return spi_fail(SP_ENOTSUP, "%s: a KV transfer between separate torus slices crosses the data-centre network, "
+                                "which the hardware profile does not describe (groups of one job: SP_XFER_ONE_JOB)",
+                    hw->name);
+}
+
+sp_status sp_cost_kv_xfer_apart(const sp_hw *hw, double bytes, double *out)
+{
+    if (!hw || !out) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer_apart: NULL argument");
+    if (!(bytes >= 0)) return spi_fail(SP_EINVAL, "sp_cost_kv_xfer_apart: %g bytes", bytes);
+    if (hw->topo == SP_TOPO_TORUS) return apart_refused(hw);
+    double alpha[2], beta[2];
+    SP_CHECK(tiers(hw, NULL, NULL, alpha, beta));   /* a cluster's tiers need no layouts */
+    *out = spi_cost_kv_xfer_seconds(hw, 1, alpha[1] + bytes * beta[1]);
+    if (!isfinite(*out)) return spi_fail(SP_EINVAL, "%s: a KV transfer over a link of no bandwidth", hw->name);
+    return SP_OK;
+}
+
 /* the busiest receiver's bytes */
 static sp_status add_recv(void *ctx, int c, int d, int64_t bytes, double t)
 {
@@ -111,10 +131,7 @@ sp_status spi_cost_kv_xfer_msgs(const sp_model *m, const sp_hw *hw, const sp_lay
         return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: the layout's phases share their chips: nothing moves between groups");
     if (where != SP_XFER_ONE_JOB && where != SP_XFER_APART)
         return spi_fail(SP_EINVAL, "sp_cost_kv_xfer: unknown placement %d", (int)where);
-    if (hw->topo == SP_TOPO_TORUS && where == SP_XFER_APART)
-        return spi_fail(SP_ENOTSUP, "%s: a KV transfer between separate torus slices crosses the data-centre network, "
-                                    "which the hardware profile does not describe (groups of one job: SP_XFER_ONE_JOB)",
-                        hw->name);
+    if (hw->topo == SP_TOPO_TORUS && where == SP_XFER_APART) return apart_refused(hw);
     sp_layout g[SP_PHASE_COUNT];
     int64_t n[SP_PHASE_COUNT];
     for (int p = 0; p < SP_PHASE_COUNT; p++) {

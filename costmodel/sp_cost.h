@@ -440,6 +440,15 @@ sp_status sp_cost_eval_group(const sp_model *m, const sp_hw *hw, const sp_layout
 sp_status sp_cost_kv_xfer_bound(const sp_model *m, const sp_hw *hw, const sp_layout *g, int64_t batch, int64_t prompt,
                                 double *out);
 
+/* The time sp_cost_kv_xfer gives a transfer between instances apart
+ * (SP_XFER_APART) whose busiest chip moves `bytes` in one message:
+ *   collective_latency + inter-node α + bytes · β   (β at net_bw_eff)
+ * For one side of a handoff whose other side is not known: the fleet
+ * prices a prefill instance's send and a decode instance's receive with it
+ * (sp_fleet.h).  SP_ENOTSUP on a torus (no network between slices), as
+ * sp_cost_kv_xfer with SP_XFER_APART. */
+sp_status sp_cost_kv_xfer_apart(const sp_hw *hw, double bytes, double *out);
+
 /* Longest context (tokens per sequence) whose KV cache fits in fraction
  * `kv_budget` of each chip's HBM for this batch and layout. */
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,

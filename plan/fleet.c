@@ -181,14 +181,6 @@ static double slot_max_rate(const sp_fleet_opts *o, double H, int64_t b)
     return lo;
 }
 
-/* The KV handoff of one side: each chip moves `bytes` of cache over its own
- * share of the network between nodes. */
-static double handoff_time(const sp_hw *hw, double bytes)
-{
-    double bw = hw->inter_bw * (hw->net_bw_eff > 0 ? hw->net_bw_eff : 1.0);
-    return hw->inter_latency + bytes / bw;
-}
-
 /* KV bytes per chip of layout l's cache of `batch` sequences at the prompt
  * (the lowering's figure, through the cost model's memory sizes). */
 static sp_status kv_at_prompt(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
@@ -275,8 +267,13 @@ static sp_status kind_candidates(const sp_model *m, const sp_fleet_kind *k, int 
                      * receives each request's as it comes: its chip's cache over the batch
                      * (exact when every sequence spreads over the chips, as head-sharded
                      * attention keeps it; the mean over the chips when batch-sharded) */
-                    c.handoff_s = handoff_time(hw, c.role == SP_FLEET_PREFILL ? (double)c.kv_chip
-                                                                              : (double)c.kv_chip / (double)c.batch);
+                    /* each chip moves its share in one message over its own share of the
+                     * network between nodes, priced as the cost model prices a transfer
+                     * between instances apart */
+                    if ((st = sp_cost_kv_xfer_apart(hw, c.role == SP_FLEET_PREFILL ? (double)c.kv_chip
+                                                                                   : (double)c.kv_chip / (double)c.batch,
+                                                    &c.handoff_s)) != SP_OK)
+                        break;
                     if (o->tpot_s > 0 && c.handoff_s > o->tpot_s) continue;
                     if (c.role == SP_FLEET_PREFILL) {
                         c.prefill_s = x->prefill_s;

@@ -53,9 +53,11 @@
  *                 to a decode instance over the network between nodes: each
  *                 prefill chip sends its cache shard (the lowering's KV
  *                 bytes per chip at the prompt, sp_cost mem.kv) and each
- *                 decode chip receives its own, at the profile's inter-node
- *                 bandwidth per chip: send = α + kv_chip/bw for the prefill's
- *                 batch, receive = α + kv_chip/(b·bw) for one request, kv_chip
+ *                 decode chip receives its own in one message, priced as the
+ *                 cost model prices a transfer between instances apart
+ *                 (sp_cost_kv_xfer_apart: collective latency + inter-node
+ *                 α + bytes/bw): send of kv_chip bytes for the prefill's
+ *                 batch, receive of kv_chip/b bytes for one request, kv_chip
  *                 the decode layout's cache of its b sequences at the prompt
  *                 (exact for head-sharded attention, the chips' mean for
  *                 batch-sharded).  The handoff takes the larger of

@@ -2,7 +2,8 @@
  * simulation of Poisson arrivals (one server, and whole fleets the solver
  * chose); the program against brute-force enumeration of instance counts
  * (random candidate sets, and the priced candidates of a small instance);
- * the program's size as the sum of the candidates; JSON keys. */
+ * the program's size as the sum of the candidates; each side's KV handoff
+ * priced by the cost model (sp_cost_kv_xfer); JSON keys. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -157,6 +158,17 @@ START_TEST(test_fleet_vs_simulation)
     double served = 0;
     for (int i = 0; i < f->best.n_pools; i++)
         if (f->best.pools[i].role != SP_FLEET_DECODE) served += f->best.pools[i].rate;
+    /* each side's handoff is the cost model's transfer between instances apart: the
+     * prefill's batch, or one request of the decode's batch, in one message per chip */
+    for (int i = 0; i < f->best.n_pools; i++) {
+        const sp_fleet_pool *p = &f->best.pools[i];
+        if (p->role == SP_FLEET_COLOCATED) continue;
+        double bytes = (double)p->kv_bytes_per_chip, want;
+        if (p->role == SP_FLEET_DECODE) bytes /= (double)p->batch;
+        ck_assert_int_gt(p->kv_bytes_per_chip, 0);
+        ck_assert_int_eq(sp_cost_kv_xfer_apart(k[p->kind].hw, bytes, &want), SP_OK);
+        ck_assert_double_eq_tol(p->handoff_s, want, 1e-12 * want);
+    }
     ck_assert_double_eq_tol(served, q.rate, 1e-6 * q.rate);
     sp_fleet_sim_pool s[16];
     ck_assert_int_le(f->best.n_pools, 16);
@@ -443,6 +455,35 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* The fleet's price of one side of a handoff is sp_cost_kv_xfer's: between one
+ * prefill chip and one decode chip apart, every byte goes in one message. */
+START_TEST(test_handoff_is_the_cost_models)
+{
+    sp_hw hw = g_h100;
+    hw.coll_latency = 3e-6;   /* every term of the price counts */
+    hw.net_bw_eff = 0.7;
+    sp_layout one, l;
+    sp_error err;
+    ck_assert_msg(sp_layout_parse("mesh=1x1x1", &one, &err) == SP_OK, "%s", err.text);
+    ck_assert_int_eq(sp_layout_disaggregate(&one, &one, &l), SP_OK);
+    sp_kv_xfer_cost x;
+    ck_assert_int_eq(sp_cost_kv_xfer(&g_model, &hw, &l, 2, 16, SP_XFER_APART, &x), SP_OK);
+    ck_assert_int_eq(x.messages, 1);
+    ck_assert_int_gt(x.bytes, 0);
+    double side;
+    ck_assert_int_eq(sp_cost_kv_xfer_apart(&hw, (double)x.bytes, &side), SP_OK);
+    ck_assert_double_eq_tol(side, x.seconds, 1e-12 * x.seconds);
+    double want = hw.coll_latency + hw.inter_latency + (double)x.bytes / (hw.inter_bw * hw.net_bw_eff);
+    ck_assert_double_eq_tol(side, want, 1e-12 * want);
+    /* a torus has no network between slices; nonsense sizes are refused */
+    sp_hw tpu;
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &tpu, &err), SP_OK);
+    ck_assert_int_eq(sp_cost_kv_xfer_apart(&tpu, 1e6, &side), SP_ENOTSUP);
+    ck_assert_int_eq(sp_cost_kv_xfer_apart(&hw, -1, &side), SP_EINVAL);
+    ck_assert_int_eq(sp_cost_kv_xfer_apart(&hw, NAN, &side), SP_EINVAL);
+}
+END_TEST
+
 START_TEST(test_json)
 {
     sp_fleet_kind k[2] = {{&g_h100, 0}, {&g_a100, 0}};
@@ -485,6 +526,7 @@ static Suite *fleet_suite(void)
     tcase_add_test(tc, test_program_vs_brute_force_priced);
     tcase_add_test(tc, test_program_size_sum);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_handoff_is_the_cost_models);
     tcase_add_test(tc, test_json);
     suite_add_tcase(s, tc);
     return s;
