@@ -4,9 +4,9 @@
  * X×Y×Z = 64, weights bf16/int8, every prefill × decode pair of FFN and
  * attention layouts sharing one weight storage).
  *
- * What is timed: passes over the catalogue, each pass in a NEW thread, so
- * that nothing memoised survives from one pass to the next (the cost
- * model's phase memo is per thread).  A pass is what one planner query
+ * What is timed: passes over the catalogue, each pass in a NEW thread with
+ * a new pricing cache (sp_cost_cache), so that nothing memoised survives
+ * from one pass to the next.  A pass is what one planner query
  * over this space does: every layout is checked (both phases), and each
  * distinct phase program (sp_lower_key) is lowered and priced once.  The
  * catalogue's layouts share few phases: a cold pass lowers ~1430 programs
@@ -97,15 +97,24 @@ typedef struct pass_arg {
     double sum;                   /* checksum of total_s */
 } pass_arg;
 
-/* one pass over the catalogue, in a thread of its own (a cold memo) */
+/* one pass over the catalogue, in a thread of its own with a cache of its
+ * own (a cold memo), as a planner's worker prices */
 static void *one_pass(void *arg)
 {
     pass_arg *a = arg;
+    sp_cost_opts o;
+    if (a->opts) o = *a->opts;
+    else sp_cost_opts_init(&o);
+    if (sp_cost_cache_create(&o.cache) != SP_OK) {
+        fprintf(stderr, "bench_cost: %s\n", sp_last_error());
+        exit(1);
+    }
     for (int i = 0; i < a->n; i++) {
         sp_cost c;
-        sp_cost_eval(a->m, a->hw, &cat[i], a->w, a->opts, &c);
+        sp_cost_eval(a->m, a->hw, &cat[i], a->w, &o, &c);
         a->sum += c.total_s;
     }
+    sp_cost_cache_free(o.cache);
     return NULL;
 }
 
@@ -143,6 +152,12 @@ int main(int argc, char **argv)
         return 1;
     }
     sp_workload w = {64, 2048, 64};
+    sp_cost_opts memo;
+    sp_cost_opts_init(&memo);
+    if (sp_cost_cache_create(&memo.cache) != SP_OK) {
+        fprintf(stderr, "bench_cost: %s\n", sp_last_error());
+        return 1;
+    }
     int n = 0, tried = 0;
     for (int X = 1; X <= 64; X *= 2)
         for (int Y = 1; X * Y <= 64; Y *= 2) {
@@ -164,22 +179,25 @@ int main(int argc, char **argv)
                                 l.phase[1].attn = (sp_attn_layout)da;
                                 tried++;
                                 sp_cost c;
-                                if (sp_cost_eval(&m, &hw, &l, &w, NULL, &c) == SP_OK && n < MAXL) cat[n++] = l;
+                                if (sp_cost_eval(&m, &hw, &l, &w, &memo, &c) == SP_OK && n < MAXL) cat[n++] = l;
                             }
         }
     /* validate: pricing is deterministic */
     sp_cost_opts fresh;
     sp_cost_opts_init(&fresh);
     fresh.fresh = 1;
+    fresh.cache = memo.cache;
     for (int i = 0; i < n; i++) {
         sp_cost a, b;
-        sp_cost_eval(&m, &hw, &cat[i], &w, NULL, &a);
+        sp_cost_eval(&m, &hw, &cat[i], &w, &memo, &a);
         sp_cost_eval(&m, &hw, &cat[i], &w, &fresh, &b);
         if (a.total_s != b.total_s || a.decode_step_s != b.decode_step_s || a.mem.total != b.mem.total) {
             fprintf(stderr, "bench_cost: layout %d priced differently memoised and fresh\n", i);
             return 1;
         }
     }
+    sp_cost_cache_free(memo.cache);
+    fresh.cache = NULL;   /* each pass makes its own */
     if (passes > 0) {
         pass_arg pa = {&m, &hw, &w, n, NULL, 0.0};
         for (int p = 0; p < passes; p++) {

@@ -87,9 +87,13 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Point idx in the sweep's order (models, hw, chips, batch, prompt, gen, layouts). */
-static int price(long idx, sp_cost *c)
+/* Point idx in the sweep's order (models, hw, chips, batch, prompt, gen, layouts),
+ * priced with a thread's cache (NULL: one of the call's own). */
+static int price(sp_cost_cache *cache, long idx, sp_cost *c)
 {
+    sp_cost_opts o;
+    sp_cost_opts_init(&o);
+    o.cache = cache;
     int l = idx % NL;
     idx /= NL;
     sp_workload w = {.gen = (idx % NG) * 32};
@@ -98,7 +102,7 @@ static int price(long idx, sp_cost *c)
     idx /= NP;
     w.batch = 1L << (idx % NB);
     idx /= NB;
-    return sp_cost_eval(&g_models[idx], &g_hw, &g_layouts[l], &w, NULL, c) == SP_OK;
+    return sp_cost_eval(&g_models[idx], &g_hw, &g_layouts[l], &w, &o, c) == SP_OK;
 }
 
 typedef struct { int t, nt; double sum; } part;
@@ -106,12 +110,15 @@ typedef struct { int t, nt; double sum; } part;
 static void *compute_part(void *arg)
 {
     part *p = arg;
+    sp_cost_cache *cache = NULL;   /* a worker's, as the sweep's hold one each */
+    if (sp_cost_cache_create(&cache) != SP_OK) cache = NULL;
     /* blocks of 256 points, as the sweep's workers take them */
     for (long b = p->t; b * 256 < NPOINTS; b += p->nt)
         for (long i = b * 256; i < (b + 1) * 256 && i < NPOINTS; i++) {
             sp_cost c;
-            if (price(i, &c)) p->sum += c.total_s;
+            if (price(cache, i, &c)) p->sum += c.total_s;
         }
+    sp_cost_cache_free(cache);
     return NULL;
 }
 
@@ -192,7 +199,7 @@ int main(int argc, char **argv)
     while (sqlite3_step(q) == SQLITE_ROW) {
         long idx = sqlite3_column_int64(q, 0);
         sp_cost c;
-        int ok = price(idx, &c);
+        int ok = price(NULL, idx, &c);
         int null = sqlite3_column_type(q, 1) == SQLITE_NULL;
         if (ok != !null || (ok && (c.total_s != sqlite3_column_double(q, 1) ||
                                    c.mem.total != sqlite3_column_int64(q, 2)))) {

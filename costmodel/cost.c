@@ -227,7 +227,7 @@ enum { EFF_SLOTS = 512 };
 typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype); attention (flops, -1, d_head);
                                                                  memory (bytes, -2, -2); weight stream (bytes, -3, -3),
                                                                  of a chip alone (bytes, -4, -3) */
-static _Thread_local struct { eff_key k; double eff; } eff_memo[EFF_SLOTS];
+typedef struct eff_slot { eff_key k; double eff; } eff_slot;
 /* What the curves read of a profile (sp_hw_matmul_shape_eff,
  * sp_hw_memory_eff, sp_hw_attention_eff, the weight-stream curve): the
  * fields from eff_points to attn_value, which sp_hw keeps together, and
@@ -246,20 +246,21 @@ _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offse
                offsetof(sp_hw, wsa_value) < offsetof(sp_hw, attn_points) &&
                offsetof(sp_hw, attn_points) < offsetof(sp_hw, attn_dhead) && offsetof(sp_hw, attn_dhead) < offsetof(sp_hw, attn_value),
                "the efficiency curves lie between eff_points and attn_value");
-static _Thread_local struct {
+typedef struct eff_memo {
     int bound;
     unsigned char curves[EFF_END - EFF_FIRST];
     double bw_eff;
-} eff_curve;
+    eff_slot slot[EFF_SLOTS];
+} eff_memo;
 
-static void eff_bind(const sp_hw *hw)
+static void eff_bind(eff_memo *e, const sp_hw *hw)
 {
     const unsigned char *c = (const unsigned char *)hw + EFF_FIRST;
-    if (!eff_curve.bound || memcmp(eff_curve.curves, c, sizeof eff_curve.curves) || eff_curve.bw_eff != hw->hbm_bw_eff) {
-        memcpy(eff_curve.curves, c, sizeof eff_curve.curves);
-        eff_curve.bw_eff = hw->hbm_bw_eff;
-        eff_curve.bound = 1;
-        memset(eff_memo, 0xff, sizeof eff_memo);   /* keys of -1: never a real key */
+    if (!e->bound || memcmp(e->curves, c, sizeof e->curves) || e->bw_eff != hw->hbm_bw_eff) {
+        memcpy(e->curves, c, sizeof e->curves);
+        e->bw_eff = hw->hbm_bw_eff;
+        e->bound = 1;
+        memset(e->slot, 0xff, sizeof e->slot);   /* keys of -1: never a real key */
     }
 }
 
@@ -271,17 +272,109 @@ static __attribute__((noinline)) double eff_compute(const sp_hw *hw, int64_t a, 
          : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
 }
 
-/* inline: two a compute step (its hits are a hash and a compare) */
-static inline double eff_lookup(const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
+/* inline: two a compute step (its hits are a hash and a compare); e NULL:
+ * no memo (pricing without a cache: sp_cost_kinds_eval, the simulator) */
+static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t b, int64_t c, int d)
 {
+    if (!e) return eff_compute(hw, a, b, c, d);
     uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4Full) ^
                  ((uint64_t)c * 0x165667B19E3779F9ull) ^ ((uint64_t)d * 0x27D4EB2F165667C5ull);
-    unsigned i = (unsigned)(h >> 55) & (EFF_SLOTS - 1);
-    if (eff_memo[i].k.a != a || eff_memo[i].k.b != b || eff_memo[i].k.c != c || eff_memo[i].k.d != d) {
-        eff_memo[i].k = (eff_key){a, b, c, d};
-        eff_memo[i].eff = eff_compute(hw, a, b, c, d);
+    eff_slot *x = &e->slot[(unsigned)(h >> 55) & (EFF_SLOTS - 1)];
+    if (x->k.a != a || x->k.b != b || x->k.c != c || x->k.d != d) {
+        x->k = (eff_key){a, b, c, d};
+        x->eff = eff_compute(hw, a, b, c, d);
     }
-    return eff_memo[i].eff;
+    return x->eff;
+}
+
+/* Phase prices are memoised in the cache.  A search prices each phase's
+ * layout with many layouts of the other phase, and a phase's program
+ * depends on the other phase only through the KV cache (sp_lower_key):
+ * every evaluation still runs both phases' checks (sp_lower_check_key),
+ * then lowers and prices only the phases whose key it has not seen.  The
+ * memo belongs to one model and one hardware profile, compared by value,
+ * and is emptied when either changes; a slot holds the last key hashed to
+ * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.1 KB (key 256 B,
+ * value 848 B), ~1.1 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
+ * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
+ * with 256 slots it lowered 94.3k (evictions), with 1024 86.4k, with 4096
+ * 84.2k (callgrind: 2.58G, 2.41G, 2.37G instructions for the plan). */
+typedef struct phase_key {
+    sp_lower_key lk;
+    int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
+} phase_key;
+typedef struct phase_val {
+    sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
+    int64_t buf_bytes[SP_BUF_COUNT];
+    int64_t scratch_bytes[SP_SCR_COUNT];
+    sp_mem_sizes mem;           /* sp_lower_mem_stage: the stage's weights and KV, this phase's workspace */
+    int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
+    int64_t left[3], num[3];
+} phase_val;
+enum { MEMO_SLOTS = 1024 };
+
+
+/* ---- the pricing cache (sp_cost.h) ---- */
+struct sp_cost_cache {
+    eff_memo eff;                  /* efficiencies, of one profile's curves */
+    struct { int ok; sp_model m; sp_workload w; } checked;   /* the last (model, workload) whose check passed */
+    struct {                       /* phase prices, of one model and profile (memo_bind) */
+        int bound;
+        sp_model m;
+        sp_hw hw;
+        int64_t params_ctx, params_active;   /* sp_model_derive at params_ctx (0: none yet) */
+        unsigned char used[MEMO_SLOTS];
+        phase_key key[MEMO_SLOTS];
+        phase_val val[MEMO_SLOTS];
+    } memo;
+    /* The programs being priced, one per phase (large: kept out of the
+     * stack), and their lowerings between sp_lower_begin and finish.  A
+     * pipeline's stages share their layer part (sp_lower.h): sp_cost_eval
+     * lowers each phase's layer once per evaluation and shape and keeps it
+     * in prog[phase] for the other stages (spi_lower_finish_keep_layer). */
+    sp_program prog[SP_PHASE_COUNT];
+    sp_lower_job *job[SP_PHASE_COUNT];
+    phase_val fresh;               /* opts->fresh: the phase just priced */
+    spi_prog_run pr;               /* one program's steps as priced */
+    spi_step_coefs coef;           /* sp_cost_coefs_eval's, per step */
+    double vec[SPI_SLOTS][SP_CP_COUNT];   /* a full schedule's coefficient vectors */
+};
+
+sp_status sp_cost_cache_create(sp_cost_cache **out)
+{
+    if (!out) return spi_fail(SP_EINVAL, "sp_cost_cache_create: NULL argument");
+    /* zeroed: nothing bound, no slot used (the large arrays are touched as they fill) */
+    sp_cost_cache *c = calloc(1, sizeof *c);
+    if (!c) return spi_fail(SP_ENOMEM, "sp_cost_cache_create: out of memory (%zu bytes)", sizeof *c);
+    for (int p = 0; p < SP_PHASE_COUNT; p++)
+        if (sp_lower_job_create(&c->job[p]) != SP_OK) {
+            sp_cost_cache_free(c);
+            return spi_fail(SP_ENOMEM, "sp_cost_cache_create: out of memory");
+        }
+    *out = c;
+    return SP_OK;
+}
+
+void sp_cost_cache_free(sp_cost_cache *c)
+{
+    if (!c) return;
+    for (int p = 0; p < SP_PHASE_COUNT; p++) sp_lower_job_free(c->job[p]);
+    free(c);
+}
+
+/* opts as an entry point prices with: the caller's (defaults for NULL) with
+ * a cache: the caller's, or one made here in *own (NULL when none was made;
+ * the entry point frees it) */
+static sp_status opts_resolve(const sp_cost_opts *opts, sp_cost_opts *o, sp_cost_cache **own)
+{
+    *own = NULL;
+    if (opts) *o = *opts;
+    else sp_cost_opts_init(o);
+    if (!o->cache) {
+        SP_CHECK(sp_cost_cache_create(own));
+        o->cache = *own;
+    }
+    return SP_OK;
 }
 
 /* ---- steps ---- */
@@ -301,6 +394,7 @@ static int step_mode(const sp_step *s, const sp_hw *hw)
 typedef struct price_ctx {
     const sp_program *p;
     const sp_hw *hw;
+    eff_memo *eff;      /* the cache's efficiencies (NULL: none) */
     double par[SP_CP_COUNT];
     double peak, bw;
     int64_t ctx[2];
@@ -342,9 +436,9 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     if (flops > 0)
         /* a grouped expert matmul runs as `experts` matmuls of m/experts rows */
         eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS
-                  ? eff_lookup(hw, s->experts > 1 ? s->m / s->experts : s->m, s->n, s->k, pc->p->layout.weights)
-              : s->kind == SP_STEP_ATTN ? eff_lookup(hw, flops, -1, s->d_head, 0)
-                                        : eff_lookup(hw, flops, -1, -1, 0);
+                  ? eff_lookup(pc->eff, hw, s->experts > 1 ? s->m / s->experts : s->m, s->n, s->k, pc->p->layout.weights)
+              : s->kind == SP_STEP_ATTN ? eff_lookup(pc->eff, hw, flops, -1, s->d_head, 0)
+                                        : eff_lookup(pc->eff, hw, flops, -1, -1, 0);
     double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
     if (s->kind == SP_STEP_ACT) {
         /* CPU activations are bound by their transcendental arithmetic per element */
@@ -357,8 +451,8 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
      * weights (each weight once per token), not of its own bytes: a CPU's
      * caches hold what the pass touches, not one matrix */
     double meff = bytes <= 0 ? 1.0
-                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(hw, pc->wstream > bytes ? pc->wstream : bytes, pc->ws_curve, -3, 0)
-                                                           : eff_lookup(hw, bytes, -2, -2, 0);
+                : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(pc->eff, hw, pc->wstream > bytes ? pc->wstream : bytes, pc->ws_curve, -3, 0)
+                                                           : eff_lookup(pc->eff, hw, bytes, -2, -2, 0);
     double m = bytes / (pc->bw * meff);
     /* chips time-sharing cores: every part of a compute step stretches alike */
     double sh = pc->share;
@@ -449,12 +543,13 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     }
 }
 
-void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
-                            spi_step_coefs *coef)
+void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
+                            spi_prog_run *out, spi_step_coefs *coef)
 {
     price_ctx pc;   /* field by field: its group table is filled as groups come (groups_done) */
     pc.p = p;
     pc.hw = hw;
+    pc.eff = cache ? &cache->eff : NULL;
     pc.peak = sp_hw_compute_peak(hw, p->layout.weights);
     pc.bw = hw->hbm_bw;
     pc.ctx[0] = ctx[0];
@@ -483,7 +578,7 @@ void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t 
     pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);
     spi_ckd ck = SPI_CKD_INIT;
     pc.ck = &ck;
-    eff_bind(hw);
+    if (pc.eff) eff_bind(pc.eff, hw);
     int two = ctx[1] > 0;
     memset(out->sums, 0, sizeof out->sums);
     out->overlaps = 0;
@@ -662,16 +757,14 @@ static int64_t part_sum(const sp_steps *ss, const spi_step_run *run, int k)
     return t;
 }
 
-static inline __attribute__((always_inline)) void sched_shortcut(const sp_program *p, const spi_prog_run *pr, int nk,
-                                                                 int64_t out[2])
+static inline __attribute__((always_inline)) void sched_shortcut(sp_cost_cache *cc, const sp_program *p,
+                                                                 const spi_prog_run *pr, int nk, int64_t out[2])
 {
     if (pr->varied) {
         /* offload: the layers differ (sp_lower_step_runs), so no repeated
          * state to skip ahead on: every layer is scheduled, step by step,
          * as the simulator does */
-        static _Thread_local spi_sched st;
-        static _Thread_local double vec[SPI_SLOTS][SP_CP_COUNT];
-        st.vec = vec;
+        spi_sched st = {{0}, cc->vec};
         for (int k = 0; k < nk; k++) out[k] = sched_program(p, pr, k, &st, NULL);
         return;
     }
@@ -733,17 +826,17 @@ static inline __attribute__((always_inline)) void sched_shortcut(const sp_progra
  * differ only in the attention terms); out1 may be NULL.  SP_EINVAL, naming
  * the quantity, when an int64 sum overflows or the program would run longer
  * than the picosecond clock holds (SPI_PS_MAX_S). */
-static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], sp_phase_cost *out0,
-                               sp_phase_cost *out1)
+static sp_status price_program(sp_cost_cache *cc, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
+                               sp_phase_cost *out0, sp_phase_cost *out1)
 {
-    static _Thread_local spi_prog_run pr;
+    spi_prog_run *pr = &cc->pr;
     int64_t c2[2] = {ctx[0], out1 ? ctx[1] : 0};
-    spi_cost_price_program(p, hw, c2, &pr, NULL);
-    if (pr.ck.overflow)
+    spi_cost_price_program(cc, p, hw, c2, pr, NULL);
+    if (pr->ck.overflow)
         return spi_fail(SP_EINVAL, "%s phase: %s over %lld layers do not fit in 64 bits (the request is too large to represent)",
-                        sp_phase_name(p->phase), pr.ck.what, (long long)p->n_layers);
+                        sp_phase_name(p->phase), pr->ck.what, (long long)p->n_layers);
     for (int k = 0; k < 2; k++) {
-        const sp_phase_cost *x = &pr.sums[k];
+        const sp_phase_cost *x = &pr->sums[k];
         /* every step's duration is at most its roofline, dispatch and communication terms, summed here */
         double bound = x->roofline_s + x->dispatch_s + 2 * x->comm_s;
         if (!(bound < SPI_PS_MAX_S))
@@ -751,12 +844,12 @@ static sp_status price_program(const sp_program *p, const sp_hw *hw, const int64
                             "the request is too large to price", sp_phase_name(p->phase), bound, SPI_PS_MAX_S);
     }
     int64_t ps[2];
-    if (out1) sched_shortcut(p, &pr, 2, ps);
-    else sched_shortcut(p, &pr, 1, ps);
-    *out0 = pr.sums[0];
+    if (out1) sched_shortcut(cc, p, pr, 2, ps);
+    else sched_shortcut(cc, p, pr, 1, ps);
+    *out0 = pr->sums[0];
     out0->time_s = (double)ps[0] * 1e-12;
     if (out1) {
-        *out1 = pr.sums[1];
+        *out1 = pr->sums[1];
         out1->time_s = (double)ps[1] * 1e-12;
     }
     return SP_OK;
@@ -770,7 +863,10 @@ int sp_cost_host_bound(const sp_phase_cost *p)
 void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_phase_cost *out)
 {
     int64_t ctx[2] = {context, 0};
-    if (price_program(p, hw, ctx, out, NULL) != SP_OK) memset(out, 0, sizeof *out);   /* see sp_cost.h */
+    sp_cost_cache *cc = NULL;
+    if (sp_cost_cache_create(&cc) != SP_OK || price_program(cc, p, hw, ctx, out, NULL) != SP_OK)
+        memset(out, 0, sizeof *out);   /* see sp_cost.h */
+    sp_cost_cache_free(cc);
 }
 
 static void add_phase(sp_phase_cost *acc, const sp_phase_cost *x)
@@ -808,40 +904,6 @@ static void add_phase_half(sp_phase_cost *acc, const sp_phase_cost *x, int64_t n
                                  spi_ck_mul(ck, "prefill host bytes per chip", x->host_bytes, num));
 }
 
-/* Phase prices are memoised per thread.  A search prices each phase's
- * layout with many layouts of the other phase, and a phase's program
- * depends on the other phase only through the KV cache (sp_lower_key):
- * every evaluation still runs both phases' checks (sp_lower_check_key),
- * then lowers and prices only the phases whose key it has not seen.  The
- * memo belongs to one model and one hardware profile, compared by value,
- * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.1 KB (key 256 B,
- * value 848 B), ~1.1 MB a thread: a plan of palm-540b on 64 TPU v4 lowers
- * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
- * with 256 slots it lowered 94.3k (evictions), with 1024 86.4k, with 4096
- * 84.2k (callgrind: 2.58G, 2.41G, 2.37G instructions for the plan). */
-typedef struct phase_key {
-    sp_lower_key lk;
-    int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
-} phase_key;
-typedef struct phase_val {
-    sp_phase_cost c0, c1;       /* prefill: c0; decode: first and last step */
-    int64_t buf_bytes[SP_BUF_COUNT];
-    int64_t scratch_bytes[SP_SCR_COUNT];
-    sp_mem_sizes mem;           /* sp_lower_mem_stage: the stage's weights and KV, this phase's workspace */
-    int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
-    int64_t left[3], num[3];
-} phase_val;
-enum { MEMO_SLOTS = 1024 };
-static _Thread_local struct {
-    sp_model m;
-    sp_hw hw;
-    int64_t params_ctx, params_active;   /* sp_model_derive at params_ctx (0: none yet) */
-    unsigned char used[MEMO_SLOTS];
-    phase_key key[MEMO_SLOTS];
-    phase_val val[MEMO_SLOTS];
-} memo;
-
 /* The profile's bytes the prices depend on: all but its calibration
  * section (provenance, ~half of sp_hw; pricing never reads it), which sp_hw
  * keeps last. */
@@ -849,13 +911,14 @@ static _Thread_local struct {
 _Static_assert(offsetof(sp_hw, calibration) + sizeof ((sp_hw *)0)->calibration == sizeof(sp_hw),
                "sp_hw's calibration section is its last member");
 
-static void memo_bind(const sp_model *m, const sp_hw *hw)
+static void memo_bind(sp_cost_cache *cc, const sp_model *m, const sp_hw *hw)
 {
-    if (memcmp(&memo.m, m, sizeof *m) || memcmp(&memo.hw, hw, HW_PRICED)) {
-        memset(memo.used, 0, sizeof memo.used);
-        memcpy(&memo.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
-        memcpy(&memo.hw, hw, HW_PRICED);
-        memo.params_ctx = 0;
+    if (!cc->memo.bound || memcmp(&cc->memo.m, m, sizeof *m) || memcmp(&cc->memo.hw, hw, HW_PRICED)) {
+        memset(cc->memo.used, 0, sizeof cc->memo.used);
+        memcpy(&cc->memo.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
+        memcpy(&cc->memo.hw, hw, HW_PRICED);
+        cc->memo.params_ctx = 0;
+        cc->memo.bound = 1;
     }
 }
 
@@ -873,12 +936,6 @@ static unsigned memo_slot(const phase_key *k)
     return (unsigned)(h >> 40) % MEMO_SLOTS;
 }
 
-/* The programs being priced, one per phase (large: kept out of the stack).
- * A pipeline's stages share their layer part (sp_lower.h): sp_cost_eval
- * lowers each phase's layer once per evaluation and shape and keeps it in
- * prog[phase] for the other stages (spi_lower_finish_keep_layer). */
-static _Thread_local sp_program prog[SP_PHASE_COUNT];
-
 /* What prog[phase] holds for the evaluation under way: the layer steps (-1:
  * none of this evaluation's) lowered for shape sh (a chunked prefill's
  * passes lower different layers) on a stage of tensor mesh `mesh` (stages
@@ -895,22 +952,22 @@ static int shape_eq(const sp_shape *a, const sp_shape *b)
            a->max_context == b->max_context && a->act_dtype == b->act_dtype && a->passes_left == b->passes_left;
 }
 
-/* Lowers (sp_lower_begin done on prog[phase] for shape sh) and prices one
- * phase, with the layer kept in *kept when it was lowered for the same
- * shape; *kept then describes this program. */
-static sp_status price_phase(const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx, phase_val *v,
-                             layer_keep *kept)
+/* Lowers (sp_lower_begin done on cc->prog[phase] in cc->job[phase] for
+ * shape sh) and prices one phase, with the layer kept in *kept when it was
+ * lowered for the same shape; *kept then describes this program. */
+static sp_status price_phase(sp_cost_cache *cc, const sp_hw *hw, sp_phase phase, const sp_shape *sh, int64_t first_ctx,
+                             phase_val *v, layer_keep *kept)
 {
-    sp_program *p = &prog[phase];
+    sp_program *p = &cc->prog[phase];
     int n = kept->n >= 0 && shape_eq(&kept->sh, sh) && !memcmp(kept->mesh, p->layout.mesh, sizeof kept->mesh)
                 ? kept->n : -1;
     kept->n = -1;   /* until the lowering succeeds */
-    SP_CHECK(n >= 0 ? spi_lower_finish_keep_layer(p, n) : sp_lower_finish(p));
+    SP_CHECK(n >= 0 ? spi_lower_finish_keep_layer(cc->job[phase], p, n) : sp_lower_finish(cc->job[phase], p));
     kept->n = p->layer.n;
     kept->sh = *sh;
     memcpy(kept->mesh, p->layout.mesh, sizeof kept->mesh);
     int64_t ctx[2] = {phase == SP_PHASE_PREFILL ? 0 : first_ctx, sh->max_context};
-    SP_CHECK(price_program(p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
+    SP_CHECK(price_program(cc, p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
     memcpy(v->buf_bytes, p->buf_bytes, sizeof v->buf_bytes);
     memcpy(v->scratch_bytes, p->scratch_bytes, sizeof v->scratch_bytes);
     v->nterms = sp_lower_pass_terms(p, v->left, v->num);
@@ -922,31 +979,31 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
                               const sp_shape *sh, int s, int64_t first_ctx, const sp_cost_opts *opts,
                               int *bound, layer_keep *kept, const phase_val **out)
 {
-    static _Thread_local phase_val scratch;
+    sp_cost_cache *cc = opts->cache;
     phase_key key;
     memset(&key, 0, sizeof key);
-    if (sp_lower_begin(m, l, phase, sh, s, &key.lk, &prog[phase]) != SP_OK) {
+    if (sp_lower_begin(m, l, phase, sh, s, &key.lk, &cc->prog[phase], cc->job[phase]) != SP_OK) {
         kept->n = -1;   /* sp_lower below rewrites it */
-        return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &prog[phase]);   /* fails again, with the reason */
+        return opts->quiet ? SP_EINVAL : sp_lower(m, l, phase, sh, s, &cc->prog[phase]);   /* fails again, with the reason */
     }
     key.first_ctx = phase == SP_PHASE_DECODE ? first_ctx : 0;
     if (opts->fresh) {
-        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &scratch, kept));
-        *out = &scratch;
+        SP_CHECK(price_phase(cc, hw, phase, sh, first_ctx, &cc->fresh, kept));
+        *out = &cc->fresh;
         return SP_OK;
     }
     if (!*bound) {   /* after the check: most layouts a search tries do not apply */
-        memo_bind(m, hw);
+        memo_bind(cc, m, hw);
         *bound = 1;
     }
     unsigned i = memo_slot(&key);
-    if (!memo.used[i] || memcmp(&memo.key[i], &key, sizeof key)) {
-        memo.used[i] = 0;
-        SP_CHECK(price_phase(hw, phase, sh, first_ctx, &memo.val[i], kept));
-        memo.key[i] = key;
-        memo.used[i] = 1;
+    if (!cc->memo.used[i] || memcmp(&cc->memo.key[i], &key, sizeof key)) {
+        cc->memo.used[i] = 0;
+        SP_CHECK(price_phase(cc, hw, phase, sh, first_ctx, &cc->memo.val[i], kept));
+        cc->memo.key[i] = key;
+        cc->memo.used[i] = 1;
     }
-    *out = &memo.val[i];
+    *out = &cc->memo.val[i];
     return SP_OK;
 }
 
@@ -1078,7 +1135,7 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
     sp_shape pf_sh = {r->n, v->max_prompt, v->max_prompt, r->max_context, opts->act_dtype, 0};
     sp_shape dc_sh = {r->n, 1, r->max_context, r->max_context, opts->act_dtype, 0};
     if (run_pf && !(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf_sh, v, 0, s, &p[0])) &&
-        !(st = price_program(&p[0], hw, as_lowered, &k->pf, NULL)))
+        !(st = price_program(opts->cache, &p[0], hw, as_lowered, &k->pf, NULL)))
         k->pf_ps = spi_ps(k->pf.time_s);
     if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, v, s, &p[1], &p[2]);
     if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &k->mem);
@@ -1090,7 +1147,7 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
         for (int e = 0; e < 2 && !st; e++) {
             if (e && s1 == s0) c[1] = c[0];
             else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, s, &p[2])))
-                st = price_program(&p[2], hw, as_lowered, &c[e], NULL);
+                st = price_program(opts->cache, &p[2], hw, as_lowered, &c[e], NULL);
             /* the step through every stage (stage s's program priced above; the first stage's
              * kind carries the job's decode time, every kind its own breakdown) */
             int64_t sum = spi_ps(c[e].time_s), most = sum;
@@ -1098,7 +1155,7 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
                 sp_phase_cost co;
                 if (o == s) continue;
                 if ((st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, o, &p[2])) ||
-                    (st = price_program(&p[2], hw, as_lowered, &co, NULL)))
+                    (st = price_program(opts->cache, &p[2], hw, as_lowered, &co, NULL)))
                     break;
                 int64_t ps = spi_ps(co.time_s);
                 sum += ps;
@@ -1269,15 +1326,15 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
         return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
                         (long long)w->batch, (long long)w->prompt, (long long)w->gen);
-    sp_cost_opts defaults;
-    if (!opts) {
-        sp_cost_opts_init(&defaults);
-        opts = &defaults;
-    }
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};
-    SP_CHECK(stage_price(m, hw, l, w, NULL, opts, stage, &bound, kept, &k, w->prompt > 0));
+    sp_status st = stage_price(m, hw, l, w, NULL, &o, stage, &bound, kept, &k, w->prompt > 0);
+    sp_cost_cache_free(own);
+    SP_CHECK(st);
     memset(out, 0, sizeof *out);
     sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
     out->prefill = k.pf;
@@ -1302,8 +1359,13 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
 sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                        const sp_cost_opts *opts, sp_cost *out)
 {
-    if (l && sp_layout_disaggregated(l)) return eval_groups(m, hw, l, w, opts, out);
-    return eval_one(m, hw, l, w, NULL, opts, w ? w->prompt > 0 : 0, out);
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
+    sp_status st = l && sp_layout_disaggregated(l) ? eval_groups(m, hw, l, w, &o, out)
+                                                   : eval_one(m, hw, l, w, NULL, &o, w ? w->prompt > 0 : 0, out);
+    sp_cost_cache_free(own);
+    return st;
 }
 
 sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
@@ -1313,7 +1375,12 @@ sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layou
     if (l && sp_layout_disaggregated(l))
         return spi_fail(SP_EINVAL, "ragged batches on separate prefill and decode chip groups: not implemented");
     sp_workload w = sp_workload_padded(r);   /* the envelope: the workload checks, the layout's splits */
-    return eval_one(m, hw, l, &w, r, opts, 1, out);
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
+    sp_status st = eval_one(m, hw, l, &w, r, &o, 1, out);
+    sp_cost_cache_free(own);
+    return st;
 }
 
 /* Separate prefill and decode groups (sp_cost.h): each group priced as its
@@ -1325,7 +1392,7 @@ static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout
 {
     if (!m || !hw || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
     if (w->batch < 1 || w->prompt < 1 || w->gen < 1)
-        return opts && opts->quiet ? SP_EINVAL
+        return opts->quiet ? SP_EINVAL
                                    : spi_fail(SP_EINVAL, "separate prefill and decode groups need a prompt and generated "
                                                          "tokens (batch %lld, prompt %lld, gen %lld)",
                                               (long long)w->batch, (long long)w->prompt, (long long)w->gen);
@@ -1389,7 +1456,12 @@ sp_status sp_cost_eval_group(const sp_model *m, const sp_hw *hw, const sp_layout
         return sp_cost_eval(m, hw, g, &wp, opts, out);
     }
     if (!opts || !opts->quiet) SP_CHECK(sp_cost_check_workload(m, w));
-    return eval_one(m, hw, g, w, NULL, opts, 0, out);
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
+    sp_status st = eval_one(m, hw, g, w, NULL, &o, 0, out);
+    sp_cost_cache_free(own);
+    return st;
 }
 
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
@@ -1399,24 +1471,19 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
         return spi_fail(SP_EINVAL, "workload: batch %lld, prompt %lld, gen %lld: need batch >= 1 and some tokens",
                         (long long)w->batch, (long long)w->prompt, (long long)w->gen);
-    sp_cost_opts defaults;
-    if (!opts || !opts->quiet) {
-        /* searches check once, up front (quiet); others too, per thread:
-         * the check depends on the model and workload alone, and the last
-         * pair that passed is kept (a caller pricing many layouts of one
-         * request pays it once) */
-        static _Thread_local struct { int ok; sp_model m; sp_workload w; } checked;
-        if (!checked.ok || memcmp(&checked.w, w, sizeof *w) || memcmp(&checked.m, m, sizeof *m)) {
-            checked.ok = 0;
+    sp_cost_cache *cc = opts->cache;
+    if (!opts->quiet) {
+        /* searches check once, up front (quiet); others too, once per
+         * cache: the check depends on the model and workload alone, and the
+         * last pair that passed is kept (a caller pricing many layouts of
+         * one request pays it once) */
+        if (!cc->checked.ok || memcmp(&cc->checked.w, w, sizeof *w) || memcmp(&cc->checked.m, m, sizeof *m)) {
+            cc->checked.ok = 0;
             SP_CHECK(sp_cost_check_workload(m, w));
-            memcpy(&checked.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
-            checked.w = *w;
-            checked.ok = 1;
+            memcpy(&cc->checked.m, m, sizeof *m);   /* bytes, padding included: compared with memcmp */
+            cc->checked.w = *w;
+            cc->checked.ok = 1;
         }
-    }
-    if (!opts) {
-        sp_cost_opts_init(&defaults);
-        opts = &defaults;
     }
     memset(out, 0, sizeof *out);
     out->chips = sp_layout_chips(l);
@@ -1511,15 +1578,15 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     out->total_s = out->prefill_s + out->decode_s;
 
     int64_t params_active;
-    if (bound && memo.params_ctx == max_ctx) {
-        params_active = memo.params_active;
+    if (bound && cc->memo.params_ctx == max_ctx) {
+        params_active = cc->memo.params_active;
     } else {
         sp_model_stats st;
         SP_CHECK(sp_model_derive(m, max_ctx, &st));
         params_active = st.params_active;
         if (bound) {
-            memo.params_ctx = max_ctx;
-            memo.params_active = params_active;
+            cc->memo.params_ctx = max_ctx;
+            cc->memo.params_active = params_active;
         }
     }
     double peak = sp_hw_compute_peak(hw, l->weights) * out->chips;
@@ -1584,13 +1651,17 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
                                const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out)
 {
     if (!chosen || !l) return spi_fail(SP_EINVAL, "sp_cost_eval_chunked: NULL argument");
-    if (!opts || !opts->stage_times) return eval_chunked(m, hw, l, w, opts, chosen, out, NULL);
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
     /* a variant's stage times: on the stack for the pipelines a search meets (S <= 64) */
-    sp_stage_time small[64], *vt = small;
-    if (l->stages > (int)SPI_ARRAY_LEN(small) && !(vt = malloc((size_t)l->stages * sizeof *vt)))
-        return spi_fail(SP_ENOMEM, "cost model: out of memory for %d stages' times", l->stages);
-    sp_status st = eval_chunked(m, hw, l, w, opts, chosen, out, vt);
+    sp_stage_time small[64], *vt = o.stage_times ? small : NULL;
+    sp_status st = SP_OK;
+    if (vt && l->stages > (int)SPI_ARRAY_LEN(small) && !(vt = malloc((size_t)l->stages * sizeof *vt)))
+        st = spi_fail(SP_ENOMEM, "cost model: out of memory for %d stages' times", l->stages);
+    if (st == SP_OK) st = eval_chunked(m, hw, l, w, &o, chosen, out, vt);
     if (vt != small) free(vt);
+    sp_cost_cache_free(own);
     return st;
 }
 
@@ -1600,12 +1671,7 @@ static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layou
     SP_CHECK(sp_cost_eval(m, hw, l, w, opts, out));
     *chosen = *l;
     if (l->prefill_chunk || l->prefill_tokens || w->prompt == 0) return SP_OK;
-    sp_cost_opts defaults;
-    if (!opts) {
-        sp_cost_opts_init(&defaults);
-        opts = &defaults;
-    }
-    static _Thread_local sp_cost vc, base;
+    sp_cost vc, base;
     int64_t mb = w->batch / l->replicas / l->microbatches;   /* sp_cost_eval checked that they divide */
     int ok;
     if (!out->feasible) {
@@ -1654,45 +1720,58 @@ sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layou
     if (kv_budget <= 0 || kv_budget > 1) return spi_fail(SP_EINVAL, "--kv-budget %g must be in (0, 1]", kv_budget);
     /* KV bytes are linear in the capacity: price one token of context on every stage */
     int64_t worst = 0;
-    static _Thread_local sp_program dc;
-    for (int s = 0; s < l->stages; s++) {
+    sp_program *dc = malloc(sizeof *dc);   /* large: kept out of the stack */
+    if (!dc) return spi_fail(SP_ENOMEM, "sp_cost_max_context: out of memory");
+    sp_status st = SP_OK;
+    for (int s = 0; s < l->stages && st == SP_OK; s++) {
         sp_shape sh = {batch, 1, 1, 1, SP_DT_BF16, 0};
-        SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &sh, s, &dc));
         sp_mem_sizes ms;
-        SP_CHECK(sp_lower_mem_sizes(NULL, &dc, &ms));
-        if (ms.kv > worst) worst = ms.kv;
+        if ((st = sp_lower(m, l, SP_PHASE_DECODE, &sh, s, dc)) == SP_OK && (st = sp_lower_mem_sizes(NULL, dc, &ms)) == SP_OK &&
+            ms.kv > worst)
+            worst = ms.kv;
     }
+    free(dc);
+    SP_CHECK(st);
     double budget = (double)hw->hbm_bytes * kv_budget;
     *out = worst > 0 ? (int64_t)(budget / (double)worst) : 0;
     return SP_OK;
 }
 
 /* Coefficients of one program's makespan (its critical path). */
-static double program_coefs(const sp_program *p, const sp_hw *hw, int64_t context, double coef[SP_CP_COUNT])
+static double program_coefs(sp_cost_cache *cc, const sp_program *p, const sp_hw *hw, int64_t context,
+                            double coef[SP_CP_COUNT])
 {
-    static _Thread_local spi_prog_run pr;
-    static _Thread_local spi_step_coefs sc;
-    static _Thread_local double vec[SPI_SLOTS][SP_CP_COUNT];
-    spi_sched st = {{0}, vec};
+    spi_sched st = {{0}, cc->vec};
     int64_t ctx[2] = {context, 0};
-    spi_cost_price_program(p, hw, ctx, &pr, &sc);
-    int64_t t = sched_program(p, &pr, 0, &st, (const spi_step_coefs *)&sc);
+    spi_cost_price_program(cc, p, hw, ctx, &cc->pr, &cc->coef);
+    int64_t t = sched_program(p, &cc->pr, 0, &st, (const spi_step_coefs *)&cc->coef);
     int end = st.t[SPI_SLOT_COMP] >= st.t[SPI_SLOT_COMM] ? SPI_SLOT_COMP : SPI_SLOT_COMM;
-    memcpy(coef, vec[end], SP_CP_COUNT * sizeof *coef);
+    memcpy(coef, cc->vec[end], SP_CP_COUNT * sizeof *coef);
     return (double)t * 1e-12;
 }
+
+static sp_status coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                            const sp_cost_opts *opts, sp_cost_coefs *out);
 
 sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost_coefs *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_coefs_eval: NULL argument");
+    sp_cost_opts o;
+    sp_cost_cache *own;
+    SP_CHECK(opts_resolve(opts, &o, &own));
+    sp_status st = coefs_eval(m, hw, l, w, &o, out);
+    sp_cost_cache_free(own);
+    return st;
+}
+
+static sp_status coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                            const sp_cost_opts *opts, sp_cost_coefs *out)
+{
     sp_cost c;
     SP_CHECK(sp_cost_eval(m, hw, l, w, opts, &c));   /* checks the workload and the layout */
-    sp_cost_opts defaults;
-    if (!opts) {
-        sp_cost_opts_init(&defaults);
-        opts = &defaults;
-    }
+    sp_cost_cache *cc = opts->cache;
+    sp_program *prog = cc->prog;
     memset(out, 0, sizeof *out);
     int64_t max_ctx = w->prompt + w->gen;
     sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
@@ -1714,7 +1793,7 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
                 sp_shape ps = pf_sh;
                 ps.passes_left = left[i];
                 if (i) SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, &prog[SP_PHASE_PREFILL]));
-                t += (double)num[i] / 2 * program_coefs(&prog[SP_PHASE_PREFILL], hw, 0, v);
+                t += (double)num[i] / 2 * program_coefs(cc, &prog[SP_PHASE_PREFILL], hw, 0, v);
                 for (int j = 0; j < SP_CP_COUNT; j++) vs[j] += (double)num[i] / 2 * v[j];
             }
             out->prefill_s += t;
@@ -1726,7 +1805,7 @@ sp_status sp_cost_coefs_eval(const sp_model *m, const sp_hw *hw, const sp_layout
         }
         if (w->gen > 0) {
             SP_CHECK(sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, &prog[SP_PHASE_DECODE]));
-            double t = program_coefs(&prog[SP_PHASE_DECODE], hw, max_ctx, v);
+            double t = program_coefs(cc, &prog[SP_PHASE_DECODE], hw, max_ctx, v);
             dc_sum += t;
             for (int j = 0; j < SP_CP_COUNT; j++) v_dc_sum[j] += v[j];
             if (t > dc_max) {

@@ -6,11 +6,11 @@
 #include "costmodel/spi_cost.h"
 
 /* Adds one program's step times per kind (× times) to out. */
-static void add_program(const sp_program *p, const sp_hw *hw, int64_t context, double times, double *out,
-                        spi_prog_run *run)
+static void add_program(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, int64_t context, double times,
+                        double *out, spi_prog_run *run)
 {
     const int64_t ctx[2] = {context, 0};
-    spi_cost_price_program(p, hw, ctx, run, NULL);
+    spi_cost_price_program(cache, p, hw, ctx, run, NULL);
     for (int k = 0; k < SP_PART_COUNT; k++) {
         const sp_steps *ss = sp_program_part(p, (sp_prog_part)k);
         double n = (double)sp_program_part_runs(p, (sp_prog_part)k);
@@ -49,11 +49,11 @@ sp_status sp_cost_kinds_eval(const sp_model *m, const sp_hw *hw, const sp_layout
                 sp_shape ps = pf_sh;
                 ps.passes_left = left[i];
                 if (i && (st = sp_lower(m, l, SP_PHASE_PREFILL, &ps, s, prog))) break;
-                add_program(prog, hw, 0, (double)l->microbatches * (double)num[i] / 2, out->prefill, run);
+                add_program(opts->cache, prog, hw, 0, (double)l->microbatches * (double)num[i] / 2, out->prefill, run);
             }
         }
         if (!st && w->gen > 0 && !(st = sp_lower(m, l, SP_PHASE_DECODE, &dc_sh, s, prog)))
-            add_program(prog, hw, max_ctx, (double)l->microbatches, out->decode_step, run);
+            add_program(opts->cache, prog, hw, max_ctx, (double)l->microbatches, out->decode_step, run);
     }
     free(prog);
     free(run);

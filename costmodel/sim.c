@@ -197,7 +197,7 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     for (int i = 0; i < x.S * x.NT; i++) {
         /* priced at the context each program was lowered for, as sp_cost_eval prices it */
         int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[i]->shape.context : 0, 0};
-        spi_cost_price_program(progs[i], hw, ctx, &x.pr[i], NULL);
+        spi_cost_price_program(opts->cost.cache, progs[i], hw, ctx, &x.pr[i], NULL);
     }
     /* a runtime with a per-token barrier (spi_token_sync): after each token
      * every chip waits until the last one is done, then the barrier's time */
@@ -242,9 +242,12 @@ static sp_status sim_group(const sp_model *m, const sp_hw *hw, const sp_layout *
     int64_t NT = 1;
     if (run_pf) {
         sp_shape sh = {w->batch, w->prompt, w->prompt, max_ctx, o.cost.act_dtype, 0};
-        static _Thread_local sp_program last;
-        SP_CHECK(sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, &last));
-        NT = last.passes_tok;
+        sp_program *first = malloc(sizeof *first);   /* large: kept out of the stack */
+        if (!first) return spi_fail(SP_ENOMEM, "simulator: out of memory");
+        sp_status fs = sp_lower(m, l, SP_PHASE_PREFILL, &sh, 0, first);
+        NT = first->passes_tok;
+        free(first);
+        SP_CHECK(fs);
         if (NT * S > SP_SIM_MAX_PASS_PROGRAMS)
             return spi_fail(SP_ENOTSUP, "simulate: prefill_tokens=%d makes %lld prefill passes on %d stages; the "
                             "simulator holds at most %d pass programs", l->prefill_tokens, (long long)NT, S,

@@ -184,11 +184,33 @@ typedef struct sp_stage_time {
     int64_t prefill_units;                       /* prefill passes per micro-batch */
 } sp_stage_time;
 
+/* ---- pricing caches ----
+ * What an evaluation can reuse from the ones before it, owned by the
+ * caller: the efficiencies read off the profile's curves, the phase
+ * programs lowered and priced (by sp_lower_key: a search prices each
+ * phase's program under many layouts of the other phase and many pipeline
+ * splits), the last (model, workload) whose check passed, and the programs
+ * an evaluation lowers into (~1.5 MB in all, zeroed pages until used).  A
+ * cache serves one model and one profile at a time, compared by value on
+ * each use and emptied when either changes, so any sequence of evaluations
+ * may share one; the figures are the same with or without it.  One thread
+ * at a time: a search's worker threads hold one each.
+ *   sp_cost_cache *cc;
+ *   sp_cost_cache_create(&cc);
+ *   sp_cost_opts o; sp_cost_opts_init(&o); o.cache = cc;
+ *   for (...) sp_cost_eval(&m, &hw, &layout[i], &w, &o, &c[i]);
+ *   sp_cost_cache_free(cc); */
+typedef struct sp_cost_cache sp_cost_cache;
+sp_status sp_cost_cache_create(sp_cost_cache **out);   /* a new, empty cache: free with sp_cost_cache_free */
+void sp_cost_cache_free(sp_cost_cache *c);             /* NULL: nothing */
+
 typedef struct sp_cost_opts {
     size_t size;           /* sizeof(sp_cost_opts) */
     sp_dtype act_dtype;    /* activations: BF16 by default */
-    int fresh;             /* 1: lower and price every phase afresh instead of reusing this
-                              thread's memoised phase prices (same figures; for tests and
+    sp_cost_cache *cache;  /* borrowed (NULL: the call makes one of its own and frees it, for
+                              one-off evaluations; a loop should hold one) */
+    int fresh;             /* 1: lower and price every phase afresh instead of reusing the
+                              cache's memoised phase prices (same figures; for tests and
                               benchmarks) */
     int quiet;             /* 1: a layout that does not apply is SP_EINVAL without a message
                               (searches that probe many layouts) */

@@ -64,9 +64,9 @@ typedef struct spi_prog_run {
 typedef double spi_step_coefs[SP_PART_COUNT][SP_PROG_MAX_STEPS][SP_CP_COUNT];
 
 /* Prices p's steps at context ctx[0] and, when ctx[1] > 0, at ctx[1] too
- * (0: as lowered). */
-void spi_cost_price_program(const sp_program *p, const sp_hw *hw, const int64_t ctx[2], spi_prog_run *out,
-                            spi_step_coefs *coef);
+ * (0: as lowered), with cache's efficiencies (NULL: none, each looked up). */
+void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
+                            spi_prog_run *out, spi_step_coefs *coef);
 
 /* A chip's timeline state: slot 0 the compute stream's free time, 1 the
  * communication stream's, 2 + b the time buffer b is written, 2 + B + b

@@ -99,12 +99,14 @@ static sp_status prepare(const sp_measure *r, const sp_hw *hw, prepared *p)
     return SP_OK;
 }
 
-static sp_status predict_prepared(const prepared *p, const sp_hw *hw, double *pred, int64_t *shortfall)
+static sp_status predict_prepared(sp_cost_cache *cache, const prepared *p, const sp_hw *hw, double *pred,
+                                  int64_t *shortfall)
 {
     sp_cost c;
     sp_cost_opts o;
     sp_cost_opts_init(&o);
     o.quiet = 1;
+    o.cache = cache;
     sp_status st = sp_cost_eval(&p->model, hw, &p->layout, &p->w, &o, &c);
     if (st != SP_OK)
         return spi_fail(st, "%s:%d: the layout does not price: %s", p->meas->file, p->meas->line,
@@ -130,7 +132,7 @@ sp_status sp_fit_predict(const sp_measure *row, const sp_hw *hw, double *pred)
 {
     prepared p;
     SP_CHECK(prepare(row, hw, &p));
-    return predict_prepared(&p, hw, pred, NULL);
+    return predict_prepared(NULL, &p, hw, pred, NULL);
 }
 
 /* ---- the search ---------------------------------------------------------------- */
@@ -144,6 +146,7 @@ typedef struct problem {
     int np;
     int evals;
     sp_status st;                /* first failure inside the objective */
+    sp_cost_cache *cache;        /* borrowed (NULL: none) */
 } problem;
 
 static double sigmoid(double u) { return 1.0 / (1.0 + exp(-u)); }
@@ -185,7 +188,7 @@ static double objective(problem *pb, const double *u)
     for (int i = 0; i < pb->n_rows; i++) {
         if (pb->rows[i].model_id == pb->exclude_model) continue;
         double pred;
-        sp_status st = predict_prepared(&pb->rows[i], &pb->hw, &pred, NULL);
+        sp_status st = predict_prepared(pb->cache, &pb->rows[i], &pb->hw, &pred, NULL);
         if (st != SP_OK) {
             if (pb->st == SP_OK) pb->st = st;
             return HUGE_VAL;
@@ -329,6 +332,9 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     if (np_all > NM_MAX) return spi_fail(SP_EINTERNAL, "too many fit parameters");
 
     sp_status st = SP_OK;
+    /* one cache for every prediction: the rows of one parameter vector share a profile */
+    sp_cost_cache *cache = NULL;
+    if (sp_cost_cache_create(&cache) != SP_OK) cache = NULL;   /* each prediction then makes its own */
     sp_fit *f = calloc(1, sizeof *f);
     prepared *rows = calloc((size_t)(set->n ? set->n : 1), sizeof *rows);
     double *e = calloc((size_t)(set->n ? set->n : 1) * 2, sizeof *e);
@@ -373,10 +379,10 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
 
     /* The prior's predictions, and which parameters any row can see: a
      * parameter moved by a tenth that changes no prediction is not fitted. */
-    problem pb = {rows, f->n_rows, -1, *prior, NULL, 0, 0, SP_OK};
+    problem pb = {rows, f->n_rows, -1, *prior, NULL, 0, 0, SP_OK, cache};
     for (int i = 0; i < f->n_rows; i++) {
         f->rows[i].meas = rows[i].meas;
-        SP_CHECKGOTO(predict_prepared(&rows[i], prior, &f->rows[i].pred_prior, &f->rows[i].shortfall_bytes), st, fail);
+        SP_CHECKGOTO(predict_prepared(cache, &rows[i], prior, &f->rows[i].pred_prior, &f->rows[i].shortfall_bytes), st, fail);
         f->rows[i].err_prior = f->rows[i].pred_prior / rows[i].meas->value - 1;
     }
     int np = 0;
@@ -389,7 +395,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
         int seen = 0;
         for (int i = 0; i < f->n_rows && !seen; i++) {
             double pred;
-            SP_CHECKGOTO(predict_prepared(&rows[i], &h, &pred, NULL), st, fail);
+            SP_CHECKGOTO(predict_prepared(cache, &rows[i], &h, &pred, NULL), st, fail);
             seen = fabs(pred - f->rows[i].pred_prior) > 1e-9 * f->rows[i].pred_prior;
         }
         f->values[j].param = &all[j];
@@ -409,7 +415,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     f->hw = pb.hw;
     for (int j = 0; j < np_all; j++) f->values[j].value = *field(&f->hw, &all[j]);
     for (int i = 0; i < f->n_rows; i++) {
-        SP_CHECKGOTO(predict_prepared(&rows[i], &f->hw, &f->rows[i].pred, NULL), st, fail);
+        SP_CHECKGOTO(predict_prepared(cache, &rows[i], &f->hw, &f->rows[i].pred, NULL), st, fail);
         f->rows[i].err = f->rows[i].pred / rows[i].meas->value - 1;
         e[i] = f->rows[i].err;
     }
@@ -423,7 +429,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     /* Leave one model out: needs a second model to fit to. */
     if (o.leave_one_out && !o.predict_only && f->n_models > 1) {
         for (int id = 0; id < f->n_models; id++) {
-            problem lo = {rows, f->n_rows, id, *prior, moving, np, 0, SP_OK};
+            problem lo = {rows, f->n_rows, id, *prior, moving, np, 0, SP_OK, cache};
             search(&lo, &o);
             if (lo.st != SP_OK) {
                 st = lo.st;
@@ -432,7 +438,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
             f->evals += lo.evals;
             for (int i = 0; i < f->n_rows; i++) {
                 if (rows[i].model_id != id) continue;
-                SP_CHECKGOTO(predict_prepared(&rows[i], &lo.hw, &f->rows[i].pred_lomo, NULL), st, fail);
+                SP_CHECKGOTO(predict_prepared(cache, &rows[i], &lo.hw, &f->rows[i].pred_lomo, NULL), st, fail);
                 f->rows[i].err_lomo = f->rows[i].pred_lomo / rows[i].meas->value - 1;
             }
         }
@@ -446,9 +452,11 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     free(e);
     free(moving);
     free(names);
+    sp_cost_cache_free(cache);
     *out = f;
     return SP_OK;
 fail:
+    sp_cost_cache_free(cache);
     free(rows);
     free(e);
     free(moving);

@@ -183,13 +183,14 @@ static double slot_max_rate(const sp_fleet_opts *o, double H, int64_t b)
 
 /* KV bytes per chip of layout l's cache of `batch` sequences at the prompt
  * (the lowering's figure, through the cost model's memory sizes). */
-static sp_status kv_at_prompt(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch, int64_t prompt,
-                              int64_t *out)
+static sp_status kv_at_prompt(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_layout *l,
+                              int64_t batch, int64_t prompt, int64_t *out)
 {
     sp_workload w = {.batch = batch, .prompt = prompt, .gen = 0};
     sp_cost_opts co;
     sp_cost_opts_init(&co);
     co.quiet = 1;
+    co.cache = cache;
     sp_cost c;
     SP_CHECK(sp_cost_eval(m, hw, l, &w, &co, &c));
     *out = c.mem.kv;
@@ -262,7 +263,7 @@ static sp_status kind_candidates(const sp_model *m, const sp_fleet_kind *k, int 
                 } else {
                     /* the layout was chosen by its compute; its handoff is priced now
                      * (the receive or send rarely decides between layouts) */
-                    if ((st = kv_at_prompt(m, hw, &x->layout, c.batch, q->prompt, &c.kv_chip)) != SP_OK) break;
+                    if ((st = kv_at_prompt(spi_space_cache(&s), m, hw, &x->layout, c.batch, q->prompt, &c.kv_chip)) != SP_OK) break;
                     /* prefill sends its whole batch's cache at once; a decode instance
                      * receives each request's as it comes: its chip's cache over the batch
                      * (exact when every sequence spreads over the chips, as head-sharded

@@ -515,7 +515,10 @@ static sp_status point_fill(const plan_ctx *x, int c, sp_plan_point *pt)
     pt->latency_s = x->lat[c];
     pt->cost_s = x->cost[c];
     double t0 = now_s();
-    sp_status st = sp_cost_eval(x->s->m, x->s->hw, &cd->layout, &in->w, NULL, &pt->cost);
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    co.cache = spi_space_cache(x->s);
+    sp_status st = sp_cost_eval(x->s->m, x->s->hw, &cd->layout, &in->w, &co, &pt->cost);
     x->p->stats.eval_s += now_s() - t0;
     return st;
 }
@@ -868,6 +871,7 @@ static sp_status join_space(spi_space *s, const sp_plan_opts *o, sp_plan *p, con
     sp_cost cost;
     sp_cost_opts co;
     sp_cost_opts_init(&co);
+    co.cache = spi_space_cache(s);
     double t0 = now_s();
     SP_CHECK(sp_cost_eval(s->m, s->hw, &c.layout, &s->inst[0].w, &co, &cost));
     p->stats.eval_s += now_s() - t0;
@@ -939,7 +943,7 @@ static sp_status split_pipelines(spi_space *s, const sp_plan_opts *o, sp_plan *p
 }
 
 /* The chosen layout's stages, priced one by one. */
-static sp_status fill_stages(const sp_model *m, const sp_hw *hw, sp_plan *p)
+static sp_status fill_stages(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, sp_plan *p)
 {
     if (!p->has_chosen) return SP_OK;
     const sp_layout *l = &p->chosen.layout;
@@ -947,9 +951,12 @@ static sp_status fill_stages(const sp_model *m, const sp_hw *hw, sp_plan *p)
     if (!p->stages) return spi_fail(SP_ENOMEM, "planner: out of memory");
     sp_workload w = p->workload;
     w.batch = p->chosen.batch;   /* a frontier's point carries its own */
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    co.cache = cache;
     for (int s = 0; s < l->stages; s++) {
         sp_stage_cost sc;
-        SP_CHECK(sp_cost_stage_eval(m, hw, l, &w, NULL, s, &sc));
+        SP_CHECK(sp_cost_stage_eval(m, hw, l, &w, &co, s, &sc));
         sp_plan_stage *x = &p->stages[p->n_stages++];
         x->first_layer = sc.first_layer;
         x->layers = sc.layers;
@@ -1048,7 +1055,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
     p->stats.eval_s += s.eval_s;
     SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
-    SP_CHECKGOTO(fill_stages(m, hw, p), st, fail);
+    SP_CHECKGOTO(fill_stages(spi_space_cache(&s), m, hw, p), st, fail);
     if (o.disaggregate) SP_CHECKGOTO(plan_groups(m, hw, chips, w, &o, p), st, fail);
     if (p->result == SP_PLAN_INFEASIBLE && o.search_min_chips && p->min_shortfall_bytes != 0)
         SP_CHECKGOTO(search_fit(m, hw, chips, w, &o, p), st, fail);
@@ -1124,7 +1131,7 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
         p->stats.eval_s += raw.eval_s;
         SP_CHECKGOTO(plan_space(&s[k], &o[k], p, 0), st, fail);
         if (p->n_frontier > 0) p->chosen = p->frontier[0];
-        SP_CHECKGOTO(fill_stages(m, hw, p), st, fail);
+        SP_CHECKGOTO(fill_stages(spi_space_cache(&raw), m, hw, p), st, fail);
         p->stats.total_s = now_s() - t0;
     }
     for (int k = 0; k < n_lm; k++) spi_space_free(&s[k]);

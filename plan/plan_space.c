@@ -33,8 +33,22 @@ void spi_space_narrow(spi_space *s, const sp_plan_opts *o)
     s->m_per_stage = o->microbatches_per_stage;
 }
 
+sp_cost_cache *spi_space_cache(const spi_space *s)
+{
+    /* the space's pricing state, not its contents: made through a const
+     * space (never an object defined const: spaces live on their planner's
+     * stack) */
+    spi_space *w = (spi_space *)s;
+    if (!w->cache[0] && sp_cost_cache_create(&w->cache[0]) != SP_OK) w->cache[0] = NULL;
+    return w->cache[0];
+}
+
 void spi_space_free(spi_space *s)
 {
+    for (int t = 0; t < SPI_WORKERS; t++) {
+        sp_cost_cache_free(s->cache[t]);
+        s->cache[t] = NULL;
+    }
     free(s->c);
     free(s->pend);
     free(s->pst);
@@ -116,13 +130,19 @@ typedef struct pricer {
     pthread_mutex_t mu;
 } pricer;
 
-static void price_one(spi_space *s, const sp_workload *w, int i)
+typedef struct worker {
+    pricer *p;
+    sp_cost_cache *cache;     /* the worker's own (spi_space.cache) */
+} worker;
+
+static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i)
 {
     spi_cand *c = &s->pend[i];
     /* quiet: most of the space does not apply, and a message costs more than the check */
     sp_cost_opts quiet;
     sp_cost_opts_init(&quiet);
     quiet.quiet = 1;
+    quiet.cache = cache;
     /* a template of the pipeline program: its stages' times give its bound (spi_split_bound_of) */
     sp_stage_time st[SP_LAYOUT_MAX_STAGES];
     int bound = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers);
@@ -154,7 +174,8 @@ static void price_one(spi_space *s, const sp_workload *w, int i)
 
 static void *pricer_main(void *arg)
 {
-    pricer *p = arg;
+    const worker *wk = arg;
+    pricer *p = wk->p;
     enum { CHUNK = 64 };
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -163,7 +184,7 @@ static void *pricer_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         if (i0 >= p->s->npend) return NULL;
         int i1 = i0 + CHUNK < p->s->npend ? i0 + CHUNK : p->s->npend;
-        for (int i = i0; i < i1; i++) price_one(p->s, p->w, i);
+        for (int i = i0; i < i1; i++) price_one(p->s, wk->cache, p->w, i);
     }
 }
 
@@ -171,15 +192,21 @@ static sp_status price_pending(spi_space *s, const sp_workload *w)
 {
     long nt = sp_env_long(SP_ENV_THREADS);
     if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
-    if (nt > 64) nt = 64;
+    if (nt > SPI_WORKERS) nt = SPI_WORKERS;
     if (nt > s->npend / 256) nt = s->npend / 256;   /* threads only pay off on enough work */
     if (nt < 1) nt = 1;
     pricer p = {s, w, 0, PTHREAD_MUTEX_INITIALIZER};
-    pthread_t th[64];
+    pthread_t th[SPI_WORKERS];
+    worker wk[SPI_WORKERS];
     int started = 0;
-    for (long t = 1; t < nt; t++)
-        if (pthread_create(&th[started], NULL, pricer_main, &p) == 0) started++;
-    pricer_main(&p);   /* this thread works too; with no helper it does everything */
+    for (long t = 1; t < nt; t++) {
+        /* worker t prices with cache t (kept for the next batch of this space) */
+        if (!s->cache[started + 1] && sp_cost_cache_create(&s->cache[started + 1]) != SP_OK) s->cache[started + 1] = NULL;
+        wk[started + 1] = (worker){&p, s->cache[started + 1]};
+        if (pthread_create(&th[started], NULL, pricer_main, &wk[started + 1]) == 0) started++;
+    }
+    wk[0] = (worker){&p, spi_space_cache(s)};
+    pricer_main(&wk[0]);   /* this thread works too; with no helper it does everything */
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     return SP_OK;
 }

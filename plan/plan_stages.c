@@ -174,8 +174,8 @@ static void block_layout(const sp_layout *tl, int64_t L, int k, int n, sp_layout
 
 /* The block (kind k, n layers) of template tl: τ per phase (ps), μ (MiB over
  * the usable HBM, ceil) and the prefill passes per micro-batch. */
-static sp_status stage_block(const sp_model *m, const sp_hw *hw, const sp_layout *tl, const sp_workload *w, int k,
-                             int n, int64_t tau[PH_COUNT], double *mu, int64_t *units)
+static sp_status stage_block(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_layout *tl,
+                             const sp_workload *w, int k, int n, int64_t tau[PH_COUNT], double *mu, int64_t *units)
 {
     sp_layout l;
     int pos;
@@ -183,6 +183,7 @@ static sp_status stage_block(const sp_model *m, const sp_hw *hw, const sp_layout
     sp_cost_opts q;
     sp_cost_opts_init(&q);
     q.quiet = 1;
+    q.cache = cache;
     sp_stage_cost sc;
     SP_CHECK(sp_cost_stage_eval(m, hw, &l, w, &q, pos, &sc));
     tau[PH_PF] = sc.prefill_ps;
@@ -198,7 +199,7 @@ static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t,
                              double *mu)
 {
     int64_t units;
-    SP_CHECK(stage_block(sp->m, sp->hw, &t->c->layout, w, k, n, tau, mu, &units));
+    SP_CHECK(stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, tau, mu, &units));
     if (units != t->units) {   /* prefill passes per micro-batch: every stage alike */
         t->units = units;
         sp_cost_pipe_terms(sp->hw, &t->c->layout, t->units, &t->pipe);
@@ -234,7 +235,7 @@ void spi_split_bound_of(const sp_stage_time *st, int S, int64_t m_ps[PH_COUNT], 
     *units = st[S - 1].prefill_units;
 }
 
-sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+sp_status spi_split_bound(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                           int64_t m_ps[PH_COUNT], int64_t *units)
 {
     const int S = l->stages;
@@ -242,9 +243,12 @@ sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l
     const int at[3] = {0, S >= 3 ? 1 : 0, S - 1};
     if (S < 2 || S > SP_LAYOUT_MAX_STAGES || sp_layout_uneven(l))
         return spi_fail(SP_EINVAL, "spi_split_bound: %d stages split evenly, not a template", S);
+    sp_cost_opts o;
+    sp_cost_opts_init(&o);
+    o.cache = cache;
     for (int i = 0; i < 3; i++) {   /* the even split's stages, priced as sp_cost_eval prices them */
         sp_stage_cost sc;
-        SP_CHECK(sp_cost_stage_eval(m, hw, l, w, NULL, at[i], &sc));
+        SP_CHECK(sp_cost_stage_eval(m, hw, l, w, &o, at[i], &sc));
         st[at[i]] = (sp_stage_time){sc.prefill_ps, sc.decode1_ps, sc.decode_ps, sc.prefill_units};
     }
     spi_split_bound_of(st, S, m_ps, units);
@@ -267,7 +271,7 @@ static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t
         if (k == K_MID && S < 3) continue;
         int64_t tau[PH_COUNT], u;
         double mu;
-        sp_status bs = stage_block(sp->m, sp->hw, &t->c->layout, w, k, n, tau, &mu, &u);
+        sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, tau, &mu, &u);
         if (bs == SP_EINVAL) return SP_OK;
         SP_CHECK(bs);
         for (int p = 0; p < PH_COUNT; p++)
@@ -672,7 +676,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
                 t->units = c->bound_units;
             } else {
                 double tb = now_s();
-                st = spi_split_bound(m, sp->hw, &c->layout, w, t->mb, &t->units);
+                st = spi_split_bound(spi_space_cache(sp), m, sp->hw, &c->layout, w, t->mb, &t->units);
                 out->eval_s += now_s() - tb;
             }
             sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);

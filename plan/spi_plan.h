@@ -39,6 +39,8 @@ typedef struct spi_inst {
     sp_workload w;
 } spi_inst;
 
+enum { SPI_WORKERS = 64 };   /* pricing threads of one space at most */
+
 typedef struct spi_space {
     const sp_model *m;
     const sp_hw *hw;
@@ -64,6 +66,12 @@ typedef struct spi_space {
     int feasible;                 /* of those, the ones that fit in memory */
     int64_t min_short;            /* smallest shortfall over the priced layouts (-1: none) */
     double eval_s;
+    /* the pricing caches (sp_cost.h): cache[0] the calling thread's
+     * (spi_space_cache; the planner's other pricing of this space uses it
+     * too), cache[t] spi_space_add's worker t's; each made when first
+     * used, NULL where making one failed (each evaluation then makes its
+     * own); freed by spi_space_free */
+    sp_cost_cache *cache[SPI_WORKERS];
     /* layouts waiting to be priced by spi_space_add's worker threads */
     int npend, pcap;
     spi_cand *pend;
@@ -77,6 +85,9 @@ typedef struct spi_space {
 
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw);
 void spi_space_free(spi_space *s);
+/* The calling thread's pricing cache of s (spi_space.cache[0]), made on
+ * first use; NULL when it cannot be made. */
+sp_cost_cache *spi_space_cache(const spi_space *s);
 /* Narrows the layouts later spi_space_add calls generate to o's ffn_layouts,
  * attn_layouts, weight_dtypes, tensor_1d and microbatches_per_stage. */
 void spi_space_narrow(spi_space *s, const sp_plan_opts *o);
@@ -188,7 +199,7 @@ int spi_split_is_template(const sp_layout *l, int64_t L);
  * micro-batch.  From the stage times of l's even split (st: S entries, as
  * sp_cost_opts.stage_times gives them), or priced (spi_split_bound). */
 void spi_split_bound_of(const sp_stage_time *st, int S, int64_t m_ps[3], int64_t *units);
-sp_status spi_split_bound(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+sp_status spi_split_bound(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                           int64_t m_ps[3], int64_t *units);
 typedef struct spi_split_req {
     const sp_plan_opts *o;   /* objective, metrics, bounds */

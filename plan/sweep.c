@@ -15,7 +15,7 @@
  * synchronous=NORMAL survives a killed process), those of the open one are
  * not; a rerun reads the idx of every row into a bitmap and computes only
  * the missing points.  Every point's figures depend on its inputs alone
- * (the cost model's memo is per thread and gives the figures it would
+ * (each worker's pricing cache gives the figures the cost model would
  * without it), so the order and the thread that computes a point change
  * nothing in its row.
  */
@@ -772,7 +772,7 @@ static void compute_fleet(const sp_sweep_spec *s, const sp_model *m, const sp_hw
     sp_fleet_free(f);
 }
 
-static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
+static void compute_point(const sp_sweep_spec *s, sp_cost_cache *cache, int64_t idx, row *r)
 {
     r->idx = idx;
     point_axes(s, idx, r->ax);
@@ -794,7 +794,10 @@ static void compute_point(const sp_sweep_spec *s, int64_t idx, row *r)
             snprintf(r->message, sizeof r->message, "layout has %lld chips, the point %d", (long long)sp_layout_chips(l), chips);
             return;
         }
-        if (sp_cost_eval(m, hw, l, &w, NULL, &r->cost) != SP_OK) {
+        sp_cost_opts co;
+        sp_cost_opts_init(&co);
+        co.cache = cache;
+        if (sp_cost_eval(m, hw, l, &w, &co, &r->cost) != SP_OK) {
             r->status = ROW_NOT_APPLICABLE;
             snprintf(r->message, sizeof r->message, "%s", sp_last_error());
             return;
@@ -1103,6 +1106,8 @@ static int is_done(const uint8_t *bits, int64_t i) { return bits[i >> 3] >> (i &
 static void *worker_main(void *arg)
 {
     runner *R = arg;
+    sp_cost_cache *cache = NULL;   /* this worker's (estimate points); NULL: each evaluation makes its own */
+    if (R->s->compute == SP_SWEEP_ESTIMATE && sp_cost_cache_create(&cache) != SP_OK) cache = NULL;
     for (;;) {
         int64_t b = atomic_fetch_add(&R->next_block, 1);
         if (b >= R->nblocks || atomic_load(&R->stop)) break;
@@ -1122,7 +1127,7 @@ static void *worker_main(void *arg)
         }
         bl->n = 0;
         for (int64_t i = lo; i < hi; i++)
-            if (!is_done(R->done, i)) compute_point(R->s, i, &bl->rows[bl->n++]);
+            if (!is_done(R->done, i)) compute_point(R->s, cache, i, &bl->rows[bl->n++]);
         pthread_mutex_lock(&R->mu);
         bl->next = R->queue;
         R->queue = bl;
@@ -1130,6 +1135,7 @@ static void *worker_main(void *arg)
         pthread_cond_signal(&R->ready);
         pthread_mutex_unlock(&R->mu);
     }
+    sp_cost_cache_free(cache);
     pthread_mutex_lock(&R->mu);
     R->workers_left--;
     pthread_cond_signal(&R->ready);
@@ -1564,6 +1570,8 @@ static sp_status mpi_compute(MPI_Comm comm, const sp_sweep_spec *s, sp_sweep_sta
                         "rank's, says why)");
     int64_t idx[SWEEP_BLOCK];
     row *rows = malloc(SWEEP_BLOCK * sizeof *rows);
+    sp_cost_cache *cache = NULL;   /* this rank's (estimate points); NULL: each evaluation makes its own */
+    if (s->compute == SP_SWEEP_ESTIMATE && sp_cost_cache_create(&cache) != SP_OK) cache = NULL;
     char *out[2] = {NULL, NULL};
     size_t cap[2] = {0, 0};
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -1585,7 +1593,7 @@ static sp_status mpi_compute(MPI_Comm comm, const sp_sweep_spec *s, sp_sweep_sta
         }
         size_t bytes = 0;
         if (!failed) {
-            for (int i = 0; i < n; i++) compute_point(s, idx[i], &rows[i]);
+            for (int i = 0; i < n; i++) compute_point(s, cache, idx[i], &rows[i]);
             for (int i = 0; i < n; i++) bytes += packed_size(&rows[i]);
         }
         /* the send from this buffer two assignments ago must be over */
@@ -1622,6 +1630,7 @@ static sp_status mpi_compute(MPI_Comm comm, const sp_sweep_spec *s, sp_sweep_sta
     free(out[0]);
     free(out[1]);
     free(rows);
+    sp_cost_cache_free(cache);
     stats->elapsed_s = now_s() - t0;
     return st;
 }

@@ -18,6 +18,7 @@
  * counted like every other step.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1802,19 +1803,39 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
     return SP_OK;
 }
 
-/* the context of this thread's last sp_lower_begin, for sp_lower_finish */
-static _Thread_local struct {
+/* sp_lower_begin's context, for sp_lower_finish (sp_lower.h) */
+struct sp_lower_job {
     const sp_program *p;   /* NULL: none pending */
     ctx c;
-} begun;
+};
+
+sp_status sp_lower_job_create(sp_lower_job **out)
+{
+    if (!out) return spi_fail(SP_EINVAL, "sp_lower_job_create: NULL argument");
+    if (!(*out = calloc(1, sizeof **out))) return spi_fail(SP_ENOMEM, "sp_lower_job_create: out of memory");
+    return SP_OK;
+}
+
+void sp_lower_job_free(sp_lower_job *job) { free(job); }
+
+static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                           int stage, sp_lower_key *key, sp_program *p);
 
 sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
-                         sp_lower_key *key, sp_program *p)
+                         sp_lower_key *key, sp_program *p, sp_lower_job *job)
 {
-    begun.p = NULL;
-    ctx *c = &begun.c;
+    if (!job) return spi_fail(SP_EINVAL, "sp_lower_begin: NULL job");
+    job->p = NULL;
+    SP_CHECK(begin_ctx(&job->c, m, l, phase, shape, stage, key, p));
+    job->p = p;
+    return SP_OK;
+}
+
+/* sp_lower_begin's checks and key, into c */
+static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
+                           int stage, sp_lower_key *key, sp_program *p)
+{
     if (setup(c, m, l, phase, shape, NULL, 0, stage, p, 1) != SP_OK) return SP_EINVAL;
-    begun.p = p;
     if (!key) return SP_OK;
     memset(key, 0, sizeof *key);
     key->layout = p->layout;   /* a stage of its own mesh: its view (that mesh) */
@@ -1851,7 +1872,8 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
                              sp_lower_key *key)
 {
     static _Thread_local sp_program scratch;   /* the checks write only its scalar fields */
-    return sp_lower_begin(m, l, phase, shape, stage, key, &scratch);
+    ctx c;
+    return begin_ctx(&c, m, l, phase, shape, stage, key, &scratch);
 }
 
 static void need_scr(sp_program *p, sp_scr slot, int64_t bytes)
@@ -2096,20 +2118,20 @@ int64_t sp_program_weight_layers(const sp_program *p, sp_weight w)
     return p->moe_every <= 1 || where == 0 ? p->n_layers : where == 1 ? p->n_layers - p->n_dense_layers : p->n_dense_layers;
 }
 
-sp_status sp_lower_finish(sp_program *p)
+sp_status sp_lower_finish(sp_lower_job *job, sp_program *p)
 {
-    if (!p || begun.p != p)
-        return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program on this thread");
-    begun.p = NULL;
-    return emit_program(&begun.c, -1);
+    if (!job || !p || job->p != p)
+        return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program in this job");
+    job->p = NULL;
+    return emit_program(&job->c, -1);
 }
 
-sp_status spi_lower_finish_keep_layer(sp_program *p, int layer_steps)
+sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int layer_steps)
 {
-    if (!p || begun.p != p || layer_steps < 0 || layer_steps > SP_PROG_MAX_STEPS)
-        return spi_fail(SP_EINVAL, "spi_lower_finish_keep_layer: no successful sp_lower_begin for this program on this thread");
-    begun.p = NULL;
-    return emit_program(&begun.c, layer_steps);
+    if (!job || !p || job->p != p || layer_steps < 0 || layer_steps > SP_PROG_MAX_STEPS)
+        return spi_fail(SP_EINVAL, "spi_lower_finish_keep_layer: no successful sp_lower_begin for this program in this job");
+    job->p = NULL;
+    return emit_program(&job->c, layer_steps);
 }
 
 int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])

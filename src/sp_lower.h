@@ -553,13 +553,19 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
                              sp_lower_key *key);
 /* sp_lower in two halves, for callers that look a program up by its key
  * before deciding to lower it.  sp_lower_begin runs the checks quietly (as
- * sp_lower_check), fills *key (may be NULL) and p's scalar fields;
- * sp_lower_finish then emits p's steps exactly as sp_lower would.  Call
- * finish on the same thread before the next begin, with m and l unchanged
- * (they are borrowed until then); otherwise it fails with SP_EINVAL. */
+ * sp_lower_check), fills *key (may be NULL) and p's scalar fields, and
+ * keeps what the emission needs in job (caller-owned: sp_lower_job_create,
+ * sp_lower_job_free; one job per program being lowered, used by one thread
+ * at a time); sp_lower_finish(job, p) then emits p's steps exactly as
+ * sp_lower would.  m and l are borrowed by the job until finish; a finish
+ * without a successful begin of p in that job (or a second one) fails with
+ * SP_EINVAL. */
+typedef struct sp_lower_job sp_lower_job;
+sp_status sp_lower_job_create(sp_lower_job **out);
+void sp_lower_job_free(sp_lower_job *job);
 sp_status sp_lower_begin(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,
-                         sp_lower_key *key, sp_program *p);
-sp_status sp_lower_finish(sp_program *p);
+                         sp_lower_key *key, sp_program *p, sp_lower_job *job);
+sp_status sp_lower_finish(sp_lower_job *job, sp_program *p);
 
 /* How a prefill's passes add up (prefill_chunk, prefill_tokens): the passes
  * a consumer prices, by shape.passes_left, and the weight of each, so that

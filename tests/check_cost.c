@@ -1137,6 +1137,10 @@ END_TEST
 /* phase prices are memoised per thread (sp_lower_key): every layout priced
  * after others that share one of its phases must equal the same layout
  * priced first, in a thread of its own, and priced with opts.fresh */
+/* phase prices are memoised in the caller's cache (sp_lower_key): every
+ * layout priced after others that share one of its phases must equal the
+ * same layout priced first, in a thread of its own without a cache, and
+ * priced with opts.fresh */
 static sp_model memo_m;
 static sp_hw memo_hw;
 static sp_layout memo_l;
@@ -1164,8 +1168,10 @@ static void assert_same_cost(const sp_cost *a, const sp_cost *b)
 START_TEST(test_phase_memo)
 {
     memo_hw = torus_hw();
-    sp_cost_opts fresh;
-    sp_cost_opts_init(&fresh);
+    sp_cost_opts memo, fresh;
+    sp_cost_opts_init(&memo);
+    ck_assert_int_eq(sp_cost_cache_create(&memo.cache), SP_OK);
+    fresh = memo;
     fresh.fresh = 1;
     int priced = 0, kv_modes_seen = 0;
     /* 16 KV heads are sharded with Q on 8 chips; 2 are replicated (the slice transition) */
@@ -1182,7 +1188,7 @@ START_TEST(test_phase_memo)
                             l.stages = st;
                             l.microbatches = st;
                             sp_cost c, f;
-                            if (sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, NULL, &c) != SP_OK) continue;
+                            if (sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, &memo, &c) != SP_OK) continue;
                             ck_assert_int_eq(sp_cost_eval(&memo_m, &memo_hw, &l, &memo_w, &fresh, &f), SP_OK);
                             assert_same_cost(&c, &f);
                             memo_l = l;
@@ -1201,6 +1207,65 @@ START_TEST(test_phase_memo)
                         }
     ck_assert_int_gt(priced, 40);
     ck_assert_int_eq(kv_modes_seen, 31);   /* none, slice, all-to-all both ways and all-gather handoffs all covered */
+    sp_cost_cache_free(memo.cache);
+}
+END_TEST
+
+/* Caches are the caller's: two of them interleaved on one thread, each
+ * moving between models and profiles, price as one-off evaluations do; the
+ * lowering's two halves keep their state in the caller's job, so two
+ * programs begun one after the other finish as sp_lower lowers them, and a
+ * finish without its begin is refused. */
+START_TEST(test_cost_caches)
+{
+    sp_hw hw[2] = {torus_hw(), torus_hw()};
+    hw[1].hbm_bw *= 0.5;
+    sp_model m[2] = {make_model(512, 2048, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL),
+                     make_model(768, 3072, 12, 4, SP_FFN_GELU, SP_BLOCK_SERIAL)};
+    sp_workload w = {16, 64, 8};
+    sp_cost_opts o[2];
+    for (int i = 0; i < 2; i++) {
+        sp_cost_opts_init(&o[i]);
+        ck_assert_int_eq(sp_cost_cache_create(&o[i].cache), SP_OK);
+    }
+    int compared = 0;
+    for (int r = 0; r < 3; r++)
+        for (int a = 0; a < SP_AL_COUNT; a++)
+            for (int f = 0; f < SP_FL_COUNT; f++)
+                for (int k = 0; k < 4; k++) {
+                    sp_layout l = make_layout(2, 2, 2, (sp_ffn_layout)f, (sp_attn_layout)a);
+                    const sp_model *mk = &m[(k + r) % 2];
+                    const sp_hw *hk = &hw[k / 2];
+                    sp_cost c, one;
+                    sp_status st = sp_cost_eval(mk, hk, &l, &w, &o[k % 2], &c);
+                    ck_assert_int_eq(sp_cost_eval(mk, hk, &l, &w, NULL, &one), st);
+                    if (st != SP_OK) continue;
+                    assert_same_cost(&c, &one);
+                    compared++;
+                }
+    ck_assert_int_gt(compared, 40);
+    for (int i = 0; i < 2; i++) sp_cost_cache_free(o[i].cache);
+    sp_cost_cache_free(NULL);
+
+    static sp_program p[2], q;
+    sp_lower_job *job[2];
+    sp_layout l = make_layout(2, 2, 2, SP_FL_WS2D, SP_AL_HEADS);
+    sp_shape sh[2] = {{16, 64, 64, 72, SP_DT_BF16, 0}, {16, 1, 72, 72, SP_DT_BF16, 0}};
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(sp_lower_job_create(&job[i]), SP_OK);
+    ck_assert_int_eq(sp_lower_finish(job[0], &p[0]), SP_EINVAL);   /* nothing begun */
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(sp_lower_begin(&m[0], &l, (sp_phase)i, &sh[i], 0, NULL, &p[i], job[i]), SP_OK);
+    ck_assert_int_eq(sp_lower_finish(job[1], &p[0]), SP_EINVAL);   /* not this job's program */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(sp_lower_finish(job[i], &p[i]), SP_OK);
+        ck_assert_int_eq(sp_lower(&m[0], &l, (sp_phase)i, &sh[i], 0, &q), SP_OK);
+        ck_assert_int_eq(p[i].layer.n, q.layer.n);
+        ck_assert_int_eq(p[i].pre.n, q.pre.n);
+        ck_assert_int_eq(p[i].post.n, q.post.n);
+        ck_assert(!memcmp(p[i].layer.s, q.layer.s, (size_t)q.layer.n * sizeof q.layer.s[0]));
+        ck_assert(!memcmp(p[i].buf_bytes, q.buf_bytes, sizeof q.buf_bytes));
+    }
+    ck_assert_int_eq(sp_lower_finish(job[0], &p[0]), SP_EINVAL);   /* finished already */
+    for (int i = 0; i < 2; i++) sp_lower_job_free(job[i]);
 }
 END_TEST
 
@@ -1499,6 +1564,7 @@ int main(void)
     tcase_add_test(tc, test_stage_mesh_price);
     tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
+    tcase_add_test(tc, test_cost_caches);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_chunked_prefill_refused);
     tcase_add_test(tc, test_kv_handoff_closed_form);

@@ -330,7 +330,7 @@ static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const
         u.stage_layers[l->stages - 1] = (int16_t)(m->n_layers - l->stages + 1);
         /* the pipeline program's first bound: no split's slowest stage is faster */
         int64_t bound[3], units;
-        ck_assert_int_eq(spi_split_bound(m, hw, l, w, bound, &units), SP_OK);
+        ck_assert_int_eq(spi_split_bound(NULL, m, hw, l, w, bound, &units), SP_OK);
         do {
             sp_cost c;
             ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
@@ -574,7 +574,7 @@ START_TEST(test_split_bound_below_splits)
         if (!spi_split_is_template(l, m.n_layers) || l->stages < 3) continue;
         templates++;
         int64_t bound[3], units;
-        ck_assert_int_eq(spi_split_bound(&m, &hw, l, &w, bound, &units), SP_OK);
+        ck_assert_int_eq(spi_split_bound(NULL, &m, &hw, l, &w, bound, &units), SP_OK);
         sp_layout u = *l;
         for (int k = 0; k < u.stages; k++) u.stage_layers[k] = 1;
         u.stage_layers[u.stages - 1] = (int16_t)(m.n_layers - u.stages + 1);
@@ -620,7 +620,7 @@ START_TEST(test_split_bounds_with_space)
         if (!c->has_bound) continue;
         with++;
         int64_t ps[3], units;
-        ck_assert_int_eq(spi_split_bound(&m, &hw, &c->layout, &w, ps, &units), SP_OK);
+        ck_assert_int_eq(spi_split_bound(NULL, &m, &hw, &c->layout, &w, ps, &units), SP_OK);
         for (int p = 0; p < 3; p++) ck_assert_int_eq(ps[p], c->bound_ps[p]);
         ck_assert_int_eq(units, c->bound_units);
         ck_assert_int_gt(c->bound_ps[0], 0);
