@@ -1480,6 +1480,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (sp_layout_hetero(l)) {
         char why[200];
         if (sp_layout_stage_mesh_check(l, why, sizeof why) != SP_OK) BAD("stage_mesh: %s", why);
+        if (rg) BAD("stage_mesh: a ragged batch through stages of their own mesh is not implemented");
     }
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
         BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",

@@ -96,7 +96,8 @@
  *                 a torus (its slices are X×Y×Z boxes).  The lowering and
  *                 the cost model take such stages (sp_lower.h, "stage
  *                 hand-off"); simulation and running refuse them by name
- *                 (sp_layout_hetero_refuse).  The meshes after stage_mesh=
+ *                 (sp_layout_hetero_refuse), the lowering a ragged batch
+ *                 through them.  The meshes after stage_mesh=
  *                 run up to the next key=value.
  * JSON: "stage_mesh": [[X0, Y0, Z0], [X1, Y1, Z1], ...].
  *

@@ -100,6 +100,11 @@ check "stage meshes as JSON" 0 "$SHARDPLAN" estimate --model llama2-70b --hw h10
 check "stage meshes not simulated" 2 "$SHARDPLAN" simulate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
     --gen 4 --layout "$H"
 grep -q "stage_mesh: simulation" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: simulate refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+printf 'prompt,gen\n3,4\n7,2\n' >/tmp/sp_est_wl.$$
+check "stage meshes, ragged batch refused" 2 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 \
+    --layout stages=2,stage_mesh=8x1x1,4x1x1,stage_layers=60,20 --workload /tmp/sp_est_wl.$$
+grep -q "stage_mesh: a ragged batch" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: ragged refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+rm -f /tmp/sp_est_wl.$$
 # an uneven split is priced (text and JSON forms alike) and differs from the even split
 U=stages=4,mesh=1x1x16,microbatches=4,stage_layers=29,30,30,29
 check "uneven split" 0 "$SHARDPLAN" estimate --model palm-540b --hw tpu-v4 --chips 64 --batch 64 --prompt 256 --gen 8 \
