@@ -1068,11 +1068,11 @@ static sp_status pipeline_check(const sp_layout *l, const sp_model *m, sp_error 
  * cluster each stage's tensor axes fit its nodes as an even mesh's would,
  * its chips starting on a node boundary (or every stage inside one node),
  * so that its collectives see the tiers its own mesh implies.  A torus is
- * refused (its slices are boxes).  That every stage lowers on its own mesh
- * (each phase) is sp_layout_check's (lower.c); the consumers that do not
- * take such stages yet refuse them themselves (sp_layout_hetero_refuse). */
-static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
-                                     int64_t batch, sp_error *err)
+ * refused (its slices are boxes).  sp_layout_check_base's other checks
+ * follow; that every stage lowers on its own mesh (each phase) is
+ * sp_layout_check's (lower.c), and the consumers that do not take such
+ * stages yet refuse them themselves (sp_layout_hetero_refuse). */
+static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_hw *hw, int64_t chips, sp_error *err)
 {
     int64_t total = sp_layout_chips(l);
     if (total < 0)
@@ -1101,7 +1101,7 @@ static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_model *m, cons
                                  "of its own (earlier stages of whole nodes) or every stage shares one node", s,
                                  (long long)sp_layout_stage_first_chip(l, s), hw->chips_per_node);
     }
-    return pipeline_check(l, m, err);
+    return SP_OK;
 }
 
 sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips,
@@ -1113,13 +1113,14 @@ sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_h
         if (st != SP_OK) return spi_error_set(err, st, "<layout>", 0, 0, "stage_mesh", "%s", why);
     }
     if (sp_layout_disaggregated(l)) return groups_check(l, m, hw, chips, batch, err);
-    if (sp_layout_hetero(l)) return stage_mesh_check_hw(l, m, hw, chips, batch, err);
+    int hetero = sp_layout_hetero(l);
+    if (hetero) SP_CHECK(stage_mesh_check_hw(l, hw, chips, err));
     int64_t total = sp_layout_chips(l);
-    if (total < 0)
+    if (!hetero && total < 0)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "stages (%d) × replicas (%d) × mesh %dx%dx%d overflows a 64-bit chip count",
                              l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2]);
-    if (total != chips)
+    if (!hetero && total != chips)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "stages (%d) × replicas (%d) × mesh %dx%dx%d = %lld chips, but %lld chips were asked for",
                              l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2], (long long)total,
@@ -1129,13 +1130,13 @@ sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_h
     if (hw && hw->peak_flops[l->weights] <= 0 && l->weights != SP_DT_INT8)
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "weights", "%s does not support %s weights",
                              hw->name, sp_dtype_name(l->weights));
-    if (hw && !sp_layout_fits_torus(l->mesh, l->replicas, l->stages, hw))
+    if (!hetero && hw && !sp_layout_fits_torus(l->mesh, l->replicas, l->stages, hw))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "stages %d × replicas %d × mesh %dx%dx%d fits no torus slice %s offers (of %lld chips, "
                              "within %dx%dx%d)", l->stages, l->replicas, l->mesh[0], l->mesh[1], l->mesh[2],
                              hw->name, (long long)total, hw->torus_dims[0], hw->torus_dims[1], hw->torus_dims[2]);
     int straddler;
-    if (hw && !sp_layout_fits_nodes(l, hw, &straddler))
+    if (!hetero && hw && !sp_layout_fits_nodes(l, hw, &straddler))
         return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, "mesh",
                              "mesh axis of %d chips straddles %d-chip nodes unevenly", straddler, hw->chips_per_node);
     SP_CHECK(pipeline_check(l, m, err));

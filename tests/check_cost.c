@@ -945,6 +945,13 @@ START_TEST(test_stage_mesh_layout)
         ck_assert_str_eq(err.path, "stage_mesh");
         ck_assert_msg(strstr(err.text, bad[k].what), "%s: %s", bad[k].lay, err.text);
     }
+    /* the layout's other checks apply as to one mesh: weights the hardware has no peak for, a capacity without experts */
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1,weights=fp8", &t, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_check(&t, &m, &hw, 6, 16, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "weights");
+    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1,capacity=2", &t, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_check(&t, &m, &hw, 6, 16, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "capacity");
     sp_hw th = torus_hw();
     ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
     ck_assert_int_eq(sp_layout_check(&t, &m, &th, 6, 16, &err), SP_ENOTSUP);
