@@ -85,13 +85,13 @@ START_TEST(test_parse)
         char t[320];
         sp_layout_format(&l, t, sizeof t);
         ck_assert_ptr_nonnull(strstr(t, "groups=separate"));
-        sp_layout back = parse(t);
-        ck_assert_msg(!memcmp(&back, &l, sizeof l), "text round trip: %s", t);
+        sp_layout rt = parse(t);
+        ck_assert_msg(!memcmp(&rt, &l, sizeof l), "text round trip: %s", t);
         json_t *jj = sp_layout_to_json(&l);
         char *js2 = json_dumps(jj, 0);
         ck_assert_ptr_nonnull(strstr(js2, "\"groups\": \"separate\""));
-        back = parse(js2);
-        ck_assert_msg(!memcmp(&back, &l, sizeof l), "JSON round trip: %s", js2);
+        rt = parse(js2);
+        ck_assert_msg(!memcmp(&rt, &l, sizeof l), "JSON round trip: %s", js2);
         free(js2);
         json_decref(jj);
         /* each group is the ordinary layout of its own chips */
