@@ -162,9 +162,19 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
         if (co->routed) {
             st = run_routed_a2a(ch, s, t1, t2);
         } else if (co->a2a_to_batch) {
-            /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g) */
-            for (int g = 0; g < K; g++)
-                SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + grp.row_blk[g] * chunk * eb, chunk, eb));
+            /* src (rows, cols): row block rb(g) to g; dst (rows/K, cols·K): g's heads at col block cb(g).
+             * A ragged batch's blocks: g's sequences' packed rows, then zero rows up to rows/K */
+            for (int g = 0; g < K; g++) {
+                if (!s->ragged) {
+                    SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + grp.row_blk[g] * chunk * eb, chunk, eb));
+                    continue;
+                }
+                int64_t r0, n;
+                sp_lower_ragged_blk_rows(ch->prog, K, grp.row_blk[g], &r0, &n);
+                if (n > rk) return spi_fail(SP_EINTERNAL, "ragged all-to-all: block of %lld rows, %lld sent", (long long)n, (long long)rk);
+                SP_CHECK(spi_copy_flat(ch, t1 + g * chunk * eb, src + r0 * cols * eb, n * cols, eb));
+                if (n < rk) SP_CHECK(ch->ops->zero(&ch->dev, t1 + (g * chunk + n * cols) * eb, (size_t)((rk - n) * cols * eb)));
+            }
             SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
@@ -179,8 +189,11 @@ sp_status spi_run_coll(chip *ch, const sp_step *s)
             SP_CHECK(ch->ops->sync(&ch->dev));
             st = sp_comm_alltoall(ch->c, mask, t1, t2, (size_t)chunk, co->dtype);
             if (st) return st;
-            for (int g = 0; g < K; g++)
-                SP_CHECK(spi_copy_flat(ch, dst + grp.row_blk[g] * chunk * eb, t2 + g * chunk * eb, chunk, eb));
+            for (int g = 0; g < K; g++) {
+                int64_t r0 = grp.row_blk[g] * rk, n = rk;
+                if (s->ragged) sp_lower_ragged_blk_rows(ch->prog, K, grp.row_blk[g], &r0, &n);   /* its tokens only */
+                SP_CHECK(spi_copy_flat(ch, dst + r0 * cols * eb, t2 + g * chunk * eb, n * cols, eb));
+            }
         }
         break;
     }

@@ -33,7 +33,17 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
 static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2]);
 
 /* ---- ragged batches (sp_lower.h, "Ragged batches"): each sequence its own rows ---- */
-/* positions of a ragged step's packed rows into ch->pos: row0_i + t -> pos0_i + t */
+/* The i-th sequence of a ragged step on this chip: of the chip's block of the step's
+ * batch_axes (every sequence of the pass when they are none); *seq -1 past them. */
+static void ragged_seq(const chip *ch, const sp_step *s, int64_t i, int64_t *seq, int64_t *slot, int64_t *row0,
+                       int64_t *q, int64_t *pos0)
+{
+    sp_lower_ragged_blk_seq(ch->prog, spi_asize(ch, s->batch_axes), spi_aidx(ch, s->batch_axes), i, seq, slot, row0, q,
+                            pos0);
+}
+
+/* positions of a ragged step's packed rows into ch->pos: row0_i + t -> pos0_i + t (a block's
+ * zero rows past its tokens: position 0) */
 static sp_status ragged_positions(chip *ch, const sp_step *s)
 {
     if (s->m * (int64_t)sizeof *ch->pos > ch->scr_bytes[SP_SCR_POS])
@@ -41,13 +51,16 @@ static sp_status ragged_positions(chip *ch, const sp_step *s)
                         (long long)ch->scr_bytes[SP_SCR_POS]);
     int64_t rows = 0;
     for (int64_t i = 0; i < s->batch; i++) {
-        int64_t b, row0, q, pos0;
-        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
-        if (b < 0 || row0 + q > s->m) return spi_fail(SP_EINTERNAL, "ragged row block %lld of %lld", (long long)i, (long long)s->batch);
+        int64_t b, slot, row0, q, pos0;
+        ragged_seq(ch, s, i, &b, &slot, &row0, &q, &pos0);
+        if (b < 0) break;
+        if (row0 + q > s->m) return spi_fail(SP_EINTERNAL, "ragged row block %lld of %lld", (long long)i, (long long)s->batch);
         for (int64_t t = 0; t < q; t++) ch->pos[row0 + t] = pos0 + t;
         rows += q;
     }
-    if (rows != s->m) return spi_fail(SP_EINTERNAL, "ragged step of %lld rows, its sequences hold %lld", (long long)s->m, (long long)rows);
+    if (rows != s->m && !(s->blk_rows && rows < s->m))
+        return spi_fail(SP_EINTERNAL, "ragged step of %lld rows, its sequences hold %lld", (long long)s->m, (long long)rows);
+    for (int64_t r = rows; r < s->m; r++) ch->pos[r] = 0;
     return SP_OK;
 }
 
@@ -59,17 +72,24 @@ static sp_status ragged_rope(chip *ch, const sp_step *s, float *x, int64_t nh)
                          ch->ex->rope_scale);
 }
 
-/* the cache slot of batch sequence b alone (no offload with ragged batches) */
+/* cache slot b (the sequence's index in the chip's cache block of kv_seqs) alone (no offload
+ * with ragged batches; the slots do not depend on which sequences a decode step runs) */
 static sp_status ragged_slot(chip *ch, int mb, int64_t b, sp_kern_kv *kv)
 {
-    int64_t first[2];
-    sp_kern_kv parts[2];
-    if (cache_views(ch, mb, parts, first) != 1) return spi_fail(SP_EINTERNAL, "ragged batch with host-held KV");
-    *kv = parts[0];
-    size_t off = (size_t)(b * ch->ctx_max * kv->KVHl * kv->D * sp_dtype_bytes(kv->dt));
-    kv->k = (char *)kv->k + off;
-    kv->v = (char *)kv->v + off;
+    const sp_program *p = ch->prog;
+    if (p->kv_host_seqs > 0 || b < 0 || b >= p->kv_seqs)
+        return spi_fail(SP_EINTERNAL, "ragged cache slot %lld of %lld (host-held %lld)", (long long)b,
+                        (long long)p->kv_seqs, (long long)p->kv_host_seqs);
+    int eb = sp_dtype_bytes(ch->l->kv);
+    int64_t row = p->kv_heads_cache * ch->m->d_head;
+    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems + b * ch->ctx_max * row) * eb);
+    kv->dt = ch->l->kv;
+    kv->k = (char *)ch->kc + off;
+    kv->v = (char *)ch->vc + off;
     kv->B = 1;
+    kv->ctx_max = ch->ctx_max;
+    kv->KVHl = p->kv_heads_cache;
+    kv->D = ch->m->d_head;
     return SP_OK;
 }
 
@@ -85,10 +105,11 @@ static sp_status run_kv_store_ragged(chip *ch, const sp_step *s, int mb)
     SP_CHECK(spi_copy_block(ch, ch->vs, kvc * D, (const float *)ch->buf[s->src3] + off * D, kvs * D, T, kvc * D, 4));
     SP_CHECK(ragged_rope(ch, s, ch->ks, kvc));
     for (int64_t i = 0; i < s->batch; i++) {
-        int64_t b, row0, q, pos0;
-        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
+        int64_t b, slot, row0, q, pos0;
+        ragged_seq(ch, s, i, &b, &slot, &row0, &q, &pos0);
+        if (b < 0) break;
         sp_kern_kv kv;
-        SP_CHECK(ragged_slot(ch, mb, b, &kv));
+        SP_CHECK(ragged_slot(ch, mb, slot, &kv));
         SP_CHECK(ch->ops->kv_append(&ch->dev, &kv, ch->ks + row0 * kvc * D, ch->vs + row0 * kvc * D, q, pos0));
     }
     return SP_OK;
@@ -126,12 +147,14 @@ static sp_status run_attn_ragged(chip *ch, const sp_step *s, int mb)
         o = ch->ks;
         Hx = Hr;
     }
+    if (s->blk_rows) SP_CHECK(ch->ops->zero(&ch->dev, o, (size_t)(T * Hx * D) * 4));   /* a block's zero rows */
     for (int64_t i = 0; i < s->batch; i++) {
-        int64_t b, row0, L, pos0;
-        sp_lower_ragged_seq(ch->prog, i, &b, &row0, &L, &pos0);
+        int64_t b, slot, row0, L, pos0;
+        ragged_seq(ch, s, i, &b, &slot, &row0, &L, &pos0);
+        if (b < 0) break;
         sp_kern_kv kv;
         if (s->from_cache) {
-            SP_CHECK(ragged_slot(ch, mb, b, &kv));
+            SP_CHECK(ragged_slot(ch, mb, slot, &kv));
         } else {
             kv.dt = SP_DT_F32;
             kv.k = ch->ks + row0 * kvs * D;
@@ -342,6 +365,24 @@ static sp_status run_slice(chip *ch, const sp_step *s)
     const float *src = ch->buf[s->src];
     float *dst = ch->buf[s->dst];
     int64_t n = s->n, every = s->every > 1 ? s->every : 1, vrows = s->k / every;
+    if (s->ragged && s->blk_rows) {
+        /* the kept sequence blocks of the packed rows, each padded with zero rows to blk_rows */
+        int nb = spi_asize(ch, s->batch_axes);
+        int64_t out = 0;
+        for (int b = 0; b < nb; b++) {
+            if (!sp_lower_slice_keeps(ch->prog, s, ch->rank, b)) continue;
+            int64_t r0, rows;
+            sp_lower_ragged_blk_rows(ch->prog, nb, b, &r0, &rows);
+            if (out + s->blk_rows > s->m || rows > s->blk_rows || r0 + rows > s->k)
+                return spi_fail(SP_EINTERNAL, "ragged slice block %d: rows %lld at %lld", b, (long long)rows, (long long)r0);
+            SP_CHECK(spi_copy_block(ch, dst + out * n, n, src + r0 * n, n, rows, n, 4));
+            if (rows < s->blk_rows)
+                SP_CHECK(ch->ops->zero(&ch->dev, dst + (out + rows) * n, (size_t)((s->blk_rows - rows) * n) * 4));
+            out += s->blk_rows;
+        }
+        if (out != s->m) return spi_fail(SP_EINTERNAL, "ragged slice kept %lld rows, expected %lld", (long long)out, (long long)s->m);
+        return SP_OK;
+    }
     if (s->ragged) {
         /* each sequence's last row: row0 + q_len − 1 (sp_lower.h, "Ragged batches") */
         for (int64_t i = 0; i < s->m; i++) {

@@ -653,33 +653,70 @@ void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *
         *pos0 = p->shape.context - *q_len;
         return;
     }
-    int64_t rows = 0, k = 0;
-    for (int64_t b = 0; b < p->ragged->n; b++) {
+    int64_t slot;
+    sp_lower_ragged_blk_seq(p, 1, 0, i, seq, &slot, row0, q_len, pos0);
+}
+
+void sp_lower_ragged_blk_seq(const sp_program *p, int nblk, int blk, int64_t i, int64_t *seq, int64_t *slot,
+                             int64_t *row0, int64_t *q_len, int64_t *pos0)
+{
+    const sp_ragged *r = p->ragged;
+    int64_t per = nblk > 0 ? r->n / nblk : 0, b0 = blk * per, rows = 0, k = 0;
+    for (int64_t b = b0; b < b0 + per && b < r->n; b++) {
         if (!ragged_at(p, b, q_len, pos0)) continue;
         if (k++ == i) {
             *seq = b;
+            *slot = b - b0;
             *row0 = rows;
             return;
         }
         rows += *q_len;
     }
-    *seq = *row0 = *q_len = *pos0 = -1;   /* i past the pass's sequences */
+    *seq = *slot = *row0 = *q_len = *pos0 = -1;   /* i past the block's sequences */
 }
 
-/* Σ over the pass's sequences of the contexts their query tokens see
- * (Σ_t pos0 + t) and of their contexts after the pass */
-static void ragged_sums(ctx *c, int64_t *ctx_sum, int64_t *ctx_tokens)
+void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *row0, int64_t *rows)
+{
+    const sp_ragged *r = p->ragged;
+    int64_t per = nblk > 0 ? r->n / nblk : 0, q, pos0;
+    *row0 = *rows = 0;
+    for (int64_t b = 0; b < (blk + 1) * per && b < r->n; b++)
+        if (ragged_at(p, b, &q, &pos0)) *(b < blk * per ? row0 : rows) += q;
+}
+
+/* The fullest of the nblk sequence blocks of the pass (sp_lower_ragged_blk_seq):
+ * the most rows, the most attention context (Σ_t pos0 + t) and the most
+ * context tokens after the pass, each the largest over the blocks. */
+static void ragged_blk_max(ctx *c, int nblk, int64_t *rows, int64_t *ctx_sum, int64_t *ctx_tokens)
 {
     spi_ckd *ck = &c->ck;
-    *ctx_sum = *ctx_tokens = 0;
-    for (int64_t b = 0; b < c->p->ragged->n; b++) {
-        int64_t q, pos0;
-        if (!ragged_at(c->p, b, &q, &pos0)) continue;
-        int64_t seen = spi_ck_add(ck, "attention context sum", spi_ck_mul(ck, "attention context sum", q, pos0),
-                                  spi_ck_mul(ck, "attention context sum", q, q + 1) / 2);
-        *ctx_sum = spi_ck_add(ck, "attention context sum", *ctx_sum, seen);
-        *ctx_tokens = spi_ck_add(ck, "attention context sum", *ctx_tokens, pos0 + q);
+    const sp_ragged *r = c->p->ragged;
+    int64_t per = r->n / nblk;
+    *rows = *ctx_sum = *ctx_tokens = 0;
+    for (int g = 0; g < nblk; g++) {
+        int64_t n = 0, seen = 0, tok = 0;
+        for (int64_t b = g * per; b < (g + 1) * per; b++) {
+            int64_t q, pos0;
+            if (!ragged_at(c->p, b, &q, &pos0)) continue;
+            n += q;
+            seen = spi_ck_add(ck, "attention context sum", seen,
+                              spi_ck_add(ck, "attention context sum", spi_ck_mul(ck, "attention context sum", q, pos0),
+                                         spi_ck_mul(ck, "attention context sum", q, q + 1) / 2));
+            tok += pos0 + q;
+        }
+        if (n > *rows) *rows = n;
+        if (seen > *ctx_sum) *ctx_sum = seen;
+        if (tok > *ctx_tokens) *ctx_tokens = tok;
     }
+}
+
+/* a ragged batch's all-to-all between the packed rows and the sequence blocks over its row
+ * axes, each block `rows` rows (sp_lower.h, "Ragged batches") */
+static void ragged_blocks(sp_step *s, int on, int64_t rows)
+{
+    if (!on) return;
+    s->ragged = 1;
+    s->blk_rows = rows;
 }
 
 /* ---- attention ----
@@ -694,6 +731,12 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     char Gs[4];
     axes_sorted(sh->G, Gs);
     int64_t grp_rows = T / sh->nG;   /* rows per head-group member in batch mode */
+    /* a ragged batch's sequence blocks over the head group (batch-sharded attention): the
+     * fullest block's rows, each block padded to them where blocks meet (sp_lower.h) */
+    int rag_blk = c->p->ragged && al == SP_AL_BATCH;
+    int64_t blk_seen = 0, blk_tok = 0;
+    if (rag_blk) ragged_blk_max(c, sh->nG, &grp_rows, &blk_seen, &blk_tok);
+    int64_t a2a_rows = rag_blk ? spi_ck_mul(&c->ck, "rows per chip", grp_rows, sh->nG) : T;
 
     /* Q: (T, Hp·D/|C|) [partial over Rx] -> (T, Hl·D) */
     sp_buf wq = gather_weight(c, ss, SP_W_Q);
@@ -745,8 +788,14 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->k = T;
         s->m = T / sh->nC;
         s->n = Ein;
+        if (rag_blk) {
+            /* the kept blocks' rows, each block padded to the fullest's */
+            s->ragged = 1;
+            s->blk_rows = grp_rows;
+            s->m = spi_ck_mul(&c->ck, "rows per chip", grp_rows, sh->nG / sh->nC);
+        }
         s->act_bytes = spi_ck_mul4(&c->ck, "K/V input bytes", 2, s->m, Ein, c->act_b);
-        int64_t rows_in = T / sh->nC;
+        int64_t rows_in = s->m;
         if (sh->nRx > 1) {
             emit_matmul(c, ss, SP_BUF_KP, SP_BUF_KVIN, SP_W_K, wk, rows_in, Ein, c->KVH * D, 0);
             emit_matmul(c, ss, SP_BUF_VP, SP_BUF_KVIN, SP_W_V, wv, rows_in, Ein, c->KVH * D, 0);
@@ -772,21 +821,26 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     axcpy(a_head_axes, sh->G);
     axcpy(a_batch_axes, sh->N);
     if (al == SP_AL_BATCH) {
-        sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_QB, SP_BUF_Q, Gs, sh->G, T, Hl * D,
+        sp_step *s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_QB, SP_BUF_Q, Gs, sh->G, a2a_rows, Hl * D,
                                c->p->shape.act_dtype, 0);
         if (s) {
             s->coll.a2a_to_batch = 1;
+            ragged_blocks(s, rag_blk, grp_rows);
             qsrc = SP_BUF_QB;
         }
         if (c->case_a) {
-            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
+            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_KB, SP_BUF_K, Gs, sh->G, a2a_rows, KVl * D,
+                          c->p->shape.act_dtype, 0);
             if (s) {
                 s->coll.a2a_to_batch = 1;
+                ragged_blocks(s, rag_blk, grp_rows);
                 kbuf = SP_BUF_KB;
             }
-            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, T, KVl * D, c->p->shape.act_dtype, 0);
+            s = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_VB, SP_BUF_V, Gs, sh->G, a2a_rows, KVl * D,
+                          c->p->shape.act_dtype, 0);
             if (s) {
                 s->coll.a2a_to_batch = 1;
+                ragged_blocks(s, rag_blk, grp_rows);
                 vbuf = SP_BUF_VB;
             }
             k_rows = grp_rows;
@@ -859,12 +913,20 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2 * st_seqs, L, s->kv_heads,
                                           D * sp_dtype_bytes(c->l->kv));
         if (c->p->ragged) {
-            /* each sequence's own rows into its own slot (sp_lower_ragged_seq) */
+            /* each sequence's own rows into its own slot (sp_lower_ragged_blk_seq over the cache's
+             * sequence blocks, kv_batch_axes; the fullest block's rows) */
+            int nb = axes_size(c->l, c->p->kv_batch_axes);
+            int64_t seen, tok;
             s->ragged = 1;
             s->m = c->T;
             s->batch = c->seqs;
+            if (nb > 1) {
+                ragged_blk_max(c, nb, &s->m, &seen, &tok);
+                s->batch = c->p->ragged->n / nb;
+                s->blk_rows = s->m;
+            }
             s->pos0 = 0;
-            s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2, c->T, s->kv_heads,
+            s->kv_bytes_written = spi_ck_mul4(&c->ck, "KV cache bytes written per step", 2, s->m, s->kv_heads,
                                               D * sp_dtype_bytes(c->l->kv));
         }
     }
@@ -918,23 +980,32 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", spi_ck_mul(ck, "attention activation bytes", 2, a_seqs),
                                    L, a_heads, D * c->act_b);
         if (c->p->ragged) {
-            /* each sequence over its own context (every chip holds every sequence: a_seqs = seqs) */
-            int64_t seen, tokens;
-            ragged_sums(c, &seen, &tokens);
+            /* each sequence over its own context: every sequence of the pass (head-sharded), or the
+             * chip's block of them (batch-sharded), the fullest block's figures */
+            int64_t seen = blk_seen, tokens = blk_tok, rows = grp_rows;
+            if (!rag_blk) ragged_blk_max(c, 1, &rows, &seen, &tokens);
             s->ragged = 1;
-            s->m = T;
+            s->m = rows;
+            if (rag_blk) {
+                s->batch = c->p->ragged->n / sh->nG;
+                s->blk_rows = rows;
+            }
             s->pos0 = 0;
             s->flops = spi_ck_mul4(ck, "attention FLOPs", 4, a_heads, D, seen);
             if (s->from_cache)
                 s->kv_bytes_read = spi_ck_mul4(ck, "KV cache bytes read per step", 2, tokens, s->kv_heads,
                                                D * sp_dtype_bytes(c->l->kv));
-            s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", 2, T, a_heads, D * c->act_b);
+            s->act_bytes = spi_ck_mul4(ck, "attention activation bytes", 2, rows, a_heads, D * c->act_b);
         }
         if (al == SP_AL_BATCH) {
-            sp_step *b = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_ATT, SP_BUF_ATTB, Gs, sh->G, T, Hl * D,
+            sp_step *b = emit_coll(c, ss, SP_COLL_ALLTOALL, SP_BUF_ATT, SP_BUF_ATTB, Gs, sh->G, a2a_rows, Hl * D,
                                    c->p->shape.act_dtype, 0);
-            if (b) b->coll.a2a_to_batch = 0;
-            else s->dst = SP_BUF_ATT;
+            if (b) {
+                b->coll.a2a_to_batch = 0;
+                ragged_blocks(b, rag_blk, grp_rows);
+            } else {
+                s->dst = SP_BUF_ATT;
+            }
         }
     }
 
@@ -1535,6 +1606,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             "collective turns one into the other",
             sp_ffn_layout_name(l->phase[0].ffn), sp_attn_layout_name(l->phase[0].attn),
             sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn));
+    int kv_pair = c->kv;   /* the phases' handoff, whichever phase is lowered */
     if (phase != SP_PHASE_PREFILL) c->kv = KV_DIRECT;
     c->Hp = round_up(m->n_heads, c->n);
     c->Fp = round_up(m->d_ff, c->n);
@@ -1607,10 +1679,12 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             if (both[ph]->nN > 1)
                 BAD("ragged batches with %s in %s (sequences split over the weight-gathered axes): not implemented "
                     "(ws1d and ws2d are)", sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
-            if (l->phase[ph].attn == SP_AL_BATCH)
-                BAD("ragged batches with batch-sharded attention in %s: not implemented (head-sharded is)",
-                    sp_phase_name((sp_phase)ph));
         }
+        if (kv_pair != KV_DIRECT && axes_size(l, c->kv_rows) > 1)
+            BAD("ragged batches with a KV handoff between prefill (%s/%s) and decode (%s/%s): not implemented "
+                "(the same attention layout in both phases is)", sp_ffn_layout_name(l->phase[0].ffn),
+                sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
+                sp_attn_layout_name(l->phase[1].attn));
         if (shape->max_context < r->max_context)
             BAD("ragged batch: KV cache of %lld tokens per sequence, the longest sequence needs %lld",
                 (long long)shape->max_context, (long long)r->max_context);

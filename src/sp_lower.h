@@ -56,10 +56,24 @@
  * (i+1)·B/R) (sp_ragged_slice), so the replicas' token counts, step shapes
  * and collectives' sizes differ and each replica's chips run its program.
  * Pipeline stages pass the packed rows on (SEND/RECV of T rows).
+ * Batch-sharded attention splits the sequences of the pass into |G| blocks
+ * of consecutive sequences (block g: sequences [g·B/|G|, (g+1)·B/|G|), the
+ * chip's block of the step's batch_axes, as for a uniform batch).  Block g
+ * holds T_g tokens; a chip's block rows are its tokens packed, then zero
+ * rows up to R = max_g T_g (blk_rows): the all-to-all heads -> batch moves
+ * each block as R rows (bytes (|G|−1)·R·cols each way), the chip attends
+ * its block's sequences only (each over its own context) and stores them in
+ * its cache slots (the sequence's index within the block), and the
+ * all-to-all back unpacks each block's T_g rows into the packed rows.  The
+ * steps over blocks carry the fullest block's figures (the chip that sets
+ * the step's time): ATTN flops and KV bytes read the largest over blocks,
+ * KV_STORE bytes 2·R·kv_heads·D·kv bytes.  The token-parallel steps stay
+ * packed (T rows).
  * Ragged batches lower for one micro-batch, no chunked prefill,
  * no offload, dense models, weight-stationary FFNs (ws1d, ws2d) with
- * head-sharded attention; the others are refused by name (sequences split
- * within a tensor mesh would give its chips different token counts).
+ * head- or batch-sharded attention, the KV cache written where decode reads
+ * it (no KV handoff between the phases); the others are refused by name
+ * (weight-gathered FFNs split the token-parallel rows themselves).
  *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
@@ -359,7 +373,13 @@ typedef struct sp_step {
     int on;                  /* layer part: the layers that run it (sp_step_on) */
     int ragged;              /* ATTN, KV_STORE, POS, SLICE of a ragged batch: each sequence of the pass
                                 has its own rows, tokens and context (sp_lower_ragged_seq); m = rows
-                                (Σ tokens), batch = sequences, q_len and context the largest, pos0 0 */
+                                (Σ tokens), batch = sequences, q_len and context the largest, pos0 0.
+                                With sequence blocks (batch_axes of more than one chip; see "Ragged
+                                batches"): rows of the chip's block (sp_lower_ragged_blk_seq), blk_rows
+                                each, batch = sequences per block.  COLL (all-to-all), SLICE with
+                                batch_axes: packed rows <-> blocks of blk_rows rows (sp_lower_ragged_blk_rows) */
+    int64_t blk_rows;        /* ragged steps over sequence blocks: rows per block (the fullest block's
+                                tokens; a block's rows are its tokens, then zero rows up to blk_rows) */
     sp_coll coll;            /* COLL, SEND, RECV */
 } sp_step;
 
@@ -681,6 +701,17 @@ int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row);
  * prefill 0, decode prompt_b + step − 1); context after the pass = pos0 +
  * q_len.  Also the uniform program's (row0 = i·q_len).  O(i). */
 void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0);
+/* A ragged program's sequence blocks: the batch's sequences split into nblk
+ * blocks of consecutive sequences (r->n / nblk each; a step's blocks are
+ * those of its batch_axes, the chip's block sp_lower_axes_index of them).
+ * The i-th sequence of block blk taking part in the pass (0 .. ): as
+ * sp_lower_ragged_seq, with *row0 counted from the block's first row and
+ * *slot its index within the block (its KV cache slot on a chip that holds
+ * the block); *seq = -1 past the block's.  nblk 1: sp_lower_ragged_seq. */
+void sp_lower_ragged_blk_seq(const sp_program *p, int nblk, int blk, int64_t i, int64_t *seq, int64_t *slot,
+                             int64_t *row0, int64_t *q_len, int64_t *pos0);
+/* The packed rows of block blk of nblk: [*row0, *row0 + *rows). */
+void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *row0, int64_t *rows);
 
 /* SLICE: 1 if row block `blk` of the step's block sequence (batch_axes, else
  * axes) is one the chip of global rank `rank` keeps. */

@@ -218,6 +218,87 @@ START_TEST(test_lowering_closed_form)
 }
 END_TEST
 
+/* Batch-sharded attention: sequences 0, 1 on one chip's block, 2, 3 on the other's (2
+ * chips); the blocks meet in the all-to-alls as R = the fullest block's rows. */
+START_TEST(test_lowering_batch_blocks)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    sp_layout l = layout_of(_i ? "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"
+                               : "mesh=2x2x1,weights=f32,kv=bf16,prefill=ws2d/batch,decode=ws2d/batch");
+    int nb = l.mesh[0] * l.mesh[1];
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    int64_t D = m.d_head, kvb = sp_dtype_bytes(l.kv);
+    /* prefill: blocks of 4 / nb sequences; their tokens and Σ L(L+1)/2 */
+    const int64_t rows2[2] = {10, 6}, seen2[2] = {6 + 28, 1 + 15}, rows4[4] = {3, 7, 1, 5}, seen4[4] = {6, 28, 1, 15};
+    const int64_t *rows = nb == 2 ? rows2 : rows4, *seen = nb == 2 ? seen2 : seen4;
+    int64_t R = 0, S = 0;
+    for (int g = 0; g < nb; g++) {
+        if (rows[g] > R) R = rows[g];
+        if (seen[g] > S) S = seen[g];
+    }
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p) == SP_OK, "%s", sp_last_error());
+    int a2a = 0;
+    for (int i = 0; i < p.layer.n; i++) {
+        const sp_step *s = &p.layer.s[i];
+        if (s->kind == SP_STEP_MATMUL && s->src == SP_BUF_XG) ck_assert_int_eq(s->m, 16);   /* packed */
+        if (s->kind == SP_STEP_COLL && s->coll.kind == SP_COLL_ALLTOALL) {
+            a2a++;
+            ck_assert_int_eq(s->ragged, 1);
+            ck_assert_int_eq(s->blk_rows, R);
+            ck_assert_int_eq(s->coll.rows, nb * R);
+            ck_assert_int_eq(s->coll.bytes_sent, (nb - 1) * R * s->coll.cols * 4);
+        }
+    }
+    ck_assert_int_ge(a2a, 2);
+    const sp_step *a = find_step(&p.layer, SP_STEP_ATTN);
+    ck_assert_int_eq(a->m, R);
+    ck_assert_int_eq(a->batch, 4 / nb);
+    ck_assert_int_eq(a->heads, m.n_heads);
+    ck_assert_int_eq(a->flops, 4 * m.n_heads * D * S);
+    const sp_step *kv = find_step(&p.layer, SP_STEP_KV_STORE);
+    ck_assert_int_eq(kv->m, R);
+    ck_assert_int_eq(kv->kv_bytes_written, 2 * R * kv->kv_heads * D * kvb);
+    /* each block's rows in the packed rows, and its sequences' rows within the block */
+    for (int g = 0, at = 0; g < nb; g++) {
+        int64_t r0, n;
+        sp_lower_ragged_blk_rows(&p, nb, g, &r0, &n);
+        ck_assert_int_eq(r0, at);
+        ck_assert_int_eq(n, rows[g]);
+        at += (int)n;
+        int64_t b, slot, row0, q, pos0;
+        sp_lower_ragged_blk_seq(&p, nb, g, 0, &b, &slot, &row0, &q, &pos0);
+        ck_assert_int_eq(b, g * (4 / nb));
+        ck_assert_int_eq(slot, 0);
+        ck_assert_int_eq(row0, 0);
+        ck_assert_int_eq(q, P[b]);
+        sp_lower_ragged_blk_seq(&p, nb, g, 4 / nb, &b, &slot, &row0, &q, &pos0);
+        ck_assert_int_eq(b, -1);
+    }
+    /* decode step 3: sequences 0, 2, 3 at contexts 6, 4, 8 */
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 3, 0, &p) == SP_OK, "%s", sp_last_error());
+    a = find_step(&p.layer, SP_STEP_ATTN);
+    int64_t Rd = nb == 2 ? 2 : 1, ctx = nb == 2 ? 4 + 8 : 8;
+    ck_assert_int_eq(a->m, Rd);
+    ck_assert_int_eq(a->flops, 4 * m.n_heads * D * ctx);
+    ck_assert_int_eq(a->kv_bytes_read, 2 * ctx * a->kv_heads * D * kvb);
+    if (nb == 2) {
+        int64_t b, slot, row0, q, pos0;
+        sp_lower_ragged_blk_seq(&p, nb, 1, 1, &b, &slot, &row0, &q, &pos0);
+        ck_assert_int_eq(b, 3);
+        ck_assert_int_eq(slot, 1);
+        ck_assert_int_eq(row0, 1);
+        ck_assert_int_eq(pos0, 7);
+    }
+    ck_assert_int_eq(p.kv_seqs, 4 / nb);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* ---- pricing ---- */
 static const struct price_case {
     const char *model, *hw, *layout;
@@ -230,6 +311,9 @@ static const struct price_case {
     {"llama2-7b", "h100", "replicas=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
     {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
     {"palm-62b", "tpu-v4", "stages=4,microbatches=1,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 16, 512, 16},
+    /* batch-sharded attention: the sequence blocks as the uniform batch's */
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/batch,decode=ws2d/batch", 32, 1024, 32},
+    {"llama2-7b", "h100", "replicas=2,mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch", 16, 256, 32},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -399,7 +483,7 @@ START_TEST(test_refused_by_name)
     sp_ragged r;
     ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
     static const struct { const char *layout, *why; } no[] = {
-        {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch", "batch-sharded attention"},
+        {"mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch", "KV handoff"},
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "wg-x"},
         {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "micro-batches"},
         {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
@@ -444,6 +528,15 @@ static const struct run_case {
     {"tiny-llama", "stages=2,microbatches=1,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-llama", "stages=2,microbatches=1,replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    /* batch-sharded attention: each chip attends its block of sequences (KV heads sharded: K/V all-to-all;
+     * one KV head: K/V from the block's rows) */
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-llama", "mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-gpt2", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/batch,decode=ws2d/batch"},
+    {"tiny-palm", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-palm", "mesh=2x2x1,weights=bf16,kv=f32,prefill=ws2d/batch,decode=ws2d/batch"},
+    {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -573,9 +666,9 @@ START_TEST(test_exec_refused)
     sp_ragged r;
     ck_assert_int_eq(sp_ragged_from(P, G, 2, &r), SP_OK);
     sp_exec *ex;
-    sp_layout l = layout_of("mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch");
+    sp_layout l = layout_of("mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/batch");
     ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
-    ck_assert_msg(strstr(sp_last_error(), "ragged batches with batch-sharded attention"), "%s", sp_last_error());
+    ck_assert_msg(strstr(sp_last_error(), "ragged batches with a KV handoff"), "%s", sp_last_error());
     l = layout_of("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
     ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_NCCL, &ex), SP_EINVAL);
     ck_assert_msg(strstr(sp_last_error(), "ragged batches on the CUDA executor"), "%s", sp_last_error());
@@ -592,6 +685,7 @@ int main(void)
     tcase_add_test(tc, test_workload_csv_json);
     tcase_add_loop_test(tc, test_workload_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
+    tcase_add_loop_test(tc, test_lowering_batch_blocks, 0, 2);
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);

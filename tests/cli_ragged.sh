@@ -59,8 +59,15 @@ printf '{"sequences": [{"prompt": 3}]}' >"$tmp/bad3.json"
 expect2 "json field" "bad3.json: /sequences/0" $E --workload "$tmp/bad3.json"
 expect2 "missing file" "nope.csv" $E --workload "$tmp/nope.csv"
 expect2 "with --batch" "replaces --batch" $E --workload "$tmp/w.csv" --batch 4
-expect2 "batch-sharded" "ragged batches with batch-sharded attention" estimate --model llama2-7b --hw h100 --chips 2 \
-    --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch --workload "$tmp/w.csv"
+expect2 "KV handoff" "ragged batches with a KV handoff" estimate --model llama2-7b --hw h100 --chips 2 \
+    --layout mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch --workload "$tmp/w.csv"
+expect2 "weight-gathered" "ragged batches with wg-x" estimate --model llama2-7b --hw h100 --chips 2 \
+    --layout mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads --workload "$tmp/w.csv"
+# batch-sharded attention: priced by each block's tokens, below the padded batch
+"$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch \
+    --workload "$tmp/w.csv" --json >"$tmp/wb.json" 2>"$tmp/wb.err" &&
+    json_check '$1 > 0 && $1 < $2 && $3 < $4' "$tmp/wb.json" "" /prefill_s /padded/prefill_s /decode_s /padded/decode_s ||
+    { echo "FAIL: estimate --workload, batch-sharded attention"; cat "$tmp/wb.err"; fail=$((fail + 1)); }
 expect2 "micro-batches" "ragged batches with micro-batches" estimate --model llama2-7b --hw h100 --chips 2 \
     --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads --workload "$tmp/w.csv"
 # run: one chip and tensor-parallel layouts give the same tokens; bytes and arena as predicted
@@ -68,7 +75,8 @@ RUN="--model tiny-llama --workload $tmp/w.csv --seed 4 --json"
 i=0
 for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
-           stages=2,microbatches=1,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
+           stages=2,microbatches=1,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
@@ -81,8 +89,8 @@ done
     { echo "FAIL: run --workload: each sequence's gen tokens"; fail=$((fail + 1)); }
 expect2 "run bad workload" "bad1.csv:2:" run --model tiny-llama --workload "$tmp/bad1.csv" --layout mesh=1x1x1
 expect2 "run --workload --gen" "replaces --batch" run $RUN --gen 3 --layout mesh=1x1x1
-expect2 "run batch-sharded" "ragged batches with batch-sharded attention" run $RUN \
-    --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch
+expect2 "run KV handoff" "ragged batches with a KV handoff" run $RUN \
+    --layout mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch
 if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
         timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
@@ -91,6 +99,13 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
     json_same "$tmp/r4.json" "$tmp/mpi.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpi.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch </dev/null >"$tmp/mpib.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, batch-sharded: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r6.json" "$tmp/mpib.json" /tokens /comm/measured_bytes \
+        /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpib.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload, batch-sharded, differs from threads"; fail=$((fail + 1)); }
 fi
 echo "cli_ragged: mpi part: $( test -n "${MPIRUN:-}" && echo ran || echo skipped)"
 [ $fail -eq 0 ] || exit 1
