@@ -315,10 +315,13 @@ static sp_status chip_run(chip *ch)
             int64_t ps = p->pass_seqs;
             int64_t r0 = (int64_t)mb * mbs;
             ch->pass_seq = i;
+            /* a ragged pass's rows are blocks with rows no sequence reads: token 0 there */
+            if (p->ragged) memset(in, 0, (size_t)(p->rag_blocks * p->rag_rows) * sizeof *in);
             for (int64_t b = 0; b < ps; b++) {
                 int64_t q = r0 + sp_lower_pass_seq(p, i, b);   /* the replica's sequence of row block b */
-                int64_t seq, row0, L, tok0;                      /* its rows (packed when ragged) and first token */
-                sp_lower_ragged_seq(p, b, &seq, &row0, &L, &tok0);
+                int64_t seq, row0, L, tok0, orow;                /* its rows (packed when ragged) and first token */
+                if (p->ragged) sp_lower_ragged_io(p, b, &seq, &row0, &orow, &L, &tok0);
+                else sp_lower_ragged_seq(p, b, &seq, &row0, &L, &tok0);
                 for (int64_t t = 0; t < L; t++) in[row0 + t] = s == 0 ? ex->prompt[(base + q) * P + tok0 + t] : cur[q];
             }
             ch->in_tok = in;
@@ -331,8 +334,12 @@ static sp_status chip_run(chip *ch)
             const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
                                                                                           : SP_BUF_LOGITS];
             for (int64_t b = 0; b < ps && !st; b++) {
-                int64_t q = r0 + sp_lower_pass_seq(p, i, b);
-                const float *row = lg + b * Vp;   /* on the device */
+                int64_t q = r0 + sp_lower_pass_seq(p, i, b), lrow = b;   /* its logits row */
+                if (p->ragged) {
+                    int64_t seq, row0, L, tok0;
+                    sp_lower_ragged_io(p, b, &seq, &row0, &lrow, &L, &tok0);
+                }
+                const float *row = lg + lrow * Vp;   /* on the device */
                 /* a ragged batch's sequence stops at its own gen (a later step's token is dropped) */
                 int64_t Gq = ex->ragged ? ex->ragged->gen[base + q] : G;
                 if (s >= Gq) continue;
@@ -343,7 +350,7 @@ static sp_status chip_run(chip *ch)
                     if ((st = ch->ops->download(&ch->dev, ch->hrow, row, (size_t)V * sizeof(float)))) break;
                     row = ch->hrow;
                 }
-                if (ex->greedy) st = ch->ops->argmax(&ch->dev, lg + b * Vp, V, &tok);
+                if (ex->greedy) st = ch->ops->argmax(&ch->dev, lg + lrow * Vp, V, &tok);
                 else st = sp_kern_sample(row, V, &ex->samp, &rng[q], ch->scr[SP_SCR_SAMPLE], (size_t)ch->scr_bytes[SP_SCR_SAMPLE], &tok);
                 cur[q] = tok;
                 if (writer) {

@@ -384,11 +384,16 @@ static sp_status run_slice(chip *ch, const sp_step *s)
         return SP_OK;
     }
     if (s->ragged) {
-        /* each sequence's last row: row0 + q_len − 1 (sp_lower.h, "Ragged batches") */
+        /* each sequence's last row: row0 + q_len − 1 (sp_lower.h, "Ragged batches"), of the chip's
+         * block over batch_axes; zero rows past the block's sequences */
         for (int64_t i = 0; i < s->m; i++) {
-            int64_t b, row0, q, pos0;
-            sp_lower_ragged_seq(ch->prog, i, &b, &row0, &q, &pos0);
-            if (b < 0 || row0 + q > s->k) return spi_fail(SP_EINTERNAL, "ragged slice row block %lld", (long long)i);
+            int64_t b, slot, row0, q, pos0;
+            ragged_seq(ch, s, i, &b, &slot, &row0, &q, &pos0);
+            if (b < 0) {
+                SP_CHECK(ch->ops->zero(&ch->dev, dst + i * n, (size_t)((s->m - i) * n) * 4));
+                break;
+            }
+            if (row0 + q > s->k) return spi_fail(SP_EINTERNAL, "ragged slice row block %lld", (long long)i);
             SP_CHECK(spi_copy_block(ch, dst + i * n, n, src + (row0 + q - 1) * n, n, 1, n, 4));
         }
         return SP_OK;

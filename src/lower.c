@@ -675,6 +675,26 @@ void sp_lower_ragged_blk_seq(const sp_program *p, int nblk, int blk, int64_t i, 
     *seq = *slot = *row0 = *q_len = *pos0 = -1;   /* i past the block's sequences */
 }
 
+void sp_lower_ragged_io(const sp_program *p, int64_t i, int64_t *seq, int64_t *in_row0, int64_t *out_row,
+                        int64_t *q_len, int64_t *pos0)
+{
+    const sp_ragged *r = p->ragged;
+    int64_t nb = p->rag_blocks > 0 ? p->rag_blocks : 1, per = r->n / nb, k = 0, rows = 0, seqs = 0;
+    for (int64_t b = 0; b < r->n; b++) {
+        if (b % per == 0) rows = seqs = 0;   /* a block's first sequence */
+        if (!ragged_at(p, b, q_len, pos0)) continue;
+        if (k++ == i) {
+            *seq = b;
+            *in_row0 = b / per * p->rag_rows + rows;
+            *out_row = b / per * p->rag_seqs + seqs;
+            return;
+        }
+        rows += *q_len;
+        seqs++;
+    }
+    *seq = *in_row0 = *out_row = *q_len = *pos0 = -1;
+}
+
 void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *row0, int64_t *rows)
 {
     const sp_ragged *r = p->ragged;
@@ -734,8 +754,10 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
     /* a ragged batch's sequence blocks over the head group (batch-sharded attention): the
      * fullest block's rows, each block padded to them where blocks meet (sp_lower.h) */
     int rag_blk = c->p->ragged && al == SP_AL_BATCH;
-    int64_t blk_seen = 0, blk_tok = 0;
-    if (rag_blk) ragged_blk_max(c, sh->nG, &grp_rows, &blk_seen, &blk_tok);
+    int nblk = sh->nN * (al == SP_AL_BATCH ? sh->nG : 1);   /* the attention's sequence blocks */
+    int64_t blk_seen = 0, blk_tok = 0, blk_rows = 0;
+    if (c->p->ragged) ragged_blk_max(c, nblk, &blk_rows, &blk_seen, &blk_tok);
+    if (rag_blk) grp_rows = blk_rows;
     int64_t a2a_rows = rag_blk ? spi_ck_mul(&c->ck, "rows per chip", grp_rows, sh->nG) : T;
 
     /* Q: (T, Hp·D/|C|) [partial over Rx] -> (T, Hl·D) */
@@ -788,8 +810,8 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->k = T;
         s->m = T / sh->nC;
         s->n = Ein;
-        if (rag_blk) {
-            /* the kept blocks' rows, each block padded to the fullest's */
+        if (rag_blk && sh->nG > 1) {
+            /* the kept blocks' rows, each block padded to the fullest's (nG 1: every row, the chip's) */
             s->ragged = 1;
             s->blk_rows = grp_rows;
             s->m = spi_ck_mul(&c->ck, "rows per chip", grp_rows, sh->nG / sh->nC);
@@ -982,12 +1004,11 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         if (c->p->ragged) {
             /* each sequence over its own context: every sequence of the pass (head-sharded), or the
              * chip's block of them (batch-sharded), the fullest block's figures */
-            int64_t seen = blk_seen, tokens = blk_tok, rows = grp_rows;
-            if (!rag_blk) ragged_blk_max(c, 1, &rows, &seen, &tokens);
+            int64_t seen = blk_seen, tokens = blk_tok, rows = blk_rows;
             s->ragged = 1;
             s->m = rows;
-            if (rag_blk) {
-                s->batch = c->p->ragged->n / sh->nG;
+            if (nblk > 1) {
+                s->batch = c->p->ragged->n / nblk;
                 s->blk_rows = rows;
             }
             s->pos0 = 0;
@@ -1306,7 +1327,7 @@ static void emit_embed(ctx *c, sp_steps *ss)
 {
     const shard *sh = &c->sh;
     int64_t L = c->p->shape.q_len, rows = spi_ck_mul(&c->ck, "tokens per pass", c->p->pass_seqs, L);
-    if (c->p->ragged) rows = c->T;   /* packed: every chip holds every token */
+    if (c->p->ragged) rows = spi_ck_mul(&c->ck, "tokens per pass", c->T, sh->nN);   /* packed, in blocks over N */
     int64_t Ec = c->E / sh->nact;
     sp_step *s = emit(ss, SP_STEP_EMBED);
     s->dst = SP_BUF_EMB;
@@ -1334,8 +1355,9 @@ static void emit_embed(ctx *c, sp_steps *ss)
         s->pos0 = c->p->shape.context - L;
         s->q_len = L;
         if (c->p->ragged) {
-            s->ragged = 1;   /* each row at its sequence's position (sp_lower_ragged_seq) */
+            s->ragged = 1;   /* each row at its sequence's position (sp_lower_ragged_blk_seq over N) */
             s->batch = c->seqs;
+            s->blk_rows = sh->nN > 1 ? c->T : 0;
             s->pos0 = 0;
         }
         axcpy(s->axes, sh->act);
@@ -1360,10 +1382,12 @@ static void emit_logits(ctx *c, sp_steps *ss)
         s->m = c->seqs;
         s->n = Ec;
         if (c->p->ragged) {
-            /* row row0 + q_len − 1 of each sequence (sp_lower_ragged_seq) */
+            /* row row0 + q_len − 1 of each sequence of the chip's block over N (sp_lower_ragged_blk_seq),
+             * then zero rows up to the block's seqs */
             s->ragged = 1;
             s->every = 0;
             s->batch = c->seqs;
+            axcpy(s->batch_axes, sh->N);
         }
         x = SP_BUF_LAST;
     }
@@ -1379,7 +1403,7 @@ static void emit_logits(ctx *c, sp_steps *ss)
         s->m = c->seqs;
         s->n = c->E;
     }
-    int64_t B = c->p->pass_seqs;
+    int64_t B = c->p->ragged ? spi_ck_mul(&c->ck, "logits rows", c->seqs, sh->nN) : c->p->pass_seqs;
     emit_norm(c, ss, SP_BUF_XF, SP_W_NORMF, B, c->E, "", "");
     sp_step *s = emit(ss, SP_STEP_LOGITS);
     s->dst = SP_BUF_LOGITS;
@@ -1676,9 +1700,10 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         if (sp_layout_offloads(l)) BAD("ragged batches with offload_weights or offload_kv: not implemented");
         if (m->n_experts > 0) BAD("ragged batches of model %s (mixture of experts): not implemented", m->name);
         for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
-            if (both[ph]->nN > 1)
-                BAD("ragged batches with %s in %s (sequences split over the weight-gathered axes): not implemented "
-                    "(ws1d and ws2d are)", sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
+            if (both[ph]->nN > 1 && both[ph]->nG > 1 && l->phase[ph].attn == SP_AL_BATCH)
+                BAD("ragged batches with %s and batch-sharded attention in %s (sequence blocks split again over "
+                    "the head group): not implemented (head-sharded attention is)", sp_ffn_layout_name(l->phase[ph].ffn),
+                    sp_phase_name((sp_phase)ph));
         }
         if (kv_pair != KV_DIRECT && axes_size(l, c->kv_rows) > 1)
             BAD("ragged batches with a KV handoff between prefill (%s/%s) and decode (%s/%s): not implemented "
@@ -1704,6 +1729,16 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             c->seqs = c->T = p->pass_seqs = sp_ragged_active_count(r, step);
             p->shape.context = ctx_max;
         }
+        /* weight-gathered FFNs: each chip's rows are its block's over N, the fullest block's many
+         * (sp_lower.h, "Ragged batches"); decode: one row per sequence taking part */
+        p->rag_blocks = c->sh.nN;
+        if (c->sh.nN > 1) {
+            int64_t seen, tok;
+            ragged_blk_max(c, c->sh.nN, &c->T, &seen, &tok);
+            c->seqs = phase == SP_PHASE_PREFILL ? r->n / c->sh.nN : c->T;
+        }
+        p->rag_rows = c->T;
+        p->rag_seqs = c->seqs;
     }
     /* attention batch sharding splits a chip's sequences over the head group; a prefill
      * pass's sequences split like decode's micro-batch too (they fill its KV cache) */

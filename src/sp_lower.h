@@ -69,11 +69,20 @@
  * the step's time): ATTN flops and KV bytes read the largest over blocks,
  * KV_STORE bytes 2·R·kv_heads·D·kv bytes.  The token-parallel steps stay
  * packed (T rows).
- * Ragged batches lower for one micro-batch, no chunked prefill,
- * no offload, dense models, weight-stationary FFNs (ws1d, ws2d) with
- * head- or batch-sharded attention, the KV cache written where decode reads
- * it (no KV handoff between the phases); the others are refused by name
- * (weight-gathered FFNs split the token-parallel rows themselves).
+ * Weight-gathered FFNs split the sequences over their gathered axes N: |N|
+ * blocks of consecutive sequences (rag_blocks), the chip's block of N
+ * holding T_g tokens.  Its token-parallel rows are its block's tokens
+ * packed, then zero rows up to R_N = max_g T_g (rag_rows): the collectives
+ * over the other axes (within a block) and the weight gathers are as for a
+ * uniform batch of R_N rows per chip, and every step is priced at the
+ * fullest block's rows (the chips of the other blocks wait for it at the
+ * next collective).  Its attention (head-sharded, or batch-sharded when
+ * heads are not split: wg-xyz) runs its block's sequences, its KV cache
+ * holds their slots; the logits' rows are blocks of rag_seqs rows.
+ * Ragged batches lower for one micro-batch, no chunked prefill, no
+ * offload, dense models, the KV cache written where decode reads it (no KV
+ * handoff between the phases), and with weight-gathered FFNs, head-sharded
+ * attention or heads that are not split; the others are refused by name.
  *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
@@ -480,6 +489,15 @@ typedef struct sp_program {
      * in decode, the step (1 .. max gen) */
     const sp_ragged *ragged;
     int64_t step;
+    /* A ragged batch's rows between layers (sp_lower_ragged; see "Ragged batches"): the
+     * sequences split into rag_blocks blocks of consecutive sequences over the FFN's
+     * weight-gathered axes (1: none, every chip holds every token), the chip's block its
+     * block of those axes (batch_axes of the POS step).  The embedding's rows are
+     * rag_blocks blocks of rag_rows rows (a block's tokens packed, then rows of token 0 that
+     * no sequence reads); the logits' rows are rag_blocks blocks of rag_seqs rows (the
+     * block's sequences taking part in the pass, in order, then rows no sequence reads). */
+    int rag_blocks;
+    int64_t rag_rows, rag_seqs;
 } sp_program;
 
 /* The steps of part k of p. */
@@ -710,6 +728,13 @@ void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *
  * the block); *seq = -1 past the block's.  nblk 1: sp_lower_ragged_seq. */
 void sp_lower_ragged_blk_seq(const sp_program *p, int nblk, int blk, int64_t i, int64_t *seq, int64_t *slot,
                              int64_t *row0, int64_t *q_len, int64_t *pos0);
+/* A ragged program's i-th sequence taking part in the pass (0 .. pass_seqs − 1, in batch
+ * order) in the rows of its embedding and of its logits (rag_blocks blocks of rag_rows and
+ * of rag_seqs rows, sp_program): its index in the batch (*seq), the first of its q_len token
+ * rows in the embedding's rows (*in_row0), its logits row (*out_row) and first position
+ * (*pos0).  *seq = -1 past them.  O(i). */
+void sp_lower_ragged_io(const sp_program *p, int64_t i, int64_t *seq, int64_t *in_row0, int64_t *out_row,
+                        int64_t *q_len, int64_t *pos0);
 /* The packed rows of block blk of nblk: [*row0, *row0 + *rows). */
 void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *row0, int64_t *rows);
 

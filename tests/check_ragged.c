@@ -299,6 +299,66 @@ START_TEST(test_lowering_batch_blocks)
 }
 END_TEST
 
+/* Weight-gathered FFNs: the sequences split over the gathered axes (2 blocks on wg-x over x = 2,
+ * 4 on wg-xy over 2x2); each chip's rows its block's tokens, padded to the fullest block's. */
+START_TEST(test_lowering_wg_blocks)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    sp_layout l = layout_of(_i ? "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads"
+                               : "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads");
+    int nb = _i ? 4 : 2;
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    int64_t D = m.d_head, R = nb == 2 ? 10 : 7, S = nb == 2 ? 6 + 28 : 28;
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(p.rag_blocks, nb);
+    ck_assert_int_eq(p.rag_rows, R);
+    ck_assert_int_eq(p.rag_seqs, 4 / nb);
+    ck_assert_int_eq(find_step(&p.pre, SP_STEP_EMBED)->m, nb * R);
+    for (int i = 0; i < p.layer.n; i++) {
+        const sp_step *s = &p.layer.s[i];
+        if (s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_NORM_STATS) ck_assert_int_eq(s->m, R);
+        if (s->kind == SP_STEP_COLL && !s->coll.is_weight) ck_assert_int_eq(s->coll.rows % R, 0);
+    }
+    const sp_step *a = find_step(&p.layer, SP_STEP_ATTN);
+    ck_assert_int_eq(a->m, R);
+    ck_assert_int_eq(a->blk_rows, R);
+    ck_assert_int_eq(a->batch, 4 / nb);
+    ck_assert_int_eq(a->flops, 4 * a->heads * D * S);
+    ck_assert_int_eq(find_step(&p.post, SP_STEP_LOGITS)->m, 4);
+    /* sequence 3: block 1 (2 blocks: its second, rows 1 .. 5 of the block) or 3 */
+    int64_t seq, in0, out, q, pos0;
+    sp_lower_ragged_io(&p, 3, &seq, &in0, &out, &q, &pos0);
+    ck_assert_int_eq(seq, 3);
+    ck_assert_int_eq(in0, nb == 2 ? R + 1 : 3 * R);
+    ck_assert_int_eq(out, nb == 2 ? 3 : 3);
+    ck_assert_int_eq(q, 5);
+    sp_lower_ragged_io(&p, 4, &seq, &in0, &out, &q, &pos0);
+    ck_assert_int_eq(seq, -1);
+    /* decode step 3: sequences 0, 2, 3; 2 blocks: {0} and {2, 3}, 2 rows each; 4 blocks: 1 row */
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 3, 0, &p) == SP_OK, "%s", sp_last_error());
+    int64_t Rd = nb == 2 ? 2 : 1;
+    ck_assert_int_eq(p.rag_rows, Rd);
+    ck_assert_int_eq(p.rag_seqs, Rd);
+    for (int i = 0; i < p.layer.n; i++)
+        if (p.layer.s[i].kind == SP_STEP_MATMUL) ck_assert_int_eq(p.layer.s[i].m, Rd);
+    ck_assert_int_eq(find_step(&p.post, SP_STEP_LOGITS)->m, nb * Rd);
+    a = find_step(&p.layer, SP_STEP_ATTN);
+    ck_assert_int_eq(a->flops, 4 * a->heads * D * (nb == 2 ? 4 + 8 : 8));
+    sp_lower_ragged_io(&p, 1, &seq, &in0, &out, &q, &pos0);   /* sequence 2 */
+    ck_assert_int_eq(seq, 2);
+    ck_assert_int_eq(in0, nb == 2 ? Rd : 2);
+    ck_assert_int_eq(out, in0);
+    ck_assert_int_eq(pos0, 3);
+    ck_assert_int_eq(p.kv_seqs, 4 / nb);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* ---- pricing ---- */
 static const struct price_case {
     const char *model, *hw, *layout;
@@ -314,6 +374,10 @@ static const struct price_case {
     /* batch-sharded attention: the sequence blocks as the uniform batch's */
     {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/batch,decode=ws2d/batch", 32, 1024, 32},
     {"llama2-7b", "h100", "replicas=2,mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch", 16, 256, 32},
+    /* weight-gathered FFNs: the sequence blocks over the gathered axes as the uniform batch's */
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=wg-xyz/batch,decode=ws2d/batch", 32, 1024, 32},
+    {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=wg-x/heads,decode=wg-x/heads", 8, 512, 64},
+    {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x2x1,weights=bf16,prefill=wg-xy/heads,decode=wg-xy/heads", 8, 256, 16},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -350,10 +414,13 @@ START_TEST(test_equal_lengths_price_as_padded)
     ck_assert_int_eq(a.mem.total, b.mem.total);
     ck_assert_int_eq(a.mem.kv, b.mem.kv);
 
-    /* the first and last sequences (one in each replica) shorter in prompt and gen: cheaper,
-     * never dearer, than padded */
-    P[0] = P[c->batch - 1] = c->prompt > 1 ? c->prompt / 2 : 1;
-    G[0] = G[c->batch - 1] = c->gen > 1 ? c->gen / 2 : 1;
+    /* every other sequence (some in each replica and in each sequence block of 2 or more: the
+     * fullest block sets a step's figures) shorter in prompt and gen: cheaper, never dearer,
+     * than padded */
+    for (int64_t b = 0; b < c->batch; b += 2) {
+        P[b] = c->prompt > 1 ? c->prompt / 2 : 1;
+        G[b] = c->gen > 1 ? c->gen / 2 : 1;
+    }
     sp_ragged_free(&r);
     ck_assert_int_eq(sp_ragged_from(P, G, c->batch, &r), SP_OK);
     ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &a) == SP_OK, "%s", sp_last_error());
@@ -484,7 +551,8 @@ START_TEST(test_refused_by_name)
     ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
     static const struct { const char *layout, *why; } no[] = {
         {"mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch", "KV handoff"},
-        {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "wg-x"},
+        {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "KV handoff"},
+        {"mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch", "wg-x and batch-sharded attention"},
         {"stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads", "micro-batches"},
         {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
     };
@@ -537,6 +605,15 @@ static const struct run_case {
     {"tiny-palm", "mesh=2x2x1,weights=bf16,kv=f32,prefill=ws2d/batch,decode=ws2d/batch"},
     {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
     {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    /* weight-gathered FFNs: each chip's rows its block's over the gathered axes */
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    {"tiny-llama", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xy/heads,decode=wg-xy/heads"},
+    {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    {"tiny-gpt2", "mesh=2x2x1,weights=bf16,kv=f32,prefill=wg-xyz/heads,decode=wg-xyz/heads"},
+    {"tiny-llama", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch"},
+    {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch"},
+    {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -686,6 +763,7 @@ int main(void)
     tcase_add_loop_test(tc, test_workload_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
     tcase_add_loop_test(tc, test_lowering_batch_blocks, 0, 2);
+    tcase_add_loop_test(tc, test_lowering_wg_blocks, 0, 2);
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);

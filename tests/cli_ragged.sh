@@ -61,8 +61,13 @@ expect2 "missing file" "nope.csv" $E --workload "$tmp/nope.csv"
 expect2 "with --batch" "replaces --batch" $E --workload "$tmp/w.csv" --batch 4
 expect2 "KV handoff" "ragged batches with a KV handoff" estimate --model llama2-7b --hw h100 --chips 2 \
     --layout mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch --workload "$tmp/w.csv"
-expect2 "weight-gathered" "ragged batches with wg-x" estimate --model llama2-7b --hw h100 --chips 2 \
-    --layout mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads --workload "$tmp/w.csv"
+expect2 "weight-gathered, batch-sharded" "ragged batches with wg-x and batch-sharded attention" estimate \
+    --model llama2-7b --hw h100 --chips 4 --layout mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch --workload "$tmp/w.csv"
+# weight-gathered FFNs: priced by the fullest sequence block's tokens, below the padded batch
+"$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --layout mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads \
+    --workload "$tmp/w.csv" --json >"$tmp/wg.json" 2>"$tmp/wg.err" &&
+    json_check '$1 > 0 && $1 < $2 && $3 < $4' "$tmp/wg.json" "" /prefill_s /padded/prefill_s /decode_s /padded/decode_s ||
+    { echo "FAIL: estimate --workload, weight-gathered"; cat "$tmp/wg.err"; fail=$((fail + 1)); }
 # batch-sharded attention: priced by each block's tokens, below the padded batch
 "$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch \
     --workload "$tmp/w.csv" --json >"$tmp/wb.json" 2>"$tmp/wb.err" &&
@@ -76,7 +81,7 @@ i=0
 for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            stages=2,microbatches=1,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
-           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch; do
+           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch mesh=2x2x1,prefill=wg-xyz/batch,decode=ws2d/batch; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
@@ -106,6 +111,13 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
     json_same "$tmp/r6.json" "$tmp/mpib.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpib.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, batch-sharded, differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,mesh=2x2x1,prefill=wg-xyz/batch,decode=ws2d/batch </dev/null >"$tmp/mpiw.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, weight-gathered: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r7.json" "$tmp/mpiw.json" /tokens /comm/measured_bytes \
+        /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpiw.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload, weight-gathered, differs from threads"; fail=$((fail + 1)); }
 fi
 echo "cli_ragged: mpi part: $( test -n "${MPIRUN:-}" && echo ran || echo skipped)"
 [ $fail -eq 0 ] || exit 1
