@@ -10,6 +10,7 @@ void sp_sim_opts_init(sp_sim_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
+    o->replica = -1;
     sp_cost_opts_init(&o->cost);
 }
 
@@ -92,6 +93,12 @@ static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run
         int64_t start = gid ? x->gmax[gid[c]] : x->ready[c];
         int64_t end = spi_sched_commit(&x->st[c], r, 0, start, NULL, NULL);
         if (step->kind == SP_STEP_SEND) x->send_end[base + c] = end;
+        if (x->o->replica >= 0) {
+            /* replica r's programs: the other replicas' chips run them too, but those are not their steps */
+            int co[SP_AXIS_COUNT];
+            sp_mesh_coords(&x->mesh, base + c, co);
+            if (co[SP_AXIS_REPLICA] != x->o->replica) continue;
+        }
         trace_step(x, base + c, step, part, layer, idx, tok, mb, start, end - start);
         x->events++;
     }
@@ -379,34 +386,60 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     sp_cost_opts co = o.cost;
     co.fresh = 1;
     SP_CHECK(sp_cost_eval_ragged(m, hw, l, r, &co, &c));
-    if (l->replicas > 1)
-        return spi_fail(SP_EINVAL, "simulate of a ragged batch over replicas: not implemented (each replica runs its own "
-                                   "programs; estimate --workload prices them)");
-    int S = l->stages;
+    int64_t ev_pf = 0, ev_dc = 0;
+    int S = l->stages, R = l->replicas;
+    int64_t per = r->n / R;
     sp_program *p = calloc((size_t)S, sizeof *p);
     const sp_program **pp = calloc((size_t)S, sizeof *pp);
     sp_status st = SP_OK;
     if (!p || !pp) st = spi_fail(SP_ENOMEM, "simulator: a ragged batch's programs (%d stages)", S);
     for (int i = 0; i < S && !st; i++) pp[i] = &p[i];
-    sp_shape pf = {r->n, r->max_prompt, r->max_prompt, r->max_context, o.cost.act_dtype, 0};
+    sp_shape pf = {r->n, 0, 0, r->max_context, o.cost.act_dtype, 0};
     sp_shape dc = {r->n, 1, r->max_context, r->max_context, o.cost.act_dtype, 0};
-    for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, r, 0, i, &p[i]);
-    if (!st && !(st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &out->prefill))) out->prefill_s = out->prefill.step_s;
-    /* every decode step, each with its own sequences and contexts, one after another */
-    o.tokens = 1;
-    o.t0_s += out->prefill.makespan_s;
-    for (int64_t s = 1; s <= r->max_gen && !st; s++) {
-        sp_sim_result d;
-        o.token0 = s - 1;
-        for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, r, s, i, &p[i]);
-        if (st || (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d))) break;
-        out->decode_s += d.makespan_s;
-        out->decode.makespan_s += d.makespan_s;
-        out->decode.events += d.events;
-        out->decode.step_s = out->decode_step_s = d.step_s;
-        o.t0_s += d.makespan_s;
+    double t0 = o.t0_s, end = 0;
+    for (int rep = 0; rep < R && !st; rep++) {
+        /* replica rep: its own sequences (sp_lower.h, "Ragged batches"), from time 0 */
+        sp_ragged v;
+        sp_sim_result pr, dsum;
+        double dstep = 0;
+        memset(&dsum, 0, sizeof dsum);
+        if ((st = sp_ragged_slice(r, rep * per, per, &v))) break;
+        o.replica = R > 1 ? rep : -1;
+        o.t0_s = t0;
+        o.tokens = 1;
+        o.token0 = 0;
+        pf.q_len = pf.context = v.max_prompt;
+        for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, &v, 0, i, &p[i]);
+        if (st || (st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &pr))) break;
+        /* every decode step, each with its own sequences and contexts, one after another */
+        o.t0_s += pr.makespan_s;
+        for (int64_t s = 1; s <= v.max_gen && !st; s++) {
+            sp_sim_result d;
+            o.token0 = s - 1;
+            for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, &v, s, i, &p[i]);
+            if (st || (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d))) break;
+            dsum.makespan_s += d.makespan_s;
+            dsum.events += d.events;
+            dstep = d.step_s;
+            o.t0_s += d.makespan_s;
+        }
+        if (st) break;
+        if (rep == 0 || pr.makespan_s > out->prefill.makespan_s) {
+            out->prefill = pr;
+            out->prefill_s = pr.step_s;
+        }
+        if (rep == 0 || dsum.makespan_s > out->decode_s) {
+            out->decode_s = dsum.makespan_s;
+            out->decode.makespan_s = dsum.makespan_s;
+            out->decode.step_s = out->decode_step_s = dstep;
+        }
+        if (pr.makespan_s + dsum.makespan_s > end) end = pr.makespan_s + dsum.makespan_s;
+        ev_pf += pr.events;
+        ev_dc += dsum.events;
     }
-    out->makespan_s = out->prefill.makespan_s + out->decode.makespan_s;
+    out->prefill.events = ev_pf;
+    out->decode.events = ev_dc;
+    out->makespan_s = end;
     free(p);
     free(pp);
     return st;

@@ -61,6 +61,10 @@ typedef struct sp_sim_opts {
                                 chips follow the prefill group's); traced chips and slowdown are
                                 indexed from it */
     sp_cost_opts cost;       /* sp_sim_eval: lowering options (act_dtype) */
+    int replica;             /* sp_sim_phase: -1 (default) every chip's timeline; r >= 0: the programs
+                                are replica r's (a ragged batch's replicas run their own), so only the
+                                chips of replica r are traced and counted in events (every chip runs
+                                them; replicas share no step, so replica r's times are its own) */
 } sp_sim_opts;
 void sp_sim_opts_init(sp_sim_opts *o);
 
@@ -120,9 +124,13 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
  * the other on the timeline (step ids decode<s−1>): decode_s is their sum,
  * decode_step_s the last one's, makespan_s prefill + decode_s.  Beside
  * sp_cost_eval_ragged, which prices each run of steps with the same
- * sequences by its ends, this prices every step.  One replica (SP_EINVAL
- * naming replicas otherwise), the layouts the lowering takes; opts->tokens
- * is ignored. */
+ * sequences by its ends, this prices every step.  With replicas, each
+ * replica's own sequences and programs on its own chips (sp_sim_opts.replica),
+ * every replica from time 0: prefill_s the slowest replica's prefill,
+ * decode_s and decode_step_s the replica with the longest decode's,
+ * makespan_s the latest replica's end, events over every replica's chips.
+ * The layouts the lowering takes; opts->tokens and opts->replica are
+ * ignored. */
 sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                              const sp_sim_opts *opts, sp_sim_times *out);
 

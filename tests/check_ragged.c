@@ -417,9 +417,9 @@ START_TEST(test_equal_lengths_price_as_padded)
     /* every other sequence (some in each replica and in each sequence block of 2 or more: the
      * fullest block sets a step's figures) shorter in prompt and gen: cheaper, never dearer,
      * than padded */
-    for (int64_t b = 0; b < c->batch; b += 2) {
-        P[b] = c->prompt > 1 ? c->prompt / 2 : 1;
-        G[b] = c->gen > 1 ? c->gen / 2 : 1;
+    for (int64_t q = 0; q < c->batch; q += 2) {
+        P[q] = c->prompt > 1 ? c->prompt / 2 : 1;
+        G[q] = c->gen > 1 ? c->gen / 2 : 1;
     }
     sp_ragged_free(&r);
     ck_assert_int_eq(sp_ragged_from(P, G, c->batch, &r), SP_OK);
@@ -434,18 +434,31 @@ START_TEST(test_equal_lengths_price_as_padded)
 }
 END_TEST
 
+/* the hardware of the pricing tests, and their batch: prompts 3, 7, 1, 5 and gens 4, 2, 6, 3 */
+static sp_hw h100(void)
+{
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    return hw;
+}
+
+static sp_ragged four_seqs(void)
+{
+    static const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    return r;
+}
+
 /* The decode roll-up on a small example: runs of steps [1,2], [3], [4], [5,6]
  * each priced at their ends (t(s) from a program lowered at step s). */
 START_TEST(test_decode_runs)
 {
     sp_model m = small_model();
-    sp_hw hw;
-    sp_error err;
-    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_hw hw = h100();
     sp_layout l = layout_of(tp_layouts[1]);
-    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
-    sp_ragged r;
-    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_ragged r = four_seqs();
     sp_cost c;
     ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
     static sp_program p;
@@ -471,9 +484,7 @@ END_TEST
 START_TEST(test_replicas_slowest)
 {
     sp_model m = small_model();
-    sp_hw hw;
-    sp_error err;
-    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_hw hw = h100();
     sp_layout l2 = layout_of("replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
     sp_layout l1 = layout_of(tp_layouts[1]);
     const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
@@ -499,27 +510,30 @@ START_TEST(test_replicas_slowest)
 }
 END_TEST
 
+/* The simulator's figures of r beside the closed form's: the prefill and the last step equal. */
+static void simulate_beside(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r, sp_cost *c,
+                            sp_sim_times *t)
+{
+    ck_assert_msg(sp_cost_eval_ragged(m, hw, l, r, NULL, c) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(sp_sim_eval_ragged(m, hw, l, r, NULL, t) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(t->prefill_s == c->prefill_s, "prefill %.12g vs %.12g", t->prefill_s, c->prefill_s);
+    ck_assert_msg(t->decode_step_s == c->decode_step_s, "last step %.12g vs %.12g", t->decode_step_s, c->decode_step_s);
+}
+
 /* The simulator runs every decode step: its prefill and last step are the
  * closed form's programs (equal), its decode the sum of every step's price,
  * which the closed form's runs-by-their-ends approximate. */
 START_TEST(test_simulate_every_step)
 {
     sp_model m = small_model();
-    sp_hw hw;
-    sp_error err;
-    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_hw hw = h100();
     const char *lay[2] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
                                           "decode=ws1d/heads"};
     sp_layout l = layout_of(lay[_i]);
-    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
-    sp_ragged r;
-    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_ragged r = four_seqs();
     sp_cost c;
     sp_sim_times t;
-    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
-    ck_assert_msg(sp_sim_eval_ragged(&m, &hw, &l, &r, NULL, &t) == SP_OK, "%s", sp_last_error());
-    ck_assert_msg(t.prefill_s == c.prefill_s, "prefill %.12g vs %.12g", t.prefill_s, c.prefill_s);
-    ck_assert_msg(t.decode_step_s == c.decode_step_s, "last step %.12g vs %.12g", t.decode_step_s, c.decode_step_s);
+    simulate_beside(&m, &hw, &l, &r, &c, &t);
     static sp_program p;
     sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
     double sum = 0;
@@ -534,10 +548,53 @@ START_TEST(test_simulate_every_step)
     ck_assert_msg(fabs(t.decode_s - c.decode_s) <= 1e-2 * sum, "simulated decode %.9g, closed form %.9g", t.decode_s,
                   c.decode_s);
     ck_assert_msg(fabs(t.makespan_s - (t.prefill_s + t.decode_s)) <= 1e-12, "makespan");
-    /* replicas: refused by name */
-    sp_layout l2 = layout_of("replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
-    ck_assert_int_eq(sp_sim_eval_ragged(&m, &hw, &l2, &r, NULL, &t), SP_EINVAL);
-    ck_assert_msg(strstr(sp_last_error(), "replicas: not implemented"), "%s", sp_last_error());
+    sp_ragged_free(&r);
+}
+END_TEST
+
+/* Replicas: each replica's own sequences and programs on its own chips; the slowest
+ * replica's prefill (replica 0: 3 + 7 tokens) and decode (replica 1: gens 6 and 3), every
+ * replica's chips' events. */
+START_TEST(test_simulate_replicas)
+{
+    sp_model m = small_model();
+    sp_hw hw = h100();
+    sp_layout l = layout_of(_i ? "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"
+                               : "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    sp_ragged r = four_seqs();
+    sp_cost c;
+    sp_sim_times t;
+    simulate_beside(&m, &hw, &l, &r, &c, &t);
+    double sum[2] = {0, 0}, pf[2] = {0, 0};
+    int64_t events = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        /* replica rep's programs, each priced as lowered */
+        static sp_program p;
+        sp_ragged v;
+        ck_assert_int_eq(sp_ragged_slice(&r, 2 * rep, 2, &v), SP_OK);
+        sp_shape ps = {4, v.max_prompt, v.max_prompt, r.max_context, SP_DT_BF16, 0};
+        sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+        sp_phase_cost pc;
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &v, 0, 0, &p), SP_OK);
+        sp_cost_program(&p, &hw, 0, &pc);
+        pf[rep] = pc.time_s;
+        events += 2 * sp_program_steps(&p);   /* the replica's 2 chips */
+        for (int64_t s = 1; s <= v.max_gen; s++) {
+            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &v, s, 0, &p), SP_OK);
+            sp_cost_program(&p, &hw, 0, &pc);
+            sum[rep] += pc.time_s;
+            events += 2 * sp_program_steps(&p);
+        }
+        sp_ragged_free(&v);
+    }
+    ck_assert(pf[0] > pf[1] && sum[1] > sum[0]);
+    ck_assert_msg(fabs(t.prefill_s - pf[0]) <= 1e-9 * pf[0], "prefill %.12g, replica 0's %.12g", t.prefill_s, pf[0]);
+    ck_assert_msg(fabs(t.decode_s - sum[1]) <= 1e-9 * sum[1], "decode %.12g, replica 1's steps %.12g", t.decode_s, sum[1]);
+    ck_assert_msg(fabs(t.decode_s - c.decode_s) <= 1e-2 * sum[1], "simulated decode %.9g, closed form %.9g", t.decode_s,
+                  c.decode_s);
+    ck_assert_int_eq(t.prefill.events + t.decode.events, events);
+    double e0 = pf[0] + sum[0], e1 = pf[1] + sum[1];
+    ck_assert_msg(fabs(t.makespan_s - (e0 > e1 ? e0 : e1)) <= 1e-9 * t.makespan_s, "makespan %.12g", t.makespan_s);
     sp_ragged_free(&r);
 }
 END_TEST
@@ -768,6 +825,7 @@ int main(void)
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);
     tcase_add_loop_test(tc, test_simulate_every_step, 0, 2);
+    tcase_add_loop_test(tc, test_simulate_replicas, 0, 2);
     tcase_add_test(tc, test_refused_by_name);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("exec");

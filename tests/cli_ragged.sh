@@ -44,6 +44,12 @@ json_check '$1 == $2 && $3 == $4 && abs($5 - $6) <= 0.01 * $6 && $7 > 0' "$tmp/s
     { echo "FAIL: simulate --workload figures"; fail=$((fail + 1)); }
 [ "$("$JSONQ" -l "$tmp/t.json" /traceEvents)" -gt 0 ] 2>/dev/null ||
     { echo "FAIL: simulate --workload --trace: no events"; fail=$((fail + 1)); }
+# simulate with replicas: each replica its own sequences; the slowest replica's prefill as the closed form's
+"$SHARDPLAN" simulate --model llama2-7b --hw h100 --chips 4 --layout "replicas=2,$LAY" --workload "$tmp/w.csv" --json \
+    >"$tmp/simr.json" 2>"$tmp/sim.err" &&
+    json_check '$1 == $2 && $3 == $4 && abs($5 - $6) <= 0.01 * $6' "$tmp/simr.json" "" /prefill_s \
+    /closed_form_prefill_s /decode_step_s /closed_form_decode_step_s /decode_s /closed_form_decode_s ||
+    { echo "FAIL: simulate --workload with replicas"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
 # bad input: exit 2, file:line and field
 expect2() {   # expect2 NAME PATTERN ARGS...
     _n=$1 _p=$2; shift 2
