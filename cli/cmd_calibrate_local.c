@@ -52,7 +52,7 @@ static void help(void)
            "SHARDPLAN_LOCAL_HW at the file.\n");
 }
 
-static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
+static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, const sp_hw *hw)
 {
     json_t *mm = json_array(), *mem = json_array(), *coll = json_array();
     for (int i = 0; i < r->n_mm; i++) {
@@ -74,7 +74,7 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
         const sp_calib_coll_pt *p = &r->coll[i];
         /* the fit is per chip with a core; this point ran p->chips chips at once */
         double sh = sp_calib_share(r, p->chips);
-        double fit = (f->launch + f->alpha * p->steps + f->beta * p->beta_bytes) * sh + f->idle_wake_s / sh;
+        double fit = (f->launch + f->alpha * p->steps + f->beta * p->beta_bytes) * sh + sp_hw_idle_wake(hw, sh);
         json_t *pt = json_pack("{s:s,s:i,s:i,s:I,s:f,s:f,s:f,s:f}", "kind", sp_calib_coll_name(p->kind), "group", p->K,
                                "chips", p->chips, "block_bytes", (json_int_t)p->block_bytes, "seconds", p->seconds,
                                "steps", p->steps, "beta_bytes", p->beta_bytes, "fitted_seconds", fit);
@@ -93,9 +93,24 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f)
                              r->disp_seconds[1], "method",
                              "decode of a width-16 synthetic model at 2 and 10 layers on one chip (min of 4 runs "
                              "after a warm-up); dispatch_s = difference in seconds / difference in steps");
-    return json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:o,s:f,s:o}", "matmul", mm, "memory", mem, "attention", attn,
-                     "activation_s_per_element", "gelu", r->act_s[0], "swiglu", r->act_s[1], "collectives", coll,
-                     "barrier_all_chips_s", r->barrier_s, "dispatch", disp);
+    json_t *pts = json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:o,s:f,s:o}", "matmul", mm, "memory", mem, "attention", attn,
+                            "activation_s_per_element", "gelu", r->act_s[0], "swiglu", r->act_s[1], "collectives",
+                            coll, "barrier_all_chips_s", r->barrier_s, "dispatch", disp);
+    if (pts && r->n_wake) {
+        json_t *wk = json_array();
+        for (int w = 0; w < r->n_wake; w++)
+            json_array_append_new(wk, json_pack("{s:i,s:[i,i],s:[I,I],s:[f,f]}", "chips", r->wake_chips[w], "layers",
+                                                2, 10, "collectives_per_token", (json_int_t)r->wake_colls[w][0],
+                                                (json_int_t)r->wake_colls[w][1], "seconds_per_token",
+                                                r->wake_seconds[w][0], r->wake_seconds[w][1]));
+        json_object_set_new(pts, "idle_wake",
+                            json_pack("{s:o,s:s}", "runs", wk, "method",
+                                      "the dispatch model on K chips (mesh=Kx1x1, ws1d/heads; min of 4 runs after "
+                                      "a warm-up); at s = max(1, K / cores) chips per core, the wake-up per "
+                                      "collective = ((difference in seconds) - s x (the one-chip difference)) / "
+                                      "(difference in collectives) - s x (launch + alpha x (K - 1))"));
+    }
+    return pts;
 }
 
 static int write_profile(const char *path, const sp_calib_result *r, const sp_calib_fit *f)
@@ -141,6 +156,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.act_elem_s[1] = f->act_elem_s[1];
     hw.token_sync_s = f->token_sync_s;
     hw.idle_wake_s = f->idle_wake_s;
+    hw.wake_points = f->wake_points;
+    for (int i = 0; i < f->wake_points; i++) hw.wake_share[i] = f->wake_share[i], hw.wake_s[i] = f->wake_value[i];
     /* one measured curve by working set: steps that read weights look it up at
      * the weights a pass streams, the others at their own bytes */
     hw.mem_points = hw.ws_points = f->mem_points;
@@ -186,7 +203,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
                             "every point: one warm-up call, then the minimum over 5 timed rounds of the mean call "
                             "time on chip 0; compute points on min(chips, cores) chips at once, collectives on "
                             "all chips (groups of K side by side) and on one group alone (threads)",
-                            "points", measured_json(r, f), "collective_fit", "median_rel_err", f->coll_median_err,
+                            "points", measured_json(r, f, &hw), "collective_fit", "median_rel_err", f->coll_median_err,
                             "worst_rel_err", f->coll_worst_err);
     json_object_set_new(cal, "matmul_fit", json_pack("{s:i,s:f}", "tile_m", f->tile_m, "median_rel_err",
                                                      f->mm_median_err));
@@ -247,7 +264,12 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                        cli_fmt_seconds(f.launch, b[6], 32), cli_fmt_seconds(f.alpha, b[4], 32),
                        cli_fmt_rate(f.beta > 0 ? 1.0 / f.beta : 0, b[5], 32), 100 * f.coll_median_err,
                        100 * f.coll_worst_err);
-            if (f.idle_wake_s > 0)
+            if (f.wake_points) {
+                printf("  and the wake-up of an idle core, a collective inside a program, by chips per core:");
+                for (int i = 0; i < f.wake_points; i++)
+                    printf(" %g: %s", f.wake_share[i], cli_fmt_seconds(f.wake_value[i], b[7], 32));
+                printf("\n");
+            } else if (f.idle_wake_s > 0)
                 printf("  and the wake-up of an idle core %s a collective (chips each with a core; 1/n of it, n chips a core)\n",
                        cli_fmt_seconds(f.idle_wake_s, b[7], 32));
             else   /* cuda: one GPU (the profile's max_chips is 1: no layout prices a collective) */

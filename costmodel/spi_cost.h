@@ -183,14 +183,14 @@ static inline double spi_comm_share(const sp_hw *hw, const sp_layout *l)
 }
 
 /* What each collective (send/recv included) adds for the wake-up of a core
- * that went idle while its chip waited (chip.idle_wake_s): all of it with a
- * core per chip; with n chips a core, 1/n of it (the waking core's other
- * chips run meanwhile, so less of the wake-up is exposed: a first-order
- * rule, 1/n the simplest that is exact at n = 1 and vanishes as the cores
- * fill).  Not fitted by calibrate --fit: 0 in every datasheet profile. */
+ * that went idle while its chip waited, at this layout's chips per core
+ * (sp_hw_idle_wake: chip.idle_wake_by_share as calibrate measured it inside
+ * a program, else chip.idle_wake_s with 1/n of it at n chips a core, a
+ * first-order rule exact at n = 1).  Not fitted by calibrate --fit: 0 in
+ * every datasheet profile. */
 static inline double spi_idle_wake(const sp_hw *hw, const sp_layout *l)
 {
-    return hw->idle_wake_s > 0 ? hw->idle_wake_s / spi_core_share(hw, l) : 0.0;
+    return sp_hw_idle_wake(hw, spi_core_share(hw, l));
 }
 
 /* The per-token barrier (sp_cost.h, "pipeline"): with chip.token_sync_s > 0

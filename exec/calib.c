@@ -589,16 +589,22 @@ static sp_status coll_chip(calib_ctx *cx, sp_comm *c)
     return st;
 }
 
-/* ---- dispatch ------------------------------------------------------------------------
- * A model whose kernels do almost nothing (width 16, 2 heads of 8, vocab 64):
+/* ---- dispatch and an idle core's wake-up ---------------------------------------------
+ * A model whose kernels do almost nothing (width 16, 8 heads of 2, vocab 64):
  * the time of a decode step is the interpreter's per-step cost plus each
- * token's fixed work; two layer counts separate the two. */
-static sp_status dispatch_run(sp_comm_backend backend, int layers, int64_t *steps, double *seconds)
+ * token's fixed work; two layer counts separate the two.  The same model on
+ * K chips (1D tensor-parallel, 4 collectives a layer) adds what a
+ * collective costs between the steps of a real program: chips stay in
+ * step, so at every collective all but the last to arrive wait, on an idle
+ * core when each chip has one.  chips: 1, 2, 4 or 8 (K > 1: the threads
+ * backend); *colls (may be NULL): collective steps in one decode step. */
+static sp_status synth_run(sp_comm_backend backend, int layers, int chips, int64_t *steps, int64_t *colls,
+                           double *seconds)
 {
     char js[512];
     snprintf(js, sizeof js,
-             "{\"name\":\"calib-dispatch\",\"n_layers\":%d,\"d_model\":16,\"d_ff\":32,\"n_heads\":2,"
-             "\"n_kv_heads\":2,\"d_head\":8,\"vocab\":64,\"ffn\":\"swiglu\",\"block\":\"serial\","
+             "{\"name\":\"calib-dispatch\",\"n_layers\":%d,\"d_model\":16,\"d_ff\":32,\"n_heads\":8,"
+             "\"n_kv_heads\":8,\"d_head\":2,\"vocab\":64,\"ffn\":\"swiglu\",\"block\":\"serial\","
              "\"norm\":\"rmsnorm\",\"positions\":\"rope\",\"tied_embeddings\":false,\"bias\":false,"
              "\"max_context\":64}",
              layers);
@@ -608,7 +614,9 @@ static sp_status dispatch_run(sp_comm_backend backend, int layers, int64_t *step
     sp_status st = sp_model_loads(js, 0, &m, &err);
     if (st) return spi_fail(st, "calibrate: synthetic model: %s", err.text);
     sp_layout l;
-    if ((st = sp_layout_parse("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads", &l, &err)))
+    char ls[96];
+    snprintf(ls, sizeof ls, "mesh=%dx1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads", chips);
+    if ((st = sp_layout_parse(ls, &l, &err)))
         return st;
     const int64_t G = 48;
     sp_shape sh = {1, 1, 2, 1 + G, SP_DT_F32, 0};
@@ -619,6 +627,14 @@ static sp_status dispatch_run(sp_comm_backend backend, int layers, int64_t *step
         return st;
     }
     *steps = sp_program_steps(p);
+    if (colls) {
+        *colls = 0;
+        for (int k = 0; k < SP_PART_COUNT; k++) {
+            const sp_steps *part = sp_program_part(p, (sp_prog_part)k);
+            for (int i = 0; i < part->n; i++)
+                if (part->s[i].kind == SP_STEP_COLL) *colls += sp_program_part_runs(p, (sp_prog_part)k);
+        }
+    }
     free(p);
     sp_weights w;
     if ((st = sp_weights_build_random(&m, 1, &w))) return st;
@@ -705,12 +721,25 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
     pthread_mutex_init(&cx.mu, NULL);
     sp_status st = SP_OK;
     /* dispatch first, on one chip: the interpreter alone */
-    if (!st) st = dispatch_run(o->backend, 2, &r->disp_steps[0], &r->disp_seconds[0]);
-    if (!st) st = dispatch_run(o->backend, 10, &r->disp_steps[1], &r->disp_seconds[1]);
-    if (!st && o->log)
-        fprintf(o->log, "dispatch: %.3g s per step (%.3g s a token)\n",
-              (r->disp_seconds[1] - r->disp_seconds[0]) / (double)(r->disp_steps[1] - r->disp_steps[0]),
-              r->disp_seconds[0]);
+    if (!st) st = synth_run(o->backend, 2, 1, &r->disp_steps[0], NULL, &r->disp_seconds[0]);
+    if (!st) st = synth_run(o->backend, 10, 1, &r->disp_steps[1], NULL, &r->disp_seconds[1]);
+    /* the wake-up: K chips of the threads backend (K = 2 each on a core of its own when there
+     * are 2 cores; 4 and 8 as the cores allow, sharing them) */
+    for (int K = 2; !st && o->backend == SP_COMM_BACKEND_THREADS && r->cores >= 2 && K <= r->chips &&
+                    r->n_wake < SP_CALIB_WAKE_MAX;
+         K *= 2) {
+        if (r->chips % K) continue;
+        int w = r->n_wake;
+        int64_t ws[2];
+        r->wake_chips[w] = K;
+        st = synth_run(o->backend, 2, K, &ws[0], &r->wake_colls[w][0], &r->wake_seconds[w][0]);
+        if (!st) st = synth_run(o->backend, 10, K, &ws[1], &r->wake_colls[w][1], &r->wake_seconds[w][1]);
+        if (!st) r->n_wake++;
+        if (!st && o->log)
+            fprintf(o->log, "%d chips: %.3g s a token at 2 layers, %.3g s at 10 (%lld, %lld collectives)\n", K,
+                    r->wake_seconds[w][0], r->wake_seconds[w][1], (long long)r->wake_colls[w][0],
+                    (long long)r->wake_colls[w][1]);
+    }
     if (!st) st = on_chips(&cx, r->chips, 1, mm_chip);
     if (!st && r->chips > 1) st = on_chips(&cx, r->chips, 1, barrier_chip);
     if (!st && o->log && r->chips > 1) fprintf(o->log, "barrier over %d chips %10.3g s\n", r->chips, r->barrier_s);
@@ -1018,6 +1047,30 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         e[n++] = d > 0 ? d : 0;
     }
     f->idle_wake_s = n ? sp_abs_median(n, e) : 0;
+    /* Measured inside a program when possible: back-to-back collectives
+     * (the points above) wake each other up more often than a program's,
+     * whose chips stay in step between collectives (2-chip tiny-llama
+     * decode, 2026-11-23: about 29 us a collective in the run's trace,
+     * against 45-58 us back to back).  For K chips at share s: per layer,
+     * the K-chip token less s times the one-chip token (the chips' compute
+     * shares the cores), over the collectives the layers add, less what the
+     * fit prices such a collective at (s·(λ + α·(K − 1)); its 64 bytes add
+     * nothing measurable).  The 1/K of the (tiny, dispatch-bound) compute
+     * that each chip no longer does is not added back, so this errs low by
+     * at most that. */
+    for (int w = 0; w < r->n_wake && r->disp_steps[1] > r->disp_steps[0]; w++) {
+        if (r->wake_colls[w][1] <= r->wake_colls[w][0]) continue;
+        double sh = sp_calib_share(r, r->wake_chips[w]);
+        double per = ((r->wake_seconds[w][1] - r->wake_seconds[w][0]) -
+                      sh * (r->disp_seconds[1] - r->disp_seconds[0])) /
+                         (double)(r->wake_colls[w][1] - r->wake_colls[w][0]) -
+                     sh * (f->launch + f->alpha * (r->wake_chips[w] - 1));
+        /* one point per share (K chips on at most as many cores share 1) */
+        if (f->wake_points && f->wake_share[f->wake_points - 1] >= sh) continue;
+        f->wake_share[f->wake_points] = sh;
+        f->wake_value[f->wake_points++] = per > 0 ? per : 0;
+    }
+    if (f->wake_points && f->wake_share[0] <= 1) f->idle_wake_s = f->wake_value[0];
     f->act_elem_s[0] = r->act_s[0];
     f->act_elem_s[1] = r->act_s[1];
     /* per chip beyond the first, on a core of its own */

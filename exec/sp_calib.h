@@ -106,6 +106,7 @@ typedef struct sp_calib_attn {
     double seconds;
 } sp_calib_attn;
 
+#define SP_CALIB_WAKE_MAX 3
 typedef struct sp_calib_result {
     char host[128];            /* hostname */
     char cpu[128];             /* /proc/cpuinfo model name */
@@ -123,6 +124,13 @@ typedef struct sp_calib_result {
     /* dispatch: two runs of the synthetic model */
     int64_t disp_steps[2];
     double disp_seconds[2];
+    /* the wake-up: the same model on K = 2, 4, 8 chips (those dividing chips; threads backend
+     * with 2 cores or more; n_wake 0 otherwise): collective steps and seconds per token at the
+     * two layer counts */
+    int n_wake;
+    int wake_chips[SP_CALIB_WAKE_MAX];
+    int64_t wake_colls[SP_CALIB_WAKE_MAX][2];
+    double wake_seconds[SP_CALIB_WAKE_MAX][2];
     double seconds;            /* wall time of the whole calibration */
 } sp_calib_result;
 
@@ -157,10 +165,15 @@ typedef struct sp_calib_fit {
     double act_elem_s[2];      /* r->act_s */
     double token_sync_s;       /* r->barrier_s / (chips - 1) / sp_calib_share(r, chips) with 2
                                   chips or more, else 0 */
-    double idle_wake_s;        /* median over the points whose chips each had a core (share 1),
-                                  when points with chips sharing cores carried the fit, of
-                                  max(0, time - fit): the wake-up of a waiting chip's idle core;
-                                  0 otherwise */
+    double idle_wake_s;        /* the wake-up of a waiting chip's idle core, per collective, with a
+                                  core per chip: wake_value at share 1 when measured (wake_points);
+                                  else the median over the collective points whose chips each had
+                                  a core, when points with chips sharing cores carried the fit, of
+                                  max(0, time − fit); 0 otherwise */
+    int wake_points;           /* per collective inside a program (r->wake_*), by chips per core
+                                  (wake_share = max(1, K / cores)): max(0, what a collective adds to
+                                  a token beyond the one-chip runs' time − the fit's price of it) */
+    double wake_share[SP_CALIB_WAKE_MAX], wake_value[SP_CALIB_WAKE_MAX];
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
 /* The share of the cores' time one of n chips running at once gets the

@@ -38,6 +38,12 @@ double sp_hw_curve(int n, const double *x, const double *y, double v, double non
     return y[n - 1];
 }
 
+double sp_hw_idle_wake(const sp_hw *hw, double share)
+{
+    if (hw->wake_points > 0) return sp_hw_curve(hw->wake_points, hw->wake_share, hw->wake_s, share, 0.0);
+    return hw->idle_wake_s > 0 ? hw->idle_wake_s / (share > 1 ? share : 1) : 0.0;
+}
+
 double sp_hw_compute_peak(const sp_hw *hw, sp_dtype weights)
 {
     /* weight-only quantisation dequantises to bf16 before the matmul */
@@ -221,6 +227,15 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             return hfail(src, err, i ? "/chip/act_elem_s/swiglu" : "/chip/act_elem_s/gelu", "seconds in [0, 1]");
     if (!(hw->token_sync_s >= 0 && hw->token_sync_s <= 1)) return hfail(src, err, "/chip/token_sync_s", "seconds in [0, 1]");
     if (!(hw->idle_wake_s >= 0 && hw->idle_wake_s <= 1)) return hfail(src, err, "/chip/idle_wake_s", "seconds in [0, 1]");
+    if (hw->wake_points < 0 || hw->wake_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/chip/idle_wake_by_share", "at most 8 points");
+    for (int i = 0; i < hw->wake_points; i++) {
+        char wt[64];
+        snprintf(wt, sizeof wt, "/chip/idle_wake_by_share/%d", i);
+        if (!(hw->wake_share[i] >= 1) || !isfinite(hw->wake_share[i]) || (i > 0 && !(hw->wake_share[i] > hw->wake_share[i - 1])))
+            return hfail(src, err, wt, "chips per core must be >= 1 and increase from point to point");
+        if (!(hw->wake_s[i] >= 0 && hw->wake_s[i] <= 1)) return hfail(src, err, wt, "seconds in [0, 1]");
+    }
     if (hw->shared_cores < 0 || hw->shared_cores > 65536)
         return hfail(src, err, "/chip/shared_cores", "an integer in [0, 65536] (0: chips do not share cores)");
     if (hw->comm_shares_cores != 0 && hw->comm_shares_cores != 1)
@@ -246,7 +261,7 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "comm_shares_cores", "act_elem_s", "token_sync_s", "idle_wake_s", NULL};
+                                        "comm_shares_cores", "act_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices",
                                          "collective_latency", NULL};
@@ -282,6 +297,26 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
                         &hw->token_sync_s));
     C_(spi_json_get_num(c, "/chip", chip, "idle_wake_s", 0, 0, 0, 1, "seconds in [0, 1] per collective",
                         &hw->idle_wake_s));
+    json_t *wb;
+    C_(spi_json_get_child(c, "/chip", chip, "idle_wake_by_share", 0, JSON_ARRAY, &wb));
+    if (wb) {
+        size_t n = json_array_size(wb);
+        if (n < 1 || n > SP_HW_EFF_POINTS)
+            C_(spi_json_fail(c, SP_EINVAL, "/chip", "idle_wake_by_share",
+                             "must hold 1 to %d points [chips per core, seconds], got %zu", SP_HW_EFF_POINTS, n));
+        for (size_t i = 0; i < n; i++) {
+            json_t *p = json_array_get(wb, i);
+            char k[8];
+            snprintf(k, sizeof k, "%zu", i);
+            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
+                !json_is_number(json_array_get(p, 1)))
+                C_(spi_json_fail(c, SP_EINVAL, "/chip/idle_wake_by_share", k,
+                                 "must be a pair [chips per core >= 1, seconds in [0, 1]]"));
+            hw->wake_share[i] = json_number_value(json_array_get(p, 0));
+            hw->wake_s[i] = json_number_value(json_array_get(p, 1));
+        }
+        hw->wake_points = (int)n;
+    }
     json_t *ae;
     C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
     if (ae) {
@@ -573,6 +608,11 @@ json_t *spi_hw_to_json(const sp_hw *hw)
                                                           hw->act_elem_s[1]));
     if (hw->token_sync_s > 0) json_object_set_new(chip, "token_sync_s", json_real(hw->token_sync_s));
     if (hw->idle_wake_s > 0) json_object_set_new(chip, "idle_wake_s", json_real(hw->idle_wake_s));
+    if (hw->wake_points > 0) {
+        json_t *a = json_array();
+        for (int i = 0; i < hw->wake_points; i++) json_array_append_new(a, json_pack("[ff]", hw->wake_share[i], hw->wake_s[i]));
+        json_object_set_new(chip, "idle_wake_by_share", a);
+    }
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));
     if (hw->coll_latency > 0) json_object_set_new(t, "collective_latency", json_real(hw->coll_latency));

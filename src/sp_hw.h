@@ -72,7 +72,13 @@ typedef struct sp_hw {
                                          on an idle core waits this long for the core to wake: added
                                          in full with a core per chip, divided by the chips per core
                                          when they share (another chip then runs on the waking core);
-                                         0 = none */
+                                         0 = none.  wake_points > 0 replaces that rule: */
+    int wake_points;                  /* chip.idle_wake_by_share: [chips per core >= 1, seconds] pairs,
+                                         shares increasing; what each collective adds at that many
+                                         chips running per core (sp_hw_curve between points, the end
+                                         values beyond them); idle_wake_s is then ignored */
+    double wake_share[SP_HW_EFF_POINTS];
+    double wake_s[SP_HW_EFF_POINTS];
     int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
                                          cores: a compute step of n chips running at once takes
                                          max(1, n / shared_cores) times as long; 0 = not shared */
@@ -170,6 +176,10 @@ void sp_hw_uncalibrate(sp_hw *hw);
 /* A curve of n points (x increasing, values y) at v: piecewise-linear in
  * log(x) between points, clamped at the ends; `none` when n = 0. */
 double sp_hw_curve(int n, const double *x, const double *y, double v, double none);
+/* What each collective (send/recv included) waits for an idle core to wake
+ * when `share` chips run per core (>= 1): chip.idle_wake_by_share at share
+ * when given, else chip.idle_wake_s / share (0 in every datasheet profile). */
+double sp_hw_idle_wake(const sp_hw *hw, double share);
 /* The FLOP/s a matmul with weights of that dtype runs at before
  * efficiencies: f32's peak (bf16's when the chip has none) for f32 weights,
  * bf16's for every other (weight-only quantisation dequantises to bf16). */

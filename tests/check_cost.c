@@ -366,6 +366,19 @@ START_TEST(test_two_tier)
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), alone + 30e-6, 1e-15);
     hw.shared_cores = 4;   /* 16 chips on 4 cores: stretched 4x, a quarter of the wake-up */
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone + 30e-6 / 4, 1e-15);
+    /* chip.idle_wake_by_share replaces that rule: the measured wake-up at the
+     * layout's chips per core, linear in log(share) between points, the end
+     * values beyond them */
+    hw.wake_points = 2;
+    hw.wake_share[0] = 1, hw.wake_s[0] = 20e-6;
+    hw.wake_share[1] = 16, hw.wake_s[1] = 4e-6;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone + 12e-6, 1e-15);   /* share 4: halfway in log */
+    hw.shared_cores = 16;
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), alone + 20e-6, 1e-15);
+    hw.shared_cores = 1;   /* share 16 */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 16 * alone + 4e-6, 1e-15);
+    hw.shared_cores = 4;
+    hw.wake_points = 0;
     hw.idle_wake_s = 0;
     hw.shared_cores = 0;
     hw.comm_shares_cores = 0;

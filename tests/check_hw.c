@@ -173,6 +173,24 @@ START_TEST(test_new_fields)
     snprintf(t3, sizeof t3, "%.*s\"idle_wake_s\":3e-5,%s", (int)(dp - text), text, dp);
     ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
     ck_assert_double_eq(hw.idle_wake_s, 3e-5);
+    /* chip.idle_wake_by_share: [chips per core >= 1, seconds] pairs, shares increasing, written back */
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1,3e-5],[2,2e-5],[4,5e-6]],%s", (int)(dp - text), text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_int_eq(hw.wake_points, 3);
+    ck_assert_double_eq(sp_hw_idle_wake(&hw, 2), 2e-5);
+    ck_assert_double_eq(sp_hw_idle_wake(&hw, 8), 5e-6);
+    back = spi_hw_to_json(&hw);
+    ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "chip"), "idle_wake_by_share")), 3);
+    json_decref(back);
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1,3e-5],[0.5,2e-5]],%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/1");
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1,2]],%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");
+    snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1]],%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");
     snprintf(t3, sizeof t3, "%.*s\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/comm_shares_cores");

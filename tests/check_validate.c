@@ -164,8 +164,28 @@ START_TEST(test_fit_shared_cores)
     r.coll = pt;
     r.n_coll = n;
     r.barrier_s = 56e-6;
+    /* the synthetic model's tokens: one chip (dispatch), and K = 2, 4, 8
+     * chips whose every collective costs s·(λ + α·(K − 1)) + W(s) at s
+     * chips per core, their compute s times the one-chip token's */
+    r.disp_steps[0] = 41, r.disp_steps[1] = 185;
+    r.disp_seconds[0] = 5e-6, r.disp_seconds[1] = 25e-6;
+    const double W[3] = {25e-6, 20e-6, 6e-6};
+    r.n_wake = 3;
+    for (int w = 0; w < 3; w++) {
+        int K = 2 << w;
+        double sh = K > 2 ? K / 2.0 : 1.0, per = sh * (5e-6 + 3e-6 * (K - 1)) + W[w];
+        r.wake_chips[w] = K;
+        r.wake_colls[w][0] = 11, r.wake_colls[w][1] = 43;
+        for (int L = 0; L < 2; L++) r.wake_seconds[w][L] = sh * r.disp_seconds[L] + (double)r.wake_colls[w][L] * per;
+    }
     sp_calib_fit f;
     ck_assert_msg(sp_calib_fit_result(&r, &f) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(f.wake_points, 3);
+    for (int w = 0; w < 3; w++) {
+        ck_assert_double_eq(f.wake_share[w], w ? 2.0 * w : 1.0);
+        ck_assert_double_eq_tol(f.wake_value[w], W[w], 1e-12);
+    }
+    ck_assert_double_eq_tol(f.idle_wake_s, W[0], 1e-12);
     ck_assert_double_eq_tol(f.launch, 5e-6, 1e-12);
     ck_assert_double_eq_tol(f.alpha, 3e-6, 1e-12);
     ck_assert_double_eq_tol(f.beta, 2e-10, 1e-16);
