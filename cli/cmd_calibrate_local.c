@@ -105,7 +105,7 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, co
                                                 r->wake_seconds[w][0], r->wake_seconds[w][1]));
         json_object_set_new(pts, "idle_wake",
                             json_pack("{s:o,s:s}", "runs", wk, "method",
-                                      "the dispatch model on K chips (mesh=Kx1x1, ws1d/heads; min of 4 runs after "
+                                      "the dispatch model on K chips (mesh=Kx1x1, ws1d/heads; median of 9 runs after "
                                       "a warm-up); at s = max(1, K / cores) chips per core, the wake-up per "
                                       "collective = ((difference in seconds) - s x (the one-chip difference)) / "
                                       "(difference in collectives) - s x (launch + alpha x (K - 1))"));
