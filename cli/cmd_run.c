@@ -20,7 +20,7 @@ static void usage(void)
            "                     [--chips N] [--hw H] [--backend threads|mpi|cuda] [--seed S]\n"
            "                     [--weights DIR] [--weights-dtype f32|bf16|f16|int8|fp8]\n"
            "                     [--temperature T [--top-k K] [--top-p P]] [--prompt-ids FILE|-]\n"
-           "                     [--logits FILE [--logits-all]] [--trace FILE] [--json]\n"
+           "                     [--logits FILE [--logits-all]] [--trace FILE] [--warmup N] [--json]\n"
            "       shardplan run --model M --workload FILE --layout FILE|STRING [options]\n"
            "Runs prefill + decode of M under a layout and checks that every collective moves\n"
            "the bytes the lowering predicts.  Weights are random (seed S) unless --weights\n"
@@ -57,6 +57,10 @@ static void usage(void)
            "  --logits FILE      write the last step's logits as NumPy .npy, float32\n"
            "                     (batch, vocab): the logits the last token was chosen from\n"
            "  --logits-all       --logits holds every step's: (gen, batch, vocab)\n"
+           "  --warmup N         run N times untimed first (default 0): the measured run then\n"
+           "                     excludes first touch of the chips' memory and cold caches, as\n"
+           "                     validate's measurements do (a first run's prefill on a CPU can\n"
+           "                     take several times its steady-state time)\n"
            "  --trace FILE       write the measured timeline: every step of every chip with its\n"
            "                     wall time, in Chrome Trace Event JSON (Perfetto, chrome://tracing),\n"
            "                     the step names and ids of `shardplan simulate --trace`; a rank\n"
@@ -75,6 +79,7 @@ typedef struct run_args {
     int logits_all;
     int32_t *ids;   /* --prompt-ids: (B, P), owned */
     long long chips, B, P, G, seed, top_k;
+    long long warmup;   /* --warmup: untimed runs before the one measured */
     double temperature, top_p;
     int json, mpi;   /* mpi: one chip per MPI rank (--backend mpi or cuda) */
     int cuda;        /* --backend cuda: the chips are GPUs, the collectives NCCL's */
@@ -537,6 +542,11 @@ static int run_ragged(const run_args *a, const sp_ragged *rg)
     so.top_k = (int)a->top_k;
     so.top_p = a->top_p > 0 ? (float)a->top_p : 1.0f;
     so.seed = (uint64_t)a->seed;
+    /* --warmup: the same run first, untimed and untraced (the arenas' first
+     * touch, cold caches and the threads' first wake-ups stay out of the
+     * measurement); every run produces the same tokens */
+    for (long long i = 0; !st && i < a->warmup; i++)
+        st = sp_exec_run_logits(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, a->logits_all, &s);
     if (!st && a->trace) st = sp_exec_set_trace(ex, a->trace);
     if (!st) st = sp_exec_run_logits(ex, prompt, a->temperature > 0 ? &so : NULL, tok, lg, a->logits_all, &s);
     if (st) {
@@ -573,7 +583,8 @@ int cli_cmd_run(int argc, char **argv)
         {"gen", 1, 0, 'g'}, {"layout", 1, 0, 'l'}, {"backend", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"weights-dtype", 1, 0, 'w'}, {"hw", 1, 0, 'H'}, {"logits", 1, 0, 'L'}, {"json", 0, 0, 'j'}, {"trace", 1, 0, 'R'},
         {"weights", 1, 0, 'W'}, {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'K'}, {"top-p", 1, 0, 'P'},
-        {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"workload", 1, 0, 'U'}, {"help", 0, 0, 'h'},
+        {"prompt-ids", 1, 0, 'I'}, {"logits-all", 0, 0, 'A'}, {"workload", 1, 0, 'U'}, {"warmup", 1, 0, 'O'},
+        {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     run_args a;
     memset(&a, 0, sizeof a);
@@ -607,6 +618,7 @@ int cli_cmd_run(int argc, char **argv)
         case 'g': if (cli_parse_long("run", "--gen", optarg, 1, 1 << 20, &a.G)) return CLI_EXIT_USAGE; gen_given = a.G; break;
         case 's': if (cli_parse_long("run", "--seed", optarg, 0, 1LL << 62, &a.seed)) return CLI_EXIT_USAGE; break;
         case 'j': a.json = 1; break;
+        case 'O': if (cli_parse_long("run", "--warmup", optarg, 0, 1000, &a.warmup)) return CLI_EXIT_USAGE; break;
         case 'W': a.weights = optarg; break;
         case 'K': if (cli_parse_long("run", "--top-k", optarg, 0, 1 << 24, &a.top_k)) return CLI_EXIT_USAGE; break;
         case 'T':

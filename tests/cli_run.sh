@@ -64,6 +64,18 @@ check "run --trace" 0 $run --model tiny-llama --trace $trace \
     cut -f2 $trace.ev | grep -q '^decode2/' && cut -f2 $trace.ev | grep -q '^prefill/layer/' ||
     { echo "FAIL: --trace: file"; fail=$((fail + 1)); }
 rm -f $trace.ev
+# --warmup: untimed runs first; the trace and the byte counts are the measured run's alone,
+# and the tokens those of a run without warm-up
+L1=mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+check "run cold" 0 $run --model tiny-llama --layout $L1 && "$JSONQ" $out /tokens >$trace.cold
+check "run --warmup 2" 0 $run --model tiny-llama --layout $L1 --warmup 2 --trace $trace && json_ok "run --warmup"
+"$JSONQ" $out /tokens >$trace.warm
+cmp -s $trace.cold $trace.warm && [ -s $trace.warm ] || { echo "FAIL: --warmup changed the tokens"; fail=$((fail + 1)); }
+"$JSONQ" -w /ph=X $trace '/traceEvents/*' /pid /args/id /args/mb >$trace.ev &&
+    [ -s $trace.ev ] && [ -z "$(sort $trace.ev | uniq -d)" ] ||
+    { echo "FAIL: --warmup: the trace holds a step twice"; fail=$((fail + 1)); }
+rm -f $trace.ev $trace.cold $trace.warm
+check "run --warmup -1" 2 $run --model tiny-llama --layout $L1 --warmup -1
 rm -f $trace
 check "run --trace unwritable" 2 $run --model tiny-llama --trace /nonexistent/dir/t.json \
     --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
