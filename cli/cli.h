@@ -57,6 +57,9 @@ int cli_mpi_init(const char *verb, int *rank, int *size);
  * why on stderr naming the file, line and field, and returns CLI_EXIT_USAGE.
  * *out is the caller's: sp_ragged_free. */
 int cli_load_workload(const char *path, sp_ragged *out);
+/* A ragged batch's token counts as JSON (estimate, plan: "workload"): sequences,
+ * prompt_tokens, gen_tokens, max_prompt, max_gen, max_context.  A new reference. */
+json_t *cli_workload_json(const sp_ragged *r);
 
 /* EINVAL, EPARSE, EIO -> 2; EINFEASIBLE, ENOMEM -> 1; OK -> 0; others -> 3. */
 int cli_exit_for(sp_status s);

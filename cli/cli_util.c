@@ -55,6 +55,14 @@ int cli_load_workload(const char *path, sp_ragged *out)
     return CLI_EXIT_USAGE;   /* bad input, whatever the reading failed on */
 }
 
+json_t *cli_workload_json(const sp_ragged *r)
+{
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "sequences", (json_int_t)r->n, "prompt_tokens",
+                     (json_int_t)r->sum_prompt, "gen_tokens", (json_int_t)r->sum_gen, "max_prompt",
+                     (json_int_t)r->max_prompt, "max_gen", (json_int_t)r->max_gen, "max_context",
+                     (json_int_t)r->max_context);
+}
+
 int cli_report(sp_status s, const sp_error *err)
 {
     char buf[1024];

@@ -238,11 +238,7 @@ static int estimate_ragged(const char *model_arg, const char *hw_arg, const char
         snprintf(why, sizeof why, "%s", sp_last_error());
     if (rc == CLI_EXIT_OK && json) {
         json_t *o = sp_cost_to_json(&c, &l);
-        json_object_set_new(o, "workload",
-                            json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "sequences", (json_int_t)r.n, "prompt_tokens",
-                                      (json_int_t)r.sum_prompt, "gen_tokens", (json_int_t)r.sum_gen, "max_prompt",
-                                      (json_int_t)r.max_prompt, "max_gen", (json_int_t)r.max_gen, "max_context",
-                                      (json_int_t)r.max_context));
+        json_object_set_new(o, "workload", cli_workload_json(&r));
         json_t *pj = pst ? json_pack("{s:s}", "error", why) : (json_t *)sp_cost_to_json(&pc, &l);
         json_object_set_new(pj, "workload", json_pack("{s:I,s:I,s:I}", "batch", (json_int_t)pw.batch, "prompt",
                                                       (json_int_t)pw.prompt, "gen", (json_int_t)pw.gen));

@@ -9,7 +9,7 @@
 #include "sp_plan.h"
 
 static const char plan_usage[] =
-    "usage: shardplan plan --model M --hw H --chips N --batch B --prompt P --gen G\n"
+    "usage: shardplan plan --model M --hw H --chips N (--batch B --prompt P --gen G | --workload FILE)\n"
     "                      [--objective latency|cost|throughput] [--latency-metric total|decode|prefill]\n"
     "                      [--max-latency-ms X] [--min-tokens-per-s T] [--weights auto|bf16|int8|fp8]\n"
     "                      [--min-chips] [--even-stages] [--disaggregate] [--offload] [--time-limit-ms MS]\n"
@@ -28,6 +28,10 @@ static const char plan_usage[] =
     "  --batch B            sequences\n"
     "  --prompt P           prompt tokens per sequence (0: decode only)\n"
     "  --gen G              generated tokens per sequence (0: plan prefill only)\n"
+    "  --workload FILE      a ragged batch instead of --batch/--prompt/--gen (workload\n"
+    "                       file, doc/formats.md): every layout priced by its actual\n"
+    "                       tokens; layouts the ragged lowering refuses are left out;\n"
+    "                       even pipeline splits only; not with --offload, --disaggregate\n"
     "  --objective O        latency (default): minimise the latency metric;\n"
     "                       cost: minimise chip-seconds per generated token;\n"
     "                       throughput: maximise tokens/s (use with --max-latency-ms)\n"
@@ -279,6 +283,9 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     }
 }
 
+static int plan_run(const char *model_arg, const char *hw_arg, long long chips, long long batch, long long prompt,
+                    long long gen, int minchips, int json, const sp_ragged *rg, sp_plan_opts *oo);
+
 int cli_cmd_plan(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -290,9 +297,9 @@ int cli_cmd_plan(int argc, char **argv)
         {"weights", required_argument, 0, 'W'}, {"min-chips", no_argument, 0, 'c'},
         {"time-limit-ms", required_argument, 0, 'T'}, {"json", no_argument, 0, 'j'},
         {"even-stages", no_argument, 0, 'E'}, {"disaggregate", no_argument, 0, 'D'},
-        {"offload", no_argument, 0, 'O'},
+        {"offload", no_argument, 0, 'O'}, {"workload", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_arg = NULL, *hw_arg = NULL;
+    const char *model_arg = NULL, *hw_arg = NULL, *workload_arg = NULL;
     long long chips = 0, batch = 0, prompt = -1, gen = -1, tl = 0;
     int json = 0, minchips = 0, ch;
     sp_plan_opts o;
@@ -325,6 +332,7 @@ int cli_cmd_plan(int argc, char **argv)
         case 'E': o.even_stages = 1; break;
         case 'D': o.disaggregate = 1; break;
         case 'O': o.offload = 1; break;
+        case 'K': workload_arg = optarg; break;
         case 'j': json = 1; break;
         case 'h': fputs(plan_usage, stdout); return CLI_EXIT_OK;
         default: return cli_usage("plan", "unknown option '%s'", argv[optind - 1]);
@@ -332,6 +340,29 @@ int cli_cmd_plan(int argc, char **argv)
         if (st != SP_OK) return cli_usage("plan", "%s", sp_last_error());
     }
     if (optind < argc) return cli_usage("plan", "unexpected argument '%s'", argv[optind]);
+    sp_ragged r;
+    memset(&r, 0, sizeof r);
+    if (workload_arg) {
+        if (batch || prompt >= 0 || gen >= 0)
+            return cli_usage("plan", "--workload replaces --batch, --prompt and --gen");
+        int wrc = cli_load_workload(workload_arg, &r);
+        if (wrc != CLI_EXIT_OK) return wrc;
+        sp_workload pw = sp_workload_padded(&r);   /* the padded batch: the model's context, the plan's w */
+        batch = pw.batch;
+        prompt = pw.prompt;
+        gen = pw.gen;
+        o.workload = &r;
+    }
+    int rc = plan_run(model_arg, hw_arg, chips, batch, prompt, gen, minchips, json, workload_arg ? &r : NULL, &o);
+    sp_ragged_free(&r);
+    return rc;
+}
+
+/* plan, the request read: the padded batch of a workload file (r, o->workload) or --batch/--prompt/--gen */
+static int plan_run(const char *model_arg, const char *hw_arg, long long chips, long long batch, long long prompt,
+                    long long gen, int minchips, int json, const sp_ragged *rg, sp_plan_opts *oo)
+{
+    sp_plan_opts o = *oo;
     if (!model_arg || !hw_arg || (!chips && !minchips) || !batch || prompt < 0 || gen < 0)
         return cli_usage("plan", "--model, --hw, --chips, --batch, --prompt and --gen are required");
     if (prompt == 0 && gen == 0) return cli_usage("plan", "--prompt and --gen cannot both be 0");
@@ -370,9 +401,16 @@ int cli_cmd_plan(int argc, char **argv)
     if (json) {
         json_t *j = sp_plan_to_json(p);
         if (minchips) json_object_set_new(j, "min_chips", json_integer(p->chips));
+        if (rg) json_object_set_new(j, "ragged_workload", cli_workload_json(rg));
         cli_print_json(j, stdout);
         json_decref(j);
-    } else print_plan(p, &m, &hw);
+    } else {
+        if (rg)
+            printf("workload: %lld sequences, %lld prompt tokens (longest %lld), %lld generated (longest %lld): every "
+                   "layout priced by its actual tokens\n\n", (long long)rg->n, (long long)rg->sum_prompt,
+                   (long long)rg->max_prompt, (long long)rg->sum_gen, (long long)rg->max_gen);
+        print_plan(p, &m, &hw);
+    }
     rc = p->has_chosen ? CLI_EXIT_OK : CLI_EXIT_INFEASIBLE;
     if (p->result == SP_PLAN_TIME_LIMIT)
         cli_errorf("GLPK hit its time limit (%d ms) before finding a layout; raise --time-limit-ms", p->opts.time_limit_ms);

@@ -1317,8 +1317,25 @@ int64_t sp_cost_pipe_compose(const sp_cost_pipe_phase *f, int64_t sum_ps, int64_
     return r;
 }
 
+static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, sp_stage_cost *out);
+
 sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out)
+{
+    return stage_eval(m, hw, l, w, NULL, opts, stage, out);
+}
+
+sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                                    const sp_cost_opts *opts, int stage, sp_stage_cost *out)
+{
+    if (!r) return spi_fail(SP_EINVAL, "sp_cost_stage_eval_ragged: NULL argument");
+    sp_workload w = sp_workload_padded(r);
+    return stage_eval(m, hw, l, &w, r, opts, stage, out);
+}
+
+static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, sp_stage_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_stage_eval: NULL argument");
     if (stage < 0 || stage >= l->stages)
@@ -1332,7 +1349,7 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};
-    sp_status st = stage_price(m, hw, l, w, NULL, &o, stage, &bound, kept, &k, w->prompt > 0);
+    sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, w->prompt > 0);
     sp_cost_cache_free(own);
     SP_CHECK(st);
     memset(out, 0, sizeof *out);

@@ -267,6 +267,11 @@ typedef struct sp_stage_cost {
  * the layout's are those of the lowering). */
 sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out);
+/* The same for a ragged batch r (as sp_cost_eval_ragged prices its stage: the slowest
+ * replica's prefill, the replica with the longest decode's first and last steps, the
+ * fullest chip's memory). */
+sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
+                                    const sp_cost_opts *opts, int stage, sp_stage_cost *out);
 
 /* How a phase's time composes from its stages' times t_s (ps):
  *   phase_ps = floor(max over the forms f of (sum_coef[f]·Σ_s t_s +

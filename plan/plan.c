@@ -518,7 +518,8 @@ static sp_status point_fill(const plan_ctx *x, int c, sp_plan_point *pt)
     sp_cost_opts co;
     sp_cost_opts_init(&co);
     co.cache = spi_space_cache(x->s);
-    sp_status st = sp_cost_eval(x->s->m, x->s->hw, &cd->layout, &in->w, &co, &pt->cost);
+    sp_status st = x->s->ragged ? sp_cost_eval_ragged(x->s->m, x->s->hw, &cd->layout, x->s->ragged, &co, &pt->cost)
+                                : sp_cost_eval(x->s->m, x->s->hw, &cd->layout, &in->w, &co, &pt->cost);
     x->p->stats.eval_s += now_s() - t0;
     return st;
 }
@@ -956,7 +957,8 @@ static sp_status fill_stages(sp_cost_cache *cache, const sp_model *m, const sp_h
     co.cache = cache;
     for (int s = 0; s < l->stages; s++) {
         sp_stage_cost sc;
-        SP_CHECK(sp_cost_stage_eval(m, hw, l, &w, &co, s, &sc));
+        if (p->opts.workload) SP_CHECK(sp_cost_stage_eval_ragged(m, hw, l, p->opts.workload, &co, s, &sc));
+        else SP_CHECK(sp_cost_stage_eval(m, hw, l, &w, &co, s, &sc));
         sp_plan_stage *x = &p->stages[p->n_stages++];
         x->first_layer = sc.first_layer;
         x->layers = sc.layers;
@@ -1029,6 +1031,23 @@ static sp_status plan_groups(const sp_model *m, const sp_hw *hw, int chips, cons
     return SP_OK;
 }
 
+/* A plan of a ragged batch (sp_plan_opts.workload): w its padded batch; what the planner does
+ * not do for one refused by name */
+static sp_status workload_check(const sp_plan_opts *o, const sp_workload *w)
+{
+    const sp_ragged *r = o->workload;
+    if (!r) return SP_OK;
+    if (o->offload || o->disaggregate)
+        return spi_fail(SP_ENOTSUP, "plan of a workload file (a ragged batch) with %s: not implemented",
+                        o->offload ? "offload" : "separate prefill and decode groups (disaggregate)");
+    sp_workload pw = sp_workload_padded(r);
+    if (w->batch != pw.batch || w->prompt != pw.prompt || w->gen != pw.gen)
+        return spi_fail(SP_EINVAL, "plan of a ragged batch: the workload must be its padded batch (batch %lld, prompt "
+                                   "%lld, gen %lld), got %lld, %lld, %lld", (long long)pw.batch, (long long)pw.prompt,
+                        (long long)pw.gen, (long long)w->batch, (long long)w->prompt, (long long)w->gen);
+    return SP_OK;
+}
+
 sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                         const sp_plan_opts *opts, sp_plan **out)
 {
@@ -1039,14 +1058,20 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     sp_plan_opts o;
     sp_plan *p;
     SP_CHECK(plan_new(opts, w, chips, &o, &p));
+    sp_status st;
+    if ((st = workload_check(&o, w))) {
+        sp_plan_free(p);
+        return st;
+    }
     spi_space s;
     spi_space_init(&s, m, hw);
     spi_space_narrow(&s, &o);
+    s.ragged = o.workload;
     /* the pipeline program prices a stage by its position and layer count; with dense layers
-     * between MoE layers a stage's price also depends on its first layer: even splits only */
-    const int split = !o.even_stages && sp_model_dense_ff(m) == 0;
+     * between MoE layers a stage's price also depends on its first layer: even splits only
+     * (and for a ragged batch, which it does not price) */
+    const int split = !o.even_stages && sp_model_dense_ff(m) == 0 && !o.workload;
     s.split_bounds = split;   /* each template's bound priced with it */
-    sp_status st;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
     if (o.offload) SP_CHECKGOTO(offload_layouts(&s, &o, p), st, fail);
@@ -1105,6 +1130,11 @@ static sp_status frontier_impl(const sp_model *m, const sp_hw *hw, const int *ch
     if (o[0].disaggregate) {
         st = spi_fail(SP_ENOTSUP, "a frontier across instances with separate prefill and decode groups "
                                   "(sp_plan_opts.disaggregate) is not implemented (sp_plan_solve searches them)");
+        goto fail;
+    }
+    if (o[0].workload) {
+        st = spi_fail(SP_ENOTSUP, "a frontier across instances of a workload file (sp_plan_opts.workload: one batch "
+                                  "of its own sequences) is not implemented (sp_plan_solve plans it)");
         goto fail;
     }
     for (int i = 0; i < n_chips; i++)

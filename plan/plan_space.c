@@ -155,6 +155,10 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
         /* a decode group: the generated tokens alone (no prefill to chunk) */
         chosen = c->layout;
         s->pst[i] = sp_cost_eval_group(s->m, s->hw, &c->layout, SP_PHASE_DECODE, w, &quiet, &cost);
+    } else if (s->ragged) {
+        /* a ragged batch: its actual tokens (nothing chunked) */
+        chosen = c->layout;
+        s->pst[i] = sp_cost_eval_ragged(s->m, s->hw, &c->layout, s->ragged, &quiet, &cost);
     } else {
         s->pst[i] = sp_cost_eval_chunked(s->m, s->hw, &c->layout, w, &quiet, &chosen, &cost);
     }

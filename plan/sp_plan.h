@@ -130,6 +130,13 @@ typedef struct sp_plan_opts {
     int offload;                     /* 1: the plan may keep weights and KV cache in host memory
                                         (offload_weights, offload_kv: sp_plan_solve only); 0
                                         (default): nothing is offloaded */
+    const sp_ragged *workload;       /* a ragged batch (sp_ragged.h; borrowed): every layout priced
+                                        by its actual tokens (sp_cost_eval_ragged), the workload w
+                                        its padded batch (sp_workload_padded); the layouts the
+                                        ragged lowering refuses are not part of the space.  Even
+                                        splits only, nothing chunked; with offload or disaggregate
+                                        SP_ENOTSUP, and sp_plan_frontier(s) refuse it (sp_plan_solve
+                                        and sp_plan_min_chips take it).  NULL (default): w */
 } sp_plan_opts;
 
 /* Defaults as above. */

@@ -56,6 +56,7 @@ typedef struct spi_space {
      * (spi_cand.has_bound): for a plan that runs the pipeline program
      * (spi_split_solve) */
     int split_bounds;
+    const sp_ragged *ragged;      /* every layout priced for this ragged batch (sp_plan_opts.workload) */
     int n, cap;
     spi_cand *c;
     int n_inst;

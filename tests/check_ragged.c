@@ -12,6 +12,7 @@
 #include "costmodel/sp_sim.h"
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
+#include "plan/sp_plan.h"
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
@@ -599,6 +600,69 @@ START_TEST(test_simulate_replicas)
 }
 END_TEST
 
+/* plan of a workload: every layout priced by the batch's actual tokens.  The chosen layout's
+ * figures are its ragged price, and no layout of a few the ragged lowering takes on 4 chips
+ * beats it (a planner pricing the padded batch would choose by other figures). */
+START_TEST(test_plan_workload)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("llama2-7b", &m, &err), SP_OK);
+    sp_hw hw = h100();
+    /* long and short prompts, long and short generations: padding costs differ by layout */
+    enum { N = 8 };
+    const int64_t P[N] = {2048, 16, 16, 16, 1024, 16, 16, 16}, G[N] = {8, 256, 8, 8, 8, 8, 8, 8};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, N, &r), SP_OK);
+    sp_workload w = sp_workload_padded(&r);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = _i ? SP_PLAN_MIN_COST : SP_PLAN_MIN_LATENCY;
+    o.weights = SP_PLAN_W_BF16;
+    o.workload = &r;
+    sp_plan *p;
+    ck_assert_msg(sp_plan_solve(&m, &hw, 4, &w, &o, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert(p->has_chosen);
+    sp_cost c;
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &p->chosen.layout, &r, NULL, &c) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(c.total_s == p->chosen.cost.total_s && c.cost_chip_s_per_token == p->chosen.cost.cost_chip_s_per_token,
+                  "chosen: total %.9g vs ragged %.9g", p->chosen.cost.total_s, c.total_s);
+    double best = _i ? c.cost_chip_s_per_token : c.total_s;
+    static const char *const some[] = {
+        "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads",
+        "mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads",
+        "replicas=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads",
+        "replicas=4,mesh=1x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads",
+        "mesh=4x1x1,weights=bf16,prefill=wg-x/heads,decode=wg-x/heads",
+        "mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch",
+    };
+    int priced = 0;
+    for (size_t k = 0; k < sizeof some / sizeof some[0]; k++) {
+        sp_layout l = layout_of(some[k]);
+        sp_cost q;
+        if (sp_cost_eval_ragged(&m, &hw, &l, &r, NULL, &q) != SP_OK || !q.feasible) continue;
+        priced++;
+        double v = _i ? q.cost_chip_s_per_token : q.total_s;
+        ck_assert_msg(best <= v * (1 + 1e-12), "%s: %.9g beats the plan's %.9g", some[k], v, best);
+    }
+    ck_assert_int_ge(priced, 3);
+    ck_assert_int_eq(p->n_stages, p->chosen.layout.stages);
+    sp_plan_free(p);
+    /* what the planner does not do for a workload: refused by name */
+    o.offload = 1;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 4, &w, &o, &p), SP_ENOTSUP);
+    ck_assert_msg(strstr(sp_last_error(), "workload") && strstr(sp_last_error(), "offload"), "%s", sp_last_error());
+    o.offload = 0;
+    sp_workload bad = w;
+    bad.gen++;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, 4, &bad, &o, &p), SP_EINVAL);
+    int chips[1] = {4};
+    int64_t batches[1] = {N};
+    ck_assert_int_eq(sp_plan_frontier(&m, &hw, chips, 1, batches, 1, &w, &o, &p), SP_ENOTSUP);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 START_TEST(test_refused_by_name)
 {
     static sp_program p;
@@ -827,6 +891,7 @@ int main(void)
     tcase_add_loop_test(tc, test_simulate_every_step, 0, 2);
     tcase_add_loop_test(tc, test_simulate_replicas, 0, 2);
     tcase_add_test(tc, test_refused_by_name);
+    tcase_add_loop_test(tc, test_plan_workload, 0, 2);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("exec");
     tcase_set_timeout(te, 120);

@@ -57,6 +57,23 @@ expect2() {   # expect2 NAME PATTERN ARGS...
     [ $rc -eq 2 ] && grep -q -- "$_p" "$tmp/err" ||
         { echo "FAIL: $_n: exit $rc (want 2), stderr:"; cat "$tmp/err"; echo "  (want '$_p')"; fail=$((fail + 1)); }
 }
+# plan --workload: every layout priced by the actual tokens; the chosen layout's figures are
+# what estimate --workload says of it
+"$SHARDPLAN" plan --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" --json >"$tmp/plan.json" \
+    2>"$tmp/plan.err" || { echo "FAIL: plan --workload: exit $?"; cat "$tmp/plan.err"; fail=$((fail + 1)); }
+PL=$("$JSONQ" "$tmp/plan.json" /chosen/layout_text 2>/dev/null)
+"$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --layout "$PL" --workload "$tmp/w.csv" --json \
+    >"$tmp/plane.json" 2>"$tmp/plan.err" &&
+    json_check '$1 == 4 && $2 == 16' "$tmp/plan.json" /ragged_workload /sequences /prompt_tokens &&
+    [ "$("$JSONQ" "$tmp/plan.json" /chosen/costs/total_s)" = "$("$JSONQ" "$tmp/plane.json" /total_s)" ] ||
+    { echo "FAIL: plan --workload: chosen $PL not priced as estimate --workload"; cat "$tmp/plan.err"; fail=$((fail + 1)); }
+"$SHARDPLAN" plan --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" >"$tmp/plan.txt" 2>&1 &&
+    grep -q '^workload: 4 sequences, 16 prompt tokens' "$tmp/plan.txt" ||
+    { echo "FAIL: plan --workload text"; cat "$tmp/plan.txt"; fail=$((fail + 1)); }
+expect2 "plan --workload --offload" "workload file.*offload: not implemented" plan --model llama2-7b --hw h100 \
+    --chips 2 --workload "$tmp/w.csv" --offload
+expect2 "plan --workload --batch" "replaces --batch" plan --model llama2-7b --hw h100 --chips 2 \
+    --workload "$tmp/w.csv" --batch 4
 printf '3,4\n7,x\n' >"$tmp/bad1.csv"
 expect2 "bad gen" "bad1.csv:2:.*gen" $E --workload "$tmp/bad1.csv"
 printf '3,4\n0,2\n' >"$tmp/bad2.csv"
