@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,17 +150,111 @@ static sp_status load_csv(const char *text, const char *src, sp_ragged *r, sp_er
     return SP_OK;
 }
 
+/* A length distribution: {"distribution": {"sequences": B, "mix": [{"prompt": P, "gen": G,
+ * "share": W}, ...]}} expanded into B sequences (doc/formats.md, "Workload files"): class c
+ * gets floor(B·W_c/ΣW) sequences, the remaining ones one each to the classes of the largest
+ * remainders (the earlier class on a tie); the sequences are dealt round-robin over the
+ * classes in file order, skipping a class once it has all of its, so that every run of
+ * consecutive sequences (a replica's, a sequence block's) mixes the classes alike. */
+#define SP_RAGGED_MAX_CLASSES 256
+static sp_status load_distribution(json_t *d, const char *src, sp_ragged *r, sp_error *err)
+{
+    char path[128];
+    const char *key;
+    json_t *val;
+    if (!json_is_object(d))
+        return spi_error_set(err, SP_EPARSE, src, 0, 0, "/distribution", "expected {\"sequences\": B, \"mix\": [...]}");
+    json_object_foreach(d, key, val) {
+        if (strcmp(key, "sequences") && strcmp(key, "mix")) {
+            snprintf(path, sizeof path, "/distribution/%s", key);
+            return spi_error_set(err, SP_EPARSE, src, 0, 0, path, "unknown field \"%s\"", key);
+        }
+    }
+    json_t *nb = json_object_get(d, "sequences"), *mix = json_object_get(d, "mix");
+    if (!nb || !json_is_integer(nb))
+        return spi_error_set(err, SP_EPARSE, src, 0, 0, "/distribution/sequences", "expected a whole number of sequences");
+    json_int_t B = json_integer_value(nb);
+    if (B < 1 || B > SP_RAGGED_MAX_SEQS)
+        return spi_error_set(err, SP_EINVAL, src, 0, 0, "/distribution/sequences", "%lld sequences (1 .. %d)",
+                             (long long)B, SP_RAGGED_MAX_SEQS);
+    size_t nc = mix && json_is_array(mix) ? json_array_size(mix) : 0;
+    if (nc < 1 || nc > SP_RAGGED_MAX_CLASSES)
+        return spi_error_set(err, SP_EPARSE, src, 0, 0, "/distribution/mix",
+                             "expected 1 .. %d classes [{\"prompt\": P, \"gen\": G, \"share\": W}, ...]",
+                             SP_RAGGED_MAX_CLASSES);
+    int64_t len[SP_RAGGED_MAX_CLASSES][2], cnt[SP_RAGGED_MAX_CLASSES];
+    double w[SP_RAGGED_MAX_CLASSES], rem[SP_RAGGED_MAX_CLASSES], sum = 0;
+    static const char *names[2] = {"prompt", "gen"};
+    for (size_t c = 0; c < nc; c++) {
+        json_t *e = json_array_get(mix, c);
+        if (!json_is_object(e) || json_object_size(e) != 3) {
+            snprintf(path, sizeof path, "/distribution/mix/%zu", c);
+            return spi_error_set(err, SP_EPARSE, src, 0, 0, path, "expected {\"prompt\": P, \"gen\": G, \"share\": W}");
+        }
+        for (int f = 0; f < 2; f++) {
+            json_t *x = json_object_get(e, names[f]);
+            snprintf(path, sizeof path, "/distribution/mix/%zu/%s", c, names[f]);
+            if (!x || !json_is_integer(x))
+                return spi_error_set(err, SP_EPARSE, src, 0, 0, path, "expected a whole number of tokens");
+            len[c][f] = json_integer_value(x);
+            if (!length_ok(len[c][f]))
+                return spi_error_set(err, SP_EINVAL, src, 0, 0, path, "%lld tokens: must be 1 .. %d",
+                                     (long long)len[c][f], SP_RAGGED_MAX_TOKENS);
+        }
+        json_t *x = json_object_get(e, "share");
+        snprintf(path, sizeof path, "/distribution/mix/%zu/share", c);
+        if (!x || !json_is_number(x))
+            return spi_error_set(err, SP_EPARSE, src, 0, 0, path, "expected a number (a relative weight)");
+        w[c] = json_number_value(x);
+        if (!(w[c] > 0) || w[c] > 1e12)
+            return spi_error_set(err, SP_EINVAL, src, 0, 0, path, "%g: must be > 0 (and at most 1e12)", w[c]);
+        sum += w[c];
+    }
+    /* largest remainders (Hamilton): every class its floor, the rest by remainder, the earlier on a tie */
+    int64_t left = B;
+    for (size_t c = 0; c < nc; c++) {
+        double q = (double)B * w[c] / sum;
+        cnt[c] = (int64_t)floor(q);
+        rem[c] = q - (double)cnt[c];
+        left -= cnt[c];
+    }
+    while (left > 0) {
+        size_t best = 0;
+        for (size_t c = 1; c < nc; c++)
+            if (rem[c] > rem[best]) best = c;
+        cnt[best]++;
+        rem[best] = -1;
+        left--;
+    }
+    /* round-robin over the classes with sequences left */
+    int64_t cap = 0;
+    for (int64_t k = 0; k < B;)
+        for (size_t c = 0; c < nc && k < B; c++)
+            if (cnt[c] > 0) {
+                SP_CHECK(push(r, &cap, len[c][0], len[c][1]));
+                cnt[c]--;
+                k++;
+            }
+    return SP_OK;
+}
+
 static sp_status load_json(const char *text, const char *src, sp_ragged *r, sp_error *err)
 {
     json_error_t je;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     if (!root) return spi_error_set(err, SP_EPARSE, src, je.line, je.column, "", "%s", je.text);
     sp_status st = SP_OK;
+    json_t *dist = json_is_object(root) && json_object_size(root) == 1 ? json_object_get(root, "distribution") : NULL;
+    if (dist) {
+        st = load_distribution(dist, src, r, err);
+        json_decref(root);
+        return st;
+    }
     json_t *seqs = json_is_object(root) ? json_object_get(root, "sequences") : NULL;
     const char *key;
     json_t *val;
     if (!seqs || !json_is_array(seqs)) {
-        st = spi_error_set(err, SP_EPARSE, src, 0, 0, "/sequences", "expected {\"sequences\": [{\"prompt\": P, \"gen\": G}, ...]}");
+        st = spi_error_set(err, SP_EPARSE, src, 0, 0, "/sequences", "expected {\"sequences\": [{\"prompt\": P, \"gen\": G}, ...]} or {\"distribution\": {...}}");
         goto out;
     }
     json_object_foreach(root, key, val) {

@@ -42,7 +42,9 @@ typedef struct sp_ragged {
 } sp_ragged;
 
 /* Reads a workload file: JSON ({"sequences": [{"prompt": P, "gen": G}, ...]},
- * when the first non-blank character is '{') or CSV (one "prompt,gen" line
+ * or a length distribution {"distribution": {"sequences": B, "mix": [{"prompt":
+ * P, "gen": G, "share": W}, ...]}} expanded into B sequences as doc/formats.md
+ * states, when the first non-blank character is '{') or CSV (one "prompt,gen" line
  * per sequence, an optional "prompt,gen" header, blank lines and lines
  * starting with '#' ignored).  SP_EIO (unreadable), SP_EPARSE (syntax) or
  * SP_EINVAL (a value out of range) with err naming the file, line and

@@ -57,6 +57,44 @@ START_TEST(test_workload_csv_json)
 }
 END_TEST
 
+/* A length distribution: counts by largest remainders, dealt round-robin over the classes. */
+START_TEST(test_workload_distribution)
+{
+    static const struct {
+        const char *text;
+        int n;
+        const char *order;   /* each sequence's class */
+    } cases[] = {
+        /* 10 · 3/5, 10 · 1/5, 10 · 1/5: 6, 2, 2 */
+        {"{\"distribution\": {\"sequences\": 10, \"mix\": [{\"prompt\": 100, \"gen\": 10, \"share\": 3}, "
+         "{\"prompt\": 20, \"gen\": 50, \"share\": 1}, {\"prompt\": 7, \"gen\": 7, \"share\": 1}]}}",
+         10, "ABCABCAAAA"},
+        /* 7 / 3 each: 2, 2, 2 and the one left to the first (a tie) */
+        {"{\"distribution\": {\"mix\": [{\"prompt\": 100, \"gen\": 10, \"share\": 0.5}, {\"prompt\": 20, \"gen\": 50, "
+         "\"share\": 0.5}, {\"gen\": 7, \"prompt\": 7, \"share\": 0.5}], \"sequences\": 7}}",
+         7, "ABCABCA"},
+        /* 5 · 0.7 = 3.5, 5 · 0.2 = 1, 5 · 0.1 = 0.5: 3, 1, 0 and the one left to the first (0.5 vs 0.5) */
+        {"{\"distribution\": {\"sequences\": 5, \"mix\": [{\"prompt\": 100, \"gen\": 10, \"share\": 7}, "
+         "{\"prompt\": 20, \"gen\": 50, \"share\": 2}, {\"prompt\": 7, \"gen\": 7, \"share\": 1}]}}",
+         5, "ABAAA"},
+    };
+    static const int64_t len[3][2] = {{100, 10}, {20, 50}, {7, 7}};
+    for (int k = 0; k < 3; k++) {
+        sp_ragged r;
+        sp_error err;
+        sp_error_init(&err);
+        ck_assert_msg(sp_ragged_loads(cases[k].text, "d.json", &r, &err) == SP_OK, "case %d: %s", k, err.text);
+        ck_assert_int_eq(r.n, cases[k].n);
+        for (int b = 0; b < r.n; b++) {
+            int c = cases[k].order[b] - 'A';
+            ck_assert_msg(r.prompt[b] == len[c][0] && r.gen[b] == len[c][1], "case %d: sequence %d: %lld, %lld", k, b,
+                          (long long)r.prompt[b], (long long)r.gen[b]);
+        }
+        sp_ragged_free(&r);
+    }
+}
+END_TEST
+
 /* each bad input: the status, and the line (CSV) and field named */
 static const struct bad_case {
     const char *text;
@@ -79,6 +117,15 @@ static const struct bad_case {
     {"{\"seqs\": []}", SP_EPARSE, 0, "/sequences"},
     {"{\"sequences\": [{\"prompt\": 1, \"gen\": 1}], \"x\": 1}", SP_EPARSE, 0, "/x"},
     {"{\"sequences\": [", SP_EPARSE, 1, ""},
+    {"{\"distribution\": {\"sequences\": 4, \"mix\": [{\"prompt\": 3, \"gen\": 4, \"share\": 0}]}}", SP_EINVAL, 0,
+     "/distribution/mix/0/share"},
+    {"{\"distribution\": {\"sequences\": 0, \"mix\": [{\"prompt\": 3, \"gen\": 4, \"share\": 1}]}}", SP_EINVAL, 0,
+     "/distribution/sequences"},
+    {"{\"distribution\": {\"sequences\": 4, \"mix\": []}}", SP_EPARSE, 0, "/distribution/mix"},
+    {"{\"distribution\": {\"sequences\": 4, \"mix\": [{\"prompt\": 3, \"gen\": 4}]}}", SP_EPARSE, 0,
+     "/distribution/mix/0"},
+    {"{\"distribution\": {\"sequences\": 4, \"mix\": [{\"prompt\": 3, \"gen\": 4, \"share\": 1}], \"seed\": 1}}",
+     SP_EPARSE, 0, "/distribution/seed"},
 };
 
 START_TEST(test_workload_errors)
@@ -881,6 +928,7 @@ int main(void)
     TCase *tc = tcase_create("cost");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_workload_csv_json);
+    tcase_add_test(tc, test_workload_distribution);
     tcase_add_loop_test(tc, test_workload_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
     tcase_add_loop_test(tc, test_lowering_batch_blocks, 0, 2);

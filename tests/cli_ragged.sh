@@ -70,6 +70,13 @@ PL=$("$JSONQ" "$tmp/plan.json" /chosen/layout_text 2>/dev/null)
 "$SHARDPLAN" plan --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" >"$tmp/plan.txt" 2>&1 &&
     grep -q '^workload: 4 sequences, 16 prompt tokens' "$tmp/plan.txt" ||
     { echo "FAIL: plan --workload text"; cat "$tmp/plan.txt"; fail=$((fail + 1)); }
+# a length distribution: the batch it expands into (shares 3 and 1 of 8: 6 and 2 sequences)
+printf '{"distribution": {"sequences": 8, "mix": [{"prompt": 64, "gen": 8, "share": 3}, {"prompt": 8, "gen": 32, "share": 1}]}}' \
+    >"$tmp/dist.json"
+"$SHARDPLAN" plan --model llama2-7b --hw h100 --chips 2 --workload "$tmp/dist.json" --json >"$tmp/pland.json" \
+    2>"$tmp/plan.err" && json_check '$1 == 8 && $2 == 6 * 64 + 2 * 8 && $3 == 6 * 8 + 2 * 32' "$tmp/pland.json" \
+    /ragged_workload /sequences /prompt_tokens /gen_tokens ||
+    { echo "FAIL: plan --workload of a distribution"; cat "$tmp/plan.err"; fail=$((fail + 1)); }
 expect2 "plan --workload --offload" "workload file.*offload: not implemented" plan --model llama2-7b --hw h100 \
     --chips 2 --workload "$tmp/w.csv" --offload
 expect2 "plan --workload --batch" "replaces --batch" plan --model llama2-7b --hw h100 --chips 2 \
