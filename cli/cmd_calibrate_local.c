@@ -146,6 +146,17 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
             hw.rows_value[d][i] = g.rows_value[d][i] < 0.01 ? 0.01 : g.rows_value[d][i];
         }
     }
+    for (int d = 0; d < 5 && d < SP_DT_COUNT; d++) {
+        hw.rows_sizes[d] = g.rows_sizes[d];
+        for (int c = 0; c < g.rows_sizes[d]; c++) {
+            hw.rows_w[d][c] = g.rows_w[d][c];
+            hw.rows_w_points[d][c] = g.rows_w_points[d][c];
+            for (int i = 0; i < g.rows_w_points[d][c]; i++) {
+                hw.rows_w_m[d][c][i] = g.rows_w_m[d][c][i];
+                hw.rows_w_value[d][c][i] = g.rows_w_value[d][c][i] < 0.01 ? 0.01 : g.rows_w_value[d][c][i];
+            }
+        }
+    }
     f = &g;
     hw.matmul_tile[0] = f->tile_m;
     hw.attn_points = f->attn_points;

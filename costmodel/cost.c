@@ -238,7 +238,9 @@ typedef struct eff_slot { eff_key k; double eff; } eff_slot;
 _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offsetof(sp_hw, eff_flops) < offsetof(sp_hw, eff_value) &&
                offsetof(sp_hw, eff_value) < offsetof(sp_hw, matmul_tile) && offsetof(sp_hw, matmul_tile) < offsetof(sp_hw, rows_points) &&
                offsetof(sp_hw, rows_points) < offsetof(sp_hw, rows_m) && offsetof(sp_hw, rows_m) < offsetof(sp_hw, rows_value) &&
-               offsetof(sp_hw, rows_value) < offsetof(sp_hw, mem_points) &&
+               offsetof(sp_hw, rows_value) < offsetof(sp_hw, rows_sizes) && offsetof(sp_hw, rows_sizes) < offsetof(sp_hw, rows_w) &&
+               offsetof(sp_hw, rows_w) < offsetof(sp_hw, rows_w_points) && offsetof(sp_hw, rows_w_points) < offsetof(sp_hw, rows_w_m) &&
+               offsetof(sp_hw, rows_w_m) < offsetof(sp_hw, rows_w_value) && offsetof(sp_hw, rows_w_value) < offsetof(sp_hw, mem_points) &&
                offsetof(sp_hw, mem_points) < offsetof(sp_hw, mem_bytes) && offsetof(sp_hw, mem_bytes) < offsetof(sp_hw, mem_value) &&
                offsetof(sp_hw, mem_value) < offsetof(sp_hw, ws_points) && offsetof(sp_hw, ws_points) < offsetof(sp_hw, ws_bytes) &&
                offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, wsa_points) &&

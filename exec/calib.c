@@ -945,6 +945,48 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             f->rows_value[d][f->rows_points[d]++] = u > 1 ? 1 : u;
         }
     }
+    /* and by weight shape: the same ratio, each (K, N) on its own (the
+     * median above hides that large weights run few rows slower; T = 16:
+     * 62.6 GFLOP/s at 2048x5632, 77.3 at 512x512, 2026-11-23), K·N
+     * increasing, each timed at 3 T or more; shapes beyond SP_HW_ROWS_SIZES
+     * are left out */
+    for (int d = 0; d < 5; d++) {
+        double peak = sp_hw_compute_peak(&pk, (sp_dtype)d);
+        f->rows_sizes[d] = 0;
+        for (double wlo = 0; peak > 0 && f->rows_sizes[d] < SP_HW_ROWS_SIZES;) {
+            double wn = 0;   /* the next larger K·N measured */
+            for (int i = 0; i < r->n_mm; i++) {
+                const sp_calib_mm *p = &r->mm[i];
+                double kn = (double)p->K * (double)p->N;
+                if (p->dt == d && !(p->ring > 1) && !p->alone && kn > wlo && (!wn || kn < wn)) wn = kn;
+            }
+            if (!wn) break;
+            wlo = wn;
+            int c = f->rows_sizes[d], np = 0;
+            /* points by T increasing (the grid lists T increasing per shape; sorted here regardless) */
+            for (int64_t T = 1, next; T > 0 && np < SP_CALIB_CURVE; T = next) {
+                next = 0;
+                double u = -1;
+                for (int i = 0; i < r->n_mm; i++) {
+                    const sp_calib_mm *p = &r->mm[i];
+                    if (p->dt != d || p->ring > 1 || p->alone || (double)p->K * (double)p->N != wn) continue;
+                    if (p->T > T && (!next || p->T < next)) next = p->T;
+                    if (p->T != T) continue;
+                    double fl = 2.0 * (double)(p->T * p->K * p->N);
+                    u = fl / p->seconds / (peak * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0));
+                }
+                if (u < 0) continue;
+                f->rows_w_m[d][c][np] = (double)T;
+                f->rows_w_value[d][c][np++] = u > 1 ? 1 : u;
+            }
+            /* a rows curve needs rows: shapes timed at one T only (the f32
+             * weight streams, T = 1) stay in the median curve alone */
+            if (np < 3) continue;
+            f->rows_w[d][c] = wn;
+            f->rows_w_points[d][c] = np;
+            f->rows_sizes[d]++;
+        }
+    }
     /* attention: fraction of the f32 peak by head width, mean over the shapes of each width */
     n = 0;
     for (int i = 0; i < r->n_attn; i++) {

@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include "sp_common.h"
 #include "sp_comm.h"
+#include "sp_hw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +148,12 @@ typedef struct sp_calib_fit {
     int rows_points[5];        /* per weight dtype: fraction of that efficiency (at the dtype's compute
                                   peak, sp_hw_compute_peak) by activation rows T, median over shapes */
     double rows_m[5][SP_CALIB_CURVE], rows_value[5][SP_CALIB_CURVE];
+    int rows_sizes[5];         /* the same by weight shape: one curve per (K, N) measured (K·N
+                                  increasing; at most SP_HW_ROWS_SIZES), each point rate / (peak ×
+                                  FLOPs curve) of that shape alone */
+    double rows_w[5][SP_HW_ROWS_SIZES];
+    int rows_w_points[5][SP_HW_ROWS_SIZES];
+    double rows_w_m[5][SP_HW_ROWS_SIZES][SP_CALIB_CURVE], rows_w_value[5][SP_HW_ROWS_SIZES][SP_CALIB_CURVE];
     int tile_m;                /* matmul_tile M (0: none): the T granularity that fits the points best */
     double mm_median_err;      /* |roofline model - measured| / measured over the f32 matmul points */
     int attn_points;           /* attention efficiency (fraction of the f32 peak) by d_head */

@@ -63,11 +63,29 @@ static double tile_util(int64_t d, int tile)
     return (double)d / (double)padded;
 }
 
+double sp_hw_rows_eff(const sp_hw *hw, sp_dtype dt, int64_t m, double weights)
+{
+    if ((unsigned)dt >= SP_DT_COUNT) return 1.0;
+    int nc = hw->rows_sizes[dt];
+    if (nc <= 0) return sp_hw_curve(hw->rows_points[dt], hw->rows_m[dt], hw->rows_value[dt], (double)m, 1.0);
+    if (nc > SP_HW_ROWS_SIZES) nc = SP_HW_ROWS_SIZES;
+    const double *w = hw->rows_w[dt];
+    int lo = 0, hi = 0;   /* the classes around weights (equal at and beyond the ends) */
+    if (weights >= w[nc - 1]) lo = hi = nc - 1;
+    else if (weights > w[0])
+        for (hi = 1; hi < nc - 1 && weights > w[hi]; hi++) lo = hi;
+    double a = sp_hw_curve(hw->rows_w_points[dt][lo], hw->rows_w_m[dt][lo], hw->rows_w_value[dt][lo], (double)m, 1.0);
+    if (hi == lo) return a;
+    double b = sp_hw_curve(hw->rows_w_points[dt][hi], hw->rows_w_m[dt][hi], hw->rows_w_value[dt][hi], (double)m, 1.0);
+    double t = log(weights / w[lo]) / log(w[hi] / w[lo]);
+    return a + t * (b - a);
+}
+
 double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n, int64_t k)
 {
     double e = sp_hw_matmul_eff(hw, 2.0 * (double)m * (double)n * (double)k);
     if (!hw) return e;
-    if ((unsigned)dt < SP_DT_COUNT) e *= sp_hw_curve(hw->rows_points[dt], hw->rows_m[dt], hw->rows_value[dt], (double)m, 1.0);
+    if ((unsigned)dt < SP_DT_COUNT) e *= sp_hw_rows_eff(hw, dt, m, (double)n * (double)k);
     return e * tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
 }
 
@@ -216,6 +234,18 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     for (int d = 0; d < SP_DT_COUNT; d++) {
         snprintf(t, sizeof t, "/efficiency/matmul_rows/%s", sp_dtype_name((sp_dtype)d));
         SP_CHECK(check_curve(src, err, t, "M", hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]));
+        if (hw->rows_sizes[d] < 0 || hw->rows_sizes[d] > SP_HW_ROWS_SIZES) {
+            snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s", sp_dtype_name((sp_dtype)d));
+            return hfail(src, err, t, "at most 6 weight sizes");
+        }
+        for (int c = 0; c < hw->rows_sizes[d]; c++) {
+            snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s/%d/weights", sp_dtype_name((sp_dtype)d), c);
+            if (!(hw->rows_w[d][c] > 0) || !isfinite(hw->rows_w[d][c]) || (c > 0 && !(hw->rows_w[d][c] > hw->rows_w[d][c - 1])))
+                return hfail(src, err, t, "weight elements must be > 0 and increase from class to class");
+            snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s/%d/rows", sp_dtype_name((sp_dtype)d), c);
+            if (hw->rows_w_points[d][c] < 1) return hfail(src, err, t, "at least 1 point");
+            SP_CHECK(check_curve(src, err, t, "M", hw->rows_w_points[d][c], hw->rows_w_m[d][c], hw->rows_w_value[d][c]));
+        }
     }
     SP_CHECK(check_curve(src, err, "/efficiency/memory", "bytes", hw->mem_points, hw->mem_bytes, hw->mem_value));
     SP_CHECK(check_curve(src, err, "/efficiency/weight_stream", "bytes", hw->ws_points, hw->ws_bytes, hw->ws_value));
@@ -269,10 +299,11 @@ static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_mi
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency", "collective_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "memory", "weight_stream",
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "matmul_rows_by_weights", "memory", "weight_stream",
                                        "weight_stream_alone", "attention",
                                        "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
+static const char *const rows_class_keys[] = {"weights", "rows", NULL};
 
 #define C_(call) SP_CHECK(call)
 
@@ -455,6 +486,35 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
             snprintf(path, sizeof path, "/efficiency/matmul_rows/%s", sp_dtype_name((sp_dtype)d));
             C_(spi_json_get_child(c, "/efficiency/matmul_rows", mm, sp_dtype_name((sp_dtype)d), 0, JSON_ARRAY, &cv));
             if (cv) C_(read_curve(c, path, cv, "M", &hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]));
+        }
+    }
+    C_(spi_json_get_child(c, "/efficiency", e, "matmul_rows_by_weights", 0, JSON_OBJECT, &mm));
+    if (mm) {
+        C_(spi_json_check_keys(c, "/efficiency/matmul_rows_by_weights", mm, dtype_keys));
+        for (int d = 0; d < SP_DT_COUNT; d++) {
+            char path[96];
+            json_t *cl;
+            const char *dn = sp_dtype_name((sp_dtype)d);
+            snprintf(path, sizeof path, "/efficiency/matmul_rows_by_weights/%s", dn);
+            C_(spi_json_get_child(c, "/efficiency/matmul_rows_by_weights", mm, dn, 0, JSON_ARRAY, &cl));
+            if (!cl) continue;
+            size_t n = json_array_size(cl);
+            if (n < 1 || n > SP_HW_ROWS_SIZES)
+                C_(spi_json_fail(c, SP_EINVAL, "/efficiency/matmul_rows_by_weights", dn,
+                                 "must hold 1 to %d weight sizes, got %zu", SP_HW_ROWS_SIZES, n));
+            for (size_t i = 0; i < n; i++) {
+                char cp[128], rp[144];
+                json_t *o = json_array_get(cl, i), *rv;
+                snprintf(cp, sizeof cp, "%s/%zu", path, i);
+                if (!json_is_object(o))
+                    C_(spi_json_fail(c, SP_EINVAL, path, cp + strlen(path) + 1, "must be an object {weights, rows}"));
+                C_(spi_json_check_keys(c, cp, o, rows_class_keys));
+                C_(spi_json_get_num(c, cp, o, "weights", 1, 0, 1, 1e18, "weight elements K·N > 0", &hw->rows_w[d][i]));
+                C_(spi_json_get_child(c, cp, o, "rows", 1, JSON_ARRAY, &rv));
+                snprintf(rp, sizeof rp, "%s/rows", cp);
+                C_(read_curve(c, rp, rv, "M", &hw->rows_w_points[d][i], hw->rows_w_m[d][i], hw->rows_w_value[d][i]));
+            }
+            hw->rows_sizes[d] = (int)n;
         }
     }
     C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
@@ -651,6 +711,19 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         curve_json(rows, sp_dtype_name((sp_dtype)d), hw->rows_points[d], hw->rows_m[d], hw->rows_value[d]);
     if (json_object_size(rows)) json_object_set_new(e, "matmul_rows", rows);
     else json_decref(rows);
+    json_t *byw = json_object();
+    for (int d = 0; d < SP_DT_COUNT; d++) {
+        if (hw->rows_sizes[d] <= 0) continue;
+        json_t *cl = json_array();
+        for (int c = 0; c < hw->rows_sizes[d]; c++) {
+            json_t *o = json_pack("{s:f}", "weights", hw->rows_w[d][c]);
+            curve_json(o, "rows", hw->rows_w_points[d][c], hw->rows_w_m[d][c], hw->rows_w_value[d][c]);
+            json_array_append_new(cl, o);
+        }
+        json_object_set_new(byw, sp_dtype_name((sp_dtype)d), cl);
+    }
+    if (json_object_size(byw)) json_object_set_new(e, "matmul_rows_by_weights", byw);
+    else json_decref(byw);
     curve_json(e, "memory", hw->mem_points, hw->mem_bytes, hw->mem_value);
     curve_json(e, "weight_stream", hw->ws_points, hw->ws_bytes, hw->ws_value);
     curve_json(e, "weight_stream_alone", hw->wsa_points, hw->wsa_bytes, hw->wsa_value);

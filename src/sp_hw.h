@@ -27,6 +27,7 @@ typedef enum sp_topo_kind { SP_TOPO_TORUS = 0, SP_TOPO_CLUSTER = 1, SP_TOPO_COUN
 typedef enum sp_overlap { SP_OVERLAP_NONE = 0, SP_OVERLAP_FULL = 1, SP_OVERLAP_FRACTION = 2, SP_OVERLAP_COUNT } sp_overlap;
 
 #define SP_HW_EFF_POINTS 8
+#define SP_HW_ROWS_SIZES 6   /* weight-size classes of the rows curves (matmul_rows_by_weights) */
 #define SP_HW_CAL_PARAMS 24
 
 /* Where a profile's fitted numbers come from: the "calibration" section
@@ -123,6 +124,18 @@ typedef struct sp_hw {
                                          FLOPs at large M, and each weight dtype takes its own path */
     double rows_m[SP_DT_COUNT][SP_HW_EFF_POINTS];
     double rows_value[SP_DT_COUNT][SP_HW_EFF_POINTS];
+    int rows_sizes[SP_DT_COUNT];      /* matmul rows by weight size, per weight dtype: classes (0: none,
+                                         rows_* above apply), each a rows curve measured on weights of
+                                         rows_w[c] elements (K·N, increasing); a matmul of K·N weight
+                                         elements takes the two classes around K·N, each at its M,
+                                         linear in log(K·N) between them (the end classes beyond).
+                                         Large weights run few rows slower than small ones at the same
+                                         FLOPs curve (sgemm's blocking: T = 16 at 2048x5632 reached 0.82
+                                         of T = 16 at 512x512 here) */
+    double rows_w[SP_DT_COUNT][SP_HW_ROWS_SIZES];
+    int rows_w_points[SP_DT_COUNT][SP_HW_ROWS_SIZES];
+    double rows_w_m[SP_DT_COUNT][SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
+    double rows_w_value[SP_DT_COUNT][SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
     int mem_points;                   /* memory-bound steps: points (bytes moved, fraction of HBM
                                          bandwidth); none: hbm_bw_eff for every size */
     double mem_bytes[SP_HW_EFF_POINTS];
@@ -180,6 +193,12 @@ double sp_hw_curve(int n, const double *x, const double *y, double v, double non
  * when `share` chips run per core (>= 1): chip.idle_wake_by_share at share
  * when given, else chip.idle_wake_s / share (0 in every datasheet profile). */
 double sp_hw_idle_wake(const sp_hw *hw, double share);
+/* The rows factor of a matmul of m activation rows whose local weights
+ * hold `weights` elements (K·N) in dtype dt: efficiency.matmul_rows_by_weights
+ * when the profile has it for dt (the classes around weights, linear in
+ * log(weights) between them), else efficiency.matmul_rows (1 without either).
+ * Part of sp_hw_matmul_shape_eff. */
+double sp_hw_rows_eff(const sp_hw *hw, sp_dtype dt, int64_t m, double weights);
 /* The FLOP/s a matmul with weights of that dtype runs at before
  * efficiencies: f32's peak (bf16's when the chip has none) for f32 weights,
  * bf16's for every other (weight-only quantisation dequantises to bf16). */

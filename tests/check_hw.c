@@ -126,6 +126,8 @@ START_TEST(test_new_fields)
              "\"dispatch_s\":5e-6},\"topology\":{\"kind\":\"torus\",\"dims\":[8,8,8],\"link_bw\":1e10,"
              "\"hop_latency\":1e-6,\"slices\":{\"shapes\":[[2,2,1]],\"cuboid_multiple\":4,\"cuboid_min_chips\":64}},"
              "\"efficiency\":{\"matmul_tile\":[8,128,128],\"matmul_rows\":{\"bf16\":[[1,0.2],[16,1]]},"
+             "\"matmul_rows_by_weights\":{\"int8\":[{\"weights\":1e4,\"rows\":[[1,0.4],[16,1]]},"
+             "{\"weights\":1e6,\"rows\":[[1,0.2],[16,0.8]]}]},"
              "\"memory\":[[1e4,0.1],[1e6,0.5],[1e8,0.9]],\"weight_stream_alone\":[[1e6,0.6],[1e8,0.3]]}}");
     ck_assert_msg(sp_hw_loads(text, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
     ck_assert_double_eq(hw.dispatch_s, 5e-6);
@@ -140,6 +142,17 @@ START_TEST(test_new_fields)
     /* bf16 weights also take their rows curve at m = 4: log midpoint of 1 and 16, 0.2 .. 1 */
     ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_BF16, 4, 192, 128), 0.5 * 0.75 * 0.6, 1e-12);
     ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_BF16, 64, 256, 128), 1.0, 1e-12);   /* clamped */
+    /* int8 weights take their rows curve by weight size: K·N = 1e5 is the log
+     * midpoint of the classes 1e4 and 1e6; m = 4 the log midpoint of 1 and 16 */
+    ck_assert_double_eq_tol(sp_hw_rows_eff(&hw, SP_DT_INT8, 4, 1e5), 0.5 * (0.7 + 0.5), 1e-12);
+    ck_assert_double_eq_tol(sp_hw_rows_eff(&hw, SP_DT_INT8, 16, 1e3), 1.0, 1e-12);   /* below the first class */
+    ck_assert_double_eq_tol(sp_hw_rows_eff(&hw, SP_DT_INT8, 1, 1e8), 0.2, 1e-12);    /* beyond the last */
+    ck_assert_double_eq_tol(sp_hw_rows_eff(&hw, SP_DT_BF16, 4, 1e5), 0.6, 1e-12);    /* bf16: the one curve */
+    ck_assert_double_eq_tol(sp_hw_matmul_shape_eff(&hw, SP_DT_INT8, 16, 1000, 1000), 0.8 * (1000 / 1024.0) * (1000 / 1024.0), 1e-12);   /* n, k tiles of 128 */
+    json_t *rb = spi_hw_to_json(&hw);
+    ck_assert_int_eq(json_array_size(json_object_get(json_object_get(json_object_get(rb, "efficiency"),
+                                                                     "matmul_rows_by_weights"), "int8")), 2);
+    json_decref(rb);
     int s221[3] = {1, 2, 2}, s444[3] = {4, 4, 4}, s448[3] = {4, 8, 4}, s228[3] = {2, 2, 8}, s888[3] = {8, 8, 8};
     int s16[3] = {16, 4, 4};
     ck_assert(sp_hw_slice_rentable(&hw, s221));
@@ -211,6 +224,10 @@ START_TEST(test_new_fields)
         {"[1e8,0.3]", "[1e5,0.3]", "/efficiency/weight_stream_alone/1"},
         {"[16,1]", "[0.5,1]", "/efficiency/matmul_rows/bf16/1"},
         {"rows\":{\"bf16\":", "rows\":{\"bf17\":", "/efficiency/matmul_rows/bf17"},
+        {"\"weights\":1e6", "\"weights\":1e3", "/efficiency/matmul_rows_by_weights/int8/1/weights"},
+        {"[16,0.8]", "[16,1.8]", "/efficiency/matmul_rows_by_weights/int8/1/rows/1"},
+        {"\"weights\":1e4,", "", "/efficiency/matmul_rows_by_weights/int8/0/weights"},
+        {"{\"weights\":1e6,", "{\"weight\":1e6,", "/efficiency/matmul_rows_by_weights/int8/1/weight"},
         {"[1e6,0.5]", "[1e3,0.5]", "/efficiency/memory/1"},
         {"[[2,2,1]]", "[[2,0,1]]", "/topology/slices/shapes/0"},
         {"\"cuboid_multiple\":4,", "", "/topology/slices/cuboid_multiple"},

@@ -140,9 +140,12 @@ START_TEST(test_fit_shared_cores)
 {
     /* weight streams: 1 MiB at the best rate; 16 MiB on 2 chips at once at
      * 1/8 of it, alone at 1/4 */
-    sp_calib_mm mm[5] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
+    /* matmuls: 512x512 at T = 1, 8, 64 (T = 8 at 3/4 of the peak), and
+     * 2048x2048 at T = 8, 16, 64, its T = 8 at half the rate of 512x512's */
+    sp_calib_mm mm[8] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
                          {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0},
-                         {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}};
+                         {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}, {SP_DT_F32, 8, 2048, 2048, 1, 32e-4, 0},
+                         {SP_DT_F32, 16, 2048, 2048, 1, 32e-4, 0}, {SP_DT_F32, 64, 2048, 2048, 1, 96e-4, 0}};
     sp_calib_coll_pt pt[8];
     int n = 0;
     for (int chips = 2; chips <= 8; chips *= 4)
@@ -160,7 +163,7 @@ START_TEST(test_fit_shared_cores)
     r.cores = 2;
     r.compute_chips = 2;
     r.mm = mm;
-    r.n_mm = 5;
+    r.n_mm = 8;
     r.coll = pt;
     r.n_coll = n;
     r.barrier_s = 56e-6;
@@ -186,6 +189,18 @@ START_TEST(test_fit_shared_cores)
         ck_assert_double_eq_tol(f.wake_value[w], W[w], 1e-12);
     }
     ck_assert_double_eq_tol(f.idle_wake_s, W[0], 1e-12);
+    /* rows by weight shape: each shape its own curve (the peak is 512x512's
+     * T = 64 rate, which 2048x2048's T = 64 equals; the FLOPs curve is 1) */
+    ck_assert_int_eq(f.rows_sizes[SP_DT_F32], 2);
+    ck_assert_double_eq(f.rows_w[SP_DT_F32][0], 512.0 * 512);
+    ck_assert_double_eq(f.rows_w[SP_DT_F32][1], 2048.0 * 2048);
+    ck_assert_int_eq(f.rows_w_points[SP_DT_F32][0], 3);
+    ck_assert_int_eq(f.rows_w_points[SP_DT_F32][1], 3);
+    ck_assert_double_eq(f.rows_w_m[SP_DT_F32][0][1], 8);
+    ck_assert_double_eq_tol(f.rows_w_value[SP_DT_F32][0][1], 0.75, 1e-12);
+    ck_assert_double_eq_tol(f.rows_w_value[SP_DT_F32][1][0], 0.375, 1e-12);
+    ck_assert_double_eq_tol(f.rows_w_value[SP_DT_F32][1][1], 0.75, 1e-12);
+    ck_assert_double_eq_tol(f.rows_w_value[SP_DT_F32][1][2], 1.0, 1e-12);
     ck_assert_double_eq_tol(f.launch, 5e-6, 1e-12);
     ck_assert_double_eq_tol(f.alpha, 3e-6, 1e-12);
     ck_assert_double_eq_tol(f.beta, 2e-10, 1e-16);
