@@ -1111,6 +1111,7 @@ typedef struct stage_kind {
     int64_t layers;
     int64_t moe_phase;          /* first layer mod moe_every: which layers are MoE (0 without dense ones) */
     int64_t streamed;           /* layers whose weights are offloaded (offload_weights) */
+    int mesh[3];                /* the stage's tensor mesh (its own with stage_mesh) */
     sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
     int64_t units;              /* prefill passes per micro-batch */
@@ -1222,6 +1223,7 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     k->first = s == 0;
     k->last = s == l->stages - 1;
     k->units = 1;
+    sp_layout_stage_mesh(l, s, k->mesh);
     return st;
 }
 
@@ -1239,6 +1241,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
     k->moe_phase = sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0;
     k->streamed = sp_layout_offload_layers(l, s);
     k->units = 1;
+    sp_layout_stage_mesh(l, s, k->mesh);
     spi_ckd ck = SPI_CKD_INIT;
     int64_t max_ctx = w->prompt + w->gen;
     sp_shape pf_sh = {w->batch, w->prompt, w->prompt, max_ctx, opts->act_dtype, 0};
@@ -1529,12 +1532,14 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
+        int mesh[3];
         sp_layout_stage_layers(l, m->n_layers, s, &l0, &nl);
+        sp_layout_stage_mesh(l, s, mesh);
         stage_kind *k = NULL;
         for (int i = 0; i < nkinds && !k; i++)
             if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl &&
                 kinds[i].moe_phase == (sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0) &&
-                kinds[i].streamed == sp_layout_offload_layers(l, s))
+                kinds[i].streamed == sp_layout_offload_layers(l, s) && !memcmp(kinds[i].mesh, mesh, sizeof mesh))
                 k = &kinds[i];
         if (!k) {
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))

@@ -1,4 +1,5 @@
 /* sim.c: every chip's program on a two-stream timeline (rules in sp_sim.h and sp_cost.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,39 +19,51 @@ typedef struct sim {
     const sp_layout *l;
     const sp_sim_opts *o;
     sp_phase phase;
-    int S, M, T, n_st;           /* stages, micro-batches, tokens, chips per stage */
+    int S, M, T;                 /* stages, micro-batches, tokens */
+    int hetero;                  /* stages of their own mesh (sp_layout_hetero) */
+    int nst[SP_LAYOUT_MAX_STAGES];      /* chips of stage s (all replicas): R · X_s·Y_s·Z_s */
+    int first[SP_LAYOUT_MAX_STAGES];    /* global rank of stage s's first chip */
+    int nmax, nfb;               /* the most chips of a stage; feedback slots per micro-batch */
     int64_t U, NT;               /* prefill: passes per micro-batch, token passes among them (1, 1 in decode) */
     int64_t pass;                /* the prefill pass being run (trace ids); -1: one pass, or decode */
-    sp_mesh mesh;
+    sp_mesh mesh[SP_LAYOUT_MAX_STAGES];  /* [0]: every stage's; stages of their own mesh: [s], stage s's view */
     spi_prog_run *pr;            /* [NT × S]: token pass j of stage s at j·S + s */
-    spi_sched *st;               /* [n_st]: the chips of the stage being run */
-    int64_t *ready;              /* [n_st] */
-    int64_t *gmax;               /* [n_st]: latest ready time per group (indexed by leader) */
-    int *gid[1u << SP_AXIS_COUNT];   /* per mask: each chip's group leader (local index); lazily built */
+    spi_sched *st;               /* [nmax]: the chips of the stage being run */
+    int64_t *ready;              /* [nmax] */
+    int64_t *gmax;               /* [nmax]: latest ready time per group (indexed by leader) */
+    int *(*gid)[1u << SP_AXIS_COUNT];   /* [meshes][mask]: each chip's group leader (local index); lazily built */
+    /* stages of their own mesh: the hand-off's (sender, receiver) pairs into the
+     * program at j·S + s (s >= 1), local indices in stages s − 1 and s (sp_lower_stage_xfer_progs) */
+    int **pairs;                 /* [NT × S]: 2 · npairs ints each */
+    int *npairs;                 /* [NT × S] */
     int64_t *chip_end;           /* [N]: end of the chip's last unit */
     int64_t *send_end;           /* [N]: end of the chip's last send */
-    int64_t *fb;                 /* [M × n_st]: end of the last stage's unit (t−1, j), per chip of a stage */
+    int64_t *fb;                 /* [M × nfb]: end of the last stage's unit (t−1, j), per chip of a stage (per
+                                  * replica with stages of their own mesh: the first stage's chips wait for all of it) */
     int64_t *round_end;          /* [T]: latest end of the last stage's units of token t */
     int64_t events;
     sp_status trace_status;
 } sim;
 
-static const int *group_ids(sim *x, unsigned mask)
+/* stage s's chips' group leaders for a collective over mask */
+static const int *group_ids(sim *x, int s, unsigned mask)
 {
     mask &= (1u << SP_AXIS_COUNT) - 1;
-    if (!x->gid[mask]) {
-        int *g = malloc((size_t)x->n_st * sizeof *g);
-        if (!g) return NULL;
-        for (int c = 0; c < x->n_st; c++) {
+    int g = x->hetero ? s : 0;
+    const sp_mesh *mesh = &x->mesh[g];
+    if (!x->gid[g][mask]) {
+        int *id = malloc((size_t)x->nst[s] * sizeof *id);
+        if (!id) return NULL;
+        for (int c = 0; c < x->nst[s]; c++) {
             int co[SP_AXIS_COUNT];
-            sp_mesh_coords(&x->mesh, c, co);   /* stage 0's ranks: local index = rank */
+            sp_mesh_coords(mesh, c, co);   /* stage 0's ranks: local index = rank */
             for (int a = 0; a < SP_AXIS_COUNT; a++)
                 if (mask & (1u << a)) co[a] = 0;
-            g[c] = sp_mesh_rank(&x->mesh, co);
+            id[c] = sp_mesh_rank(mesh, co);
         }
-        x->gid[mask] = g;
+        x->gid[g][mask] = id;
     }
-    return x->gid[mask];
+    return x->gid[g][mask];
 }
 
 static void trace_step(sim *x, int chip, const sp_step *s, sp_prog_part part, int64_t layer, int idx, int64_t tok,
@@ -69,21 +82,21 @@ static void trace_step(sim *x, int chip, const sp_step *s, sp_prog_part part, in
 static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run *r0, sp_prog_part part,
                           int64_t layer, int idx, int64_t tok, int mb)
 {
-    int base = s * x->n_st;
+    int base = x->first[s], n = x->nst[s];
     int collective = step->kind == SP_STEP_COLL;
     const int *gid = NULL;
     spi_step_run rs[1];
-    for (int c = 0; c < x->n_st; c++) {
+    for (int c = 0; c < n; c++) {
         int from;
         x->ready[c] = spi_sched_ready(&x->st[c], r0, &from);
     }
     if (collective && step->coll.group > 1) {
-        if (!(gid = group_ids(x, step->coll.mask))) return spi_fail(SP_ENOMEM, "simulator: out of memory");
-        for (int c = 0; c < x->n_st; c++) x->gmax[gid[c]] = -1;
-        for (int c = 0; c < x->n_st; c++)
+        if (!(gid = group_ids(x, s, step->coll.mask))) return spi_fail(SP_ENOMEM, "simulator: out of memory");
+        for (int c = 0; c < n; c++) x->gmax[gid[c]] = -1;
+        for (int c = 0; c < n; c++)
             if (x->ready[c] > x->gmax[gid[c]]) x->gmax[gid[c]] = x->ready[c];
     }
-    for (int c = 0; c < x->n_st; c++) {
+    for (int c = 0; c < n; c++) {
         const spi_step_run *r = r0;
         if (x->o->slowdown && r0->mode == SPI_RUN_COMPUTE && x->o->slowdown[x->o->chip0 + base + c] != 1.0) {
             rs[0] = *r0;
@@ -105,15 +118,32 @@ static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run
     return SP_OK;
 }
 
-/* Unit (token tok, micro-batch mb) on stage s. */
-static sp_status run_unit(sim *x, const sp_program *p, const spi_prog_run *pr, int s, int tok, int mb)
+/* the feedback slot of chip c of the last stage (or the first): the chip
+ * itself, or with stages of their own mesh its replica */
+static size_t fb_slot(const sim *x, int s, int c, int mb)
 {
-    int base = s * x->n_st;
-    for (int c = 0; c < x->n_st; c++) {
+    return (size_t)mb * (size_t)x->nfb + (size_t)(x->hetero ? c / (x->nst[s] / x->l->replicas) : c);
+}
+
+/* Unit (token tok, micro-batch mb) on stage s (program i of x->pr). */
+static sp_status run_unit(sim *x, const sp_program *p, int64_t pi, int s, int tok, int mb)
+{
+    const spi_prog_run *pr = &x->pr[pi];
+    int base = x->first[s], n = x->nst[s];
+    for (int c = 0; c < n; c++) {
         int64_t t = x->chip_end[base + c];
-        if (s > 0 && x->send_end[base - x->n_st + c] > t) t = x->send_end[base - x->n_st + c];
-        if (s == 0 && tok > 0 && x->fb[(size_t)mb * x->n_st + c] > t) t = x->fb[(size_t)mb * x->n_st + c];
-        for (int k = 0; k < SPI_SLOTS; k++) x->st[c].t[k] = t;
+        /* even stages: chip c receives from chip c of the stage before */
+        if (s > 0 && !x->hetero && x->send_end[x->first[s - 1] + c] > t) t = x->send_end[x->first[s - 1] + c];
+        if (s == 0 && tok > 0 && x->fb[fb_slot(x, s, c, mb)] > t) t = x->fb[fb_slot(x, s, c, mb)];
+        x->ready[c] = t;
+    }
+    if (s > 0 && x->hetero)   /* each chip receives from every sender its block meets */
+        for (int k = 0; k < x->npairs[pi]; k++) {
+            int a = x->pairs[pi][2 * k], d = x->pairs[pi][2 * k + 1];
+            if (x->send_end[x->first[s - 1] + a] > x->ready[d]) x->ready[d] = x->send_end[x->first[s - 1] + a];
+        }
+    for (int c = 0; c < n; c++) {
+        for (int k = 0; k < SPI_SLOTS; k++) x->st[c].t[k] = x->ready[c];
         x->st[c].vec = NULL;
     }
     for (int i = 0; i < p->pre.n; i++)
@@ -127,16 +157,43 @@ static sp_status run_unit(sim *x, const sp_program *p, const spi_prog_run *pr, i
     }
     for (int i = 0; i < p->post.n; i++)
         SP_CHECK(run_step(x, s, &p->post.s[i], &pr->run[SP_PART_POST][i], SP_PART_POST, -1, i, tok, mb));
-    for (int c = 0; c < x->n_st; c++) {
+    for (int c = 0; c < n; c++) {
         int64_t e = x->st[c].t[SPI_SLOT_COMP] > x->st[c].t[SPI_SLOT_COMM] ? x->st[c].t[SPI_SLOT_COMP]
                                                                           : x->st[c].t[SPI_SLOT_COMM];
         x->chip_end[base + c] = e;
         if (s == x->S - 1) {
-            x->fb[(size_t)mb * x->n_st + c] = e;
+            int64_t *f = &x->fb[fb_slot(x, s, c, mb)];   /* ends only grow: the latest is this token's */
+            if (e > *f) *f = e;
             if (e > x->round_end[tok]) x->round_end[tok] = e;
         }
     }
     return SP_OK;
+}
+
+/* the hand-off into program i (stage s >= 1) as (sender, receiver) pairs of local indices */
+typedef struct pair_acc { sim *x; int64_t i; int s; int cap; } pair_acc;
+
+static sp_status pair_add(void *ctx, const sp_stage_block *b)
+{
+    pair_acc *a = ctx;
+    sim *x = a->x;
+    if (x->npairs[a->i] == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        int *p = realloc(x->pairs[a->i], (size_t)cap * 2 * sizeof *p);
+        if (!p) return spi_fail(SP_ENOMEM, "simulator: the hand-off into stage %d", a->s);
+        x->pairs[a->i] = p;
+        a->cap = cap;
+    }
+    int *p = &x->pairs[a->i][2 * x->npairs[a->i]++];
+    p[0] = b->src - x->first[a->s - 1];
+    p[1] = b->dst - x->first[a->s];
+    return SP_OK;
+}
+
+static sp_status hand_off_pairs(sim *x, const sp_program *from, const sp_program *to, int64_t i)
+{
+    pair_acc a = {x, i, (int)(i % x->S), 0};
+    return sp_lower_stage_xfer_progs(x->l, from, to, pair_add, &a);
 }
 
 static void sim_free(sim *x)
@@ -145,7 +202,12 @@ static void sim_free(sim *x)
     free(x->st);
     free(x->ready);
     free(x->gmax);
-    for (unsigned m = 0; m < (1u << SP_AXIS_COUNT); m++) free(x->gid[m]);
+    for (int g = 0; x->gid && g < (x->hetero ? x->S : 1); g++)
+        for (unsigned m = 0; m < (1u << SP_AXIS_COUNT); m++) free(x->gid[g][m]);
+    free(x->gid);
+    for (int64_t i = 0; x->pairs && i < x->NT * x->S; i++) free(x->pairs[i]);
+    free(x->pairs);
+    free(x->npairs);
     free(x->chip_end);
     free(x->send_end);
     free(x->fb);
@@ -156,7 +218,8 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
                        const sp_sim_opts *opts, sp_sim_result *out)
 {
     if (!l || !hw || !progs || !out) return spi_fail(SP_EINVAL, "sp_sim_phase: NULL argument");
-    SP_CHECK(sp_layout_hetero_refuse(l, "simulation"));
+    if (l->stages < 1 || l->stages > SP_LAYOUT_MAX_STAGES)
+        return spi_fail(SP_EINVAL, "sp_sim_phase: %d stages (1..%d)", l->stages, SP_LAYOUT_MAX_STAGES);
     sp_sim_opts defaults;
     if (!opts) {
         sp_sim_opts_init(&defaults);
@@ -171,9 +234,35 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     x.S = l->stages;
     x.M = l->microbatches;
     x.T = phase == SP_PHASE_DECODE ? (opts->tokens > 0 ? opts->tokens : x.S + 2) : 1;
-    sp_layout_mesh(l, &x.mesh);
-    int N = sp_mesh_size(&x.mesh);
-    x.n_st = N / x.S;
+    x.hetero = sp_layout_hetero(l);
+    int N;
+    if (!x.hetero) {
+        sp_layout_mesh(l, &x.mesh[0]);
+        N = sp_mesh_size(&x.mesh[0]);
+        for (int s = 0; s < x.S; s++) {
+            x.nst[s] = N / x.S;
+            x.first[s] = s * x.nst[s];
+        }
+        x.nfb = x.nst[0];
+    } else {
+        /* each stage on its own mesh: its view (the layout with the stage's mesh), whose
+         * stage-0 ranks are the stage's chips in order (sp_lower.h, "stage hand-off") */
+        int64_t chips = sp_layout_chips(l);
+        if (chips < 1 || chips > INT_MAX)
+            return spi_fail(SP_EINVAL, "sp_sim_phase: a layout of %lld chips", (long long)chips);
+        N = (int)chips;
+        for (int s = 0; s < x.S; s++) {
+            sp_layout v = *l;
+            sp_layout_stage_mesh(l, s, v.mesh);
+            sp_layout_mesh(&v, &x.mesh[s]);
+            x.nst[s] = (int)sp_layout_stage_chips(l, s);
+            x.first[s] = (int)sp_layout_stage_first_chip(l, s);
+        }
+        x.nfb = l->replicas;
+    }
+    x.nmax = 0;
+    for (int s = 0; s < x.S; s++)
+        if (x.nst[s] > x.nmax) x.nmax = x.nst[s];
     x.U = x.NT = 1;
     if (phase == SP_PHASE_PREFILL && progs[0]) {
         /* programs built by hand may leave the pass counts 0: one pass */
@@ -183,24 +272,34 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     for (int j = 0; j < x.NT; j++)
         for (int s = 0; s < x.S; s++) {
             const sp_program *p = progs[j * x.S + s];
-            if (!p || p->stage != s || p->phase != phase || memcmp(&p->layout, l, sizeof *l) ||
+            sp_layout v = *l;   /* the stage's view (sp_lower: its own mesh, if any) */
+            sp_layout_stage_mesh(l, s, v.mesh);
+            if (!p || p->stage != s || p->phase != phase || memcmp(&p->layout, &v, sizeof v) ||
                 (phase == SP_PHASE_PREFILL && p->shape.passes_left != x.NT - 1 - j))
                 return spi_fail(SP_EINVAL, "sp_sim_phase: program %d is not stage %d of this layout's %s (pass %d)",
                                 j * x.S + s, s, sp_phase_name(phase), j);
         }
     x.pr = calloc((size_t)(x.S * x.NT), sizeof *x.pr);
-    x.st = calloc((size_t)x.n_st, sizeof *x.st);
-    x.ready = calloc((size_t)x.n_st, sizeof *x.ready);
-    x.gmax = calloc((size_t)x.n_st, sizeof *x.gmax);
+    x.st = calloc((size_t)x.nmax, sizeof *x.st);
+    x.ready = calloc((size_t)x.nmax, sizeof *x.ready);
+    x.gmax = calloc((size_t)x.nmax, sizeof *x.gmax);
+    x.gid = calloc(x.hetero ? (size_t)x.S : 1, sizeof *x.gid);
     x.chip_end = calloc((size_t)N, sizeof *x.chip_end);
     x.send_end = calloc((size_t)N, sizeof *x.send_end);
-    x.fb = calloc((size_t)x.M * (size_t)x.n_st, sizeof *x.fb);
+    x.fb = calloc((size_t)x.M * (size_t)x.nfb, sizeof *x.fb);
     x.round_end = calloc((size_t)x.T, sizeof *x.round_end);
+    if (x.hetero) {
+        x.pairs = calloc((size_t)(x.S * x.NT), sizeof *x.pairs);
+        x.npairs = calloc((size_t)(x.S * x.NT), sizeof *x.npairs);
+    }
     sp_status st = SP_OK;
-    if (!x.pr || !x.st || !x.ready || !x.gmax || !x.chip_end || !x.send_end || !x.fb || !x.round_end) {
+    if (!x.pr || !x.st || !x.ready || !x.gmax || !x.gid || !x.chip_end || !x.send_end || !x.fb || !x.round_end ||
+        (x.hetero && (!x.pairs || !x.npairs))) {
         st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d chips", N);
         goto done;
     }
+    for (int64_t i = 0; x.hetero && i < x.S * x.NT; i++)
+        if (i % x.S) SP_CHECKGOTO(hand_off_pairs(&x, progs[i - 1], progs[i], i), st, done);
     for (int i = 0; i < x.S * x.NT; i++) {
         /* priced at the context each program was lowered for, as sp_cost_eval prices it */
         int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[i]->shape.context : 0, 0};
@@ -216,7 +315,7 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
             for (int s = 0; s < x.S; s++) {
                 int64_t i = u % x.NT * x.S + s;
                 x.pass = phase == SP_PHASE_PREFILL && x.U > 1 ? u % x.U : -1;
-                SP_CHECKGOTO(run_unit(&x, progs[i], &x.pr[i], s, t, (int)(u / x.U)), st, done);
+                SP_CHECKGOTO(run_unit(&x, progs[i], i, s, t, (int)(u / x.U)), st, done);
             }
         if (barrier) {
             int64_t b = 0;
@@ -328,7 +427,6 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
                       const sp_sim_opts *opts, sp_sim_times *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_sim_eval: NULL argument");
-    SP_CHECK(sp_layout_hetero_refuse(l, "simulation"));
     sp_sim_opts o;
     if (opts) o = *opts;
     else sp_sim_opts_init(&o);

@@ -23,6 +23,12 @@
  *     those sequences).  This is DeepSpeed-Inference's generation schedule
  *     with M micro-batches in flight (M < stages: the stages wait on the
  *     token's return, the bubble).
+ *     Stages of their own mesh (sp_layout.h, stage_mesh): stage s's chips
+ *     are its own (sp_layout_stage_first_chip, R·X_s·Y_s·Z_s of them), its
+ *     program the one lowered on its mesh; a chip of stage s waits for the
+ *     sends of every chip of stage s−1 whose block it takes
+ *     (sp_lower_stage_xfer_progs), and a chip of stage 0 for the end of
+ *     unit (t−1, j) on every last-stage chip of its replica.
  *     With chip.token_sync_s > 0 (a runtime that synchronises every chip
  *     after each generated token), every chip waits after each decode token
  *     until the last chip is done, plus token_sync_s·(chips − 1): the same

@@ -203,6 +203,39 @@ static void act_block(const sp_program *p, const sp_step *s, int r, int t, int64
     *col0 = (int64_t)sp_lower_axes_index(&p->layout, view, s->axes) * s->n;
 }
 
+sp_status sp_lower_stage_xfer_progs(const sp_layout *l, const sp_program *from, const sp_program *to,
+                                    sp_stage_xfer_fn fn, void *ctx)
+{
+    if (!l || !from || !to || !fn || from->stage < 0 || to->stage != from->stage + 1 || to->stage >= l->stages)
+        return spi_fail(SP_EINVAL, "sp_lower_stage_xfer_progs: bad arguments (stages %d and %d of %d)",
+                        from ? from->stage : -1, to ? to->stage : -1, l ? l->stages : 0);
+    const sp_step *snd = find_step(&from->post, SP_STEP_SEND), *rcv = find_step(&to->pre, SP_STEP_RECV);
+    if (!snd || !rcv)
+        return spi_fail(SP_EINTERNAL, "stage hand-off: stage %d has no SEND or %d no RECV", from->stage, to->stage);
+    int Ts = sp_lower_axes_size(&from->layout, "xyz"), Tr = sp_lower_axes_size(&to->layout, "xyz");
+    int64_t fs = sp_layout_stage_first_chip(l, from->stage), fr = sp_layout_stage_first_chip(l, to->stage);
+    int ab = sp_dtype_bytes(from->shape.act_dtype);
+    spi_ckd ck = SPI_CKD_INIT;
+    sp_status st = SP_OK;
+    for (int r = 0; r < l->replicas && !st; r++)
+        for (int d = 0; d < Tr && !st; d++) {
+            int64_t dr, dc;
+            act_block(to, rcv, r, d, &dr, &dc);
+            for (int t = 0; t < Ts && !st; t++) {
+                int64_t sr, sc;
+                act_block(from, snd, r, t, &sr, &sc);
+                int64_t r0 = sr > dr ? sr : dr, r1 = sr + snd->m < dr + rcv->m ? sr + snd->m : dr + rcv->m;
+                int64_t c0 = sc > dc ? sc : dc, c1 = sc + snd->n < dc + rcv->n ? sc + snd->n : dc + rcv->n;
+                if (r0 >= r1 || c0 >= c1) continue;
+                sp_stage_block b = {.src = (int)(fs + (int64_t)r * Ts + t), .dst = (int)(fr + (int64_t)r * Tr + d),
+                                    .row0 = r0, .rows = r1 - r0, .col0 = c0, .cols = c1 - c0};
+                b.bytes = spi_ck_mul3(&ck, "stage hand-off bytes", b.rows, b.cols, ab);
+                st = ck.overflow ? spi_fail(SP_EINVAL, "%s do not fit in 64 bits", ck.what) : fn(ctx, &b);
+            }
+        }
+    return st;
+}
+
 sp_status sp_lower_stage_xfer(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
                               int boundary, sp_stage_xfer_fn fn, void *ctx)
 {
@@ -213,29 +246,7 @@ sp_status sp_lower_stage_xfer(const sp_model *m, const sp_layout *l, sp_phase ph
     if (!p) return spi_fail(SP_ENOMEM, "stage hand-off: programs");
     sp_status st = sp_lower(m, l, phase, shape, boundary, &p[0]);
     if (!st) st = sp_lower(m, l, phase, shape, boundary + 1, &p[1]);
-    const sp_step *snd = st ? NULL : find_step(&p[0].post, SP_STEP_SEND);
-    const sp_step *rcv = st ? NULL : find_step(&p[1].pre, SP_STEP_RECV);
-    if (!st && (!snd || !rcv)) st = spi_fail(SP_EINTERNAL, "stage hand-off: stage %d has no SEND or %d no RECV", boundary, boundary + 1);
-    int Ts = st ? 0 : sp_lower_axes_size(&p[0].layout, "xyz"), Tr = st ? 0 : sp_lower_axes_size(&p[1].layout, "xyz");
-    int64_t fs = sp_layout_stage_first_chip(l, boundary), fr = sp_layout_stage_first_chip(l, boundary + 1);
-    int ab = sp_dtype_bytes(shape->act_dtype);
-    spi_ckd ck = SPI_CKD_INIT;
-    for (int r = 0; r < l->replicas && !st; r++)
-        for (int d = 0; d < Tr && !st; d++) {
-            int64_t dr, dc;
-            act_block(&p[1], rcv, r, d, &dr, &dc);
-            for (int t = 0; t < Ts && !st; t++) {
-                int64_t sr, sc;
-                act_block(&p[0], snd, r, t, &sr, &sc);
-                int64_t r0 = sr > dr ? sr : dr, r1 = sr + snd->m < dr + rcv->m ? sr + snd->m : dr + rcv->m;
-                int64_t c0 = sc > dc ? sc : dc, c1 = sc + snd->n < dc + rcv->n ? sc + snd->n : dc + rcv->n;
-                if (r0 >= r1 || c0 >= c1) continue;
-                sp_stage_block b = {.src = (int)(fs + (int64_t)r * Ts + t), .dst = (int)(fr + (int64_t)r * Tr + d),
-                                    .row0 = r0, .rows = r1 - r0, .col0 = c0, .cols = c1 - c0};
-                b.bytes = spi_ck_mul3(&ck, "stage hand-off bytes", b.rows, b.cols, ab);
-                st = ck.overflow ? spi_fail(SP_EINVAL, "%s do not fit in 64 bits", ck.what) : fn(ctx, &b);
-            }
-        }
+    if (!st) st = sp_lower_stage_xfer_progs(l, &p[0], &p[1], fn, ctx);
     free(p);
     return st;
 }

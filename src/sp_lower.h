@@ -819,6 +819,11 @@ typedef sp_status (*sp_stage_xfer_fn)(void *ctx, const sp_stage_block *b);
  * stage does not apply (sp_lower's reason) or boundary is not 0..stages−2. */
 sp_status sp_lower_stage_xfer(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
                               int boundary, sp_stage_xfer_fn fn, void *ctx);
+/* The same walk over the programs of the two stages (from: stage b, to:
+ * stage b + 1, as sp_lower lowers them for l, one step of one shape), for
+ * a consumer that holds them (the simulator, the executor). */
+sp_status sp_lower_stage_xfer_progs(const sp_layout *l, const sp_program *from, const sp_program *to,
+                                    sp_stage_xfer_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

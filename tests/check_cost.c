@@ -975,11 +975,6 @@ START_TEST(test_stage_mesh_layout)
     ck_assert_int_eq(sp_layout_check(&t, &m, &hw, 34, 16, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "stage_mesh");
     ck_assert_ptr_nonnull(strstr(err.text, "stage 1"));
-    /* the consumers that do not take them yet refuse them by name */
-    ck_assert_int_eq(sp_layout_parse("stages=2,stage_mesh=2x1x1,4x1x1", &t, &err), SP_OK);
-    sp_workload w = {16, 8, 2};
-    sp_sim_times sim;
-    ck_assert_int_eq(sp_sim_eval(&m, &hw, &t, &w, NULL, &sim), SP_ENOTSUP);
 }
 END_TEST
 

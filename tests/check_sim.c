@@ -402,8 +402,17 @@ END_TEST
 
 /* Simulates l with a trace of `chips` chips and `tokens` decode steps; the
  * trace as JSON (a new reference). */
+static json_t *sim_trace_slow(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w, int chips,
+                              int tokens, const double *slow, sp_sim_times *st);
 static json_t *sim_trace(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w, int chips,
                          int tokens, sp_sim_times *st)
+{
+    return sim_trace_slow(m, hw, l, w, chips, tokens, NULL, st);
+}
+
+/* the same with chips slowed down (sp_sim_opts.slowdown; NULL: none) */
+static json_t *sim_trace_slow(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w, int chips,
+                              int tokens, const double *slow, sp_sim_times *st)
 {
     char path[] = "/tmp/check_sim_XXXXXX";
     int fd = mkstemp(path);
@@ -415,6 +424,7 @@ static json_t *sim_trace(const sp_model *m, const sp_hw *hw, const sp_layout *l,
     sp_sim_opts_init(&o);
     o.trace = t;
     o.tokens = tokens;
+    o.slowdown = slow;
     ck_assert_msg(sp_sim_eval(m, hw, l, w, &o, st) == SP_OK, "%s", sp_last_error());
     ck_assert_int_eq(sp_trace_close(t), SP_OK);
     json_error_t je;
@@ -657,6 +667,162 @@ START_TEST(test_groups_trace)
 }
 END_TEST
 
+/* Stages of their own mesh (stage_mesh): each stage's chips on the
+ * timeline.  The simulator's prefill and decode step equal sp_cost_eval's
+ * to the bit, and both equal the flow shop worked by hand from the stage
+ * times (prefill Σ t_s + (M−1)·max t_s, decode step max(M·max t_s, Σ t_s),
+ * whole picoseconds); the stages' times differ (their meshes do), so a
+ * composition that took one stage's time for all would fail.  Layout 3's
+ * middle stages hold as many layers on different meshes (priced apart). */
+static const char *const hetero_lays[] = {
+    "stages=2,stage_mesh=8x1x1,4x1x1",
+    "stages=2,stage_mesh=8x1x1,4x1x1,microbatches=2",
+    "stages=2,stage_mesh=2x1x1,4x1x1,microbatches=2,prefill=ws1d/heads,decode=ws1d/heads",
+    "stages=4,stage_mesh=1x1x1,2x1x1,1x1x1,1x1x1,microbatches=4",
+    "replicas=2,stages=2,stage_mesh=2x1x1,1x1x1,microbatches=2,stage_layers=3,1",
+};
+static const int hetero_chips[] = {12, 12, 6, 5, 6};
+
+START_TEST(test_hetero_closed_form)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(_i == 2 ? "tiny-gpt2" : "tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse(hetero_lays[_i], &l, &err), SP_OK);
+    ck_assert(sp_layout_hetero(&l));
+    ck_assert_msg(sp_layout_check(&l, &m, &hw, hetero_chips[_i], 8, &err) == SP_OK, "%s", err.text);
+    sp_workload w = {8, 16, 8};
+    sp_stage_time t[4];
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    co.stage_times = t;
+    sp_cost c;
+    ck_assert_msg(sp_cost_eval(&m, &hw, &l, &w, &co, &c) == SP_OK, "%s", sp_last_error());
+    sp_sim_times st;
+    ck_assert_msg(sp_sim_eval(&m, &hw, &l, &w, NULL, &st) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(st.prefill_s == c.prefill_s && st.decode_step_s == c.decode_step_s,
+                  "%s: sim %.17g %.17g, closed form %.17g %.17g", hetero_lays[_i], st.prefill_s, st.decode_step_s,
+                  c.prefill_s, c.decode_step_s);
+    int64_t M = l.microbatches, pf_sum = 0, pf_max = 0, dn_sum = 0, dn_max = 0;
+    for (int s = 0; s < l.stages; s++) {
+        pf_sum += t[s].prefill_ps;
+        dn_sum += t[s].decode_ps;
+        if (t[s].prefill_ps > pf_max) pf_max = t[s].prefill_ps;
+        if (t[s].decode_ps > dn_max) dn_max = t[s].decode_ps;
+    }
+    ck_assert(t[0].prefill_ps != t[1].prefill_ps);
+    ck_assert_int_eq(llround(st.prefill_s * 1e12), pf_sum + (M - 1) * pf_max);
+    ck_assert_int_eq(llround(st.decode_step_s * 1e12), M * dn_max > dn_sum ? M * dn_max : dn_sum);
+}
+END_TEST
+
+/* sender chips of each receiving chip at the hand-off (sp_lower_stage_xfer) */
+static sp_status note_sender(void *ctx, const sp_stage_block *b)
+{
+    unsigned char (*from)[16] = ctx;
+    from[b->dst][b->src] = 1;
+    return SP_OK;
+}
+
+/* The trace of 8x1x1 + 4x1x1 on 12 chips (2 micro-batches): every step of
+ * a chip's stage program once per micro-batch and token, on that chip; and
+ * with stage 0's chip 7 three times slower, every receiving chip's RECV
+ * starts only once each of its senders' SENDs (of that micro-batch) has
+ * ended: a receiver that waited for one sender alone would start early. */
+START_TEST(test_hetero_trace)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_layout l;
+    ck_assert_int_eq(sp_layout_parse(hetero_lays[1], &l, &err), SP_OK);
+    sp_workload w = {8, 16, 4};
+    sp_shape pf = {w.batch, w.prompt, w.prompt, w.prompt + w.gen, SP_DT_BF16, 0};
+    static unsigned char from[16][16];
+    memset(from, 0, sizeof from);
+    ck_assert_int_eq(sp_lower_stage_xfer(&m, &l, SP_PHASE_PREFILL, &pf, 0, note_sender, from), SP_OK);
+    for (int d = 8; d < 12; d++) {   /* each 4x1x1 chip takes its columns from two 8x1x1 chips */
+        int n = 0;
+        for (int c = 0; c < 8; c++) n += from[d][c];
+        ck_assert_int_eq(n, 2);
+    }
+    double slow[12];
+    for (int c = 0; c < 12; c++) slow[c] = c == 7 ? 3.0 : 1.0;
+    sp_sim_times st;
+    json_t *root = sim_trace_slow(&m, &hw, &l, &w, 12, 3, slow, &st);
+    /* expected "chip id mb" keys from each stage's programs */
+    json_t *want = json_object();
+    int64_t expected = 0;
+    char send_id[SP_TRACE_ID_MAX], recv_id[SP_TRACE_ID_MAX];   /* prefill's hand-off steps */
+    for (int ph = 0; ph < 2; ph++) {
+        int64_t ctx = w.prompt + w.gen;
+        sp_shape sh = ph ? (sp_shape){w.batch, 1, ctx, ctx, SP_DT_BF16, 0} : pf;
+        int tokens = ph ? 3 : 1;
+        for (int stage = 0; stage < 2; stage++) {
+            static sp_program p;
+            ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, stage, &p), SP_OK);
+            const sp_steps *parts[3] = {&p.pre, &p.layer, &p.post};
+            for (int k = 0; k < 3 && !ph; k++)
+                for (int i = 0; i < parts[k]->n; i++) {
+                    if (parts[k]->s[i].kind == SP_STEP_SEND) sp_trace_step_id(SP_PHASE_PREFILL, 1, (sp_prog_part)k, -1, i, send_id, SP_TRACE_ID_MAX);
+                    if (parts[k]->s[i].kind == SP_STEP_RECV) sp_trace_step_id(SP_PHASE_PREFILL, 1, (sp_prog_part)k, -1, i, recv_id, SP_TRACE_ID_MAX);
+                }
+            for (int chip = stage ? 8 : 0; chip < (stage ? 12 : 8); chip++)
+                for (int tok = 0; tok < tokens; tok++)
+                    for (int mb = 0; mb < 2; mb++)
+                        for (int k = 0; k < 3; k++)
+                            for (int64_t layer = 0; layer < (k == 1 ? p.n_layers : 1); layer++)
+                                for (int i = 0; i < parts[k]->n; i++) {
+                                    char id[SP_TRACE_ID_MAX], key[96];
+                                    sp_trace_step_id((sp_phase)ph, 1 + tok, (sp_prog_part)k, layer, i, id, sizeof id);
+                                    snprintf(key, sizeof key, "%d %s %d", chip, id, mb);
+                                    json_object_set_new(want, key, json_true());
+                                    expected++;
+                                }
+        }
+    }
+    ck_assert_int_eq((int64_t)json_object_size(want), expected);
+    ck_assert_int_eq(st.prefill.events + st.decode.events, expected);
+    double send_end[12][2], recv_start[12][2];
+    size_t i;
+    json_t *e;
+    int64_t seen = 0;
+    json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X")) continue;
+        json_t *args = json_object_get(e, "args");
+        int chip = (int)json_integer_value(json_object_get(e, "pid")), mb = (int)json_integer_value(json_object_get(args, "mb"));
+        const char *id = json_string_value(json_object_get(args, "id"));
+        char key[96];
+        snprintf(key, sizeof key, "%d %s %d", chip, id, mb);
+        ck_assert_msg(json_object_get(want, key) != NULL, "unexpected or repeated event %s", key);
+        json_object_del(want, key);
+        double ts = json_number_value(json_object_get(e, "ts")), dur = json_number_value(json_object_get(e, "dur"));
+        if (!strcmp(id, send_id) && chip < 8) send_end[chip][mb] = ts + dur;
+        if (!strcmp(id, recv_id) && chip >= 8) recv_start[chip][mb] = ts;
+        seen++;
+    }
+    ck_assert_int_eq(seen, expected);
+    ck_assert_int_eq((int64_t)json_object_size(want), 0);
+    int late = 0;
+    for (int d = 8; d < 12; d++)
+        for (int mb = 0; mb < 2; mb++)
+            for (int c = 0; c < 8; c++)
+                if (from[d][c]) {
+                    ck_assert_msg(recv_start[d][mb] >= send_end[c][mb] - 1e-6, "chip %d mb %d receives at %.6f before "
+                                  "chip %d's send ends at %.6f", d, mb, recv_start[d][mb], c, send_end[c][mb]);
+                    late += c == 7 && recv_start[d][mb] > send_end[c ^ 1][mb] + 1e-3;
+                }
+    ck_assert_int_eq(late, 2);   /* chip 7's receiver, in each micro-batch, waited for it alone */
+    json_decref(want);
+    json_decref(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sim");
@@ -673,6 +839,8 @@ int main(void)
     tcase_add_test(tc, test_trace);
     tcase_add_loop_test(tc, test_groups_closed_form, 0, (int)(sizeof group_lays / sizeof group_lays[0]));
     tcase_add_loop_test(tc, test_groups_trace, 0, (int)(sizeof group_lays / sizeof group_lays[0]));
+    tcase_add_loop_test(tc, test_hetero_closed_form, 0, (int)(sizeof hetero_lays / sizeof hetero_lays[0]));
+    tcase_add_test(tc, test_hetero_trace);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

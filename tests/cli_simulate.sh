@@ -19,11 +19,14 @@ J="--model tiny-llama --hw h100 --chips 4 --batch 8 --prompt 16 --gen 8"
 L="stages=2,mesh=2x1x1,microbatches=2,prefill=wg-x/heads,decode=wg-x/heads"
 check "simulate --json" 0 "$SHARDPLAN" simulate $J --layout "$L" --json --trace "$tmp/t.json"
 # the simulated figures are the closed form's, digit for digit
-for k in prefill_s decode_step_s; do
-    a=$(grep "\"$k\"" "$tmp/out" | head -1 | sed 's/.*: *//; s/,$//')
-    b=$(grep "\"closed_form_$k\"" "$tmp/out" | sed 's/.*: *//; s/,$//')
-    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: $k: simulated $a, closed form $b"; fail=$((fail + 1)); }
-done
+same_as_closed_form() { # what
+    for k in prefill_s decode_step_s; do
+        a=$(grep "\"$k\"" "$tmp/out" | head -1 | sed 's/.*: *//; s/,$//')
+        b=$(grep "\"closed_form_$k\"" "$tmp/out" | sed 's/.*: *//; s/,$//')
+        [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: $1 $k: simulated $a, closed form $b"; fail=$((fail + 1)); }
+    done
+}
+same_as_closed_form mesh
 # the trace: one process per chip, both streams named, complete events with ids
 head -c 40 "$tmp/t.json" | grep -q '^{"displayTimeUnit":"ns","traceEvents":\[' || { echo "FAIL: trace header"; fail=$((fail + 1)); }
 tail -c 4 "$tmp/t.json" | grep -q ']}' || { echo "FAIL: trace not closed"; fail=$((fail + 1)); }
@@ -40,5 +43,11 @@ check "simulate, layout for 8 chips" 2 "$SHARDPLAN" simulate $J --layout mesh=8x
 check "simulate, uncreatable trace" 2 "$SHARDPLAN" simulate $J --layout "$L" --trace /nonexistent-dir/t.json
 check "simulate --tokens 0" 2 "$SHARDPLAN" simulate $J --layout "$L" --tokens 0
 check "simulate --help" 0 "$SHARDPLAN" simulate --help
+# stages of their own mesh: 8 + 4 chips, the closed form's figures, one trace process per chip
+H="--model tiny-llama --hw h100 --chips 12 --batch 8 --prompt 16 --gen 8"
+check "simulate stage_mesh" 0 "$SHARDPLAN" simulate $H --layout "stages=2,stage_mesh=8x1x1,4x1x1,microbatches=2" --json --trace "$tmp/h.json"
+same_as_closed_form stage_mesh
+n=$(grep -c '"process_name"' "$tmp/h.json")
+[ "$n" -eq 12 ] || { echo "FAIL: stage_mesh: $n chip processes, wanted 12"; fail=$((fail + 1)); }
 [ "$fail" -eq 0 ] && echo "cli_simulate: all passed"
 exit $((fail > 0))
