@@ -99,6 +99,10 @@ check "stage meshes as JSON" 0 "$SHARDPLAN" estimate --model llama2-70b --hw h10
     { echo "FAIL: stage meshes: stages[]"; fail=$((fail + 1)); }
 check "stage meshes simulated" 0 "$SHARDPLAN" simulate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
     --gen 4 --layout "$H"
+# running them is not implemented: refused by name (exit 2)
+check "stage meshes not run" 2 "$SHARDPLAN" run --model tiny-llama --batch 2 --prompt 4 --gen 2 \
+    --layout "stages=2,stage_mesh=2x1x1,1x1x1"
+grep -q "stage_mesh: running" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: run refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
 printf 'prompt,gen\n3,4\n7,2\n' >/tmp/sp_est_wl.$$
 check "stage meshes, ragged batch refused" 2 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 \
     --layout stages=2,stage_mesh=8x1x1,4x1x1,stage_layers=60,20 --workload /tmp/sp_est_wl.$$
