@@ -296,11 +296,12 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * then lowers and prices only the phases whose key it has not seen.  The
  * memo belongs to one model and one hardware profile, compared by value,
  * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.1 KB (key 256 B,
- * value 848 B), ~1.1 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
- * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
- * with 256 slots it lowered 94.3k (evictions), with 1024 86.4k, with 4096
- * 84.2k (callgrind: 2.58G, 2.41G, 2.37G instructions for the plan). */
+ * it.  opts->fresh bypasses it.  Size: 4096 slots of ~1.6 KB (key 784 B,
+ * value ~850 B), ~6.7 MB a cache, its pages touched as slots fill: a plan
+ * of palm-540b on 64 TPU v4 lowers ~84k distinct phase programs (stage
+ * kinds, KV handoffs, chunked passes): with 256 slots it lowered 94.3k
+ * (evictions), with 1024 86.2k, with 4096 84.2k (callgrind, the plan on one
+ * thread: 2.54G instructions with 1024 slots, 2.49G with 4096). */
 typedef struct phase_key {
     sp_lower_key lk;
     int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
@@ -313,7 +314,10 @@ typedef struct phase_val {
     int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
     int64_t left[3], num[3];
 } phase_val;
-enum { MEMO_SLOTS = 1024 };
+enum { MEMO_SLOTS = 4096 };
+/* kinds of stage one evaluation prices at most (eval_one: at most four for
+ * the even split, one per stage for an uneven one) */
+enum { SPI_STAGE_KINDS = SP_LAYOUT_MAX_STAGES + 4 };
 
 
 /* ---- the pricing cache (sp_cost.h) ---- */
@@ -337,6 +341,7 @@ struct sp_cost_cache {
     sp_program prog[SP_PHASE_COUNT];
     sp_lower_job *job[SP_PHASE_COUNT];
     phase_val fresh;               /* opts->fresh: the phase just priced */
+    phase_val dc_kinds[SPI_STAGE_KINDS];   /* eval_chunked: the layout's decode prices per kind of stage */
     spi_prog_run pr;               /* one program's steps as priced */
     spi_step_coefs coef;           /* sp_cost_coefs_eval's, per step */
     double vec[SPI_SLOTS][SP_CP_COUNT];   /* a full schedule's coefficient vectors */
@@ -926,16 +931,38 @@ static void memo_bind(sp_cost_cache *cc, const sp_model *m, const sp_hw *hw)
 
 static unsigned memo_slot(const phase_key *k)
 {
-    /* multiplicative hash over the key's 8-byte words (the key is zero-padded) */
+    /* multiplicative hash over the key's 8-byte words (the key is zero-padded),
+     * in four lanes of one multiply a word (a key is ~100 words, hashed on
+     * every evaluation of every phase: ~250k times in a plan), the lanes
+     * mixed at the end.  Only the slot depends on it: equality is memcmp. */
     _Static_assert(sizeof(phase_key) % 8 == 0, "phase_key is hashed by words");
-    uint64_t h = 0x9E3779B97F4A7C15ull, w;
+    enum { WORDS = sizeof(phase_key) / 8 };
+    const uint64_t K = 0xff51afd7ed558ccdull;
+    uint64_t h0 = 0x9E3779B97F4A7C15ull, h1 = 0xC2B2AE3D27D4EB4Full, h2 = 0x165667B19E3779F9ull,
+             h3 = 0x27D4EB2F165667C5ull, w[4];
     const unsigned char *b = (const unsigned char *)k;
-    for (size_t i = 0; i < sizeof *k; i += 8) {
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 29;
+    size_t i = 0;
+    for (; i + 4 <= WORDS; i += 4) {
+        memcpy(w, b + 8 * i, sizeof w);
+        h0 = (h0 ^ w[0]) * K;
+        h1 = (h1 ^ w[1]) * K;
+        h2 = (h2 ^ w[2]) * K;
+        h3 = (h3 ^ w[3]) * K;
     }
-    return (unsigned)(h >> 40) % MEMO_SLOTS;
+    for (; i < WORDS; i++) {
+        memcpy(w, b + 8 * i, 8);
+        h0 = (h0 ^ w[0]) * K;
+        h0 ^= h0 >> 29;
+    }
+    uint64_t x = h0;
+    x ^= x >> 29;
+    x = (x ^ h1) * K;
+    x ^= x >> 29;
+    x = (x ^ h2) * K;
+    x ^= x >> 29;
+    x = (x ^ h3) * K;
+    x ^= x >> 32;
+    return (unsigned)(x >> 20) % MEMO_SLOTS;
 }
 
 /* What prog[phase] holds for the evaluation under way: the layer steps (-1:
@@ -1227,9 +1254,11 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     return st;
 }
 
+/* dc: NULL, or the decode prices of this stage's kind (dc_reuse: taken from
+ * *dc instead of looked up; else kept in *dc), see eval_chunked */
 static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_ragged *rg, const sp_cost_opts *opts, int s, int *bound, layer_keep kept[SP_PHASE_COUNT], stage_kind *k,
-                             int run_pf)
+                             int run_pf, phase_val *dc, int dc_reuse)
 {
     if (rg) return stage_price_ragged(m, hw, l, w, rg, opts, s, k, run_pf);
     int64_t l0, nl;
@@ -1275,7 +1304,12 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
         k->pf_ps = ps2 / 2;
     }
     if (w->gen > 0) {
-        SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, bound, &kept[SP_PHASE_DECODE], &v));
+        if (dc && dc_reuse) {
+            v = dc;
+        } else {
+            SP_CHECK(phase_prices(m, hw, l, SP_PHASE_DECODE, &dc_sh, s, w->prompt + 1, opts, bound, &kept[SP_PHASE_DECODE], &v));
+            if (dc) *dc = *v;
+        }
         k->d1 = v->c0;
         k->dn = v->c1;
         int64_t pf_ws = run_pf ? k->mem.workspace : 0;
@@ -1354,7 +1388,7 @@ static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout 
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};
-    sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, w->prompt > 0);
+    sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, w->prompt > 0, NULL, 0);
     sp_cost_cache_free(own);
     SP_CHECK(st);
     memset(out, 0, sizeof *out);
@@ -1373,7 +1407,8 @@ static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout 
 #define SP_COST_MAX_CHIPS (1 << 24)
 
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out);
+                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out, phase_val *dc,
+                          int dc_reuse);
 static sp_status eval_groups(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, sp_cost *out);
 
@@ -1385,7 +1420,7 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
     sp_cost_cache *own;
     SP_CHECK(opts_resolve(opts, &o, &own));
     sp_status st = l && sp_layout_disaggregated(l) ? eval_groups(m, hw, l, w, &o, out)
-                                                   : eval_one(m, hw, l, w, NULL, &o, w ? w->prompt > 0 : 0, out);
+                                                   : eval_one(m, hw, l, w, NULL, &o, w ? w->prompt > 0 : 0, out, NULL, 0);
     sp_cost_cache_free(own);
     return st;
 }
@@ -1400,7 +1435,7 @@ sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layou
     sp_cost_opts o;
     sp_cost_cache *own;
     SP_CHECK(opts_resolve(opts, &o, &own));
-    sp_status st = eval_one(m, hw, l, &w, r, &o, 1, out);
+    sp_status st = eval_one(m, hw, l, &w, r, &o, 1, out, NULL, 0);
     sp_cost_cache_free(own);
     return st;
 }
@@ -1481,13 +1516,17 @@ sp_status sp_cost_eval_group(const sp_model *m, const sp_hw *hw, const sp_layout
     sp_cost_opts o;
     sp_cost_cache *own;
     SP_CHECK(opts_resolve(opts, &o, &own));
-    sp_status st = eval_one(m, hw, g, w, NULL, &o, 0, out);
+    sp_status st = eval_one(m, hw, g, w, NULL, &o, 0, out, NULL, 0);
     sp_cost_cache_free(own);
     return st;
 }
 
+/* dc: NULL, or one phase_val per kind of stage (SPI_STAGE_KINDS): the
+ * decode prices of each kind, kept (dc_reuse 0) or taken (dc_reuse 1) by
+ * stage_price, see eval_chunked */
 static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out)
+                          const sp_ragged *rg, const sp_cost_opts *opts, int run_pf, sp_cost *out, phase_val *dc,
+                          int dc_reuse)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_eval: NULL argument");
     if (w->batch < 1 || w->prompt < 0 || w->gen < 0 || (w->prompt == 0 && w->gen == 0))
@@ -1526,7 +1565,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
      * layers): price each distinct kind once (at most four for the even
      * split, one per stage for an uneven one) and reuse it. */
     int64_t units = 1;              /* prefill passes per micro-batch (every stage alike) */
-    stage_kind kinds[SP_LAYOUT_MAX_STAGES + 4];
+    stage_kind kinds[SPI_STAGE_KINDS];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
@@ -1545,7 +1584,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))
                 return spi_fail(SP_EINTERNAL, "cost model: more than %d kinds of stage", nkinds);
             k = &kinds[nkinds++];
-            SP_CHECK(stage_price(m, hw, l, w, rg, opts, s, &bound, kept, k, run_pf));
+            SP_CHECK(stage_price(m, hw, l, w, rg, opts, s, &bound, kept, k, run_pf, dc ? &dc[k - kinds] : NULL, dc_reuse));
             units = k->units;
         }
         if (opts->stage_times)   /* as sp_cost_stage_eval reports them */
@@ -1637,7 +1676,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
  * prefill is faster than *best's. */
 static sp_status try_variant(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int chunk, int tokens, sp_layout *best_l, sp_cost *best,
-                             sp_cost *vc, int *ok, sp_stage_time *vt)
+                             sp_cost *vc, int *ok, sp_stage_time *vt, phase_val *dc)
 {
     sp_layout v = *l;
     v.prefill_chunk = chunk;
@@ -1646,7 +1685,7 @@ static sp_status try_variant(const sp_model *m, const sp_hw *hw, const sp_layout
     o.quiet = 1;   /* a pass the layouts' splits do not allow is no variant */
     o.stage_times = vt;   /* the variant's, kept in opts' when it is kept (vt: l->stages entries) */
     *ok = 0;
-    sp_status st = sp_cost_eval(m, hw, &v, w, &o, vc);
+    sp_status st = dc ? eval_one(m, hw, &v, w, NULL, &o, 1, vc, dc, 1) : sp_cost_eval(m, hw, &v, w, &o, vc);
     if (st == SP_EINVAL) return SP_OK;
     SP_CHECK(st);
     *ok = 1;
@@ -1692,7 +1731,24 @@ sp_status sp_cost_eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layo
 static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                               const sp_cost_opts *opts, sp_layout *chosen, sp_cost *out, sp_stage_time *vt)
 {
-    SP_CHECK(sp_cost_eval(m, hw, l, w, opts, out));
+    /* A variant's decode prices are l's, stage kind by stage kind: kept from
+     * l's evaluation (dc), not looked up again (a variant's decode check and
+     * key cost as much as its prefill's).  Exact: a variant differs from l in
+     * prefill_chunk and prefill_tokens alone, which decode's key clears
+     * (sp_lower_begin) and decode's program never reads (its passes are the
+     * micro-batch); its stages and their kinds are l's (eval_one: the kinds
+     * depend on the split, the MoE phase and the offload only).  Decode's
+     * checks of a variant are l's decode checks, which passed, and the checks
+     * that read those two keys, which read neither the phase nor decode's
+     * shape (sp_lower_begin runs both phases' in each: the pass divides the
+     * micro-batch, fills whole KV blocks, suits batch-sharded attention, ...)
+     * and so passed in the variant's prefill, priced first in each stage.
+     * opts->fresh lowers every phase, as it says (and so checks this). */
+    phase_val *dc = w && !opts->fresh && !sp_layout_disaggregated(l) && w->prompt > 0 && w->gen > 0 &&
+                            !l->prefill_chunk && !l->prefill_tokens
+                        ? opts->cache->dc_kinds
+                        : NULL;
+    SP_CHECK(dc ? eval_one(m, hw, l, w, NULL, opts, 1, out, dc, 0) : sp_cost_eval(m, hw, l, w, opts, out));
     *chosen = *l;
     if (l->prefill_chunk || l->prefill_tokens || w->prompt == 0) return SP_OK;
     sp_cost vc, base;
@@ -1709,7 +1765,7 @@ static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layou
         for (int tries = 0; c >= 1 && tries < 4 && !out->feasible; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt));
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt, dc));
             if (ok && !vc.feasible) {
                 base = vc;
                 base_chunk = (int)c;
@@ -1721,7 +1777,7 @@ static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layou
         for (int tries = 0; t >= 1 && tries < 4 && !out->feasible; t /= 2) {
             if (P % t) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, base_chunk, (int)t, chosen, out, &vc, &ok, vt));
+            SP_CHECK(try_variant(m, hw, l, w, opts, base_chunk, (int)t, chosen, out, &vc, &ok, vt, dc));
         }
         return SP_OK;
     }
@@ -1730,7 +1786,7 @@ static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layou
         for (int64_t c = mb / 2, tries = 0; c >= 1 && tries < 3; c /= 2) {
             if (mb % c) continue;
             tries++;
-            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt));
+            SP_CHECK(try_variant(m, hw, l, w, opts, (int)c, 0, chosen, out, &vc, &ok, vt, dc));
             if (!ok || out->prefill_s >= last) break;   /* no faster: smaller passes will not be either */
             last = out->prefill_s;
         }

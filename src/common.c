@@ -131,12 +131,24 @@ static const char *const env_docs[] = {
 static const char *env_values[SP_ENV_COUNT];
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
+/* SHARDPLAN_DEBUG and SHARDPLAN_DEBUG_SUBSYS parsed once with the rest:
+ * sp_log_enabled runs on every failure path (SP_CHECK), ~0.2M times in a
+ * plan, and must not compare strings each time */
+static sp_log_level log_max;   /* the most verbose level enabled */
+static int log_all;            /* every subsystem */
+
 static void env_read(void)
 {
     for (int i = 0; i < SP_ENV_COUNT; i++) {
         const char *v = getenv(env_names[i]);
         env_values[i] = (v && v[0]) ? v : env_defaults[i];
     }
+    const char *lv = env_values[SP_ENV_DEBUG];
+    log_max = !strcasecmp(lv, "NONE")    ? SP_LOG_NONE
+              : !strcasecmp(lv, "INFO")  ? SP_LOG_INFO
+              : !strcasecmp(lv, "TRACE") ? SP_LOG_TRACE
+                                         : SP_LOG_WARN;
+    log_all = !strcasecmp(env_values[SP_ENV_DEBUG_SUBSYS], "ALL");
 }
 
 const char *sp_env(sp_env_knob knob)
@@ -162,14 +174,10 @@ const char *sp_env_default(sp_env_knob knob) { return (knob < SP_ENV_COUNT) ? en
 /* ---- logging ---- */
 int sp_log_enabled(sp_log_level level, const char *subsys)
 {
-    const char *lv = sp_env(SP_ENV_DEBUG);
-    sp_log_level max = SP_LOG_WARN;
-    if (!strcasecmp(lv, "NONE")) max = SP_LOG_NONE;
-    else if (!strcasecmp(lv, "INFO")) max = SP_LOG_INFO;
-    else if (!strcasecmp(lv, "TRACE")) max = SP_LOG_TRACE;
-    if (level > max || level == SP_LOG_NONE) return 0;
-    const char *subs = sp_env(SP_ENV_DEBUG_SUBSYS);
-    if (!strcasecmp(subs, "ALL") || level == SP_LOG_WARN || !subsys) return 1;
+    pthread_once(&env_once, env_read);
+    if (level > log_max || level == SP_LOG_NONE) return 0;
+    if (log_all || level == SP_LOG_WARN || !subsys) return 1;
+    const char *subs = env_values[SP_ENV_DEBUG_SUBSYS];
     size_t n = strlen(subsys);
     for (const char *p = subs; *p;) {
         const char *comma = strchr(p, ',');

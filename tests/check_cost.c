@@ -1226,6 +1226,69 @@ START_TEST(test_phase_memo)
 }
 END_TEST
 
+/* sp_cost_eval_chunked with a cache (a variant's decode prices taken from
+ * the layout's own evaluation, kind of stage by kind) equals it with
+ * opts.fresh (every phase of every variant lowered and priced): the layout
+ * chosen and its figures, over both phases' FFN and attention layouts,
+ * pipelines of 1-3 stages (even and uneven) and a profile whose memory
+ * makes the unchunked layouts not fit, so that both searches (a faster
+ * pipeline, a pass that fits) choose variants. */
+START_TEST(test_chunked_memo)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    m.n_layers = 9;
+    sp_hw hw[2] = {torus_hw(), torus_hw()};
+    sp_workload w = {64, 1024, 8};
+    sp_cost_opts memo, fresh;
+    sp_cost_opts_init(&memo);
+    ck_assert_int_eq(sp_cost_cache_create(&memo.cache), SP_OK);
+    sp_cost_opts_init(&fresh);
+    fresh.fresh = 1;
+    /* the second profile: room for the weights and KV cache of a 2x1x2
+     * mesh's layouts and part of their activations */
+    {
+        sp_layout l = make_layout(2, 1, 2, SP_FL_WS2D, SP_AL_HEADS);
+        sp_cost c;
+        ck_assert_int_eq(sp_cost_eval(&m, &hw[0], &l, &w, NULL, &c), SP_OK);
+        hw[1].hbm_bytes = (double)(c.mem.total - c.mem.activations / 2) / hw[1].hbm_usable;
+    }
+    const int16_t splits[2][3] = {{0, 0, 0}, {2, 4, 3}};
+    int compared = 0, faster = 0, fits = 0;
+    for (int h = 0; h < 2; h++)
+        for (int pf = 0; pf < SP_FL_COUNT; pf++)
+            for (int df = 0; df < SP_FL_COUNT; df++)
+                for (int a = 0; a < SP_AL_COUNT * SP_AL_COUNT; a++)
+                    for (int st = 1; st <= 3; st++)
+                        for (int sp = 0; sp < (st == 3 ? 2 : 1); sp++) {
+                            sp_layout l = make_layout(2, 1, 2, (sp_ffn_layout)df, (sp_attn_layout)(a % SP_AL_COUNT));
+                            l.phase[0].ffn = (sp_ffn_layout)pf;
+                            l.phase[0].attn = (sp_attn_layout)(a / SP_AL_COUNT);
+                            l.stages = st;
+                            l.microbatches = st == 1 ? 1 : 4;
+                            if (st == 3) memcpy(l.stage_layers, splits[sp], sizeof splits[sp]);
+                            sp_layout cm, cf;
+                            sp_cost c, f, base;
+                            sp_status s1 = sp_cost_eval_chunked(&m, &hw[h], &l, &w, &memo, &cm, &c);
+                            ck_assert_int_eq(sp_cost_eval_chunked(&m, &hw[h], &l, &w, &fresh, &cf, &f), s1);
+                            if (s1 != SP_OK) continue;
+                            ck_assert(!memcmp(&cm, &cf, sizeof cm));
+                            assert_same_cost(&c, &f);
+                            ck_assert_int_eq(c.feasible, f.feasible);
+                            ck_assert_int_eq(c.mem.scratch, f.mem.scratch);
+                            compared++;
+                            if (cm.prefill_chunk || cm.prefill_tokens) {
+                                ck_assert_int_eq(sp_cost_eval(&m, &hw[h], &l, &w, &fresh, &base), SP_OK);
+                                if (base.feasible) faster++;
+                                else fits++;
+                            }
+                        }
+    ck_assert_int_gt(compared, 100);
+    ck_assert_int_gt(faster, 10);   /* both searches chose variants */
+    ck_assert_int_gt(fits, 10);
+    sp_cost_cache_free(memo.cache);
+}
+END_TEST
+
 /* Caches are the caller's: two of them interleaved on one thread, each
  * moving between models and profiles, price as one-off evaluations do; the
  * lowering's two halves keep their state in the caller's job, so two
@@ -1579,6 +1642,7 @@ int main(void)
     tcase_add_test(tc, test_stage_mesh_price);
     tcase_add_test(tc, test_stage_times);
     tcase_add_test(tc, test_phase_memo);
+    tcase_add_test(tc, test_chunked_memo);
     tcase_add_test(tc, test_cost_caches);
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_chunked_prefill_refused);
