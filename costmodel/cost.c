@@ -296,12 +296,14 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * then lowers and prices only the phases whose key it has not seen.  The
  * memo belongs to one model and one hardware profile, compared by value,
  * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it.  Size: 4096 slots of ~1.6 KB (key 784 B,
- * value ~850 B), ~6.7 MB a cache, its pages touched as slots fill: a plan
- * of palm-540b on 64 TPU v4 lowers ~84k distinct phase programs (stage
- * kinds, KV handoffs, chunked passes): with 256 slots it lowered 94.3k
- * (evictions), with 1024 86.2k, with 4096 84.2k (callgrind, the plan on one
- * thread: 2.54G instructions with 1024 slots, 2.49G with 4096). */
+ * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.6 KB (key 784 B,
+ * value ~850 B), ~1.7 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
+ * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
+ * with 256 slots it lowered 94.3k (evictions), with 1024 86.2k, with 4096
+ * 84.2k (callgrind, the plan on one thread: 2.54G instructions with 1024
+ * slots, 2.49G with 4096); but a cache is zeroed when made (calloc, once
+ * malloc's mmap threshold has grown past it) and a caller without one
+ * makes one per evaluation: 4096 slots cost bench_cost 4 %. */
 typedef struct phase_key {
     sp_lower_key lk;
     int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
@@ -314,7 +316,7 @@ typedef struct phase_val {
     int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
     int64_t left[3], num[3];
 } phase_val;
-enum { MEMO_SLOTS = 4096 };
+enum { MEMO_SLOTS = 1024 };
 /* kinds of stage one evaluation prices at most (eval_one: at most four for
  * the even split, one per stage for an uneven one) */
 enum { SPI_STAGE_KINDS = SP_LAYOUT_MAX_STAGES + 4 };

@@ -1178,6 +1178,16 @@ static void assert_same_cost(const sp_cost *a, const sp_cost *b)
     ck_assert_int_eq(a->mem.kv, b->mem.kv);
     ck_assert_int_eq(a->mem.activations, b->mem.activations);
     ck_assert_int_eq(a->mem.gathered_weights, b->mem.gathered_weights);
+    /* the breakdowns, every step's terms summed (bit for bit) */
+    const sp_phase_cost *pa[2] = {&a->prefill, &a->decode}, *pb[2] = {&b->prefill, &b->decode};
+    for (int k = 0; k < 2; k++) {
+        ck_assert(pa[k]->compute_s == pb[k]->compute_s && pa[k]->memory_s == pb[k]->memory_s);
+        ck_assert(pa[k]->roofline_s == pb[k]->roofline_s && pa[k]->dispatch_s == pb[k]->dispatch_s);
+        ck_assert(pa[k]->comm_s == pb[k]->comm_s && pa[k]->host_s == pb[k]->host_s);
+        ck_assert(!memcmp(pa[k]->coll_s, pb[k]->coll_s, sizeof pa[k]->coll_s));
+        ck_assert_int_eq(pa[k]->flops, pb[k]->flops);
+        ck_assert_int_eq(pa[k]->comm_bytes, pb[k]->comm_bytes);
+    }
 }
 
 START_TEST(test_phase_memo)
