@@ -62,6 +62,19 @@
  * 5-13: evaluation 1.00, fresh 0.92, plan 0.86.  At that load the rounds
  * spread 2x; the counts are the reliable figure: 2.2x round 1 against the
  * target 1.2x (not met).
+ * Later (the catalogue grew to 3808 layouts: chunked passes, offload,
+ * stage meshes): 31.0k per evaluation (354.6M for 3 passes) before the
+ * phase memo's key was hashed in four lanes (~100 words, one multiply a
+ * word, on every evaluation of every phase) and SHARDPLAN_DEBUG parsed
+ * once instead of on every failure path; 30.2k after (344.5M), 2.3x round
+ * 1's 12.9k (not met).  `shardplan plan` (palm-540b, 64 tpu-v4, one
+ * thread): 455M instructions in round 1, 2667M before, 2524M after (5.5x,
+ * not met: ~84k distinct phase programs lowered and priced at ~19k
+ * instructions each, against ~33k at ~10k in round 1).  Wall ratios the
+ * same day (cost_compare.sh against round 1, 3 rounds, load 17-21 on the
+ * 2 cores): evaluation 1.83, fresh 2.20, plan 5.29; the rounds spread 5x
+ * at that load (one plan round 807 ms, the next 205 ms, for the same
+ * binary), so only the counts mean anything.
  *
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if

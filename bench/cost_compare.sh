@@ -26,6 +26,11 @@
 # on the 2 cores: evaluation 2.38, fresh 2.60, plan 2.14; against the tree
 # before, 5 rounds at load 5-13: 1.00, 0.92, 0.86.  At such a load the
 # rounds spread 2x, so compare instruction counts when the machine is busy.
+# Later, with everything since (offload, stage meshes, chunked passes):
+# 31.0k per evaluation before the phase memo's faster hash and the debug
+# knob parsed once, 30.2k after (2.3x round 1); the plan 2667M before,
+# 2524M after (5.5x round 1).  This script against round 1 at load 17-21:
+# 1.83, 2.20, 5.29, its rounds spreading 5x (not to be trusted).
 set -eu
 base=${1:?usage: cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
