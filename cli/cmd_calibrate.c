@@ -15,26 +15,31 @@
 
 static void help(void)
 {
-    printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--out FILE] [--json]\n"
+    printf("Usage: shardplan calibrate --fit CSV [--fit CSV ...] --hw NAME|FILE [--prior-weight W] [--out FILE] [--json]\n"
            "       shardplan calibrate --predict CSV [--predict CSV ...] --hw NAME|FILE [--json]\n"
            "       shardplan calibrate --share SRC --hw NAME|FILE --out FILE\n"
            "       shardplan calibrate --backend threads|mpi|cuda [--chips N] --out FILE   (this machine; --help there)\n\n"
            "Fits the hardware profile's free parameters (matmul efficiency curve, HBM\n"
            "bandwidth efficiency, collective latency per algorithm step) to the\n"
            "measurement rows that name that hardware, minimising the mean |log(predicted /\n"
-           "measured)|, and reports every row's error before and after the fit and the\n"
+           "measured)| plus a pull toward the uncalibrated values (the prior weight times\n"
+           "the mean squared log of each parameter's ratio to its prior), and reports\n"
+           "every row's error before and after the fit and the\n"
            "leave-one-model-out error (each model predicted by a fit without its rows).\n"
            "The fit is deterministic and starts from the profile's uncalibrated values.\n\n"
            "  --fit CSV     a measurement set (doc/formats.md, \"Measurement sets\"); repeatable\n"
            "  --predict CSV no fit: the profile as given (calibrated, or NAME:uncalibrated)\n"
            "                predicts the rows: validation data, never fitted to; repeatable\n"
            "  --hw H        the profile to fit (bundled name or file)\n"
+           "  --prior-weight W  the pull toward the prior, >= 0 (default %g, chosen by the\n"
+           "                leave-one-model-out error: doc/fidelity.md; 0: none)\n"
            "  --out FILE    write the fitted profile, with a \"calibration\" section, as JSON\n"
            "  --share SRC   no fit: H takes the fitted overheads and efficiencies of SRC (a\n"
            "                profile fitted with --fit), keeping its own peaks and bandwidths;\n"
            "                with --hw H --out FILE\n"
            "  --json        machine-readable report\n\n"
-           "Bundled training sets: data/calibration/*.csv (installed under the data directory).\n");
+           "Bundled training sets: data/calibration/*.csv (installed under the data directory).\n",
+           SP_FIT_PRIOR_WEIGHT);
 }
 
 static double pct(double e) { return 100.0 * e; }
@@ -242,12 +247,16 @@ int cli_cmd_calibrate(int argc, char **argv)
     static const struct option opts[] = {{"fit", required_argument, 0, 'f'}, {"predict", required_argument, 0, 'p'},
                                          {"share", required_argument, 0, 's'},
                                          {"hw", required_argument, 0, 'w'},
+                                         {"prior-weight", required_argument, 0, 'r'},
                                          {"out", required_argument, 0, 'o'}, {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *files[64];
     int n_files = 0;
     const char *hw_arg = NULL, *out_path = NULL, *share_arg = NULL;
     int json = 0, predict = 0, c;
+    double prior_weight = SP_FIT_PRIOR_WEIGHT;
+    int weight_given = 0;
+    char *end;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -260,6 +269,12 @@ int cli_cmd_calibrate(int argc, char **argv)
             break;
         case 'w': hw_arg = optarg; break;
         case 's': share_arg = optarg; break;
+        case 'r':
+            prior_weight = strtod(optarg, &end);
+            if (end == optarg || *end || !(prior_weight >= 0 && prior_weight <= 1e6))
+                return cli_usage("calibrate", "--prior-weight: '%s' is not a number in [0, 1e6]", optarg);
+            weight_given = 1;
+            break;
         case 'o': out_path = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return CLI_EXIT_OK;
@@ -267,6 +282,8 @@ int cli_cmd_calibrate(int argc, char **argv)
         }
     }
     if (optind < argc) return cli_usage("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (weight_given && (share_arg || predict != 2))
+        return cli_usage("calibrate", "--prior-weight is a weight of the fit: it takes --fit (no --predict, no --share)");
     if (share_arg) {
         if (n_files || !hw_arg || !out_path) return cli_usage("calibrate", "--share SRC takes --hw and --out, no CSV");
         return share_profile(share_arg, hw_arg, out_path);
@@ -294,6 +311,7 @@ int cli_cmd_calibrate(int argc, char **argv)
     sp_fit_opts fo;
     sp_fit_opts_init(&fo);
     fo.predict_only = predict;
+    fo.prior_weight = prior_weight;
     if ((st = sp_fit_run(&set, &prior, &fo, &f)) != SP_OK) {
         sp_measure_set_free(&set);
         return cli_report(st, NULL);

@@ -428,7 +428,8 @@ static void hw_table(const sp_hw *hw)
                "The errors below are that fit's, on %s.\n",
                k->transferred_from, k->fitted_to, k->date, k->transferred_from);
     else
-        printf("\ncalibration: fitted to %s on %s (%d rows, %d models)\n", k->fitted_to, k->date, k->rows, k->models);
+        printf("\ncalibration: fitted to %s on %s (%d rows, %d models; pull toward the prior %g)\n", k->fitted_to,
+               k->date, k->rows, k->models, k->prior_weight);
     printf("  |predicted/measured - 1|  median %.1f %%, worst %.1f %% (uncalibrated: %.1f %%, %.1f %%)\n",
            100 * k->median_abs_err, 100 * k->worst_abs_err, 100 * k->median_abs_err_prior,
            100 * k->worst_abs_err_prior);

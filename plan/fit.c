@@ -56,9 +56,10 @@ void sp_fit_opts_init(sp_fit_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
-    o->max_evals = 4000;
-    o->restarts = 3;
+    o->max_evals = 8000;
+    o->restarts = 8;
     o->leave_one_out = 1;
+    o->prior_weight = SP_FIT_PRIOR_WEIGHT;
 }
 
 static double *field(sp_hw *hw, const sp_fit_param *p) { return sp_hw_param(hw, sp_hw_param_find(p->name)); }
@@ -137,6 +138,8 @@ sp_status sp_fit_predict(const sp_measure *row, const sp_hw *hw, double *pred)
 
 /* ---- the search ---------------------------------------------------------------- */
 
+#define NM_MAX 16
+
 typedef struct problem {
     const prepared *rows;
     int n_rows;
@@ -147,6 +150,8 @@ typedef struct problem {
     int evals;
     sp_status st;                /* first failure inside the objective */
     sp_cost_cache *cache;        /* borrowed (NULL: none) */
+    double prior_weight;         /* sp_fit_opts.prior_weight */
+    double prior[NM_MAX];        /* the moving parameters' values at the start (the prior) */
 } problem;
 
 static double sigmoid(double u) { return 1.0 / (1.0 + exp(-u)); }
@@ -178,7 +183,10 @@ static void apply(problem *pb, const double *u)
     for (int i = 0; i < pb->np; i++) *field(&pb->hw, &pb->params[i]) = to_value(&pb->params[i], u[i]);
 }
 
-/* Mean |log(pred/meas)| over the included rows; HUGE_VAL on a failure. */
+/* Mean |log(pred/meas)| over the included rows, plus prior_weight times the
+ * mean over the moving parameters of log(value / prior)^2 (a pull toward the
+ * prior in log space: a parameter leaves its datasheet value only as far as
+ * the rows pay for it); HUGE_VAL on a failure. */
 static double objective(problem *pb, const double *u)
 {
     apply(pb, u);
@@ -196,10 +204,16 @@ static double objective(problem *pb, const double *u)
         sum += fabs(log(pred / pb->rows[i].meas->value));
         n++;
     }
-    return n ? sum / n : 0;
+    double pull = 0;
+    if (pb->prior_weight > 0 && pb->np > 0) {
+        for (int j = 0; j < pb->np; j++) {
+            double d = log(*field(&pb->hw, &pb->params[j]) / pb->prior[j]);
+            pull += d * d;
+        }
+        pull *= pb->prior_weight / pb->np;
+    }
+    return (n ? sum / n : 0) + pull;
 }
-
-#define NM_MAX 16
 
 /* Nelder–Mead (reflection 1, expansion 2, contraction 1/2, shrink 1/2) from
  * u with initial steps `step`; u gets the best vertex.  Deterministic. */
@@ -272,7 +286,10 @@ static double nelder_mead(problem *pb, double *u, double step, int max_evals)
 static double search(problem *pb, const sp_fit_opts *o)
 {
     double u[NM_MAX];
-    for (int i = 0; i < pb->np; i++) u[i] = to_coord(&pb->params[i], *field(&pb->hw, &pb->params[i]));
+    for (int i = 0; i < pb->np; i++) {
+        pb->prior[i] = *field(&pb->hw, &pb->params[i]);
+        u[i] = to_coord(&pb->params[i], pb->prior[i]);
+    }
     double best = objective(pb, u);
     if (pb->np == 0) return best;
     double step = 1.0;
@@ -287,11 +304,12 @@ static double search(problem *pb, const sp_fit_opts *o)
 }
 
 /* The profile records where its numbers come from. */
-static void record_calibration(sp_fit *f, const sp_fit_param *all, int np_all, int lomo)
+static void record_calibration(sp_fit *f, const sp_fit_param *all, int np_all, int lomo, double prior_weight)
 {
     sp_hw_calibration *k = &f->hw.calibration;
     memset(k, 0, sizeof *k);
     k->present = 1;
+    k->prior_weight = prior_weight;
     k->rows = f->n_rows;
     k->models = f->n_models;
     k->median_abs_err = f->median_abs_err;
@@ -324,6 +342,8 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     if (opts) o = *opts;
     if (!set || !prior_in || !out) return spi_fail(SP_EINVAL, "sp_fit_run: NULL argument");
     *out = NULL;
+    if (!(o.prior_weight >= 0) || !isfinite(o.prior_weight))
+        return spi_fail(SP_EINVAL, "sp_fit_run: prior_weight %g is not a number >= 0", o.prior_weight);
     sp_hw prior_hw = *prior_in;
     if (!o.predict_only) sp_hw_uncalibrate(&prior_hw);
     const sp_hw *prior = &prior_hw;
@@ -379,7 +399,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
 
     /* The prior's predictions, and which parameters any row can see: a
      * parameter moved by a tenth that changes no prediction is not fitted. */
-    problem pb = {rows, f->n_rows, -1, *prior, NULL, 0, 0, SP_OK, cache};
+    problem pb = {rows, f->n_rows, -1, *prior, NULL, 0, 0, SP_OK, cache, o.prior_weight, {0}};
     for (int i = 0; i < f->n_rows; i++) {
         f->rows[i].meas = rows[i].meas;
         SP_CHECKGOTO(predict_prepared(cache, &rows[i], prior, &f->rows[i].pred_prior, &f->rows[i].shortfall_bytes), st, fail);
@@ -429,7 +449,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
     /* Leave one model out: needs a second model to fit to. */
     if (o.leave_one_out && !o.predict_only && f->n_models > 1) {
         for (int id = 0; id < f->n_models; id++) {
-            problem lo = {rows, f->n_rows, id, *prior, moving, np, 0, SP_OK, cache};
+            problem lo = {rows, f->n_rows, id, *prior, moving, np, 0, SP_OK, cache, o.prior_weight, {0}};
             search(&lo, &o);
             if (lo.st != SP_OK) {
                 st = lo.st;
@@ -447,7 +467,7 @@ sp_status sp_fit_run(const sp_measure_set *set, const sp_hw *prior_in, const sp_
         f->worst_abs_err_lomo = sp_abs_max(f->n_rows, e);
     }
     /* a prediction alone keeps the section the profile was loaded with */
-    if (!o.predict_only) record_calibration(f, all, np_all, f->n_models > 1 && o.leave_one_out);
+    if (!o.predict_only) record_calibration(f, all, np_all, f->n_models > 1 && o.leave_one_out, o.prior_weight);
     free(rows);
     free(e);
     free(moving);

@@ -17,7 +17,13 @@
  * mfu_prefill).  The free parameters are fields of sp_hw (sp_fit_params()
  * lists them with their physical bounds); the fit minimises the mean of
  * |log(predicted / measured)| over the rows, so a row 20 % high and a row
- * 20 % low weigh alike whatever their size.  The search is Nelder–Mead in
+ * 20 % low weigh alike whatever their size, plus a pull toward the prior:
+ * prior_weight times the mean over the fitted parameters of
+ * log(value / prior)^2.  Without it the parameters trade against each other
+ * (a dispatch cost driven to zero and paid back by low efficiencies) and the
+ * fit predicts models it was not fitted to worse than the prior does; the
+ * default weight is the one with the lowest leave-one-model-out error on
+ * the bundled training rows (doc/fidelity.md).  The search is Nelder–Mead in
  * bounded coordinates (each parameter a logistic function of a free
  * variable between its bounds; log-scaled for latencies), from a fixed
  * start, with fixed restarts: deterministic, the same rows give the same
@@ -52,12 +58,16 @@ sp_status sp_fit_predict(const sp_measure *row, const sp_hw *hw, double *pred);
 
 typedef struct sp_fit_opts {
     size_t size;          /* sizeof(sp_fit_opts) */
-    int max_evals;        /* objective evaluations per Nelder–Mead run (default 4000) */
-    int restarts;         /* restarts from the best point so far (default 3) */
+    int max_evals;        /* objective evaluations per Nelder–Mead run (default 8000) */
+    int restarts;         /* restarts from the best point so far (default 8) */
     int leave_one_out;    /* 1: also the leave-one-model-out fits (default 1) */
     int predict_only;     /* 1: no fit: the profile as given (calibrated or not) predicts the rows;
                              pred = pred_prior, values unchanged (validation data) */
+    double prior_weight;  /* >= 0: the pull toward the prior (default SP_FIT_PRIOR_WEIGHT; 0: none) */
 } sp_fit_opts;
+/* The default prior weight: the lowest leave-one-model-out median error on
+ * the FasterTransformer training rows among the weights doc/fidelity.md lists. */
+#define SP_FIT_PRIOR_WEIGHT 0.03
 void sp_fit_opts_init(sp_fit_opts *o);
 
 typedef struct sp_fit_row {

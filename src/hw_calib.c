@@ -55,7 +55,7 @@ void sp_hw_uncalibrate(sp_hw *hw)
     memset(&hw->calibration, 0, sizeof hw->calibration);
 }
 
-static const char *const cal_keys[] = {"fitted_to", "date", "transferred_from", "rows", "models",
+static const char *const cal_keys[] = {"fitted_to", "date", "transferred_from", "rows", "models", "prior_weight",
                                        "median_abs_err", "worst_abs_err", "median_abs_err_prior",
                                        "worst_abs_err_prior", "median_abs_err_leave_one_model_out",
                                        "worst_abs_err_leave_one_model_out", "parameters", NULL};
@@ -95,6 +95,7 @@ sp_status spi_hw_read_calibration(const spi_jctx *c, const json_t *j, sp_hw *hw)
     C_(spi_json_get_int(c, P, j, "models", 1, 1, 1 << 24, "an integer >= 1", &models));
     k->rows = (int)rows;
     k->models = (int)models;
+    C_(spi_json_get_num(c, P, j, "prior_weight", 0, 0, 0, 1e6, "a number in [0, 1e6]", &k->prior_weight));
     static const char *const what = "a fraction |predicted / measured - 1| in [0, 100]";
     C_(spi_json_get_num(c, P, j, "median_abs_err", 1, 0, 0, 100, what, &k->median_abs_err));
     C_(spi_json_get_num(c, P, j, "worst_abs_err", 1, 0, 0, 100, what, &k->worst_abs_err));
@@ -165,6 +166,7 @@ json_t *spi_hw_calibration_to_json(const sp_hw *hw)
     if (k->transferred_from[0]) json_object_set_new(o, "transferred_from", json_string(k->transferred_from));
     json_object_set_new(o, "rows", json_integer(k->rows));
     json_object_set_new(o, "models", json_integer(k->models));
+    if (!k->transferred_from[0]) json_object_set_new(o, "prior_weight", json_real(k->prior_weight));
     json_object_set_new(o, "median_abs_err", json_real(k->median_abs_err));
     json_object_set_new(o, "worst_abs_err", json_real(k->worst_abs_err));
     json_object_set_new(o, "median_abs_err_prior", json_real(k->median_abs_err_prior));

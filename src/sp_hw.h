@@ -40,6 +40,8 @@ typedef struct sp_hw_calibration {
     char transferred_from[64];        /* "": fitted to this chip's rows; else the profile whose fitted
                                          overheads this one shares (its own peaks and bandwidths) */
     int rows, models;                 /* training rows and distinct models of the fit */
+    double prior_weight;              /* the fit's pull toward the prior (sp_fit_opts.prior_weight);
+                                         0 in a section that does not state one */
     double median_abs_err, worst_abs_err;               /* |predicted / measured - 1| of the fit */
     double median_abs_err_prior, worst_abs_err_prior;   /* ... of the uncalibrated profile */
     double median_abs_err_lomo, worst_abs_err_lomo;     /* leave one model out; < 0: not run */

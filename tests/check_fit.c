@@ -208,6 +208,7 @@ START_TEST(test_fit_recovers)
     o.leave_one_out = 0;
     o.max_evals = 20000;
     o.restarts = 8;
+    o.prior_weight = 0;   /* the search alone: no pull toward the prior's values */
     sp_fit *f = NULL;
     ck_assert_msg(sp_fit_run(&s, &prior, &o, &f) == SP_OK, "%s", sp_last_error());
     ck_assert_int_eq(f->n_rows, s.n);
@@ -226,6 +227,36 @@ START_TEST(test_fit_recovers)
     ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_OK);
     for (int j = 0; j < f->n_values; j++) ck_assert(f->values[j].value == g->values[j].value);
     sp_fit_free(g);
+    /* The pull toward the prior: with the default weight the fit trades a
+     * little error for parameters nearer the prior than the truth (in the
+     * mean squared log of their ratios to it) and still errs less than the
+     * prior; with an overwhelming weight it stays at the prior; a negative
+     * weight is refused.  The section records the weight. */
+    sp_fit_opts_init(&o);
+    o.leave_one_out = 0;
+    ck_assert_double_eq(o.prior_weight, SP_FIT_PRIOR_WEIGHT);
+    ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_OK);
+    ck_assert_double_eq(g->hw.calibration.prior_weight, SP_FIT_PRIOR_WEIGHT);
+    double pull_fit = 0, pull_truth = 0;
+    for (int j = 0; j < g->n_values; j++) {
+        if (!g->values[j].moved) continue;
+        double p0 = g->values[j].prior;
+        pull_fit += log(g->values[j].value / p0) * log(g->values[j].value / p0);
+        double t = *sp_hw_param(&truth, sp_hw_param_find(g->values[j].param->name));
+        pull_truth += log(t / p0) * log(t / p0);
+    }
+    ck_assert_msg(pull_fit < 0.999 * pull_truth, "%g, truth %g", pull_fit, pull_truth);   /* the weight is felt */
+    ck_assert(g->median_abs_err < g->median_abs_err_prior);
+    sp_fit_free(g);
+    o.prior_weight = 1e4;
+    ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_OK);
+    for (int j = 0; j < g->n_values; j++)
+        ck_assert_msg(fabs(g->values[j].value / g->values[j].prior - 1) < 0.01, "%s: %g, prior %g",
+                      g->values[j].param->name, g->values[j].value, g->values[j].prior);
+    sp_fit_free(g);
+    o.prior_weight = -1;
+    ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_EINVAL);
+    ck_assert_ptr_null(g);
     sp_fit_free(f);
     sp_measure_set_free(&s);
 }
@@ -300,7 +331,10 @@ START_TEST(test_bundled_calibration_reproduces)
         ck_assert_msg(sp_measure_load_file(path, &s, &err) == SP_OK, "%s", sp_error_format(&err, buf, sizeof buf));
     }
     sp_fit *f = NULL;
-    ck_assert_msg(sp_fit_run(&s, &hw, NULL, &f) == SP_OK, "%s", sp_last_error());
+    sp_fit_opts o;
+    sp_fit_opts_init(&o);
+    o.prior_weight = k->prior_weight;   /* the weight the profile was fitted with */
+    ck_assert_msg(sp_fit_run(&s, &hw, &o, &f) == SP_OK, "%s", sp_last_error());
     ck_assert_int_eq(f->n_rows, k->rows);
     ck_assert_msg(close_to(f->median_abs_err, k->median_abs_err) && close_to(f->worst_abs_err, k->worst_abs_err),
                   "%s: refit gives median %.6f worst %.6f, the profile states %.6f %.6f: refit the profiles "

@@ -102,5 +102,10 @@ check "calibrate --backend --help" 0 $SHARDPLAN calibrate --backend threads --he
 # fitting to one set and predicting another are separate calls, never silently one of them
 check "calibrate --fit with --predict" 2 $SHARDPLAN calibrate --fit $top_srcdir/data/calibration/tpu-v4-pope.csv --predict $top_srcdir/data/calibration/tpu-v4-pope.csv --hw tpu-v4
 grep -q "do not mix" $d/err || { echo "FAIL: --fit with --predict: no reason"; fail=$((fail + 1)); }
+# the prior weight belongs to a fit: refused without one, and refused when not a number >= 0
+check "calibrate --predict --prior-weight" 2 $SHARDPLAN calibrate --predict $top_srcdir/data/calibration/tpu-v4-pope.csv --hw tpu-v4 --prior-weight 0.1
+grep -q "prior-weight" $d/err || { echo "FAIL: --predict --prior-weight: no reason"; fail=$((fail + 1)); }
+check "calibrate --prior-weight -1" 2 $SHARDPLAN calibrate --fit $top_srcdir/data/calibration/tpu-v4-pope.csv --hw tpu-v4 --prior-weight -1
+check "calibrate --prior-weight x" 2 $SHARDPLAN calibrate --fit $top_srcdir/data/calibration/tpu-v4-pope.csv --hw tpu-v4 --prior-weight 0.1x
 [ $fail -eq 0 ] && echo "cli_validate: all passed"
 exit $fail
