@@ -287,8 +287,11 @@ static double search(problem *pb, const sp_fit_opts *o)
 {
     double u[NM_MAX];
     for (int i = 0; i < pb->np; i++) {
-        pb->prior[i] = *field(&pb->hw, &pb->params[i]);
-        u[i] = to_coord(&pb->params[i], pb->prior[i]);
+        /* a prior of 0 (no dispatch cost stated) is pulled toward as its lower bound: the
+         * search starts there too (to_coord clamps), and log(value / 0) has no meaning */
+        double v = *field(&pb->hw, &pb->params[i]);
+        pb->prior[i] = v > pb->params[i].lo ? v : pb->params[i].lo;
+        u[i] = to_coord(&pb->params[i], v);
     }
     double best = objective(pb, u);
     if (pb->np == 0) return best;

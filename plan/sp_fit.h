@@ -63,7 +63,8 @@ typedef struct sp_fit_opts {
     int leave_one_out;    /* 1: also the leave-one-model-out fits (default 1) */
     int predict_only;     /* 1: no fit: the profile as given (calibrated or not) predicts the rows;
                              pred = pred_prior, values unchanged (validation data) */
-    double prior_weight;  /* >= 0: the pull toward the prior (default SP_FIT_PRIOR_WEIGHT; 0: none) */
+    double prior_weight;  /* >= 0: the pull toward the prior (default SP_FIT_PRIOR_WEIGHT; 0: none);
+                             a prior of 0 is pulled toward as the parameter's lower bound */
 } sp_fit_opts;
 /* The default prior weight: the lowest leave-one-model-out median error on
  * the FasterTransformer training rows among the weights doc/fidelity.md lists. */
@@ -95,7 +96,7 @@ typedef struct sp_fit {
     int n_skipped;            /* rows for other hardware (not used) */
     int n_values;
     sp_fit_value *values;
-    double objective;         /* mean |log(pred/meas)| at the fit */
+    double objective;         /* at the fit: mean |log(pred/meas)| plus the pull toward the prior */
     double median_abs_err, worst_abs_err;             /* |pred/meas - 1| over the rows */
     double median_abs_err_prior, worst_abs_err_prior;
     double median_abs_err_lomo, worst_abs_err_lomo;   /* 0 when not run */

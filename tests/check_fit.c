@@ -257,6 +257,15 @@ START_TEST(test_fit_recovers)
     o.prior_weight = -1;
     ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_EINVAL);
     ck_assert_ptr_null(g);
+    /* a prior of 0 (no dispatch cost stated) is pulled toward its lower bound, not log(0) */
+    prior.dispatch_s = 0;
+    o.prior_weight = SP_FIT_PRIOR_WEIGHT;
+    o.max_evals = 400;
+    o.restarts = 0;
+    ck_assert_int_eq(sp_fit_run(&s, &prior, &o, &g), SP_OK);
+    ck_assert(isfinite(g->objective));
+    ck_assert(g->median_abs_err < g->median_abs_err_prior);
+    sp_fit_free(g);
     sp_fit_free(f);
     sp_measure_set_free(&s);
 }
