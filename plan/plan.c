@@ -225,6 +225,101 @@ sp_status spi_glpk_result(int ret, int mst, sp_plan_result *res)
     }
 }
 
+void spi_measure_cols(glp_prob *P, const spi_measure *ms, int col_X, int col_V)
+{
+    for (int p = 0; p < SPI_PH_COUNT; p++) {
+        /* a phase the workload does not run: fixed at 0 (counted, not used) */
+        glp_set_col_bnds(P, col_X + p, ms->ph[p] ? GLP_LO : GLP_FX, 0, 0);
+        glp_set_col_bnds(P, col_V + p, ms->ph[p] ? GLP_LO : GLP_FX, 0, 0);
+        glp_set_obj_coef(P, col_V + p, ms->ph[p] ? ms->w_obj[p] : 0);
+    }
+}
+
+int spi_measure_lb_terms(const spi_measure *ms, int col_V, int col_x, double lb_s, double ps_per_unit, int *ind,
+                         double *val)
+{
+    int k = 0;
+    for (int p = 0; p < SPI_PH_COUNT; p++)
+        if (ms->ph[p] && ms->w_obj[p] != 0) ind[++k] = col_V + p, val[k] = ms->w_obj[p];
+    /* relaxed by 1e-9: the bound may be the optimum itself, summed in another order */
+    ind[++k] = col_x, val[k] = -lb_s * (1 - 1e-9) * 1e12 / ps_per_unit;
+    return k;
+}
+
+int spi_measure_bound_rows(glp_prob *P, const spi_measure *ms, double inc, const int *col_V, int nt,
+                           double ps_per_unit, int *ind, double *val)
+{
+    int rows = 0;
+    for (int bi = 0; bi < 3; bi++) {   /* latency bound, throughput target, the incumbent */
+        double lim = bi == 0 ? ms->max_lat : bi == 1 ? ms->max_tot : inc;
+        const double *wt = bi == 0 ? ms->w_lat : bi == 1 ? ms->w_tot : ms->w_obj;
+        if (isinf(lim)) continue;
+        int k = 0;
+        for (int i = 0; i < nt; i++)
+            for (int p = 0; p < SPI_PH_COUNT; p++)
+                if (ms->ph[p] && wt[p] != 0) ind[++k] = col_V[i] + p, val[k] = wt[p];
+        int r = glp_add_rows(P, 1);
+        glp_set_row_bnds(P, r, GLP_UP, 0, lim * 1e12 / ps_per_unit);
+        glp_set_mat_row(P, r, k, ind, val);
+        rows++;
+    }
+    return rows;
+}
+
+sp_status spi_glpk_intopt(glp_prob *P, int time_limit_ms, int *nodes, sp_plan_result *res)
+{
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = time_limit_ms > 0 ? time_limit_ms : 10000;
+    parm.cb_func = spi_glpk_count_nodes;
+    parm.cb_info = nodes;
+    int ret = glp_intopt(P, &parm);
+    *res = SP_PLAN_INFEASIBLE;
+    /* presolve finds the relaxation without a primal or a dual solution: no point of the program */
+    if (ret == GLP_ENOPFS || ret == GLP_ENODFS) return SP_OK;
+    return spi_glpk_result(ret, glp_mip_status(P), res);
+}
+
+sp_status spi_glpk_open(glp_prob **P, int *env, int *term)
+{
+    *env = 0;
+    SP_CHECK(spi_glpk_env_get(env));
+    *term = glp_term_out(GLP_OFF);
+    *P = glp_create_prob();
+    glp_set_obj_dir(*P, GLP_MIN);
+    return SP_OK;
+}
+
+void spi_glpk_close(glp_prob *P, int *env, int term)
+{
+    glp_delete_prob(P);
+    glp_term_out(term);
+    spi_glpk_env_put(env);
+}
+
+sp_status spi_glpk_choose(glp_prob *P, int time_limit_ms, const int *col_x, int nt, const char *what, long *nodes,
+                          int *unproven, int *chosen)
+{
+    int n = 0;
+    sp_plan_result res;
+    *chosen = -1;
+    sp_status st = spi_glpk_intopt(P, time_limit_ms, &n, &res);
+    *nodes += n;
+    if (st != SP_OK) return st;
+    if (res == SP_PLAN_FEASIBLE || res == SP_PLAN_TIME_LIMIT) *unproven = 1;
+    if (res != SP_PLAN_OPTIMAL && res != SP_PLAN_FEASIBLE) return SP_OK;
+    int nx = 0;
+    for (int i = 0; i < nt; i++)
+        if (glp_mip_col_val(P, col_x[i]) > 0.5) *chosen = i, nx++;
+    if (nx != 1) {
+        *chosen = -1;
+        return spi_fail(SP_EINTERNAL, "planner: the %s program chose %d templates", what, nx);
+    }
+    return SP_OK;
+}
+
 typedef struct order_ctx {
     const double *k1, *k2;
 } order_ctx;

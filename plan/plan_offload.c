@@ -315,12 +315,10 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
 {
     const spi_measure ms = *b->ms;
     sp_status st = SP_OK;
-    int env = 0;
-    SP_CHECK(spi_glpk_env_get(&env));
+    int env, term;
+    glp_prob *P;
     double t0 = now_s();
-    int term = glp_term_out(GLP_OFF);
-    glp_prob *P = glp_create_prob();
-    glp_set_obj_dir(P, GLP_MIN);
+    SP_CHECK(spi_glpk_open(&P, &env, &term));
     /* columns: x_t, z_tf, (y_tsfj, r_tsf) per stage and fraction, X_tφ, V_tφ */
     int ncol = 0, width = 0;
     for (int i = 0; i < nt; i++) {
@@ -345,7 +343,8 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
     int *ind = malloc((size_t)(cap + 1) * sizeof *ind);
     double *val = malloc((size_t)(cap + 1) * sizeof *val);
     int *pos = calloc((size_t)ncol + 1, sizeof *pos);   /* merges a row's repeated columns */
-    if (!ind || !val || !pos) {
+    int *colv = malloc((size_t)nt * sizeof *colv);
+    if (!ind || !val || !pos || !colv) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory");
         goto done;
     }
@@ -368,11 +367,7 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
                     glp_set_col_bnds(P, r, GLP_DB, 0, t->cls_n[t->cls_of[s]] - p->J);
                 }
             }
-        for (int p = 0; p < SPI_PH_COUNT; p++) {
-            glp_set_col_bnds(P, t->col_X + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
-            glp_set_col_bnds(P, t->col_V + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
-            glp_set_obj_coef(P, t->col_V + p, ms.ph[p] ? ms.w_obj[p] : 0);
-        }
+        spi_measure_cols(P, &ms, t->col_X, t->col_V);
     }
 #define ROW(type, lo, up)                                                  \
     do {                                                                   \
@@ -415,10 +410,8 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
                 ROW(GLP_UP, 0, 0);
             }
         }
-        k = 0;   /* Φ_t >= Φ_t(0)·x_t: offload never makes a layout faster (relaxed by 1e-9: the sums' order) */
-        for (int p = 0; p < SPI_PH_COUNT; p++)
-            if (ms.ph[p] && ms.w_obj[p] != 0) ind[++k] = t->col_V + p, val[k] = ms.w_obj[p];
-        ind[++k] = t->col_x, val[k] = -t->lb * (1 - 1e-9) * 1e12 / PS_PER_UNIT;
+        /* Φ_t >= Φ_t(0)·x_t: offload never makes a layout faster */
+        k = spi_measure_lb_terms(&ms, t->col_V, t->col_x, t->lb, PS_PER_UNIT, ind, val);
         if (k > 1) ROW(GLP_LO, 0, 0);
         for (int p = 0; p < SPI_PH_COUNT; p++) {
             if (!ms.ph[p]) continue;
@@ -448,42 +441,16 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
             if (k) ROW(GLP_LO, 0, 0);
         }
     }
-    for (int bi = 0; bi < 3; bi++) {   /* latency bound, throughput target, the incumbent */
-        double lim = bi == 0 ? ms.max_lat : bi == 1 ? ms.max_tot : b->inc;
-        const double *wt = bi == 0 ? ms.w_lat : bi == 1 ? ms.w_tot : ms.w_obj;
-        if (isinf(lim)) continue;
-        k = 0;
-        for (int i = 0; i < nt; i++)
-            for (int p = 0; p < SPI_PH_COUNT; p++)
-                if (ms.ph[p] && wt[p] != 0) ind[++k] = B[i]->col_V + p, val[k] = wt[p];
-        ROW(GLP_UP, 0, lim * 1e12 / PS_PER_UNIT);
-    }
+    for (int i = 0; i < nt; i++) colv[i] = B[i]->col_V;
+    out->rows += spi_measure_bound_rows(P, &ms, b->inc, colv, nt, PS_PER_UNIT, ind, val);
 #undef ROW
     out->cols += ncol;
     {
-        glp_iocp parm;
-        glp_init_iocp(&parm);
-        parm.presolve = GLP_ON;
-        parm.msg_lev = GLP_MSG_OFF;
-        parm.tm_lim = b->o->time_limit_ms > 0 ? b->o->time_limit_ms : 10000;
-        int nodes = 0;
-        parm.cb_func = spi_glpk_count_nodes;
-        parm.cb_info = &nodes;
-        int ret = glp_intopt(P, &parm);
-        out->nodes += nodes;
+        int chosen;
+        for (int i = 0; i < nt; i++) colv[i] = B[i]->col_x;
+        st = spi_glpk_choose(P, b->o->time_limit_ms, colv, nt, "offload", &out->nodes, &out->unproven, &chosen);
         out->solved++;
-        sp_plan_result res = SP_PLAN_INFEASIBLE;
-        if (ret == GLP_ENOPFS || ret == GLP_ENODFS) res = SP_PLAN_INFEASIBLE;
-        else if ((st = spi_glpk_result(ret, glp_mip_status(P), &res)) != SP_OK) goto done;
-        if (res == SP_PLAN_FEASIBLE || res == SP_PLAN_TIME_LIMIT) out->unproven = 1;
-        if (res != SP_PLAN_OPTIMAL && res != SP_PLAN_FEASIBLE) goto done;
-        int chosen = -1, nx = 0;
-        for (int i = 0; i < nt; i++)
-            if (glp_mip_col_val(P, B[i]->col_x) > 0.5) chosen = i, nx++;
-        if (nx != 1) {
-            st = spi_fail(SP_EINTERNAL, "planner: the offload program chose %d layouts", nx);
-            goto done;
-        }
+        if (st != SP_OK || chosen < 0) goto done;
         otmpl *t = B[chosen];
         int fsel = -1;
         for (int fi = 0; fi < NF; fi++)
@@ -513,13 +480,12 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
         }
     }
 done:
+    free(colv);
     free(pos);
     free(ind);
     free(val);
-    glp_delete_prob(P);
-    glp_term_out(term);
+    spi_glpk_close(P, &env, term);
     if (glpk_s) *glpk_s += now_s() - t0;
-    spi_glpk_env_put(&env);
     return st;
 }
 

@@ -413,15 +413,13 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
     const int64_t L = b->L;
     const sp_plan_opts *o = b->o;
     const measure ms = *b->msp;
-    const double max_lat = b->max_lat, max_tot = b->max_tot, inc = b->inc;
+    const double inc = b->inc;
     sp_status st = SP_OK;
     /* the program */
-    int env = 0;
-    SP_CHECK(spi_glpk_env_get(&env));
+    int env, term;
+    glp_prob *P;
     double t0 = now_s();
-    int term = glp_term_out(GLP_OFF);
-    glp_prob *P = glp_create_prob();
-    glp_set_obj_dir(P, GLP_MIN);
+    SP_CHECK(spi_glpk_open(&P, &env, &term));
     /* columns: x_t, y_tsj (j = 1 .. nn − 1), X_tφ, V_tφ */
     int ncol = 0;
     for (int i = 0; i < nt; i++) {
@@ -437,18 +435,14 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         tmpl *t = B[i];
         glp_set_col_kind(P, t->col_x, GLP_BV);
         for (int c = t->col_z; c < t->col_X; c++) glp_set_col_kind(P, c, GLP_BV);
-        for (int p = 0; p < PH_COUNT; p++) {
-            /* a phase the workload does not run: fixed at 0 (counted, not used) */
-            glp_set_col_bnds(P, t->col_X + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
-            glp_set_col_bnds(P, t->col_V + p, ms.ph[p] ? GLP_LO : GLP_FX, 0, 0);
-            glp_set_obj_coef(P, t->col_V + p, ms.ph[p] ? ms.w_obj[p] : 0);
-        }
+        spi_measure_cols(P, &ms, t->col_X, t->col_V);
     }
     int cap = 8;
     for (int i = 0; i < nt; i++) cap += 2 * B[i]->S * B[i]->nn + 8;
     int *ind = malloc((size_t)(cap + 1) * sizeof *ind);
     double *val = malloc((size_t)(cap + 1) * sizeof *val);
-    if (!ind || !val) {
+    int *colv = malloc((size_t)nt * sizeof *colv);
+    if (!ind || !val || !colv) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory");
         goto prob_done;
     }
@@ -489,11 +483,8 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
                 ROW(GLP_FX, 0, 0);   /* j > 0: y at j equals y at j + 1; j = 0: n_s >= lo + 1 */
             }
         }
-        k = 0;   /* the template's bound (REDUCTIONS): Φ_t >= Φ_LB·x_t, which tightens the relaxation */
-        for (int p = 0; p < PH_COUNT; p++)
-            if (ms.ph[p] && ms.w_obj[p] != 0) ind[++k] = t->col_V + p, val[k] = ms.w_obj[p];
-        /* relaxed by 1e-9: the bound may be the optimum itself, summed in another order */
-        ind[++k] = t->col_x, val[k] = -t->lb * (1 - 1e-9) * 1e12 / PS_PER_UNIT;
+        /* the template's bound (REDUCTIONS): Φ_t >= Φ_LB·x_t, which tightens the relaxation */
+        k = spi_measure_lb_terms(&ms, t->col_V, t->col_x, t->lb, PS_PER_UNIT, ind, val);
         if (k > 1) ROW(GLP_LO, 0, 0);
         k = 0;   /* every layer: Σ_s n_s = L */
         for (int s = 0; s < S; s++)
@@ -557,51 +548,17 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
                 ROW(GLP_LO, 0, 0);
             }
     }
-    for (int bi = 0; bi < 3; bi++) {   /* latency bound, throughput target, the incumbent */
-        double lim = bi == 0 ? max_lat : bi == 1 ? max_tot : inc;
-        const double *wt = bi == 0 ? ms.w_lat : bi == 1 ? ms.w_tot : ms.w_obj;
-        if (isinf(lim)) continue;
-        k = 0;
-        for (int i = 0; i < nt; i++)
-            for (int p = 0; p < PH_COUNT; p++)
-                if (ms.ph[p] && wt[p] != 0) ind[++k] = B[i]->col_V + p, val[k] = wt[p];
-        ROW(GLP_UP, 0, lim * 1e12 / PS_PER_UNIT);
-    }
+    for (int i = 0; i < nt; i++) colv[i] = B[i]->col_V;
+    out->rows += spi_measure_bound_rows(P, &ms, inc, colv, nt, PS_PER_UNIT, ind, val);
 #undef ROW
 #undef TAU
     out->cols += ncol;
     {
-        glp_iocp parm;
-        glp_init_iocp(&parm);
-        parm.presolve = GLP_ON;
-        parm.msg_lev = GLP_MSG_OFF;
-        parm.tm_lim = o->time_limit_ms > 0 ? o->time_limit_ms : 10000;
-        int nodes = 0;
-        parm.cb_func = spi_glpk_count_nodes;
-        parm.cb_info = &nodes;
-        int ret = glp_intopt(P, &parm);
-        out->nodes += nodes;
-        int mst = glp_mip_status(P);
-        sp_plan_result res = SP_PLAN_INFEASIBLE;
+        int chosen;
+        for (int i = 0; i < nt; i++) colv[i] = B[i]->col_x;
+        st = spi_glpk_choose(P, o->time_limit_ms, colv, nt, "pipeline", &out->nodes, &out->unproven, &chosen);
         out->solved++;
-        if (ret == 0 || ret == GLP_ETMLIM || ret == GLP_EMIPGAP || ret == GLP_ESTOP) {
-            res = mst == GLP_OPT && ret == 0 ? SP_PLAN_OPTIMAL
-                : mst == GLP_OPT || mst == GLP_FEAS ? SP_PLAN_FEASIBLE
-                : mst == GLP_NOFEAS ? SP_PLAN_INFEASIBLE : SP_PLAN_TIME_LIMIT;
-        } else if (ret == GLP_ENOPFS || ret == GLP_ENODFS) {
-            res = SP_PLAN_INFEASIBLE;
-        } else {
-            st = spi_fail(SP_ESOLVER, "planner: pipeline program: glp_intopt failed (code %d, MIP status %d)", ret, mst);
-        }
-        if (res == SP_PLAN_FEASIBLE || res == SP_PLAN_TIME_LIMIT) out->unproven = 1;
-        if (st == SP_OK && (res == SP_PLAN_OPTIMAL || res == SP_PLAN_FEASIBLE)) {
-            int chosen = -1, nx = 0;
-            for (int i = 0; i < nt; i++)
-                if (glp_mip_col_val(P, B[i]->col_x) > 0.5) chosen = i, nx++;
-            if (nx != 1) {
-                st = spi_fail(SP_EINTERNAL, "planner: the pipeline program chose %d templates", nx);
-                goto prob_done;
-            }
+        if (st == SP_OK && chosen >= 0) {
             tmpl *t = B[chosen];
             sp_layout l = t->c->layout;
             memset(l.stage_layers, 0, sizeof l.stage_layers);
@@ -627,12 +584,11 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         }
     }
 prob_done:
+    free(colv);
     free(ind);
     free(val);
-    glp_delete_prob(P);
-    glp_term_out(term);
+    spi_glpk_close(P, &env, term);
     if (glpk_s) *glpk_s += now_s() - t0;
-    spi_glpk_env_put(&env);
     return st;
 #undef Y
 }

@@ -185,6 +185,36 @@ void spi_measure_init(const sp_plan_opts *o, const sp_workload *w, spi_measure *
 /* GLPK intopt callback: the branch-and-bound tree's node count so far into *(int *)info. */
 struct glp_tree;
 void spi_glpk_count_nodes(struct glp_tree *T, void *info);
+/* The programs' shared parts (plan.c), times in units of ps_per_unit ps:
+ * spi_measure_cols sets a template's phase columns X_φ = col_X + φ and
+ * V_φ = col_V + φ (>= 0 for a phase the workload runs, else fixed at 0;
+ * V_φ's objective coefficient w_obj[φ]); spi_measure_lb_terms fills
+ * ind/val[1..k] with Σ_φ w_obj·V_φ − Φ_lb·x (Φ_lb in s, relaxed by 1e-9)
+ * and returns k, the row Φ_t >= Φ_lb·x_t being worth adding when k > 1;
+ * spi_measure_bound_rows adds Λ <= max_lat, Θ <= max_tot and Φ <= inc
+ * (each where finite) over the V columns col_V[0..nt) (ind, val: 3·nt + 1
+ * entries) and returns the rows added; spi_glpk_intopt runs glp_intopt
+ * (presolve, no messages, time limit in ms, 0: 10 s, branch-and-bound
+ * nodes into *nodes) and reads its code and status (spi_glpk_result; a
+ * relaxation without a primal or a dual solution: INFEASIBLE). */
+struct glp_prob;
+void spi_measure_cols(struct glp_prob *P, const spi_measure *ms, int col_X, int col_V);
+int spi_measure_lb_terms(const spi_measure *ms, int col_V, int col_x, double lb_s, double ps_per_unit, int *ind,
+                         double *val);
+int spi_measure_bound_rows(struct glp_prob *P, const spi_measure *ms, double inc, const int *col_V, int nt,
+                           double ps_per_unit, int *ind, double *val);
+sp_status spi_glpk_intopt(struct glp_prob *P, int time_limit_ms, int *nodes, sp_plan_result *res);
+/* A minimising problem in this thread's GLPK environment (spi_glpk_env_get),
+ * GLPK's terminal output off; spi_glpk_close deletes it and restores both. */
+sp_status spi_glpk_open(struct glp_prob **P, int *env, int *term);
+void spi_glpk_close(struct glp_prob *P, int *env, int term);
+/* spi_glpk_intopt, then which of nt templates (x columns col_x[0..nt)) the
+ * program chose: *chosen its index, or -1 when it found no point
+ * (infeasible, or stopped without one); *unproven set to 1 when it stopped
+ * before proving its point (or the absence of one); nodes added to *nodes.
+ * SP_EINTERNAL naming `what` when not exactly one x_t is 1. */
+sp_status spi_glpk_choose(struct glp_prob *P, int time_limit_ms, const int *col_x, int nt, const char *what, long *nodes,
+                          int *unproven, int *chosen);
 
 /* ---- the pipeline program (plan_stages.c, doc/planner.md) ---- */
 /* The layer counts a stage of an S-stage pipeline of L layers may hold. */
