@@ -202,7 +202,7 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     if (p->n_stages > 1 || off) {
         printf("\nstages (one micro-batch through each; every stage's mesh, layouts and precision are the layout's)\n");
         static const char *const hdr[10] = {"stage", "layers", "chips", "mesh", "prefill", "decode step", "memory/chip",
-                                            "streamed layers", "KV in host", "host/chip"};
+                                            "streamed layers (attn/ffn)", "KV in host", "host/chip"};
         cli_table *t = cli_table_new(off ? 10 : 7, hdr);
         for (int i = 0; i < p->n_stages; i++) {
             const sp_plan_stage *x = &p->stages[i];
@@ -215,8 +215,9 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
             cli_fmt_seconds(x->prefill_s, c4, sizeof c4);
             cli_fmt_seconds(x->decode_step_s, c5, sizeof c5);
             snprintf(c6, sizeof c6, "%.2f GiB", (double)x->memory_bytes / 1073741824.0);
-            char c7[24], c8[24], c9[24];
-            snprintf(c7, sizeof c7, "%lld", (long long)x->offload_layers);
+            char c7[48], c8[24], c9[24];
+            snprintf(c7, sizeof c7, "%lld (%lld/%lld)", (long long)x->offload_layers,
+                     (long long)x->offload_kind_layers[SP_WKIND_ATTN], (long long)x->offload_kind_layers[SP_WKIND_FFN]);
             snprintf(c8, sizeof c8, "%g", x->offload_kv);
             snprintf(c9, sizeof c9, "%.2f GiB", (double)x->host_bytes / 1073741824.0);
             const char *cells[10] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9};

@@ -1139,7 +1139,7 @@ typedef struct stage_kind {
     int first, last;
     int64_t layers;
     int64_t moe_phase;          /* first layer mod moe_every: which layers are MoE (0 without dense ones) */
-    int64_t streamed;           /* layers whose weights are offloaded (offload_weights) */
+    int64_t streamed[SP_WKIND_COUNT]; /* layers whose weights of each part are offloaded */
     int mesh[3];                /* the stage's tensor mesh (its own with stage_mesh) */
     sp_phase_cost pf, d1, dn;   /* pf: one micro-batch's prefill, every pass */
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
@@ -1270,7 +1270,7 @@ static sp_status stage_price(const sp_model *m, const sp_hw *hw, const sp_layout
     k->last = s == l->stages - 1;
     k->layers = nl;
     k->moe_phase = sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0;
-    k->streamed = sp_layout_offload_layers(l, s);
+    for (int q = 0; q < SP_WKIND_COUNT; q++) k->streamed[q] = sp_layout_offload_kind_layers(l, s, (sp_wkind)q);
     k->units = 1;
     sp_layout_stage_mesh(l, s, k->mesh);
     spi_ckd ck = SPI_CKD_INIT;
@@ -1580,7 +1580,8 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         for (int i = 0; i < nkinds && !k; i++)
             if (kinds[i].first == (s == 0) && kinds[i].last == (s == S - 1) && kinds[i].layers == nl &&
                 kinds[i].moe_phase == (sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0) &&
-                kinds[i].streamed == sp_layout_offload_layers(l, s) && !memcmp(kinds[i].mesh, mesh, sizeof mesh))
+                kinds[i].streamed[SP_WKIND_ATTN] == sp_layout_offload_kind_layers(l, s, SP_WKIND_ATTN) &&
+                kinds[i].streamed[SP_WKIND_FFN] == sp_layout_offload_kind_layers(l, s, SP_WKIND_FFN) && !memcmp(kinds[i].mesh, mesh, sizeof mesh))
                 k = &kinds[i];
         if (!k) {
             if (nkinds == (int)SPI_ARRAY_LEN(kinds))

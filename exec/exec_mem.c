@@ -168,16 +168,19 @@ sp_status spi_chip_setup(chip *ch)
         ch->hlw = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlw);
         ch->hlscale = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlscale);
         ch->hlb = calloc((size_t)(W * SP_W_COUNT), sizeof *ch->hlb);
-        ch->hbase = calloc((size_t)W, sizeof *ch->hbase);
+        ch->hbase = calloc((size_t)(W * SP_WKIND_COUNT), sizeof *ch->hbase);
         if (!ch->hlw || !ch->hlscale || !ch->hlb || !ch->hbase) return spi_fail(SP_ENOMEM, "host weight tables");
     }
     /* experts split over the replicas: replica r holds the r-th block of them (sp_layout.h) */
     ch->expert0 = ch->l->experts > 1 ? (int64_t)ch->coords[SP_AXIS_REPLICA] * pf->wspec[SP_W_IN].count : 0;
     for (int64_t li = 0; li < cnt; li++) {
-        /* a streamed layer's blocks, contiguous in the offload arena as in its staging block */
-        arena *wa = li < W ? &off : &dev;
-        if (li < W) ch->hbase[li] = off.base + off.used;
+        /* a streamed part's blocks (attention's, then the FFN's: sp_weight_wkind follows the
+         * kinds' order), contiguous in the offload arena as in its place of the staging block */
         for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
+            const sp_wkind kd = sp_weight_wkind((sp_weight)w);
+            const int streamed = li < pf->w_kind_streamed[kd];
+            arena *wa = streamed ? &off : &dev;
+            if (streamed && !ch->hbase[li * SP_WKIND_COUNT + kd]) ch->hbase[li * SP_WKIND_COUNT + kd] = off.base + off.used;
             const sp_weight_spec *s = &pf->wspec[w];
             /* the kinds this layer holds: experts in MoE layers, the dense FFN in the others */
             if (!s->present || !sp_weight_in_layer(ch->m, (sp_weight)w, first + li)) continue;
@@ -201,7 +204,7 @@ sp_status spi_chip_setup(chip *ch)
                                          (char *)ch->lw[i] + e * sp_mem_align(shard),
                                          q8 ? ch->lscale[i] + e * (sp_mem_align(s->cols * 4) / 4) : NULL));
             if (s->bias) SP_CHECK(spi_build_bias(ch, s, first + li, ch->lb[i]));
-            if (li < W) {
+            if (streamed) {
                 /* the host copy, which a host-load copies into staging; until then the layer has
                  * no weights on the device (a step that ran before its load would find none) */
                 ch->hlw[i] = ch->lw[i];
@@ -212,10 +215,16 @@ sp_status spi_chip_setup(chip *ch)
                 ch->lb[i] = NULL;
             }
         }
-        if (li < W && off.base + off.used - ch->hbase[li] != pf->layer_weight_bytes)
-            return spi_fail(SP_EINTERNAL, "chip %d: layer %lld's weights take %lld bytes, the lowering's staging "
-                                          "block %lld", ch->rank, (long long)li,
-                            (long long)(off.base + off.used - ch->hbase[li]), (long long)pf->layer_weight_bytes);
+        for (int k = 0; k < SP_WKIND_COUNT && li < W; k++) {
+            /* each streamed part takes what the lowering's load of it moves */
+            char *b = ch->hbase[li * SP_WKIND_COUNT + k];
+            char *e = k + 1 < SP_WKIND_COUNT && ch->hbase[li * SP_WKIND_COUNT + k + 1] ? ch->hbase[li * SP_WKIND_COUNT + k + 1]
+                                                                                      : off.base + off.used;
+            if (li < pf->w_kind_streamed[k] && (!b || e - b != pf->kind_weight_bytes[k]))
+                return spi_fail(SP_EINTERNAL, "chip %d: layer %lld's %s weights take %lld bytes, the lowering's load %lld",
+                                ch->rank, (long long)li, sp_wkind_name((sp_wkind)k), (long long)(b ? e - b : 0),
+                                (long long)pf->kind_weight_bytes[k]);
+        }
     }
     /* model weights: final norm, vocabulary tables, learned positions */
     for (int w = 1; w < SP_W_FIRST_LAYER; w++) {

@@ -339,18 +339,26 @@ static sp_status run_host_load(chip *ch, const sp_step *s, int mb)
     /* the layer it fetches: layer 0 from the pre part, else the next one */
     int64_t j = ch->part == SP_PART_PRE ? 0 : ch->li + 1;
     if (s->dst == SP_BUF_WSTREAM) {
-        if (j >= p->w_streamed) return spi_fail(SP_EINTERNAL, "weights of layer %lld are not streamed", (long long)j);
-        int64_t lw = p->layer_weight_bytes, blocks = p->buf_bytes[SP_BUF_WSTREAM] / (lw > 0 ? lw : 1);
-        char *dst = (char *)ch->buf[SP_BUF_WSTREAM] + (j % (blocks > 0 ? blocks : 1)) * lw;
-        memcpy(dst, ch->hbase[j], (size_t)lw);
-        /* layer j's weights are now the staging block's, at the offsets they have in host memory */
+        const sp_wkind kd = s->wkind;
+        if ((unsigned)kd >= SP_WKIND_COUNT || j >= p->w_kind_streamed[kd])
+            return spi_fail(SP_EINTERNAL, "%s weights of layer %lld are not streamed", sp_wkind_name(kd), (long long)j);
+        char *src = ch->hbase[j * SP_WKIND_COUNT + kd];
+        /* the part's place in the block: attention first, then the FFN when the stage streams both */
+        int64_t lw = p->layer_weight_bytes, blocks = p->buf_bytes[SP_BUF_WSTREAM] / (lw > 0 ? lw : 1), at = 0;
+        for (int k = 0; k < (int)kd; k++)
+            if (p->w_kind_streamed[k] > 0) at += p->kind_weight_bytes[k];
+        char *dst = (char *)ch->buf[SP_BUF_WSTREAM] + (j % (blocks > 0 ? blocks : 1)) * lw + at;
+        memcpy(dst, src, (size_t)p->kind_weight_bytes[kd]);
+        /* layer j's weights of the part are now the staging block's, at the offsets they have in
+         * host memory */
         for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++) {
             int64_t i = j * SP_W_COUNT + w;
-            if (ch->hlw[i]) ch->lw[i] = dst + ((char *)ch->hlw[i] - ch->hbase[j]);
-            if (ch->hlscale[i]) ch->lscale[i] = (float *)(dst + ((char *)ch->hlscale[i] - ch->hbase[j]));
-            if (ch->hlb[i]) ch->lb[i] = (float *)(dst + ((char *)ch->hlb[i] - ch->hbase[j]));
+            if (sp_weight_wkind((sp_weight)w) != kd) continue;
+            if (ch->hlw[i]) ch->lw[i] = dst + ((char *)ch->hlw[i] - src);
+            if (ch->hlscale[i]) ch->lscale[i] = (float *)(dst + ((char *)ch->hlscale[i] - src));
+            if (ch->hlb[i]) ch->lb[i] = (float *)(dst + ((char *)ch->hlb[i] - src));
         }
-        host_count(ch, s, lw);
+        host_count(ch, s, p->kind_weight_bytes[kd]);
         return SP_OK;
     }
     /* the host-held sequences' stored tokens, before this pass's */

@@ -111,13 +111,14 @@ typedef struct chip {
     void *kc, *vc;                   /* KV cache (n_layers, M, kv_seqs − kv_host_seqs, ctx_max, kvh, D) */
     int64_t ctx_max, kv_layer_elems, kv_mb_elems;
     /* offload (sp_lower.h, "Offload"): a second arena in host memory of sp_lower_mem_sizes'
-     * host_total, holding the streamed layers' weights (each layer's blocks contiguous, laid out
-     * as its staging block) and the host-held sequences' K/V */
+     * host_total, holding the streamed layers' weights (each streamed part's blocks of a layer
+     * contiguous, laid out as its place in the staging block) and the host-held sequences' K/V */
     void *oarena;
     int64_t oarena_bytes, host_pred_bytes;   /* allocated, predicted (host_total) */
     void **hlw;                      /* (w_streamed, SP_W_COUNT) host shard / scales / bias pointers ... */
     float **hlscale, **hlb;
-    char **hbase;                    /* (w_streamed) each layer's first host byte */
+    char **hbase;                    /* (w_streamed, SP_WKIND_COUNT) each layer's part's first host byte
+                                        (NULL: the part is on the device) */
     void *hkc, *hvc;                 /* host K/V (n_layers, M, kv_host_seqs, ctx_max, kvh, D) */
     int64_t hkv_layer_elems, hkv_mb_elems;
     int part;                        /* the program part being run (sp_prog_part) */

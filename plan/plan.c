@@ -1063,6 +1063,7 @@ static sp_status fill_stages(sp_cost_cache *cache, const sp_model *m, const sp_h
         x->decode_step_s = (double)sc.decode_ps * 1e-12;
         x->memory_bytes = sc.mem.total;
         x->offload_layers = sp_layout_offload_layers(l, s);
+        for (int k = 0; k < SP_WKIND_COUNT; k++) x->offload_kind_layers[k] = sp_layout_offload_kind_layers(l, s, (sp_wkind)k);
         x->offload_kv = l->offload_kv;
         x->host_bytes = sc.mem.host_total;
     }
@@ -1481,6 +1482,8 @@ void *sp_plan_to_json(const sp_plan *p)
             json_object_set_new(j, "memory_bytes", json_integer(x->memory_bytes));
             if (p->opts.offload || sp_layout_offloads(l)) {   /* the offload decision (plan --offload) */
                 json_object_set_new(j, "offload_layers", json_integer(x->offload_layers));
+                json_object_set_new(j, "offload_attn_layers", json_integer(x->offload_kind_layers[SP_WKIND_ATTN]));
+                json_object_set_new(j, "offload_ffn_layers", json_integer(x->offload_kind_layers[SP_WKIND_FFN]));
                 json_object_set_new(j, "offload_kv", json_real(x->offload_kv));
                 json_object_set_new(j, "host_bytes", json_integer(x->host_bytes));
             }

@@ -1,7 +1,9 @@
 /*
  * plan_offload.c: the offload program.  Decides, for the layouts of the
  * space, how many layers' weights each pipeline stage streams from host
- * memory (offload_weights) and what fraction of each chip's KV sequences
+ * memory, which part of them (mode: every part, the attention's or the
+ * FFN's: offload_weights, offload_attn, offload_ffn) and what fraction of
+ * each chip's KV sequences
  * lives there (offload_kv), by a mixed-integer program over priced
  * building blocks; never enumerates the combinations.
  *
@@ -16,11 +18,12 @@
  *   classes    the stages of t alike (same kind: first, middle, last; same
  *              layer count n): a stage's price depends on its own layers,
  *              kind and streamed layers k only (sp_lower_key).
- *   blocks     (t, class, f, k): the stage priced by the lowering with f
- *              of its KV and its first k layers' weights in host memory:
+ *   blocks     (t, class, f, m, k): the stage priced by the lowering with f
+ *              of its KV and its first k layers' weights of mode m in host
+ *              memory (k = 0: one block for every mode):
  *              v_q(k) for q = prefill, first and last decode step (ps),
  *              device bytes, host bytes.
- *   pieces     per (t, class, f): k = 0..J priced (J = min(n, 3)), and
+ *   pieces     per (t, class, f, m): k = 0..J priced (J = min(n, 3)), and
  *              k = n; where every v_q(n) − v_q(J) = (n − J)·(v_q(J) −
  *              v_q(J − 1)) (the copies overlap the previous layer's
  *              compute, so each further streamed layer adds max(c, h) − c
@@ -32,21 +35,22 @@
  * VARIABLES
  *   x_t ∈ {0,1}              template t is the layout
  *   z_tf ∈ {0,1}             its KV fraction is f              (f ∈ F_t)
- *   y_tsfj ∈ {0,1}           stage s streams at least j layers (j = 1..J), under f
- *   r_tsf ∈ {0..n − J}       the layers streamed past J, under f (tail only)
+ *   y_tsfmj ∈ {0,1}          stage s streams at least j layers of mode m (j = 1..J), under f
+ *   r_tsfm ∈ {0..n − J}      the layers streamed past J, under f and m (tail only)
  *   X_tφ >= 0, V_tφ >= 0     the slowest stage, the phase's time
- *   A stage's figure is v_q(s, f, k) = v_q(0)·z_tf + Σ_j (v_q(j) −
- *   v_q(j − 1))·y_tsfj + d_q·r_tsf (incremental form: exact at every k),
- *   its streamed layers k_s = Σ_f (Σ_j y_tsfj + r_tsf).
+ *   A stage's figure is v_q(s, f, m, k) = v_q(0)·z_tf + Σ_m (Σ_j (v_qm(j)
+ *   − v_qm(j − 1))·y_tsfmj + d_qm·r_tsfm) (incremental form: exact at
+ *   every k, one mode's y on at a time), its choice c_s = Σ_f Σ_m (n +
+ *   1)^m·(Σ_j y_tsfmj + r_tsfm) (distinct for distinct (m, k)).
  *
  * CONSTRAINTS
  *   Σ_t x_t = 1;  Σ_f z_tf − x_t = 0                      one layout, one fraction
- *   y_tsf1 <= z_tf, y_tsf,j+1 <= y_tsfj, r_tsf <= (n − J)·y_tsfJ   (order)
+ *   Σ_m y_tsfm1 <= z_tf, y_tsfm,j+1 <= y_tsfmj, r_tsfm <= (n − J)·y_tsfmJ   (order)
  *   Σ_f v_dev(s, f, k) <= HBM usable         ∀t, s    each stage's chip fits
  *   Σ_f v_host(s, f, k) <= host memory       ∀t, s    and its host part
  *   X_tφ >= Σ_f v_φ(s, f, k)                 ∀t, s, φ the bottleneck
  *   V_tφ >= (a_f·Σ_s Σ_f v_φ + b_f·X_tφ) / d_f + c_f·x_t   ∀ forms (sp_cost_pipe)
- *   k_s >= k_s+1 for middle stages of one class (alike: removes permutations)
+ *   c_s >= c_s+1 for middle stages of one class (alike: removes permutations)
  *   Φ_t >= Φ_t(0)·x_t (offload never makes a layout faster)
  *   Λ <= max_latency, Θ <= batch·tokens / min_tokens_per_s, Φ <= Φ*
  *
@@ -55,10 +59,10 @@
  *   objective is monotone in for one instance).
  *
  * SIZE
- *   columns Σ_t (1 + |F_t| + Σ_s Σ_f (J + tail) + 6), rows 1 + Σ_t (1 +
- *   Σ_s Σ_f (J + tail) + 2S + (S + 1)·phases + forms + 1 + middle pairs)
- *   + bounds: the sum of the choices.  The combinations number |F_t|·Π_s
- *   (n_s + 1) per template.
+ *   columns Σ_t (1 + |F_t| + Σ_s Σ_f Σ_m (J + tail) + 6), rows 1 + Σ_t
+ *   (1 + Σ_s Σ_f Σ_m (J + tail) + 2S + (S + 1)·phases + forms + 1 +
+ *   middle pairs) + bounds: the sum of the choices.  The combinations
+ *   number |F_t|·Π_s (1 + 3·n_s) per template.
  *
  * REDUCTIONS (exact)
  *   Streaming a layer or holding KV in host memory adds copies and removes
@@ -90,6 +94,9 @@ enum { Q_DEV = SPI_PH_COUNT, Q_HOST = SPI_PH_COUNT + 1, Q_COUNT = SPI_PH_COUNT +
 /* the KV fractions offered */
 static const double kv_fracs[] = {0, 0.25, 0.5, 0.75, 1};
 #define NF ((int)(sizeof kv_fracs / sizeof kv_fracs[0]))
+/* What a stage's streamed layers stream (offload_weights, offload_attn, offload_ffn): every
+ * part of their weights, the attention's alone, the FFN's alone */
+enum { M_ALL = 0, M_ATTN = 1, M_FFN = 2, NM = 3 };
 #define MAX_CLS 4
 /* times in microseconds and memory in MiB keep the coefficients near 1 */
 #define PS_PER_UNIT 1e6
@@ -107,13 +114,13 @@ typedef struct otmpl {
     int S, ncls;
     int cls_of[SP_LAYOUT_MAX_STAGES];
     int cls_kind[MAX_CLS], cls_n[MAX_CLS], cls_rep[MAX_CLS];
-    piece pc[MAX_CLS][NF];
+    piece pc[MAX_CLS][NF][NM];
     int fok[NF];           /* fraction applies to every class */
     sp_cost_pipe pipe;
     int64_t units;
     double lb;
     int col_x, col_z, col_X, col_V;
-    int col_y[SP_LAYOUT_MAX_STAGES][NF];   /* first y column of (s, f); the tail r follows the J y's */
+    int col_y[SP_LAYOUT_MAX_STAGES][NF][NM];   /* first y column of (s, f, mode); the tail r follows the J y's */
 } otmpl;
 
 const char *spi_offload_refusal(const sp_model *m, const sp_hw *hw, int *weights)
@@ -124,25 +131,35 @@ const char *spi_offload_refusal(const sp_model *m, const sp_hw *hw, int *weights
     return NULL;
 }
 
+/* Sets stage `stage` of l (offloading no weights so far on it) to stream
+ * k layers' weights of `mode`. */
+static void stage_stream(sp_layout *l, int stage, int mode, int k)
+{
+    if (k <= 0) return;
+    int *n = mode == M_ALL ? &l->offload_stages : &l->offload_kind_stages[mode == M_ATTN ? SP_WKIND_ATTN : SP_WKIND_FFN];
+    int16_t *v = mode == M_ALL ? l->offload_layers : l->offload_kind_layers[mode == M_ATTN ? SP_WKIND_ATTN : SP_WKIND_FFN];
+    *n = l->stages;
+    v[stage] = (int16_t)k;
+}
+
 /* Layout l of template t with fraction f and stage `stage` streaming k
- * layers (every other stage none). */
-static void block_layout(const sp_layout *tl, double f, int stage, int k, sp_layout *l)
+ * layers' weights of `mode` (every other stage none). */
+static void block_layout(const sp_layout *tl, double f, int stage, int mode, int k, sp_layout *l)
 {
     *l = *tl;
     l->offload_kv = f;
     l->offload_stages = 0;
     memset(l->offload_layers, 0, sizeof l->offload_layers);
-    if (k > 0) {
-        l->offload_stages = tl->stages;
-        l->offload_layers[stage] = (int16_t)k;
-    }
+    memset(l->offload_kind_stages, 0, sizeof l->offload_kind_stages);
+    memset(l->offload_kind_layers, 0, sizeof l->offload_kind_layers);
+    stage_stream(l, stage, mode, k);
 }
 
-static sp_status price(const spi_space *sp, const sp_workload *w, otmpl *t, int cls, double f, int k,
+static sp_status price(const spi_space *sp, const sp_workload *w, otmpl *t, int cls, double f, int mode, int k,
                        int64_t q[Q_COUNT], spi_offload_out *out)
 {
     sp_layout l;
-    block_layout(&t->c->layout, f, t->cls_rep[cls], k, &l);
+    block_layout(&t->c->layout, f, t->cls_rep[cls], mode, k, &l);
     sp_cost_opts co;
     sp_cost_opts_init(&co);
     co.quiet = 1;
@@ -161,20 +178,26 @@ static sp_status price(const spi_space *sp, const sp_workload *w, otmpl *t, int 
     return SP_OK;
 }
 
-/* Prices the piece (class, fraction fi) of t: k = 0..J and, past J, the
- * tail's slope checked at k = n, or every k where the figures are not
+/* Prices the piece (class, fraction fi, mode) of t: k = 0..J and, past J,
+ * the tail's slope checked at k = n, or every k where the figures are not
  * linear there.  A block that does not apply at k = 0 leaves the piece
- * out; at k > 0 it ends the piece there (no tail). */
+ * out; at k > 0 it ends the piece there (no tail).  Every mode's k = 0 is
+ * the same block (nothing streamed), priced once: mode M_ALL's. */
 static sp_status price_piece(const spi_space *sp, const sp_workload *w, int weights, otmpl *t, int cls, int fi,
-                             spi_offload_out *out)
+                             int mode, spi_offload_out *out)
 {
-    piece *p = &t->pc[cls][fi];
+    piece *p = &t->pc[cls][fi][mode];
     const int n = t->cls_n[cls];
     int J = weights ? (n < 3 ? n : 3) : 0;
     p->v = malloc((size_t)(n + 1) * Q_COUNT * sizeof *p->v);
     if (!p->v) return spi_fail(SP_ENOMEM, "planner: out of memory");
     for (int k = 0; k <= J; k++) {
-        sp_status st = price(sp, w, t, cls, kv_fracs[fi], k, &p->v[k * Q_COUNT], out);
+        if (k == 0 && mode != M_ALL) {
+            if (!t->pc[cls][fi][M_ALL].ok) return SP_OK;
+            memcpy(p->v, t->pc[cls][fi][M_ALL].v, Q_COUNT * sizeof *p->v);
+            continue;
+        }
+        sp_status st = price(sp, w, t, cls, kv_fracs[fi], mode, k, &p->v[k * Q_COUNT], out);
         if (st == SP_EINVAL) {
             if (k == 0) return SP_OK;   /* p->ok stays 0 */
             J = k - 1;
@@ -186,7 +209,7 @@ static sp_status price_piece(const spi_space *sp, const sp_workload *w, int weig
     p->J = J;
     if (J < 3 || n == J) return SP_OK;
     int64_t vn[Q_COUNT];
-    sp_status st = price(sp, w, t, cls, kv_fracs[fi], n, vn, out);
+    sp_status st = price(sp, w, t, cls, kv_fracs[fi], mode, n, vn, out);
     if (st == SP_EINVAL) return SP_OK;
     SP_CHECK(st);
     int lin = 1;
@@ -200,7 +223,7 @@ static sp_status price_piece(const spi_space *sp, const sp_workload *w, int weig
     }
     /* not linear past J: every count priced (exact, J = n) */
     for (int k = J + 1; k < n; k++) {
-        st = price(sp, w, t, cls, kv_fracs[fi], k, &p->v[k * Q_COUNT], out);
+        st = price(sp, w, t, cls, kv_fracs[fi], mode, k, &p->v[k * Q_COUNT], out);
         if (st == SP_EINVAL) {
             p->J = k - 1;
             return SP_OK;
@@ -215,10 +238,11 @@ static sp_status price_piece(const spi_space *sp, const sp_workload *w, int weig
 static void free_tmpl(otmpl *t)
 {
     for (int c = 0; c < MAX_CLS; c++)
-        for (int f = 0; f < NF; f++) {
-            free(t->pc[c][f].v);
-            t->pc[c][f].v = NULL;
-        }
+        for (int f = 0; f < NF; f++)
+            for (int md = 0; md < NM; md++) {
+                free(t->pc[c][f][md].v);
+                t->pc[c][f][md].v = NULL;
+            }
 }
 
 /* The stage classes of t (kind, layers); MAX_CLS suffice for an even split. */
@@ -271,26 +295,35 @@ static void stage_terms(const otmpl *t, int s, int q, double scale, int64_t base
     const double u = unit_of(q);
     for (int fi = 0; fi < NF; fi++) {
         if (!t->fok[fi]) continue;
-        const piece *p = &t->pc[c][fi];
-        double v0 = (double)(PV(p, 0, q) - base) / u;
+        double v0 = (double)(PV(&t->pc[c][fi][M_ALL], 0, q) - base) / u;   /* every mode's k = 0 */
         if (v0 != 0) ind[++*k] = t->col_z + fi, val[*k] = scale * v0;
-        int y = t->col_y[s][fi];
-        for (int j = 1; j <= p->J; j++) {
-            double d = (double)(PV(p, j, q) - PV(p, j - 1, q)) / u;
-            if (d != 0) ind[++*k] = y + j - 1, val[*k] = scale * d;
+        for (int md = 0; md < NM; md++) {
+            const piece *p = &t->pc[c][fi][md];
+            if (!p->ok) continue;
+            int y = t->col_y[s][fi][md];
+            for (int j = 1; j <= p->J; j++) {
+                double d = (double)(PV(p, j, q) - PV(p, j - 1, q)) / u;
+                if (d != 0) ind[++*k] = y + j - 1, val[*k] = scale * d;
+            }
+            if (p->tail && p->d[q] != 0) ind[++*k] = y + p->J, val[*k] = scale * (double)p->d[q] / u;
         }
-        if (p->tail && p->d[q] != 0) ind[++*k] = y + p->J, val[*k] = scale * (double)p->d[q] / u;
     }
 }
 
-/* The streamed layers of stage s: Σ_f (Σ_j y + r), coefficient `sign`. */
+/* Stage s's choice as one number: Σ_f Σ_mode (n + 1)^mode·(Σ_j y + r)
+ * (n its layers; one mode streams at a time, so distinct (mode, count)
+ * choices get distinct numbers), coefficient `sign`. */
 static void count_terms(const otmpl *t, int s, double sign, int *ind, double *val, int *k)
 {
     const int c = t->cls_of[s];
     for (int fi = 0; fi < NF; fi++) {
         if (!t->fok[fi]) continue;
-        const piece *p = &t->pc[c][fi];
-        for (int j = 0; j < p->J + p->tail; j++) ind[++*k] = t->col_y[s][fi] + j, val[*k] = sign;
+        double wt = 1;
+        for (int md = 0; md < NM; md++, wt *= t->cls_n[c] + 1) {
+            const piece *p = &t->pc[c][fi][md];
+            if (!p->ok) continue;
+            for (int j = 0; j < p->J + p->tail; j++) ind[++*k] = t->col_y[s][fi][md] + j, val[*k] = sign * wt;
+        }
     }
 }
 
@@ -328,11 +361,12 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
         ncol += NF;
         int per = 0;
         for (int s = 0; s < t->S; s++)
-            for (int fi = 0; fi < NF; fi++) {
-                const piece *p = &t->pc[t->cls_of[s]][fi];
-                t->col_y[s][fi] = ncol + 1;
-                if (t->fok[fi]) ncol += p->J + p->tail, per += p->J + p->tail + 1;
-            }
+            for (int fi = 0; fi < NF; fi++)
+                for (int md = 0; md < NM; md++) {
+                    const piece *p = &t->pc[t->cls_of[s]][fi][md];
+                    t->col_y[s][fi][md] = ncol + 1;
+                    if (t->fok[fi] && p->ok) ncol += p->J + p->tail, per += p->J + p->tail + 1;
+                }
         t->col_X = ncol + 1;
         t->col_V = t->col_X + SPI_PH_COUNT;
         ncol = t->col_V + SPI_PH_COUNT - 1;
@@ -357,16 +391,17 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
             if (!t->fok[fi]) glp_set_col_bnds(P, t->col_z + fi, GLP_FX, 0, 0);
         }
         for (int s = 0; s < t->S; s++)
-            for (int fi = 0; fi < NF; fi++) {
-                if (!t->fok[fi]) continue;
-                const piece *p = &t->pc[t->cls_of[s]][fi];
-                for (int j = 0; j < p->J; j++) glp_set_col_kind(P, t->col_y[s][fi] + j, GLP_BV);
-                if (p->tail) {
-                    int r = t->col_y[s][fi] + p->J;
-                    glp_set_col_kind(P, r, GLP_IV);
-                    glp_set_col_bnds(P, r, GLP_DB, 0, t->cls_n[t->cls_of[s]] - p->J);
+            for (int fi = 0; fi < NF; fi++)
+                for (int md = 0; md < NM; md++) {
+                    const piece *p = &t->pc[t->cls_of[s]][fi][md];
+                    if (!t->fok[fi] || !p->ok) continue;
+                    for (int j = 0; j < p->J; j++) glp_set_col_kind(P, t->col_y[s][fi][md] + j, GLP_BV);
+                    if (p->tail) {
+                        int r = t->col_y[s][fi][md] + p->J;
+                        glp_set_col_kind(P, r, GLP_IV);
+                        glp_set_col_bnds(P, r, GLP_DB, 0, t->cls_n[t->cls_of[s]] - p->J);
+                    }
                 }
-            }
         spi_measure_cols(P, &ms, t->col_X, t->col_V);
     }
 #define ROW(type, lo, up)                                                  \
@@ -389,16 +424,29 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
         ind[++k] = t->col_x, val[k] = -1;
         ROW(GLP_FX, 0, 0);
         for (int s = 0; s < S; s++)
-            for (int fi = 0; fi < NF; fi++) {   /* order: y_1 <= z, y_j+1 <= y_j, r <= (n − J)·y_J */
+            for (int fi = 0; fi < NF; fi++) {
+                /* order: Σ_mode y_1 <= z (one mode streams), y_j+1 <= y_j, r <= (n − J)·y_J */
                 if (!t->fok[fi]) continue;
-                const piece *p = &t->pc[t->cls_of[s]][fi];
-                int y = t->col_y[s][fi];
-                for (int j = 1; j <= p->J + p->tail; j++) {
-                    k = 0;
-                    ind[++k] = y + j - 1, val[k] = 1;
-                    double c = j > p->J ? (double)(t->cls_n[t->cls_of[s]] - p->J) : 1;
-                    ind[++k] = j == 1 ? t->col_z + fi : y + j - 2, val[k] = -c;
+                k = 0;
+                for (int md = 0; md < NM; md++) {
+                    const piece *p = &t->pc[t->cls_of[s]][fi][md];
+                    if (p->ok && p->J + p->tail > 0) ind[++k] = t->col_y[s][fi][md], val[k] = 1;
+                }
+                if (k) {
+                    ind[++k] = t->col_z + fi, val[k] = -1;
                     ROW(GLP_UP, 0, 0);
+                }
+                for (int md = 0; md < NM; md++) {
+                    const piece *p = &t->pc[t->cls_of[s]][fi][md];
+                    if (!p->ok) continue;
+                    int y = t->col_y[s][fi][md];
+                    for (int j = 2; j <= p->J + p->tail; j++) {
+                        k = 0;
+                        ind[++k] = y + j - 1, val[k] = 1;
+                        double c = j > p->J ? (double)(t->cls_n[t->cls_of[s]] - p->J) : 1;
+                        ind[++k] = y + j - 2, val[k] = -c;
+                        ROW(GLP_UP, 0, 0);
+                    }
                 }
             }
         for (int s = 0; s < S; s++) {   /* the stage's chip fits: HBM, host (bytes are whole: half a byte of
@@ -459,18 +507,23 @@ static sp_status solve_batch(const octx *b, otmpl **B, int nt, spi_offload_out *
             st = spi_fail(SP_EINTERNAL, "planner: the offload program chose no KV fraction");
             goto done;
         }
-        sp_layout l = t->c->layout;
-        block_layout(&t->c->layout, kv_fracs[fsel], 0, 0, &l);
-        int any = 0;
+        sp_layout l;
+        block_layout(&t->c->layout, kv_fracs[fsel], 0, M_ALL, 0, &l);
         for (int s = 0; s < t->S; s++) {
-            const piece *p = &t->pc[t->cls_of[s]][fsel];
-            double n = 0;
-            for (int j = 0; j < p->J + p->tail; j++) n += glp_mip_col_val(P, t->col_y[s][fsel] + j);
-            l.offload_layers[s] = (int16_t)lround(n);
-            any |= l.offload_layers[s] > 0;
+            int modes = 0;
+            for (int md = 0; md < NM; md++) {
+                const piece *p = &t->pc[t->cls_of[s]][fsel][md];
+                if (!p->ok) continue;
+                double n = 0;
+                for (int j = 0; j < p->J + p->tail; j++) n += glp_mip_col_val(P, t->col_y[s][fsel][md] + j);
+                if (lround(n) > 0) stage_stream(&l, s, md, (int)lround(n)), modes++;
+            }
+            if (modes > 1) {
+                st = spi_fail(SP_EINTERNAL, "planner: the offload program streams %d parts of stage %d's weights",
+                              modes, s);
+                goto done;
+            }
         }
-        if (any) l.offload_stages = t->S;
-        else memset(l.offload_layers, 0, sizeof l.offload_layers);
         double v = glp_mip_obj_val(P) * PS_PER_UNIT * 1e-12;
         if (v < out->phi) {
             out->found = 1;
@@ -542,14 +595,18 @@ sp_status spi_offload_solve(const spi_space *sp, int inst, const spi_offload_req
             for (int fi = 0; fi < NF && st == SP_OK; fi++) {
                 t->fok[fi] = 1;
                 for (int c = 0; c < t->ncls && st == SP_OK && t->fok[fi]; c++) {
-                    st = price_piece(sp, w, weights, t, c, fi, out);
-                    t->fok[fi] = t->pc[c][fi].ok;
+                    for (int md = 0; md < NM && st == SP_OK; md++)
+                        st = price_piece(sp, w, weights, t, c, fi, md, out);
+                    t->fok[fi] = t->pc[c][fi][M_ALL].ok;
                 }
                 if (st == SP_OK && t->fok[fi]) {
                     double sum = 0, prod = 1;
                     for (int s = 0; s < t->S; s++) {
-                        const piece *p = &t->pc[t->cls_of[s]][fi];
-                        int ks = p->tail ? t->cls_n[t->cls_of[s]] : p->J;
+                        int ks = 0;   /* the stage's choices: nothing, or a mode and 1..its counts */
+                        for (int md = 0; md < NM; md++) {
+                            const piece *p = &t->pc[t->cls_of[s]][fi][md];
+                            if (p->ok) ks += p->tail ? t->cls_n[t->cls_of[s]] : p->J;
+                        }
                         sum += ks + 1;
                         prod *= ks + 1;
                     }

@@ -221,7 +221,9 @@ typedef struct sp_plan_stage {
     double prefill_s;                /* one micro-batch's prompt through the stage */
     double decode_step_s;            /* one micro-batch's decode step at the last context */
     int64_t memory_bytes;            /* one chip of the stage */
-    int64_t offload_layers;          /* its first layers whose weights stream from host memory */
+    int64_t offload_layers;          /* its first layers with weights streamed from host memory */
+    int64_t offload_kind_layers[SP_WKIND_COUNT]; /* its first layers whose attention's (FFN's)
+                                        weights stream from host memory */
     double offload_kv;               /* fraction of its chips' KV sequences in host memory */
     int64_t host_bytes;              /* one chip's host memory (offload) */
 } sp_plan_stage;

@@ -129,11 +129,40 @@ sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why,
     return SP_OK;
 }
 
+/* The per-stage weight lists: i = 0 offload_weights (every part), 1 + k
+ * offload_attn, offload_ffn (part k); their counts in *n. */
+#define OFFLOAD_LISTS (1 + SP_WKIND_COUNT)
+static const char *const offload_keys[OFFLOAD_LISTS] = {"offload_weights", "offload_attn", "offload_ffn"};
+static int16_t *offload_list(const sp_layout *l, int i, int **n)
+{
+    sp_layout *w = (sp_layout *)l;   /* the callers that write own l */
+    *n = i == 0 ? &w->offload_stages : &w->offload_kind_stages[i - 1];
+    return i == 0 ? w->offload_layers : w->offload_kind_layers[i - 1];
+}
+
+/* list i's count of stage s (0 beyond the list) */
+static int64_t list_layers(const sp_layout *l, int i, int s)
+{
+    int *n;
+    const int16_t *v = offload_list(l, i, &n);
+    return s >= 0 && s < *n && s < SP_LAYOUT_MAX_STAGES ? v[s] : 0;
+}
+
+/* list i streams some layer's weights */
+static int list_offloads(const sp_layout *l, int i)
+{
+    int *n;
+    const int16_t *v = offload_list(l, i, &n);
+    for (int s = 0; s < *n && s < SP_LAYOUT_MAX_STAGES; s++)
+        if (v[s] > 0) return 1;
+    return 0;
+}
+
 /* some stage streams some layer's weights */
 static int weights_offloaded(const sp_layout *l)
 {
-    for (int s = 0; s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES; s++)
-        if (l->offload_layers[s] > 0) return 1;
+    for (int i = 0; i < OFFLOAD_LISTS; i++)
+        if (list_offloads(l, i)) return 1;
     return 0;
 }
 
@@ -142,42 +171,69 @@ int sp_layout_offloads(const sp_layout *l) { return l->offload_kv > 0 || weights
 /* one form per meaning (layouts are compared byte for byte): a list of zeros is no list */
 static void offload_canon(sp_layout *l)
 {
-    if (!weights_offloaded(l)) {
-        l->offload_stages = 0;
-        memset(l->offload_layers, 0, sizeof l->offload_layers);
+    for (int i = 0; i < OFFLOAD_LISTS; i++) {
+        if (list_offloads(l, i)) continue;
+        int *n;
+        int16_t *v = offload_list(l, i, &n);
+        *n = 0;
+        memset(v, 0, SP_LAYOUT_MAX_STAGES * sizeof *v);
     }
+}
+
+int64_t sp_layout_offload_kind_layers(const sp_layout *l, int stage, sp_wkind k)
+{
+    int64_t a = list_layers(l, 0, stage), b = list_layers(l, 1 + (int)k, stage);
+    return a > b ? a : b;
 }
 
 int64_t sp_layout_offload_layers(const sp_layout *l, int stage)
 {
-    return stage >= 0 && stage < l->offload_stages && stage < SP_LAYOUT_MAX_STAGES ? l->offload_layers[stage] : 0;
+    int64_t n = 0;
+    for (int k = 0; k < SP_WKIND_COUNT; k++) {
+        int64_t c = sp_layout_offload_kind_layers(l, stage, (sp_wkind)k);
+        if (c > n) n = c;
+    }
+    return n;
 }
 
-sp_status sp_layout_offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size)
+/* sp_layout_offload_check, and the key at fault in *key */
+static sp_status offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size, const char **key)
 {
+    *key = "offload_kv";
     if (!(l->offload_kv >= 0 && l->offload_kv <= 1)) {
         snprintf(why, size, "offload_kv %g: a fraction of the KV sequences in [0, 1]", l->offload_kv);
         return SP_EINVAL;
     }
     if (sp_layout_disaggregated(l) && sp_layout_offloads(l)) {
+        if (weights_offloaded(l)) *key = "offload_weights";
         snprintf(why, size, "offload with separate prefill and decode chip groups: not implemented");
         return SP_EINVAL;
     }
-    if (l->offload_stages == 0) return SP_OK;
-    if (l->offload_stages != l->stages || l->offload_stages > SP_LAYOUT_MAX_STAGES) {
-        snprintf(why, size, "offload_weights gives %d counts for %d stages (one per stage)", l->offload_stages, l->stages);
-        return SP_EINVAL;
-    }
-    for (int s = 0; s < l->offload_stages; s++) {
-        int64_t first, cnt;
-        sp_layout_stage_layers(l, n_layers, s, &first, &cnt);
-        if (l->offload_layers[s] < 0 || l->offload_layers[s] > cnt) {
-            snprintf(why, size, "offload_weights: stage %d streams %d layers, it holds %lld", s, l->offload_layers[s],
-                     (long long)cnt);
+    for (int i = 0; i < OFFLOAD_LISTS; i++) {
+        int *n;
+        const int16_t *v = offload_list(l, i, &n);
+        *key = offload_keys[i];
+        if (*n == 0) continue;
+        if (*n != l->stages || *n > SP_LAYOUT_MAX_STAGES) {
+            snprintf(why, size, "%s gives %d counts for %d stages (one per stage)", *key, *n, l->stages);
             return SP_EINVAL;
+        }
+        for (int s = 0; s < *n; s++) {
+            int64_t first, cnt;
+            sp_layout_stage_layers(l, n_layers, s, &first, &cnt);
+            if (v[s] < 0 || v[s] > cnt) {
+                snprintf(why, size, "%s: stage %d streams %d layers, it holds %lld", *key, s, v[s], (long long)cnt);
+                return SP_EINVAL;
+            }
         }
     }
     return SP_OK;
+}
+
+sp_status sp_layout_offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size)
+{
+    const char *key;
+    return offload_check(l, n_layers, why, size, &key);
 }
 
 void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int64_t *first, int64_t *count)
@@ -540,8 +596,10 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
             int n;
             memset(l->stage_mesh, 0, sizeof l->stage_mesh);
             SP_CHECK(parse_list(key, mesh_item, 1, &p, &v, &vlen, &len, &comma, l->stage_mesh, &n, err));
-        } else if (!strcmp(key, "offload_weights")) {
-            SP_CHECK(parse_list(key, count_item, 0, &p, &v, &vlen, &len, &comma, l->offload_layers, &l->offload_stages, err));
+        } else if (!strcmp(key, "offload_weights") || !strcmp(key, "offload_attn") || !strcmp(key, "offload_ffn")) {
+            int i = key[8] == 'w' ? 0 : key[8] == 'a' ? 1 + SP_WKIND_ATTN : 1 + SP_WKIND_FFN, *n;
+            int16_t *out = offload_list(l, i, &n);
+            SP_CHECK(parse_list(key, count_item, 0, &p, &v, &vlen, &len, &comma, out, n, err));
         } else if (!strcmp(key, "offload_kv")) {
             st = parse_real(v, vlen, 0, 1, "a fraction", &l->offload_kv, key, err);
         } else
@@ -549,7 +607,8 @@ static sp_status parse_text(const char *text, sp_layout *l, sp_error *err)
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, "
                                  "decode, placement, experts, capacity, prefill_chunk, prefill_tokens, stage_layers, "
                                  "prefill.mesh, prefill.stages, prefill.replicas, decode.mesh, decode.stages, "
-                                 "decode.replicas, groups, offload_weights, offload_kv, stage_mesh)");
+                                 "decode.replicas, groups, offload_weights, offload_attn, offload_ffn, offload_kv, "
+                                 "stage_mesh)");
         if (st != SP_OK) return st;
         p += len + (comma ? 1 : 0);
     }
@@ -694,8 +753,10 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
                 snprintf(ip, sizeof ip, "/stage_mesh/%zu", i);
                 SP_CHECK(json_mesh(json_array_get(v, i), ip, l->stage_mesh[i], err));
             }
-        } else if (!strcmp(k, "offload_weights")) {
-            SP_CHECK(json_counts(v, path, 0, l->offload_layers, &l->offload_stages, err));
+        } else if (!strcmp(k, "offload_weights") || !strcmp(k, "offload_attn") || !strcmp(k, "offload_ffn")) {
+            int i = k[8] == 'w' ? 0 : k[8] == 'a' ? 1 + SP_WKIND_ATTN : 1 + SP_WKIND_FFN, *n;
+            int16_t *out = offload_list(l, i, &n);
+            SP_CHECK(json_counts(v, path, 0, out, n, err));
         } else if (!strcmp(k, "offload_kv")) {
             double x = json_is_number(v) ? json_number_value(v) : -1;
             if (!(x >= 0 && x <= 1))
@@ -707,7 +768,7 @@ sp_status sp_layout_from_json(const void *json, sp_layout *l, sp_error *err)
             return spi_error_set(err, SP_EPARSE, "<layout>", 0, 0, path,
                                  "unknown key (stages, replicas, mesh, weights, kv, microbatches, prefill, decode, placement, "
                                  "experts, capacity, prefill_chunk, prefill_tokens, stage_layers, groups, offload_weights, "
-                                 "offload_kv, stage_mesh)");
+                                 "offload_attn, offload_ffn, offload_kv, stage_mesh)");
         }
     }
     groups_resolve(l);
@@ -786,8 +847,12 @@ char *sp_layout_format(const sp_layout *l, char *buf, size_t size)
     for (int s = 0; sp_layout_uneven(l) && s < SP_LAYOUT_MAX_STAGES && l->stage_layers[s] && n < size; s++)
         n += (size_t)snprintf(buf + n, size - n, "%s%d", s ? "," : ",stage_layers=", l->stage_layers[s]);
     /* offload likewise, only when set; %.17g so that the fraction reads back exactly */
-    for (int s = 0; weights_offloaded(l) && s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES && n < size; s++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%d", s ? "," : ",offload_weights=", l->offload_layers[s]);
+    for (int i = 0; i < OFFLOAD_LISTS; i++) {
+        int *cnt;
+        const int16_t *v = offload_list(l, i, &cnt);
+        for (int s = 0; list_offloads(l, i) && s < *cnt && s < SP_LAYOUT_MAX_STAGES && n < size; s++)
+            n += (size_t)snprintf(buf + n, size - n, ",%s%s%d", s ? "" : offload_keys[i], s ? "" : "=", v[s]);
+    }
     if (l->offload_kv > 0 && n < size) n += (size_t)snprintf(buf + n, size - n, ",offload_kv=%.17g", l->offload_kv);
     for (int s = 0; sp_layout_hetero(l) && s < SP_LAYOUT_MAX_STAGES && l->stage_mesh[s][0] && n < size; s++)
         n += (size_t)snprintf(buf + n, size - n, "%s%dx%dx%d", s ? "," : ",stage_mesh=", l->stage_mesh[s][0],
@@ -829,11 +894,13 @@ void *sp_layout_to_json(const sp_layout *l)
             json_array_append_new(a, json_integer(l->stage_layers[s]));
         json_object_set_new(o, "stage_layers", a);
     }
-    if (weights_offloaded(l)) {
+    for (int i = 0; i < OFFLOAD_LISTS; i++) {
+        int *cnt;
+        const int16_t *v = offload_list(l, i, &cnt);
+        if (!list_offloads(l, i)) continue;
         json_t *a = json_array();
-        for (int s = 0; s < l->offload_stages && s < SP_LAYOUT_MAX_STAGES; s++)
-            json_array_append_new(a, json_integer(l->offload_layers[s]));
-        json_object_set_new(o, "offload_weights", a);
+        for (int s = 0; s < *cnt && s < SP_LAYOUT_MAX_STAGES; s++) json_array_append_new(a, json_integer(v[s]));
+        json_object_set_new(o, offload_keys[i], a);
     }
     if (l->offload_kv > 0) json_object_set_new(o, "offload_kv", json_real(l->offload_kv));
     if (sp_layout_hetero(l)) {
@@ -1142,9 +1209,9 @@ sp_status sp_layout_check_base(const sp_layout *l, const sp_model *m, const sp_h
     SP_CHECK(pipeline_check(l, m, err));
     if (sp_layout_offloads(l)) {
         char why[160];
-        if (sp_layout_offload_check(l, m->n_layers, why, sizeof why) != SP_OK)
-            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, l->offload_kv > 1 || l->offload_kv < 0 ? "offload_kv" : "offload_weights",
-                                 "%s", why);
+        const char *key;
+        if (offload_check(l, m->n_layers, why, sizeof why, &key) != SP_OK)
+            return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, key, "%s", why);
         if (hw && (hw->host_link_bw <= 0 || hw->host_bytes <= 0))
             return spi_error_set(err, SP_EINVAL, "<layout>", 0, 0, l->offload_kv > 0 ? "offload_kv" : "offload_weights",
                                  "%s states no host memory or host link (host.memory_bytes, host.link_bw): nothing can be offloaded",

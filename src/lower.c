@@ -249,7 +249,7 @@ typedef struct ctx {
      * by at least one token of a step (the mean over expert groups) */
     int64_t experts_local, slots;
     double experts_active;
-    int w_any;         /* some stage of the layout streams weights (offload_weights) */
+    int w_any;         /* bit k: some stage of the layout streams weights of part k (sp_wkind) */
     spi_ckd ck;        /* the first size that overflowed int64 (checked where a shape multiplies) */
 } ctx;
 
@@ -1838,14 +1838,20 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
 
     /* offload: which layers' weights and which sequences' KV live in host memory */
     p->w_streamed = p->kv_host_seqs = 0;
+    memset(p->w_kind_streamed, 0, sizeof p->w_kind_streamed);
     c->w_any = 0;
     if (sp_layout_offloads(l)) {
         char why[160];
         if (sp_layout_offload_check(l, m->n_layers, why, sizeof why) != SP_OK) BAD("%s", why);
         p->w_streamed = sp_layout_offload_layers(l, stage);
-        for (int s = 0; s < l->stages; s++) c->w_any |= sp_layout_offload_layers(l, s) > 0;
+        for (int k = 0; k < SP_WKIND_COUNT; k++) {
+            p->w_kind_streamed[k] = sp_layout_offload_kind_layers(l, stage, (sp_wkind)k);
+            for (int s = 0; s < l->stages; s++)
+                if (sp_layout_offload_kind_layers(l, s, (sp_wkind)k) > 0) c->w_any |= 1 << k;
+        }
         if (c->w_any && sp_model_dense_ff(m) > 0)
-            BAD("offload_weights for model %s, whose layers differ (dense layers between MoE ones): not implemented",
+            BAD("offload_weights (offload_attn, offload_ffn) for model %s, whose layers differ (dense layers between "
+                "MoE ones): not implemented",
                 m->name);
         if (l->offload_kv > 0) {
             if (l->prefill_chunk || l->prefill_tokens)
@@ -1956,9 +1962,12 @@ static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_pha
     memset(key->layout.stage_layers, 0, sizeof key->layout.stage_layers);
     /* likewise the stage's offloaded layers, not the other stages' */
     key->w_streamed = p->w_streamed;
+    memcpy(key->w_kind, p->w_kind_streamed, sizeof key->w_kind);
     key->w_any = c->w_any;
     key->layout.offload_stages = 0;
     memset(key->layout.offload_layers, 0, sizeof key->layout.offload_layers);
+    memset(key->layout.offload_kind_stages, 0, sizeof key->layout.offload_kind_stages);
+    memset(key->layout.offload_kind_layers, 0, sizeof key->layout.offload_kind_layers);
     key->shape.batch = shape->batch;   /* field by field: the key's padding stays zero */
     key->shape.q_len = shape->q_len;
     key->shape.context = shape->context;
@@ -2057,7 +2066,8 @@ static int64_t kv_host_tok_bytes(ctx *c)
                        sp_dtype_bytes(c->l->kv));
 }
 
-static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on)
+/* a load into dst; a weights load (dst SP_BUF_WSTREAM) copies part k of a layer's weights */
+static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on, sp_wkind k)
 {
     sp_program *p = c->p;
     sp_step *s = emit(ss, SP_STEP_HOST_LOAD);
@@ -2065,7 +2075,8 @@ static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on)
     s->on = on;
     s->context = p->shape.context;
     if (dst == SP_BUF_WSTREAM) {
-        s->host_bytes = p->layer_weight_bytes;
+        s->wkind = k;
+        s->host_bytes = p->kind_weight_bytes[k];
     } else {
         /* the stored tokens: every position before this pass's */
         s->q_len = p->shape.q_len;
@@ -2084,8 +2095,9 @@ static int kv_loads(const ctx *c) { return c->p->kv_host_seqs > 0 && c->p->phase
 
 static void emit_offload_pre(ctx *c, sp_steps *ss)
 {
-    if (c->p->w_streamed > 0) emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_EVERY);
-    if (kv_loads(c)) emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_EVERY);
+    for (int k = 0; k < SP_WKIND_COUNT; k++)
+        if (c->p->w_kind_streamed[k] > 0) emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_EVERY, (sp_wkind)k);
+    if (kv_loads(c)) emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_EVERY, SP_WKIND_ATTN);
 }
 
 static void emit_offload_layer(ctx *c, sp_steps *ss)
@@ -2094,12 +2106,13 @@ static void emit_offload_layer(ctx *c, sp_steps *ss)
         sp_step *w = emit(ss, SP_STEP_HOST_WAIT);
         w->src = SP_BUF_WSTREAM;
         w->on = SP_ON_STREAMED;
-        emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_STREAM_NEXT);
+        for (int k = 0; k < SP_WKIND_COUNT; k++)
+            if (c->w_any & 1 << k) emit_host_load(c, ss, SP_BUF_WSTREAM, SP_ON_STREAM_NEXT, (sp_wkind)k);
     }
     if (kv_loads(c)) {
         sp_step *w = emit(ss, SP_STEP_HOST_WAIT);
         w->src = SP_BUF_KVSTREAM;
-        emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_NEXT);
+        emit_host_load(c, ss, SP_BUF_KVSTREAM, SP_ON_NEXT, SP_WKIND_ATTN);
     }
 }
 
@@ -2121,7 +2134,7 @@ int sp_lower_step_runs(const sp_program *p, const sp_step *s, int64_t li)
 {
     switch (s->on) {
     case SP_ON_STREAMED: return li < p->w_streamed;
-    case SP_ON_STREAM_NEXT: return li + 1 < p->w_streamed;
+    case SP_ON_STREAM_NEXT: return (unsigned)s->wkind < SP_WKIND_COUNT && li + 1 < p->w_kind_streamed[s->wkind];
     case SP_ON_NEXT: return li + 1 < p->n_layers;
     default: return 1;
     }
@@ -2157,9 +2170,15 @@ static sp_status emit_program(ctx *c, int layer_steps)
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
     p->layer_weight_bytes = 0;
+    memset(p->kind_weight_bytes, 0, sizeof p->kind_weight_bytes);
     for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++)
-        if (p->wspec[w].present)
-            p->layer_weight_bytes = spi_ck_add(&c->ck, "layer weight bytes", p->layer_weight_bytes, p->wspec[w].bytes);
+        if (p->wspec[w].present) {
+            int64_t *b = &p->kind_weight_bytes[sp_weight_wkind((sp_weight)w)];
+            *b = spi_ck_add(&c->ck, "layer weight bytes", *b, p->wspec[w].bytes);
+        }
+    for (int k = 0; k < SP_WKIND_COUNT; k++)
+        if (p->w_kind_streamed[k] > 0)
+            p->layer_weight_bytes = spi_ck_add(&c->ck, "layer weight bytes", p->layer_weight_bytes, p->kind_weight_bytes[k]);
     emit_offload_pre(c, &p->pre);
     if (layer_steps < 0) {
         emit_offload_layer(c, &p->layer);
@@ -2393,8 +2412,9 @@ sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
          * every per-layer kind, models with dense layers do not stream) */
         int per_layer = sp_weight_per_layer(w);
         int64_t held = per_layer ? sp_program_weight_layers(any, (sp_weight)w) : 1;
-        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? held - any->w_streamed : 1);
-        if (per_layer) spi_ck_addmul(&ck, "host weight bytes", &out->host_weights, s->bytes, any->w_streamed);
+        int64_t streamed = per_layer ? any->w_kind_streamed[sp_weight_wkind((sp_weight)w)] : 0;
+        spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? held - streamed : 1);
+        if (per_layer) spi_ck_addmul(&ck, "host weight bytes", &out->host_weights, s->bytes, streamed);
     }
     /* KV: every micro-batch's sequences stay resident (in HBM, or the host-held ones in host memory) */
     out->kv = kv_block_bytes(&ck, any, any->kv_seqs - any->kv_host_seqs);

@@ -113,6 +113,12 @@ int64_t sp_weight_layer_slot(const sp_model *m, sp_weight w, int64_t layer)
     return where == 0 ? layer : where == 1 ? moe_layers_below(m, layer) : layer - moe_layers_below(m, layer);
 }
 
+static const char *const wkind_names[] = {"attn", "ffn"};
+static_assert(SPI_ARRAY_LEN(wkind_names) == SP_WKIND_COUNT, "one name per sp_wkind");
+static_assert(SP_W_NORM2 == SP_W_BO + 1, "the attention's per-layer weights come before the FFN's");
+const char *sp_wkind_name(sp_wkind k) { return (unsigned)k < SP_WKIND_COUNT ? wkind_names[k] : "?"; }
+sp_wkind sp_weight_wkind(sp_weight w) { return w < SP_W_NORM2 ? SP_WKIND_ATTN : SP_WKIND_FFN; }
+
 int sp_weight_in_layer(const sp_model *m, sp_weight w, int64_t layer)
 {
     if (!sp_weight_per_layer(w) || !sp_weight_present(m, w)) return 0;

@@ -141,6 +141,14 @@
  *                 one layer ahead of use (two blocks: layer i computes from
  *                 one while layer i+1's copy fills the other).  0 <= Ws <=
  *                 the stage's layers.
+ *   offload_attn=A0,A1,...  offload_ffn=F0,F1,...   the same for one part
+ *                 of each layer's weights (sp_wkind): attention (norm1,
+ *                 wq wk wv wo, their biases) and the FFN (norm2, the FFN
+ *                 matrices, biases, router and experts); a layer's part
+ *                 lives in host memory when the layer is among its stage's
+ *                 first offload_weights or first offload_attn (offload_ffn)
+ *                 layers.  Each part is copied into its own place of the
+ *                 staging block (attention first).
  *   offload_kv=F  the fraction F in [0, 1] of each chip's KV-cache
  *                 sequences (of its block of every micro-batch, the last
  *                 F·kv_seqs of them) kept in host memory: their K/V of layer
@@ -149,7 +157,8 @@
  *                 number of sequences; not with prefill_chunk or
  *                 prefill_tokens (not implemented).
  *   The lowering emits the copies as steps (sp_lower.h, "Offload").
- * JSON: "offload_weights": [W0, W1, ...], "offload_kv": F.
+ * JSON: "offload_weights": [W0, W1, ...], "offload_attn": [A0, ...],
+ * "offload_ffn": [F0, ...], "offload_kv": F.
  */
 #ifndef SP_LAYOUT_H
 #define SP_LAYOUT_H
@@ -209,6 +218,10 @@ typedef struct sp_layout {
     int offload_stages;      /* counts given in offload_weights (0: no weights offloaded) */
     int16_t offload_layers[SP_LAYOUT_MAX_STAGES]; /* per stage: its first layers whose weights
                                                      live in host memory (offload_weights) */
+    int offload_kind_stages[SP_WKIND_COUNT];      /* counts given in offload_attn, offload_ffn */
+    int16_t offload_kind_layers[SP_WKIND_COUNT][SP_LAYOUT_MAX_STAGES]; /* per part of the layer's
+                                                     weights (sp_wkind) and stage: its first layers
+                                                     whose weights of that part live in host memory */
     double offload_kv;       /* fraction of each chip's KV sequences in host memory, [0, 1] */
     int stage_mesh[SP_LAYOUT_MAX_STAGES][3]; /* per-stage tensor meshes (stage_mesh); all 0:
                                                 every stage has mesh */
@@ -270,11 +283,17 @@ void sp_layout_stage_layers(const sp_layout *l, int64_t n_layers, int stage, int
 sp_status sp_layout_split_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
 /* 1 if the layout offloads anything (weights of some layer, or KV). */
 int sp_layout_offloads(const sp_layout *l);
-/* Layers of stage s whose weights live in host memory (offload_weights; 0 when unset). */
+/* Stage s's first layers whose weights of part k live in host memory: the
+ * larger of its offload_weights and its offload_attn / offload_ffn count
+ * (0 when unset). */
+int64_t sp_layout_offload_kind_layers(const sp_layout *l, int stage, sp_wkind k);
+/* Stage s's first layers with some weights in host memory (the larger of
+ * its parts' counts). */
 int64_t sp_layout_offload_layers(const sp_layout *l, int stage);
-/* SP_OK if l's offload keys fit the model: one offload_weights count per
- * stage, each within its stage's layers, offload_kv in [0, 1]; SP_EINVAL
- * with the reason in why (quiet, like sp_layout_split_check). */
+/* SP_OK if l's offload keys fit the model: one offload_weights,
+ * offload_attn, offload_ffn count per stage (each list given), each within
+ * its stage's layers, offload_kv in [0, 1]; SP_EINVAL with the reason in
+ * why (quiet, like sp_layout_split_check). */
 sp_status sp_layout_offload_check(const sp_layout *l, int64_t n_layers, char *why, size_t size);
 /* 1 if the phase layout stores weights as 1D (E F_xyz), 0 for 2D (E_x F_yz). */
 int sp_ffn_layout_is_1d(sp_ffn_layout f);

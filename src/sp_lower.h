@@ -100,25 +100,31 @@
  *              split over fewer axes
  * priced, simulated and executed as every other step.
  *
- * Offload (layout offload_weights / offload_kv).  A stage's first
- * w_streamed layers keep their weights in host memory, and kv_host_seqs of
- * the kv_seqs sequences of each micro-batch block (the last ones) keep
- * their K/V there.  Copies are steps, prefetched one layer ahead into
- * double-buffered staging (SP_BUF_WSTREAM, SP_BUF_KVSTREAM):
- *   pre    HOST_LOAD  layer 0's weights (w_streamed > 0); decode: layer 0's
+ * Offload (layout offload_weights, offload_attn, offload_ffn / offload_kv).
+ * A stage's first w_kind_streamed[k] layers keep their weights of part k
+ * (sp_wkind: attention, FFN) in host memory (w_streamed: the layers with
+ * some part there), and kv_host_seqs of the kv_seqs sequences of each
+ * micro-batch block (the last ones) keep their K/V there.  Copies are
+ * steps, prefetched one layer ahead into double-buffered staging
+ * (SP_BUF_WSTREAM, SP_BUF_KVSTREAM):
+ *   pre    HOST_LOAD  layer 0's weights of part k, for each part the stage
+ *                     streams (w_kind_streamed[k] > 0); decode: layer 0's
  *                     host K/V (kv_host_seqs > 0)
  *   layer  HOST_WAIT  src WSTREAM            on SP_ON_STREAMED
- *          HOST_LOAD  next layer's weights   on SP_ON_STREAM_NEXT
+ *          HOST_LOAD  next layer's part k    on SP_ON_STREAM_NEXT, for each
+ *                                            part some stage streams
  *          HOST_WAIT  src KVSTREAM           decode, every layer
  *          HOST_LOAD  next layer's host K/V  decode, on SP_ON_NEXT
  *          ... the layer ...; after the KV_STORE:
  *          HOST_STORE the appended rows of the host-held sequences
  *                     (src2/src3: the K/V rows it stores), every layer
- * A weights load moves layer_weight_bytes; a K/V load moves the stored
+ * A weights load of part k moves kind_weight_bytes[k] into its place of the
+ * staging block (attention at 0, the FFN after the attention's bytes when
+ * the stage streams both); a K/V load moves the stored
  * tokens of the host-held sequences (kv_host_seqs · (context − q_len) ·
  * kv_heads_cache · D · kv bytes, K and V); a store their q_len new rows.
- * On a streamed layer every weight operand (stored shard, scales, bias,
- * gain) is read from its staging block; the KV_STORE and ATTN of the
+ * On a streamed layer every weight operand of a streamed part (stored
+ * shard, scales, bias, gain) is read from its staging block; the KV_STORE and ATTN of the
  * host-held sequences use theirs.  A program whose layout streams weights
  * on some stage carries the weight steps on every stage (they run on no
  * layer where w_streamed = 0), so stages share their layer part.
@@ -258,7 +264,8 @@ typedef enum sp_buf {
     SP_BUF_DISP = 30,   /* MoE token rows in expert slots (n_experts · slots, E cols of this chip) */
     SP_BUF_EXP = 31,    /* MoE slots of this chip's experts after the dispatch all-to-all */
     SP_BUF_WSTREAM = 32,  /* offload: staging of streamed layers' weights, min(2, w_streamed) blocks of
-                             layer_weight_bytes (each weight's shard, scales, bias as the arena lays them) */
+                             layer_weight_bytes (each streamed part's weights, attention then FFN, each
+                             weight's shard, scales, bias as the arena lays them) */
     SP_BUF_KVSTREAM = 33, /* offload: staging of the host-held sequences' K/V of one layer, per block
                              K (kv_host_seqs, max_context, kv_heads_cache, D) then V; decode 2 blocks
                              (min(2, n_layers)), prefill 1 */
@@ -379,6 +386,7 @@ typedef struct sp_step {
      * KV load reads every stored token: bytes(ctx) = host_bytes +
      * host_tok_bytes · (ctx − context)) */
     int64_t host_bytes, host_tok_bytes;
+    sp_wkind wkind;          /* HOST_LOAD into SP_BUF_WSTREAM: the part of a layer's weights it copies */
     int on;                  /* layer part: the layers that run it (sp_step_on) */
     int ragged;              /* ATTN, KV_STORE, POS, SLICE of a ragged batch: each sequence of the pass
                                 has its own rows, tokens and context (sp_lower_ragged_seq); m = rows
@@ -398,7 +406,8 @@ typedef struct sp_step {
 typedef enum sp_step_on {
     SP_ON_EVERY = 0,     /* every layer */
     SP_ON_STREAMED = 1,  /* li < w_streamed: the layer's weights come from host memory */
-    SP_ON_STREAM_NEXT = 2, /* li + 1 < w_streamed: prefetches the next layer's weights */
+    SP_ON_STREAM_NEXT = 2, /* li + 1 < w_kind_streamed[wkind]: prefetches the next layer's weights of
+                              the step's part */
     SP_ON_NEXT = 3,      /* li + 1 < n_layers: prefetches the next layer's (KV) */
     SP_ON_COUNT
 } sp_step_on;
@@ -482,8 +491,12 @@ typedef struct sp_program {
     char kv_head_axes[SP_AXSEQ_MAX];   /* q-head block axes (cache heads follow them) */
     int kv_repl;                       /* KV heads replicated across head shards */
     /* Offload (layout offload_weights / offload_kv; see "Offload" below) */
-    int64_t w_streamed;                /* this stage's first layers whose weights live in host memory */
-    int64_t layer_weight_bytes;        /* one layer's weights on this chip (Σ per-layer wspec bytes) */
+    int64_t w_streamed;                /* this stage's first layers with some weights in host memory */
+    int64_t w_kind_streamed[SP_WKIND_COUNT]; /* per part (sp_wkind): the first layers whose weights of
+                                                that part live in host memory */
+    int64_t kind_weight_bytes[SP_WKIND_COUNT]; /* one layer's weights of each part on this chip */
+    int64_t layer_weight_bytes;        /* one staging block: Σ kind_weight_bytes of the parts this stage
+                                          streams (w_kind_streamed > 0) */
     int64_t kv_host_seqs;              /* of kv_seqs per micro-batch, the last ones, held in host memory */
     /* A ragged batch (sp_lower_ragged; NULL otherwise): the per-sequence lengths (borrowed) and,
      * in decode, the step (1 .. max gen) */
@@ -583,8 +596,9 @@ typedef struct sp_lower_key {
     int kv_repl;
     int64_t kv_seqs, kv_heads_cache;
     char kv_batch_axes[SP_AXSEQ_MAX], kv_head_axes[SP_AXSEQ_MAX];
-    int64_t w_streamed;      /* this stage's offloaded layers (the layout's list of them is cleared) */
-    int w_any;               /* some stage streams weights: the layer part carries the copy steps */
+    int64_t w_streamed;      /* this stage's offloaded layers (the layout's lists of them are cleared) */
+    int64_t w_kind[SP_WKIND_COUNT];   /* and of each part */
+    int w_any;               /* per part, a bit: some stage streams it (the layer part carries its copy steps) */
 } sp_lower_key;
 /* sp_lower_check, and on SP_OK the program's key. */
 sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage,

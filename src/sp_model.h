@@ -212,6 +212,15 @@ const char *sp_weight_name(sp_weight w);   /* "wq", "w_in", "norm1", "bq", ...; 
 int sp_weight_is_matrix(sp_weight w);
 /* 1 for the per-layer kinds (w >= SP_W_FIRST_LAYER). */
 int sp_weight_per_layer(sp_weight w);
+/* The two parts of a layer's weights that offload streams apart
+ * (offload_attn, offload_ffn of sp_layout.h): attention (norm1, its bias,
+ * wq wk wv wo and their biases; a parallel block's one input norm) and the
+ * FFN (norm2 and its bias, the FFN matrices and biases, the router, the
+ * shared and dense experts'). */
+typedef enum sp_wkind { SP_WKIND_ATTN = 0, SP_WKIND_FFN = 1, SP_WKIND_COUNT } sp_wkind;
+const char *sp_wkind_name(sp_wkind k);   /* "attn", "ffn"; "?" out of range */
+/* The part per-layer weight w belongs to (w >= SP_W_FIRST_LAYER). */
+sp_wkind sp_weight_wkind(sp_weight w);
 /* The bias that goes with a matrix (wq -> bq) or the LayerNorm bias that
  * goes with a norm gain (norm1 -> norm1_b); SP_W_NONE for the others. */
 sp_weight sp_weight_bias(sp_weight w);

@@ -172,6 +172,14 @@ static const exec_case cases[] = {
     {"tiny-gpt2", "mesh=2x1x1," F32 "prefill=wg-x/heads,decode=ws2d/heads,offload_weights=2,offload_kv=0.5", 4, 5, 16},
     {"tiny-gpt2", "mesh=2x2x1,weights=int8,kv=f32,offload_weights=2,offload_kv=0.25", 4, 5, 16},
     {"tiny-gpt2", "stages=2,microbatches=2,mesh=1x2x1," F32 "offload_weights=1,1,offload_kv=1", 4, 5, 16},
+    /* one part of a layer's weights streamed (offload_attn, offload_ffn): the attention's or the
+     * FFN's alone, both with other counts, each stage its own, int8 scales and biases */
+    {"tiny-llama", "mesh=1x1x1," F32 "offload_attn=3", 2, 5, 16},
+    {"tiny-llama", "mesh=2x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads,offload_ffn=4,offload_kv=0.5", 2, 5, 16},
+    {"tiny-llama", "mesh=2x2x1," F32 "prefill=ws2d/heads,decode=ws2d/batch,offload_attn=1,offload_ffn=3", 8, 5, 16},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1," F32 "offload_attn=2,0,offload_ffn=0,1", 8, 5, 16},
+    {"tiny-gpt2", "mesh=2x1x1," F32 "prefill=wg-x/heads,decode=ws2d/heads,offload_weights=1,offload_ffn=2", 4, 5, 16},
+    {"tiny-gpt2", "mesh=2x2x1,weights=int8,kv=f32,offload_attn=2,offload_kv=0.25", 4, 5, 16},
     /* KV offload in a model whose layers differ (dense layers between MoE ones) */
     {"tiny-moe-every2", "replicas=2,experts=2,mesh=1x1x1," MOE F32 "prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5",
                         4, 5, 16},

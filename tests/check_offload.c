@@ -70,9 +70,33 @@ START_TEST(test_layout_keys)
     sp_layout_init(&none);
     ck_assert(!memcmp(&z, &none, sizeof z));
     ck_assert(!sp_layout_offloads(&z));
+    /* one part's lists (offload_attn, offload_ffn), beside offload_weights: each part the larger count */
+    sp_layout k = parse("stages=2,mesh=1x1x1,microbatches=2,offload_weights=1,0,offload_attn=0,2,offload_ffn=3,1");
+    ck_assert_int_eq(k.offload_kind_stages[SP_WKIND_ATTN], 2);
+    ck_assert_int_eq(k.offload_kind_layers[SP_WKIND_FFN][0], 3);
+    const int64_t want[2][SP_WKIND_COUNT] = {{1, 3}, {2, 1}};
+    for (int s = 0; s < 2; s++) {
+        for (int q = 0; q < SP_WKIND_COUNT; q++)
+            ck_assert_int_eq(sp_layout_offload_kind_layers(&k, s, (sp_wkind)q), want[s][q]);
+        ck_assert_int_eq(sp_layout_offload_layers(&k, s), want[s][0] > want[s][1] ? want[s][0] : want[s][1]);
+    }
+    sp_layout_format(&k, text, sizeof text);
+    ck_assert_ptr_nonnull(strstr(text, "offload_attn=0,2,offload_ffn=3,1"));
+    back = parse(text);
+    ck_assert(!memcmp(&back, &k, sizeof k));
+    j = sp_layout_to_json(&k);
+    js = json_dumps(j, 0);
+    json_decref(j);
+    ck_assert_ptr_nonnull(strstr(js, "\"offload_ffn\": [3, 1]"));
+    back = parse(js);
+    free(js);
+    ck_assert(!memcmp(&back, &k, sizeof k));
+    z = parse("offload_attn=0,offload_ffn=0");
+    ck_assert(!memcmp(&z, &none, sizeof z));
     /* malformed values are parse errors naming the key */
     const char *bad[] = {"offload_weights=-1", "offload_weights=x", "offload_kv=1.5", "offload_kv=-0.1",
-                         "{\"offload_kv\": 2}", "{\"offload_weights\": [1, -2]}", "{\"offload_weights\": []}"};
+                         "{\"offload_kv\": 2}", "{\"offload_weights\": [1, -2]}", "{\"offload_weights\": []}",
+                         "offload_attn=-1", "offload_ffn=y", "{\"offload_ffn\": [1, -2]}", "{\"offload_attn\": 2}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sp_error err;
         sp_layout x;
@@ -93,6 +117,9 @@ START_TEST(test_layout_refused)
         {"stages=2,microbatches=2,offload_weights=1,3", 2, 4, "offload_weights"}, /* stage 1 holds 2 */
         {"offload_kv=0.5", 1, 3, ""},                                             /* 1.5 of 3 sequences */
         {"offload_kv=0.5,prefill_chunk=2", 1, 4, ""},                             /* chunked prefill */
+        {"stages=2,microbatches=2,offload_attn=1", 2, 4, "offload_attn"},         /* one count for two stages */
+        {"offload_ffn=5", 1, 4, "offload_ffn"},                                   /* the stage holds 4 */
+        {"stages=2,microbatches=2,offload_weights=1,1,offload_ffn=0,3", 2, 4, "offload_ffn"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sp_layout l = parse(cases[i].text);
@@ -116,7 +143,8 @@ START_TEST(test_layout_refused)
     /* these fit */
     hw = load_hw("a100-80g");
     const char *ok[] = {"offload_weights=4", "offload_kv=1", "offload_kv=0.25,offload_weights=2",
-                        "stages=2,microbatches=2,offload_weights=2,0"};
+                        "stages=2,microbatches=2,offload_weights=2,0", "offload_attn=4", "offload_ffn=1,offload_kv=1",
+                        "stages=2,microbatches=2,offload_attn=2,0,offload_ffn=0,2"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         sp_layout k = parse(ok[i]);
         ck_assert_msg(sp_layout_check(&k, &m, &hw, k.stages, 4, NULL) == SP_OK, "%s: %s", ok[i], sp_last_error());
@@ -148,7 +176,9 @@ static int64_t pass_host_bytes(const sp_program *p, int64_t ctx)
     return sum;
 }
 
-/* The copies move what the closed forms say, and device + host memory is the no-offload memory. */
+/* The copies move what the closed forms say, and device + host memory is the no-offload memory:
+ * every count A of layers streaming their attention's weights and F their FFN's (offload_attn,
+ * offload_ffn; offload_weights when A = F). */
 START_TEST(test_lowering_closed_form)
 {
     const char *models[] = {"tiny-llama", "tiny-gpt2"};
@@ -156,43 +186,58 @@ START_TEST(test_lowering_closed_form)
         sp_model m = load_model(models[mi]);
         int64_t B = 8, P = 12, G = 5, ctx = P + G;
         sp_shape sp = {B, P, P, ctx, SP_DT_F32, 0}, sd = {B, 1, ctx, ctx, SP_DT_F32, 0};
-        /* each layout with W streamed layers between its two halves */
-        const char *layouts[3][2] = {{"mesh=2x1x1,offload_weights=", ",offload_kv=0.5"},
-                                     {"mesh=1x2x1,decode=ws2d/batch,offload_weights=", ",offload_kv=1"},
-                                     {"mesh=1x1x1,weights=int8,offload_weights=", ",offload_kv=0.25"}};
+        /* each layout between its two halves */
+        const char *layouts[3][2] = {{"mesh=2x1x1,", ",offload_kv=0.5"},
+                                     {"mesh=1x2x1,decode=ws2d/batch,", ",offload_kv=1"},
+                                     {"mesh=1x1x1,weights=int8,", ",offload_kv=0.25"}};
         for (int li = 0; li < 3; li++)
-            for (int64_t W = 0; W <= m.n_layers; W++) {
+            for (int64_t A = 0; A <= m.n_layers; A++)
+            for (int64_t F = 0; F <= m.n_layers; F++) {
                 char text[200];
-                snprintf(text, sizeof text, "%s%lld%s", layouts[li][0], (long long)W, layouts[li][1]);
-                sp_layout l = parse(text), l0 = l;
+                if (A == F)
+                    snprintf(text, sizeof text, "%soffload_weights=%lld%s", layouts[li][0], (long long)A, layouts[li][1]);
+                else
+                    snprintf(text, sizeof text, "%soffload_attn=%lld,offload_ffn=%lld%s", layouts[li][0], (long long)A,
+                             (long long)F, layouts[li][1]);
+                sp_layout l = parse(text), l0 = parse(text);
                 l0.offload_stages = 0;
                 memset(l0.offload_layers, 0, sizeof l0.offload_layers);
+                memset(l0.offload_kind_stages, 0, sizeof l0.offload_kind_stages);
+                memset(l0.offload_kind_layers, 0, sizeof l0.offload_kind_layers);
                 l0.offload_kv = 0;
+                for (int k = 0; k < SP_WKIND_COUNT; k++)
+                    ck_assert_int_eq(sp_layout_offload_kind_layers(&l, 0, (sp_wkind)k), k == SP_WKIND_ATTN ? A : F);
                 lower_both(&m, &l, &sp, &sd, 0, &pf, &dc);
                 lower_both(&m, &l0, &sp, &sd, 0, &pf0, &dc0);
+                const int64_t W = A > F ? A : F;
                 ck_assert_int_eq(dc.w_streamed, W);
                 int64_t h = (int64_t)(l.offload_kv * (double)dc.kv_seqs);
                 ck_assert_int_eq(dc.kv_host_seqs, h);
                 ck_assert_int_gt(h, 0);
-                /* one layer's weights: every per-layer weight's stored bytes */
-                int64_t lw = 0;
+                /* one layer's weights of each part: the attention's (norm1 .. its output bias), the
+                 * FFN's (the rest), every per-layer weight's stored bytes */
+                int64_t la = 0, lf = 0;
                 for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++)
-                    if (dc.wspec[w].present) lw += dc.wspec[w].bytes;
+                    if (dc.wspec[w].present) *(w <= SP_W_BO ? &la : &lf) += dc.wspec[w].bytes;
+                ck_assert_int_gt(la, 0);
+                ck_assert_int_gt(lf, 0);
+                /* the staging block: the parts the stage streams */
+                const int64_t lw = (A ? la : 0) + (F ? lf : 0), hw_bytes = A * la + F * lf;
                 ck_assert_int_eq(dc.layer_weight_bytes, lw);
                 /* one host-held sequence's K and V row of one layer */
                 int64_t row = 2 * dc.kv_heads_cache * m.d_head * sp_dtype_bytes(l.kv);
                 /* prefill: W weight loads, every layer stores its host sequences' prompt rows */
-                ck_assert_int_eq(pass_host_bytes(&pf, 0), W * lw + m.n_layers * h * P * row);
+                ck_assert_int_eq(pass_host_bytes(&pf, 0), hw_bytes + m.n_layers * h * P * row);
                 /* decode at context c: W weight loads, every layer loads c-1 stored tokens and stores one */
                 for (int64_t c = P + 1; c <= ctx; c += G - 1)
-                    ck_assert_int_eq(pass_host_bytes(&dc, c), W * lw + m.n_layers * h * (c - 1) * row + m.n_layers * h * row);
+                    ck_assert_int_eq(pass_host_bytes(&dc, c), hw_bytes + m.n_layers * h * (c - 1) * row + m.n_layers * h * row);
                 /* memory: the offloaded part moves to the host; staging holds two layers' weights (one when
                  * a single layer streams) and two layers' host K/V in decode */
                 sp_mem_sizes mo, mn;
                 ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &mo), SP_OK);
                 ck_assert_int_eq(sp_lower_mem_sizes(&pf0, &dc0, &mn), SP_OK);
                 ck_assert_int_eq(mo.weights + mo.host_weights, mn.weights);
-                ck_assert_int_eq(mo.host_weights, W * lw);
+                ck_assert_int_eq(mo.host_weights, hw_bytes);
                 int64_t kvblk = sp_mem_align(h * ctx * dc.kv_heads_cache * m.d_head * sp_dtype_bytes(l.kv));
                 ck_assert_int_eq(mo.staging, (W ? sp_mem_align((W > 1 ? 2 : 1) * lw) : 0) +
                                                  sp_mem_align(2 * (m.n_layers > 1 ? 2 : 1) * kvblk));

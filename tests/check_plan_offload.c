@@ -89,17 +89,26 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
             sp_layout_stage_layers(tl, m->n_layers, st, &first, &cnt[st]);
         }
         for (size_t f = 0; f < sizeof fracs / sizeof fracs[0]; f++) {
+            /* stage st's choice k: 0 nothing streamed, else 1 + mode·cnt + (layers − 1), mode 0 every
+             * part of the weights (offload_weights), 1 the attention's, 2 the FFN's */
             int k[SP_LAYOUT_MAX_STAGES] = {0};
             for (;;) {
                 sp_layout l = *tl;
                 l.offload_kv = fracs[f];
-                int any = 0;
-                for (int st = 0; st < S; st++) {
-                    l.offload_layers[st] = (int16_t)k[st];
-                    any |= k[st] > 0;
-                }
-                l.offload_stages = any ? S : 0;
-                if (!any) memset(l.offload_layers, 0, sizeof l.offload_layers);
+                int any[3] = {0};
+                int16_t v[3][SP_LAYOUT_MAX_STAGES] = {{0}};
+                for (int st = 0; st < S; st++)
+                    if (k[st] > 0) {
+                        int md = (int)((k[st] - 1) / cnt[st]);
+                        v[md][st] = (int16_t)((k[st] - 1) % cnt[st] + 1);
+                        any[md] = 1;
+                    }
+                memcpy(l.offload_layers, v[0], sizeof l.offload_layers);
+                l.offload_stages = any[0] ? S : 0;
+                memcpy(l.offload_kind_layers[SP_WKIND_ATTN], v[1], sizeof v[1]);
+                l.offload_kind_stages[SP_WKIND_ATTN] = any[1] ? S : 0;
+                memcpy(l.offload_kind_layers[SP_WKIND_FFN], v[2], sizeof v[2]);
+                l.offload_kind_stages[SP_WKIND_FFN] = any[2] ? S : 0;
                 sp_cost_opts co;
                 sp_cost_opts_init(&co);
                 co.quiet = 1;
@@ -117,7 +126,7 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
                     out->p[out->n++] = pt;
                 } else ck_assert_int_eq(st, SP_EINVAL);
                 int d = 0;   /* the next vector of counts (odometer) */
-                while (d < S && ++k[d] > cnt[d]) k[d++] = 0;
+                while (d < S && ++k[d] > 3 * cnt[d]) k[d++] = 0;
                 if (d == S) break;
             }
         }
@@ -125,7 +134,7 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
     spi_space_free(&s);
 }
 
-static int n_compared, n_needed, n_offloaded, n_infeasible;
+static int n_compared, n_needed, n_offloaded, n_infeasible, n_part;
 
 static void compare(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w, const bf_all *bf,
                     const sp_plan_opts *base)
@@ -160,6 +169,8 @@ static void compare(const sp_model *m, const sp_hw *hw, int N, const sp_workload
         ck_assert_int_eq(p->n_stages, p->chosen.layout.stages);
         for (int s = 0; s < p->n_stages; s++) {
             ck_assert_int_eq(p->stages[s].offload_layers, sp_layout_offload_layers(&p->chosen.layout, s));
+            n_part += sp_layout_offload_kind_layers(&p->chosen.layout, s, SP_WKIND_ATTN) !=
+                      sp_layout_offload_kind_layers(&p->chosen.layout, s, SP_WKIND_FFN);
             ck_assert(p->stages[s].offload_kv == p->chosen.layout.offload_kv);
             ck_assert(p->stages[s].host_bytes >= 0 && (sp_layout_offloads(&p->chosen.layout) || p->stages[s].host_bytes == 0));
         }
@@ -183,9 +194,9 @@ START_TEST(test_offload_brute)
 {
     rng_state = 16;
     long combos = 0;
-    for (int it = 0; it < 10; it++) {
+    for (int it = 0; it < 4; it++) {
         sp_model m;
-        random_model(&m, 2 + (int)rnd(4));
+        random_model(&m, 2 + (int)rnd(3));
         sp_hw hw;
         sp_error err;
         ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
@@ -234,12 +245,13 @@ START_TEST(test_offload_brute)
         }
         free(bf.p);
     }
-    printf("offload: %d plans equal to the enumeration of %ld (layout, offload) combinations, %d of them offloading; "
-           "%d where nothing fits without offload; %d infeasible either way\n",
-           n_compared, combos, n_offloaded, n_needed, n_infeasible);
+    printf("offload: %d plans equal to the enumeration of %ld (layout, offload) combinations, %d of them offloading "
+           "(%d stages streaming one part of their weights); %d where nothing fits without offload; %d infeasible "
+           "either way\n", n_compared, combos, n_offloaded, n_part, n_needed, n_infeasible);
     ck_assert_int_gt(n_offloaded, 0);
+    ck_assert_int_gt(n_part, 0);   /* the enumeration's optimum streams one part somewhere */
     ck_assert_int_gt(n_needed, 0);
-    ck_assert_int_gt(n_compared, 50);
+    ck_assert_int_gt(n_compared, 20);
 }
 END_TEST
 

@@ -23,11 +23,13 @@ rc=$?
     { echo "FAIL: plan --offload: exit $?"; cat "$tmp/p.err"; fail=$((fail + 1)); }
 lay=$("$JSONQ" "$tmp/p.json" /chosen/layout_text)
 case "$lay" in
-*offload_weights=*) ;;
+*offload_weights=* | *offload_attn=* | *offload_ffn=*) ;;
 *) echo "FAIL: plan --offload chose no offload: $lay"; fail=$((fail + 1)) ;;
 esac
 json_check '$1 > 0 && $2 > 0' -n "$tmp/p.json" "" /chosen/stages/0/offload_layers /chosen/stages/0/host_bytes &&
 json_check '$1 >= 0' -n "$tmp/p.json" /chosen/stages/0/offload_kv &&
+json_check '$1 == ($2 > $3 ? $2 : $3)' -n "$tmp/p.json" "" /chosen/stages/0/offload_layers \
+    /chosen/stages/0/offload_attn_layers /chosen/stages/0/offload_ffn_layers &&
 json_check '$1 > 0 && $2 > 0' -n "$tmp/p.json" /stats/offload_program /rows /columns ||
     { echo "FAIL: plan --offload --json: no offload per stage or program size"; fail=$((fail + 1)); }
 "$SHARDPLAN" plan $JOB --offload >"$tmp/p.txt" 2>&1 &&
@@ -38,7 +40,7 @@ grep -q "streamed layers" "$tmp/p.txt" && grep -q "offload program:" "$tmp/p.txt
 json_check '$1 == "true" || $1 == 1' "$tmp/e.json" /feasible ||
     { echo "FAIL: estimate --layout $lay does not accept it or it does not fit"; cat "$tmp/e.err"; fail=$((fail + 1)); }
 # run on threads: the tokens of the same layout without offload
-ref=$(echo "$lay" | sed 's/,offload_weights=[0-9,]*//; s/,offload_kv=[0-9.e-]*//')
+ref=$(echo "$lay" | sed 's/,offload_\(weights\|attn\|ffn\)=[0-9,]*//g; s/,offload_kv=[0-9.e-]*//')
 "$SHARDPLAN" run --model tiny-llama --batch 4 --prompt 5 --gen 4 --layout "$lay" --json >"$tmp/r.json" 2>"$tmp/r.err" ||
     { echo "FAIL: run --layout $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); }
 "$SHARDPLAN" run --model tiny-llama --batch 4 --prompt 5 --gen 4 --layout "$ref" --json >"$tmp/r0.json" 2>"$tmp/r0.err" ||
