@@ -93,7 +93,7 @@ static const char *const objective_names[] = {"latency", "cost", "throughput"};
 static const char *const latency_names[] = {"total", "decode", "prefill"};
 static const char *const weights_names[] = {"auto", "bf16", "int8", "fp8"};
 static const char *const result_names[] = {"optimal", "feasible", "infeasible", "time_limit"};
-static const char *const rival_names[] = {"ffn", "attention", "mesh", "precision", "pipeline", "experts"};
+static const char *const rival_names[] = {"ffn", "attention", "mesh", "precision", "pipeline", "experts", "offload"};
 static const char *const loss_names[] = {"memory", "bound", "objective"};
 _Static_assert(SPI_ARRAY_LEN(objective_names) == SP_PLAN_OBJECTIVE_COUNT, "objective names");
 _Static_assert(SPI_ARRAY_LEN(latency_names) == SP_PLAN_LAT_COUNT, "latency names");
@@ -675,6 +675,10 @@ static void kind_text(const sp_layout *l, sp_plan_rival_kind k, char *buf, size_
                  ax[l->placement[1]], ax[l->placement[2]]);
         break;
     case SP_RIVAL_PRECISION: snprintf(buf, n, "weights %s", sp_dtype_name(l->weights)); break;
+    case SP_RIVAL_OFFLOAD:
+        /* which weights and KV an offloading rival keeps in host memory: its layout (the point's) */
+        snprintf(buf, n, "%s", sp_layout_offloads(l) ? "with offload" : "no offload (weights and KV cache in HBM)");
+        break;
     case SP_RIVAL_EXPERTS:
         if (l->experts > 1) snprintf(buf, n, "experts %d (split over the replicas)", l->experts);
         else snprintf(buf, n, "experts 1 (no expert parallelism: every replica holds every expert)");
@@ -724,6 +728,7 @@ static sp_status find_rivals(plan_ctx *x, int chosen)
     if (!p->rivals) return spi_fail(SP_ENOMEM, "planner: out of memory");
     sp_status st = SP_OK;
     for (int k = 0; k < SP_RIVAL_KIND_COUNT && st == SP_OK; k++) {
+        if (k == SP_RIVAL_OFFLOAD && !x->o->offload) continue;   /* nothing in the space offloads */
         spi_milp_req r;
         memset(&r, 0, sizeof r);
         r.time_limit_ms = x->o->time_limit_ms;

@@ -415,6 +415,7 @@ int64_t spi_cand_kind_value(const spi_cand *c, sp_plan_rival_kind k)
     case SP_RIVAL_MESH: return c->key[SPI_DEC_MESH];
     case SP_RIVAL_PRECISION: return c->key[SPI_DEC_PREC];
     case SP_RIVAL_EXPERTS: return c->key[SPI_DEC_EXPERTS] > 1;   /* with or without expert parallelism */
+    case SP_RIVAL_OFFLOAD: return sp_layout_offloads(l);           /* with or without offload */
     default: return c->key[SPI_DEC_PIPE];
     }
 }

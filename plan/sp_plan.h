@@ -160,9 +160,12 @@ typedef enum sp_plan_rival_kind {
     SP_RIVAL_PRECISION = 3,  /* another weight precision */
     SP_RIVAL_PIPELINE = 4,   /* other stages / replicas / micro-batches */
     SP_RIVAL_EXPERTS = 5,    /* MoE models: without expert parallelism if the chosen layout has it, else with */
+    SP_RIVAL_OFFLOAD = 6,    /* opts.offload: without offload if the chosen layout offloads (the best layout
+                                that keeps everything in HBM), else with */
     SP_RIVAL_KIND_COUNT
 } sp_plan_rival_kind;
-const char *sp_plan_rival_kind_name(sp_plan_rival_kind k);  /* "ffn", "attention", "mesh", "precision", "pipeline", "experts" */
+const char *sp_plan_rival_kind_name(sp_plan_rival_kind k);  /* "ffn", "attention", "mesh", "precision", "pipeline", "experts",
+                                                               "offload" */
 
 typedef enum sp_plan_loss {
     SP_LOSS_MEMORY = 0,      /* does not fit: shortfall_bytes */

@@ -32,7 +32,14 @@ json_check '$1 == ($2 > $3 ? $2 : $3)' -n "$tmp/p.json" "" /chosen/stages/0/offl
     /chosen/stages/0/offload_attn_layers /chosen/stages/0/offload_ffn_layers &&
 json_check '$1 > 0 && $2 > 0' -n "$tmp/p.json" /stats/offload_program /rows /columns ||
     { echo "FAIL: plan --offload --json: no offload per stage or program size"; fail=$((fail + 1)); }
+# beside it, the best layout without offload and why it lost: here it does not fit
+"$JSONQ" "$tmp/p.json" '/rivals/*/kind' | grep -qx offload &&
+n=$("$JSONQ" "$tmp/p.json" '/rivals/*/kind' | grep -n -x offload | cut -d: -f1) &&
+json_check '$1 == "memory" && $2 > 0' "$tmp/p.json" "/rivals/$((n - 1))" /loss /shortfall_bytes &&
+! "$JSONQ" -k "$tmp/p.json" "/rivals/$((n - 1))/layout" | grep -q offload ||
+    { echo "FAIL: plan --offload --json: no rival without offload, or it does not say it does not fit"; fail=$((fail + 1)); }
 "$SHARDPLAN" plan $JOB --offload >"$tmp/p.txt" 2>&1 &&
+grep -q "^offload  *memory  *no offload (weights and KV cache in HBM): does not fit" "$tmp/p.txt" &&
 grep -q "streamed layers" "$tmp/p.txt" && grep -q "offload program:" "$tmp/p.txt" ||
     { echo "FAIL: plan --offload text: no offload columns"; cat "$tmp/p.txt"; fail=$((fail + 1)); }
 "$SHARDPLAN" estimate --model tiny-llama --hw "$tmp/hw.json" --chips 1 --batch 4 --prompt 5 --gen 4 \
