@@ -896,6 +896,15 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
                 s->k = src_rows;
                 s->m = src_rows / nD;
                 s->n = kv_src * D;
+                if (c->p->ragged) {
+                    /* the packed rows of every sequence -> the chip's block of decode's cache, padded to
+                     * the fullest block's rows (the KV_STORE's blocks: sp_lower.h, "Ragged batches") */
+                    int64_t seen, tok;
+                    s->ragged = 1;
+                    s->k = c->T;
+                    ragged_blk_max(c, nD, &s->blk_rows, &seen, &tok);
+                    s->m = s->blk_rows;
+                }
                 break;
             case KV_GATHER:  /* (src_rows, KVH·D) -> (nD·src_rows, KVH·D) */
                 s = emit_coll(c, ss, SP_COLL_ALLGATHER, out[kvi], in[kvi], c->kv_rows, "", src_rows, kv_src * D,
@@ -1705,9 +1714,15 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                     "the head group): not implemented (head-sharded attention is)", sp_ffn_layout_name(l->phase[ph].ffn),
                     sp_phase_name((sp_phase)ph));
         }
-        if (kv_pair != KV_DIRECT && axes_size(l, c->kv_rows) > 1)
+        /* the handoff a ragged batch takes: none, or prefill's every KV head of every sequence sliced
+         * into decode's sequence blocks (KV_SLICE: KV heads replicated in prefill, batch-sharded
+         * attention in decode) */
+        int slice_ok = kv_pair == KV_SLICE && both[SP_PHASE_PREFILL]->nN == 1 &&
+                       axes_size(l, c->kv_rows) == (int)c->n;
+        if (kv_pair != KV_DIRECT && axes_size(l, c->kv_rows) > 1 && !slice_ok)
             BAD("ragged batches with a KV handoff between prefill (%s/%s) and decode (%s/%s): not implemented "
-                "(the same attention layout in both phases is)", sp_ffn_layout_name(l->phase[0].ffn),
+                "(the same attention layout in both phases is, and head-sharded prefill with replicated KV heads "
+                "before batch-sharded decode)", sp_ffn_layout_name(l->phase[0].ffn),
                 sp_attn_layout_name(l->phase[0].attn), sp_ffn_layout_name(l->phase[1].ffn),
                 sp_attn_layout_name(l->phase[1].attn));
         if (shape->max_context < r->max_context)

@@ -79,10 +79,14 @@
  * next collective).  Its attention (head-sharded, or batch-sharded when
  * heads are not split: wg-xyz) runs its block's sequences, its KV cache
  * holds their slots; the logits' rows are blocks of rag_seqs rows.
+ * Of the KV handoffs, a ragged batch takes the SLICE of a head-sharded
+ * prefill holding every KV head into a batch-sharded decode's blocks over
+ * the whole mesh: the chip's block of the packed rows (ragged, blk_rows the
+ * fullest block's).
  * Ragged batches lower for one micro-batch, no chunked prefill, no
- * offload, dense models, the KV cache written where decode reads it (no KV
- * handoff between the phases), and with weight-gathered FFNs, head-sharded
- * attention or heads that are not split; the others are refused by name.
+ * offload, dense models, the KV cache written where decode reads it (or
+ * that SLICE), and with weight-gathered FFNs, head-sharded attention or
+ * heads that are not split; the others are refused by name.
  *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences

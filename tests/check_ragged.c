@@ -424,6 +424,7 @@ static const struct price_case {
     {"llama2-7b", "h100", "replicas=2,mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch", 16, 256, 32},
     /* weight-gathered FFNs: the sequence blocks over the gathered axes as the uniform batch's */
     {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=wg-xyz/batch,decode=ws2d/batch", 32, 1024, 32},
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/heads,decode=ws2d/batch", 32, 1024, 32},
     {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=wg-x/heads,decode=wg-x/heads", 8, 512, 64},
     {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x2x1,weights=bf16,prefill=wg-xy/heads,decode=wg-xy/heads", 8, 256, 16},
 };
@@ -782,6 +783,9 @@ static const struct run_case {
     {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch"},
     {"tiny-llama", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
     {"tiny-gpt2", "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    /* the KV handoff of a head-sharded prefill holding its one KV head into batch-sharded decode's blocks */
+    {"tiny-palm", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/batch"},
+    {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
