@@ -23,40 +23,73 @@
  * Bytes are counted (4-byte elements, as the programs' hand-off) either way. */
 static sp_status send_host(chip *ch, int peer, const void *buf, size_t bytes)
 {
-    if (ch->ops->host_memory) return sp_comm_send(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    if (ch->ops->host_memory) return sp_comm_send(ch->fc, peer, buf, bytes / 4, SP_DT_F32);
     if ((int64_t)bytes > ch->scr_bytes[SP_SCR_TOKENS])
         return spi_fail(SP_EINTERNAL, "token hand-off of %zu bytes, the tokens slot holds %lld", bytes,
                         (long long)ch->scr_bytes[SP_SCR_TOKENS]);
     SP_CHECK(ch->ops->upload(&ch->dev, ch->dtok, buf, bytes));
     SP_CHECK(ch->ops->sync(&ch->dev));
-    return sp_comm_send(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32);
+    return sp_comm_send(ch->fc, peer, ch->dtok, bytes / 4, SP_DT_F32);
 }
 
 static sp_status recv_host(chip *ch, int peer, void *buf, size_t bytes)
 {
-    if (ch->ops->host_memory) return sp_comm_recv(ch->c, peer, buf, bytes / 4, SP_DT_F32);
+    if (ch->ops->host_memory) return sp_comm_recv(ch->fc, peer, buf, bytes / 4, SP_DT_F32);
     if ((int64_t)bytes > ch->scr_bytes[SP_SCR_TOKENS])
         return spi_fail(SP_EINTERNAL, "token hand-off of %zu bytes, the tokens slot holds %lld", bytes,
                         (long long)ch->scr_bytes[SP_SCR_TOKENS]);
-    SP_CHECK(sp_comm_recv(ch->c, peer, ch->dtok, bytes / 4, SP_DT_F32));
+    SP_CHECK(sp_comm_recv(ch->fc, peer, ch->dtok, bytes / 4, SP_DT_F32));
     return ch->ops->download(&ch->dev, buf, ch->dtok, bytes);
 }
 
 /* all-gather of blk bytes per chip over every chip */
 static sp_status allgather_host(chip *ch, const void *send, void *recv, size_t blk)
 {
-    if (ch->ops->host_memory) return sp_comm_allgather(ch->c, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
+    if (ch->ops->host_memory) return sp_comm_allgather(ch->fc, SP_AXES_ALL, send, recv, blk, SP_DT_INT8);
     size_t n = (size_t)ch->ex->nchips;
     void *ds = NULL, *dr = NULL;
     sp_status st = ch->ops->alloc(&ch->dev, blk, &ds);
     if (!st) st = ch->ops->alloc(&ch->dev, blk * n, &dr);
     if (!st) st = ch->ops->upload(&ch->dev, ds, send, blk);
     if (!st) st = ch->ops->sync(&ch->dev);
-    if (!st) st = sp_comm_allgather(ch->c, SP_AXES_ALL, ds, dr, blk, SP_DT_INT8);
+    if (!st) st = sp_comm_allgather(ch->fc, SP_AXES_ALL, ds, dr, blk, SP_DT_INT8);
     if (!st) st = ch->ops->download(&ch->dev, recv, dr, blk * n);
     ch->ops->release(&ch->dev, ds);
     ch->ops->release(&ch->dev, dr);
     return st;
+}
+
+/* ---- where a chip is ---------------------------------------------------------------
+ * Chip g of ex->world: its stage, replica and rank as the lowering numbers
+ * it (in its stage's view under stage_mesh: (stage·R + replica)·T_s + t for
+ * tensor rank t of T_s = X_s·Y_s·Z_s, sp_lower.h "stage hand-off"; g
+ * itself otherwise). */
+static void chip_place(const sp_exec *ex, int g, int *stage, int *replica, int *rank)
+{
+    if (!ex->hetero) {
+        int c[SP_AXIS_COUNT];
+        sp_mesh_coords(&ex->mesh, g, c);
+        *stage = c[SP_AXIS_STAGE];
+        *replica = c[SP_AXIS_REPLICA];
+        *rank = g;
+        return;
+    }
+    int s = 0;
+    while (s + 1 < ex->l.stages && g >= sp_layout_stage_first_chip(&ex->l, s + 1)) s++;
+    const int *d = ex->view[s].mesh;
+    int T = d[0] * d[1] * d[2], local = g - (int)sp_layout_stage_first_chip(&ex->l, s);
+    *stage = s;
+    *replica = local / T;
+    *rank = (s * ex->l.replicas + local / T) * T + local % T;
+}
+
+/* 1 if chip g writes its replica's tokens and logits: the last stage's tensor rank 0 */
+static int is_writer(const sp_exec *ex, int g)
+{
+    int s, r, v;
+    chip_place(ex, g, &s, &r, &v);
+    const int *d = ex->hetero ? ex->view[s].mesh : ex->l.mesh;
+    return s == ex->l.stages - 1 && v % (d[0] * d[1] * d[2]) == 0;
 }
 
 /* ---- results across processes (MPI: one chip per process) -----------------------
@@ -102,11 +135,13 @@ static void chip_xstats(const chip *ch, xstats *x)
     memcpy(x->first_mismatch, ch->first_mismatch, sizeof x->first_mismatch);
 }
 
-/* adds chip totals x into st (the first mismatch text from the lowest rank);
+/* adds chip g's totals x into st (the first mismatch text from the lowest rank);
  * class times: the mean over a stage's chips, summed over stages, per decode step */
 static void add_xstats(const sp_exec *ex, sp_exec_stats *st, const xstats *x, int rank)
 {
-    double per_stage = (double)ex->l.stages / (double)ex->nchips;
+    int stage, replica, v;
+    chip_place(ex, rank, &stage, &replica, &v);
+    double per_stage = 1.0 / (double)sp_layout_stage_chips(&ex->l, stage);
     for (int c = 0; c < SP_CLASS_COUNT; c++) {
         st->measured_prefill_class_s[c] += x->class_s[0][c] * per_stage;
         if (ex->G > 1) st->measured_decode_class_s[c] += x->class_s[1][c] * per_stage / (double)(ex->G - 1);
@@ -137,11 +172,6 @@ static void add_xstats(const sp_exec *ex, sp_exec_stats *st, const xstats *x, in
     }
 }
 
-static int is_writer(const sp_exec *ex, const int *c)
-{
-    return c[SP_AXIS_STAGE] == ex->l.stages - 1 && c[SP_AXIS_X] == 0 && c[SP_AXIS_Y] == 0 && c[SP_AXIS_Z] == 0;
-}
-
 static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
 {
     sp_exec *ex = ch->ex;
@@ -163,7 +193,7 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
         st = allgather_host(ch, send, recv, blk);
     }
     if (!st) {
-        sp_mesh_group_members(&ex->mesh, ch->rank, SP_AXES_ALL, members);
+        sp_mesh_group_members(&ex->mesh, ch->grank, SP_AXES_ALL, members);
         sp_exec_stats tot;
         memset(&tot, 0, sizeof tot);
         for (int g = 0; g < n; g++) {
@@ -171,11 +201,12 @@ static sp_status exchange_results(chip *ch, int64_t Br, int64_t base)
             xstats x;
             memcpy(&x, b, sizeof x);
             add_xstats(ex, &tot, &x, members[g]);
-            int c[SP_AXIS_COUNT];
-            sp_mesh_coords(&ex->mesh, members[g], c);
-            if (!is_writer(ex, c) || (members[g] >= ex->local_first && members[g] < ex->local_first + ex->local_count))
+            int cs, cr, cv;
+            chip_place(ex, members[g], &cs, &cr, &cv);
+            if (!is_writer(ex, members[g]) ||
+                (members[g] >= ex->local_first && members[g] < ex->local_first + ex->local_count))
                 continue;
-            int64_t rb = c[SP_AXIS_REPLICA] * Br;
+            int64_t rb = cr * Br;
             memcpy(ex->tokens + rb * G, b + sizeof x, (size_t)(Br * G) * sizeof(int32_t));
             if (nl)
                 memcpy(ex->logits + rb * ex->lg_steps * V, b + sizeof x + (size_t)(Br * G) * 4, (size_t)nl * sizeof(float));
@@ -234,11 +265,44 @@ static sp_status exchange_groups(chip *ch, sp_comm *xc)
     return st;
 }
 
+/* The sampled tokens of the chip's replica (Br of them) from the last stage
+ * to stage 0, counted in token_bytes (not a program step).  Stage 0's chip
+ * of tensor rank t takes them from the last stage's chip of rank t mod T_L
+ * (T_s: stage s's tensor chips; equal meshes: the chip of its own
+ * coordinates), which sends to each such t in ascending order. */
+static sp_status token_handoff(chip *ch, int32_t *cur, int64_t Br)
+{
+    const sp_exec *ex = ch->ex;
+    const sp_layout *jl = &ex->l;
+    int P = jl->stages;
+    if (ch->stage != 0 && ch->stage != P - 1) return SP_OK;
+    const int *m0 = ex->hetero ? ex->view[0].mesh : jl->mesh, *mL = ex->hetero ? ex->view[P - 1].mesh : jl->mesh;
+    int T0 = m0[0] * m0[1] * m0[2], TL = mL[0] * mL[1] * mL[2];
+    int T = ch->stage == 0 ? T0 : TL, t = ch->rank % T;
+    int first0 = (int)sp_layout_stage_first_chip(jl, 0), firstL = (int)sp_layout_stage_first_chip(jl, P - 1);
+    sp_comm_counters a, b;
+    SP_CHECK(sp_comm_stats(ch->fc, &a));
+    if (ch->stage == P - 1)
+        for (int t0 = t; t0 < T0; t0 += TL)
+            SP_CHECK(send_host(ch, first0 + ch->replica * T0 + t0, cur, (size_t)Br * sizeof *cur));
+    if (ch->stage == 0) SP_CHECK(recv_host(ch, firstL + ch->replica * TL + t % TL, cur, (size_t)Br * sizeof *cur));
+    SP_CHECK(sp_comm_stats(ch->fc, &b));
+    ch->token_bytes += ch->stage == 0 ? b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV]
+                                      : b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
+    return SP_OK;
+}
+
 static sp_status chip_run(chip *ch)
 {
     sp_exec *ex = ch->ex;
     const sp_layout *l = ch->l;
-    SP_CHECK(sp_comm_open(ex->world, ch->rank, &ch->c));
+    SP_CHECK(sp_comm_open(ex->world, ch->grank, &ch->fc));
+    if (!ex->hetero) ch->c = ch->fc;
+    else {
+        /* the stage's world: its chips in order, this one at replica·T_s + t */
+        int T = l->mesh[0] * l->mesh[1] * l->mesh[2];
+        SP_CHECK(sp_comm_open(ex->sworld[ch->stage], ch->rank - ch->stage * l->replicas * T, &ch->c));
+    }
     SP_CHECK(spi_chip_setup(ch));
     if (ex->trace) {
         /* one event per step run: M micro-batches x (the prefill + G - 1 decode
@@ -271,16 +335,16 @@ static sp_status chip_run(chip *ch)
      * next step earlier).  So a chip's per-step times never sum past them,
      * however the threads are scheduled. */
     double t0 = 0, t1 = 0, t1_in = 0;
-    if (ch->rank == 0) t0 = spi_now_s();
-    if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
+    if (ch->grank == 0) t0 = spi_now_s();
+    if (!st) st = sp_comm_barrier(ch->fc, SP_AXES_ALL);
     /* separate groups: the prefill group runs step 0 and sends the cache; the decode
      * group receives it (and the first tokens) and runs steps 1..G-1 */
     sp_comm *xc = NULL;
-    if (!st && ex->role) st = sp_comm_open(ex->xworld, ex->xfer_first + ch->rank, &xc);
+    if (!st && ex->role) st = sp_comm_open(ex->xworld, ex->xfer_first + ch->grank, &xc);
     if (!st && ex->role == 2) {
         st = spi_xfer_run(ch, xc, cur);
-        if (!st) st = sp_comm_barrier(ch->c, SP_AXES_ALL);
-        if (ch->rank == 0) t1_in = t1 = spi_now_s();
+        if (!st) st = sp_comm_barrier(ch->fc, SP_AXES_ALL);
+        if (ch->grank == 0) t1_in = t1 = spi_now_s();
     }
     for (int64_t s = ex->role == 2 ? 1 : 0; s < (ex->role == 1 ? 1 : G) && !st; s++) {
         ch->token = s;
@@ -291,7 +355,7 @@ static sp_status chip_run(chip *ch)
             /* a ragged batch: step s runs the replica's sequences still generating (sp_lower_ragged);
              * a replica whose sequences are all done idles until the others are */
             if (ex->ragged && s > ch->rg.max_gen) idle = 1;
-            else if ((st = sp_lower_ragged(ch->m, l, SP_PHASE_DECODE, &sh, ex->ragged ? &ch->rg : NULL, s, ch->stage,
+            else if ((st = sp_lower_ragged(ch->m, &ex->l, SP_PHASE_DECODE, &sh, ex->ragged ? &ch->rg : NULL, s, ch->stage,
                                            dstep)))
                 break;
             ch->prog = dstep;
@@ -306,7 +370,7 @@ static sp_status chip_run(chip *ch)
                 /* an earlier token pass: the same program at its context, without the logits */
                 sp_shape sh = spi_shape_of(ex, 0, 0);
                 sh.passes_left = ntok - 1 - j;
-                if ((st = sp_lower(ch->m, l, SP_PHASE_PREFILL, &sh, ch->stage, dstep))) break;
+                if ((st = sp_lower(ch->m, &ex->l, SP_PHASE_PREFILL, &sh, ch->stage, dstep))) break;
                 ch->prog = dstep;
             } else if (s == 0) {
                 ch->prog = ch->pf;
@@ -331,8 +395,7 @@ static sp_status chip_run(chip *ch)
             ch->li = p->n_layers - 1;
             if ((st = spi_run_steps(ch, SP_PART_POST, mb))) break;
             if (!last || !p->logits) continue;
-            const float *lg = ch->buf[sp_layout_chips(l) / (l->stages * l->replicas) > 1 ? SP_BUF_LOGITS_ALL
-                                                                                          : SP_BUF_LOGITS];
+            const float *lg = ch->buf[l->mesh[0] * l->mesh[1] * l->mesh[2] > 1 ? SP_BUF_LOGITS_ALL : SP_BUF_LOGITS];
             for (int64_t b = 0; b < ps && !st; b++) {
                 int64_t q = r0 + sp_lower_pass_seq(p, i, b), lrow = b;   /* its logits row */
                 if (p->ragged) {
@@ -362,26 +425,13 @@ static sp_status chip_run(chip *ch)
             }
         }
         if (st) break;
-        if (last && l->stages > 1 && s < G - 1 && ex->role != 1) {
-            sp_comm_counters a, b;
-            sp_comm_stats(ch->c, &a);
-            if ((st = send_host(ch, spi_peer_stage(ch, 0), cur, (size_t)Br * sizeof *cur))) break;
-            sp_comm_stats(ch->c, &b);
-            ch->token_bytes += b.bytes_sent[SP_COLL_SENDRECV] - a.bytes_sent[SP_COLL_SENDRECV];
-        }
-        if (s < G - 1 && ch->stage == 0 && l->stages > 1 && ex->role != 1) {
-            sp_comm_counters a, b;
-            sp_comm_stats(ch->c, &a);
-            if ((st = recv_host(ch, spi_peer_stage(ch, l->stages - 1), cur, (size_t)Br * sizeof *cur))) break;
-            sp_comm_stats(ch->c, &b);
-            ch->token_bytes += b.bytes_recv[SP_COLL_SENDRECV] - a.bytes_recv[SP_COLL_SENDRECV];
-        }
-        if (s == 0 && ch->rank == 0) t1_in = spi_now_s();
-        if ((st = sp_comm_barrier(ch->c, SP_AXES_ALL))) break;
-        if (s == 0 && ch->rank == 0) t1 = spi_now_s();
+        if (l->stages > 1 && s < G - 1 && ex->role != 1 && (st = token_handoff(ch, cur, Br))) break;
+        if (s == 0 && ch->grank == 0) t1_in = spi_now_s();
+        if ((st = sp_comm_barrier(ch->fc, SP_AXES_ALL))) break;
+        if (s == 0 && ch->grank == 0) t1 = spi_now_s();
     }
     if (!st && ex->role == 1) st = spi_xfer_run(ch, xc, cur);
-    if (!st && ch->rank == 0) {
+    if (!st && ch->grank == 0) {
         double t2 = spi_now_s();
         ch->prefill_s = t1 - t0;
         ch->decode_step_s = G > 1 && ex->role != 1 ? (t2 - t1_in) / (double)(G - 1) : 0;
@@ -408,7 +458,7 @@ static sp_status write_timeline(chip *ch)
         char id[SP_TRACE_ID_MAX], name[SP_TRACE_LABEL_MAX];
         if (v->part == SPI_EVENT_KV_SEND || v->part == SPI_EVENT_KV_RECV) {
             sp_trace_xfer_id(v->part == SPI_EVENT_KV_SEND, v->index, id, name);
-            sp_trace_event te = {.chip = ex->xfer_first + ch->rank, .stream = SP_TRACE_COMM, .ts_s = v->t0 - ex->t_base,
+            sp_trace_event te = {.chip = ex->xfer_first + ch->grank, .stream = SP_TRACE_COMM, .ts_s = v->t0 - ex->t_base,
                                  .dur_s = v->t1 - v->t0, .name = name, .id = id, .bytes = v->bytes};
             SP_CHECK(sp_trace_write(ex->trace, &te));
             continue;
@@ -417,7 +467,7 @@ static sp_status write_timeline(chip *ch)
         const sp_step *s = &sp_program_part(p, (sp_prog_part)v->part)->s[v->index];
         sp_trace_step_id_pass(p->phase, v->token - 1, v->pass, (sp_prog_part)v->part, v->layer, v->index, id, sizeof id);
         /* a group's chips are numbered in the job: the decode group after the prefill group */
-        sp_trace_event te = {.chip = ex->xfer_first + ch->rank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
+        sp_trace_event te = {.chip = ex->xfer_first + ch->grank, .stream = sp_trace_step_stream(s), .ts_s = v->t0 - ex->t_base,
                              .dur_s = v->t1 - v->t0, .name = sp_trace_step_label(s, name, sizeof name), .id = id,
                              .mb = v->mb, .bytes = v->bytes, .flops = v->flops};
         SP_CHECK(sp_trace_write(ex->trace, &te));
@@ -441,13 +491,15 @@ static void *chip_thread(void *arg)
         /* every chip is here: sum in place */
         xstats x;
         chip_xstats(ch, &x);
-        add_xstats(ex, &ex->st, &x, ch->rank);
+        add_xstats(ex, &ex->st, &x, ch->grank);
     }
     pthread_mutex_unlock(&ex->mu);
     if (st) sp_comm_abort(ex->world, sp_last_error());
     if (st && ex->xworld) sp_comm_abort(ex->xworld, sp_last_error());   /* the other group waits on it */
-    sp_comm_close(ch->c);
-    ch->c = NULL;
+    for (int s = 0; st && ex->hetero && s < ex->l.stages; s++) sp_comm_abort(ex->sworld[s], sp_last_error());
+    if (ch->c != ch->fc) sp_comm_close(ch->c);
+    sp_comm_close(ch->fc);
+    ch->c = ch->fc = NULL;
     spi_chip_teardown(ch);
     free(ch->ev);
     ch->ev = NULL;
@@ -544,7 +596,6 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
     if (batch < 1 || prompt < 1 || gen < 1)
         return spi_fail(SP_EINVAL, "batch %lld, prompt %lld, gen %lld must be >= 1", (long long)batch,
                         (long long)prompt, (long long)gen);
-    SP_CHECK(sp_layout_hetero_refuse(l, "running"));
     if (sp_layout_disaggregated(l)) return build_groups(m, l, batch, prompt, gen, w, backend, out);
     return build_one(m, l, batch, prompt, gen, w, backend, 0, 0, 0, NULL, out);
 }
@@ -556,6 +607,9 @@ sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_r
     *out = NULL;
     if (sp_layout_disaggregated(l))
         return spi_fail(SP_EINVAL, "ragged batches on separate prefill and decode chip groups: not implemented");
+    if (sp_layout_hetero(l))
+        return spi_fail(SP_ENOTSUP, "stage_mesh: running a ragged batch through stages of their own mesh is not "
+                                    "implemented (equal-length batches run)");
     return build_one(m, l, r->n, r->max_prompt, r->max_gen, w, backend, 0, 0, 0, r, out);
 }
 
@@ -569,6 +623,9 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     if (ctx > m->max_context)
         return spi_fail(SP_EINVAL, "prompt + gen = %lld exceeds the model's context %lld", (long long)ctx,
                         (long long)m->max_context);
+    if (sp_layout_hetero(l) && backend == SP_COMM_BACKEND_NCCL)
+        return spi_fail(SP_ENOTSUP, "stage_mesh: stages of their own mesh on the CUDA executor are not implemented "
+                                    "(the threads and MPI backends run them)");
     if (r && backend == SP_COMM_BACKEND_NCCL)
         return spi_fail(SP_EINVAL, "ragged batches on the CUDA executor: not implemented (the threads and MPI "
                                    "backends run them)");
@@ -620,9 +677,23 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     ex->role = role;
     sp_layout_mesh(l, &ex->mesh);
     ex->nchips = sp_mesh_size(&ex->mesh);
+    if (sp_layout_hetero(l)) {
+        /* stages of their own meshes: a flat world over every chip, one per stage over its mesh */
+        ex->hetero = 1;
+        ex->nchips = (int)sp_layout_chips(l);
+        ex->mesh = (sp_mesh){{1, 1, 1, 1, ex->nchips}};
+        if (!(ex->view = calloc((size_t)l->stages, sizeof *ex->view))) st = spi_fail(SP_ENOMEM, "stage views");
+        for (int s = 0; s < l->stages && !st; s++) {
+            ex->view[s] = *l;
+            sp_layout_stage_mesh(l, s, ex->view[s].mesh);
+            sp_mesh sm = {{1, l->replicas, ex->view[s].mesh[0], ex->view[s].mesh[1], ex->view[s].mesh[2]}};
+            st = sp_comm_world_create_part(backend, &sm, (int)sp_layout_stage_first_chip(l, s), ex->nchips,
+                                           &ex->sworld[s]);
+        }
+    }
     ex->ops = ops;
     ex->rope_scale = 1.0;
-    if (m->positions == SP_POS_ROPE) {
+    if (!st && m->positions == SP_POS_ROPE) {
         /* one table for the whole job: the frequencies depend on the model (and, for
          * dynamic scaling, on the context, refused where it would change them) */
         ex->rope_inv = malloc((size_t)(sp_model_rotary_dims(m) / 2) * sizeof *ex->rope_inv);
@@ -648,6 +719,8 @@ void sp_exec_free(sp_exec *ex)
     for (int p = 0; p < SP_PHASE_COUNT; p++) sp_exec_free(ex->grp[p]);
     if (ex->grp[0] || ex->grp[1]) sp_comm_world_free(ex->xworld);   /* the job's; its groups borrow it */
     sp_comm_world_free(ex->world);
+    for (int s = 0; s < SP_LAYOUT_MAX_STAGES; s++) sp_comm_world_free(ex->sworld[s]);
+    free(ex->view);
     pthread_mutex_destroy(&ex->mu);
     free(ex->rope_inv);
     free(ex->trace_path);
@@ -696,15 +769,17 @@ static int spawn(sp_exec *ex, chip *chips, pthread_t *th, int thread0)
         int r = ex->local_first + i;
         ch->ex = ex;
         ch->m = &ex->m;
-        ch->l = &ex->l;
-        ch->rank = r;
+        ch->grank = r;
         ch->thread = thread0 + i;
-        sp_mesh_coords(&ex->mesh, r, ch->coords);
-        ch->stage = ch->coords[SP_AXIS_STAGE];
-        ch->replica = ch->coords[SP_AXIS_REPLICA];
+        chip_place(ex, r, &ch->stage, &ch->replica, &ch->rank);
+        ch->l = ex->hetero ? &ex->view[ch->stage] : &ex->l;
+        sp_mesh mesh;
+        sp_layout_mesh(ch->l, &mesh);
+        sp_mesh_coords(&mesh, ch->rank, ch->coords);
         if (pthread_create(&th[i], NULL, chip_thread, ch)) {
             sp_comm_abort(ex->world, "thread creation failed");
             if (ex->xworld) sp_comm_abort(ex->xworld, "thread creation failed");
+            for (int s = 0; ex->hetero && s < ex->l.stages; s++) sp_comm_abort(ex->sworld[s], "thread creation failed");
             if (!ex->err) {
                 ex->err = SP_ENOMEM;
                 snprintf(ex->errmsg, sizeof ex->errmsg, "pthread_create failed");

@@ -92,13 +92,14 @@ sp_status spi_chip_setup(chip *ch)
         sp.q_len = sp.context = ch->rg.max_prompt;
         sp_program *tmp = malloc(sizeof *tmp);
         if (!tmp) return spi_fail(SP_ENOMEM, "programs");
-        sp_status st = sp_lower_ragged(ch->m, ch->l, SP_PHASE_PREFILL, &sp, &ch->rg, 0, ch->stage, ch->pf);
-        if (!st) st = sp_lower_ragged_decode(ch->m, ch->l, &sd, &ch->rg, ch->stage, ch->dc, tmp);
+        sp_status st = sp_lower_ragged(ch->m, &ex->l, SP_PHASE_PREFILL, &sp, &ch->rg, 0, ch->stage, ch->pf);
+        if (!st) st = sp_lower_ragged_decode(ch->m, &ex->l, &sd, &ch->rg, ch->stage, ch->dc, tmp);
         free(tmp);
         SP_CHECK(st);
     } else {
-        if (ex->role != 2) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
-        if (ex->role != 1) SP_CHECK(sp_lower(ch->m, ch->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
+        /* lowered for the job's layout (under stage_mesh each stage's program indexes its view, ch->l) */
+        if (ex->role != 2) SP_CHECK(sp_lower(ch->m, &ex->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
+        if (ex->role != 1) SP_CHECK(sp_lower(ch->m, &ex->l, SP_PHASE_DECODE, &sd, ch->stage, ch->dc));
     }
     if (ex->role == 1) *ch->dc = *ch->pf;
     if (ex->role == 2) *ch->pf = *ch->dc;
@@ -258,7 +259,7 @@ sp_status spi_chip_setup(chip *ch)
     if (dev.used != dev.size || host.used != host.size) {
         if (!ch->mismatches)
             snprintf(ch->first_mismatch, sizeof ch->first_mismatch,
-                     "chip %d memory: %lld bytes carved of an arena of %lld (predicted %lld)", ch->rank,
+                     "chip %d memory: %lld bytes carved of an arena of %lld (predicted %lld)", ch->grank,
                      (long long)(dev.used + host.used), (long long)(dev.size + host.size), (long long)ms.total);
         ch->mismatches++;
     }
@@ -269,11 +270,12 @@ sp_status spi_chip_setup(chip *ch)
                      (long long)off.used, (long long)off.size);
         ch->mismatches++;
     }
-    return SP_OK;
+    return spi_handoff_setup(ch);
 }
 
 void spi_chip_teardown(chip *ch)
 {
+    spi_handoff_free(ch);
     if (ch->ops) {
         ch->ops->release(&ch->dev, ch->arena);   /* every device block is the arena's */
         ch->ops->close(&ch->dev);

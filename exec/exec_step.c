@@ -524,19 +524,22 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     case SP_STEP_COLL:
     case SP_STEP_SEND:
     case SP_STEP_RECV: {
+        /* collectives within the chip's stage, the hand-off between stages on the flat communicator */
+        sp_comm *cc = s->kind == SP_STEP_COLL ? ch->c : ch->fc;
         sp_comm_counters a, b;
-        SP_CHECK(sp_comm_stats(ch->c, &a));
+        SP_CHECK(sp_comm_stats(cc, &a));
         sp_status st;
         if (s->kind != SP_STEP_COLL) SP_CHECK(ch->ops->sync(&ch->dev));   /* run_coll syncs after packing */
         if (s->kind == SP_STEP_COLL) st = spi_run_coll(ch, s);
+        else if (ch->ex->hetero) st = spi_handoff_run(ch, s);   /* stages of their own meshes: the lowering's blocks */
         else if (s->kind == SP_STEP_SEND)
-            st = sp_comm_send(ch->c, spi_peer_stage(ch, ch->stage + 1), ch->buf[s->src], (size_t)s->coll.elems,
+            st = sp_comm_send(cc, spi_peer_stage(ch, ch->stage + 1), ch->buf[s->src], (size_t)s->coll.elems,
                               s->coll.dtype);
         else
-            st = sp_comm_recv(ch->c, spi_peer_stage(ch, ch->stage - 1), ch->buf[s->dst], (size_t)s->coll.elems,
+            st = sp_comm_recv(cc, spi_peer_stage(ch, ch->stage - 1), ch->buf[s->dst], (size_t)s->coll.elems,
                               s->coll.dtype);
         if (st) return st;
-        SP_CHECK(sp_comm_stats(ch->c, &b));
+        SP_CHECK(sp_comm_stats(cc, &b));
         return spi_check_bytes(ch, s, &a, &b, s->coll.kind);
     }
     /* MoE routing on host memory (sp_exec_build keeps MoE models on the CPU device) */
@@ -618,7 +621,7 @@ sp_status spi_run_steps(chip *ch, sp_prog_part part, int mb)
         if (!st && wait) st = ch->ops->sync(&ch->dev);
         double t1 = spi_now_s();
         if (st)
-            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->rank, sp_phase_name(p->phase), i,
+            return spi_fail(st, "chip %d %s step %d (%s): %s", ch->grank, sp_phase_name(p->phase), i,
                             sp_step_kind_name(s->kind), sp_last_error());
         cls[sp_step_class_of(s)] += t1 - t0;
         if (ch->ex->trace) SP_CHECK(record(ch, s, part, i, mb, t0, t1));

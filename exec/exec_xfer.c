@@ -18,17 +18,24 @@ typedef struct mine {
     int64_t n, cap;
 } mine;
 
+/* Room for one more of *n elements of `size` bytes in *arr (*cap of them, doubled from
+ * `first` when full); `what` names them in the error. */
+static sp_status room_for_one(void **arr, int64_t n, int64_t *cap, size_t size, int64_t first, const char *what)
+{
+    if (n < *cap) return SP_OK;
+    int64_t c = *cap ? 2 * *cap : first;
+    void *nb = realloc(*arr, (size_t)c * size);
+    if (!nb) return spi_fail(SP_ENOMEM, "%s: %lld blocks", what, (long long)c);
+    *arr = nb;
+    *cap = c;
+    return SP_OK;
+}
+
 static sp_status keep(void *ctx, const sp_xfer_block *b)
 {
     mine *k = ctx;
     if ((k->role == 1 ? b->src : b->dst) != k->me) return SP_OK;
-    if (k->n == k->cap) {
-        int64_t cap = k->cap ? 2 * k->cap : 64;
-        sp_xfer_block *nb = realloc(k->b, (size_t)cap * sizeof *nb);
-        if (!nb) return spi_fail(SP_ENOMEM, "KV transfer: %lld blocks", (long long)cap);
-        k->b = nb;
-        k->cap = cap;
-    }
+    SP_CHECK(room_for_one((void **)&k->b, k->n, &k->cap, sizeof *k->b, 64, "KV transfer"));
     k->b[k->n++] = *b;
     return SP_OK;
 }
@@ -202,4 +209,120 @@ sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur)
     free(msg);
     free(k.b);
     return st;
+}
+
+/* ---- the stage hand-off between stages of their own meshes ------------------------
+ * The lowering decides which chip sends which rows and columns to which
+ * (sp_lower_stage_xfer_progs over this stage's program and its neighbour's);
+ * the executor keeps the blocks naming this chip and moves them as they
+ * are.  A block is one message when it is contiguous on both chips (one
+ * row, or whole rows of both chips' blocks), else one message per row:
+ * the program reserves no packing room for the hand-off, so nothing is
+ * staged outside the arena the lowering sized.  Sends are synchronous; a
+ * sender sends in ascending receiver order, a receiver receives in
+ * ascending sender order (the walk's order: replica, receiver, sender), and
+ * no chip both sends and receives in one hand-off, so the least pair not
+ * yet done always has both ends waiting for it. */
+typedef struct ho_keep {
+    int me;
+    spi_handoff *send, *recv;
+} ho_keep;
+
+static sp_status ho_push(spi_handoff *h, const sp_stage_block *b)
+{
+    SP_CHECK(room_for_one((void **)&h->b, h->n, &h->cap, sizeof *h->b, 16, "stage hand-off"));
+    h->b[h->n++] = *b;
+    return SP_OK;
+}
+
+static sp_status ho_keep_mine(void *ctx, const sp_stage_block *b)
+{
+    ho_keep *k = ctx;
+    if (k->send && b->src == k->me) SP_CHECK(ho_push(k->send, b));
+    if (k->recv && b->dst == k->me) SP_CHECK(ho_push(k->recv, b));
+    return SP_OK;
+}
+
+/* the block shape (m, n) of p's hand-off step of kind k (the last in its part), 0 when it has none */
+static void ho_shape(const sp_program *p, sp_step_kind k, int64_t *m, int64_t *n)
+{
+    const sp_steps *ss = k == SP_STEP_SEND ? &p->post : &p->pre;
+    *m = *n = 0;
+    for (int i = 0; i < ss->n; i++)
+        if (ss->s[i].kind == k) {
+            *m = ss->s[i].m;
+            *n = ss->s[i].n;
+        }
+}
+
+sp_status spi_handoff_setup(chip *ch)
+{
+    sp_exec *ex = ch->ex;
+    if (!ex->hetero) return SP_OK;
+    sp_program *nb = malloc(sizeof *nb);
+    if (!nb) return spi_fail(SP_ENOMEM, "stage hand-off: program");
+    sp_status st = SP_OK;
+    for (int ph = 0; ph < SP_PHASE_COUNT && !st; ph++) {
+        const sp_program *me = ph == SP_PHASE_PREFILL ? ch->pf : ch->dc;
+        for (int dir = 0; dir < 2 && !st; dir++) {   /* 0: to the next stage, 1: from the one before */
+            int other = dir == 0 ? ch->stage + 1 : ch->stage - 1;
+            if (other < 0 || other >= ex->l.stages) continue;
+            spi_handoff *h = &ch->ho[ph][dir];
+            /* the neighbour's program of the same step (the blocks depend on both stages' layouts) */
+            if ((st = sp_lower(ch->m, &ex->l, (sp_phase)ph, &me->shape, other, nb))) break;
+            ho_keep k = {ch->grank, dir == 0 ? h : NULL, dir == 1 ? h : NULL};
+            int64_t pm;
+            ho_shape(me, dir == 0 ? SP_STEP_SEND : SP_STEP_RECV, &h->own_m, &h->own_n);
+            ho_shape(nb, dir == 0 ? SP_STEP_RECV : SP_STEP_SEND, &pm, &h->peer_n);
+            st = dir == 0 ? sp_lower_stage_xfer_progs(&ex->l, me, nb, ho_keep_mine, &k)
+                          : sp_lower_stage_xfer_progs(&ex->l, nb, me, ho_keep_mine, &k);
+        }
+    }
+    free(nb);
+    return st;
+}
+
+void spi_handoff_free(chip *ch)
+{
+    for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+        for (int dir = 0; dir < 2; dir++) {
+            free(ch->ho[ph][dir].b);
+            memset(&ch->ho[ph][dir], 0, sizeof ch->ho[ph][dir]);
+        }
+}
+
+int spi_exec_handoff_fault;
+
+sp_status spi_handoff_run(chip *ch, const sp_step *s)
+{
+    if (spi_exec_handoff_fault == 2) return SP_OK;
+    int dir = s->kind == SP_STEP_RECV;
+    const spi_handoff *h = &ch->ho[ch->prog->phase][dir];
+    /* every pass and decode step of a phase hands off blocks of one shape: the walk's */
+    if (s->m != h->own_m || s->n != h->own_n)
+        return spi_fail(SP_EINTERNAL, "stage hand-off: chip %d's %s step holds (%lld, %lld), its blocks were walked "
+                                      "for (%lld, %lld)", ch->grank, sp_step_kind_name(s->kind), (long long)s->m,
+                        (long long)s->n, (long long)h->own_m, (long long)h->own_n);
+    size_t eb = (size_t)sp_dtype_bytes(s->coll.dtype);
+    /* this chip's block of the activations: rows [r0, r0 + m), columns [c0, c0 + n) */
+    int64_t r0 = (int64_t)spi_aidx(ch, s->batch_axes) * s->m, c0 = (int64_t)spi_aidx(ch, s->axes) * s->n;
+    char *buf = ch->buf[dir ? s->dst : s->src];
+    for (int64_t i = 0; i < h->n; i++) {
+        const sp_stage_block *b = &h->b[i];
+        int peer = dir ? b->src : b->dst;
+        if (b->row0 < r0 || b->row0 + b->rows > r0 + s->m || b->col0 < c0 || b->col0 + b->cols > c0 + s->n)
+            return spi_fail(SP_EINTERNAL, "stage hand-off: block rows %lld+%lld, columns %lld+%lld is not in chip %d's "
+                                          "block at (%lld, %lld)", (long long)b->row0, (long long)b->rows,
+                            (long long)b->col0, (long long)b->cols, ch->grank, (long long)r0, (long long)c0);
+        char *at = buf + (size_t)((b->row0 - r0) * s->n + (b->col0 - c0)) * eb;
+        int whole = b->rows == 1 || (b->cols == s->n && b->cols == h->peer_n);
+        int64_t msgs = whole ? 1 : b->rows, elems = whole ? b->rows * b->cols : b->cols;
+        for (int64_t r = 0; r < msgs; r++) {
+            char *row = at + (size_t)(r * s->n) * eb;
+            SP_CHECK(dir ? sp_comm_recv(ch->fc, peer, row, (size_t)elems, s->coll.dtype)
+                         : sp_comm_send(ch->fc, peer, row, (size_t)elems, s->coll.dtype));
+            if (dir && spi_exec_handoff_fault == 1) memset(row, 0, (size_t)elems * eb);
+        }
+    }
+    return SP_OK;
 }

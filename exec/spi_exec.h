@@ -59,6 +59,15 @@ struct sp_exec {
     sp_comm_world *xworld;           /* the flat communicator (the job's, owned; borrowed by its groups) */
     int xfer_first, xfer_peer_first; /* a group's: flat ranks of its chip 0 and of the other group's chip 0 */
     sp_exec *sibling;                /* a group's: the other group (borrowed; its stats filled under MPI) */
+    /* Stages of their own meshes (sp_layout_hetero): world is the flat
+     * communicator over every chip (mesh 1×1×1×1×chips, ranks as
+     * sp_layout.h numbers them: stage-major, each stage's replicas after
+     * one another), which carries the stage hand-off, the tokens, the
+     * barriers and the results; each stage's collectives run on a world of
+     * its own over its mesh (1×R×X_s×Y_s×Z_s, part of the job's ranks). */
+    int hetero;
+    sp_layout *view;                 /* (stages) each stage's view (mesh = its mesh, as sp_lower lowers it), owned */
+    sp_comm_world *sworld[SP_LAYOUT_MAX_STAGES];   /* each stage's world (owned) */
 };
 
 /* One step as it ran on a chip: which step of which program, and its times.
@@ -74,15 +83,26 @@ typedef struct spi_event {
     int part, index, mb;
 } spi_event;
 
+/* A chip's blocks of one stage hand-off (sp_lower.h, "stage hand-off"),
+ * in the lowering's order, and the two steps' block shapes (m rows, n
+ * columns; own: this chip's SEND or RECV step, peer: the other stage's). */
+typedef struct spi_handoff {
+    sp_stage_block *b;
+    int64_t n, cap;
+    int64_t own_m, own_n, peer_n;
+} spi_handoff;
+
 typedef struct chip {
     sp_exec *ex;
     const sp_model *m;
-    const sp_layout *l;
-    int rank, stage, replica;
+    const sp_layout *l;              /* the layout the chip's programs index (a stage's view under stage_mesh) */
+    int rank, stage, replica;        /* rank: the chip's rank as the lowering numbers it (in l's mesh) */
+    int grank;                       /* its rank on ex->world (the flat one under stage_mesh; = rank otherwise) */
     int thread;                      /* this process's chip threads, 0.. (threads backend: its core) */
     int coords[SP_AXIS_COUNT];
     int64_t expert0;                 /* MoE: the global index of the chip's first expert */
-    sp_comm *c;
+    sp_comm *c;                      /* the collectives' communicator (a stage's under stage_mesh) */
+    sp_comm *fc;                     /* ex->world's: point-to-point, barriers, results (= c without stage_mesh) */
     spi_xdev dev;                    /* where buffers, weights and the KV cache live */
     const spi_xops *ops;             /* dev.ops, NULL until the device is open */
     sp_program *pf, *dc, *prog;
@@ -138,6 +158,9 @@ typedef struct chip {
     int64_t token;                   /* the run step being run (0: prefill) */
     spi_event *ev;                   /* the timeline, when the run writes one (host, outside the arena) */
     int64_t nev, cap_ev;
+    /* stages of their own meshes: this chip's blocks of the stage hand-off (sp_lower_stage_xfer_progs),
+     * per phase [0] sent after its last layer, [1] received before its first */
+    spi_handoff ho[SP_PHASE_COUNT][2];
 } chip;
 
 /* seconds on the monotonic clock */
@@ -159,6 +182,18 @@ static inline int spi_asize(const chip *ch, const char *axes) { return sp_lower_
  * from and into cur (the replica's current tokens).  Bytes counted against
  * the lowering's like every step (send-recv). */
 sp_status spi_xfer_run(chip *ch, sp_comm *xc, int32_t *cur);
+
+/* ---- the stage hand-off between stages of their own meshes (exec_xfer.c) --------
+ * Setup keeps the chip's blocks of sp_lower_stage_xfer_progs for each phase
+ * (its programs beside its neighbour stages'); a SEND or RECV step then
+ * moves exactly those blocks over the flat communicator (ch->fc). */
+sp_status spi_handoff_setup(chip *ch);
+sp_status spi_handoff_run(chip *ch, const sp_step *s);
+void spi_handoff_free(chip *ch);
+/* Tests only: 1 makes every receiver zero what it received, 2 makes the
+ * hand-off move nothing (both ends skip it), so a test can show that a
+ * lost hand-off is caught.  0 otherwise. */
+extern int spi_exec_handoff_fault;
 
 /* ---- chip memory (exec_mem.c) ----------------------------------------------------- */
 sp_shape spi_shape_of(const sp_exec *ex, int decode, int64_t step);

@@ -94,10 +94,10 @@
  *                 Not implemented, refused naming stage_mesh: with separate
  *                 prefill and decode groups, with offload, with experts, on
  *                 a torus (its slices are X×Y×Z boxes).  The lowering, the
- *                 cost model and the simulator take such stages (sp_lower.h,
- *                 "stage hand-off"); running refuses them by name
- *                 (sp_layout_hetero_refuse), the lowering a ragged batch
- *                 through them.  The meshes after stage_mesh=
+ *                 cost model, the simulator and the executor (threads
+ *                 and MPI; its CUDA backend refuses them by name) take
+ *                 such stages (sp_lower.h, "stage hand-off"); the
+ *                 lowering refuses a ragged batch through them.  The meshes after stage_mesh=
  *                 run up to the next key=value.
  * JSON: "stage_mesh": [[X0, Y0, Z0], [X1, Y1, Z1], ...].
  *
@@ -265,7 +265,7 @@ int64_t sp_layout_stage_first_chip(const sp_layout *l, int stage);
  * SP_ENOTSUP (a combination not implemented) with the reason in why (quiet). */
 sp_status sp_layout_stage_mesh_check(const sp_layout *l, char *why, size_t size);
 /* SP_OK when l has no stage meshes of its own; else SP_ENOTSUP, naming
- * stage_mesh and `what` (the consumer, e.g. "running"),
+ * stage_mesh and `what` (the consumer, e.g. "pricing"),
  * with the message set: the lowering lowers such stages (sp_lower.h, "stage
  * hand-off"), the consumers that do not take them yet refuse them by name. */
 sp_status sp_layout_hetero_refuse(const sp_layout *l, const char *what);

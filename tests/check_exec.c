@@ -11,7 +11,7 @@
 #include "costmodel/sp_cost.h"
 #include "exec/sp_exec.h"
 #include "exec/sp_ref.h"
-#include "exec/spi_exec.h"   /* spi_exec_arena_delta */
+#include "exec/spi_exec.h"   /* spi_exec_arena_delta, spi_exec_handoff_fault */
 #include <jansson.h>
 
 typedef struct exec_case {
@@ -382,6 +382,145 @@ static void tiny_job(const char *layout, uint64_t seed, sp_model *m, sp_layout *
     ck_assert_int_eq(sp_weights_build_random(m, seed, w), SP_OK);
 }
 
+/* Stages of their own meshes (stage_mesh): each stage's collectives over its
+ * own mesh, the activations handed from one stage's blocks to the next's
+ * (sp_lower_stage_xfer) on tiny-llama (GQA), tiny-palm (MQA, 2 layers) and
+ * tiny-gpt2 (MHA, 2 layers): smaller and larger second stages, uneven
+ * splits, replicas, batch-sharded activations (rows move between chips),
+ * column-sharded ones of other widths (a row at a time), three stages,
+ * chunked prefill passes, stored weights of other dtypes. */
+static const exec_case hetero_cases[] = {
+    {"tiny-llama", "stages=2,microbatches=2,stage_mesh=2x1x1,1x1x1," F32 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 8},
+    {"tiny-llama", "stages=2,microbatches=2,stage_mesh=2x1x1,4x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 8},
+    {"tiny-llama", "stages=2,microbatches=2,stage_mesh=4x1x1,1x2x1,stage_layers=3,1," F32
+                   "prefill=ws2d/heads,decode=ws2d/batch", 8, 5, 8},
+    {"tiny-palm", "stages=2,microbatches=2,stage_mesh=1x2x1,2x2x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 8},
+    {"tiny-gpt2", "stages=2,microbatches=2,replicas=2,stage_mesh=2x1x1,1x1x1," F32
+                  "prefill=wg-x/heads,decode=wg-x/heads", 8, 5, 8},
+    {"tiny-gpt2", "stages=2,microbatches=1,stage_mesh=2x2x1,2x1x1," F32 "prefill=wg-xyz/batch,decode=wg-xyz/batch", 4, 5, 8},
+    {"tiny-llama", "stages=3,microbatches=2,stage_mesh=1x1x1,2x1x1,2x2x1,stage_layers=1,2,1," F32
+                   "prefill=ws2d/heads,decode=ws2d/heads", 4, 5, 8},
+    {"tiny-llama", "stages=2,microbatches=2,stage_mesh=2x1x1,2x2x1," F32
+                   "prefill=ws2d/heads,decode=ws2d/heads,prefill_chunk=1,prefill_tokens=2", 4, 6, 6},
+    {"tiny-llama", "stages=2,microbatches=2,replicas=2,stage_mesh=1x2x1,2x1x1," BF16
+                   "prefill=wg-x/heads,decode=ws2d/batch", 8, 5, 8},
+    {"tiny-palm", "stages=2,microbatches=2,stage_mesh=2x1x1,1x1x1," INT8 "prefill=ws1d/heads,decode=ws1d/heads", 4, 5, 8},
+};
+#define N_HETERO ((int)(sizeof hetero_cases / sizeof hetero_cases[0]))
+
+/* Bytes of the stage hand-offs of a run (sp_lower_stage_xfer, summed over its blocks): every
+ * boundary, micro-batch and prefill pass, and every decode step after the first token. */
+static sp_status add_block(void *ctx, const sp_stage_block *b)
+{
+    *(int64_t *)ctx += b->bytes;
+    return SP_OK;
+}
+
+static int64_t handoff_bytes(const sp_model *m, const sp_layout *l, int64_t B, int64_t P, int64_t G)
+{
+    static sp_program p;
+    sp_shape psh = {B, P, P, P + G, SP_DT_F32, 0}, dsh = {B, 1, P + G, P + G, SP_DT_F32, 0};
+    ck_assert_int_eq(sp_lower(m, l, SP_PHASE_PREFILL, &psh, 0, &p), SP_OK);
+    int64_t passes = p.passes_seq * p.passes_tok, total = 0;
+    for (int b = 0; b + 1 < l->stages; b++) {
+        int64_t pf = 0, dc = 0;
+        ck_assert_int_eq(sp_lower_stage_xfer(m, l, SP_PHASE_PREFILL, &psh, b, add_block, &pf), SP_OK);
+        ck_assert_int_eq(sp_lower_stage_xfer(m, l, SP_PHASE_DECODE, &dsh, b, add_block, &dc), SP_OK);
+        ck_assert_int_gt(pf, 0);
+        ck_assert_int_gt(dc, 0);
+        total += l->microbatches * (passes * pf + (G - 1) * dc);
+    }
+    return total;
+}
+
+START_TEST(test_stage_mesh_matches_reference)
+{
+    const exec_case *c = &hetero_cases[_i];
+    check_case(c, 700 + _i);
+    /* the bytes every SEND and RECV step moved are the lowering's blocks, as the cost model prices them */
+    sp_model m;
+    sp_layout l;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(c->model, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_layout_parse(c->layout, &l, &err), SP_OK);
+    ck_assert(sp_layout_hetero(&l));
+    sp_weights w;
+    ck_assert_int_eq(sp_weights_build_random(&m, 3, &w), SP_OK);
+    ck_assert_int_eq(sp_weights_quantize(&w, l.weights), SP_OK);
+    int32_t *prompt = calloc((size_t)(c->B * c->P), sizeof *prompt), *tok = calloc((size_t)(c->B * c->G), sizeof *tok);
+    sp_exec *ex;
+    ck_assert_int_eq(sp_exec_build(&m, &l, c->B, c->P, c->G, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+    sp_exec_stats st;
+    ck_assert_msg(sp_exec_run(ex, prompt, NULL, tok, NULL, &st) == SP_OK, "%s", sp_last_error());
+    int64_t want = handoff_bytes(&m, &l, c->B, c->P, c->G);
+    ck_assert_msg(st.measured_bytes[SP_COLL_SENDRECV] == (uint64_t)want && st.measured_recv[SP_COLL_SENDRECV] == (uint64_t)want,
+                  "%s %s: hand-off sent %llu, received %llu, the blocks hold %lld", c->model, c->layout,
+                  (unsigned long long)st.measured_bytes[SP_COLL_SENDRECV],
+                  (unsigned long long)st.measured_recv[SP_COLL_SENDRECV], (long long)want);
+    sp_exec_free(ex);
+    sp_weights_free(&w);
+    free(prompt);
+    free(tok);
+}
+END_TEST
+
+/* A hand-off that loses what it received (fault 1), or moves nothing (fault 2), is
+ * caught: logits off the reference, or bytes short of the prediction. */
+START_TEST(test_stage_mesh_handoff_fault_caught)
+{
+    sp_model m;
+    sp_layout l;
+    sp_weights w;
+    tiny_job("stages=2,microbatches=2,stage_mesh=2x1x1,1x1x1," F32 "prefill=ws2d/heads,decode=ws2d/heads", 11, &m, &l, &w);
+    int64_t B = 2, P = 4, G = 2, V = m.vocab;
+    int32_t prompt[8], tok[4];
+    rand_tokens(prompt, B * P, V, 13);
+    float *rl = malloc((size_t)(B * V) * sizeof *rl), *el = malloc((size_t)(B * V) * sizeof *el);
+    sp_ref *r;
+    ck_assert_int_eq(sp_ref_build(&m, &w, B, P + G, &r), SP_OK);
+    ck_assert_int_eq(sp_ref_forward(r, prompt, P, rl, SP_REF_LAST), SP_OK);
+    sp_ref_free(r);
+    for (int fault = 0; fault <= 2; fault++) {
+        sp_exec *ex;
+        ck_assert_int_eq(sp_exec_build(&m, &l, B, P, 1, &w, SP_COMM_BACKEND_THREADS, &ex), SP_OK);
+        sp_exec_stats st;
+        spi_exec_handoff_fault = fault;
+        sp_status s = sp_exec_run(ex, prompt, NULL, tok, el, &st);
+        spi_exec_handoff_fault = 0;
+        ck_assert_msg(s == SP_OK, "%s", sp_last_error());
+        double md = 0, mx = 1e-30;
+        for (int64_t i = 0; i < B * V; i++) {
+            md = fmax(md, fabs((double)el[i] - rl[i]));
+            mx = fmax(mx, fabs((double)rl[i]));
+        }
+        if (fault == 0) ck_assert_msg(md / mx <= 1e-4 && st.mismatches == 0, "clean run: %g, %lld", md / mx,
+                                      (long long)st.mismatches);
+        if (fault == 1) ck_assert_msg(md / mx > 1e-2 && st.mismatches == 0, "lost hand-off: %g", md / mx);
+        if (fault == 2) {
+            ck_assert_int_gt(st.mismatches, 0);
+            ck_assert_msg(strstr(st.first_mismatch, "send-recv"), "%s", st.first_mismatch);
+            ck_assert_int_eq(st.measured_bytes[SP_COLL_SENDRECV], 0);
+            ck_assert_int_gt(st.predicted_bytes[SP_COLL_SENDRECV], 0);
+        }
+        sp_exec_free(ex);
+    }
+    /* what the executor does not run with stage meshes is refused by name */
+    sp_exec *ex = NULL;
+    ck_assert_int_eq(sp_exec_build(&m, &l, B, P, G, &w, SP_COMM_BACKEND_NCCL, &ex), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh: stages of their own mesh on the CUDA executor"));
+    sp_ragged rg;
+    int64_t pl[2] = {3, 4}, gl[2] = {2, 1};
+    ck_assert_int_eq(sp_ragged_from(pl, gl, 2, &rg), SP_OK);
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &rg, &w, SP_COMM_BACKEND_THREADS, &ex), SP_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "stage_mesh: running a ragged batch"));
+    ck_assert_ptr_null(ex);
+    sp_ragged_free(&rg);
+    free(rl);
+    free(el);
+    sp_weights_free(&w);
+}
+END_TEST
+
 /* MoE: an expert chosen by more tokens than its capacity slots is refused by
  * name (tokens are never dropped silently); the same job with room runs. */
 START_TEST(test_moe_capacity_refused)
@@ -599,6 +738,11 @@ int main(void)
     tcase_set_timeout(tg, 120);
     tcase_add_loop_test(tg, test_groups_match_reference, 0, 3 * N_GROUP_LAYOUTS);
     suite_add_tcase(s, tg);
+    TCase *th = tcase_create("stage_mesh");
+    tcase_set_timeout(th, 120);
+    tcase_add_loop_test(th, test_stage_mesh_matches_reference, 0, N_HETERO);
+    tcase_add_test(th, test_stage_mesh_handoff_fault_caught);
+    suite_add_tcase(s, th);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

@@ -99,10 +99,25 @@ check "stage meshes as JSON" 0 "$SHARDPLAN" estimate --model llama2-70b --hw h10
     { echo "FAIL: stage meshes: stages[]"; fail=$((fail + 1)); }
 check "stage meshes simulated" 0 "$SHARDPLAN" simulate --model llama2-70b --hw h100 --chips 12 --batch 8 --prompt 16 \
     --gen 4 --layout "$H"
-# running them is not implemented: refused by name (exit 2)
-check "stage meshes not run" 2 "$SHARDPLAN" run --model tiny-llama --batch 2 --prompt 4 --gen 2 \
-    --layout "stages=2,stage_mesh=2x1x1,1x1x1"
-grep -q "stage_mesh: running" /tmp/sp_est_err.$$ || { echo "FAIL: stage meshes: run refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
+# run (threads): the same tokens as one chip, bytes and memory as predicted; a ragged batch
+# through such stages is refused by name (exit 2)
+check "stage meshes run" 0 "$SHARDPLAN" run --model tiny-llama --batch 2 --prompt 4 --gen 3 --seed 5 --json \
+    --layout "stages=2,microbatches=2,stage_mesh=2x1x1,1x1x1,weights=f32,kv=f32"
+cp /tmp/sp_est_out.$$ /tmp/sp_est_h.$$
+check "stage meshes, one chip" 0 "$SHARDPLAN" run --model tiny-llama --batch 2 --prompt 4 --gen 3 --seed 5 --json \
+    --layout "weights=f32,kv=f32"
+{ json_same /tmp/sp_est_h.$$ /tmp/sp_est_out.$$ /tokens &&
+  json_check '$1 == $2' /tmp/sp_est_h.$$ /comm /measured_bytes /predicted_bytes &&
+  json_check '$1 > 0' -n /tmp/sp_est_h.$$ /comm/measured_bytes/send-recv &&
+  json_check '$1 == 0' -n /tmp/sp_est_h.$$ /comm/mismatches &&
+  json_check '$1 == $2' -n /tmp/sp_est_h.$$ /memory /allocated_bytes_per_chip /predicted_bytes_per_chip; } ||
+    { echo "FAIL: stage meshes: run"; cat /tmp/sp_est_h.$$; fail=$((fail + 1)); }
+rm -f /tmp/sp_est_h.$$
+printf 'prompt,gen\n3,4\n7,2\n' >/tmp/sp_est_wl.$$
+check "stage meshes, ragged run refused" 2 "$SHARDPLAN" run --model tiny-llama --workload /tmp/sp_est_wl.$$ \
+    --layout "stages=2,stage_mesh=2x1x1,1x1x1,weights=f32,kv=f32"
+grep -q "stage_mesh: running a ragged batch" /tmp/sp_est_err.$$ ||
+    { echo "FAIL: stage meshes: ragged run refusal"; cat /tmp/sp_est_err.$$; fail=$((fail + 1)); }
 printf 'prompt,gen\n3,4\n7,2\n' >/tmp/sp_est_wl.$$
 check "stage meshes, ragged batch refused" 2 "$SHARDPLAN" estimate --model llama2-70b --hw h100 --chips 12 \
     --layout stages=2,stage_mesh=8x1x1,4x1x1,stage_layers=60,20 --workload /tmp/sp_est_wl.$$
