@@ -165,6 +165,7 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.comm_shares_cores = hw.shared_cores > 0;   /* the fit and token_sync_s are per chip with a core */
     hw.act_elem_s[0] = f->act_elem_s[0];
     hw.act_elem_s[1] = f->act_elem_s[1];
+    memcpy(hw.step_elem_s, f->step_elem_s, sizeof hw.step_elem_s);
     hw.token_sync_s = f->token_sync_s;
     hw.idle_wake_s = f->idle_wake_s;
     hw.wake_points = f->wake_points;
@@ -291,6 +292,12 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                 for (int i = 0; i < f.mem_points; i++) printf(" %s: %.2f", cli_fmt_bytes(f.mem_bytes[i], b[0], 32), f.mem_value[i]);
                 printf("; one chip alone");
                 for (int i = 0; i < f.wsa_points; i++) printf(" %s: %.2f", cli_fmt_bytes(f.wsa_bytes[i], b[0], 32), f.wsa_value[i]);
+                printf("\n");
+            }
+            if (f.step_elem_s[SP_ELEM_NORM_STATS] > 0) {
+                printf("  elementwise kernels, per element:");
+                for (int k = 0; k < SP_ELEM_COUNT; k++)
+                    printf(" %s %s", sp_hw_elem_name((sp_hw_elem)k), cli_fmt_seconds(f.step_elem_s[k], b[0], 32));
                 printf("\n");
             }
             for (int d = 0; d < 5; d++) {

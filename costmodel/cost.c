@@ -91,6 +91,7 @@ enum { NEAR = 0, FAR = 1 };
 typedef struct coll_group {
     int steps, dirs, fmax;   /* torus */
     int kin, kout;           /* cluster */
+    int one_core;            /* spi_group_one_core: no wake-up */
 } coll_group;
 static void coll_group_of(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, unsigned mask, coll_group *g);
 static void coll_terms_group(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, const sp_coll *c,
@@ -116,6 +117,7 @@ void sp_cost_coll_terms(const sp_hw *hw, const sp_layout *l, const sp_coll *c, s
 static void coll_group_of(const sp_hw *hw, const sp_layout *l, const sp_torus_map *map, unsigned mask, coll_group *g)
 {
     memset(g, 0, sizeof *g);
+    g->one_core = spi_group_one_core(hw, l, mask);
     if (hw->topo == SP_TOPO_TORUS) {
         if (!map) return;
         int steps = 0, dirs = 0, fmax = 1;
@@ -215,7 +217,28 @@ double sp_cost_coll_time(const sp_hw *hw, const sp_layout *l, const sp_coll *c)
     double par[SP_CP_COUNT];
     sp_cost_coll_terms(hw, l, c, &t);
     sp_cost_params(hw, l->weights, par);
-    return spi_comm_share(hw, l) * coll_terms_time(&t, par) + t.launch * spi_idle_wake(hw, l);
+    unsigned mask = axes_mask(c->row_axes) | axes_mask(c->col_axes);
+    return spi_comm_share(hw, l) * coll_terms_time(&t, par) +
+           (c->kind != SP_COLL_SENDRECV && spi_group_one_core(hw, l, mask) ? 0.0 : t.launch * spi_idle_wake(hw, l));
+}
+
+int spi_group_one_core(const sp_hw *hw, const sp_layout *l, unsigned mask)
+{
+    int C = hw->shared_cores;
+    if (!mask) return 0;         /* no axes: a send/recv between stages, whose peers the mask does not say */
+    if (C <= 1) return C == 1;   /* one core: every group is on it */
+    sp_mesh me;
+    sp_layout_mesh(l, &me);
+    int n = sp_mesh_size(&me), co[SP_AXIS_COUNT];
+    /* chip 0's group: the chips whose coordinates off the group's axes are 0 */
+    for (int r = 0; r < n; r++) {
+        sp_mesh_coords(&me, r, co);
+        int in = 1;
+        for (int a = 0; a < SP_AXIS_COUNT && in; a++)
+            if (!(mask & (1u << a)) && co[a]) in = 0;
+        if (in && r % C) return 0;
+    }
+    return 1;
 }
 
 /* ---- efficiencies, memoised ----
@@ -414,6 +437,7 @@ typedef struct price_ctx {
     double comm_share;  /* share, or 1 when the profile's communication figures already hold it */
     double wake_s;      /* chip.idle_wake_s / share: each collective's wait for an idle core (spi_idle_wake) */
     int ws_curve;       /* eff_lookup's key of the weight-stream curve: -3, or -4 for a chip alone */
+    int elem_any;       /* the profile prices some elementwise kernel per element (chip.step_elem_s) */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
     unsigned groups_done;                  /* bit m: group[m] resolved */
     coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
@@ -453,6 +477,15 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
         /* CPU activations are bound by their transcendental arithmetic per element */
         double es = hw->act_elem_s[s->src2 != SP_BUF_NONE];
         if (es > 0) c = (double)s->m * (double)s->n * es;
+    } else if (pc->elem_any) {
+        /* a CPU's elementwise kernels run at rates of their own (sp_hw_elem): attention stages and
+         * rotates its operands before its FLOPs; the other steps are that work alone */
+        int64_t el[SP_ELEM_COUNT];
+        sp_lower_step_elems(pc->p, s, el);
+        double e = 0.0;
+        for (int k = 0; k < SP_ELEM_COUNT; k++) e += (double)el[k] * hw->step_elem_s[k];
+        if (s->kind == SP_STEP_ATTN) c += e;
+        else if (e > 0) c = e;
     }
     int64_t bytes = s->weight_bytes + kvb + s->kv_bytes_written + s->act_bytes;
     /* with an efficiency.weight_stream curve, a step that reads weights runs
@@ -529,7 +562,8 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
         pc->groups_done |= 1u << mask;
     }
     coll_terms_group(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &pc->group[mask], &ct);
-    double t = r->mode == SPI_RUN_RECV ? 0.0 : pc->comm_share * coll_terms_time(&ct, pc->par) + ct.launch * pc->wake_s;
+    double t = r->mode == SPI_RUN_RECV ? 0.0
+             : pc->comm_share * coll_terms_time(&ct, pc->par) + (pc->group[mask].one_core && s->coll.kind != SP_COLL_SENDRECV ? 0.0 : ct.launch * pc->wake_s);
     int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
                                s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
     for (int k = 0; k <= two; k++) {
@@ -570,6 +604,8 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
     pc.wake_s = spi_idle_wake(hw, &p->layout);
     /* one chip computing while the others wait streams the memory bandwidth
      * the node's chips otherwise share */
+    pc.elem_any = 0;
+    for (int k = 0; k < SP_ELEM_COUNT; k++) pc.elem_any |= hw->step_elem_s[k] > 0;
     pc.ws_curve = hw->wsa_points > 0 && hw->shared_cores > 1 && spi_chips_computing(&p->layout) <= 1 ? -4 : -3;
     pc.wstream = 0;
     pc.groups_done = 0;

@@ -109,7 +109,7 @@ static sp_status run_step(sim *x, int s, const sp_step *step, const spi_step_run
         if (x->o->replica >= 0) {
             /* replica r's programs: the other replicas' chips run them too, but those are not their steps */
             int co[SP_AXIS_COUNT];
-            sp_mesh_coords(&x->mesh, base + c, co);
+            sp_mesh_coords(&x->mesh[0], base + c, co);
             if (co[SP_AXIS_REPLICA] != x->o->replica) continue;
         }
         trace_step(x, base + c, step, part, layer, idx, tok, mb, start, end - start);

@@ -19,7 +19,11 @@
  *               by head width when it has one: a CPU's attention kernel is
  *               far from its matmul rate); an activation step, when the
  *               profile gives chip.act_elem_s, at elements × that (its
- *               transcendental arithmetic: GELU's tanh, SiLU's exp).
+ *               transcendental arithmetic: GELU's tanh, SiLU's exp); with
+ *               chip.step_elem_s, norms, adds, copies, the KV store and the
+ *               embedding at Σ elements × seconds per element of each
+ *               kernel (sp_lower_step_elems), attention at its FLOPs' time
+ *               plus its copies' and RoPE's.
  *     memory  = bytes / (hbm_bw × sp_hw_memory_eff(bytes)), bytes = weights
  *               + KV read + KV written + activations; attention's FLOPs and
  *               KV bytes read are those of the context reached.
@@ -29,7 +33,9 @@
  *     chip.comm_shares_cores so does every collective and send/recv, and
  *     the per-token barrier (spi_core_share, spi_comm_share).  With
  *     chip.idle_wake_s, each collective and send/recv also waits for an
- *     idle core to wake: idle_wake_s / max(1, n / C) (spi_idle_wake).
+ *     idle core to wake: idle_wake_s / max(1, n / C) (spi_idle_wake), but
+ *     not a collective whose group is on one core (spi_group_one_core);
+ *     the per-token barrier waits for it too.
  *   collective (alpha-beta, a latency α per step of the algorithm and a
  *   bandwidth β = 1/bw per byte, per tier; c = one chip's block):
  *     cluster (tier near = inside a node, far = between nodes; a group of

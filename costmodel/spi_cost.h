@@ -197,19 +197,30 @@ static inline double spi_idle_wake(const sp_hw *hw, const sp_layout *l)
     return sp_hw_idle_wake(hw, spi_core_share(hw, l));
 }
 
+/* 1 when the group over mesh axes `mask` (SP_AXES_* bits) of chip 0 lies
+ * on one core of chips sharing cores (chip.shared_cores = C > 0; the
+ * executor pins chip i to core i mod C): its members take turns on that
+ * core, and no core goes idle while one waits for another, so the group's
+ * collectives pay no wake-up (measured: a 2x2 mesh on 2 cores, decode, the
+ * groups {0, 2} 8-12 µs a collective, the groups {0, 1} 22-46 µs).  0
+ * otherwise, and without shared cores. */
+int spi_group_one_core(const sp_hw *hw, const sp_layout *l, unsigned mask);
+
 /* The per-token barrier (sp_cost.h, "pipeline"): with chip.token_sync_s > 0
  * the runtime synchronises every chip after each generated token, at
  * token_sync_s per chip beyond the first (stretched by spi_comm_share), so
  * a decode step is a flow shop of the stages and micro-batches and then the
- * barrier.  Returns 1 with the barrier's whole picoseconds in *ps when the
+ * barrier, which also waits for an idle core's wake-up like a collective.  Returns 1 with the barrier's whole picoseconds in *ps when the
  * profile has one, else 0 (*ps = 0).  The closed form adds *ps to its flow
  * shop, the simulator holds every chip until the barrier ends: one rule,
  * one figure, to the bit. */
 static inline int spi_token_sync(const sp_hw *hw, const sp_layout *l, int64_t *ps)
 {
-    *ps = hw->token_sync_s > 0
-              ? spi_ps(hw->token_sync_s * (double)(sp_layout_chips(l) - 1) * spi_comm_share(hw, l))
-              : 0;
+    /* the barrier is a collective of every chip: those that wait for the last sleep, and their
+     * cores wake like a collective's (spi_idle_wake; none when every chip is on one core) */
+    int n = sp_layout_chips(l);
+    double wake = n > 1 && !spi_group_one_core(hw, l, SP_AXES_ALL) ? spi_idle_wake(hw, l) : 0.0;
+    *ps = hw->token_sync_s > 0 ? spi_ps(hw->token_sync_s * (double)(n - 1) * spi_comm_share(hw, l) + wake) : 0;
     return hw->token_sync_s > 0;
 }
 /* The KV transfer between separate chip groups, message by message, as

@@ -460,6 +460,82 @@ static sp_status act_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, int which, do
     return st;
 }
 
+/* The elementwise kernels (sp_hw_elem) on act_n elements: rows of 1024
+ * (a norm's row, a copied block, an embedding row), or heads of 8 × 128
+ * (RoPE). */
+enum { ELEM_COLS = 1024, ELEM_HEADS = 8, ELEM_DHEAD = 128, ELEM_VOCAB = 256 };
+typedef struct elem_args {
+    int kind;                 /* sp_hw_elem */
+    int64_t T;                /* rows of ELEM_COLS */
+    float *x, *y, *stats, *gain;
+    int64_t *pos;             /* host: T positions */
+    double *inv_freq;         /* host: ELEM_DHEAD / 2 */
+    int32_t *tok;             /* host: T tokens */
+    sp_kern_wview table;      /* ELEM_VOCAB × ELEM_COLS f32 */
+} elem_args;
+
+static sp_status elem_call(spi_xdev *d, void *arg, int64_t i)
+{
+    elem_args *a = arg;
+    (void)i;
+    switch (a->kind) {
+    case SP_ELEM_NORM_STATS: return d->ops->norm_stats(d, a->x, a->T, ELEM_COLS, a->stats);
+    case SP_ELEM_NORM_APPLY:
+        return d->ops->norm_apply(d, a->x, a->stats, ELEM_COLS, a->T, ELEM_COLS, a->gain, NULL, 1e-5f, SP_NORM_RMSNORM, a->y);
+    case SP_ELEM_ADD: return d->ops->add(d, a->y, a->x, a->T * ELEM_COLS);
+    case SP_ELEM_COPY:
+        return d->ops->copy2d(d, a->y, ELEM_COLS * sizeof(float), a->x, ELEM_COLS * sizeof(float), ELEM_COLS * sizeof(float),
+                              (size_t)a->T);
+    case SP_ELEM_ROPE:
+        return d->ops->rope(d, a->x, a->T * ELEM_COLS / (ELEM_HEADS * ELEM_DHEAD), ELEM_HEADS, ELEM_DHEAD, ELEM_DHEAD, a->pos,
+                            a->inv_freq, 1.0);
+    default: return d->ops->embed(d, a->y, a->tok, a->T, &a->table, 0, ELEM_VOCAB, 0, ELEM_COLS);
+    }
+}
+
+/* One elementwise kernel on every compute chip at once: seconds per element
+ * (chip 0's minimum over rounds). */
+static sp_status elem_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, int kind, double *best)
+{
+    int active = sp_comm_rank(c) < cx->r->compute_chips;
+    int64_t n = grid_of(cx->o)->act_n, T = n / ELEM_COLS;
+    elem_args a = {.kind = kind, .T = T};
+    float *xh = NULL;
+    void *tab = NULL;
+    sp_status st = SP_OK;
+    /* host staging: the larger of the operand and the embedding table */
+    size_t bytes = (size_t)n * sizeof(float), tb = (size_t)ELEM_VOCAB * ELEM_COLS * sizeof(float);
+    size_t hb = tb > bytes ? tb : bytes;
+    if (active) {
+        xh = malloc(hb);
+        a.pos = malloc((size_t)T * sizeof *a.pos);
+        a.inv_freq = malloc(ELEM_DHEAD / 2 * sizeof *a.inv_freq);
+        a.tok = malloc((size_t)T * sizeof *a.tok);
+        if (!xh || !a.pos || !a.inv_freq || !a.tok) st = spi_fail(SP_ENOMEM, "calibrate: elementwise buffers");
+        for (size_t i = 0; !st && i < hb / sizeof(float); i++) xh[i] = (float)(i % 13) * 0.125f - 0.75f;
+        for (int64_t t = 0; !st && t < T; t++) a.pos[t] = t, a.tok[t] = (int32_t)((t * 37) % ELEM_VOCAB);
+        for (int k = 0; !st && k < ELEM_DHEAD / 2; k++) a.inv_freq[k] = pow(10000.0, -2.0 * k / ELEM_DHEAD);
+        if (!st) st = dev_copy(d, xh, bytes, (void **)&a.x);
+        if (!st) st = dev_copy(d, xh, bytes, (void **)&a.y);
+        if (!st) st = dev_copy(d, xh, (size_t)ELEM_COLS * sizeof(float), (void **)&a.gain);
+        if (!st) st = dev_copy(d, NULL, (size_t)T * 2 * sizeof(float), (void **)&a.stats);
+        if (!st) st = dev_copy(d, xh, tb, &tab);
+        a.table = (sp_kern_wview){SP_DT_F32, tab, ELEM_COLS, NULL};
+        if (!st && kind == SP_ELEM_NORM_APPLY) st = d->ops->norm_stats(d, a.x, T, ELEM_COLS, a.stats);
+        if (!st) st = elem_call(d, &a, 0);   /* warm */
+        if (!st) st = d->ops->sync(d);
+    }
+    st = time_rounds(cx, c, d, active, st, 10, elem_call, &a, best);
+    *best /= (double)n;
+    d->ops->release(d, a.x);
+    d->ops->release(d, a.y);
+    d->ops->release(d, a.gain);
+    d->ops->release(d, a.stats);
+    d->ops->release(d, tab);
+    free(xh), free(a.pos), free(a.inv_freq), free(a.tok);
+    return st;
+}
+
 /* The barrier over all chips (chip 0's time, minimum over rounds). */
 static sp_status barrier_chip(calib_ctx *cx, sp_comm *c)
 {
@@ -509,6 +585,13 @@ static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
         if ((st = act_point(cx, c, &dev, which, &t)) || sp_comm_rank(c) != 0) continue;
         r->act_s[which] = t;
         if (cx->o->log) fprintf(cx->o->log, "%-8s %10.3g s per element\n", which ? "swiglu" : "gelu", t);
+    }
+    /* CPU chips only: a GPU's elementwise kernels are bound by their launch (dispatch_s) and bytes */
+    for (int k = 0; k < SP_ELEM_COUNT && !st && cx->o->backend != SP_COMM_BACKEND_NCCL; k++) {
+        double t;
+        if ((st = elem_point(cx, c, &dev, k, &t)) || sp_comm_rank(c) != 0) continue;
+        r->elem_s[k] = t;
+        if (cx->o->log) fprintf(cx->o->log, "%-10s %10.3g s per element\n", sp_hw_elem_name((sp_hw_elem)k), t);
     }
     for (int i = 0; i < g->n_attn && i < NELEM(r->attn) && !st; i++) {
         double t;
@@ -1125,6 +1208,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     if (f->wake_points && f->wake_share[0] <= 1) f->idle_wake_s = f->wake_value[0];
     f->act_elem_s[0] = r->act_s[0];
     f->act_elem_s[1] = r->act_s[1];
+    memcpy(f->step_elem_s, r->elem_s, sizeof f->step_elem_s);
     /* per chip beyond the first, on a core of its own */
     f->token_sync_s = r->chips > 1 ? r->barrier_s / (r->chips - 1) / sp_calib_share(r, r->chips) : 0;
     if (r->disp_steps[1] > r->disp_steps[0]) {

@@ -121,6 +121,8 @@ typedef struct sp_calib_result {
     sp_calib_attn attn[16];
     sp_calib_coll_pt *coll;
     double act_s[2];           /* seconds per element: sp_kern_gelu, sp_kern_swiglu (64 Ki elements) */
+    double elem_s[SP_ELEM_COUNT]; /* seconds per element of each elementwise kernel (sp_hw_elem, 64 Ki
+                                     elements; CPU chips only, else 0) */
     double barrier_s;          /* sp_comm_barrier over all chips */
     /* dispatch: two runs of the synthetic model */
     int64_t disp_steps[2];
@@ -170,6 +172,7 @@ typedef struct sp_calib_fit {
     double coll_median_err, coll_worst_err;   /* |fit - measured| / measured over the points */
     double dispatch_s;         /* seconds per interpreter step */
     double act_elem_s[2];      /* r->act_s */
+    double step_elem_s[SP_ELEM_COUNT]; /* r->elem_s */
     double token_sync_s;       /* r->barrier_s / (chips - 1) / sp_calib_share(r, chips) with 2
                                   chips or more, else 0 */
     double idle_wake_s;        /* the wake-up of a waiting chip's idle core, per collective, with a

@@ -255,6 +255,12 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
     for (int i = 0; i < 2; i++)
         if (!(hw->act_elem_s[i] >= 0 && hw->act_elem_s[i] <= 1))
             return hfail(src, err, i ? "/chip/act_elem_s/swiglu" : "/chip/act_elem_s/gelu", "seconds in [0, 1]");
+    for (int i = 0; i < SP_ELEM_COUNT; i++)
+        if (!(hw->step_elem_s[i] >= 0 && hw->step_elem_s[i] <= 1)) {
+            char et[64];
+            snprintf(et, sizeof et, "/chip/step_elem_s/%s", sp_hw_elem_name((sp_hw_elem)i));
+            return hfail(src, err, et, "seconds in [0, 1]");
+        }
     if (!(hw->token_sync_s >= 0 && hw->token_sync_s <= 1)) return hfail(src, err, "/chip/token_sync_s", "seconds in [0, 1]");
     if (!(hw->idle_wake_s >= 0 && hw->idle_wake_s <= 1)) return hfail(src, err, "/chip/idle_wake_s", "seconds in [0, 1]");
     if (hw->wake_points < 0 || hw->wake_points > SP_HW_EFF_POINTS)
@@ -291,8 +297,11 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "comm_shares_cores", "act_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", NULL};
+                                        "comm_shares_cores", "act_elem_s", "step_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
+static const char *const elem_keys[SP_ELEM_COUNT + 1] = {"norm_stats", "norm_apply", "add", "copy", "rope", "embed", NULL};
+
+const char *sp_hw_elem_name(sp_hw_elem e) { return (unsigned)e < SP_ELEM_COUNT ? elem_keys[e] : "?"; }
 static const char *const torus_keys[] = {"kind", "dims", "link_bw", "links_per_chip", "hop_latency", "slices",
                                          "collective_latency", NULL};
 static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_min_chips", NULL};
@@ -355,6 +364,14 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
         for (int i = 0; i < 2; i++)
             C_(spi_json_get_num(c, "/chip/act_elem_s", ae, act_keys[i], 0, 0, 0, 1, "seconds in [0, 1] per element",
                                 &hw->act_elem_s[i]));
+    }
+    json_t *se;
+    C_(spi_json_get_child(c, "/chip", chip, "step_elem_s", 0, JSON_OBJECT, &se));
+    if (se) {
+        C_(spi_json_check_keys(c, "/chip/step_elem_s", se, elem_keys));
+        for (int i = 0; i < SP_ELEM_COUNT; i++)
+            C_(spi_json_get_num(c, "/chip/step_elem_s", se, elem_keys[i], 0, 0, 0, 1, "seconds in [0, 1] per element",
+                                &hw->step_elem_s[i]));
     }
     return SP_OK;
 }
@@ -666,6 +683,13 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     if (hw->act_elem_s[0] > 0 || hw->act_elem_s[1] > 0)
         json_object_set_new(chip, "act_elem_s", json_pack("{s:f,s:f}", "gelu", hw->act_elem_s[0], "swiglu",
                                                           hw->act_elem_s[1]));
+    int any_elem = 0;
+    for (int i = 0; i < SP_ELEM_COUNT; i++) any_elem |= hw->step_elem_s[i] > 0;
+    if (any_elem) {
+        json_t *se = json_object();
+        for (int i = 0; i < SP_ELEM_COUNT; i++) json_object_set_new(se, elem_keys[i], json_real(hw->step_elem_s[i]));
+        json_object_set_new(chip, "step_elem_s", se);
+    }
     if (hw->token_sync_s > 0) json_object_set_new(chip, "token_sync_s", json_real(hw->token_sync_s));
     if (hw->idle_wake_s > 0) json_object_set_new(chip, "idle_wake_s", json_real(hw->idle_wake_s));
     if (hw->wake_points > 0) {

@@ -1657,6 +1657,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         BAD( "batch %lld does not split into %d replicas × %d micro-batches",
                         (long long)shape->batch, l->replicas, l->microbatches);
     p->micro_batch = per_replica / l->microbatches;
+    p->rope_dims = m->positions == SP_POS_ROPE ? sp_model_rotary_dims(m) : 0;
     /* prefill passes (sp_layout.h): the sequences of one pass, in either phase (both phases'
      * checks run in each); the token passes in prefill, where the prompt is known */
     if (l->prefill_chunk < 0 || l->prefill_tokens < 0)
@@ -2167,6 +2168,36 @@ int64_t sp_lower_host_bytes(const sp_step *s, int64_t at)
 {
     if (at <= 0 || !s->host_tok_bytes) return s->host_bytes;
     return s->host_bytes + s->host_tok_bytes * (at - s->context);
+}
+
+void sp_lower_step_elems(const sp_program *p, const sp_step *s, int64_t out[SP_ELEM_COUNT])
+{
+    memset(out, 0, SP_ELEM_COUNT * sizeof *out);
+    /* the shapes were checked when the step was lowered: these products are buffer sizes */
+    int64_t mn = s->m * s->n, rows = s->ragged ? s->m : s->batch * s->q_len, R = p->rope_dims;
+    switch (s->kind) {
+    case SP_STEP_NORM_STATS: out[SP_ELEM_NORM_STATS] = mn; break;
+    case SP_STEP_NORM_APPLY: out[SP_ELEM_NORM_APPLY] = mn; break;
+    case SP_STEP_ADD:
+    case SP_STEP_BIAS:
+    case SP_STEP_POS: out[SP_ELEM_ADD] = mn; break;
+    case SP_STEP_SLICE: out[SP_ELEM_COPY] = mn; break;
+    case SP_STEP_EMBED: out[SP_ELEM_EMBED] = mn; break;
+    case SP_STEP_KV_STORE:
+        /* K and V (rows, cached heads, d_head): staged from the projections, then appended */
+        out[SP_ELEM_COPY] = 4 * rows * s->kv_heads * s->d_head;
+        out[SP_ELEM_ROPE] = rows * s->kv_heads * R;
+        break;
+    case SP_STEP_ATTN: {
+        /* the queries (rows, heads, d_head) staged and rotated; a pass not reading the cache
+         * stages and rotates its keys too */
+        int64_t h = s->heads + (s->from_cache ? 0 : s->kv_heads_src);
+        out[SP_ELEM_COPY] = rows * h * s->d_head;
+        out[SP_ELEM_ROPE] = rows * h * R;
+        break;
+    }
+    default: break;
+    }
 }
 
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming

@@ -54,6 +54,23 @@ typedef struct sp_hw_calibration {
 } sp_hw_calibration;
 #define SP_HW_SLICE_SHAPES 16
 
+/* The elementwise kernels a compute step runs besides its FLOPs
+ * (sp_lower_step_elems counts their elements): a CPU runs them at a rate of
+ * their own, far below its memory bandwidth (a norm's statistics are one
+ * dependent chain of double additions a row; RoPE evaluates a sine and a
+ * cosine an element), so a profile may price each per element. */
+typedef enum sp_hw_elem {
+    SP_ELEM_NORM_STATS = 0,   /* a row's sum and sum of squares (sp_kern_norm_stats) */
+    SP_ELEM_NORM_APPLY = 1,   /* normalise, gain, bias (sp_kern_norm_apply) */
+    SP_ELEM_ADD = 2,          /* residual, bias and position adds */
+    SP_ELEM_COPY = 3,         /* block copies: slices, attention's and the KV cache's staging and appends */
+    SP_ELEM_ROPE = 4,         /* rotary positions, per rotated element */
+    SP_ELEM_EMBED = 5,        /* embedding rows gathered, per output element */
+    SP_ELEM_COUNT
+} sp_hw_elem;
+/* "norm_stats", "norm_apply", "add", "copy", "rope", "embed" (the JSON keys of chip.step_elem_s) */
+const char *sp_hw_elem_name(sp_hw_elem e);
+
 typedef struct sp_hw {
     char name[64];
     /* chip */
@@ -65,6 +82,9 @@ typedef struct sp_hw {
     double act_elem_s[2];             /* seconds per output element of an activation step when it is
                                          bound by its arithmetic (CPU transcendental kernels):
                                          [0] GELU, [1] SiLU·gate (SwiGLU); 0 = priced by bytes only */
+    double step_elem_s[SP_ELEM_COUNT]; /* seconds per element of each elementwise kernel (sp_hw_elem);
+                                         a step takes the larger of their sum and its bytes' time;
+                                         0 = that kernel priced by bytes only */
     double token_sync_s;              /* the runtime synchronises every chip after each generated
                                          token (a barrier; pipelines return the tokens to stage 0):
                                          > 0 prices it at this many seconds per chip beyond the first,

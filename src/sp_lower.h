@@ -478,6 +478,8 @@ typedef struct sp_program {
     int logits;              /* the last stage's post computes the logits (every decode step, the
                                 last token pass of a prefill) */
     int64_t n_layers;        /* layers on this stage */
+    int64_t rope_dims;       /* rotary dimensions of a head that attention and the KV store rotate
+                                (0: the model has no RoPE) */
     int64_t heads_padded, kv_heads_stored, ffn_padded, vocab_padded;
     int64_t matmul_k_max;    /* tallest weight operand (K rows, gathered or stored) of any MATMUL */
     sp_steps pre, layer, post;
@@ -536,6 +538,14 @@ int64_t sp_program_weight_layers(const sp_program *p, sp_weight w);
 int sp_lower_step_runs(const sp_program *p, const sp_step *s, int64_t li);
 /* How many layers of one pass run step s of layer part `part` (SP_PART_LAYER or SP_PART_DENSE). */
 int64_t sp_lower_step_layers(const sp_program *p, sp_prog_part part, const sp_step *s);
+/* The elements step s of p puts through each elementwise kernel
+ * (sp_hw_elem) besides its FLOPs: norms, adds, copies and embedding rows
+ * m·n; the KV store stages and appends K and V (4 copies of rows × cached
+ * KV heads × d_head) and rotates K; attention stages and rotates its
+ * queries (rows × heads × d_head) and, in a prefill pass that does not
+ * read the cache, its keys.  Rotation counts rows × heads × rope_dims.
+ * out[k] = 0 for the kernels the step does not run. */
+void sp_lower_step_elems(const sp_program *p, const sp_step *s, int64_t out[SP_ELEM_COUNT]);
 /* Bytes a HOST_LOAD / HOST_STORE moves at context ctx (0: as lowered). */
 int64_t sp_lower_host_bytes(const sp_step *s, int64_t ctx);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include "costmodel/sp_cost.h"
 #include "costmodel/sp_sim.h"
+#include "costmodel/spi_cost.h"   /* spi_token_sync */
+#include "sp_mesh.h"
 #include "sp_layout.h"
 #include "sp_lower.h"
 #include "sp_model.h"
@@ -318,15 +320,65 @@ START_TEST(test_layout_round_trip)
 }
 END_TEST
 
-START_TEST(test_two_tier)
+/* Nodes of 8 chips, the inside tier as given, 25 GB/s and 10 µs between nodes. */
+static sp_hw cluster_hw(double intra_bw, double intra_latency)
 {
     sp_hw hw = torus_hw();
     hw.topo = SP_TOPO_CLUSTER;
     hw.chips_per_node = 8;
-    hw.intra_bw = 300e9;
-    hw.intra_latency = 3e-6;
+    hw.intra_bw = intra_bw;
+    hw.intra_latency = intra_latency;
     hw.inter_bw = 25e9;
     hw.inter_latency = 10e-6;
+    return hw;
+}
+
+/* A group whose chips share one core pays no wake-up (spi_group_one_core):
+ * chip i runs on core i mod C, so on a 2x2 mesh on 2 cores one axis's groups
+ * hold chips of one core and the other's of both; which is which is read
+ * from the mesh's own numbering here.  The per-token barrier, a collective
+ * of every chip, pays it too. */
+START_TEST(test_wake_one_core)
+{
+    sp_hw hw = cluster_hw(100e9, 2e-6);
+    hw.shared_cores = 2;
+    hw.idle_wake_s = 40e-6;
+    sp_layout l = make_layout(2, 2, 1, SP_FL_WS2D, SP_AL_HEADS);
+    sp_mesh me;
+    sp_layout_mesh(&l, &me);
+    int paid = 0;
+    for (int a = 0; a < 2; a++) {
+        sp_coll c = {0};
+        c.kind = SP_COLL_ALLGATHER;
+        c.group = 2;
+        c.bytes_recv = c.bytes_sent = 4096;
+        strcpy(c.col_axes, a ? "y" : "x");
+        double with = sp_cost_coll_time(&hw, &l, &c);
+        int members[2];
+        sp_mesh_group_members(&me, 0, 1u << (SP_AXIS_X + a), members);
+        int one_core = members[0] % 2 == members[1] % 2;
+        hw.idle_wake_s = 0;
+        double without = sp_cost_coll_time(&hw, &l, &c);
+        hw.idle_wake_s = 40e-6;
+        /* 4 chips on 2 cores: 1/2 of the wake-up, none for a group on one core */
+        ck_assert_double_eq_tol(with - without, one_core ? 0.0 : 20e-6, 1e-15);
+        paid += !one_core;
+    }
+    ck_assert_int_eq(paid, 1);
+    /* the barrier of every token: 3 chips beyond the first, and the wake-up (the chips span both cores) */
+    hw.token_sync_s = 5e-6;
+    int64_t ps;
+    ck_assert(spi_token_sync(&hw, &l, &ps));
+    ck_assert_int_eq(ps, (int64_t)(3 * 5e-6 * 1e12 + 20e-6 * 1e12 + 0.5));
+    hw.shared_cores = 1;   /* all on one core: no wake-up */
+    ck_assert(spi_token_sync(&hw, &l, &ps));
+    ck_assert_int_eq(ps, (int64_t)(3 * 5e-6 * 1e12 + 0.5));
+}
+END_TEST
+
+START_TEST(test_two_tier)
+{
+    sp_hw hw = cluster_hw(300e9, 3e-6);
     sp_layout l = make_layout(1, 2, 8, SP_FL_WS1D, SP_AL_HEADS);   /* z inside a node, y across two */
     sp_coll c = {0};
     c.kind = SP_COLL_ALLGATHER;
@@ -375,8 +427,8 @@ START_TEST(test_two_tier)
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 4 * alone + 12e-6, 1e-15);   /* share 4: halfway in log */
     hw.shared_cores = 16;
     ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), alone + 20e-6, 1e-15);
-    hw.shared_cores = 1;   /* share 16 */
-    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 16 * alone + 4e-6, 1e-15);
+    hw.shared_cores = 1;   /* share 16, every chip on the one core: no core idles, no wake-up */
+    ck_assert_double_eq_tol(sp_cost_coll_time(&hw, &l, &c), 16 * alone, 1e-15);
     hw.shared_cores = 4;
     hw.wake_points = 0;
     hw.idle_wake_s = 0;
@@ -545,6 +597,74 @@ START_TEST(test_chain_closed_form)
         sp_cost_program(&prog, &hw, 0, &pc);
         ck_assert_double_eq_tol(pc.time_s, want, n * 1e-12);   /* whole picoseconds per step */
         ck_assert_double_eq_tol(pc.dispatch_s, n * hw.dispatch_s, 1e-15);
+    }
+}
+END_TEST
+
+/* chip.step_elem_s: a CPU's elementwise kernels priced per element.  The
+ * elements each step puts through them, written out here from the step's
+ * shape (sp_lower_step_elems in the lowering says the same): norms, adds,
+ * copies, embedding rows m·n; the KV store stages and appends K and V
+ * (4 copies) and rotates K; attention stages and rotates its queries, and in
+ * prefill its keys. */
+static double elem_closed_form(const sp_hw *hw, const sp_program *p, const sp_step *s)
+{
+    const double *e = hw->step_elem_s;
+    double mn = (double)s->m * s->n, rows = (double)s->batch * s->q_len, R = (double)p->rope_dims;
+    double kvh = s->kv_heads, h = s->heads + (s->from_cache ? 0 : s->kv_heads_src), D = s->d_head;
+    switch (s->kind) {
+    case SP_STEP_NORM_STATS: return mn * e[SP_ELEM_NORM_STATS];
+    case SP_STEP_NORM_APPLY: return mn * e[SP_ELEM_NORM_APPLY];
+    case SP_STEP_ADD:
+    case SP_STEP_BIAS:
+    case SP_STEP_POS: return mn * e[SP_ELEM_ADD];
+    case SP_STEP_SLICE: return mn * e[SP_ELEM_COPY];
+    case SP_STEP_EMBED: return mn * e[SP_ELEM_EMBED];
+    case SP_STEP_KV_STORE: return 4 * rows * kvh * D * e[SP_ELEM_COPY] + rows * kvh * R * e[SP_ELEM_ROPE];
+    case SP_STEP_ATTN: return rows * h * D * e[SP_ELEM_COPY] + rows * h * R * e[SP_ELEM_ROPE];
+    default: return 0;
+    }
+}
+
+START_TEST(test_elem_closed_form)
+{
+    sp_model m = make_model(1024, 4096, 16, 16, SP_FFN_SWIGLU, SP_BLOCK_SERIAL);
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &hw, &err), SP_OK);
+    /* slow enough that every elementwise step is bound by its kernel, not its bytes */
+    for (int k = 0; k < SP_ELEM_COUNT; k++) hw.step_elem_s[k] = (k + 1) * 1e-9;
+    sp_layout l = make_layout(1, 1, 1, SP_FL_WS2D, SP_AL_HEADS);
+    for (int ph = 0; ph < 2; ph++) {
+        sp_shape sh = ph ? (sp_shape){8, 1, 40, 40, SP_DT_BF16, 0} : (sp_shape){8, 39, 39, 40, SP_DT_BF16, 0};
+        ck_assert_int_eq(sp_lower(&m, &l, (sp_phase)ph, &sh, 0, &prog), SP_OK);
+        ck_assert_int_eq(prog.rope_dims, m.d_head);
+        double want = 0;
+        int n = 0, priced = 0;
+        const sp_steps *parts[3] = {&prog.pre, &prog.layer, &prog.post};
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < parts[k]->n; i++) {
+                const sp_step *s = &parts[k]->s[i];
+                double e = elem_closed_form(&hw, &prog, s), t;
+                if (e > 0) {
+                    double c = s->kind == SP_STEP_ATTN ? s->flops / (hw.peak_flops[SP_DT_BF16] *
+                                                                     sp_hw_attention_eff(&hw, (double)s->flops, s->d_head)) + e
+                                                       : e;
+                    double bytes = (double)(s->weight_bytes + s->kv_bytes_read + s->kv_bytes_written + s->act_bytes);
+                    double mm = bytes > 0 ? bytes / (hw.hbm_bw * sp_hw_memory_eff(&hw, bytes)) : 0;
+                    ck_assert(c > mm);
+                    t = hw.dispatch_s + c;
+                    priced++;
+                } else {
+                    t = step_closed_form(&hw, s);
+                }
+                want += t * (k == 1 ? prog.n_layers : 1);
+                n += k == 1 ? (int)prog.n_layers : 1;
+            }
+        ck_assert_int_ge(priced, 6);   /* embed, norms, adds, KV store, attention */
+        sp_phase_cost pc;
+        sp_cost_program(&prog, &hw, 0, &pc);
+        ck_assert_double_eq_tol(pc.time_s, want, n * 1e-12);
     }
 }
 END_TEST
@@ -1638,6 +1758,8 @@ int main(void)
     tcase_add_test(tc, test_bad_layouts_rejected);
     tcase_add_test(tc, test_layout_round_trip);
     tcase_add_test(tc, test_two_tier);
+    tcase_add_test(tc, test_wake_one_core);
+    tcase_add_test(tc, test_elem_closed_form);
     tcase_add_test(tc, test_torus);
     tcase_add_test(tc, test_slices);
     tcase_add_test(tc, test_coll_closed_forms);

@@ -204,6 +204,24 @@ START_TEST(test_new_fields)
     snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1]],%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");
+    /* chip.step_elem_s: seconds per element of each elementwise kernel, every key, written back */
+    snprintf(t3, sizeof t3,
+             "%.*s\"step_elem_s\":{\"norm_stats\":6e-10,\"norm_apply\":1e-10,\"add\":8e-11,\"copy\":5e-11,"
+             "\"rope\":1e-9,\"embed\":6e-11},%s", (int)(dp - text), text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_double_eq(hw.step_elem_s[SP_ELEM_NORM_STATS], 6e-10);
+    ck_assert_double_eq(hw.step_elem_s[SP_ELEM_ROPE], 1e-9);
+    ck_assert_str_eq(sp_hw_elem_name(SP_ELEM_EMBED), "embed");
+    back = spi_hw_to_json(&hw);
+    ck_assert_double_eq(json_real_value(json_object_get(json_object_get(json_object_get(back, "chip"), "step_elem_s"), "copy")),
+                        5e-11);
+    json_decref(back);
+    snprintf(t3, sizeof t3, "%.*s\"step_elem_s\":{\"norm_stats\":-1},%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/step_elem_s/norm_stats");
+    snprintf(t3, sizeof t3, "%.*s\"step_elem_s\":{\"softmax\":1e-9},%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.path, "/chip/step_elem_s"));
     snprintf(t3, sizeof t3, "%.*s\"comm_shares_cores\":true,%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/comm_shares_cores");

@@ -26,7 +26,7 @@ has() { # name, file, fixed string
 hw=$d/local.json
 check "calibrate" 0 $SHARDPLAN calibrate --backend threads --chips 2 --quick --quiet --out $hw
 has "calibrate prints" $d/out "wrote $hw: 2 chips"
-for k in '"source"' '"dispatch_s"' '"shared_cores": 2' '"comm_shares_cores": true' '"token_sync_s"' '"act_elem_s"' '"measured"' \
+for k in '"source"' '"dispatch_s"' '"shared_cores": 2' '"comm_shares_cores": true' '"token_sync_s"' '"act_elem_s"' '"step_elem_s"' '"measured"' \
          '"points"' '"matmul"' '"memory"' '"attention"' '"collectives"' '"intra_node_latency"' "$(hostname)"; do
     has "profile key $k" $hw "$k"
 done
