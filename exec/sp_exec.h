@@ -36,6 +36,19 @@
  * decode group's, tokens_per_s over the whole run.  A trace holds both
  * groups' chips (job ranks) and each KV message (sp_trace.h).
  *
+ * Stages of their own meshes (sp_layout_hetero, stage_mesh; THREADS and
+ * MPI, SP_ENOTSUP on NCCL and for a ragged batch): chips numbered as
+ * sp_layout.h says (stage-major, each stage's replicas in turn); each
+ * stage's chips run its program (lowered on the stage's view, whose ranks
+ * the chip's blocks follow) with its collectives on a communicator of the
+ * stage's mesh, and its SEND / RECV steps move exactly the blocks
+ * sp_lower_stage_xfer_progs names for the chip, over a communicator of
+ * every chip (a block contiguous on both chips as one message, else one
+ * message per row), counted against the steps' bytes.  The tokens go back
+ * from the last stage's chip of tensor rank t to the first stage's chips
+ * of ranks t, t + T_L, ... (T_L: the last stage's tensor chips).  Memory
+ * per chip: its stage's prediction.
+ *
  * Devices.  THREADS and MPI run the chips on the CPU (kernels/cpu, host
  * memory); NCCL runs each chip on its process's GPU (kernels/cuda and cuBLAS,
  * device memory, one MPI rank per GPU, see exec/comm_nccl.c).  Both go
@@ -148,7 +161,8 @@ sp_status sp_exec_build(const sp_model *m, const sp_layout *l, int64_t batch, in
  * sized for the largest decode step (sp_lower_ragged_decode).  Replicas:
  * each runs its own sequences' programs (a replica done before the others
  * idles through their steps).  THREADS and MPI; SP_EINVAL for NCCL and for
- * the layouts the lowering refuses. */
+ * the layouts the lowering refuses; SP_ENOTSUP for stages of their own
+ * meshes (stage_mesh). */
 sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_ragged *r, const sp_weights *w,
                                sp_comm_backend backend, sp_exec **out);
 void sp_exec_free(sp_exec *ex);   /* NULL is a no-op */
