@@ -8,8 +8,8 @@
 # group into a 1-stage decode group: the KV transfer between them).
 # offload (weights streamed from each rank's host arena, part of the KV
 # cache there): host-link bytes moved = predicted, host arena = predicted.
-# Stages of their own meshes (stage_mesh: 2+1, 2+4 and 2·(2+1) ranks, the
-# stage hand-off between them).
+# Stages of their own meshes (stage_mesh: 2+1, 2+4, 2·(2+1) and 1+2+4
+# ranks, the stage hand-off between them).
 # A rank that fails makes the job end (MPI_Abort), not hang.  Skips (77)
 # without MPI.
 set -u
@@ -83,6 +83,7 @@ done <<'EOF2'
 3 tiny-llama stages=2,microbatches=2,stage_mesh=2x1x1,1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
 6 tiny-llama stages=2,microbatches=2,stage_mesh=2x1x1,4x1x1,stage_layers=3,1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads
 6 tiny-gpt2 stages=2,microbatches=2,replicas=2,stage_mesh=2x1x1,1x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads
+7 tiny-llama stages=3,microbatches=2,stage_mesh=1x1x1,2x1x1,4x1x1,stage_layers=1,2,1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch
 8 tiny-gpt2 mesh=2x2x2,weights=f32,kv=f32,prefill=ws2d/batch,decode=wg-x/heads
 8 tiny-gpt2 mesh=2x2x2,weights=bf16,kv=f32,prefill=wg-x/heads,decode=wg-xy/heads
