@@ -159,15 +159,20 @@ static void print_infeasible(const sp_plan *p)
     if (p->min_shortfall_bytes < 0)
         printf("nothing fits: no layout applies to %d chips at batch %lld\n", p->chips, (long long)p->workload.batch);
     else if (p->min_shortfall_bytes > 0)
-        printf("nothing fits: the smallest memory shortfall is %s per chip\n",
-               cli_fmt_bytes((double)p->min_shortfall_bytes, a, sizeof a));
+        printf("nothing fits: the smallest memory shortfall is %s per chip%s\n",
+               cli_fmt_bytes((double)p->min_shortfall_bytes, a, sizeof a),
+               p->opts.offload ? " without offload (and no layout fits with it)" : "");
     else if (p->result == SP_PLAN_TIME_LIMIT)
         printf("no layout found within the solver's time limit (--time-limit-ms %d)\n", p->opts.time_limit_ms);
     else
         printf("nothing meets the bounds (layouts fit in memory but miss the latency/throughput target)\n");
     if (p->min_shortfall_bytes > 0 && !p->opts.offload)
         printf("nothing is offloaded without --offload (weights or KV cache in host memory)\n");
-    if (p->min_chips_fit > 0) printf("fewest chips that fit: %d\n", p->min_chips_fit);
+    if (p->opts.offload && p->offload_note[0]) printf("%s\n", p->offload_note);   /* offload not offered: why */
+    /* the chip-count search prices the space alone: it never offloads (doc/planner.md) */
+    if (p->min_chips_fit > 0)
+        printf("fewest chips that fit%s: %d\n", p->opts.offload ? " without offload (the search does not offload)" : "",
+               p->min_chips_fit);
     else if (p->min_chips_bound > p->min_chips_searched && p->min_chips_searched > 0)
         printf("no chip count up to %d fits: the weights and KV cache alone need at least %lld chips\n",
                p->min_chips_searched, (long long)p->min_chips_bound);

@@ -32,6 +32,15 @@ json_check '$1 == ($2 > $3 ? $2 : $3)' -n "$tmp/p.json" "" /chosen/stages/0/offl
     /chosen/stages/0/offload_attn_layers /chosen/stages/0/offload_ffn_layers &&
 json_check '$1 > 0 && $2 > 0' -n "$tmp/p.json" /stats/offload_program /rows /columns ||
     { echo "FAIL: plan --offload --json: no offload per stage or program size"; fail=$((fail + 1)); }
+# host memory too small as well: nothing fits even with offload, and the shortfall and the
+# fewest chips, which the search finds without offload, say so
+sed 's/"memory_bytes": 137438953472/"memory_bytes": 1000/' "$tmp/hw.json" >"$tmp/hw2.json"
+"$SHARDPLAN" plan --model tiny-llama --hw "$tmp/hw2.json" --chips 1 --batch 4 --prompt 5 --gen 4 --weights bf16 \
+    --offload >"$tmp/no2.txt" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "shortfall is .* per chip without offload" "$tmp/no2.txt" &&
+    grep -q "^fewest chips that fit without offload (the search does not offload): [0-9]" "$tmp/no2.txt" ||
+    { echo "FAIL: plan --offload, host memory short: exit $rc (want 1, labelled without offload)"; cat "$tmp/no2.txt"; fail=$((fail + 1)); }
 # beside it, the best layout without offload and why it lost: here it does not fit
 "$JSONQ" "$tmp/p.json" '/rivals/*/kind' | grep -qx offload &&
 n=$("$JSONQ" "$tmp/p.json" '/rivals/*/kind' | grep -n -x offload | cut -d: -f1) &&
