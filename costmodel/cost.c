@@ -244,8 +244,9 @@ int spi_group_one_core(const sp_hw *hw, const sp_layout *l, unsigned mask)
 /* ---- efficiencies, memoised ----
  * Programs of neighbouring layouts repeat the same local shapes and byte
  * counts, and each curve costs logs.  The memo belongs to one profile's
- * curves; eff_bind (once per program priced) empties it when they differ
- * (compared by value, so a profile edited in place is noticed). */
+ * curves; eff_bind (once per program priced, or once per evaluation
+ * through the phase memo: memo_bind) empties it when they differ (compared
+ * by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
 typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype); attention (flops, -1, d_head);
                                                                  memory (bytes, -2, -2); weight stream (bytes, -3, -3),
@@ -273,6 +274,7 @@ _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offse
                "the efficiency curves lie between eff_points and attn_value");
 typedef struct eff_memo {
     int bound;
+    int of_memo;        /* the curves bound are those of the phase memo's profile (memo_bind) */
     unsigned char curves[EFF_END - EFF_FIRST];
     double bw_eff;
     eff_slot slot[EFF_SLOTS];
@@ -285,6 +287,7 @@ static void eff_bind(eff_memo *e, const sp_hw *hw)
         memcpy(e->curves, c, sizeof e->curves);
         e->bw_eff = hw->hbm_bw_eff;
         e->bound = 1;
+        e->of_memo = 0;
         memset(e->slot, 0xff, sizeof e->slot);   /* keys of -1: never a real key */
     }
 }
@@ -365,6 +368,8 @@ struct sp_cost_cache {
      * in prog[phase] for the other stages (spi_lower_finish_keep_layer). */
     sp_program prog[SP_PHASE_COUNT];
     sp_lower_job *job[SP_PHASE_COUNT];
+    int eff_held;                  /* set while phase_prices prices a program: eff is bound to its
+                                      profile already (memo_bind), spi_cost_price_program skips eff_bind */
     phase_val fresh;               /* opts->fresh: the phase just priced */
     phase_val dc_kinds[SPI_STAGE_KINDS];   /* eval_chunked: the layout's decode prices per kind of stage */
     spi_prog_run pr;               /* one program's steps as priced */
@@ -623,7 +628,8 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
     pc.have_map = hw->topo == SP_TOPO_TORUS && sp_layout_torus_map(&p->layout, hw, &pc.map);
     spi_ckd ck = SPI_CKD_INIT;
     pc.ck = &ck;
-    if (pc.eff) eff_bind(pc.eff, hw);
+    /* the curves compared once per evaluation, not per program, where the memo holds them (eff_held) */
+    if (pc.eff && !cache->eff_held) eff_bind(pc.eff, hw);
     int two = ctx[1] > 0;
     memset(out->sums, 0, sizeof out->sums);
     out->overlaps = 0;
@@ -632,14 +638,18 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
      * and those whose written (ov_buf) and read-by (ov_read) slots it sets */
     uint64_t touched = 0, ov_buf = 0, ov_read = 0;
     const sp_steps *parts[SP_PART_COUNT];
-    for (int k = 0; k < SP_PART_COUNT; k++) parts[k] = sp_program_part(p, (sp_prog_part)k);
+    int64_t runs[SP_PART_COUNT];   /* times a step of the part runs: every layer step but offload's (sp_lower_step_layers) */
+    for (int k = 0; k < SP_PART_COUNT; k++) {
+        parts[k] = sp_program_part(p, (sp_prog_part)k);
+        runs[k] = sp_program_part_runs(p, (sp_prog_part)k);
+    }
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
         {
             const spi_step_run *r = &out->run[k][i];
             const sp_step *st = &parts[k]->s[i];
             int in_layer = k == SP_PART_LAYER || k == SP_PART_DENSE;
-            price_step(&pc, st, in_layer ? sp_lower_step_layers(p, (sp_prog_part)k, st) : sp_program_part_runs(p, (sp_prog_part)k),
+            price_step(&pc, st, in_layer && st->on != SP_ON_EVERY ? sp_lower_step_layers(p, (sp_prog_part)k, st) : runs[k],
                        &out->run[k][i], out->sums, two, coef ? (*coef)[k][i] : NULL);
             if (in_layer && st->on != SP_ON_EVERY) out->varied = 1;
             if (r->mode != SPI_RUN_OVERLAP) continue;
@@ -956,6 +966,15 @@ static void add_phase_half(sp_phase_cost *acc, const sp_phase_cost *x, int64_t n
 _Static_assert(offsetof(sp_hw, calibration) + sizeof ((sp_hw *)0)->calibration == sizeof(sp_hw),
                "sp_hw's calibration section is its last member");
 
+/* The efficiency curves lie in the priced bytes: a profile equal to the
+ * memo's there has the curves the memo's efficiencies were bound to. */
+_Static_assert(EFF_END <= HW_PRICED && offsetof(sp_hw, hbm_bw_eff) + sizeof(double) <= HW_PRICED,
+               "the efficiency curves are priced bytes of sp_hw");
+
+/* Binds the memo to (m, hw), and the efficiencies to hw's curves: once per
+ * evaluation (the programs it prices then skip eff_bind, eff_held).  An
+ * eff_bind of another profile's curves since (a simulation, sp_cost_program
+ * with this cache) clears eff.of_memo and so is undone here. */
 static void memo_bind(sp_cost_cache *cc, const sp_model *m, const sp_hw *hw)
 {
     if (!cc->memo.bound || memcmp(&cc->memo.m, m, sizeof *m) || memcmp(&cc->memo.hw, hw, HW_PRICED)) {
@@ -964,6 +983,11 @@ static void memo_bind(sp_cost_cache *cc, const sp_model *m, const sp_hw *hw)
         memcpy(&cc->memo.hw, hw, HW_PRICED);
         cc->memo.params_ctx = 0;
         cc->memo.bound = 1;
+        cc->eff.of_memo = 0;
+    }
+    if (!cc->eff.of_memo) {
+        eff_bind(&cc->eff, hw);
+        cc->eff.of_memo = 1;
     }
 }
 
@@ -1066,7 +1090,10 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
     unsigned i = memo_slot(&key);
     if (!cc->memo.used[i] || memcmp(&cc->memo.key[i], &key, sizeof key)) {
         cc->memo.used[i] = 0;
-        SP_CHECK(price_phase(cc, hw, phase, sh, first_ctx, &cc->memo.val[i], kept));
+        cc->eff_held = 1;   /* memo_bind bound the efficiencies to hw */
+        sp_status st = price_phase(cc, hw, phase, sh, first_ctx, &cc->memo.val[i], kept);
+        cc->eff_held = 0;
+        SP_CHECK(st);
         cc->memo.key[i] = key;
         cc->memo.used[i] = 1;
     }
