@@ -451,7 +451,7 @@ typedef struct price_ctx {
 /* The terms of one compute step (sp_cost.h) at one context. */
 typedef struct step_terms { double c, m; int64_t flops; } step_terms;
 
-static void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times, spi_ckd *ck)
+static inline __attribute__((always_inline)) void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times, spi_ckd *ck)
 {
     sums->compute_s += x->c * times;
     sums->memory_s += x->m * times;
