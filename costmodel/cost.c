@@ -322,14 +322,14 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * then lowers and prices only the phases whose key it has not seen.  The
  * memo belongs to one model and one hardware profile, compared by value,
  * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it.  Size: 1024 slots of ~1.6 KB (key 784 B,
- * value ~850 B), ~1.7 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
+ * it.  opts->fresh bypasses it.  Size: 4096 slots of ~1.8 KB (key 936 B,
+ * value ~850 B), ~7.3 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
  * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
  * with 256 slots it lowered 94.3k (evictions), with 1024 86.2k, with 4096
- * 84.2k (callgrind, the plan on one thread: 2.54G instructions with 1024
- * slots, 2.49G with 4096); but a cache is zeroed when made (calloc, once
- * malloc's mmap threshold has grown past it) and a caller without one
- * makes one per evaluation: 4096 slots cost bench_cost 4 %. */
+ * 84.2k.  The slots are not zeroed when a cache is made (a slot is read
+ * only once memo.used says it was written): a caller without a cache makes
+ * one per evaluation and pays for the slots it touches, not for all of
+ * them (zeroed, 4096 slots cost bench_cost 4 % over 1024). */
 typedef struct phase_key {
     sp_lower_key lk;
     int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
@@ -342,7 +342,7 @@ typedef struct phase_val {
     int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
     int64_t left[3], num[3];
 } phase_val;
-enum { MEMO_SLOTS = 1024 };
+enum { MEMO_SLOTS = 4096 };
 /* kinds of stage one evaluation prices at most (eval_one: at most four for
  * the even split, one per stage for an uneven one) */
 enum { SPI_STAGE_KINDS = SP_LAYOUT_MAX_STAGES + 4 };
@@ -358,8 +358,6 @@ struct sp_cost_cache {
         sp_hw hw;
         int64_t params_ctx, params_active;   /* sp_model_derive at params_ctx (0: none yet) */
         unsigned char used[MEMO_SLOTS];
-        phase_key key[MEMO_SLOTS];
-        phase_val val[MEMO_SLOTS];
     } memo;
     /* The programs being priced, one per phase (large: kept out of the
      * stack), and their lowerings between sp_lower_begin and finish.  A
@@ -375,14 +373,20 @@ struct sp_cost_cache {
     spi_prog_run pr;               /* one program's steps as priced */
     spi_step_coefs coef;           /* sp_cost_coefs_eval's, per step */
     double vec[SPI_SLOTS][SP_CP_COUNT];   /* a full schedule's coefficient vectors */
+    /* the phase memo's slots, last: left unzeroed by sp_cost_cache_create
+     * (slot i is read only while memo.used[i]) */
+    phase_key memo_key[MEMO_SLOTS];
+    phase_val memo_val[MEMO_SLOTS];
 };
 
 sp_status sp_cost_cache_create(sp_cost_cache **out)
 {
     if (!out) return spi_fail(SP_EINVAL, "sp_cost_cache_create: NULL argument");
-    /* zeroed: nothing bound, no slot used (the large arrays are touched as they fill) */
-    sp_cost_cache *c = calloc(1, sizeof *c);
+    /* zeroed up to the memo's slots: nothing bound, no slot used; the slots
+     * (~7 MB) are written before they are read and touched as they fill */
+    sp_cost_cache *c = malloc(sizeof *c);
     if (!c) return spi_fail(SP_ENOMEM, "sp_cost_cache_create: out of memory (%zu bytes)", sizeof *c);
+    memset(c, 0, offsetof(sp_cost_cache, memo_key));
     for (int p = 0; p < SP_PHASE_COUNT; p++)
         if (sp_lower_job_create(&c->job[p]) != SP_OK) {
             sp_cost_cache_free(c);
@@ -1088,16 +1092,16 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
         *bound = 1;
     }
     unsigned i = memo_slot(&key);
-    if (!cc->memo.used[i] || memcmp(&cc->memo.key[i], &key, sizeof key)) {
+    if (!cc->memo.used[i] || memcmp(&cc->memo_key[i], &key, sizeof key)) {
         cc->memo.used[i] = 0;
         cc->eff_held = 1;   /* memo_bind bound the efficiencies to hw */
-        sp_status st = price_phase(cc, hw, phase, sh, first_ctx, &cc->memo.val[i], kept);
+        sp_status st = price_phase(cc, hw, phase, sh, first_ctx, &cc->memo_val[i], kept);
         cc->eff_held = 0;
         SP_CHECK(st);
-        cc->memo.key[i] = key;
+        cc->memo_key[i] = key;
         cc->memo.used[i] = 1;
     }
-    *out = &cc->memo.val[i];
+    *out = &cc->memo_val[i];
     return SP_OK;
 }
 
