@@ -8,7 +8,8 @@
 # Usage (from the build directory): sh bench/plan_identical.sh OLD_SHARDPLAN [NEW_SHARDPLAN]
 #   OLD_DATA=DIR: the bundled data the old binary reads (SHARDPLAN_DATA; by
 #   default the data/ beside OLD_SHARDPLAN when there is one)
-# Exit 0 when every instance agrees; prints each instance that differs.
+# Exit 0 when every instance agrees; prints each instance that differs, and each whose
+# plan one side failed to write (FAILED, with its error).
 set -eu
 old=${1:?usage: plan_identical.sh OLD_SHARDPLAN [NEW_SHARDPLAN]}
 new=${2:-./shardplan}
@@ -46,11 +47,21 @@ while read -r m h c b p g extra; do
             >"$tmp/$side.json" 2>"$tmp/$side.err" || true
         jq -S 'del(.stats)' "$tmp/$side.json" >"$tmp/$side.cmp" 2>/dev/null || cp "$tmp/$side.err" "$tmp/$side.cmp"
     done
-    if ! cmp -s "$tmp/old.cmp" "$tmp/new.cmp"; then
+    # a side that wrote no plan (a bad binary, or the old one without its data: OLD_DATA) is a
+    # failed run, not a different answer
+    failed=
+    for side in old new; do
+        { [ -s "$tmp/$side.json" ] && jq -e '.status' "$tmp/$side.json" >/dev/null 2>&1; } || failed="$failed $side"
+    done
+    if [ -n "$failed" ]; then
+        bad=$((bad + 1))
+        echo "FAILED ($failed ): $m $h $c $b $p $g $extra"
+        for side in $failed; do sed "s/^/  $side: /" "$tmp/$side.err" | head -3; done
+    elif ! cmp -s "$tmp/old.cmp" "$tmp/new.cmp"; then
         bad=$((bad + 1))
         echo "DIFFERS: $m $h $c $b $p $g $extra"
         diff "$tmp/old.cmp" "$tmp/new.cmp" | head -20
     fi
 done <"$tmp/cases"
-echo "# $n instances, $bad differ"
+echo "# $n instances, $bad differ or failed"
 test "$bad" -eq 0
