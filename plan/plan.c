@@ -969,6 +969,17 @@ static sp_status join_space(spi_space *s, const sp_plan_opts *o, sp_plan *p, con
     spi_cand c = s->c[from];
     c.layout = *l;
     if (sp_layout_uneven(l)) c.key[SPI_DEC_PIPE] |= (int64_t)1 << 62;   /* an uneven split: a pipeline value of its own */
+    if (sp_layout_hetero(l)) {
+        /* stages of their own mesh: a pipeline value of its own, and a layout the checks take
+         * (the program offers only meshes that fill whole nodes: sp_layout_check says so) */
+        c.key[SPI_DEC_PIPE] |= (int64_t)1 << 61;
+        sp_error err;
+        if (sp_layout_check(l, s->m, s->hw, sp_layout_chips(l), s->inst[0].w.batch, &err) != SP_OK) {
+            char t[320];
+            return spi_fail(SP_EINTERNAL, "planner: the %s chose %s, which the layout checks refuse: %s", what,
+                            sp_layout_format(l, t, sizeof t), err.text);
+        }
+    }
     sp_cost cost;
     sp_cost_opts co;
     sp_cost_opts_init(&co);
@@ -1062,8 +1073,8 @@ static sp_status fill_stages(sp_cost_cache *cache, const sp_model *m, const sp_h
         sp_plan_stage *x = &p->stages[p->n_stages++];
         x->first_layer = sc.first_layer;
         x->layers = sc.layers;
-        x->chips = (int)(sp_layout_chips(l) / l->stages);
-        memcpy(x->mesh, l->mesh, sizeof x->mesh);
+        x->chips = (int)sp_layout_stage_chips(l, s);   /* replicas × the stage's mesh (its own: stage_mesh) */
+        sp_layout_stage_mesh(l, s, x->mesh);
         x->prefill_s = (double)sc.prefill_ps * 1e-12;
         x->decode_step_s = (double)sc.decode_ps * 1e-12;
         x->memory_bytes = sc.mem.total;

@@ -89,16 +89,26 @@ enum { K_FIRST = 0, K_MID = 1, K_LAST = 2, K_COUNT = 3 };
 /* the times' unit in the program: microseconds keep its coefficients near 1 */
 #define PS_PER_UNIT 1e6
 
+/* the most stage meshes a template offers: its own, and one axis scaled by
+ * 1/2, 3/2 or 2 (cand_meshes) */
+#define MAX_MESHES 4
+
 typedef struct tmpl {
     const spi_cand *c;
     int S, M, lo, hi, nn;      /* stages, micro-batches, window [lo, hi] of nn counts */
+    int nm;                    /* stage meshes offered (1: the template's alone, the program as before) */
+    int mesh[MAX_MESHES][3];   /* mesh[0]: the template's */
+    int chips[MAX_MESHES];     /* X·Y·Z of each */
+    int np;                    /* ordered pairs (a, b), a != b, whose hand-off costs more than a's own */
+    int pair[MAX_MESHES * (MAX_MESHES - 1)][2];
+    int64_t *hand;             /* [nm][nm][PH]: a stage of mesh a sending to one of mesh b, ps over a to a */
     sp_cost_pipe pipe;
     int64_t units;             /* prefill passes per micro-batch (the blocks say) */
-    int64_t *tau;              /* [K][nn][PH]: ps */
-    double *mu;                /* [K][nn]: ceil((bytes − capacity) / MiB) */
+    int64_t *tau;              /* [K][nm][nn][PH]: ps */
+    double *mu;                /* [K][nm][nn]: ceil((bytes − capacity) / MiB) */
     int64_t mb[PH_COUNT];      /* the bottleneck's lower bound m per phase (REDUCTIONS) */
     double lb;                 /* Φ_LB, seconds */
-    int col_x, col_z, col_X, col_V;   /* first column of each group */
+    int col_x, col_z, col_X, col_V, col_w;   /* first column of each group */
 } tmpl;
 
 void spi_split_window(int64_t L, int S, int *lo, int *hi)
@@ -155,10 +165,14 @@ static double cand_measure(const spi_cand *c, sp_plan_latency lm)
 }
 
 /* A layout of template tl (S stages) whose stage at position s (of kind k)
- * holds n layers, the other stages sharing the rest evenly. */
-static void block_layout(const sp_layout *tl, int64_t L, int k, int n, sp_layout *l, int *pos)
+ * holds n layers, the other stages sharing the rest evenly; every stage of
+ * mesh `mesh` (NULL: the template's).  A stage's price does not depend on
+ * the other stages' meshes but through its hand-off (hand_off), so the
+ * block is priced with its neighbours alike. */
+static void block_layout(const sp_layout *tl, int64_t L, int k, int n, const int *mesh, sp_layout *l, int *pos)
 {
     *l = *tl;
+    if (mesh) memcpy(l->mesh, mesh, sizeof l->mesh);
     int S = tl->stages, s = k == K_FIRST ? 0 : k == K_LAST ? S - 1 : 1;
     int64_t rest = L - n;
     for (int i = 0, j = 0; i < S; i++) {
@@ -175,11 +189,12 @@ static void block_layout(const sp_layout *tl, int64_t L, int k, int n, sp_layout
 /* The block (kind k, n layers) of template tl: τ per phase (ps), μ (MiB over
  * the usable HBM, ceil) and the prefill passes per micro-batch. */
 static sp_status stage_block(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_layout *tl,
-                             const sp_workload *w, int k, int n, int64_t tau[PH_COUNT], double *mu, int64_t *units)
+                             const sp_workload *w, int k, int n, const int *mesh, int64_t tau[PH_COUNT], double *mu,
+                             int64_t *units)
 {
     sp_layout l;
     int pos;
-    block_layout(tl, m->n_layers, k, n, &l, &pos);
+    block_layout(tl, m->n_layers, k, n, mesh, &l, &pos);
     sp_cost_opts q;
     sp_cost_opts_init(&q);
     q.quiet = 1;
@@ -195,11 +210,12 @@ static sp_status stage_block(sp_cost_cache *cache, const sp_model *m, const sp_h
     return SP_OK;
 }
 
-static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t, int k, int n, int64_t tau[PH_COUNT],
-                             double *mu)
+static sp_status price_block(const spi_space *sp, const sp_workload *w, tmpl *t, int k, int mi, int n,
+                             int64_t tau[PH_COUNT], double *mu)
 {
     int64_t units;
-    SP_CHECK(stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, tau, mu, &units));
+    SP_CHECK(stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, mi ? t->mesh[mi] : NULL, tau, mu,
+                         &units));
     if (units != t->units) {   /* prefill passes per micro-batch: every stage alike */
         t->units = units;
         sp_cost_pipe_terms(sp->hw, &t->c->layout, t->units, &t->pipe);
@@ -271,7 +287,7 @@ static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t
         if (k == K_MID && S < 3) continue;
         int64_t tau[PH_COUNT], u;
         double mu;
-        sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, tau, &mu, &u);
+        sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, NULL, tau, &mu, &u);
         if (bs == SP_EINVAL) return SP_OK;
         SP_CHECK(bs);
         for (int p = 0; p < PH_COUNT; p++)
@@ -279,6 +295,29 @@ static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t
     }
     for (int p = 0; p < PH_COUNT; p++)
         if (m2[p] > t->mb[p]) t->mb[p] = m2[p];
+    return SP_OK;
+}
+
+/* The first bound over t's other meshes: a stage of any mesh holding
+ * ceil(L/S) layers or more takes at least the least of its kinds' times
+ * there, so m_φ falls to the least over the meshes; a block that does not
+ * apply leaves it as it is. */
+static sp_status mesh_bound(const spi_space *sp, const sp_workload *w, tmpl *t)
+{
+    const int64_t L = sp->m->n_layers;
+    const int S = t->S, n = (int)((L + S - 1) / S);
+    for (int mi = 1; mi < t->nm; mi++)
+        for (int k = 0; k < K_COUNT; k++) {
+            if (k == K_MID && S < 3) continue;
+            int64_t tau[PH_COUNT], u;
+            double mu;
+            sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, t->mesh[mi], tau,
+                                       &mu, &u);
+            if (bs == SP_EINVAL) continue;
+            SP_CHECK(bs);
+            for (int p = 0; p < PH_COUNT; p++)
+                if (tau[p] < t->mb[p]) t->mb[p] = tau[p];
+        }
     return SP_OK;
 }
 
@@ -307,27 +346,144 @@ typedef struct bctx {
     double max_lat, max_tot, inc;
 } bctx;
 
-/* Prices every block (kind, layers in the window) of t. */
-static sp_status price_blocks(const spi_space *sp, const sp_workload *w, tmpl *t, spi_split_out *out)
+/* The stage meshes template t offers (doc/planner.md, "Stages of their own
+ * mesh"): its own mesh m and, for each ratio 1/2, 3/2 and 2, m with one
+ * axis scaled by it: the longest axis whose scaled length is an integer
+ * (Z before Y before X on a tie), at most the replica's chips less one
+ * per other stage; on a cluster of several nodes only a mesh whose stage
+ * (replicas × mesh) fills whole nodes and whose axes fit the nodes, as
+ * sp_layout_check asks.  One mesh (the program as for even meshes) on a
+ * torus (a slice is one box), with experts, beyond SPI_SPLIT_MESH_STAGES
+ * stages, or when the request asks for even meshes. */
+static void cand_meshes(const spi_space *sp, tmpl *t, int same_mesh)
+{
+    const sp_layout *tl = &t->c->layout;
+    const sp_hw *hw = sp->hw;
+    memcpy(t->mesh[0], tl->mesh, sizeof t->mesh[0]);
+    t->chips[0] = tl->mesh[0] * tl->mesh[1] * tl->mesh[2];
+    t->nm = 1;
+    if (same_mesh || hw->topo == SP_TOPO_TORUS || tl->experts != 1 || sp_layout_offloads(tl) ||
+        t->S > SPI_SPLIT_MESH_STAGES)
+        return;
+    const int64_t per_replica = (int64_t)t->S * t->chips[0], N = per_replica * tl->replicas;
+    const int several_nodes = hw->chips_per_node > 0 && N > hw->chips_per_node;
+    static const int num[3] = {1, 3, 2}, den[3] = {2, 2, 1};
+    for (int r = 0; r < 3; r++) {
+        int best = -1;
+        for (int ax = 2; ax >= 0; ax--) {
+            int d = tl->mesh[ax];
+            if ((d * num[r]) % den[r] || d * num[r] / den[r] < 1) continue;
+            if (best < 0 || d > tl->mesh[best]) best = ax;
+        }
+        if (best < 0) continue;
+        int v[3];
+        memcpy(v, tl->mesh, sizeof v);
+        v[best] = tl->mesh[best] * num[r] / den[r];
+        int64_t c = (int64_t)v[0] * v[1] * v[2];
+        if (c > per_replica - (t->S - 1)) continue;
+        if (several_nodes && (c * tl->replicas) % hw->chips_per_node) continue;
+        sp_layout view = *tl;
+        memcpy(view.mesh, v, sizeof v);
+        if (!sp_layout_fits_nodes(&view, hw, NULL)) continue;
+        memcpy(t->mesh[t->nm], v, sizeof v);
+        t->chips[t->nm++] = (int)c;
+    }
+}
+
+#define TAUX(t, kd, mi, j) (&(t)->tau[((((kd) * (t)->nm + (mi)) * (t)->nn) + (j)) * PH_COUNT])
+#define MUX(t, kd, mi, j) ((t)->mu[((kd) * (t)->nm + (mi)) * (t)->nn + (j)])
+
+/* The hand-off of a stage of mesh a to a next stage of mesh b (a != b):
+ * the sending stage's SEND step meets every chip of b whose block of the
+ * activations overlaps its own, one message each (sp_lower_stage_xfer), so
+ * its time depends on both meshes; the receive costs the receiver nothing
+ * (the sender's transfer carries it).  Priced as the sending stage's time
+ * in a layout whose next stage has mesh b, less its block's (neighbours
+ * alike, one message): the SEND is the stage's last step and blocks both
+ * streams, so the difference is the same at every layer count and for
+ * the first and middle kinds (the re-pricing by sp_cost_eval checks it).
+ * *bad: the pair does not lower (then the program forbids it). */
+static sp_status hand_off(const spi_space *sp, const sp_workload *w, const tmpl *t, int a, int b,
+                          int64_t out[PH_COUNT], int *bad)
+{
+    memset(out, 0, PH_COUNT * sizeof *out);
+    *bad = 0;
+    for (int kd = K_FIRST; kd <= K_MID; kd++) {
+        if (kd == K_MID && t->S < 3) break;
+        for (int j = 0; j < t->nn; j++) {
+            if (isinf(MUX(t, kd, a, j))) continue;
+            sp_layout l;
+            int pos;
+            block_layout(&t->c->layout, sp->m->n_layers, kd, t->lo + j, t->mesh[a], &l, &pos);
+            /* the other stages one chip each: the pipeline's chips stay within a node when the
+             * template's do (the hand-off's tier, sp_cost), and exceed one when they do */
+            for (int s = 0; s < t->S; s++) l.stage_mesh[s][0] = l.stage_mesh[s][1] = l.stage_mesh[s][2] = 1;
+            memcpy(l.stage_mesh[pos], t->mesh[a], sizeof l.stage_mesh[pos]);
+            memcpy(l.stage_mesh[pos + 1], t->mesh[b], sizeof l.stage_mesh[pos + 1]);
+            if (pos > 0) memcpy(l.stage_mesh[0], t->mesh[a], sizeof l.stage_mesh[0]);
+            memcpy(l.mesh, l.stage_mesh[0], sizeof l.mesh);
+            sp_cost_opts q;
+            sp_cost_opts_init(&q);
+            q.quiet = 1;
+            q.cache = spi_space_cache(sp);
+            sp_stage_cost sc;
+            sp_status st = sp_cost_stage_eval(sp->m, sp->hw, &l, w, &q, pos, &sc);
+            if (st == SP_EINVAL) {
+                *bad = 1;
+                return SP_OK;
+            }
+            SP_CHECK(st);
+            const int64_t *base = TAUX(t, kd, a, j);
+            out[PH_PF] = sc.prefill_ps - base[PH_PF];
+            out[PH_D1] = sc.decode1_ps - base[PH_D1];
+            out[PH_DN] = sc.decode_ps - base[PH_DN];
+            return SP_OK;
+        }
+    }
+    return SP_OK;   /* a mesh no sending stage can have: its hand-off never counts */
+}
+
+/* Prices every block (kind, mesh, layers in the window) of t, and the
+ * hand-offs between its meshes. */
+static sp_status price_blocks(const spi_space *sp, const sp_workload *w, const measure *ms, tmpl *t,
+                              spi_split_out *out)
 {
     double t_eval = now_s();
     sp_status st = SP_OK;
-    t->tau = malloc((size_t)(K_COUNT * t->nn * PH_COUNT) * sizeof *t->tau);
-    t->mu = malloc((size_t)(K_COUNT * t->nn) * sizeof *t->mu);
-    if (!t->tau || !t->mu) return spi_fail(SP_ENOMEM, "planner: out of memory");
+    const int nm = t->nm;
+    t->tau = malloc((size_t)(K_COUNT * nm * t->nn * PH_COUNT) * sizeof *t->tau);
+    t->mu = malloc((size_t)(K_COUNT * nm * t->nn) * sizeof *t->mu);
+    t->hand = calloc((size_t)(nm * nm * PH_COUNT), sizeof *t->hand);
+    if (!t->tau || !t->mu || !t->hand) return spi_fail(SP_ENOMEM, "planner: out of memory");
     for (int k = 0; k < K_COUNT && st == SP_OK; k++)
-        for (int j = 0; j < t->nn && st == SP_OK; j++) {
-            int64_t *tau = &t->tau[(k * t->nn + j) * PH_COUNT];
-            double *mu = &t->mu[k * t->nn + j];
-            if (k == K_MID && t->S < 3) {
-                memset(tau, 0, PH_COUNT * sizeof *tau);
-                *mu = 0;
-                continue;
+        for (int mi = 0; mi < nm && st == SP_OK; mi++)
+            for (int j = 0; j < t->nn && st == SP_OK; j++) {
+                int64_t *tau = TAUX(t, k, mi, j);
+                double *mu = &MUX(t, k, mi, j);
+                if (k == K_MID && t->S < 3) {
+                    memset(tau, 0, PH_COUNT * sizeof *tau);
+                    *mu = 0;
+                    continue;
+                }
+                sp_status bs = price_block(sp, w, t, k, mi, t->lo + j, tau, mu);
+                if (bs == SP_EINVAL) *mu = INFINITY;   /* does not apply: the block is fixed at 0 */
+                else st = bs;
+                out->blocks++;
             }
-            sp_status bs = price_block(sp, w, t, k, t->lo + j, tau, mu);
-            if (bs == SP_EINVAL) *mu = INFINITY;   /* does not apply: the block is fixed at 0 */
-            else st = bs;
+    t->np = 0;
+    for (int a = 0; a < nm && st == SP_OK; a++)
+        for (int b = 0; b < nm && st == SP_OK; b++) {
+            if (a == b) continue;
+            int64_t *e = &t->hand[(a * nm + b) * PH_COUNT];
+            int bad;
+            if ((st = hand_off(sp, w, t, a, b, e, &bad)) != SP_OK) break;
             out->blocks++;
+            int used = bad;
+            for (int p = 0; p < PH_COUNT; p++) used |= ms->ph[p] && e[p] != 0;
+            if (bad) e[0] = INT64_MIN;   /* forbidden (pair rows) */
+            if (!used) continue;
+            t->pair[t->np][0] = a;
+            t->pair[t->np++][1] = b;
         }
     out->eval_s += now_s() - t_eval;
     return st;
@@ -335,6 +491,7 @@ static sp_status price_blocks(const spi_space *sp, const sp_workload *w, tmpl *t
 
 /* The second bound (REDUCTIONS), from t's priced blocks: per phase, the
  * least Σ_s τ and the least max_s τ over the splits whose stages all fit
+ * (each stage on its fastest fitting mesh)
  * (each by dynamic programming over the stages), minimised apart; +inf when
  * no split fits. */
 static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
@@ -359,8 +516,12 @@ static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
             for (int r = 0; r < W; r++) {
                 if (isinf(fs[r])) continue;
                 for (int j = 0; j < nn && r + t->lo + j < W; j++) {
-                    if (t->mu[kd * nn + j] > 0) continue;   /* does not fit, or does not apply */
-                    double tau = (double)t->tau[(kd * nn + j) * PH_COUNT + p];
+                    /* the least over the stage's meshes that fit (a relaxation: the chips
+                     * and the hand-offs left out) */
+                    double tau = INFINITY;
+                    for (int mi = 0; mi < t->nm; mi++)
+                        if (MUX(t, kd, mi, j) <= 0 && (double)TAUX(t, kd, mi, j)[p] < tau) tau = (double)TAUX(t, kd, mi, j)[p];
+                    if (isinf(tau)) continue;   /* does not fit, or does not apply */
                     int q = r + t->lo + j;
                     if (fs[r] + tau < fn[q]) fn[q] = fs[r] + tau;
                     double mx = gs[r] > tau ? gs[r] : tau;
@@ -405,6 +566,45 @@ static int cmp_lb(const void *a, const void *b)
     return (x->c > y->c) - (x->c < y->c);   /* the space's order */
 }
 
+/* Columns of template t's stage s: u(s, mesh mi) (x_t itself when t offers
+ * one mesh) and y(s, mi, j), j = 1 .. nn − 1; pair q's w at boundary s. */
+static int stage_width(const tmpl *t) { return t->nm * (t->nn - 1) + (t->nm > 1 ? t->nm : 0); }
+static int col_u(const tmpl *t, int s, int mi) { return t->nm > 1 ? t->col_z + s * stage_width(t) + mi : t->col_x; }
+static int col_y(const tmpl *t, int s, int mi, int j)
+{
+    return t->col_z + s * stage_width(t) + (t->nm > 1 ? t->nm : 0) + mi * (t->nn - 1) + j - 1;
+}
+static int col_w(const tmpl *t, int s, int q) { return t->col_w + s * t->np + q; }
+static double tau_u(const tmpl *t, int kd, int mi, int j, int p)
+{
+    return (double)TAUX(t, kd, mi, j)[p] / PS_PER_UNIT;
+}
+static int hand_bad(const tmpl *t, int a, int b) { return t->hand[(a * t->nm + b) * PH_COUNT] == INT64_MIN; }
+static double hand_u(const tmpl *t, int a, int b, int p)
+{
+    return (double)t->hand[(a * t->nm + b) * PH_COUNT + p] / PS_PER_UNIT;
+}
+
+/* Appends coef × (stage s's time in phase p less its base at lo layers
+ * when t offers one mesh, which the caller puts on x_t) to ind/val from
+ * *k: every mesh's base on its u, the telescoped steps on the y's, the
+ * hand-off to the next stage on the pair columns. */
+static void stage_time_terms(const tmpl *t, int s, int p, double coef, int *ind, double *val, int *k)
+{
+    const int kd = spi_split_kind(s, t->S);
+    for (int mi = 0; mi < t->nm; mi++) {
+        if (t->nm > 1 && tau_u(t, kd, mi, 0, p) != 0) ind[++*k] = col_u(t, s, mi), val[*k] = coef * tau_u(t, kd, mi, 0, p);
+        for (int j = 1; j < t->nn; j++) {
+            double d = tau_u(t, kd, mi, j, p) - tau_u(t, kd, mi, j - 1, p);
+            if (d != 0) ind[++*k] = col_y(t, s, mi, j), val[*k] = coef * d;
+        }
+    }
+    for (int q = 0; s + 1 < t->S && q < t->np; q++) {
+        int a = t->pair[q][0], b = t->pair[q][1];
+        if (!hand_bad(t, a, b) && hand_u(t, a, b, p) != 0) ind[++*k] = col_w(t, s, q), val[*k] = coef * hand_u(t, a, b, p);
+    }
+}
+
 /* Prices the blocks of templates T[0..nt) and solves their program, cut off
  * at b->inc; a split better than out's best goes to out. */
 static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out, double *glpk_s)
@@ -420,15 +620,17 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
     glp_prob *P;
     double t0 = now_s();
     SP_CHECK(spi_glpk_open(&P, &env, &term));
-    /* columns: x_t, y_tsj (j = 1 .. nn − 1), X_tφ, V_tφ */
+    /* columns: x_t; per stage u_tsm (more than one mesh) and y_tsmj (j = 1 .. nn − 1); X_tφ,
+     * V_tφ; the pairs' w_tsq */
     int ncol = 0;
     for (int i = 0; i < nt; i++) {
         tmpl *t = B[i];
         t->col_x = ncol + 1;
         t->col_z = t->col_x + 1;
-        t->col_X = t->col_z + t->S * (t->nn - 1);
+        t->col_X = t->col_z + t->S * stage_width(t);
         t->col_V = t->col_X + PH_COUNT;
-        ncol = t->col_V + PH_COUNT - 1;
+        t->col_w = t->col_V + PH_COUNT;
+        ncol = t->col_w + (t->S - 1) * t->np - 1;
     }
     glp_add_cols(P, ncol);
     for (int i = 0; i < nt; i++) {
@@ -436,9 +638,10 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         glp_set_col_kind(P, t->col_x, GLP_BV);
         for (int c = t->col_z; c < t->col_X; c++) glp_set_col_kind(P, c, GLP_BV);
         spi_measure_cols(P, &ms, t->col_X, t->col_V);
+        for (int c = t->col_w; c < t->col_w + (t->S - 1) * t->np; c++) glp_set_col_bnds(P, c, GLP_LO, 0, 0);
     }
     int cap = 8;
-    for (int i = 0; i < nt; i++) cap += 2 * B[i]->S * B[i]->nn + 8;
+    for (int i = 0; i < nt; i++) cap += 2 * B[i]->S * (stage_width(B[i]) + B[i]->np) + 8;
     int *ind = malloc((size_t)(cap + 1) * sizeof *ind);
     double *val = malloc((size_t)(cap + 1) * sizeof *val);
     int *colv = malloc((size_t)nt * sizeof *colv);
@@ -453,34 +656,42 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         glp_set_mat_row(P, r_, k, ind, val);                               \
         out->rows++;                                                       \
     } while (0)
-    /* y_tsj = [stage s of t holds at least lo + j layers]: a stage's
-     * price at n layers telescopes, f(n) = f(lo)·x_t + Σ_{j <= n − lo}
-     * (f(lo + j) − f(lo + j − 1))·y_tsj, and branching on y_tsj splits the
-     * range of n (the incremental form; its relaxation is each stage's
-     * convex hull) */
-#define Y(t, s, j) ((t)->col_z + (s) * ((t)->nn - 1) + (j) - 1)
-#define TAU(t, kd, j, p) ((double)(t)->tau[((kd) * (t)->nn + (j)) * PH_COUNT + (p)] / PS_PER_UNIT)
+    /* y_tsmj = [stage s of t has mesh m and holds at least lo + j layers]:
+     * a stage's price at n layers telescopes, f(m, n) = f(m, lo)·u_tsm +
+     * Σ_{j <= n − lo} (f(m, lo + j) − f(m, lo + j − 1))·y_tsmj, and
+     * branching on y_tsmj splits the range of n (the incremental form; its
+     * relaxation is each stage's convex hull); u_tsm = [stage s has mesh
+     * m], Σ_m u_tsm = x_t (with one mesh u_ts0 is x_t) */
+#define TAU(t, kd, mi, j, p) tau_u(t, kd, mi, j, p)
     int k = 0;
     for (int i = 0; i < nt; i++) ind[++k] = B[i]->col_x, val[k] = 1;
     ROW(GLP_FX, 1, 1);
     for (int i = 0; i < nt; i++) {
         tmpl *t = B[i];
-        const int S = t->S, nn = t->nn;
+        const int S = t->S, nn = t->nn, nm = t->nm;
         for (int s = 0; s < S; s++) {
             int kd = spi_split_kind(s, S);
-            for (int j = 1; j < nn; j++) {   /* y_ts1 <= x_t, y_tsj+1 <= y_tsj */
+            if (nm > 1) {   /* one mesh per stage */
                 k = 0;
-                ind[++k] = Y(t, s, j), val[k] = 1;
-                ind[++k] = j == 1 ? t->col_x : Y(t, s, j - 1), val[k] = -1;
-                ROW(GLP_UP, 0, 0);
+                for (int mi = 0; mi < nm; mi++) ind[++k] = col_u(t, s, mi), val[k] = 1;
+                ind[++k] = t->col_x, val[k] = -1;
+                ROW(GLP_FX, 0, 0);
             }
-            for (int j = 0; j < nn; j++) {   /* a block that does not apply: n_s != lo + j */
-                if (!isinf(t->mu[kd * nn + j])) continue;
-                k = 0;
-                if (j == 0) ind[++k] = t->col_x, val[k] = 1;
-                else ind[++k] = Y(t, s, j), val[k] = 1;
-                if (j + 1 < nn) ind[++k] = Y(t, s, j + 1), val[k] = -1;
-                ROW(GLP_FX, 0, 0);   /* j > 0: y at j equals y at j + 1; j = 0: n_s >= lo + 1 */
+            for (int mi = 0; mi < nm; mi++) {
+                for (int j = 1; j < nn; j++) {   /* y_tsm1 <= u_tsm, y_tsmj+1 <= y_tsmj */
+                    k = 0;
+                    ind[++k] = col_y(t, s, mi, j), val[k] = 1;
+                    ind[++k] = j == 1 ? col_u(t, s, mi) : col_y(t, s, mi, j - 1), val[k] = -1;
+                    ROW(GLP_UP, 0, 0);
+                }
+                for (int j = 0; j < nn; j++) {   /* a block that does not apply: n_s != lo + j */
+                    if (!isinf(MUX(t, kd, mi, j))) continue;
+                    k = 0;
+                    if (j == 0) ind[++k] = col_u(t, s, mi), val[k] = 1;
+                    else ind[++k] = col_y(t, s, mi, j), val[k] = 1;
+                    if (j + 1 < nn) ind[++k] = col_y(t, s, mi, j + 1), val[k] = -1;
+                    ROW(GLP_FX, 0, 0);   /* j > 0: y at j equals y at j + 1; j = 0: n_s >= lo + 1 */
+                }
             }
         }
         /* the template's bound (REDUCTIONS): Φ_t >= Φ_LB·x_t, which tightens the relaxation */
@@ -488,19 +699,28 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
         if (k > 1) ROW(GLP_LO, 0, 0);
         k = 0;   /* every layer: Σ_s n_s = L */
         for (int s = 0; s < S; s++)
-            for (int j = 1; j < nn; j++) ind[++k] = Y(t, s, j), val[k] = 1;
+            for (int mi = 0; mi < nm; mi++)
+                for (int j = 1; j < nn; j++) ind[++k] = col_y(t, s, mi, j), val[k] = 1;
         ind[++k] = t->col_x, val[k] = (double)S * t->lo - (double)L;
         ROW(GLP_FX, 0, 0);
+        if (nm > 1) {   /* every chip of the replica: Σ_s chips(m_s) = S·chips(template's mesh) */
+            k = 0;
+            for (int s = 0; s < S; s++)
+                for (int mi = 0; mi < nm; mi++) ind[++k] = col_u(t, s, mi), val[k] = t->chips[mi];
+            ind[++k] = t->col_x, val[k] = -(double)S * t->chips[0];
+            ROW(GLP_FX, 0, 0);
+        }
         for (int s = 0; s < S; s++) {   /* memory */
             int kd = spi_split_kind(s, S);
-            const double *mu = &t->mu[kd * nn];
-            double prev = isinf(mu[0]) ? 0 : mu[0];
             k = 0;
-            if (prev != 0) ind[++k] = t->col_x, val[k] = prev;
-            for (int j = 1; j < nn; j++) {
-                double cur = isinf(mu[j]) ? prev : mu[j];
-                if (cur != prev) ind[++k] = Y(t, s, j), val[k] = cur - prev;
-                prev = cur;
+            for (int mi = 0; mi < nm; mi++) {
+                double prev = isinf(MUX(t, kd, mi, 0)) ? 0 : MUX(t, kd, mi, 0);
+                if (prev != 0) ind[++k] = col_u(t, s, mi), val[k] = prev;
+                for (int j = 1; j < nn; j++) {
+                    double cur = isinf(MUX(t, kd, mi, j)) ? prev : MUX(t, kd, mi, j);
+                    if (cur != prev) ind[++k] = col_y(t, s, mi, j), val[k] = cur - prev;
+                    prev = cur;
+                }
             }
             ROW(GLP_UP, 0, 0);
         }
@@ -514,11 +734,8 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
                 int kd = spi_split_kind(s, S);
                 k = 0;
                 ind[++k] = t->col_X + p, val[k] = 1;
-                ind[++k] = t->col_x, val[k] = -TAU(t, kd, 0, p);
-                for (int j = 1; j < nn; j++) {
-                    double d = TAU(t, kd, j, p) - TAU(t, kd, j - 1, p);
-                    if (d != 0) ind[++k] = Y(t, s, j), val[k] = -d;
-                }
+                if (nm == 1) ind[++k] = t->col_x, val[k] = -TAU(t, kd, 0, 0, p);
+                stage_time_terms(t, s, p, -1, ind, val, &k);
                 ROW(GLP_LO, 0, 0);
             }
             const sp_cost_pipe_phase *f = pipe_of(t, p);
@@ -526,33 +743,60 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
                 k = 0;
                 ind[++k] = t->col_V + p, val[k] = 1;
                 double cx = -(double)f->const_ps / PS_PER_UNIT;
+                const double cs = (double)f->sum_coef[fi] / (double)f->div;
                 if (f->sum_coef[fi])
                     for (int s = 0; s < S; s++) {
-                        int kd = spi_split_kind(s, S);
-                        cx -= (double)f->sum_coef[fi] / (double)f->div * TAU(t, kd, 0, p);
-                        for (int j = 1; j < nn; j++) {
-                            double d = TAU(t, kd, j, p) - TAU(t, kd, j - 1, p);
-                            if (d != 0) ind[++k] = Y(t, s, j), val[k] = -(double)f->sum_coef[fi] / (double)f->div * d;
-                        }
+                        if (nm == 1) cx -= cs * TAU(t, spi_split_kind(s, S), 0, 0, p);
+                        stage_time_terms(t, s, p, -cs, ind, val, &k);
                     }
                 if (f->max_coef[fi]) ind[++k] = t->col_X + p, val[k] = -(double)f->max_coef[fi] / (double)f->div;
                 if (cx != 0) ind[++k] = t->col_x, val[k] = cx;
                 ROW(GLP_LO, 0, 0);
             }
         }
-        for (int s = 1; s + 1 < S - 1; s++)   /* middle stages descend: n_s >= n_s+1 */
-            for (int j = 1; j < nn; j++) {
+        for (int s = 0; s + 1 < S; s++)   /* the hand-offs: w_tsq >= u_s,a + u_s+1,b − 1 */
+            for (int q = 0; q < t->np; q++) {
+                int a = t->pair[q][0], bb = t->pair[q][1], neg = 0;
+                for (int p = 0; p < PH_COUNT; p++) neg |= ms.ph[p] && hand_u(t, a, bb, p) < 0;
                 k = 0;
-                ind[++k] = Y(t, s, j), val[k] = 1;
-                ind[++k] = Y(t, s + 1, j), val[k] = -1;
+                if (!hand_bad(t, a, bb)) ind[++k] = col_w(t, s, q), val[k] = 1;
+                ind[++k] = col_u(t, s, a), val[k] = -1;
+                ind[++k] = col_u(t, s + 1, bb), val[k] = -1;
+                ROW(GLP_LO, -1, 0);   /* a pair that does not lower: u_s,a + u_s+1,b <= 1 */
+                for (int e = 0; neg && !hand_bad(t, a, bb) && e < 2; e++) {   /* w = u·u' exactly */
+                    k = 0;
+                    ind[++k] = col_w(t, s, q), val[k] = 1;
+                    ind[++k] = col_u(t, s + e, e ? bb : a), val[k] = -1;
+                    ROW(GLP_UP, 0, 0);
+                }
+            }
+        /* middle stages are alike when no hand-off tells their meshes apart: their
+         * layer counts descend, n_s >= n_s+1 (one mesh: step by step) */
+        for (int s = 1; s + 1 < S - 1 && t->np == 0; s++) {
+            if (nm == 1)
+                for (int j = 1; j < nn; j++) {
+                    k = 0;
+                    ind[++k] = col_y(t, s, 0, j), val[k] = 1;
+                    ind[++k] = col_y(t, s + 1, 0, j), val[k] = -1;
+                    ROW(GLP_LO, 0, 0);
+                }
+            else {
+                k = 0;
+                for (int mi = 0; mi < nm; mi++)
+                    for (int j = 1; j < nn; j++) {
+                        ind[++k] = col_y(t, s, mi, j), val[k] = 1;
+                        ind[++k] = col_y(t, s + 1, mi, j), val[k] = -1;
+                    }
                 ROW(GLP_LO, 0, 0);
             }
+        }
     }
     for (int i = 0; i < nt; i++) colv[i] = B[i]->col_V;
     out->rows += spi_measure_bound_rows(P, &ms, inc, colv, nt, PS_PER_UNIT, ind, val);
 #undef ROW
 #undef TAU
     out->cols += ncol;
+    for (int i = 0; i < nt; i++) out->pair_cols += (B[i]->S - 1) * B[i]->np;
     {
         int chosen;
         for (int i = 0; i < nt; i++) colv[i] = B[i]->col_x;
@@ -562,16 +806,27 @@ static sp_status solve_batch(const bctx *b, tmpl **B, int nt, spi_split_out *out
             tmpl *t = B[chosen];
             sp_layout l = t->c->layout;
             memset(l.stage_layers, 0, sizeof l.stage_layers);
-            int64_t sum = 0;
+            memset(l.stage_mesh, 0, sizeof l.stage_mesh);
+            int64_t sum = 0, chips = 0;
+            int hetero = 0;
             for (int s = 0; s < t->S; s++) {
+                int mi = 0;
+                for (int m2 = 1; m2 < t->nm; m2++)
+                    if (glp_mip_col_val(P, col_u(t, s, m2)) > 0.5) mi = m2;
                 int n = t->lo;
-                for (int j = 1; j < t->nn; j++) n += glp_mip_col_val(P, Y(t, s, j)) > 0.5;
+                for (int j = 1; j < t->nn; j++) n += glp_mip_col_val(P, col_y(t, s, mi, j)) > 0.5;
                 l.stage_layers[s] = (int16_t)n;
+                memcpy(l.stage_mesh[s], t->mesh[mi], sizeof l.stage_mesh[s]);
+                hetero |= mi != 0;
                 sum += n;
+                chips += t->chips[mi];
             }
-            if (sum != L) {
-                st = spi_fail(SP_EINTERNAL, "planner: the pipeline program's stages hold %lld of %lld layers",
-                              (long long)sum, (long long)L);
+            if (hetero) memcpy(l.mesh, l.stage_mesh[0], sizeof l.mesh);
+            else memset(l.stage_mesh, 0, sizeof l.stage_mesh);   /* one form per meaning (sp_layout.h) */
+            if (sum != L || chips != (int64_t)t->S * t->chips[0]) {
+                st = spi_fail(SP_EINTERNAL, "planner: the pipeline program's stages hold %lld of %lld layers on %lld "
+                                            "of %lld chips per replica",
+                              (long long)sum, (long long)L, (long long)chips, (long long)t->S * t->chips[0]);
                 goto prob_done;
             }
             double v = glp_mip_obj_val(P) * PS_PER_UNIT * 1e-12;
@@ -590,7 +845,6 @@ prob_done:
     spi_glpk_close(P, &env, term);
     if (glpk_s) *glpk_s += now_s() - t0;
     return st;
-#undef Y
 }
 
 sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s)
@@ -650,6 +904,17 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
                 if (st != SP_OK) break;
             }
             if (st != SP_OK) break;
+            cand_meshes(sp, t, r->same_mesh);
+            if (t->nm > 1) {
+                /* the other meshes' stages at ceil(L/S) layers may be faster */
+                double tb = now_s();
+                st = mesh_bound(sp, w, t);
+                out->eval_s += now_s() - tb;
+                if (st != SP_OK) break;
+                lb = 0;
+                for (int p = 0; p < PH_COUNT; p++)
+                    if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+            }
             t->lb = lb;
             if (lb >= inc) {
                 out->pruned++;
@@ -676,24 +941,28 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
             out->pruned += nt - i;
             break;
         }
-        if ((st = price_blocks(sp, w, t, out)) != SP_OK) break;
+        if ((st = price_blocks(sp, w, &ms, t, out)) != SP_OK) break;
         t->lb = dp_bound(t, L, &ms);
         if (t->lb >= inc) {
             out->pruned++;
             free(t->tau);
             free(t->mu);
+            free(t->hand);
             t->tau = NULL;
             t->mu = NULL;
+            t->hand = NULL;
             continue;
         }
         T[np++] = *t;   /* np <= i: moves down, or stays */
-        if (np - 1 != i) t->tau = NULL, t->mu = NULL;
+        if (np - 1 != i) t->tau = NULL, t->mu = NULL, t->hand = NULL;
     }
     for (int i = np; i < nt; i++) {
         free(T[i].tau);
         free(T[i].mu);
+        free(T[i].hand);
         T[i].tau = NULL;
         T[i].mu = NULL;
+        T[i].hand = NULL;
     }
     nt = np;
     /* programs of `batch` templates in the order of the second bound, each
@@ -719,6 +988,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
     for (int i = 0; i < nt; i++) {   /* after an error */
         free(T[i].tau);
         free(T[i].mu);
+        free(T[i].hand);
     }
     free(T);
     return st;

@@ -217,6 +217,9 @@ sp_status spi_glpk_choose(struct glp_prob *P, int time_limit_ms, const int *col_
                           int *unproven, int *chosen);
 
 /* ---- the pipeline program (plan_stages.c, doc/planner.md) ---- */
+/* Pipelines of at most this many stages are offered stage meshes of their
+ * own (stage_mesh; doc/planner.md). */
+#define SPI_SPLIT_MESH_STAGES 8
 /* The layer counts a stage of an S-stage pipeline of L layers may hold. */
 void spi_split_window(int64_t L, int S, int *lo, int *hi);
 /* Stage position s of S: 0 first, 1 middle, 2 last. */
@@ -240,6 +243,7 @@ typedef struct spi_split_req {
     int max_stages;          /* only templates of at most this many stages (0: every one) */
     int max_templates;       /* only the first this many templates in the order of the first bound
                                 (0: all); a sample for benchmarks, not an exact search */
+    int same_mesh;           /* every stage on the template's mesh (no stage_mesh) */
 } spi_split_req;
 typedef struct spi_split_out {
     int solved;              /* glp_intopt calls (one per program of `batch` templates) */
@@ -253,6 +257,7 @@ typedef struct spi_split_out {
     int kept;                /* in the program */
     int blocks;              /* (template, kind, layers) priced */
     int rows, cols;          /* the programs' size (summed over them) */
+    int pair_cols;           /* of the columns, the hand-offs' pair columns w (stage meshes) */
     long nodes;              /* GLPK's branch-and-bound nodes (glp_ios_tree_size, summed over the programs) */
     double eval_s;           /* seconds pricing blocks */
 } spi_split_out;

@@ -422,6 +422,332 @@ START_TEST(test_split_equals_enumeration)
 }
 END_TEST
 
+/* ---- stages of their own mesh: the pipeline program against the full product ---- */
+
+/* The stage meshes the program offers a template (doc/planner.md): its mesh
+ * and, for each ratio 1/2, 3/2 and 2, the mesh with its longest axis that
+ * the ratio leaves whole (Z, then Y, then X on a tie) scaled by it, at most
+ * the replica's chips less one per other stage; pipelines of at most
+ * SPI_SPLIT_MESH_STAGES stages.  Written here from the rule, not from
+ * plan_stages.c; which of them a layout may take is sp_layout_check's. */
+static int stage_mesh_cands(const sp_layout *l, int out[][3])
+{
+    static const int num[3] = {1, 3, 2}, den[3] = {2, 2, 1};
+    int n = 1, c0 = l->mesh[0] * l->mesh[1] * l->mesh[2];
+    memcpy(out[0], l->mesh, sizeof out[0]);
+    if (l->stages > SPI_SPLIT_MESH_STAGES) return 1;
+    for (int r = 0; r < 3; r++) {
+        int best = -1;
+        for (int a = 2; a >= 0; a--)
+            if (l->mesh[a] * num[r] % den[r] == 0 && l->mesh[a] * num[r] / den[r] >= 1 &&
+                (best < 0 || l->mesh[a] > l->mesh[best]))
+                best = a;
+        if (best < 0) continue;
+        int v[3] = {l->mesh[0], l->mesh[1], l->mesh[2]};
+        v[best] = l->mesh[best] * num[r] / den[r];
+        if (v[0] * v[1] * v[2] > l->stages * c0 - (l->stages - 1)) continue;
+        memcpy(out[n++], v, sizeof v);
+    }
+    return n;
+}
+
+static int n_hetero_compared, n_hetero_better, n_hetero_product;
+
+/* sp_plan_solve against the full product of (template, stage mesh of each
+ * stage, split), each priced by sp_cost_eval; o narrows both sides alike
+ * (weights, tensor_1d, micro-batches per stage). */
+static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w, const sp_plan_opts *base)
+{
+    bf_space bf;
+    brute(m, hw, N, w, base->weights, &bf);
+    int cap = 1024, n = 0, ne = 0;
+    bf_cand *all = malloc((size_t)cap * sizeof *all);
+    for (int i = 0; i < bf.n; i++) {   /* the narrowed space: even splits */
+        const sp_layout *l = &bf.c[i].l;
+        if (base->tensor_1d && (l->mesh[0] != 1 || l->mesh[1] != 1)) continue;
+        if (base->microbatches_per_stage && l->stages > 1 && l->microbatches != base->microbatches_per_stage * l->stages)
+            continue;
+        if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
+        all[n++] = bf.c[i];
+    }
+    ne = n;
+    for (int i = 0; i < ne; i++) {
+        const sp_layout l = all[i].l;
+        if (l.stages < 2) continue;
+        int cm[16][3], nc = stage_mesh_cands(&l, cm), S = l.stages, c0 = l.mesh[0] * l.mesh[1] * l.mesh[2];
+        int idx[SP_LAYOUT_MAX_STAGES] = {0};
+        for (;;) {   /* every assignment of the candidates to the stages */
+            int chips = 0, same = 1;
+            for (int s = 0; s < S; s++) chips += cm[idx[s]][0] * cm[idx[s]][1] * cm[idx[s]][2], same &= idx[s] == idx[0];
+            sp_layout u = l;
+            for (int s = 0; s < S; s++) memcpy(u.stage_mesh[s], cm[idx[s]], sizeof u.stage_mesh[s]);
+            memcpy(u.mesh, u.stage_mesh[0], sizeof u.mesh);
+            if (!same && chips == S * c0 && sp_layout_check(&u, m, hw, N, w->batch, NULL) == SP_OK) {
+                for (int s = 0; s < S; s++) u.stage_layers[s] = 1;
+                u.stage_layers[S - 1] = (int16_t)(m->n_layers - S + 1);
+                do {   /* the even split among them: the layout checks take stage_layers that are even */
+                    sp_cost c;
+                    if (sp_cost_eval(m, hw, &u, w, NULL, &c) != SP_OK) continue;
+                    if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
+                    all[n].l = u;
+                    all[n++].c = c;
+                } while (next_split(u.stage_layers, S, m->n_layers));
+            }
+            int s = 0;
+            while (s < S && ++idx[s] == nc) idx[s++] = 0;
+            if (s == S) break;
+        }
+    }
+    /* and every split of each even template on its own mesh */
+    for (int i = 0; i < ne; i++) {
+        sp_layout u = all[i].l;
+        if (u.stages < 2) continue;
+        for (int s = 0; s < u.stages; s++) u.stage_layers[s] = 1;
+        u.stage_layers[u.stages - 1] = (int16_t)(m->n_layers - u.stages + 1);
+        do {
+            sp_cost c;
+            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
+            if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
+            all[n].l = u;
+            all[n++].c = c;
+        } while (next_split(u.stage_layers, u.stages, m->n_layers));
+    }
+    n_hetero_product += n;
+    for (int obj = 0; obj < SP_PLAN_OBJECTIVE_COUNT; obj++)
+        for (int lm = 0; lm < SP_PLAN_LAT_COUNT; lm++) {
+            if (lm == SP_PLAN_LAT_DECODE && w->gen == 0) continue;
+            if (lm == SP_PLAN_LAT_PREFILL && w->prompt == 0) continue;
+            sp_plan_opts o = *base;
+            o.objective = (sp_plan_objective)obj;
+            o.latency_metric = (sp_plan_latency)lm;
+            o.search_min_chips = 0;
+            o.frontier = o.rivals = 0;
+            double best = INFINITY, best_same = INFINITY;
+            const sp_layout *bl = NULL;
+            for (int i = 0; i < n; i++) {
+                if (!admissible(&all[i].c, &o)) continue;
+                double v = obj_of(&all[i].c, &o);
+                if (!sp_layout_hetero(&all[i].l)) best_same = fmin(best_same, v);
+                if (v < best) best = v, bl = &all[i].l;
+            }
+            sp_plan *p = NULL;
+            ck_assert_int_eq(sp_plan_solve(m, hw, N, w, &o, &p), SP_OK);
+            n_hetero_compared++;
+            if (isinf(best)) {
+                ck_assert(!p->has_chosen);
+                sp_plan_free(p);
+                continue;
+            }
+            ck_assert(p->has_chosen);
+            double got = obj_of(&p->chosen.cost, &o);
+            char a[320], b[320];
+            ck_assert_msg(fabs(got - best) <= 1e-7 * fabs(best), "%s/%s: plan %.12g (%s), full product %.12g (%s), one mesh %.12g",
+                          sp_plan_objective_name(o.objective), sp_plan_latency_name(o.latency_metric), got,
+                          sp_layout_format(&p->chosen.layout, a, sizeof a), best, sp_layout_format(bl, b, sizeof b),
+                          best_same);
+            ck_assert(admissible(&p->chosen.cost, &o));
+            ck_assert_int_eq(sp_layout_check(&p->chosen.layout, m, hw, N, w->batch, NULL), SP_OK);
+            if (best < best_same && fabs(best - best_same) > 1e-7 * fabs(best_same)) {
+                n_hetero_better++;
+                ck_assert(sp_layout_hetero(&p->chosen.layout));
+            }
+            /* the stages reported are the layout's: layers, chips and mesh */
+            ck_assert_int_eq(p->n_stages, p->chosen.layout.stages);
+            int64_t chips = 0;
+            for (int s = 0; s < p->n_stages; s++) {
+                int d[3];
+                sp_layout_stage_mesh(&p->chosen.layout, s, d);
+                ck_assert(!memcmp(d, p->stages[s].mesh, sizeof d));
+                ck_assert_int_eq(p->stages[s].chips, (int64_t)p->chosen.layout.replicas * d[0] * d[1] * d[2]);
+                chips += p->stages[s].chips;
+            }
+            ck_assert_int_eq(chips, N);
+            sp_plan_free(p);
+        }
+    free(all);
+    free(bf.c);
+}
+
+/* Random small models on 4 and 6 chips of a cluster whose nodes take any
+ * mesh (one chip per node) or hold them all (8 per node) */
+START_TEST(test_hetero_equals_enumeration)
+{
+    rng_state = 777u + 7919u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    m.n_layers = 3 + rnd(3);
+    m.n_heads = 12;
+    m.d_head = 64 * (1 + rnd(2));
+    m.d_model = m.d_head * 12;
+    m.n_kv_heads = rnd(2) ? 12 : 1;
+    m.d_ff = m.d_model * 4;
+    m.vocab = 32768 * (1 + rnd(3));   /* heavy LM heads and embeddings */
+    ck_assert_int_eq(sp_model_validate(&m, NULL), SP_OK);
+    sp_hw hw;
+    small_hw(&hw, 1, (int64_t)(32 << rnd(4)) << 20);
+    hw.chips_per_node = _i % 2 ? 1 : 8;
+    hw.dispatch_s = 0;   /* no per-kernel floor: the matmuls' share decides */
+    if (_i % 2) hw.inter_bw = hw.intra_bw, hw.inter_latency = hw.intra_latency;
+    int N = _i % 2 ? 4 : 6;
+    sp_workload w = {12 * (1 + rnd(4)), 64 * (1 + rnd(4)), 8 + 8 * rnd(2)};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.weights = SP_PLAN_W_INT8;
+    o.tensor_1d = 1;
+    o.microbatches_per_stage = 1;
+    check_hetero_problem(&m, &hw, N, &w, &o);
+}
+END_TEST
+
+/* The program with stage meshes: its columns are the sum of the choices
+ * (per template 1 + S·(n_m·(n − 1) + n_m) + 6 + (S − 1)·pairs, n_m > 1; as
+ * before with one mesh), its rows within the same sum's bounds, where the
+ * full product of (stage meshes, split) is Π_s n_m·n per template; run
+ * with even meshes it is the program before, to the row. */
+START_TEST(test_hetero_program_size)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_workload w;
+    split_instance(&m, &hw, &w);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.time_limit_ms = 600000;
+    o.ffn_layouts = 1u << SP_FL_WS2D;   /* a narrowed space: few templates, one program */
+    o.attn_layouts = 1u << SP_AL_HEADS;
+    o.microbatches_per_stage = 1;
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    spi_space_narrow(&s, &o);
+    ck_assert_int_eq(spi_space_add(&s, 8, &w, SP_PLAN_W_BF16, SP_DT_BF16), SP_OK);
+    spi_split_req r = {.o = &o, .incumbent = INFINITY, .batch = 1 << 20, .max_stages = 4};
+    spi_split_out so, se;
+    double glpk_s = 0;
+    ck_assert_int_eq(spi_split_solve(&s, 0, &r, &so, &glpk_s), SP_OK);
+    r.same_mesh = 1;
+    ck_assert_int_eq(spi_split_solve(&s, 0, &r, &se, &glpk_s), SP_OK);
+    ck_assert(so.found && se.found);
+    ck_assert_int_eq(so.kept, so.templates);
+    long cols = 0, rows_lo = 0, rows_hi = 0, cols_even = 0, pairs_hi = 0;
+    double product = 0;
+    int hetero = 0;
+    for (int i = 0; i < s.n; i++) {
+        const sp_layout *l = &s.c[i].layout;
+        if (l->stages < 2 || l->stages > 4) continue;
+        int S = l->stages, lo, hi, cm[4][3];
+        spi_split_window(m.n_layers, S, &lo, &hi);
+        long nn = hi - lo + 1;
+        int nm = 0, n0 = stage_mesh_cands(l, cm);
+        for (int k = 0; k < n0; k++) {   /* one node: every axis must fit it (sp_layout_fits_nodes) */
+            sp_layout v = *l;
+            memcpy(v.mesh, cm[k], sizeof v.mesh);
+            nm += k == 0 || sp_layout_fits_nodes(&v, &hw, NULL);
+        }
+        cols_even += 1 + S * (nn - 1) + 6;
+        if (nm == 1) {
+            cols += 1 + S * (nn - 1) + 6;
+            continue;
+        }
+        hetero++;
+        cols += 1 + S * (nm * (nn - 1) + nm) + 6;
+        pairs_hi += (long)(S - 1) * nm * (nm - 1);
+        /* beyond the rows of one mesh: one mesh per stage, the other meshes' chains, the chips;
+         * at most every block fixed out, every pair's rows (two more where a hand-off is cheaper);
+         * the middle stages' order by step becomes one row per pair of stages, or none */
+        long sym = S > 3 ? (long)(S - 3) * (nn - 1) : 0;
+        rows_lo += S + (long)(nm - 1) * S * (nn - 1) + 1 - sym;
+        rows_hi += S + (long)(nm - 1) * S * (nn - 1) + 1 + (long)S * nm * nn + 3L * (S - 1) * nm * (nm - 1);
+        double prod = 1;
+        for (int k = 0; k < S; k++) prod *= (double)nm * nn;
+        product += prod;
+    }
+    ck_assert_int_gt(hetero, 2);
+    ck_assert_int_eq(se.cols, cols_even);
+    ck_assert_int_eq(so.cols, cols + so.pair_cols);
+    ck_assert_int_le(so.pair_cols, pairs_hi);   /* (S − 1)·pairs, pairs <= n_m·(n_m − 1) */
+    ck_assert_int_ge(so.rows - se.rows, rows_lo);
+    ck_assert_int_le(so.rows - se.rows, rows_hi);
+    ck_assert_msg(product > 100.0 * (double)(so.rows + so.cols), "product %g, program %d x %d", product, so.rows,
+                  so.cols);
+    /* with more meshes to choose from the optimum is no worse, and its layout prices as the program says */
+    ck_assert(so.phi <= se.phi * (1 + 1e-9));
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &so.layout, &w, NULL, &c), SP_OK);
+    ck_assert_msg(fabs(so.phi - c.total_s) <= 1e-6 * c.total_s, "program %.12g, priced %.12g", so.phi, c.total_s);
+    printf("pipeline program with stage meshes: %d templates (%d offered several meshes), %d rows x %d columns "
+           "(even meshes: %d x %d); the full product %.3g (stage meshes, split)\n",
+           so.templates, hetero, so.rows, so.cols, se.rows, se.cols, product);
+    spi_space_free(&s);
+}
+END_TEST
+
+/* A heterogeneous pipeline wins: a model whose LM head weighs about five of
+ * its three layers, on four chips one link apart each (every mesh fits a
+ * node), no per-kernel floor: the layers run fastest on one chip (no
+ * collectives), the LM head on three.  The program over the space's
+ * pipelines (no incumbent) chooses stage meshes 1 and 3 chips, faster than
+ * the best pipeline of even meshes; its layout, priced by sp_cost_eval,
+ * agrees with the program. */
+START_TEST(test_hetero_wins_program)
+{
+    sp_model m;
+    sp_model_init(&m);
+    snprintf(m.name, sizeof m.name, "head-heavy");
+    m.n_layers = 3;
+    m.d_model = 3072;
+    m.n_heads = 24;
+    m.d_head = 128;
+    m.n_kv_heads = 1;
+    m.d_ff = 12288;
+    m.vocab = 196608;
+    m.ffn = SP_FFN_GELU;
+    m.block = SP_BLOCK_SERIAL;
+    m.norm = SP_NORM_LAYERNORM;
+    m.positions = SP_POS_ROPE;
+    m.max_context = 8192;
+    ck_assert_int_eq(sp_model_validate(&m, NULL), SP_OK);
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    hw.chips_per_node = 1;
+    hw.inter_bw = hw.intra_bw;
+    hw.inter_latency = hw.intra_latency;
+    hw.dispatch_s = 0;
+    sp_workload w = {48, 512, 64};
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    ck_assert_int_eq(spi_space_add(&s, 4, &w, SP_PLAN_W_INT8, SP_DT_BF16), SP_OK);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = SP_PLAN_MAX_THROUGHPUT;
+    spi_split_req r = {.o = &o, .incumbent = INFINITY};
+    spi_split_out so, se;
+    double glpk_s = 0;
+    ck_assert_int_eq(spi_split_solve(&s, 0, &r, &so, &glpk_s), SP_OK);
+    r.same_mesh = 1;
+    ck_assert_int_eq(spi_split_solve(&s, 0, &r, &se, &glpk_s), SP_OK);
+    ck_assert(so.found && se.found);
+    char a[320], b[320];
+    printf("heterogeneous pipeline: %s %.6g s; even meshes: %s %.6g s\n", sp_layout_format(&so.layout, a, sizeof a),
+           so.phi, sp_layout_format(&se.layout, b, sizeof b), se.phi);
+    ck_assert(sp_layout_hetero(&so.layout));
+    ck_assert(so.phi < se.phi);
+    ck_assert_int_eq(sp_layout_check(&so.layout, &m, &hw, 4, w.batch, NULL), SP_OK);
+    sp_cost c;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &so.layout, &w, NULL, &c), SP_OK);
+    ck_assert_msg(fabs(so.phi - c.total_s) <= 1e-6 * c.total_s, "program %.12g, priced %.12g", so.phi, c.total_s);
+    spi_space_free(&s);
+}
+END_TEST
+
+START_TEST(test_hetero_summary)
+{
+    printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes\n",
+           n_hetero_compared, n_hetero_product, n_hetero_better);
+    ck_assert_int_gt(n_hetero_compared, 0);
+}
+END_TEST
+
 /* An instance built for an uneven split to win: two chips a slow link
  * apart (tensor parallelism pays), a model that fits on neither alone, and
  * vocabulary tables that weigh as much as several layers (the stages of an
@@ -492,7 +818,7 @@ START_TEST(test_split_program_size)
     /* one program over every template: seconds of CPU, which GLPK's wall-clock limit (10 s by
      * default) cuts short on a loaded machine; the limit is not what this test checks */
     o.time_limit_ms = 600000;
-    spi_split_req r = {.o = &o, .incumbent = INFINITY, .batch = 1 << 20};
+    spi_split_req r = {.o = &o, .incumbent = INFINITY, .batch = 1 << 20, .same_mesh = 1};
     spi_split_out so;
     double glpk_s = 0;
     ck_assert_int_eq(spi_split_solve(&s, 0, &r, &so, &glpk_s), SP_OK);
@@ -1100,6 +1426,13 @@ int main(void)
     tcase_add_test(t3, test_split_bound_below_splits);
     tcase_add_test(t3, test_split_wins);
     tcase_add_test(t3, test_split_summary);
+    TCase *t5 = tcase_create("hetero");
+    tcase_set_timeout(t5, 600);
+    tcase_add_loop_test(t5, test_hetero_equals_enumeration, 0, 6);
+    tcase_add_test(t5, test_hetero_program_size);
+    tcase_add_test(t5, test_hetero_wins_program);
+    tcase_add_test(t5, test_hetero_summary);
+    suite_add_tcase(s, t5);
     suite_add_tcase(s, t3);
     suite_add_tcase(s, tc);
     TCase *t4 = tcase_create("groups");
