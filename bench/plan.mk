@@ -10,4 +10,4 @@ EXTRA_DIST += bench/plan_process.sh
 # sh bench/plan_identical.sh OLD_SHARDPLAN [NEW]: plan --json of two builds, figure by figure
 EXTRA_DIST += bench/plan_identical.sh
 EXTRA_DIST += bench/autoconfig_process.sh
-EXTRA_DIST += bench/fleet_process.sh bench/wall_ms.sh
+EXTRA_DIST += bench/fleet_process.sh bench/wall_ms.sh bench/plan_hetero.sh

@@ -57,6 +57,17 @@
  *   (S + 1)·phases + forms + max(0, S − 3)) + bounds: the sum of the choices.  The
  *   splits alone are Π_s |N_t| per template (the compositions of L).
  *
+ * STAGE MESHES (a cluster; doc/planner.md "Stages of their own mesh")
+ *   C_t        the template's mesh and up to 3 neighbours (cand_meshes);
+ *              blocks (t, k, M, n) per mesh M, and e_φ(a, b) >= 0 the
+ *              extra time of a stage of mesh a handing off to one of mesh
+ *              b (hand_off).  With |C_t| > 1: u_tsM ∈ {0,1} (stage s has
+ *              mesh M), y_tsMj (the incremental form per mesh), w_tsq >= 0
+ *              per ordered pair q = (a, b) with some e != 0;
+ *   Σ_M u_tsM = x_t,  Σ_{s,M} chips(M)·u_tsM = S·chips(m_t)·x_t,
+ *   w_tsq >= u_ts,a + u_t,s+1,b − 1, and τ_s gains Σ_q e_q·w_tsq; the
+ *   middle stages' descent only where no pair column exists.
+ *
  * REDUCTIONS (exact)
  *   A template whose lower bound Φ_LB >= the best Φ among the space's
  *   admissible candidates (the incumbent) cannot give a strictly better

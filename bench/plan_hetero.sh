@@ -1,0 +1,29 @@
+#!/bin/sh
+# plan_hetero.sh: `shardplan plan` for palm-540b on 256 chips of a cluster
+# (h100: stages of their own mesh are refused on a torus, so the 256 tpu-v4
+# figure of plan_process.sh never offers them), batch 256, prompt 2048, gen
+# 64, as a whole process: median, min and max wall time over RUNS runs
+# (default 5), the pipeline program offering each stage of the pipelines of
+# up to 8 stages its own mesh.  Beside it, in the same run: OLD (a build
+# before stage meshes, when given) and the floor, `shardplan --version`; the
+# figures to quote are the ratios, not the milliseconds (a shared machine).
+#
+# Usage (from the build directory): sh bench/plan_hetero.sh [RUNS] [OLD_SHARDPLAN]
+set -eu
+runs=${1:-5}
+old=${2:-}
+bin=${SHARDPLAN:-./shardplan}
+test -x "$bin" || { echo "plan_hetero: $bin not found (run from the build directory)" >&2; exit 1; }
+. "$(dirname "$0")/wall_ms.sh"
+args="plan --model palm-540b --hw h100 --chips 256 --batch 256 --prompt 2048 --gen 64"
+printf '%-34s %10s %10s %10s\n' "# $runs runs, wall ms" median min max
+floor=$(wall_ms "$bin" --version)
+new=$(wall_ms "$bin" $args)
+printf '%-34s %s\n' "plan palm-540b, 256 h100" "$new"
+if [ -n "$old" ]; then
+    was=$(wall_ms "$old" $args)
+    printf '%-34s %s\n' "the same, OLD" "$was"
+fi
+printf '%-34s %s\n' "floor: shardplan --version" "$floor"
+"$bin" $args | grep '^pipeline program' || true
+echo "$new $floor ${was:-}" | awk '{printf "# ratio to the floor: %.1f", $1 / $4; if (NF > 6) printf "; to OLD: %.2f", $1 / $7; printf "; target < 1000 ms: %s\n", ($1 < 1000 ? "met" : "NOT met")}'
