@@ -66,7 +66,8 @@
  *              per ordered pair q = (a, b) with some e != 0;
  *   Σ_M u_tsM = x_t,  Σ_{s,M} chips(M)·u_tsM = S·chips(m_t)·x_t,
  *   w_tsq >= u_ts,a + u_t,s+1,b − 1, and τ_s gains Σ_q e_q·w_tsq; the
- *   middle stages' descent only where no pair column exists.
+ *   middle stages' descent only where no pair column exists.  The second
+ *   bound's dynamic programme counts chips too (dp_bound).
  *
  * REDUCTIONS (exact)
  *   A template whose lower bound Φ_LB >= the best Φ among the space's
@@ -500,50 +501,65 @@ static sp_status price_blocks(const spi_space *sp, const sp_workload *w, const m
     return st;
 }
 
+static int gcd_int(int a, int b) { return b ? gcd_int(b, a % b) : a; }
+
 /* The second bound (REDUCTIONS), from t's priced blocks: per phase, the
- * least Σ_s τ and the least max_s τ over the splits whose stages all fit
- * (each stage on its fastest fitting mesh)
- * (each by dynamic programming over the stages), minimised apart; +inf when
- * no split fits. */
+ * least Σ_s τ and the least max_s τ over the splits (and stage meshes
+ * using the replica's chips exactly) whose stages all fit, each by dynamic
+ * programming over the stages (state: layers and chips so far), minimised
+ * apart, the hand-offs left out (each >= 0, less the most negative where
+ * one is below: rounding); +inf when no split fits. */
 static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
 {
-    const int S = t->S, nn = t->nn;
-    const int W = (int)L + 1;
-    double *f = malloc((size_t)(2 * W) * sizeof *f), *g = malloc((size_t)(2 * W) * sizeof *g);
-    if (!f || !g) {
+    const int S = t->S, nn = t->nn, nm = t->nm;
+    int unit[MAX_MESHES], g = 0, B = 0;
+    for (int mi = 0; mi < nm; mi++) g = gcd_int(g, t->chips[mi]);
+    for (int mi = 0; mi < nm; mi++) unit[mi] = nm > 1 ? t->chips[mi] / g : 0;
+    if (nm > 1) B = S * t->chips[0] / g;
+    const int C = B + 1, W = ((int)L + 1) * C;
+    double slack = 0;   /* a hand-off below its block's time (ps), at most (S − 1) of them */
+    for (int q = 0; t->hand && q < t->np; q++)
+        for (int p = 0; p < PH_COUNT; p++) {
+            int64_t e = t->hand[(t->pair[q][0] * nm + t->pair[q][1]) * PH_COUNT + p];
+            if (e != INT64_MIN && e < 0 && (double)-e > slack) slack = (double)-e;
+        }
+    double *f = malloc((size_t)(2 * W) * sizeof *f), *gm = malloc((size_t)(2 * W) * sizeof *gm);
+    if (!f || !gm) {
         free(f);
-        free(g);
+        free(gm);
         return 0;   /* no bound: the template stays */
     }
     double lb = 0;
     for (int p = 0; p < PH_COUNT && !isinf(lb); p++) {
         if (!ms->ph[p] || ms->w_obj[p] <= 0) continue;
-        double *fs = f, *fn = f + W, *gs = g, *gn = g + W;
+        double *fs = f, *fn = f + W, *gs = gm, *gn = gm + W;
         for (int r = 0; r < W; r++) fs[r] = gs[r] = INFINITY;
         fs[0] = gs[0] = 0;
         for (int s = 0; s < S; s++) {
             int kd = spi_split_kind(s, S);
             for (int r = 0; r < W; r++) fn[r] = gn[r] = INFINITY;
-            for (int r = 0; r < W; r++) {
-                if (isinf(fs[r])) continue;
-                for (int j = 0; j < nn && r + t->lo + j < W; j++) {
-                    /* the least over the stage's meshes that fit (a relaxation: the chips
-                     * and the hand-offs left out) */
-                    double tau = INFINITY;
-                    for (int mi = 0; mi < t->nm; mi++)
-                        if (MUX(t, kd, mi, j) <= 0 && (double)TAUX(t, kd, mi, j)[p] < tau) tau = (double)TAUX(t, kd, mi, j)[p];
-                    if (isinf(tau)) continue;   /* does not fit, or does not apply */
-                    int q = r + t->lo + j;
-                    if (fs[r] + tau < fn[q]) fn[q] = fs[r] + tau;
-                    double mx = gs[r] > tau ? gs[r] : tau;
-                    if (mx < gn[q]) gn[q] = mx;
+            for (int r = 0; r <= (int)L; r++)
+                for (int c = 0; c < C; c++) {
+                    double f0 = fs[r * C + c], g0 = gs[r * C + c];
+                    if (isinf(f0)) continue;
+                    for (int mi = 0; mi < nm; mi++) {
+                        int cc = c + unit[mi];
+                        if (cc > B) continue;
+                        for (int j = 0; j < nn && r + t->lo + j <= (int)L; j++) {
+                            if (MUX(t, kd, mi, j) > 0) continue;   /* does not fit, or does not apply */
+                            double tau = (double)TAUX(t, kd, mi, j)[p];
+                            int q = (r + t->lo + j) * C + cc;
+                            if (f0 + tau < fn[q]) fn[q] = f0 + tau;
+                            double mx = g0 > tau ? g0 : tau;
+                            if (mx < gn[q]) gn[q] = mx;
+                        }
+                    }
                 }
-            }
             double *x = fs;
             fs = fn, fn = x;
             x = gs, gs = gn, gn = x;
         }
-        double sum = fs[L], mx = gs[L];
+        double sum = fs[L * C + B] - (S - 1) * slack, mx = gs[L * C + B] - slack;
         if (isinf(sum)) {
             lb = INFINITY;
             break;
@@ -557,7 +573,7 @@ static double dp_bound(const tmpl *t, int64_t L, const measure *ms)
         lb += ms->w_obj[p] * (best / (double)fm->div + (double)fm->const_ps) * 1e-12;
     }
     free(f);
-    free(g);
+    free(gm);
     return lb;
 }
 
