@@ -1212,7 +1212,11 @@ typedef struct stage_kind {
     int64_t pf_ps;              /* its time, the passes' times summed in picoseconds */
     int64_t units;              /* prefill passes per micro-batch */
     sp_mem_sizes mem;
-    double ragged_decode_s;     /* a ragged batch (one stage): every decode step, composed (sp_workload) */
+    /* a ragged batch (stage_price_ragged): the first stage's kind carries the job's composed
+     * times (ps; decode_s in seconds), every kind the bytes a chip of it sends over every
+     * micro-batch (the prefill; the last decode step) */
+    double ragged_decode_s;
+    int64_t rag_pf_ps, rag_step_ps, rag_pf_bytes, rag_dn_bytes;
 } stage_kind;
 
 sp_workload sp_workload_padded(const sp_ragged *r)
@@ -1220,67 +1224,145 @@ sp_workload sp_workload_padded(const sp_ragged *r)
     return (sp_workload){r->n, r->max_prompt, r->max_gen};
 }
 
-/* A ragged batch's stage (sp_workload): the lowering allows one stage and
- * one micro-batch, so the stage is the layout.  Programs are priced as
- * lowered (each decode step at its own contexts). */
-/* One replica's sequences v of a ragged batch r: its prefill, its decode runs, its chips' memory. */
+/* The flow shop of a ragged batch's micro-batches (sp_lower.h, "Ragged
+ * batches"): t (M × S, ps) is micro-batch j's program's time on stage s,
+ * the micro-batches entering in order; stage s starts micro-batch j when it
+ * finished j − 1 and stage s − 1 finished j:
+ *   C(j, s) = max(C(j − 1, s), C(j, s − 1)) + t(j, s),  makespan C(M − 1, S − 1)
+ * (equal micro-batches: Σ_s t_s + (M − 1)·max_s t_s, sp_cost_pipe_terms).
+ * c: S scratch.  −1 when it does not fit in 64 bits. */
+static int64_t ragged_flow_shop(const int64_t *t, int M, int S, int64_t *c)
+{
+    for (int s = 0; s < S; s++) c[s] = 0;
+    for (int j = 0; j < M; j++)
+        for (int s = 0; s < S; s++) {
+            int64_t start = s && c[s - 1] > c[s] ? c[s - 1] : c[s];
+            if (__builtin_add_overflow(start, t[(size_t)j * S + s], &c[s])) return -1;
+        }
+    return c[S - 1];
+}
+
+/* One round of a ragged replica's micro-batches mb[0 .. M) (views): its
+ * prefill (step 0) or decode step `step`, for the micro-batches taking part
+ * (a decode step past a micro-batch's longest generation leaves it out).
+ * Stage s's programs are priced: *slow the slowest micro-batch's, *bytes the
+ * bytes a chip sends over them all.  all_stages: every stage's too, and
+ * *ps the round's flow shop (ragged_flow_shop; decode with a per-token
+ * barrier plus the barrier's time, as sp_cost_pipe_terms composes it). */
+static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_shape *sh, sp_phase ph,
+                              const sp_ragged *mb, int64_t step, int s, int all_stages, const sp_cost_opts *opts,
+                              sp_program *p, sp_phase_cost *slow, int64_t *bytes, int64_t *ps)
+{
+    static const int64_t as_lowered[2] = {0, 0};
+    const int M = l->microbatches, S = l->stages;
+    int64_t *t = malloc(((size_t)M + 1) * (size_t)S * sizeof *t);
+    if (!t) return spi_fail(SP_ENOMEM, "cost model: a ragged batch's %d × %d stage times", M, S);
+    sp_status st = SP_OK;
+    int ma = 0;
+    int64_t slow_ps = -1;
+    *bytes = 0;
+    *ps = 0;
+    for (int j = 0; j < M && !st; j++) {
+        if (ph == SP_PHASE_DECODE && step > mb[j].max_gen) continue;
+        for (int o = all_stages ? 0 : s; o < (all_stages ? S : s + 1) && !st; o++) {
+            sp_phase_cost c;
+            sp_shape x = *sh;
+            if (ph == SP_PHASE_PREFILL) x.q_len = x.context = mb[j].max_prompt;
+            if ((st = sp_lower_ragged(m, l, ph, &x, &mb[j], step, o, p)) ||
+                (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL)))
+                break;
+            int64_t tp = spi_ps(c.time_s);
+            t[(size_t)ma * S + o] = tp;
+            if (o == s) {
+                if (tp > slow_ps) {
+                    slow_ps = tp;
+                    *slow = c;
+                }
+                if (__builtin_add_overflow(*bytes, c.comm_bytes, bytes))
+                    st = spi_fail(SP_EINVAL, "bytes sent per chip do not fit in 64 bits");
+            }
+        }
+        ma++;
+    }
+    int64_t sync_ps = 0;
+    if (!st && all_stages) {
+        if ((*ps = ragged_flow_shop(t, ma, S, t + (size_t)M * S)) < 0 ||
+            (ph == SP_PHASE_DECODE && spi_token_sync(hw, l, &sync_ps) && __builtin_add_overflow(*ps, sync_ps, ps)))
+            st = spi_fail(SP_EINVAL, "%s time (ps) does not fit in 64 bits (the request is too large to represent)",
+                          sp_phase_name(ph));
+    }
+    free(t);
+    return st;
+}
+
+/* One replica's sequences v of a ragged batch r on stage s: its micro-batches'
+ * prefill and decode (each micro-batch its own programs, sp_ragged_micro),
+ * its chips' memory (the fullest micro-batch's programs; the KV cache of
+ * every micro-batch alike).  Stage 0 (all_stages) also composes the
+ * replica's times over every stage: the prefill's flow shop, and decode's
+ * steps one after another, each a flow shop of the micro-batches taking
+ * part (a step's micro-batches are not overlapped with the next step's;
+ * decode steps at the ends of each run of steps with the same sequences,
+ * sp_ragged_segment_end, the steps between priced as the mean of the two). */
 static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                                       const sp_ragged *v, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf,
                                       sp_program p[3])
 {
     sp_status st = SP_OK;
-    static const int64_t as_lowered[2] = {0, 0};
+    const int M = l->microbatches, all = s == 0;
+    sp_ragged *mb = calloc((size_t)M, sizeof *mb);
+    if (!mb) return spi_fail(SP_ENOMEM, "cost model: a ragged replica's %d micro-batches", M);
+    for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(v, 1, M, 0, j, &mb[j]);
     /* the job's batch (the layout splits it) and the batch's longest context (every slot's) */
     sp_shape pf_sh = {r->n, v->max_prompt, v->max_prompt, r->max_context, opts->act_dtype, 0};
     sp_shape dc_sh = {r->n, 1, r->max_context, r->max_context, opts->act_dtype, 0};
-    if (run_pf && !(st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf_sh, v, 0, s, &p[0])) &&
-        !(st = price_program(opts->cache, &p[0], hw, as_lowered, &k->pf, NULL)))
-        k->pf_ps = spi_ps(k->pf.time_s);
-    if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, v, s, &p[1], &p[2]);
-    if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &k->mem);
-    sp_cost_pipe pipe;
-    sp_cost_pipe_terms(hw, l, 1, &pipe);
+    if (run_pf && !st)
+        st = ragged_round(m, hw, l, &pf_sh, SP_PHASE_PREFILL, mb, 0, s, all, opts, &p[2], &k->pf, &k->rag_pf_bytes,
+                          &k->rag_pf_ps);
+    if (!st) k->pf_ps = spi_ps(k->pf.time_s);
+    /* memory: the micro-batch whose programs hold the most */
+    for (int j = 0; j < M && !st; j++) {
+        sp_mem_sizes mem;
+        sp_shape x = pf_sh;
+        x.q_len = x.context = mb[j].max_prompt;
+        if (run_pf) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &x, &mb[j], 0, s, &p[0]);
+        if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, &mb[j], s, &p[1], &p[2]);
+        if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &mem);
+        if (!st && (j == 0 || mem.total > k->mem.total)) k->mem = mem;
+    }
     for (int64_t s0 = 1; s0 <= v->max_gen && !st;) {
-        int64_t s1 = sp_ragged_segment_end(v, s0), t[2];
+        int64_t s1 = sp_ragged_segment_end(v, s0), t[2] = {0, 0}, by[2] = {0, 0};
         sp_phase_cost c[2];
         for (int e = 0; e < 2 && !st; e++) {
-            if (e && s1 == s0) c[1] = c[0];
-            else if (!(st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, s, &p[2])))
-                st = price_program(opts->cache, &p[2], hw, as_lowered, &c[e], NULL);
-            /* the step through every stage (stage s's program priced above; the first stage's
-             * kind carries the job's decode time, every kind its own breakdown) */
-            int64_t sum = spi_ps(c[e].time_s), most = sum;
-            for (int o = 0; o < l->stages && s == 0 && !st; o++) {
-                sp_phase_cost co;
-                if (o == s) continue;
-                if ((st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc_sh, v, e ? s1 : s0, o, &p[2])) ||
-                    (st = price_program(opts->cache, &p[2], hw, as_lowered, &co, NULL)))
-                    break;
-                int64_t ps = spi_ps(co.time_s);
-                sum += ps;
-                if (ps > most) most = ps;
+            if (e && s1 == s0) {
+                c[1] = c[0];
+                t[1] = t[0];
+                by[1] = by[0];
+            } else {
+                st = ragged_round(m, hw, l, &dc_sh, SP_PHASE_DECODE, mb, e ? s1 : s0, s, all, opts, &p[2], &c[e],
+                                  &by[e], &t[e]);
             }
-            if (!st && (t[e] = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], sum, most)) < 0)
-                st = spi_fail(SP_EINVAL, "decode step time (ps) does not fit in 64 bits (the request is too large to represent)");
         }
         if (st) break;
         /* as a uniform batch's decode_s = gen · (first + last) / 2 */
         k->ragged_decode_s += (double)(s1 - s0 + 1) * 0.5 * ((double)t[0] * 1e-12 + (double)t[1] * 1e-12);
         if (s0 == 1) k->d1 = c[0];
         k->dn = c[1];
+        k->rag_dn_bytes = by[1];
+        k->rag_step_ps = t[1];
         s0 = s1 + 1;
     }
+    free(mb);
     return st;
 }
 
-/* A ragged batch's stage s (sp_cost_eval_ragged): one micro-batch (the
- * lowering allows no more), so the prefill composes from the stages' times
- * as for any layout; decode steps differ, so the first stage's kind
- * carries the job's whole decode time, each step composed over every
- * stage (ragged_decode_s).  Each replica runs its own sequences (sp_lower.h,
- * "Ragged batches"): the slowest replica's prefill and decode set the
- * times, the chip that holds the most the memory.  Programs are priced as
- * lowered (each decode step at its own contexts). */
+/* A ragged batch's stage s (sp_cost_eval_ragged): each replica runs its own
+ * sequences and each of its micro-batches its own (sp_lower.h, "Ragged
+ * batches"), so the first stage's kind carries the job's times composed
+ * over every stage (rag_pf_ps, ragged_decode_s, rag_step_ps: the slowest
+ * replica's), every kind its own breakdown (the slowest micro-batch's of
+ * the slowest replica), the chip that holds the most the memory.  Programs
+ * are priced as lowered (each decode step at its own contexts). */
 static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                                     const sp_ragged *r, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf)
 {
@@ -1288,9 +1370,9 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
         return spi_fail(SP_EINVAL, "workload: a ragged batch's batch, prompt and gen are its sequences (%lld), longest "
                                    "prompt (%lld) and longest generation (%lld)",
                         (long long)r->n, (long long)r->max_prompt, (long long)r->max_gen);
-    if (l->replicas < 1 || r->n % l->replicas)
-        return spi_fail(SP_EINVAL, "ragged batch of %lld sequences does not split into %d replicas", (long long)r->n,
-                        l->replicas);
+    if (l->replicas < 1 || l->microbatches < 1 || r->n % ((int64_t)l->replicas * l->microbatches))
+        return spi_fail(SP_EINVAL, "ragged batch of %lld sequences does not split into %d replicas × %d micro-batches",
+                        (long long)r->n, l->replicas, l->microbatches);
     sp_program *p = malloc(3 * sizeof *p);   /* prefill, decode (step 1, sized for every step), one step */
     if (!p) return spi_fail(SP_ENOMEM, "cost model: programs of a ragged batch");
     sp_status st = SP_OK;
@@ -1303,15 +1385,21 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
         if ((st = sp_ragged_slice(r, rep * per, per, &v)) ||
             (st = replica_price_ragged(m, hw, l, r, &v, opts, s, &kr, run_pf, p)))
             break;
-        if (rep == 0 || kr.pf_ps > k->pf_ps) {
+        /* stage 0 compares replicas by their composed times, the others by their own stage's */
+        int64_t pk = s == 0 ? kr.rag_pf_ps : kr.pf_ps, pm = s == 0 ? k->rag_pf_ps : k->pf_ps;
+        if (rep == 0 || pk > pm) {
             k->pf = kr.pf;
             k->pf_ps = kr.pf_ps;
+            k->rag_pf_ps = kr.rag_pf_ps;
         }
+        if (kr.rag_pf_bytes > k->rag_pf_bytes) k->rag_pf_bytes = kr.rag_pf_bytes;
         if (rep == 0 || kr.ragged_decode_s > k->ragged_decode_s) {
             k->ragged_decode_s = kr.ragged_decode_s;
             k->d1 = kr.d1;
             k->dn = kr.dn;
+            k->rag_step_ps = kr.rag_step_ps;
         }
+        if (kr.rag_dn_bytes > k->rag_dn_bytes) k->rag_dn_bytes = kr.rag_dn_bytes;
         if (rep == 0 || kr.mem.total > k->mem.total) k->mem = kr.mem;
     }
     free(p);
@@ -1666,7 +1754,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             pf_sum += t;
             if (t > pf_max) pf_max = t;
             add_phase(&out->prefill, &k->pf);
-            int64_t cb = spi_ck_mul(&ck, "prefill bytes sent per chip", k->pf.comm_bytes, M);
+            int64_t cb = rg ? k->rag_pf_bytes : spi_ck_mul(&ck, "prefill bytes sent per chip", k->pf.comm_bytes, M);
             if (cb > out->comm_bytes_prefill) out->comm_bytes_prefill = cb;
         }
         if (w->gen > 0) {
@@ -1676,7 +1764,8 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
             if (t1 > d1_max) d1_max = t1;
             if (tn > dn_max) dn_max = tn;
             add_phase(&out->decode, &k->dn);
-            if (k->dn.comm_bytes > out->comm_bytes_decode_step) out->comm_bytes_decode_step = k->dn.comm_bytes;
+            int64_t cb = rg ? k->rag_dn_bytes : spi_ck_mul(&ck, "decode bytes sent per chip", k->dn.comm_bytes, M);
+            if (cb > out->comm_bytes_decode_step) out->comm_bytes_decode_step = cb;
         }
         if (k->mem.total > worst) {
             worst = k->mem.total;
@@ -1684,7 +1773,6 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         }
         if (k->mem.host_total > out->host_peak) out->host_peak = k->mem.host_total;
     }
-    out->comm_bytes_decode_step = spi_ck_mul(&ck, "decode bytes sent per chip", out->comm_bytes_decode_step, M);
     if (ck.overflow) return spi_fail(SP_EINVAL, "%s do not fit in 64 bits (the request is too large to represent)", ck.what);
     out->shortfall_bytes = worst > out->capacity ? worst - out->capacity : 0;
     out->host_capacity = hw->host_bytes;
@@ -1696,7 +1784,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     if (run_pf) {
         int64_t pf = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_PREFILL], pf_sum, pf_max);
         if (pf < 0) return spi_fail(SP_EINVAL, "prefill time (ps) does not fit in 64 bits (the request is too large to represent)");
-        out->prefill_s = (double)pf * 1e-12;
+        out->prefill_s = (double)(rg ? kinds[0].rag_pf_ps : pf) * 1e-12;   /* ragged: the first stage's kind */
     }
     if (w->gen > 0) {
         int64_t t1 = sp_cost_pipe_compose(&pipe.phase[SP_PHASE_DECODE], d1_sum, d1_max);
@@ -1706,7 +1794,10 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
         double step1 = (double)t1 * 1e-12, stepn = (double)tn * 1e-12;
         out->decode_step_s = stepn;
         out->decode_s = w->gen * 0.5 * (step1 + stepn);
-        if (rg) out->decode_s = kinds[0].ragged_decode_s;   /* the first stage's kind: every stage's steps */
+        if (rg) {   /* the first stage's kind: every stage's steps */
+            out->decode_s = kinds[0].ragged_decode_s;
+            out->decode_step_s = (double)kinds[0].rag_step_ps * 1e-12;
+        }
     }
     out->total_s = out->prefill_s + out->decode_s;
 

@@ -25,6 +25,7 @@ typedef struct sim {
     int first[SP_LAYOUT_MAX_STAGES];    /* global rank of stage s's first chip */
     int nmax, nfb;               /* the most chips of a stage; feedback slots per micro-batch */
     int64_t U, NT;               /* prefill: passes per micro-batch, token passes among them (1, 1 in decode) */
+    int64_t NP;                  /* program sets: NT, or M (sp_sim_opts.mb_progs: micro-batch mb's at mb·S + s) */
     int64_t pass;                /* the prefill pass being run (trace ids); -1: one pass, or decode */
     sp_mesh mesh[SP_LAYOUT_MAX_STAGES];  /* [0]: every stage's; stages of their own mesh: [s], stage s's view */
     spi_prog_run *pr;            /* [NT × S]: token pass j of stage s at j·S + s */
@@ -205,7 +206,7 @@ static void sim_free(sim *x)
     for (int g = 0; x->gid && g < (x->hetero ? x->S : 1); g++)
         for (unsigned m = 0; m < (1u << SP_AXIS_COUNT); m++) free(x->gid[g][m]);
     free(x->gid);
-    for (int64_t i = 0; x->pairs && i < x->NT * x->S; i++) free(x->pairs[i]);
+    for (int64_t i = 0; x->pairs && i < x->NP * x->S; i++) free(x->pairs[i]);
     free(x->pairs);
     free(x->npairs);
     free(x->chip_end);
@@ -264,22 +265,31 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     for (int s = 0; s < x.S; s++)
         if (x.nst[s] > x.nmax) x.nmax = x.nst[s];
     x.U = x.NT = 1;
-    if (phase == SP_PHASE_PREFILL && progs[0]) {
+    if (phase == SP_PHASE_PREFILL && progs[0] && !opts->mb_progs) {
         /* programs built by hand may leave the pass counts 0: one pass */
         x.NT = progs[0]->passes_tok > 1 ? progs[0]->passes_tok : 1;
         x.U = (progs[0]->passes_seq > 1 ? progs[0]->passes_seq : 1) * x.NT;
     }
-    for (int j = 0; j < x.NT; j++)
+    x.NP = opts->mb_progs ? x.M : x.NT;
+    for (int j = 0; j < x.NP; j++)
         for (int s = 0; s < x.S; s++) {
             const sp_program *p = progs[j * x.S + s];
+            if (opts->mb_progs && !p) {   /* a micro-batch that takes no part: none of its stages */
+                for (int o = 0; o < x.S; o++)
+                    if (progs[j * x.S + o])
+                        return spi_fail(SP_EINVAL, "sp_sim_phase: micro-batch %d has some stages' programs, not all", j);
+                break;
+            }
+            if (opts->mb_progs && (p->passes_seq > 1 || p->passes_tok > 1))
+                return spi_fail(SP_EINVAL, "sp_sim_phase: programs per micro-batch with prefill passes");
             sp_layout v = *l;   /* the stage's view (sp_lower: its own mesh, if any) */
             sp_layout_stage_mesh(l, s, v.mesh);
             if (!p || p->stage != s || p->phase != phase || memcmp(&p->layout, &v, sizeof v) ||
-                (phase == SP_PHASE_PREFILL && p->shape.passes_left != x.NT - 1 - j))
+                (phase == SP_PHASE_PREFILL && p->shape.passes_left != (opts->mb_progs ? 0 : x.NT - 1 - j)))
                 return spi_fail(SP_EINVAL, "sp_sim_phase: program %d is not stage %d of this layout's %s (pass %d)",
                                 j * x.S + s, s, sp_phase_name(phase), j);
         }
-    x.pr = calloc((size_t)(x.S * x.NT), sizeof *x.pr);
+    x.pr = calloc((size_t)(x.S * x.NP), sizeof *x.pr);
     x.st = calloc((size_t)x.nmax, sizeof *x.st);
     x.ready = calloc((size_t)x.nmax, sizeof *x.ready);
     x.gmax = calloc((size_t)x.nmax, sizeof *x.gmax);
@@ -289,8 +299,8 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     x.fb = calloc((size_t)x.M * (size_t)x.nfb, sizeof *x.fb);
     x.round_end = calloc((size_t)x.T, sizeof *x.round_end);
     if (x.hetero) {
-        x.pairs = calloc((size_t)(x.S * x.NT), sizeof *x.pairs);
-        x.npairs = calloc((size_t)(x.S * x.NT), sizeof *x.npairs);
+        x.pairs = calloc((size_t)(x.S * x.NP), sizeof *x.pairs);
+        x.npairs = calloc((size_t)(x.S * x.NP), sizeof *x.npairs);
     }
     sp_status st = SP_OK;
     if (!x.pr || !x.st || !x.ready || !x.gmax || !x.gid || !x.chip_end || !x.send_end || !x.fb || !x.round_end ||
@@ -298,9 +308,10 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         st = spi_fail(SP_ENOMEM, "simulator: out of memory for %d chips", N);
         goto done;
     }
-    for (int64_t i = 0; x.hetero && i < x.S * x.NT; i++)
-        if (i % x.S) SP_CHECKGOTO(hand_off_pairs(&x, progs[i - 1], progs[i], i), st, done);
-    for (int i = 0; i < x.S * x.NT; i++) {
+    for (int64_t i = 0; x.hetero && i < x.S * x.NP; i++)
+        if (i % x.S && progs[i]) SP_CHECKGOTO(hand_off_pairs(&x, progs[i - 1], progs[i], i), st, done);
+    for (int i = 0; i < x.S * x.NP; i++) {
+        if (!progs[i]) continue;
         /* priced at the context each program was lowered for, as sp_cost_eval prices it */
         int64_t ctx[2] = {phase == SP_PHASE_DECODE ? progs[i]->shape.context : 0, 0};
         spi_cost_price_program(opts->cost.cache, progs[i], hw, ctx, &x.pr[i], NULL);
@@ -313,7 +324,8 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         /* prefill: each micro-batch's passes in order, token pass u mod NT */
         for (int64_t u = 0; u < x.M * x.U; u++)
             for (int s = 0; s < x.S; s++) {
-                int64_t i = u % x.NT * x.S + s;
+                int64_t i = (opts->mb_progs ? u / x.U : u % x.NT) * x.S + s;
+                if (!progs[i]) continue;   /* mb_progs: a micro-batch that takes no part */
                 x.pass = phase == SP_PHASE_PREFILL && x.U > 1 ? u % x.U : -1;
                 SP_CHECKGOTO(run_unit(&x, progs[i], i, s, t, (int)(u / x.U)), st, done);
             }
@@ -485,13 +497,15 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     co.fresh = 1;
     SP_CHECK(sp_cost_eval_ragged(m, hw, l, r, &co, &c));
     int64_t ev_pf = 0, ev_dc = 0;
-    int S = l->stages, R = l->replicas;
-    int64_t per = r->n / R;
-    sp_program *p = calloc((size_t)S, sizeof *p);
-    const sp_program **pp = calloc((size_t)S, sizeof *pp);
+    int S = l->stages, R = l->replicas, M = l->microbatches;
+    /* each micro-batch its own programs (sp_sim_opts.mb_progs): micro-batch j's stage i at j·S + i */
+    size_t np = (size_t)S * (size_t)M;
+    sp_program *p = calloc(np, sizeof *p);
+    const sp_program **pp = calloc(np, sizeof *pp);
+    sp_ragged *mb = calloc((size_t)M, sizeof *mb);
     sp_status st = SP_OK;
-    if (!p || !pp) st = spi_fail(SP_ENOMEM, "simulator: a ragged batch's programs (%d stages)", S);
-    for (int i = 0; i < S && !st; i++) pp[i] = &p[i];
+    if (!p || !pp || !mb) st = spi_fail(SP_ENOMEM, "simulator: a ragged batch's programs (%d stages × %d micro-batches)", S, M);
+    o.mb_progs = 1;
     sp_shape pf = {r->n, 0, 0, r->max_context, o.cost.act_dtype, 0};
     sp_shape dc = {r->n, 1, r->max_context, r->max_context, o.cost.act_dtype, 0};
     double t0 = o.t0_s, end = 0;
@@ -501,20 +515,31 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
         sp_sim_result pr, dsum;
         double dstep = 0;
         memset(&dsum, 0, sizeof dsum);
-        if ((st = sp_ragged_slice(r, rep * per, per, &v))) break;
+        if ((st = sp_ragged_slice(r, rep * (r->n / R), r->n / R, &v))) break;
+        for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(r, R, M, rep, j, &mb[j]);
+        if (st) break;
         o.replica = R > 1 ? rep : -1;
         o.t0_s = t0;
         o.tokens = 1;
         o.token0 = 0;
-        pf.q_len = pf.context = v.max_prompt;
-        for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, &v, 0, i, &p[i]);
+        for (size_t i = 0; i < np && !st; i++) {
+            const sp_ragged *q = &mb[i / (size_t)S];
+            pf.q_len = pf.context = q->max_prompt;
+            pp[i] = &p[i];
+            st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, q, 0, (int)(i % (size_t)S), &p[i]);
+        }
         if (st || (st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &pr))) break;
         /* every decode step, each with its own sequences and contexts, one after another */
         o.t0_s += pr.makespan_s;
         for (int64_t s = 1; s <= v.max_gen && !st; s++) {
             sp_sim_result d;
             o.token0 = s - 1;
-            for (int i = 0; i < S && !st; i++) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, &v, s, i, &p[i]);
+            for (size_t i = 0; i < np && !st; i++) {
+                /* a micro-batch whose sequences all finished takes no part */
+                const sp_ragged *q = &mb[i / (size_t)S];
+                pp[i] = s <= q->max_gen ? &p[i] : NULL;
+                if (pp[i]) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, q, s, (int)(i % (size_t)S), &p[i]);
+            }
             if (st || (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d))) break;
             dsum.makespan_s += d.makespan_s;
             dsum.events += d.events;
@@ -540,5 +565,6 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     out->makespan_s = end;
     free(p);
     free(pp);
+    free(mb);
     return st;
 }

@@ -71,6 +71,10 @@ typedef struct sp_sim_opts {
                                 are replica r's (a ragged batch's replicas run their own), so only the
                                 chips of replica r are traced and counted in events (every chip runs
                                 them; replicas share no step, so replica r's times are its own) */
+    int mb_progs;            /* sp_sim_phase: 0 (default) every micro-batch runs progs; 1: each micro-batch
+                                its own programs, progs[mb·S + s] (a ragged batch's micro-batches take their
+                                own sequences, sp_ragged_micro; no prefill passes), all S of micro-batch mb
+                                NULL when it takes no part (a decode step past its sequences' generation) */
 } sp_sim_opts;
 void sp_sim_opts_init(sp_sim_opts *o);
 

@@ -610,6 +610,10 @@ sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_r
     if (sp_layout_hetero(l))
         return spi_fail(SP_ENOTSUP, "stage_mesh: running a ragged batch through stages of their own mesh is not "
                                     "implemented (equal-length batches run)");
+    if (l->microbatches > 1)
+        return spi_fail(SP_EINVAL, "running a ragged batch with micro-batches (microbatches=%d): not implemented "
+                                   "(estimate and plan price it; one micro-batch, through any number of stages, runs)",
+                        l->microbatches);
     return build_one(m, l, r->n, r->max_prompt, r->max_gen, w, backend, 0, 0, 0, r, out);
 }
 

@@ -1698,13 +1698,10 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     if (rg) {
         /* a ragged batch (sp_lower.h, "Ragged batches"): every chip holds every sequence's tokens */
         const sp_ragged *r = rg;
-        if (l->microbatches > 1)
-            BAD("ragged batches with micro-batches (microbatches=%d): not implemented (one micro-batch, through any "
-                "number of stages, is)", l->microbatches);
         if (r->n != p->micro_batch)
-            BAD("ragged batch of %lld sequences lowered for a replica of %lld (batch %lld over %d replicas: each "
-                "replica's program takes its own sequences, sp_ragged_slice)", (long long)r->n,
-                (long long)p->micro_batch, (long long)shape->batch, l->replicas);
+            BAD("ragged batch of %lld sequences lowered for a micro-batch of %lld (batch %lld over %d replicas × %d "
+                "micro-batches: each micro-batch's program takes its own sequences, sp_ragged_micro)", (long long)r->n,
+                (long long)p->micro_batch, (long long)shape->batch, l->replicas, l->microbatches);
         if (l->prefill_chunk || l->prefill_tokens)
             BAD("ragged batches with prefill_chunk or prefill_tokens: not implemented");
         if (sp_layout_offloads(l)) BAD("ragged batches with offload_weights or offload_kv: not implemented");

@@ -372,6 +372,18 @@ sp_status sp_ragged_slice(const sp_ragged *r, int64_t first, int64_t n, sp_ragge
     return SP_OK;
 }
 
+sp_status sp_ragged_micro(const sp_ragged *r, int replicas, int microbatches, int rep, int mb, sp_ragged *out)
+{
+    memset(out, 0, sizeof *out);
+    if (replicas < 1 || microbatches < 1 || rep < 0 || rep >= replicas || mb < 0 || mb >= microbatches ||
+        r->n % ((int64_t)replicas * microbatches))
+        return spi_fail(SP_EINVAL, "ragged batch of %lld sequences does not split into %d replicas × %d micro-batches "
+                                   "(micro-batch %d of replica %d)",
+                        (long long)r->n, replicas, microbatches, mb, rep);
+    int64_t per = r->n / ((int64_t)replicas * microbatches);
+    return sp_ragged_slice(r, ((int64_t)rep * microbatches + mb) * per, per, out);
+}
+
 int64_t sp_ragged_active_count(const sp_ragged *r, int64_t s)
 {
     int64_t k = 0;

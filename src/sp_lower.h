@@ -56,6 +56,11 @@
  * (i+1)·B/R) (sp_ragged_slice), so the replicas' token counts, step shapes
  * and collectives' sizes differ and each replica's chips run its program.
  * Pipeline stages pass the packed rows on (SEND/RECV of T rows).
+ * Micro-batches: micro-batch j of replica i takes the (i·M + j)-th block of
+ * B/(R·M) consecutive sequences (sp_ragged_micro) and is lowered with them
+ * alone (its own T, contexts and cache slots 0 .. B/(R·M) − 1 of its own
+ * micro-batch's cache); the cost model and the simulator run each
+ * micro-batch's programs in the flow shop of stages.
  * Batch-sharded attention splits the sequences of the pass into |G| blocks
  * of consecutive sequences (block g: sequences [g·B/|G|, (g+1)·B/|G|), the
  * chip's block of the step's batch_axes, as for a uniform batch).  Block g
@@ -83,7 +88,7 @@
  * prefill holding every KV head into a batch-sharded decode's blocks over
  * the whole mesh: the chip's block of the packed rows (ragged, blk_rows the
  * fullest block's).
- * Ragged batches lower for one micro-batch, no chunked prefill, no
+ * Ragged batches lower for any micro-batches, no chunked prefill, no
  * offload, dense models, the KV cache written where decode reads it (or
  * that SLICE), and with weight-gathered FFNs, head-sharded attention or
  * heads that are not split; the others are refused by name.
@@ -559,8 +564,8 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
 
 /* sp_lower for a ragged batch r (sp_ragged.h, borrowed: the program
  * points at it until it is no longer used; NULL: sp_lower): the sequences
- * of one replica, r->n = shape.batch / replicas (with replicas, a slice of
- * the batch: sp_ragged_slice); max_context >= r->max_context.  Prefill: q_len = context =
+ * of one micro-batch of one replica, r->n = shape.batch / (replicas ·
+ * microbatches) (otherwise a slice of the batch: sp_ragged_micro); max_context >= r->max_context.  Prefill: q_len = context =
  * r->max_prompt; the rows are the Σ prompt_b tokens packed sequence after
  * sequence.  Decode: q_len 1 and `step` s (1 .. r->max_gen); the rows are
  * the sequences with gen_b >= s, in order, each at context prompt_b + s

@@ -58,6 +58,12 @@ void sp_ragged_free(sp_ragged *r);   /* NULL and a freed one are no-ops; a view'
 /* *out = sequences [first, first + n) of r, a view of r's arrays (valid
  * while r is; its totals its own).  SP_EINVAL outside r. */
 sp_status sp_ragged_slice(const sp_ragged *r, int64_t first, int64_t n, sp_ragged *out);
+/* The sequences of micro-batch mb of replica rep when r splits into
+ * `replicas` replicas of `microbatches` micro-batches each, as a uniform
+ * batch does: consecutive blocks of n / (replicas · microbatches)
+ * sequences, micro-batch mb of replica rep the (rep · microbatches + mb)-th
+ * (a view, sp_ragged_slice).  SP_EINVAL when n does not split so. */
+sp_status sp_ragged_micro(const sp_ragged *r, int replicas, int microbatches, int rep, int mb, sp_ragged *out);
 
 /* Decode step s (1 .. max_gen): 1 if sequence b takes part (gen_b >= s). */
 static inline int sp_ragged_active(const sp_ragged *r, int64_t b, int64_t s) { return r->gen[b] >= s; }

@@ -103,8 +103,21 @@ expect2 "weight-gathered, batch-sharded" "ragged batches with wg-x and batch-sha
     --workload "$tmp/w.csv" --json >"$tmp/wb.json" 2>"$tmp/wb.err" &&
     json_check '$1 > 0 && $1 < $2 && $3 < $4' "$tmp/wb.json" "" /prefill_s /padded/prefill_s /decode_s /padded/decode_s ||
     { echo "FAIL: estimate --workload, batch-sharded attention"; cat "$tmp/wb.err"; fail=$((fail + 1)); }
-expect2 "micro-batches" "ragged batches with micro-batches" estimate --model llama2-7b --hw h100 --chips 2 \
-    --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads --workload "$tmp/w.csv"
+# micro-batches: each micro-batch its own sequences and programs; the simulator's flow shop agrees
+for lay in microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
+    "$SHARDPLAN" simulate --model llama2-7b --hw h100 --chips 2 --layout "$lay" --workload "$tmp/w.csv" --json \
+        >"$tmp/simm.json" 2>"$tmp/sim.err" &&
+        json_check '$1 == $2 && $3 == $4 && abs($5 - $6) <= 0.01 * $6' "$tmp/simm.json" "" /prefill_s \
+        /closed_form_prefill_s /decode_step_s /closed_form_decode_step_s /decode_s /closed_form_decode_s ||
+        { echo "FAIL: simulate --workload $lay"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
+done
+"$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" --json \
+    --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads >"$tmp/wm.json" 2>"$tmp/wm.err" &&
+    json_check '$1 > 0 && $1 < $2' "$tmp/wm.json" "" /prefill_s /padded/prefill_s ||
+    { echo "FAIL: estimate --workload with micro-batches"; cat "$tmp/wm.err"; fail=$((fail + 1)); }
+expect2 "run micro-batches" "ragged batch with micro-batches" run --model tiny-llama --workload "$tmp/w.csv" \
+    --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads
 # run: one chip and tensor-parallel layouts give the same tokens; bytes and arena as predicted
 RUN="--model tiny-llama --workload $tmp/w.csv --seed 4 --json"
 i=0
