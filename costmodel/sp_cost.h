@@ -245,10 +245,17 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
  * sequence (max prompt_b + gen_b), buffers for the largest step.  With
  * replicas each runs its own sequences (B/R consecutive ones): the slowest
  * replica's prefill and decode set the times (decode_step_s its last step),
- * the chip that holds the most the memory.  Pipeline stages: each step
- * composed over the stages as decode steps are.  One micro-batch and the
- * layouts the lowering takes (else SP_EINVAL naming what is not
- * implemented).  Compare with sp_cost_eval of sp_workload_padded(r). */
+ * the chip that holds the most the memory.  Micro-batches: each its own
+ * B/(R·M) consecutive sequences and programs (sp_ragged_micro); the prefill
+ * is their flow shop through the stages, C(j, s) = max(C(j − 1, s),
+ * C(j, s − 1)) + t(j, s) (equal micro-batches: the uniform batch's
+ * Σ + (M − 1)·max), each decode step the flow shop of the micro-batches
+ * still generating (plus a per-token barrier's time where the runtime has
+ * one), the steps one after another (not overlapped across tokens as the
+ * uniform batch's decode is: with stages and micro-batches never cheaper
+ * than it); bytes sent per chip summed over the micro-batches.  The layouts
+ * the lowering takes (else SP_EINVAL naming what is not implemented).
+ * Compare with sp_cost_eval of sp_workload_padded(r). */
 sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                               const sp_cost_opts *opts, sp_cost *out);
 
@@ -274,8 +281,8 @@ typedef struct sp_stage_cost {
 sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out);
 /* The same for a ragged batch r (as sp_cost_eval_ragged prices its stage: the slowest
- * replica's prefill, the replica with the longest decode's first and last steps, the
- * fullest chip's memory). */
+ * replica's prefill, the replica with the longest decode's first and last steps, each
+ * the slowest micro-batch's on this stage, the fullest chip's memory). */
 sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                                     const sp_cost_opts *opts, int stage, sp_stage_cost *out);
 

@@ -139,8 +139,12 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
  * every replica from time 0: prefill_s the slowest replica's prefill,
  * decode_s and decode_step_s the replica with the longest decode's,
  * makespan_s the latest replica's end, events over every replica's chips.
- * The layouts the lowering takes; opts->tokens and opts->replica are
- * ignored. */
+ * Micro-batches: each its own sequences and programs (sp_ragged_micro,
+ * sp_sim_opts.mb_progs), the prefill and each decode step their flow shop
+ * through the stages (a step: the micro-batches still generating), the
+ * steps one after another, as sp_cost_eval_ragged composes them.
+ * The layouts the lowering takes; opts->tokens, opts->replica and
+ * opts->mb_progs are ignored. */
 sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                              const sp_sim_opts *opts, sp_sim_times *out);
 

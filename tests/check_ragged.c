@@ -802,6 +802,44 @@ START_TEST(test_microbatches)
 }
 END_TEST
 
+/* Bundled models with micro-batches of mixed prompt and gen lengths, on one stage and on
+ * two: the simulator's prefill and last step equal the closed form's; equal lengths price
+ * as the padded batch (the prefill's flow shop of equal micro-batches is the uniform
+ * batch's; one stage's decode too; with stages a ragged batch's decode steps are not
+ * overlapped across tokens, never cheaper). */
+static const char *const mb_models[] = {"tiny-llama", "tiny-palm"};
+START_TEST(test_microbatches_models)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(mb_models[_i / 2], &m, &err), SP_OK);
+    sp_hw hw = h100();
+    sp_layout l = layout_of(_i % 2 ? "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                                     "decode=ws1d/heads"
+                                   : "microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    const int64_t P[4] = {5, 2, 9, 4}, G[4] = {3, 6, 2, 5}, Pe[4] = {6, 6, 6, 6}, Ge[4] = {4, 4, 4, 4};
+    sp_ragged r, e;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    ck_assert_int_eq(sp_ragged_from(Pe, Ge, 4, &e), SP_OK);
+    sp_cost c, a, b;
+    sp_sim_times t;
+    simulate_beside(&m, &hw, &l, &r, &c, &t);
+    ck_assert_msg(fabs(t.decode_s - c.decode_s) <= 1e-2 * t.decode_s, "simulated decode %.9g, closed form %.9g",
+                  t.decode_s, c.decode_s);
+    sp_workload w = sp_workload_padded(&e);
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &e, NULL, &a) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(sp_cost_eval(&m, &hw, &l, &w, NULL, &b) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(a.prefill_s == b.prefill_s, "prefill %.17g vs padded %.17g", a.prefill_s, b.prefill_s);
+    if (l.stages == 1) ck_assert_msg(a.decode_s == b.decode_s, "decode %.17g vs padded %.17g", a.decode_s, b.decode_s);
+    else ck_assert(a.decode_s >= b.decode_s);
+    ck_assert_int_eq(a.comm_bytes_prefill, b.comm_bytes_prefill);
+    ck_assert_int_eq(a.comm_bytes_decode_step, b.comm_bytes_decode_step);
+    ck_assert_int_eq(a.mem.total, b.mem.total);
+    sp_ragged_free(&e);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 START_TEST(test_refused_by_name)
 {
     static sp_program p;
@@ -1033,6 +1071,7 @@ int main(void)
     tcase_add_loop_test(tc, test_simulate_every_step, 0, 2);
     tcase_add_loop_test(tc, test_simulate_replicas, 0, 2);
     tcase_add_loop_test(tc, test_microbatches, 0, 2);
+    tcase_add_loop_test(tc, test_microbatches_models, 0, 4);
     tcase_add_test(tc, test_refused_by_name);
     tcase_add_loop_test(tc, test_plan_workload, 0, 2);
     suite_add_tcase(s, tc);
