@@ -1297,7 +1297,7 @@ static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layou
 
 /* One replica's sequences v of a ragged batch r on stage s: its micro-batches'
  * prefill and decode (each micro-batch its own programs, sp_ragged_micro),
- * its chips' memory (the fullest micro-batch's programs; the KV cache of
+ * its chips' memory (sp_lower_ragged_mem: every buffer the largest micro-batch's; the KV cache of
  * every micro-batch alike).  Stage 0 (all_stages) also composes the
  * replica's times over every stage: the prefill's flow shop, and decode's
  * steps one after another, each a flow shop of the micro-batches taking
@@ -1320,16 +1320,8 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
         st = ragged_round(m, hw, l, &pf_sh, SP_PHASE_PREFILL, mb, 0, s, all, opts, &p[2], &k->pf, &k->rag_pf_bytes,
                           &k->rag_pf_ps);
     if (!st) k->pf_ps = spi_ps(k->pf.time_s);
-    /* memory: the micro-batch whose programs hold the most */
-    for (int j = 0; j < M && !st; j++) {
-        sp_mem_sizes mem;
-        sp_shape x = pf_sh;
-        x.q_len = x.context = mb[j].max_prompt;
-        if (run_pf) st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &x, &mb[j], 0, s, &p[0]);
-        if (!st) st = sp_lower_ragged_decode(m, l, &dc_sh, &mb[j], s, &p[1], &p[2]);
-        if (!st) st = sp_lower_mem_sizes(run_pf ? &p[0] : NULL, &p[1], &mem);
-        if (!st && (j == 0 || mem.total > k->mem.total)) k->mem = mem;
-    }
+    /* memory: one arena runs every micro-batch's programs (the executor's rule) */
+    if (!st) st = sp_lower_ragged_mem(m, l, &pf_sh, &dc_sh, mb, M, s, run_pf ? &p[0] : NULL, &p[1], &k->mem);
     for (int64_t s0 = 1; s0 <= v->max_gen && !st;) {
         int64_t s1 = sp_ragged_segment_end(v, s0), t[2] = {0, 0}, by[2] = {0, 0};
         sp_phase_cost c[2];

@@ -253,7 +253,9 @@ sp_status sp_cost_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, c
  * still generating (plus a per-token barrier's time where the runtime has
  * one), the steps one after another (not overlapped across tokens as the
  * uniform batch's decode is: with stages and micro-batches never cheaper
- * than it); bytes sent per chip summed over the micro-batches.  The layouts
+ * than it); bytes sent per chip summed over the micro-batches; memory one
+ * arena that runs every micro-batch's programs (sp_lower_ragged_mem, as the
+ * executor allocates it).  The layouts
  * the lowering takes (else SP_EINVAL naming what is not implemented).
  * Compare with sp_cost_eval of sp_workload_padded(r). */
 sp_status sp_cost_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,

@@ -350,14 +350,13 @@ static sp_status chip_run(chip *ch)
         ch->token = s;
         int idle = 0;
         if (s == 0) ch->prog = ch->pf;
-        else {
+        else if (ex->ragged) {
+            /* a ragged batch: each micro-batch's program is lowered below; a replica whose
+             * sequences are all done idles until the others are */
+            idle = s > ch->rg.max_gen;
+        } else {
             sp_shape sh = spi_shape_of(ex, 1, s);
-            /* a ragged batch: step s runs the replica's sequences still generating (sp_lower_ragged);
-             * a replica whose sequences are all done idles until the others are */
-            if (ex->ragged && s > ch->rg.max_gen) idle = 1;
-            else if ((st = sp_lower_ragged(ch->m, &ex->l, SP_PHASE_DECODE, &sh, ex->ragged ? &ch->rg : NULL, s, ch->stage,
-                                           dstep)))
-                break;
+            if ((st = sp_lower(ch->m, &ex->l, SP_PHASE_DECODE, &sh, ch->stage, dstep))) break;
             ch->prog = dstep;
         }
         /* a prefill runs each micro-batch as passes (sp_program: sequence chunks, each as
@@ -371,6 +370,18 @@ static sp_status chip_run(chip *ch)
                 sp_shape sh = spi_shape_of(ex, 0, 0);
                 sh.passes_left = ntok - 1 - j;
                 if ((st = sp_lower(ch->m, &ex->l, SP_PHASE_PREFILL, &sh, ch->stage, dstep))) break;
+                ch->prog = dstep;
+            } else if (ex->ragged) {
+                /* micro-batch mb's own sequences (sp_ragged_micro): step s runs those still
+                 * generating (sp_lower_ragged); one whose sequences all finished sits out, on
+                 * every stage alike */
+                const sp_ragged *q = &ch->rgm[mb];
+                if (s > q->max_gen) continue;
+                sp_shape sh = spi_shape_of(ex, s > 0, s);
+                if (s == 0) sh.q_len = sh.context = q->max_prompt;
+                if ((st = sp_lower_ragged(ch->m, &ex->l, s ? SP_PHASE_DECODE : SP_PHASE_PREFILL, &sh, q, s, ch->stage,
+                                          dstep)))
+                    break;
                 ch->prog = dstep;
             } else if (s == 0) {
                 ch->prog = ch->pf;
@@ -610,10 +621,6 @@ sp_status sp_exec_build_ragged(const sp_model *m, const sp_layout *l, const sp_r
     if (sp_layout_hetero(l))
         return spi_fail(SP_ENOTSUP, "stage_mesh: running a ragged batch through stages of their own mesh is not "
                                     "implemented (equal-length batches run)");
-    if (l->microbatches > 1)
-        return spi_fail(SP_EINVAL, "running a ragged batch with micro-batches (microbatches=%d): not implemented "
-                                   "(estimate and plan price it; one micro-batch, through any number of stages, runs)",
-                        l->microbatches);
     return build_one(m, l, r->n, r->max_prompt, r->max_gen, w, backend, 0, 0, 0, r, out);
 }
 
@@ -653,27 +660,33 @@ static sp_status build_one(const sp_model *m, const sp_layout *l, int64_t batch,
     if (l->kv != SP_DT_F32 && l->kv != SP_DT_BF16)
         return spi_fail(SP_ENOTSUP, "KV cache dtype %s (the executor keeps f32 or bf16)", sp_dtype_name(l->kv));
     if (l->stages > 1 && l->microbatches < 1) return spi_fail(SP_EINVAL, "micro-batches");
-    sp_program *p = malloc(3 * sizeof *p);   /* a stage's prefill and decode programs (and a ragged decode step) */
-    if (!p) return spi_fail(SP_ENOMEM, "program");
+    sp_program *p = malloc(2 * sizeof *p);   /* a stage's prefill and decode programs */
+    /* a ragged batch: each micro-batch of each replica its own sequences (sp_ragged_micro) */
+    int nrep = r ? l->replicas : 1, M = l->microbatches > 1 ? l->microbatches : 1;
+    sp_ragged *mb = r ? calloc((size_t)M, sizeof *mb) : NULL;
+    if (!p || (r && !mb)) {
+        free(p);
+        free(mb);
+        return spi_fail(SP_ENOMEM, "program");
+    }
     sp_status st = SP_OK;
     int64_t chip_bytes = 0;   /* the largest stage's bytes per chip: what chip_setup will allocate */
-    /* a ragged batch: each replica's programs take its own sequences */
-    int nrep = r ? l->replicas : 1;
-    if (r && (l->replicas < 1 || batch % l->replicas)) st = spi_fail(SP_EINVAL, "ragged batch of %lld sequences over %d replicas", (long long)batch, l->replicas);
     for (int s = 0; s < l->stages * nrep && !st; s++) {
-        sp_ragged v, *rv = NULL;
-        if (r && !(st = sp_ragged_slice(r, s % nrep * (batch / nrep), batch / nrep, &v))) rv = &v;
+        for (int j = 0; r && j < M && !st; j++) st = sp_ragged_micro(r, nrep, M, s % nrep, j, &mb[j]);
         if (st) break;
-        sp_shape sh = {batch, rv ? rv->max_prompt : prompt, rv ? rv->max_prompt : prompt, ctx, SP_DT_F32, 0};
-        st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &sh, rv, 0, s / nrep, &p[0]);
+        sp_shape sh = {batch, prompt, prompt, ctx, SP_DT_F32, 0};
         sp_shape sd = {batch, 1, ctx, ctx, SP_DT_F32, 0};
-        if (!st) st = rv ? sp_lower_ragged_decode(m, l, &sd, rv, s / nrep, &p[1], &p[2])
-                         : sp_lower(m, l, SP_PHASE_DECODE, &sd, s / nrep, &p[1]);
         sp_mem_sizes ms;
-        if (!st) st = sp_lower_mem_sizes(&p[0], &p[1], &ms);
+        if (r) {
+            st = sp_lower_ragged_mem(m, l, &sh, &sd, mb, M, s / nrep, &p[0], &p[1], &ms);
+        } else if (!(st = sp_lower(m, l, SP_PHASE_PREFILL, &sh, s / nrep, &p[0])) &&
+                   !(st = sp_lower(m, l, SP_PHASE_DECODE, &sd, s / nrep, &p[1]))) {
+            st = sp_lower_mem_sizes(&p[0], &p[1], &ms);
+        }
         if (!st && ms.total > chip_bytes) chip_bytes = ms.total;
     }
     free(p);
+    free(mb);
     if (st) return st;
     sp_exec *ex = exec_new(m, l, batch, prompt, gen, w, backend);
     if (!ex) return spi_fail(SP_ENOMEM, "executor");

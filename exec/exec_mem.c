@@ -85,17 +85,16 @@ sp_status spi_chip_setup(chip *ch)
     ch->dc = malloc(sizeof *ch->dc);
     if (!ch->pf || !ch->dc) return spi_fail(SP_ENOMEM, "programs");
     /* a group of separate groups runs its phase alone: its memory is that phase's */
+    sp_mem_sizes ms;
     if (ex->ragged) {
-        /* a ragged batch: decode's program sized for its largest step (the arena holds every step) */
-        int64_t per = ex->B / ch->l->replicas;   /* this replica's sequences (sp_lower.h, "Ragged batches") */
+        /* a ragged batch: this replica's sequences and each micro-batch's (sp_lower.h, "Ragged
+         * batches"); the programs sized for every micro-batch's largest step (the arena holds them all) */
+        int M = ch->l->microbatches > 1 ? ch->l->microbatches : 1, R = ch->l->replicas;
+        int64_t per = ex->B / R;
         SP_CHECK(sp_ragged_slice(ex->ragged, ch->replica * per, per, &ch->rg));
-        sp.q_len = sp.context = ch->rg.max_prompt;
-        sp_program *tmp = malloc(sizeof *tmp);
-        if (!tmp) return spi_fail(SP_ENOMEM, "programs");
-        sp_status st = sp_lower_ragged(ch->m, &ex->l, SP_PHASE_PREFILL, &sp, &ch->rg, 0, ch->stage, ch->pf);
-        if (!st) st = sp_lower_ragged_decode(ch->m, &ex->l, &sd, &ch->rg, ch->stage, ch->dc, tmp);
-        free(tmp);
-        SP_CHECK(st);
+        if (!(ch->rgm = calloc((size_t)M, sizeof *ch->rgm))) return spi_fail(SP_ENOMEM, "micro-batches");
+        for (int j = 0; j < M; j++) SP_CHECK(sp_ragged_micro(ex->ragged, R, M, ch->replica, j, &ch->rgm[j]));
+        SP_CHECK(sp_lower_ragged_mem(ch->m, &ex->l, &sp, &sd, ch->rgm, M, ch->stage, ch->pf, ch->dc, &ms));
     } else {
         /* lowered for the job's layout (under stage_mesh each stage's program indexes its view, ch->l) */
         if (ex->role != 2) SP_CHECK(sp_lower(ch->m, &ex->l, SP_PHASE_PREFILL, &sp, ch->stage, ch->pf));
@@ -116,8 +115,7 @@ sp_status spi_chip_setup(chip *ch)
     ch->first_layer = first;
 
     /* the arenas: what the lowering predicts, and nothing else */
-    sp_mem_sizes ms;
-    SP_CHECK(sp_lower_mem_sizes(pf, dc, &ms));
+    if (!ex->ragged) SP_CHECK(sp_lower_mem_sizes(pf, dc, &ms));
     ch->pred_bytes = ms.total;
     int64_t host_part = 0;
     if (!o->host_memory)
@@ -294,4 +292,5 @@ void spi_chip_teardown(chip *ch)
     free(ch->lscale);
     free(ch->pf);
     free(ch->dc);
+    free(ch->rgm);
 }

@@ -107,6 +107,7 @@ typedef struct chip {
     const spi_xops *ops;             /* dev.ops, NULL until the device is open */
     sp_program *pf, *dc, *prog;
     sp_ragged rg;                    /* a ragged batch: this chip's replica's sequences (a view of ex->ragged) */
+    sp_ragged *rgm;                  /* and its micro-batches' (l->microbatches views, sp_ragged_micro), owned */
     void *buf[SP_BUF_COUNT];
     int64_t first_layer;
     void *wt[SP_W_COUNT];            /* model-level shards (EMBED, LMHEAD) */

@@ -2333,6 +2333,15 @@ sp_status sp_lower_ragged(const sp_model *m, const sp_layout *l, sp_phase phase,
     return emit_program(&c, -1);
 }
 
+/* b = max(a, b) for each buffer and scratch slot: a program whose arena holds both */
+static void bufs_envelope(const sp_program *a, sp_program *b)
+{
+    for (int i = 0; i < SP_BUF_COUNT; i++)
+        if (a->buf_bytes[i] > b->buf_bytes[i]) b->buf_bytes[i] = a->buf_bytes[i];
+    for (int i = 0; i < SP_SCR_COUNT; i++)
+        if (a->scratch_bytes[i] > b->scratch_bytes[i]) b->scratch_bytes[i] = a->scratch_bytes[i];
+}
+
 sp_status sp_lower_ragged_decode(const sp_model *m, const sp_layout *l, const sp_shape *shape, const sp_ragged *r,
                                  int stage, sp_program *out, sp_program *tmp)
 {
@@ -2345,14 +2354,33 @@ sp_status sp_lower_ragged_decode(const sp_model *m, const sp_layout *l, const sp
             int64_t step = e ? s1 : s0;
             if (step == 1) continue;
             SP_CHECK(sp_lower_ragged(m, l, SP_PHASE_DECODE, shape, r, step, stage, tmp));
-            for (int b = 0; b < SP_BUF_COUNT; b++)
-                if (tmp->buf_bytes[b] > out->buf_bytes[b]) out->buf_bytes[b] = tmp->buf_bytes[b];
-            for (int i = 0; i < SP_SCR_COUNT; i++)
-                if (tmp->scratch_bytes[i] > out->scratch_bytes[i]) out->scratch_bytes[i] = tmp->scratch_bytes[i];
+            bufs_envelope(tmp, out);
         }
         s0 = s1 + 1;
     }
     return SP_OK;
+}
+
+sp_status sp_lower_ragged_mem(const sp_model *m, const sp_layout *l, const sp_shape *pf_sh, const sp_shape *dc_sh,
+                              const sp_ragged *mb, int M, int stage, sp_program *pf, sp_program *dc,
+                              sp_mem_sizes *mem)
+{
+    if (!mb || M < 1 || !dc || !mem) return spi_fail(SP_EINVAL, "sp_lower_ragged_mem: bad arguments");
+    sp_program *tmp = malloc(2 * sizeof *tmp);   /* micro-batch j's program of a phase; sp_lower_ragged_decode's room */
+    if (!tmp) return spi_fail(SP_ENOMEM, "programs of a ragged batch's %d micro-batches", M);
+    sp_status st = SP_OK;
+    for (int j = 0; j < M && !st; j++) {
+        if (pf) {
+            sp_shape x = *pf_sh;
+            x.q_len = x.context = mb[j].max_prompt;
+            if ((st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &x, &mb[j], 0, stage, j ? &tmp[0] : pf))) break;
+            if (j) bufs_envelope(&tmp[0], pf);
+        }
+        if ((st = sp_lower_ragged_decode(m, l, dc_sh, &mb[j], stage, j ? &tmp[0] : dc, &tmp[1]))) break;
+        if (j) bufs_envelope(&tmp[0], dc);
+    }
+    free(tmp);
+    return st ? st : sp_lower_mem_sizes(pf, dc, mem);
 }
 
 /* Dequantisation scratch of the matmul kernel: one tile of SP_DEQUANT_TILE

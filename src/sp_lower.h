@@ -60,7 +60,9 @@
  * B/(R·M) consecutive sequences (sp_ragged_micro) and is lowered with them
  * alone (its own T, contexts and cache slots 0 .. B/(R·M) − 1 of its own
  * micro-batch's cache); the cost model and the simulator run each
- * micro-batch's programs in the flow shop of stages.
+ * micro-batch's programs in the flow shop of stages, the executor each in
+ * the pipeline's micro-batch order (sp_lower_ragged_mem: the memory of a
+ * chip that runs them all).
  * Batch-sharded attention splits the sequences of the pass into |G| blocks
  * of consecutive sequences (block g: sequences [g·B/|G|, (g+1)·B/|G|), the
  * chip's block of the step's batch_axes, as for a uniform batch).  Block g
@@ -683,6 +685,18 @@ typedef struct sp_mem_sizes {
     int64_t host_total;
 } sp_mem_sizes;
 sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode, sp_mem_sizes *out);
+/* The memory of a ragged replica's chip of stage `stage` that runs the
+ * replica's M micro-batches mb[0 .. M) (sp_ragged_micro) one after another
+ * in one arena (the cost model's and the executor's one rule): *pf is
+ * micro-batch 0's prefill (q_len = context = its longest prompt) and *dc its
+ * decode (sp_lower_ragged_decode), each with every buffer and scratch slot
+ * the largest of every micro-batch's programs of its phase, and *mem =
+ * sp_lower_mem_sizes(pf, dc) (pf NULL: the decode alone).  Shapes: pf_sh
+ * and dc_sh as sp_lower_ragged takes them (pf_sh's q_len and context set
+ * per micro-batch).  One micro-batch: its own programs. */
+sp_status sp_lower_ragged_mem(const sp_model *m, const sp_layout *l, const sp_shape *pf_sh, const sp_shape *dc_sh,
+                              const sp_ragged *mb, int M, int stage, sp_program *pf, sp_program *dc,
+                              sp_mem_sizes *mem);
 /* One program's part that does not come from its buffers: weights and KV
  * (the stage's: either phase's program gives the same) and the
  * dequantisation workspace (this program's: one tile of 64 fp32 columns of

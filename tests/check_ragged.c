@@ -914,6 +914,16 @@ static const struct run_case {
     /* the KV handoff of a head-sharded prefill holding its one KV head into batch-sharded decode's blocks */
     {"tiny-palm", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/batch"},
     {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch"},
+    /* micro-batches, each its own sequences (micro-batch 0: prompts 3, 7, gens 4, 2; micro-batch 1:
+     * 1, 5 and 6, 3: micro-batch 0 sits out steps 5 and 6); replicas × micro-batches: one sequence each */
+    {"tiny-llama", "microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-palm", "microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-palm", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-palm", "stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    {"tiny-llama", "stages=2,microbatches=2,replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -993,29 +1003,43 @@ START_TEST(test_exec_each_sequence_alone)
         pred += st.predicted_bytes[k];
     }
     static sp_program pf, dc, tmp;
-    int64_t tp = (int64_t)l.mesh[0] * l.mesh[1] * l.mesh[2], per = N / l.replicas, most = 0;
+    int64_t tp = (int64_t)l.mesh[0] * l.mesh[1] * l.mesh[2], most = 0;
+    const int M = l.microbatches > 1 ? l.microbatches : 1;
     sp_shape dsh = {N, 1, r.max_context, r.max_context, SP_DT_F32, 0};
     uint64_t want = 0;
     for (int rep = 0; rep < l.replicas; rep++) {
-        /* each replica's programs: its own sequences, prefill and decode steps 1 .. its longest gen − 1 */
-        sp_ragged v;
-        ck_assert_int_eq(sp_ragged_slice(&r, rep * per, per, &v), SP_OK);
-        sp_shape psh = {N, v.max_prompt, v.max_prompt, r.max_context, SP_DT_F32, 0};
+        /* each micro-batch's programs: its own sequences, prefill and decode steps 1 .. its longest
+         * gen − 1 (none past it: it sits out) */
+        sp_ragged v[N];
+        for (int j = 0; j < M; j++) {
+            ck_assert_int_eq(sp_ragged_micro(&r, l.replicas, M, rep, j, &v[j]), SP_OK);
+            ck_assert_int_eq(v[j].n, N / (l.replicas * M));
+        }
         for (int stg = 0; stg < l.stages; stg++) {
-            ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v, 0, stg, &pf), SP_OK);
-            want += program_bytes(&pf, tp);
-            for (int64_t s = 1; s < MG && s <= v.max_gen; s++) {
-                ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v, s, stg, &tmp), SP_OK);
-                ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v, s));
-                want += program_bytes(&tmp, tp);
+            for (int j = 0; j < M; j++) {
+                sp_shape psh = {N, v[j].max_prompt, v[j].max_prompt, r.max_context, SP_DT_F32, 0};
+                ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v[j], 0, stg, &pf), SP_OK);
+                want += program_bytes(&pf, tp);
+                for (int64_t s = 1; s < MG && s <= v[j].max_gen; s++) {
+                    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v[j], s, stg, &tmp), SP_OK);
+                    ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v[j], s));
+                    want += program_bytes(&tmp, tp);
+                }
             }
-            /* memory: the arena is the lowering's prediction for the largest step */
-            ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &v, stg, &dc, &tmp), SP_OK);
+            /* memory: the arena is the lowering's prediction for every micro-batch's largest step
+             * (one micro-batch: sp_lower_mem_sizes of its prefill and largest decode step) */
+            sp_shape psh = {N, 0, 0, r.max_context, SP_DT_F32, 0};
             sp_mem_sizes ms;
-            ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &ms), SP_OK);
+            ck_assert_int_eq(sp_lower_ragged_mem(&m, &l, &psh, &dsh, v, M, stg, &pf, &dc, &ms), SP_OK);
+            if (M == 1) {
+                sp_mem_sizes one;
+                ck_assert_int_eq(sp_lower_ragged_decode(&m, &l, &dsh, &v[0], stg, &dc, &tmp), SP_OK);
+                ck_assert_int_eq(sp_lower_mem_sizes(&pf, &dc, &one), SP_OK);
+                ck_assert_int_eq(one.total, ms.total);
+            }
             if (ms.total > most) most = ms.total;
         }
-        sp_ragged_free(&v);
+        for (int j = 0; j < M; j++) sp_ragged_free(&v[j]);
     }
     ck_assert_msg(pred == want, "%s %s: predicted %llu bytes, the programs %llu", c->model, c->layout,
                   (unsigned long long)pred, (unsigned long long)want);
@@ -1023,6 +1047,15 @@ START_TEST(test_exec_each_sequence_alone)
     ck_assert_msg(st.allocated_bytes_per_chip == most && st.predicted_bytes_per_chip == most,
                   "%s %s: allocated %lld, predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)most);
+    /* the cost model's memory per chip is the same rule's (its activations at the executor's f32) */
+    sp_hw hw = h100();
+    sp_cost_opts co;
+    sp_cost_opts_init(&co);
+    co.act_dtype = SP_DT_F32;
+    sp_cost cost;
+    ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, &co, &cost) == SP_OK, "%s", sp_last_error());
+    ck_assert_msg(cost.mem.total == most, "%s %s: cost model %lld bytes per chip, executor %lld", c->model, c->layout,
+                  (long long)cost.mem.total, (long long)most);
     sp_exec_free(ex);
     sp_ragged_free(&r);
     sp_weights_free(&w);

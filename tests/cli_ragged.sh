@@ -116,15 +116,15 @@ done
     --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads >"$tmp/wm.json" 2>"$tmp/wm.err" &&
     json_check '$1 > 0 && $1 < $2' "$tmp/wm.json" "" /prefill_s /padded/prefill_s ||
     { echo "FAIL: estimate --workload with micro-batches"; cat "$tmp/wm.err"; fail=$((fail + 1)); }
-expect2 "run micro-batches" "ragged batch with micro-batches" run --model tiny-llama --workload "$tmp/w.csv" \
-    --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads
 # run: one chip and tensor-parallel layouts give the same tokens; bytes and arena as predicted
 RUN="--model tiny-llama --workload $tmp/w.csv --seed 4 --json"
 i=0
 for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            mesh=2x2x1,prefill=ws2d/heads,decode=ws2d/heads replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            stages=2,microbatches=1,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
-           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch mesh=2x2x1,prefill=wg-xyz/batch,decode=ws2d/batch; do
+           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch mesh=2x2x1,prefill=wg-xyz/batch,decode=ws2d/batch \
+           stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
@@ -161,6 +161,14 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
     json_same "$tmp/r7.json" "$tmp/mpiw.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpiw.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, weight-gathered, differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+        </dev/null >"$tmp/mpim.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, micro-batches: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r8.json" "$tmp/mpim.json" /tokens /comm/measured_bytes \
+        /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpim.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload, micro-batches, differs from threads"; fail=$((fail + 1)); }
 fi
 echo "cli_ragged: mpi part: $( test -n "${MPIRUN:-}" && echo ran || echo skipped)"
 [ $fail -eq 0 ] || exit 1
