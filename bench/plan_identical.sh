@@ -34,6 +34,15 @@ mixtral-8x7b h100 8 32 1024 128
 gpt-20b-ft a100-80g 8 1 512 32 --latency-metric prefill
 falcon-180b h200 8 16 2048 128 --weights int8
 bloom-176b a100-80g 16 128 256 32
+palm-540b tpu-v4 256 64 2048 64
+palm-62b tpu-v4 64 64 1024 128 --min-chips --max-latency-ms 3000
+mixtral-8x7b h100 8 64 1024 128 --offload
+llama2-70b a100-80g 4 16 1024 128 --offload
+llama2-70b h100 16 32 1024 128 --disaggregate
+llama2-70b h100 16 64 2048 256 --objective throughput --max-latency-ms 30000
+llama2-70b a100-80g 8 64 2048 0
+llama2-70b a100-80g 8 64 0 128
+palm-540b tpu-v4 64 64 2048 64 --objective cost --latency-metric decode --min-tokens-per-s 200
 CASES
 n=0 bad=0
 while read -r m h c b p g extra; do

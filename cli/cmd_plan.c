@@ -192,9 +192,10 @@ static void print_plan(const sp_plan *p, const sp_model *m, const sp_hw *hw)
     if (p->opts.max_latency_s > 0) printf(", latency <= %s", cli_fmt_seconds(p->opts.max_latency_s, b, sizeof b));
     if (p->opts.min_tokens_per_s > 0) printf(", >= %.4g tokens/s", p->opts.min_tokens_per_s);
     double ev = p->stats.eval_s, gl = p->stats.glpk_s;
-    printf("\nstatus: %s (%d layouts priced, %d fit, %d rejected, %d left after exact reductions; %d GLPK solves; "
-           "cost model %.1f ms, GLPK %.1f ms = %.1f%% of the two)\n",
-           sp_plan_result_name(p->result), p->stats.candidates, p->stats.feasible, p->stats.rejected, p->stats.columns,
+    printf("\nstatus: %s (%d layouts priced, %d fit, %d rejected, %d not priced past their decode bound, %d left "
+           "after exact reductions; %d GLPK solves; cost model %.1f ms, GLPK %.1f ms = %.1f%% of the two)\n",
+           sp_plan_result_name(p->result), p->stats.candidates, p->stats.feasible, p->stats.rejected, p->stats.pruned,
+           p->stats.columns,
            p->stats.solves, ev * 1e3, gl * 1e3, ev + gl > 0 ? 100 * gl / (ev + gl) : 0.0);
     if (p->opts.offload && p->offload_note[0]) printf("%s\n", p->offload_note);
     if (!p->has_chosen) {

@@ -786,7 +786,7 @@ static int check_opts(const sp_plan_opts *o)
            (unsigned)o->latency_metric < SP_PLAN_LAT_COUNT && (unsigned)o->cost_metric < SP_PLAN_COST_COUNT &&
            (unsigned)o->weights < SP_PLAN_W_COUNT && (unsigned)o->kv < SP_DT_COUNT && o->max_latency_s >= 0 &&
            o->min_tokens_per_s >= 0 && o->tensor_1d >= 0 && o->microbatches_per_stage >= 0 && o->even_stages >= 0 &&
-           (o->disaggregate == 0 || o->disaggregate == 1) && o->offload >= 0;
+           (o->disaggregate == 0 || o->disaggregate == 1) && o->offload >= 0 && o->exhaustive >= 0;
 }
 
 /* Solves the (reduced) space into p: chosen, frontier, rivals, on one MILP. */
@@ -1184,6 +1184,9 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
      * (and for a ragged batch, which it does not price) */
     const int split = !o.even_stages && sp_model_dense_ff(m) == 0 && !o.workload;
     s.split_bounds = split;   /* each template's bound priced with it */
+    /* layouts whose decode proves they change no answer are not priced further (the offload
+     * program reads every layout of the space as a template: not with it) */
+    if (!o.exhaustive && !o.offload && !o.workload) s.prune = &o;
     spi_reduce red = {.o = &o, .main = 1, .frontier = o.frontier, .rivals = o.rivals};
     SP_CHECKGOTO(spi_space_add(&s, chips, w, o.weights, o.kv), st, fail);
     if (o.offload) SP_CHECKGOTO(offload_layouts(&s, &o, p), st, fail);
@@ -1191,6 +1194,7 @@ sp_status sp_plan_solve(const sp_model *m, const sp_hw *hw, int chips, const sp_
     SP_CHECKGOTO(spi_space_reduce(&s, 0, &red), st, fail);
     SP_CHECKGOTO(spi_space_finish(&s), st, fail);
     p->stats.eval_s += s.eval_s;
+    p->stats.pruned = s.pruned;
     SP_CHECKGOTO(plan_space(&s, &o, p, 1), st, fail);
     SP_CHECKGOTO(fill_stages(spi_space_cache(&s), m, hw, p), st, fail);
     if (o.disaggregate) SP_CHECKGOTO(plan_groups(m, hw, chips, w, &o, p), st, fail);
@@ -1542,8 +1546,8 @@ void *sp_plan_to_json(const sp_plan *p)
         json_object_set_new(inf, "min_chips_searched", json_integer(p->min_chips_searched));
         json_object_set_new(inf, "min_chips_bound", json_integer((json_int_t)p->min_chips_bound));
     }
-    json_object_set_new(o, "stats", json_pack("{sisisisisfsfsf}", "candidates", p->stats.candidates, "rejected",
-                                              p->stats.rejected, "feasible", p->stats.feasible, "solves",
+    json_object_set_new(o, "stats", json_pack("{sisisisisisfsfsf}", "candidates", p->stats.candidates, "rejected",
+                                              p->stats.rejected, "pruned", p->stats.pruned, "feasible", p->stats.feasible, "solves",
                                               p->stats.solves, "eval_s", p->stats.eval_s, "glpk_s", p->stats.glpk_s,
                                               "total_s", p->stats.total_s));
     if (p->groups.searched) {

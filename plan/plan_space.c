@@ -126,7 +126,12 @@ static sp_status pend(spi_space *s, const spi_cand *c)
 typedef struct pricer {
     spi_space *s;
     const sp_workload *w;
-    int next;                 /* next pending layout, taken under mu */
+    const int *idx;           /* the pending layouts to price (NULL: all of them, n = npend) */
+    int n;
+    int decode_only;          /* idx holds groups' first layouts: bound_group instead of price_one */
+    double *split_lb;         /* bound_one's output per pending layout */
+    const int *gnext;         /* bound_group: the next layout of the group (-1: none) */
+    int next;                 /* next entry of idx, taken under mu */
     pthread_mutex_t mu;
 } pricer;
 
@@ -135,14 +140,31 @@ typedef struct worker {
     sp_cost_cache *cache;     /* the worker's own (spi_space.cache) */
 } worker;
 
+/* Pricing options of the space's workers: quiet (most of the space does
+ * not apply, and a message costs more than the check), with their cache. */
+static sp_cost_opts quiet_opts(sp_cost_cache *cache)
+{
+    sp_cost_opts o;
+    sp_cost_opts_init(&o);
+    o.quiet = 1;
+    o.cache = cache;
+    return o;
+}
+
+/* The figures the planner reads of a pricing. */
+static void take_figures(spi_cand *c, const sp_cost *cost)
+{
+    c->prefill_s = cost->prefill_s;
+    c->decode_step_s = cost->decode_step_s;
+    c->total_s = cost->total_s;
+    c->tokens_per_s = cost->tokens_per_s;
+    c->cost_total = cost->cost_chip_s_per_token;
+}
+
 static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i)
 {
     spi_cand *c = &s->pend[i];
-    /* quiet: most of the space does not apply, and a message costs more than the check */
-    sp_cost_opts quiet;
-    sp_cost_opts_init(&quiet);
-    quiet.quiet = 1;
-    quiet.cache = cache;
+    sp_cost_opts quiet = quiet_opts(cache);
     /* a template of the pipeline program: its stages' times give its bound (spi_split_bound_of) */
     sp_stage_time st[SP_LAYOUT_MAX_STAGES];
     int bound = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers);
@@ -165,14 +187,72 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
     if (s->pst[i] != SP_OK) return;
     c->layout = chosen;
     c->mem_over = cost.mem.total - cost.capacity;
-    c->prefill_s = cost.prefill_s;
-    c->decode_step_s = cost.decode_step_s;
-    c->total_s = cost.total_s;
-    c->tokens_per_s = cost.tokens_per_s;
-    c->cost_total = cost.cost_chip_s_per_token;
+    take_figures(c, &cost);
     if (bound) {
         spi_split_bound_of(st, c->layout.stages, c->bound_ps, &c->bound_units);
         c->has_bound = 1;
+    }
+}
+
+/* The decode bound of pending layout i (doc/planner.md, "Pruning by the
+ * decode bound"): its decode priced alone (sp_cost_eval_group, the decode
+ * phase of the layout itself: the same programs, memo keys and roll-up as
+ * its full pricing), into the candidate's figures as a bound on every
+ * measure the plan compares: prefill_s 0, decode_step_s exact, total_s the
+ * decode's time, tokens_per_s and cost_total from that total (the full
+ * pricing's figures are the same functions of prefill + decode, which is
+ * not less).  For a template of the pipeline program whose stages keep its
+ * mesh, *split_lb is the program's first bound with the prefill's
+ * bottleneck at 0 (spi_split_first_lb is monotone in it; the program's
+ * refinement only raises its bound there); else -INFINITY.  pst[i]: the
+ * status (SP_EINVAL: the layout does not apply, and neither would its full
+ * pricing, which runs the same decode checks). */
+static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, double *split_lb)
+{
+    spi_cand *c = &s->pend[i];
+    sp_cost_opts quiet = quiet_opts(cache);
+    sp_stage_time st[SP_LAYOUT_MAX_STAGES];
+    int tmpl = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers) &&
+               spi_split_one_mesh(s->hw, &c->layout, 0);
+    if (tmpl) quiet.stage_times = st;
+    sp_cost cost;
+    *split_lb = -INFINITY;
+    s->pst[i] = sp_cost_eval_group(s->m, s->hw, &c->layout, SP_PHASE_DECODE, w, &quiet, &cost);
+    if (s->pst[i] != SP_OK) return;
+    take_figures(c, &cost);   /* prefill_s 0: a decode group prices no prefill */
+    if (tmpl) {
+        int64_t m_ps[SPI_PH_COUNT], units;
+        spi_split_bound_of(st, c->layout.stages, m_ps, &units);   /* m_ps[SPI_PH_PF] = 0: no prefill ran */
+        sp_cost_pipe pipe;
+        sp_cost_pipe_terms(s->hw, &c->layout, units, &pipe);
+        spi_measure ms;
+        spi_measure_init(s->prune, w, &ms);
+        *split_lb = spi_split_first_lb(&ms, &pipe, m_ps);
+    }
+}
+
+/* The decode bound of a group of pending layouts that differ in their
+ * prefill's (FFN, attention) alone (flush_pruned): their decode programs are
+ * the same (sp_lower_key clears the other phase's layouts) and so are their
+ * decode bounds.  Its layouts from i on are bounded one by one until one
+ * applies; the others take its bound (and are priced later, when not
+ * pruned: one whose own checks fail is then rejected, or pruned, and out of
+ * the space either way). */
+static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, const int *gnext,
+                        double *split_lb)
+{
+    for (; i >= 0; i = gnext[i]) {
+        bound_one(s, cache, w, i, &split_lb[i]);
+        if (s->pst[i] == SP_OK) break;
+    }
+    if (i < 0) return;
+    const spi_cand *c = &s->pend[i];
+    for (int j = gnext[i]; j >= 0; j = gnext[j]) {
+        spi_cand *d = &s->pend[j];
+        d->prefill_s = c->prefill_s, d->decode_step_s = c->decode_step_s, d->total_s = c->total_s;
+        d->tokens_per_s = c->tokens_per_s, d->cost_total = c->cost_total;
+        split_lb[j] = split_lb[i];
+        s->pst[j] = SP_OK;
     }
 }
 
@@ -186,20 +266,28 @@ static void *pricer_main(void *arg)
         int i0 = p->next;
         p->next += CHUNK;
         pthread_mutex_unlock(&p->mu);
-        if (i0 >= p->s->npend) return NULL;
-        int i1 = i0 + CHUNK < p->s->npend ? i0 + CHUNK : p->s->npend;
-        for (int i = i0; i < i1; i++) price_one(p->s, wk->cache, p->w, i);
+        if (i0 >= p->n) return NULL;
+        int i1 = i0 + CHUNK < p->n ? i0 + CHUNK : p->n;
+        for (int i = i0; i < i1; i++) {
+            int j = p->idx ? p->idx[i] : i;
+            if (p->decode_only) bound_group(p->s, wk->cache, p->w, j, p->gnext, p->split_lb);
+            else price_one(p->s, wk->cache, p->w, j);
+        }
     }
 }
 
-static sp_status price_pending(spi_space *s, const sp_workload *w)
+/* Prices pending layouts idx[0..n) (idx NULL: all) on worker threads:
+ * fully, or (split_lb set) the decode bounds of the groups whose first
+ * layouts idx lists (bound_group). */
+static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, double *split_lb,
+                               const int *gnext)
 {
     long nt = sp_env_long(SP_ENV_THREADS);
     if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > SPI_WORKERS) nt = SPI_WORKERS;
-    if (nt > s->npend / 256) nt = s->npend / 256;   /* threads only pay off on enough work */
+    if (nt > n / 256) nt = n / 256;   /* threads only pay off on enough work */
     if (nt < 1) nt = 1;
-    pricer p = {s, w, 0, PTHREAD_MUTEX_INITIALIZER};
+    pricer p = {s, w, idx, n, split_lb != NULL, split_lb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[SPI_WORKERS];
     worker wk[SPI_WORKERS];
     int started = 0;
@@ -215,16 +303,239 @@ static sp_status price_pending(spi_space *s, const sp_workload *w)
     return SP_OK;
 }
 
+/* A candidate that fits and meets o's bounds (spi_space_reduce's and the
+ * incumbent's test). */
+static int admissible(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+{
+    return c->mem_over <= 0 &&
+           (o->max_latency_s <= 0 || spi_cand_latency(s, c, o->latency_metric) <= o->max_latency_s) &&
+           (o->min_tokens_per_s <= 0 || -c->tokens_per_s <= -o->min_tokens_per_s);
+}
+
+/* The best figures among the layouts priced so far (flush_pruned): the
+ * admissible ones' least objective and measure, their (cost, latency) and
+ * (latency, cost) lexicographic minima, and per rival kind and value the
+ * least objective over all of them (memory and bounds ignored, as the
+ * rival programs do), in a table of (kind, value) grown as values come. */
+typedef struct incumbents {
+    double obj, meas;
+    double fc_cost, fc_lat, fl_cost, fl_lat;
+    int cap, used;
+    int64_t *val;
+    signed char *kind;        /* -1: empty slot */
+    double *best;
+} incumbents;
+
+static double *inc_slot(incumbents *b, int k, int64_t v, int add)
+{
+    uint64_t h = ((uint64_t)v * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)k * 0xC2B2AE3D27D4EB4Full);
+    for (unsigned j = (unsigned)(h >> 40);; j++) {
+        unsigned x = j & (unsigned)(b->cap - 1);
+        if (b->kind[x] < 0) {
+            if (!add) return NULL;
+            b->kind[x] = (signed char)k;
+            b->val[x] = v;
+            b->best[x] = INFINITY;
+            b->used++;
+            return &b->best[x];
+        }
+        if (b->kind[x] == k && b->val[x] == v) return &b->best[x];
+    }
+}
+
+static sp_status inc_grow(incumbents *b)
+{
+    if (b->cap && 2 * (b->used + SP_RIVAL_KIND_COUNT) < b->cap) return SP_OK;
+    incumbents n = *b;
+    n.cap = b->cap ? 2 * b->cap : 256;
+    n.used = 0;
+    n.val = malloc((size_t)n.cap * sizeof *n.val);
+    n.kind = malloc((size_t)n.cap);
+    n.best = malloc((size_t)n.cap * sizeof *n.best);
+    if (!n.val || !n.kind || !n.best) {
+        free(n.val);
+        free(n.kind);
+        free(n.best);
+        return spi_fail(SP_ENOMEM, "planner: out of memory");
+    }
+    memset(n.kind, -1, (size_t)n.cap);
+    for (int x = 0; x < b->cap; x++)
+        if (b->kind[x] >= 0) *inc_slot(&n, b->kind[x], b->val[x], 1) = b->best[x];
+    free(b->val);
+    free(b->kind);
+    free(b->best);
+    *b = n;
+    return SP_OK;
+}
+
+static sp_status inc_add(incumbents *b, const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+{
+    double k1 = spi_cand_objective(s, c, o);
+    if (admissible(s, c, o)) {
+        double m = spi_split_measure(s, c, o), lat = spi_cand_latency(s, c, o->latency_metric),
+               cost = spi_cand_cost(s, c, o->latency_metric, o->cost_metric);
+        if (k1 < b->obj) b->obj = k1;
+        if (m < b->meas) b->meas = m;
+        if (cost < b->fc_cost || (cost == b->fc_cost && lat < b->fc_lat)) b->fc_cost = cost, b->fc_lat = lat;
+        if (lat < b->fl_lat || (lat == b->fl_lat && cost < b->fl_cost)) b->fl_cost = cost, b->fl_lat = lat;
+    }
+    if (!o->rivals) return SP_OK;
+    SP_CHECK(inc_grow(b));
+    for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
+        double *x = inc_slot(b, k, spi_cand_kind_value(c, (sp_plan_rival_kind)k), 1);
+        if (k1 < *x) *x = k1;
+    }
+    return SP_OK;
+}
+
+/* Whether a layout whose figures are bounded below by c's (bound_one) and
+ * whose pipeline program bound is split_lb can change no answer of the
+ * plan (doc/planner.md, "Pruning by the decode bound"): some admissible
+ * layout priced has a strictly smaller objective (main) and measure (the
+ * incumbent of the pipeline and offload programs); with the frontier, one
+ * has a strictly smaller cost and no larger latency; with the rivals, for
+ * every rival kind one of c's value has a strictly smaller objective; a
+ * template of the pipeline program has its bound at or above the measure
+ * (the program drops it unpriced). */
+static int prunable(const incumbents *b, const spi_space *s, const spi_cand *c, double split_lb, const sp_plan_opts *o)
+{
+    double k1 = spi_cand_objective(s, c, o);
+    if (!(b->obj < k1) || !(b->meas < spi_split_measure(s, c, o))) return 0;
+    if (split_lb > -INFINITY && !(split_lb >= b->meas)) return 0;
+    if (s->split_bounds && split_lb == -INFINITY && spi_split_is_template(&c->layout, s->m->n_layers)) return 0;
+    if (o->frontier) {
+        double lat = spi_cand_latency(s, c, o->latency_metric), cost = spi_cand_cost(s, c, o->latency_metric, o->cost_metric);
+        if (!((b->fc_cost < cost && b->fc_lat <= lat) || (b->fl_cost < cost && b->fl_lat <= lat))) return 0;
+    }
+    if (o->rivals)
+        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
+            double *x = b->cap ? inc_slot((incumbents *)b, k, spi_cand_kind_value(c, (sp_plan_rival_kind)k), 0) : NULL;
+            if (!x || !(*x < k1)) return 0;
+        }
+    return 1;
+}
+
+static _Thread_local const double *g_key;
+static int cmp_key(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_key[i] != g_key[j]) return g_key[i] < g_key[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* Prices the pending layouts with pruning (spi_space.prune): every decode
+ * bound first, then the layouts in the order of their bound on the measure
+ * (good incumbents early), in rounds: before a round, each layout of it
+ * that the incumbents prune is not priced (pst SP_EAGAIN-like: marked in
+ * state); a round's prices update the incumbents.  Deterministic: a
+ * round's decisions depend on the earlier rounds alone, not on threads. */
+static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char *state)
+{
+    const sp_plan_opts *o = s->prune;
+    const int n = s->npend;
+    double *split_lb = malloc((size_t)n * sizeof *split_lb), *key = malloc((size_t)n * sizeof *key);
+    int *ord = malloc((size_t)n * sizeof *ord), *todo = malloc((size_t)n * sizeof *todo);
+    incumbents b = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, 0, 0, NULL, NULL, NULL};
+    sp_status st = SP_OK;
+    if (!split_lb || !key || !ord || !todo) {
+        st = spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", n);
+        goto out;
+    }
+    /* groups of layouts with one decode (bound_group): every decision but the prefill's layouts
+     * alike; a hash table holds each group's last layout, gnext chains a group's layouts in
+     * their order, todo lists the groups' first layouts */
+    int hcap = 1;
+    while (hcap < 2 * n) hcap *= 2;
+    int *gnext = malloc((size_t)n * sizeof *gnext), *last = malloc((size_t)hcap * sizeof *last);
+    if (!gnext || !last) {
+        free(gnext);
+        free(last);
+        st = spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", n);
+        goto out;
+    }
+    for (int h = 0; h < hcap; h++) last[h] = -1;
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t *k = s->pend[i].key;
+        uint64_t h = 0;
+        for (int d = 0; d < SPI_DEC_COUNT; d++)
+            if (d != SPI_DEC_PF) h = (h ^ (uint64_t)k[d]) * 0x9E3779B97F4A7C15ull;
+        gnext[i] = -1;
+        for (unsigned x = (unsigned)(h >> 32);; x++) {
+            int *e = &last[x & (unsigned)(hcap - 1)];
+            if (*e < 0) {
+                todo[ng++] = i;
+                *e = i;
+                break;
+            }
+            const int64_t *q = s->pend[*e].key;
+            int same = 1;
+            for (int d = 0; d < SPI_DEC_COUNT && same; d++) same = d == SPI_DEC_PF || q[d] == k[d];
+            if (same) {
+                gnext[*e] = i;
+                *e = i;
+                break;
+            }
+        }
+    }
+    free(last);
+    st = price_pending(s, w, todo, ng, split_lb, gnext);
+    free(gnext);
+    SP_CHECKGOTO(st, st, out);
+    int no = 0, nt = 0;
+    for (int i = 0; i < n; i++) {
+        state[i] = 0;
+        if (s->pst[i] == SP_EINVAL) continue;   /* rejected: its full pricing would be too */
+        if (s->pst[i] != SP_OK) todo[nt++] = i;   /* priced fully, first: it reports its own error */
+        else {
+            key[i] = spi_split_measure(s, &s->pend[i], o);
+            ord[no++] = i;
+        }
+    }
+    g_key = key;
+    qsort(ord, (size_t)no, sizeof *ord, cmp_key);
+    /* rounds: small first (an incumbent soon), then larger (threads pay off) */
+    for (int at = 0, round = 64; at < no || nt > 0; round = round < 2048 ? 2 * round : round) {
+        for (int e = at + round; at < no && at < e; at++) {
+            int i = ord[at];
+            if (prunable(&b, s, &s->pend[i], split_lb[i], o)) {
+                state[i] = 1;
+                s->pruned++;
+            } else todo[nt++] = i;
+        }
+        SP_CHECKGOTO(price_pending(s, w, todo, nt, NULL, NULL), st, out);
+        for (int j = 0; j < nt; j++)
+            if (s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(&b, s, &s->pend[todo[j]], o), st, out);
+        nt = 0;
+    }
+out:
+    free(split_lb);
+    free(key);
+    free(ord);
+    free(todo);
+    free(b.val);
+    free(b.kind);
+    free(b.best);
+    return st;
+}
+
 /* price the pending layouts on worker threads, then keep them in
  * enumeration order so the space (and every tie) is deterministic */
 static sp_status flush_pending(spi_space *s, const sp_workload *w)
 {
-    sp_status st = price_pending(s, w);
+    unsigned char *state = NULL;   /* 1: pruned (flush_pruned) */
+    sp_status st;
+    if (s->prune && s->npend > 0 && !s->ragged && !s->decode_group && w->prompt > 0 && w->gen > 0) {
+        if (!(state = malloc((size_t)s->npend))) return spi_fail(SP_ENOMEM, "planner: out of memory");
+        st = flush_pruned(s, w, state);
+    } else st = price_pending(s, w, NULL, s->npend, NULL, NULL);
     for (int i = 0; st == SP_OK && i < s->npend; i++) {
+        if (state && state[i]) continue;
         if (s->pst[i] == SP_EINVAL) s->rejected++;
         else if (s->pst[i] != SP_OK) st = s->pst[i];
         else st = push(s, &s->pend[i]);
     }
+    free(state);
     s->npend = 0;
     return st;
 }

@@ -349,6 +349,21 @@ static const sp_cost_pipe_phase *pipe_of(const tmpl *t, int ph)
     return &t->pipe.phase[ph == PH_PF ? SP_PHASE_PREFILL : SP_PHASE_DECODE];
 }
 
+double spi_split_first_lb(const spi_measure *ms, const sp_cost_pipe *pipe, const int64_t m_ps[PH_COUNT])
+{
+    double lb = 0;
+    for (int p = 0; p < PH_COUNT; p++)
+        if (ms->ph[p] && ms->w_obj[p] > 0)
+            lb += ms->w_obj[p] * phase_lb(&pipe->phase[p == PH_PF ? SP_PHASE_PREFILL : SP_PHASE_DECODE], m_ps[p]) * 1e-12;
+    return lb;
+}
+
+int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
+{
+    return same_mesh || hw->topo == SP_TOPO_TORUS || l->experts != 1 || sp_layout_offloads(l) ||
+           l->stages > SPI_SPLIT_MESH_STAGES;
+}
+
 typedef struct bctx {
     const spi_space *sp;
     const sp_workload *w;
@@ -374,9 +389,7 @@ static void cand_meshes(const spi_space *sp, tmpl *t, int same_mesh)
     memcpy(t->mesh[0], tl->mesh, sizeof t->mesh[0]);
     t->chips[0] = tl->mesh[0] * tl->mesh[1] * tl->mesh[2];
     t->nm = 1;
-    if (same_mesh || hw->topo == SP_TOPO_TORUS || tl->experts != 1 || sp_layout_offloads(tl) ||
-        t->S > SPI_SPLIT_MESH_STAGES)
-        return;
+    if (spi_split_one_mesh(hw, tl, same_mesh)) return;
     const int64_t per_replica = (int64_t)t->S * t->chips[0], N = per_replica * tl->replicas;
     const int several_nodes = hw->chips_per_node > 0 && N > hw->chips_per_node;
     static const int num[3] = {1, 3, 2}, den[3] = {2, 2, 1};
@@ -920,9 +933,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
             if (st != SP_OK) break;
             double lb = 0;
             for (int rf = 0; rf < 2; rf++) {
-                lb = 0;
-                for (int p = 0; p < PH_COUNT; p++)
-                    if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+                lb = spi_split_first_lb(&ms, &t->pipe, t->mb);
                 /* not dropped by the even split's stages: each kind at ceil(L/S) layers may */
                 if (rf || lb >= inc || isinf(inc) || L % S == 0) break;
                 double tb = now_s();
@@ -938,9 +949,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
                 st = mesh_bound(sp, w, t);
                 out->eval_s += now_s() - tb;
                 if (st != SP_OK) break;
-                lb = 0;
-                for (int p = 0; p < PH_COUNT; p++)
-                    if (ms.ph[p] && ms.w_obj[p] > 0) lb += ms.w_obj[p] * phase_lb(pipe_of(t, p), t->mb[p]) * 1e-12;
+                lb = spi_split_first_lb(&ms, &t->pipe, t->mb);
             }
             t->lb = lb;
             if (lb >= inc) {

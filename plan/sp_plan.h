@@ -137,6 +137,10 @@ typedef struct sp_plan_opts {
                                         splits only, nothing chunked; with offload or disaggregate
                                         SP_ENOTSUP, and sp_plan_frontier(s) refuse it (sp_plan_solve
                                         and sp_plan_min_chips take it).  NULL (default): w */
+    int exhaustive;                  /* 1: sp_plan_solve prices every layout of the space; 0
+                                        (default): layouts whose decode alone proves they can change
+                                        no answer are not priced further (doc/planner.md, "Pruning
+                                        by the decode bound"); the answers are the same */
 } sp_plan_opts;
 
 /* Defaults as above. */
@@ -194,6 +198,7 @@ typedef struct sp_plan_stats {
     int candidates;                  /* layouts priced (in the space) */
     int rejected;                    /* layouts the cost model rejected (SP_EINVAL) */
     int feasible;                    /* candidates that fit in memory */
+    int pruned;                      /* layouts not priced past their decode (opts.exhaustive) */
     int solves;                      /* glp_intopt calls */
     double eval_s;                   /* seconds in sp_cost_eval */
     double glpk_s;                   /* seconds in glp_* calls */

@@ -57,6 +57,14 @@ typedef struct spi_space {
      * (spi_split_solve) */
     int split_bounds;
     const sp_ragged *ragged;      /* every layout priced for this ragged batch (sp_plan_opts.workload) */
+    /* non-NULL: spi_space_add prices a layout's decode first and prices it
+     * no further when that proves it can change no answer of a plan with
+     * these options (flush_pending in plan_space.c, doc/planner.md "Pruning
+     * by the decode bound"); pruned counts them.  Only for a space that
+     * sp_plan_solve solves whole (main, frontier, rivals, the pipeline
+     * program), with no offload program and no ragged batch */
+    const sp_plan_opts *prune;
+    int pruned;
     int n, cap;
     spi_cand *c;
     int n_inst;
@@ -265,6 +273,13 @@ typedef struct spi_split_out {
 sp_status spi_split_solve(const spi_space *s, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s);
 /* The measure (seconds) the plan's objective is monotone in for one instance. */
 double spi_split_measure(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
+/* A template's first bound Φ_LB (seconds) from its bottleneck bounds m_ps
+ * (spi_split_bound_of) under the pipeline forms pipe: monotone
+ * (non-decreasing) in each m_ps[φ]. */
+double spi_split_first_lb(const spi_measure *ms, const sp_cost_pipe *pipe, const int64_t m_ps[SPI_PH_COUNT]);
+/* 1 when the pipeline program offers template l's stages its own mesh
+ * alone (no other stage meshes: its bound is not lowered over them). */
+int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

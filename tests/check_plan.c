@@ -752,24 +752,31 @@ END_TEST
  * apart (tensor parallelism pays), a model that fits on neither alone, and
  * vocabulary tables that weigh as much as several layers (the stages of an
  * even split differ by them). */
+/* A model whose LM head weighs as much as a few layers: the last stage of
+ * an uneven split holds fewer layers. */
+static void head_heavy(sp_model *m)
+{
+    sp_model_init(m);
+    snprintf(m->name, sizeof m->name, "head-heavy");
+    m->n_layers = 6;
+    m->d_model = 256;
+    m->n_heads = 16;
+    m->d_head = 16;
+    m->n_kv_heads = 16;
+    m->d_ff = 1024;
+    m->vocab = 16384;
+    m->ffn = SP_FFN_GELU;
+    m->block = SP_BLOCK_SERIAL;
+    m->norm = SP_NORM_LAYERNORM;
+    m->positions = SP_POS_ROPE;
+    m->max_context = 1024;
+    ck_assert_int_eq(sp_model_validate(m, NULL), SP_OK);
+}
+
 START_TEST(test_split_wins)
 {
     sp_model m;
-    sp_model_init(&m);
-    snprintf(m.name, sizeof m.name, "head-heavy");
-    m.n_layers = 6;
-    m.d_model = 256;
-    m.n_heads = 16;
-    m.d_head = 16;
-    m.n_kv_heads = 16;
-    m.d_ff = 1024;
-    m.vocab = 16384;
-    m.ffn = SP_FFN_GELU;
-    m.block = SP_BLOCK_SERIAL;
-    m.norm = SP_NORM_LAYERNORM;
-    m.positions = SP_POS_ROPE;
-    m.max_context = 1024;
-    ck_assert_int_eq(sp_model_validate(&m, NULL), SP_OK);
+    head_heavy(&m);
     sp_hw hw;
     small_hw(&hw, 1, 24 << 20);
     hw.chips_per_node = 1;
@@ -1063,6 +1070,167 @@ START_TEST(test_union_frontier_equals_enumeration)
         sp_plan_free(both[k]);
     }
     for (int a = 0; a < 9; a++) free(bf[a].c);
+}
+END_TEST
+
+/* ---- pruning by the decode bound: the same plan as pricing every layout ---- */
+
+/* p's JSON without its statistics (what plan_identical.sh compares). */
+static char *plan_answer(const sp_plan *p)
+{
+    json_t *j = sp_plan_to_json(p);
+    json_object_del(j, "stats");
+    char *t = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(j);
+    return t;
+}
+
+static int n_prune_compared, n_prune_pruned, n_prune_templates, n_prune_split_better;
+
+/* sp_plan_solve with pruning and with opts.exhaustive: the same answer, to
+ * the bit (chosen, costs, stages, frontier, rivals, groups). */
+static void check_prune(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w, const sp_plan_opts *o)
+{
+    sp_plan_opts oe = *o;
+    oe.exhaustive = 1;
+    sp_plan *p = NULL, *q = NULL;
+    sp_status a = sp_plan_solve(m, hw, N, w, o, &p), b = sp_plan_solve(m, hw, N, w, &oe, &q);
+    ck_assert_int_eq(a, b);
+    if (a == SP_OK) {
+        char *x = plan_answer(p), *y = plan_answer(q);
+        size_t d = 0;
+        while (x[d] && x[d] == y[d]) d++;
+        size_t from = d > 80 ? d - 80 : 0;
+        ck_assert_msg(!x[d] && !y[d], "pruned and exhaustive plans differ (%d of %d layouts pruned) at byte %zu:\n"
+                      "...%.160s\n...%.160s", p->stats.pruned, p->stats.pruned + p->stats.candidates, d, x + from,
+                      y + from);
+        ck_assert_int_eq(q->stats.pruned, 0);
+        ck_assert_int_le(p->stats.candidates, q->stats.candidates);
+        n_prune_compared++;
+        n_prune_pruned += p->stats.pruned > 0;
+        n_prune_templates += p->stats.split_templates < q->stats.split_templates;
+        free(x);
+        free(y);
+    }
+    sp_plan_free(p);
+    sp_plan_free(q);
+}
+
+START_TEST(test_prune_equals_exhaustive)
+{
+    rng_state = 2718u + 15485863u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    if (_i % 4 == 3) {   /* mixture of experts */
+        m.n_experts = 4;
+        m.top_k = 2;
+        m.moe_every = 1;
+        m.bias = 0;
+    }
+    if (_i % 5 == 1) m.n_layers = 6 + rnd(7);   /* pipelines the pipeline program splits */
+    sp_hw hw;
+    static const int chips[] = {2, 4, 8, 16, 6, 12};
+    int N = chips[rnd((unsigned)(sizeof chips / sizeof chips[0]))];
+    static const int64_t hbm[] = {4 << 20, 16 << 20, 64 << 20, 1ll << 30};
+    small_hw(&hw, _i % 2, hbm[rnd(4)]);
+    static const int64_t batches[] = {1, 2, 4, 8, 16, 12};
+    sp_workload w = {batches[rnd(6)], 8 * (1 + rnd(4)), 2 + 2 * rnd(3)};
+    if (rnd(6) == 0) w.gen = 0;   /* nothing to bound by: priced whole */
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = (sp_plan_objective)rnd(SP_PLAN_OBJECTIVE_COUNT);
+    o.latency_metric = (sp_plan_latency)rnd(SP_PLAN_LAT_COUNT);
+    if (w.gen == 0 && o.latency_metric == SP_PLAN_LAT_DECODE) o.latency_metric = SP_PLAN_LAT_TOTAL;
+    o.cost_metric = (sp_plan_cost_metric)rnd(SP_PLAN_COST_COUNT);
+    o.search_min_chips = rnd(2);
+    o.even_stages = rnd(4) == 0;
+    o.frontier = rnd(4) != 0;
+    o.rivals = rnd(4) != 0;
+    o.disaggregate = rnd(5) == 0;
+    check_prune(&m, &hw, N, &w, &o);
+    /* bounds at and near the best latency and throughput: the incumbents must meet them */
+    sp_plan_opts ol = o;
+    ol.objective = SP_PLAN_MIN_LATENCY;
+    ol.frontier = ol.rivals = 0;
+    ol.exhaustive = 1;
+    sp_plan *p = NULL;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, N, &w, &ol, &p), SP_OK);
+    if (p->has_chosen) {
+        static const double f[] = {1.0, 1.02, 1.5};
+        sp_plan_opts ob = o;
+        ob.max_latency_s = p->chosen.latency_s * f[rnd(3)];
+        if (rnd(2)) ob.min_tokens_per_s = p->chosen.cost.tokens_per_s / f[rnd(3)] / 2;
+        check_prune(&m, &hw, N, &w, &ob);
+    }
+    sp_plan_free(p);
+}
+END_TEST
+
+/* Bundled models on a torus and a cluster: templates of the pipeline
+ * program pruned too. */
+START_TEST(test_prune_bundled)
+{
+    static const struct { const char *m, *hw; int chips; sp_workload w; int obj, lm; } cs[] = {
+        {"palm-62b", "tpu-v4", 16, {64, 1024, 64}, SP_PLAN_MIN_LATENCY, SP_PLAN_LAT_TOTAL},
+        {"palm-62b", "tpu-v4", 32, {16, 512, 128}, SP_PLAN_MIN_COST, SP_PLAN_LAT_DECODE},
+        {"llama2-70b", "h100", 16, {32, 1024, 128}, SP_PLAN_MAX_THROUGHPUT, SP_PLAN_LAT_TOTAL},
+        {"mixtral-8x7b", "a100-80g", 8, {16, 512, 64}, SP_PLAN_MIN_LATENCY, SP_PLAN_LAT_TOTAL},
+    };
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(cs[_i].m, &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find(cs[_i].hw, &hw, &err), SP_OK);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = (sp_plan_objective)cs[_i].obj;
+    o.latency_metric = (sp_plan_latency)cs[_i].lm;
+    check_prune(&m, &hw, cs[_i].chips, &cs[_i].w, &o);
+}
+END_TEST
+
+/* Where the pipeline program's split beats every layout of the space (the
+ * head-heavy model, on a torus and on a cluster): its templates are kept
+ * for it. */
+START_TEST(test_prune_split_wins)
+{
+    sp_model m;
+    head_heavy(&m);
+    sp_hw hw;
+    small_hw(&hw, _i % 2, 24 << 20);
+    if (_i % 2) hw.chips_per_node = 1, hw.inter_bw = 1e9;
+    else {
+        /* on a 4x4x4 torus a stage keeps its mesh, so the templates are pruned by their
+         * program bound: 12 layers and a heavier head make the split win there */
+        m.n_layers = 12;
+        m.vocab = 65536;
+        hw.torus_dims[0] = hw.torus_dims[1] = hw.torus_dims[2] = 4;
+    }
+    hw.dispatch_s = 0;
+    sp_workload w = {4, 16, 64};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.latency_metric = _i / 2 % 2 ? SP_PLAN_LAT_TOTAL : SP_PLAN_LAT_DECODE;
+    /* without rivals and frontier only the best layout holds a template back: the
+     * split's template is kept by its program bound alone */
+    if (_i >= 4) o.rivals = o.frontier = 0;
+    for (int N = _i % 2 ? 2 : 4; N <= 8; N *= 2) {
+        sp_plan *p = NULL;
+        ck_assert_int_eq(sp_plan_solve(&m, &hw, N, &w, &o, &p), SP_OK);
+        n_prune_split_better += p->stats.split_better;
+        sp_plan_free(p);
+        check_prune(&m, &hw, N, &w, &o);
+    }
+}
+END_TEST
+
+START_TEST(test_prune_summary)
+{
+    /* the comparisons ran, and pruning did prune (templates included) */
+    ck_assert_int_ge(n_prune_compared, 60);
+    ck_assert_int_ge(n_prune_pruned, 20);
+    ck_assert_int_ge(n_prune_templates, 2);
+    ck_assert_int_ge(n_prune_split_better, 8);
 }
 END_TEST
 
@@ -1418,6 +1586,13 @@ int main(void)
     tcase_add_loop_test(tc, test_union_frontier_equals_enumeration, 0, 8);
     tcase_add_test(tc, test_equal_costs_tie);
     tcase_add_test(tc, test_summary);
+    TCase *t6 = tcase_create("prune");
+    tcase_set_timeout(t6, 600);
+    tcase_add_loop_test(t6, test_prune_equals_exhaustive, 0, 48);
+    tcase_add_loop_test(t6, test_prune_bundled, 0, 4);
+    tcase_add_loop_test(t6, test_prune_split_wins, 0, 8);
+    tcase_add_test(t6, test_prune_summary);
+    suite_add_tcase(s, t6);
     TCase *t3 = tcase_create("pipelines");
     tcase_set_timeout(t3, 600);
     tcase_add_loop_test(t3, test_split_equals_enumeration, 0, 8);
