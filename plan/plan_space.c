@@ -16,6 +16,8 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static void inc_free(struct spi_incumbents *b);
+
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
 {
     memset(s, 0, sizeof *s);
@@ -49,6 +51,8 @@ void spi_space_free(spi_space *s)
         sp_cost_cache_free(s->cache[t]);
         s->cache[t] = NULL;
     }
+    inc_free(s->inc);
+    s->inc = NULL;
     free(s->c);
     free(s->pend);
     free(s->pst);
@@ -88,6 +92,9 @@ static void tier_signature(const sp_hw *hw, const sp_layout *l, int sig[14])
         sp_cost_group_tiers(hw, l, axes, &sig[2 * (mask - 1)], &sig[2 * (mask - 1) + 1]);
     }
 }
+
+/* pending layouts priced at once, at most about (spi_space_add) */
+enum { SPI_PEND_PART = 4096 };
 
 static sp_status push(spi_space *s, const spi_cand *c)
 {
@@ -317,14 +324,24 @@ static int admissible(const spi_space *s, const spi_cand *c, const sp_plan_opts 
  * (latency, cost) lexicographic minima, and per rival kind and value the
  * least objective over all of them (memory and bounds ignored, as the
  * rival programs do), in a table of (kind, value) grown as values come. */
-typedef struct incumbents {
+struct spi_incumbents {
     double obj, meas;
     double fc_cost, fc_lat, fl_cost, fl_lat;
     int cap, used;
     int64_t *val;
     signed char *kind;        /* -1: empty slot */
     double *best;
-} incumbents;
+};
+typedef struct spi_incumbents incumbents;
+
+static void inc_free(incumbents *b)
+{
+    if (!b) return;
+    free(b->val);
+    free(b->kind);
+    free(b->best);
+    free(b);
+}
 
 static double *inc_slot(incumbents *b, int k, int64_t v, int add)
 {
@@ -435,9 +452,11 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
     const int n = s->npend;
     double *split_lb = malloc((size_t)n * sizeof *split_lb), *key = malloc((size_t)n * sizeof *key);
     int *ord = malloc((size_t)n * sizeof *ord), *todo = malloc((size_t)n * sizeof *todo);
-    incumbents b = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, 0, 0, NULL, NULL, NULL};
     sp_status st = SP_OK;
-    if (!split_lb || !key || !ord || !todo) {
+    if (!s->inc && (s->inc = malloc(sizeof *s->inc)))
+        *s->inc = (incumbents){INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, 0, 0, NULL, NULL, NULL};
+    incumbents *b = s->inc;
+    if (!split_lb || !key || !ord || !todo || !b) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", n);
         goto out;
     }
@@ -498,14 +517,14 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
     for (int at = 0, round = 64; at < no || nt > 0; round = round < 2048 ? 2 * round : round) {
         for (int e = at + round; at < no && at < e; at++) {
             int i = ord[at];
-            if (prunable(&b, s, &s->pend[i], split_lb[i], o)) {
+            if (prunable(b, s, &s->pend[i], split_lb[i], o)) {
                 state[i] = 1;
                 s->pruned++;
             } else todo[nt++] = i;
         }
         SP_CHECKGOTO(price_pending(s, w, todo, nt, NULL, NULL), st, out);
         for (int j = 0; j < nt; j++)
-            if (s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(&b, s, &s->pend[todo[j]], o), st, out);
+            if (s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[todo[j]], o), st, out);
         nt = 0;
     }
 out:
@@ -513,9 +532,6 @@ out:
     free(key);
     free(ord);
     free(todo);
-    free(b.val);
-    free(b.kind);
-    free(b.best);
     return st;
 }
 
@@ -548,6 +564,8 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
     if (s->n_inst >= (int)SPI_ARRAY_LEN(s->inst))
         return spi_fail(SP_EINVAL, "planner: at most %d (chips, batch) instances", (int)SPI_ARRAY_LEN(s->inst));
     int inst = s->n_inst++;
+    inc_free(s->inc);   /* incumbents of this instance alone (flush_pruned) */
+    s->inc = NULL;
     s->inst[inst].chips = chips;
     s->inst[inst].batch = w->batch;
     s->inst[inst].w = *w;
@@ -642,6 +660,9 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                                         c.key[SPI_DEC_DC] = dc;
                                         SP_CHECK(pend(s, &c));
                                     }
+                                /* priced in parts (a pending layout is ~1 KB): the incumbents of
+                                 * the parts before prune the next (flush_pruned) */
+                                if (s->npend >= SPI_PEND_PART) SP_CHECK(flush_pending(s, w));
                                 }
                             }
                         }

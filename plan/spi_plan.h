@@ -65,6 +65,7 @@ typedef struct spi_space {
      * program), with no offload program and no ragged batch */
     const sp_plan_opts *prune;
     int pruned;
+    struct spi_incumbents *inc;   /* the best figures priced so far (plan_space.c) */
     int n, cap;
     spi_cand *c;
     int n_inst;
