@@ -292,7 +292,11 @@ static sp_status price_pending(spi_space *s, const sp_workload *w, const int *id
     long nt = sp_env_long(SP_ENV_THREADS);
     if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > SPI_WORKERS) nt = SPI_WORKERS;
-    if (nt > n / 256) nt = n / 256;   /* threads only pay off on enough work */
+    /* threads only pay off on enough work: 256 layouts a thread, or 32 when they are layouts
+     * that passed their decode bound or groups of them (flush_pruned: a few thousand
+     * instructions each for most of a whole space, tens of thousands for these) */
+    int per = idx ? 32 : 256;
+    if (nt > n / per) nt = n / per;
     if (nt < 1) nt = 1;
     pricer p = {s, w, idx, n, split_lb != NULL, split_lb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[SPI_WORKERS];
