@@ -949,10 +949,8 @@ static double incumbent(const spi_space *s, const sp_plan_opts *o)
     double inc = INFINITY;
     for (int i = 0; i < s->n; i++) {
         const spi_cand *c = &s->c[i];
-        int adm = c->mem_over <= 0 && (o->max_latency_s <= 0 || spi_cand_latency(s, c, o->latency_metric) <= o->max_latency_s) &&
-                  (o->min_tokens_per_s <= 0 || c->tokens_per_s >= o->min_tokens_per_s);
         double v = spi_split_measure(s, c, o);
-        if (adm && v < inc) inc = v;
+        if (spi_cand_admissible(s, c, o) && v < inc) inc = v;
     }
     return inc;
 }

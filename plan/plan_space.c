@@ -314,9 +314,7 @@ static sp_status price_pending(spi_space *s, const sp_workload *w, const int *id
     return SP_OK;
 }
 
-/* A candidate that fits and meets o's bounds (spi_space_reduce's and the
- * incumbent's test). */
-static int admissible(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+int spi_cand_admissible(const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
 {
     return c->mem_over <= 0 &&
            (o->max_latency_s <= 0 || spi_cand_latency(s, c, o->latency_metric) <= o->max_latency_s) &&
@@ -392,7 +390,7 @@ static sp_status inc_grow(incumbents *b)
 static sp_status inc_add(incumbents *b, const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
 {
     double k1 = spi_cand_objective(s, c, o);
-    if (admissible(s, c, o)) {
+    if (spi_cand_admissible(s, c, o)) {
         double m = spi_split_measure(s, c, o), lat = spi_cand_latency(s, c, o->latency_metric),
                cost = spi_cand_cost(s, c, o->latency_metric, o->cost_metric);
         if (k1 < b->obj) b->obj = k1;
@@ -812,9 +810,7 @@ sp_status spi_space_reduce(spi_space *s, int from, const spi_reduce *r)
         k1[i] = r->fit_only ? 0.0 : spi_cand_objective(s, c, o);
         k2[i] = r->fit_only ? 0.0 : spi_cand_objective2(s, c, o);
         lat[i] = spi_cand_latency(s, c, o->latency_metric);
-        int adm = c->mem_over <= 0 && (o->max_latency_s <= 0 || lat[i] <= o->max_latency_s) &&
-                  (o->min_tokens_per_s <= 0 || -c->tokens_per_s <= -o->min_tokens_per_s);
-        if (adm) idx[n_adm++] = i;   /* ascending */
+        if (spi_cand_admissible(s, c, o)) idx[n_adm++] = i;   /* ascending */
     }
     if (r->main) {
         int best = -1;

@@ -113,6 +113,8 @@ sp_status spi_space_finish(spi_space *s);
 double spi_cand_latency(const spi_space *s, const spi_cand *c, sp_plan_latency lat);
 double spi_cand_cost(const spi_space *s, const spi_cand *c, sp_plan_latency lat, sp_plan_cost_metric cm);
 double spi_cand_objective(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
+/* 1: c fits in memory and meets o's latency bound and throughput target. */
+int spi_cand_admissible(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
 /* The tie-break term: latency for the cost objective, else cost. */
 double spi_cand_objective2(const spi_space *s, const spi_cand *c, const sp_plan_opts *o);
 /* The value a candidate takes in a rival kind, as a comparable integer. */
