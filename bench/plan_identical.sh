@@ -20,6 +20,10 @@ mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 # model hw chips batch prompt gen [extra options]
 cat > "$tmp/cases" <<'CASES'
+palm-540b h100 256 256 2048 64
+llama3.1-70b a100-80g 4 128 128 1024 --objective cost
+palm-8b h100 8 64 512 128 --objective throughput
+palm-8b h100 8 1 512 512
 palm-540b tpu-v4 64 64 2048 64
 palm-540b tpu-v4 64 512 2048 0
 palm-540b tpu-v4 64 1 128 128 --objective cost

@@ -66,8 +66,10 @@
  *              per ordered pair q = (a, b) with some e != 0;
  *   Σ_M u_tsM = x_t,  Σ_{s,M} chips(M)·u_tsM = S·chips(m_t)·x_t,
  *   w_tsq >= u_ts,a + u_t,s+1,b − 1, and τ_s gains Σ_q e_q·w_tsq; the
- *   middle stages' descent only where no pair column exists.  The second
- *   bound's dynamic programme counts chips too (dp_bound).
+ *   middle stages' descent only where no pair column exists.  The first
+ *   bound takes two cases, every stage on m or some stage on a smaller
+ *   mesh (mesh_bound); the second bound's dynamic programme counts chips
+ *   too (dp_bound).
  *
  * REDUCTIONS (exact)
  *   A template whose lower bound Φ_LB >= the best Φ among the space's
@@ -120,8 +122,12 @@ typedef struct tmpl {
     double *mu;                /* [K][nm][nn]: ceil((bytes − capacity) / MiB) */
     int64_t mb[PH_COUNT];      /* the bottleneck's lower bound m per phase (REDUCTIONS) */
     double lb;                 /* Φ_LB, seconds */
+    int mb_wait;               /* mb lacks the smaller meshes' case until the blocks are priced (mesh_bound) */
     int col_x, col_z, col_X, col_V, col_w;   /* first column of each group */
 } tmpl;
+
+#define TAUX(t, kd, mi, j) (&(t)->tau[((((kd) * (t)->nm + (mi)) * (t)->nn) + (j)) * PH_COUNT])
+#define MUX(t, kd, mi, j) ((t)->mu[((kd) * (t)->nm + (mi)) * (t)->nn + (j)])
 
 void spi_split_window(int64_t L, int S, int *lo, int *hi)
 {
@@ -310,29 +316,6 @@ static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t
     return SP_OK;
 }
 
-/* The first bound over t's other meshes: a stage of any mesh holding
- * ceil(L/S) layers or more takes at least the least of its kinds' times
- * there, so m_φ falls to the least over the meshes; a block that does not
- * apply leaves it as it is. */
-static sp_status mesh_bound(const spi_space *sp, const sp_workload *w, tmpl *t)
-{
-    const int64_t L = sp->m->n_layers;
-    const int S = t->S, n = (int)((L + S - 1) / S);
-    for (int mi = 1; mi < t->nm; mi++)
-        for (int k = 0; k < K_COUNT; k++) {
-            if (k == K_MID && S < 3) continue;
-            int64_t tau[PH_COUNT], u;
-            double mu;
-            sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, t->mesh[mi], tau,
-                                       &mu, &u);
-            if (bs == SP_EINVAL) continue;
-            SP_CHECK(bs);
-            for (int p = 0; p < PH_COUNT; p++)
-                if (tau[p] < t->mb[p]) t->mb[p] = tau[p];
-        }
-    return SP_OK;
-}
-
 /* Lower bound of a phase (ps) from the bottleneck bound m (REDUCTIONS). */
 static double phase_lb(const sp_cost_pipe_phase *f, int64_t m)
 {
@@ -362,6 +345,71 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
 {
     return same_mesh || hw->topo == SP_TOPO_TORUS || l->experts != 1 || sp_layout_offloads(l) ||
            l->stages > SPI_SPLIT_MESH_STAGES;
+}
+
+/* The first bound over t's other meshes.  The replica's chips are fixed
+ * (Σ_s chips(M_s) = S·chips(m)), and m is the one candidate of its size
+ * (cand_meshes: the others are m scaled by 1/2, 3/2 or 2), so a pipeline
+ * whose stages do not all have m has a stage on a mesh of fewer chips (and
+ * one on a mesh of more).  That stage holds at least lo layers and its time
+ * does not fall with more layers, nor with its hand-off (one message or
+ * more of its block, no nearer tier: hand_off), so the slowest stage takes
+ * at least min over the kinds k and the smaller meshes M of τ(k, M, n_kM),
+ * n_kM the least count in the window whose block applies (where none does,
+ * no stage of kind k has M).  With m everywhere the bound m_φ stands; so
+ * m_φ falls to the least of the two cases.  Where no candidate is smaller
+ * or none larger, every stage has m and m_φ stands as it is.  Only the
+ * smaller meshes are priced, at the window's lower end: not every mesh at
+ * ceil(L/S) (palm-540b on 256 h100: 3 blocks or fewer a template, not 6 to
+ * 9, and a tighter bound).  *done: t->mb is final (0: the bound stopped
+ * once it could not drop t, *lb then no more than t's; t->mb waits for t's
+ * blocks: called again after price_blocks, it reads the same blocks from
+ * t->tau instead of pricing them). */
+static sp_status mesh_bound(const spi_space *sp, const sp_workload *w, const measure *ms, double inc, tmpl *t,
+                            double *lb, int *done)
+{
+    int smaller = 0, larger = 0;
+    *done = 1;
+    for (int mi = 1; mi < t->nm; mi++) {
+        smaller |= t->chips[mi] < t->chips[0];
+        larger |= t->chips[mi] > t->chips[0];
+    }
+    if (!smaller || !larger) return SP_OK;
+    if (!t->tau && (*lb = spi_split_first_lb(ms, &t->pipe, t->mb)) < inc) {   /* t stays: its blocks will say */
+        *done = 0;
+        return SP_OK;
+    }
+    int64_t h[PH_COUNT];
+    memcpy(h, t->mb, sizeof h);
+    for (int mi = 1; mi < t->nm; mi++) {
+        if (t->chips[mi] >= t->chips[0]) continue;
+        for (int k = 0; k < K_COUNT; k++) {
+            if (k == K_MID && t->S < 3) continue;
+            for (int j = 0; j < t->nn; j++) {
+                int64_t tau[PH_COUNT], u;
+                double mu;
+                if (t->tau) {   /* priced by price_blocks */
+                    if (isinf(MUX(t, k, mi, j))) continue;
+                    memcpy(tau, TAUX(t, k, mi, j), sizeof tau);
+                } else {
+                    sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, t->lo + j,
+                                               t->mesh[mi], tau, &mu, &u);
+                    if (bs == SP_EINVAL) continue;
+                    SP_CHECK(bs);
+                }
+                for (int p = 0; p < PH_COUNT; p++)
+                    if (tau[p] < h[p]) h[p] = tau[p];
+                break;
+            }
+            if (!t->tau && (*lb = spi_split_first_lb(ms, &t->pipe, h)) < inc) {   /* t stays whatever the rest is */
+                *done = 0;
+                return SP_OK;
+            }
+        }
+    }
+    memcpy(t->mb, h, sizeof h);
+    *lb = spi_split_first_lb(ms, &t->pipe, h);
+    return SP_OK;
 }
 
 typedef struct bctx {
@@ -415,8 +463,34 @@ static void cand_meshes(const spi_space *sp, tmpl *t, int same_mesh)
     }
 }
 
-#define TAUX(t, kd, mi, j) (&(t)->tau[((((kd) * (t)->nm + (mi)) * (t)->nn) + (j)) * PH_COUNT])
-#define MUX(t, kd, mi, j) ((t)->mu[((kd) * (t)->nm + (mi)) * (t)->nn + (j)])
+sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
+                               int *hetero)
+{
+    spi_cand c;
+    memset(&c, 0, sizeof c);
+    c.layout = *tl;
+    tmpl t;
+    memset(&t, 0, sizeof t);
+    t.c = &c;
+    t.S = tl->stages;
+    spi_split_window(sp->m->n_layers, t.S, &t.lo, &t.hi);
+    t.nn = t.hi - t.lo + 1;
+    for (int p = 0; p < PH_COUNT; p++) t.mb[p] = INT64_MAX;
+    sp_cost_pipe_terms(sp->hw, tl, 1, &t.pipe);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    measure ms;
+    spi_measure_init(&o, w, &ms);
+    cand_meshes(sp, &t, 0);
+    double lb;
+    int done;
+    SP_CHECK(mesh_bound(sp, w, &ms, -INFINITY, &t, &lb, &done));
+    memcpy(m_ps, t.mb, sizeof t.mb);
+    *hetero = 0;
+    for (int p = 0; p < PH_COUNT; p++) *hetero |= t.mb[p] != INT64_MAX;
+    return SP_OK;
+}
+
 
 /* The hand-off of a stage of mesh a to a next stage of mesh b (a != b):
  * the sending stage's SEND step meets every chip of b whose block of the
@@ -944,12 +1018,13 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
             if (st != SP_OK) break;
             cand_meshes(sp, t, r->same_mesh);
             if (t->nm > 1) {
-                /* the other meshes' stages at ceil(L/S) layers may be faster */
+                /* a stage of a smaller mesh may be the slowest */
                 double tb = now_s();
-                st = mesh_bound(sp, w, t);
+                int done;
+                st = mesh_bound(sp, w, &ms, inc, t, &lb, &done);
+                t->mb_wait = !done;
                 out->eval_s += now_s() - tb;
                 if (st != SP_OK) break;
-                lb = spi_split_first_lb(&ms, &t->pipe, t->mb);
             }
             t->lb = lb;
             if (lb >= inc) {
@@ -978,6 +1053,12 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
             break;
         }
         if ((st = price_blocks(sp, w, &ms, t, out)) != SP_OK) break;
+        if (t->mb_wait) {   /* the mesh bound from the blocks just priced */
+            double lb0;
+            int done;
+            if ((st = mesh_bound(sp, w, &ms, inc, t, &lb0, &done)) != SP_OK) break;
+            t->mb_wait = 0;
+        }
         t->lb = dp_bound(t, L, &ms);
         if (t->lb >= inc) {
             out->pruned++;

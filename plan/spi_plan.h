@@ -283,6 +283,13 @@ double spi_split_first_lb(const spi_measure *ms, const sp_cost_pipe *pipe, const
 /* 1 when the pipeline program offers template l's stages its own mesh
  * alone (no other stage meshes: its bound is not lowered over them). */
 int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
+/* The pipeline program's first bound over template tl's other stage meshes
+ * (plan_stages.c mesh_bound): a pipeline whose stages do not all have tl's
+ * mesh has a stage on a smaller mesh, whose time per phase (ps) is at least
+ * m_ps; *hetero 0 (m_ps INT64_MAX) when the meshes offered admit no such
+ * pipeline. */
+sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
+                               int *hetero);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

@@ -451,7 +451,7 @@ static int stage_mesh_cands(const sp_layout *l, int out[][3])
     return n;
 }
 
-static int n_hetero_compared, n_hetero_better, n_hetero_product;
+static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked;
 
 /* sp_plan_solve against the full product of (template, stage mesh of each
  * stage, split), each priced by sp_cost_eval; o narrows both sides alike
@@ -471,11 +471,19 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
         all[n++] = bf.c[i];
     }
     ne = n;
+    spi_space sp;   /* the pipeline program's pricing state, for its mesh bound */
+    spi_space_init(&sp, m, hw);
     for (int i = 0; i < ne; i++) {
         const sp_layout l = all[i].l;
         if (l.stages < 2) continue;
         int cm[16][3], nc = stage_mesh_cands(&l, cm), S = l.stages, c0 = l.mesh[0] * l.mesh[1] * l.mesh[2];
         int idx[SP_LAYOUT_MAX_STAGES] = {0};
+        /* the program's first bound over the other meshes: every pipeline of
+         * stage meshes has a stage at least that slow (slowest_stages), and
+         * where it says none exists, none does */
+        int64_t mesh_lb[3];
+        int hetero;
+        ck_assert_int_eq(spi_split_mesh_bound(&sp, w, &l, mesh_lb, &hetero), SP_OK);
         for (;;) {   /* every assignment of the candidates to the stages */
             int chips = 0, same = 1;
             for (int s = 0; s < S; s++) chips += cm[idx[s]][0] * cm[idx[s]][1] * cm[idx[s]][2], same &= idx[s] == idx[0];
@@ -488,6 +496,9 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
                 do {   /* the even split among them: the layout checks take stage_layers that are even */
                     sp_cost c;
                     if (sp_cost_eval(m, hw, &u, w, NULL, &c) != SP_OK) continue;
+                    ck_assert_msg(hetero, "a pipeline of stage meshes where the mesh bound says none exists");
+                    slowest_stages(m, hw, &u, w, mesh_lb, NULL);
+                    n_mesh_bound_checked++;
                     if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
                     all[n].l = u;
                     all[n++].c = c;
@@ -512,6 +523,7 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
             all[n++].c = c;
         } while (next_split(u.stage_layers, u.stages, m->n_layers));
     }
+    spi_space_free(&sp);
     n_hetero_product += n;
     for (int obj = 0; obj < SP_PLAN_OBJECTIVE_COUNT; obj++)
         for (int lm = 0; lm < SP_PLAN_LAT_COUNT; lm++) {
@@ -742,9 +754,11 @@ END_TEST
 
 START_TEST(test_hetero_summary)
 {
-    printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes\n",
-           n_hetero_compared, n_hetero_product, n_hetero_better);
+    printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes; "
+           "the mesh bound below the slowest stage of %d pipelines of stage meshes\n",
+           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked);
     ck_assert_int_gt(n_hetero_compared, 0);
+    ck_assert_int_gt(n_mesh_bound_checked, 0);
 }
 END_TEST
 
