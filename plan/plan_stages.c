@@ -83,6 +83,8 @@
  *   c_f.  The same m bounds X_tφ in the program.
  */
 #include <glpk.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,7 +297,7 @@ sp_status spi_split_bound(sp_cost_cache *cache, const sp_model *m, const sp_hw *
  * S one layer is much of a stage (palm-540b in 64 stages: one or two).
  * Raises t->mb where that is tighter; a block that does not apply leaves
  * it as it is. */
-static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t)
+static sp_status refine_bound(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, tmpl *t)
 {
     const int64_t L = sp->m->n_layers;
     const int S = t->S, n = (int)((L + S - 1) / S);
@@ -305,7 +307,7 @@ static sp_status refine_bound(const spi_space *sp, const sp_workload *w, tmpl *t
         if (k == K_MID && S < 3) continue;
         int64_t tau[PH_COUNT], u;
         double mu;
-        sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, n, NULL, tau, &mu, &u);
+        sp_status bs = stage_block(cache, sp->m, sp->hw, &t->c->layout, w, k, n, NULL, tau, &mu, &u);
         if (bs == SP_EINVAL) return SP_OK;
         SP_CHECK(bs);
         for (int p = 0; p < PH_COUNT; p++)
@@ -365,8 +367,8 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
  * once it could not drop t, *lb then no more than t's; t->mb waits for t's
  * blocks: called again after price_blocks, it reads the same blocks from
  * t->tau instead of pricing them). */
-static sp_status mesh_bound(const spi_space *sp, const sp_workload *w, const measure *ms, double inc, tmpl *t,
-                            double *lb, int *done)
+static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const measure *ms, double inc,
+                            tmpl *t, double *lb, int *done)
 {
     int smaller = 0, larger = 0;
     *done = 1;
@@ -392,7 +394,7 @@ static sp_status mesh_bound(const spi_space *sp, const sp_workload *w, const mea
                     if (isinf(MUX(t, k, mi, j))) continue;
                     memcpy(tau, TAUX(t, k, mi, j), sizeof tau);
                 } else {
-                    sp_status bs = stage_block(spi_space_cache(sp), sp->m, sp->hw, &t->c->layout, w, k, t->lo + j,
+                    sp_status bs = stage_block(cache, sp->m, sp->hw, &t->c->layout, w, k, t->lo + j,
                                                t->mesh[mi], tau, &mu, &u);
                     if (bs == SP_EINVAL) continue;
                     SP_CHECK(bs);
@@ -484,7 +486,7 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
     cand_meshes(sp, &t, 0);
     double lb;
     int done;
-    SP_CHECK(mesh_bound(sp, w, &ms, -INFINITY, &t, &lb, &done));
+    SP_CHECK(mesh_bound(sp, spi_space_cache(sp), w, &ms, -INFINITY, &t, &lb, &done));
     memcpy(m_ps, t.mb, sizeof t.mb);
     *hetero = 0;
     for (int p = 0; p < PH_COUNT; p++) *hetero |= t.mb[p] != INT64_MAX;
@@ -961,6 +963,119 @@ prob_done:
     return st;
 }
 
+/* The first bound of template t (REDUCTIONS) into t->mb and t->lb: the
+ * even split's stage times (from the space's pricing, else priced now),
+ * refined at ceil(L/S) where that may drop t, and the smaller meshes' case
+ * (mesh_bound).  One template's work, priced on `cache`: the templates are
+ * independent, and so is each one's bound of the order they are taken in
+ * (the caches' memos are exact). */
+static sp_status first_bound(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const measure *ms,
+                             double inc, int same_mesh, tmpl *t)
+{
+    const spi_cand *c = t->c;
+    const int64_t L = sp->m->n_layers;
+    if (c->has_bound) {
+        memcpy(t->mb, c->bound_ps, sizeof t->mb);
+        t->units = c->bound_units;
+    } else SP_CHECK(spi_split_bound(cache, sp->m, sp->hw, &c->layout, w, t->mb, &t->units));
+    sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
+    double lb = spi_split_first_lb(ms, &t->pipe, t->mb);
+    /* not dropped by the even split's stages: each kind at ceil(L/S) layers may */
+    if (lb < inc && !isinf(inc) && L % t->S != 0) {
+        SP_CHECK(refine_bound(sp, cache, w, t));
+        lb = spi_split_first_lb(ms, &t->pipe, t->mb);
+    }
+    cand_meshes(sp, t, same_mesh);
+    if (t->nm > 1) {   /* a stage of a smaller mesh may be the slowest */
+        int done;
+        SP_CHECK(mesh_bound(sp, cache, w, ms, inc, t, &lb, &done));
+        t->mb_wait = !done;
+    }
+    t->lb = lb;
+    return SP_OK;
+}
+
+typedef struct fb_job {
+    const spi_space *sp;
+    const sp_workload *w;
+    const measure *ms;
+    double inc;
+    int same_mesh;
+    tmpl *T;
+    int n;
+    pthread_mutex_t mu;
+    int next;                  /* the next template to take */
+    double eval_s;             /* seconds pricing, summed over the workers */
+    sp_status st;              /* the first failure, in template order */
+    int st_at;
+} fb_job;
+
+typedef struct fb_worker {
+    fb_job *j;
+    sp_cost_cache *cache;
+} fb_worker;
+
+static void *fb_main(void *arg)
+{
+    const fb_worker *wk = arg;
+    fb_job *j = wk->j;
+    enum { CHUNK = 64 };
+    double t0 = now_s();
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int i0 = j->next;
+        j->next += CHUNK;
+        pthread_mutex_unlock(&j->mu);
+        if (i0 >= j->n) break;
+        for (int i = i0; i < i0 + CHUNK && i < j->n; i++) {
+            sp_status st = first_bound(j->sp, wk->cache, j->w, j->ms, j->inc, j->same_mesh, &j->T[i]);
+            if (st == SP_OK) continue;
+            pthread_mutex_lock(&j->mu);
+            if (j->st == SP_OK || i < j->st_at) j->st = st, j->st_at = i;
+            j->next = j->n;   /* the others stop */
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+    }
+    pthread_mutex_lock(&j->mu);
+    j->eval_s += now_s() - t0;
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* The first bounds of j's templates on the pricing threads the space uses
+ * (SHARDPLAN_THREADS, else the processors; worker 0 the calling thread with
+ * the space's cache, the others each a cache of their own) */
+static sp_status first_bounds(fb_job *j)
+{
+    long nw = sp_env_long(SP_ENV_THREADS);
+    if (nw <= 0) nw = sysconf(_SC_NPROCESSORS_ONLN);
+    if (nw > SPI_WORKERS) nw = SPI_WORKERS;
+    if (nw > j->n / 256) nw = j->n / 256;   /* threads only pay off on enough work */
+    if (nw < 1) nw = 1;
+    pthread_t th[SPI_WORKERS];
+    fb_worker wk[SPI_WORKERS];
+    int started = 0;
+    for (long k = 1; k < nw; k++) {
+        sp_cost_cache *c;
+        if (sp_cost_cache_create(&c) != SP_OK) break;
+        wk[started + 1] = (fb_worker){j, c};
+        if (pthread_create(&th[started], NULL, fb_main, &wk[started + 1]) != 0) {
+            sp_cost_cache_free(c);
+            break;
+        }
+        started++;
+    }
+    wk[0] = (fb_worker){j, spi_space_cache(j->sp)};
+    if (!wk[0].cache) j->st = spi_fail(SP_ENOMEM, "planner: out of memory"), j->next = j->n;
+    fb_main(&wk[0]);   /* this thread works too; with no helper it does everything */
+    for (int k = 0; k < started; k++) {
+        pthread_join(th[k], NULL);
+        sp_cost_cache_free(wk[k + 1].cache);
+    }
+    return j->st;
+}
+
 sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s)
 {
     memset(out, 0, sizeof *out);
@@ -984,56 +1099,26 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         if (c->inst != inst) continue;
         int S = c->layout.stages;
         if (!spi_split_is_template(&c->layout, L) || (r->max_stages > 0 && S > r->max_stages)) continue;
-        out->templates++;
-        tmpl *t = &T[nt];
+        tmpl *t = &T[nt++];
         memset(t, 0, sizeof *t);
         t->c = c;
         t->S = S;
         t->M = c->layout.microbatches;
         spi_split_window(L, S, &t->lo, &t->hi);
         t->nn = t->hi - t->lo + 1;
-        {
-            /* the bound m (spi_split_bound_of): from the candidate's
-             * pricing when the space kept its stage times, else priced now */
-            if (c->has_bound) {
-                memcpy(t->mb, c->bound_ps, sizeof t->mb);
-                t->units = c->bound_units;
-            } else {
-                double tb = now_s();
-                st = spi_split_bound(spi_space_cache(sp), m, sp->hw, &c->layout, w, t->mb, &t->units);
-                out->eval_s += now_s() - tb;
-            }
-            sp_cost_pipe_terms(sp->hw, &c->layout, t->units, &t->pipe);
-            if (st != SP_OK) break;
-            double lb = 0;
-            for (int rf = 0; rf < 2; rf++) {
-                lb = spi_split_first_lb(&ms, &t->pipe, t->mb);
-                /* not dropped by the even split's stages: each kind at ceil(L/S) layers may */
-                if (rf || lb >= inc || isinf(inc) || L % S == 0) break;
-                double tb = now_s();
-                st = refine_bound(sp, w, t);
-                out->eval_s += now_s() - tb;
-                if (st != SP_OK) break;
-            }
-            if (st != SP_OK) break;
-            cand_meshes(sp, t, r->same_mesh);
-            if (t->nm > 1) {
-                /* a stage of a smaller mesh may be the slowest */
-                double tb = now_s();
-                int done;
-                st = mesh_bound(sp, w, &ms, inc, t, &lb, &done);
-                t->mb_wait = !done;
-                out->eval_s += now_s() - tb;
-                if (st != SP_OK) break;
-            }
-            t->lb = lb;
-            if (lb >= inc) {
-                out->pruned++;
-                continue;
-            }
-        }
-        nt++;
     }
+    out->templates = nt;
+    /* every template's first bound, on the pricing workers; then, in the
+     * space's order, the templates it does not drop */
+    fb_job fj = {sp, w, &ms, inc, r->same_mesh, T, nt, PTHREAD_MUTEX_INITIALIZER, 0, 0, SP_OK, 0};
+    st = first_bounds(&fj);
+    out->eval_s += fj.eval_s;
+    int kept = 0;
+    for (int i = 0; st == SP_OK && i < nt; i++) {
+        if (T[i].lb >= inc) out->pruned++;
+        else T[kept++] = T[i];
+    }
+    nt = kept;
     if (st != SP_OK || nt == 0) {
         free(T);
         return st;
@@ -1056,7 +1141,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         if (t->mb_wait) {   /* the mesh bound from the blocks just priced */
             double lb0;
             int done;
-            if ((st = mesh_bound(sp, w, &ms, inc, t, &lb0, &done)) != SP_OK) break;
+            if ((st = mesh_bound(sp, spi_space_cache(sp), w, &ms, inc, t, &lb0, &done)) != SP_OK) break;
             t->mb_wait = 0;
         }
         t->lb = dp_bound(t, L, &ms);

@@ -943,6 +943,62 @@ START_TEST(test_split_bound_below_splits)
 }
 END_TEST
 
+/* The pipeline program's first bounds are taken on the pricing threads:
+ * its answer, what it prunes and the programs it builds are the same on one
+ * thread and on three (tiny-llama on 8 h100: 3,162 templates, enough for
+ * three), with the plan's incumbent and with one half as large again (templates then
+ * reach the program). */
+START_TEST(test_split_threads)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-llama", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("h100", &hw, &err), SP_OK);
+    sp_workload w = {8, 16, 8};
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    s.split_bounds = 1;
+    ck_assert_int_eq(spi_space_add(&s, 8, &w, SP_PLAN_W_AUTO, SP_DT_BF16), SP_OK);
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    double inc = INFINITY;
+    for (int i = 0; i < s.n; i++)
+        if (spi_cand_admissible(&s, &s.c[i], &o)) inc = fmin(inc, spi_split_measure(&s, &s.c[i], &o));
+    const char *was = getenv("SHARDPLAN_THREADS");
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", was ? was : "");
+    double incs[2] = {inc, inc * 1.5};
+    for (int k = 0; k < 2; k++) {
+        spi_split_req r = {.o = &o, .incumbent = incs[k]};
+        spi_split_out x, y;
+        double glpk_s = 0;
+        setenv("SHARDPLAN_THREADS", "1", 1);
+        ck_assert_int_eq(spi_split_solve(&s, 0, &r, &x, &glpk_s), SP_OK);
+        setenv("SHARDPLAN_THREADS", "3", 1);
+        ck_assert_int_eq(spi_split_solve(&s, 0, &r, &y, &glpk_s), SP_OK);
+        ck_assert_int_ge(x.templates, 3 * 256);
+        ck_assert_int_eq(x.templates, y.templates);
+        ck_assert_int_eq(x.pruned, y.pruned);
+        ck_assert_int_eq(x.kept, y.kept);
+        ck_assert_int_eq(x.blocks, y.blocks);
+        ck_assert_int_eq(x.rows, y.rows);
+        ck_assert_int_eq(x.cols, y.cols);
+        ck_assert_int_eq(x.found, y.found);
+        ck_assert(x.phi == y.phi || (isinf(x.phi) && isinf(y.phi)));
+        if (x.found) {
+            ck_assert_int_eq(x.template_cand, y.template_cand);
+            ck_assert(!memcmp(x.layout.stage_layers, y.layout.stage_layers, sizeof x.layout.stage_layers));
+            ck_assert(!memcmp(x.layout.stage_mesh, y.layout.stage_mesh, sizeof x.layout.stage_mesh));
+        }
+        if (k == 1) ck_assert_int_gt(x.kept, 0);   /* an incumbent above the best: templates reach the program */
+    }
+    if (was) setenv("SHARDPLAN_THREADS", keep, 1);
+    else unsetenv("SHARDPLAN_THREADS");
+    spi_space_free(&s);
+}
+END_TEST
+
 /* The pipeline program's bounds taken from the space's pricing (split_bounds:
  * each template's stage times) equal those it prices itself, and its
  * answer, what it prunes and the program it builds are the same either way,
@@ -1612,6 +1668,7 @@ int main(void)
     tcase_add_loop_test(t3, test_split_equals_enumeration, 0, 8);
     tcase_add_test(t3, test_split_program_size);
     tcase_add_test(t3, test_split_bounds_with_space);
+    tcase_add_test(t3, test_split_threads);
     tcase_add_test(t3, test_split_bound_below_splits);
     tcase_add_test(t3, test_split_wins);
     tcase_add_test(t3, test_split_summary);
