@@ -489,10 +489,10 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     } else if (pc->elem_any) {
         /* a CPU's elementwise kernels run at rates of their own (sp_hw_elem): attention stages and
          * rotates its operands before its FLOPs; the other steps are that work alone */
-        int64_t el[SP_ELEM_COUNT];
+        double el[SP_ELEM_COUNT];
         sp_lower_step_elems(pc->p, s, el);
         double e = 0.0;
-        for (int k = 0; k < SP_ELEM_COUNT; k++) e += (double)el[k] * hw->step_elem_s[k];
+        for (int k = 0; k < SP_ELEM_COUNT; k++) e += el[k] * hw->step_elem_s[k];
         if (s->kind == SP_STEP_ATTN) c += e;
         else if (e > 0) c = e;
     }

@@ -2167,11 +2167,13 @@ int64_t sp_lower_host_bytes(const sp_step *s, int64_t at)
     return s->host_bytes + s->host_tok_bytes * (at - s->context);
 }
 
-void sp_lower_step_elems(const sp_program *p, const sp_step *s, int64_t out[SP_ELEM_COUNT])
+void sp_lower_step_elems(const sp_program *p, const sp_step *s, double out[SP_ELEM_COUNT])
 {
-    memset(out, 0, SP_ELEM_COUNT * sizeof *out);
-    /* the shapes were checked when the step was lowered: these products are buffer sizes */
-    int64_t mn = s->m * s->n, rows = s->ragged ? s->m : s->batch * s->q_len, R = p->rope_dims;
+    for (int k = 0; k < SP_ELEM_COUNT; k++) out[k] = 0.0;
+    /* counts in double: they only scale per-element times, and the products of
+     * the KV store (4 copies) could pass int64 where the buffer sizes do not */
+    double mn = (double)s->m * (double)s->n, R = (double)p->rope_dims;
+    double rows = s->ragged ? (double)s->m : (double)s->batch * (double)s->q_len;
     switch (s->kind) {
     case SP_STEP_NORM_STATS: out[SP_ELEM_NORM_STATS] = mn; break;
     case SP_STEP_NORM_APPLY: out[SP_ELEM_NORM_APPLY] = mn; break;
@@ -2182,14 +2184,14 @@ void sp_lower_step_elems(const sp_program *p, const sp_step *s, int64_t out[SP_E
     case SP_STEP_EMBED: out[SP_ELEM_EMBED] = mn; break;
     case SP_STEP_KV_STORE:
         /* K and V (rows, cached heads, d_head): staged from the projections, then appended */
-        out[SP_ELEM_COPY] = 4 * rows * s->kv_heads * s->d_head;
-        out[SP_ELEM_ROPE] = rows * s->kv_heads * R;
+        out[SP_ELEM_COPY] = 4.0 * rows * (double)s->kv_heads * (double)s->d_head;
+        out[SP_ELEM_ROPE] = rows * (double)s->kv_heads * R;
         break;
     case SP_STEP_ATTN: {
         /* the queries (rows, heads, d_head) staged and rotated; a pass not reading the cache
          * stages and rotates its keys too */
-        int64_t h = s->heads + (s->from_cache ? 0 : s->kv_heads_src);
-        out[SP_ELEM_COPY] = rows * h * s->d_head;
+        double h = (double)s->heads + (s->from_cache ? 0.0 : (double)s->kv_heads_src);
+        out[SP_ELEM_COPY] = rows * h * (double)s->d_head;
         out[SP_ELEM_ROPE] = rows * h * R;
         break;
     }

@@ -551,8 +551,9 @@ int64_t sp_lower_step_layers(const sp_program *p, sp_prog_part part, const sp_st
  * KV heads × d_head) and rotates K; attention stages and rotates its
  * queries (rows × heads × d_head) and, in a prefill pass that does not
  * read the cache, its keys.  Rotation counts rows × heads × rope_dims.
- * out[k] = 0 for the kernels the step does not run. */
-void sp_lower_step_elems(const sp_program *p, const sp_step *s, int64_t out[SP_ELEM_COUNT]);
+ * out[k] = 0 for the kernels the step does not run (doubles: counts, never
+ * sizes, so no product overflows). */
+void sp_lower_step_elems(const sp_program *p, const sp_step *s, double out[SP_ELEM_COUNT]);
 /* Bytes a HOST_LOAD / HOST_STORE moves at context ctx (0: as lowered). */
 int64_t sp_lower_host_bytes(const sp_step *s, int64_t ctx);
 

@@ -70,6 +70,22 @@ static const sp_axis perms[6][3] = {
     {SP_AXIS_Y, SP_AXIS_X, SP_AXIS_Z}, {SP_AXIS_X, SP_AXIS_Z, SP_AXIS_Y}, {SP_AXIS_X, SP_AXIS_Y, SP_AXIS_Z},
 };
 
+/* The enumerations' pricing options: one cache for the test process (a
+ * call without one makes and zeroes its own, megabytes each, which
+ * dominated the suite under AddressSanitizer), every phase priced afresh so
+ * the enumeration does not lean on the planner's memo. */
+static const sp_cost_opts *bf_opts(void)
+{
+    static sp_cost_cache *cc;
+    static sp_cost_opts co;
+    if (!cc) {
+        ck_assert_int_eq(sp_cost_cache_create(&cc), SP_OK);
+        sp_cost_opts_init(&co);
+        co.cache = cc, co.fresh = 1;
+    }
+    return &co;
+}
+
 static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *w, sp_plan_weights wsel, bf_space *out)
 {
     int cap = 1024;
@@ -110,7 +126,7 @@ static void brute(const sp_model *m, const sp_hw *hw, int N, const sp_workload *
                                         sp_cost c;
                                         /* the prefill chunked as the planner weighs it */
                                         sp_layout chosen;
-                                        if (sp_cost_eval_chunked(m, hw, &l, w, NULL, &chosen, &c) != SP_OK) continue;
+                                        if (sp_cost_eval_chunked(m, hw, &l, w, bf_opts(), &chosen, &c) != SP_OK) continue;
                                         l = chosen;
                                         if (out->n == cap) out->c = realloc(out->c, (size_t)(cap *= 2) * sizeof *out->c);
                                         out->c[out->n].l = l;
@@ -333,7 +349,7 @@ static void check_split_problem(const sp_model *m, const sp_hw *hw, int N, const
         ck_assert_int_eq(spi_split_bound(NULL, m, hw, l, w, bound, &units), SP_OK);
         do {
             sp_cost c;
-            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
+            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, bf_opts(), &c), SP_OK);
             slowest_stages(m, hw, &u, w, bound, NULL);
             n_bound_checked++;
             if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
@@ -495,7 +511,7 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
                 u.stage_layers[S - 1] = (int16_t)(m->n_layers - S + 1);
                 do {   /* the even split among them: the layout checks take stage_layers that are even */
                     sp_cost c;
-                    if (sp_cost_eval(m, hw, &u, w, NULL, &c) != SP_OK) continue;
+                    if (sp_cost_eval(m, hw, &u, w, bf_opts(), &c) != SP_OK) continue;
                     ck_assert_msg(hetero, "a pipeline of stage meshes where the mesh bound says none exists");
                     slowest_stages(m, hw, &u, w, mesh_lb, NULL);
                     n_mesh_bound_checked++;
@@ -517,7 +533,7 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
         u.stage_layers[u.stages - 1] = (int16_t)(m->n_layers - u.stages + 1);
         do {
             sp_cost c;
-            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, NULL, &c), SP_OK);
+            ck_assert_int_eq(sp_cost_eval(m, hw, &u, w, bf_opts(), &c), SP_OK);
             if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
             all[n].l = u;
             all[n++].c = c;
@@ -884,7 +900,7 @@ START_TEST(test_split_program_size)
         u.stage_layers[u.stages - 1] = (int16_t)(m.n_layers - u.stages + 1);
         do {
             sp_cost x;
-            if (sp_cost_eval(&m, &hw, &u, &w, NULL, &x) == SP_OK && x.feasible) best = fmin(best, x.total_s);
+            if (sp_cost_eval(&m, &hw, &u, &w, bf_opts(), &x) == SP_OK && x.feasible) best = fmin(best, x.total_s);
         } while (next_split(u.stage_layers, u.stages, m.n_layers));
     }
     ck_assert_msg(fabs(c.total_s - best) <= 1e-7 * best, "program %.12g, full product %.12g", c.total_s, best);

@@ -80,6 +80,10 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
     spi_space_narrow(&s, &o);
     ck_assert_int_eq(spi_space_add(&s, N, w, SP_PLAN_W_AUTO, SP_DT_BF16), SP_OK);
     memset(out, 0, sizeof *out);
+    /* one cache for the enumeration (a call without one makes and zeroes its own,
+     * megabytes each), every phase priced afresh: not the planner's memo */
+    sp_cost_cache *cc;
+    ck_assert_int_eq(sp_cost_cache_create(&cc), SP_OK);
     for (int i = 0; i < s.n; i++) {
         const sp_layout *tl = &s.c[i].layout;
         const int S = tl->stages;
@@ -112,6 +116,7 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
                 sp_cost_opts co;
                 sp_cost_opts_init(&co);
                 co.quiet = 1;
+                co.cache = cc, co.fresh = 1;
                 bf_point pt;
                 sp_status st = sp_cost_eval(m, hw, &l, w, &co, &pt.c);
                 out->combos++;
@@ -132,6 +137,7 @@ static void enumerate(const sp_model *m, const sp_hw *hw, int N, const sp_worklo
         }
     }
     spi_space_free(&s);
+    sp_cost_cache_free(cc);
 }
 
 static int n_compared, n_needed, n_offloaded, n_infeasible, n_part;
