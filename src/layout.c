@@ -19,13 +19,6 @@ int sp_layout_uneven(const sp_layout *l) { return l->stage_layers[0] != 0; }
 
 int sp_layout_hetero(const sp_layout *l) { return l->stage_mesh[0][0] != 0; }
 
-sp_status sp_layout_hetero_refuse(const sp_layout *l, const char *what)
-{
-    return !l || !sp_layout_hetero(l) ? SP_OK
-                                      : spi_fail(SP_ENOTSUP, "stage_mesh: %s of stages of their own mesh is not "
-                                                             "implemented", what);
-}
-
 /* meshes given in stage_mesh (the entries before the first all-zero one) */
 static int stage_mesh_count(const sp_layout *l)
 {
@@ -1137,8 +1130,8 @@ static sp_status pipeline_check(const sp_layout *l, const sp_model *m, sp_error 
  * so that its collectives see the tiers its own mesh implies.  A torus is
  * refused (its slices are boxes).  sp_layout_check_base's other checks
  * follow; that every stage lowers on its own mesh (each phase) is
- * sp_layout_check's (lower.c), and the consumers that do not take such
- * stages yet refuse them themselves (sp_layout_hetero_refuse). */
+ * sp_layout_check's (lower.c); a consumer that does not take such stages
+ * (the CUDA device) refuses them itself, by name. */
 static sp_status stage_mesh_check_hw(const sp_layout *l, const sp_hw *hw, int64_t chips, sp_error *err)
 {
     int64_t total = sp_layout_chips(l);

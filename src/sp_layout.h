@@ -264,11 +264,6 @@ int64_t sp_layout_stage_first_chip(const sp_layout *l, int stage);
  * the rest of l (see stage_mesh above); else SP_EINVAL (a count) or
  * SP_ENOTSUP (a combination not implemented) with the reason in why (quiet). */
 sp_status sp_layout_stage_mesh_check(const sp_layout *l, char *why, size_t size);
-/* SP_OK when l has no stage meshes of its own; else SP_ENOTSUP, naming
- * stage_mesh and `what` (the consumer, e.g. "pricing"),
- * with the message set: the lowering lowers such stages (sp_lower.h, "stage
- * hand-off"), the consumers that do not take them yet refuse them by name. */
-sp_status sp_layout_hetero_refuse(const sp_layout *l, const char *what);
 /* 1 if the layout names its layers per stage (stage_layers), 0 for the even split. */
 int sp_layout_uneven(const sp_layout *l);
 /* Layers held by stage s of l for a model of n_layers: l's stage_layers when
