@@ -237,13 +237,14 @@ static double bound_objective(const sp_model *m, const sp_hw *hw, int chips, con
     return objective_of(m, hw, chips, w, o, &x);
 }
 
-sp_status spi_groups_price(const sp_model *m, const sp_hw *hw, const sp_workload *w, const spi_gcand *pf,
-                           const spi_gcand *dc, sp_layout *l, sp_cost *c)
+sp_status spi_groups_price(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_workload *w,
+                           const spi_gcand *pf, const spi_gcand *dc, sp_layout *l, sp_cost *c)
 {
     SP_CHECK(sp_layout_disaggregate(&pf->layout, &dc->layout, l));
     sp_cost_opts co;
     sp_cost_opts_init(&co);
     co.quiet = 1;
+    co.cache = cache;
     return sp_cost_eval(m, hw, l, w, &co, c);
 }
 
@@ -268,13 +269,13 @@ static int pair_open(const spi_groups *g, const sp_plan_opts *o, int chips, cons
 }
 
 /* Prices pair (p, d) exactly; keeps it in out when it fits, meets the bounds and beats the incumbent. */
-static sp_status price_pair(const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
-                            const sp_plan_opts *o, int p, int d, spi_groups_out *out)
+static sp_status price_pair(sp_cost_cache *cache, const spi_groups *g, const sp_model *m, const sp_hw *hw, int chips,
+                            const sp_workload *w, const sp_plan_opts *o, int p, int d, spi_groups_out *out)
 {
     sp_layout l;
     sp_cost c;
     double te = now_s();
-    sp_status ps = spi_groups_price(m, hw, w, &g->pf[p], &g->dc[d], &l, &c);
+    sp_status ps = spi_groups_price(cache, m, hw, w, &g->pf[p], &g->dc[d], &l, &c);
     out->eval_s += now_s() - te;
     out->priced++;
     if (ps != SP_OK) return ps == SP_EINVAL ? SP_OK : ps;   /* a pair that does not apply */
@@ -332,8 +333,15 @@ sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *
     if (!g->np || !g->nd) return SP_OK;
     const measure k = measure_of(o);
     const int period = k == M_PERIOD, np = g->np, nd = g->nd;
+    /* one pricing cache for every pair priced (sp_cost_eval would make one per call) */
+    sp_cost_cache *cache;
+    SP_CHECK(sp_cost_cache_create(&cache));
     int holds = 0;
-    SP_CHECK(spi_glpk_env_get(&holds));
+    sp_status ge = spi_glpk_env_get(&holds);
+    if (ge != SP_OK) {
+        sp_cost_cache_free(cache);
+        return ge;
+    }
     double t0 = now_s();
     int term = glp_term_out(GLP_OFF);
     glp_prob *P = glp_create_prob();
@@ -459,7 +467,7 @@ sp_status spi_groups_solve(const spi_groups *g, const sp_model *m, const sp_hw *
                 if (glp_get_col_type(P, 1 + (side ? p : np + d)) == GLP_FX) continue;   /* priced with it already */
                 if (j < 0 && side) continue;   /* priced on side 0 */
                 if (!pair_open(g, o, chips, w, k, m, hw, p, d, out->objective)) continue;
-                st = price_pair(g, m, hw, chips, w, o, p, d, out);
+                st = price_pair(cache, g, m, hw, chips, w, o, p, d, out);
             }
             glp_set_col_bnds(P, 1 + (side ? np : 0) + fix, GLP_FX, 0, 0);
             out->retired++;
@@ -474,6 +482,7 @@ done:
     glp_delete_prob(P);
     glp_term_out(term);
     spi_glpk_env_put(&holds);
+    sp_cost_cache_free(cache);
     free(ind);
     free(val);
     return st;

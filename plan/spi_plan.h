@@ -312,9 +312,10 @@ typedef struct spi_groups {
 sp_status spi_groups_cands(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w, const sp_plan_opts *o,
                            spi_groups *g);
 void spi_groups_free(spi_groups *g);
-/* A pair as one layout, priced by sp_cost_eval (SP_EINVAL: the pair does not apply). */
-sp_status spi_groups_price(const sp_model *m, const sp_hw *hw, const sp_workload *w, const spi_gcand *pf,
-                           const spi_gcand *dc, sp_layout *l, sp_cost *c);
+/* A pair as one layout, priced by sp_cost_eval with cache (borrowed; NULL: a
+ * call's own) (SP_EINVAL: the pair does not apply). */
+sp_status spi_groups_price(sp_cost_cache *cache, const sp_model *m, const sp_hw *hw, const sp_workload *w,
+                           const spi_gcand *pf, const spi_gcand *dc, sp_layout *l, sp_cost *c);
 /* The plan's objective of a priced layout (smaller is better), and whether it fits and meets o's bounds. */
 double spi_groups_objective(const sp_model *m, const sp_hw *hw, int chips, const sp_workload *w,
                             const sp_plan_opts *o, const sp_cost *c);

@@ -1584,7 +1584,7 @@ START_TEST(test_groups_equal_brute_force)
             if (g.pf[p].chips + g.dc[d].chips != N) continue;
             sp_layout l;
             sp_cost c;
-            if (spi_groups_price(&m, &hw, w, &g.pf[p], &g.dc[d], &l, &c) != SP_OK) continue;
+            if (spi_groups_price(bf_opts()->cache, &m, &hw, w, &g.pf[p], &g.dc[d], &l, &c) != SP_OK) continue;
             pairs++;
             if (!spi_groups_admissible(&c, &o)) continue;
             double v = spi_groups_objective(&m, &hw, N, w, &o, &c);
