@@ -84,6 +84,7 @@
  */
 #include <glpk.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
@@ -1008,6 +1009,7 @@ typedef struct fb_job {
     double eval_s;             /* seconds pricing, summed over the workers */
     sp_status st;              /* the first failure, in template order */
     int st_at;
+    char msg[512];             /* its message (sp_last_error is the failing thread's) */
 } fb_job;
 
 typedef struct fb_worker {
@@ -1031,7 +1033,10 @@ static void *fb_main(void *arg)
             sp_status st = first_bound(j->sp, wk->cache, j->w, j->ms, j->inc, j->same_mesh, &j->T[i]);
             if (st == SP_OK) continue;
             pthread_mutex_lock(&j->mu);
-            if (j->st == SP_OK || i < j->st_at) j->st = st, j->st_at = i;
+            if (j->st == SP_OK || i < j->st_at) {
+                j->st = st, j->st_at = i;
+                snprintf(j->msg, sizeof j->msg, "%s", sp_last_error());
+            }
             j->next = j->n;   /* the others stop */
             pthread_mutex_unlock(&j->mu);
             break;
@@ -1067,13 +1072,16 @@ static sp_status first_bounds(fb_job *j)
         started++;
     }
     wk[0] = (fb_worker){j, spi_space_cache(j->sp)};
-    if (!wk[0].cache) j->st = spi_fail(SP_ENOMEM, "planner: out of memory"), j->next = j->n;
+    if (!wk[0].cache) {
+        j->st = SP_ENOMEM, j->next = j->n;
+        snprintf(j->msg, sizeof j->msg, "planner: out of memory");
+    }
     fb_main(&wk[0]);   /* this thread works too; with no helper it does everything */
     for (int k = 0; k < started; k++) {
         pthread_join(th[k], NULL);
         sp_cost_cache_free(wk[k + 1].cache);
     }
-    return j->st;
+    return j->st == SP_OK ? SP_OK : spi_fail(j->st, "%s", j->msg);
 }
 
 sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r, spi_split_out *out, double *glpk_s)
@@ -1110,7 +1118,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
     out->templates = nt;
     /* every template's first bound, on the pricing workers; then, in the
      * space's order, the templates it does not drop */
-    fb_job fj = {sp, w, &ms, inc, r->same_mesh, T, nt, PTHREAD_MUTEX_INITIALIZER, 0, 0, SP_OK, 0};
+    fb_job fj = {sp, w, &ms, inc, r->same_mesh, T, nt, PTHREAD_MUTEX_INITIALIZER, 0, 0, SP_OK, 0, {0}};
     st = first_bounds(&fj);
     out->eval_s += fj.eval_s;
     int kept = 0;
