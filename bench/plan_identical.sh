@@ -37,7 +37,7 @@ gpt3-175b a100-40g 16 4 512 64
 mixtral-8x7b h100 8 32 1024 128
 gpt-20b-ft a100-80g 8 1 512 32 --latency-metric prefill
 falcon-180b h200 8 16 2048 128 --weights int8
-bloom-176b a100-80g 16 128 256 32
+falcon-180b a100-80g 16 128 256 32
 palm-540b tpu-v4 256 64 2048 64
 palm-62b tpu-v4 64 64 1024 128 --min-chips --max-latency-ms 3000
 mixtral-8x7b h100 8 64 1024 128 --offload
