@@ -283,21 +283,25 @@ static void *pricer_main(void *arg)
     }
 }
 
+int spi_workers(int n, int per)
+{
+    long nt = sp_env_long(SP_ENV_THREADS);
+    if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
+    if (nt > SPI_WORKERS) nt = SPI_WORKERS;
+    if (nt > n / per) nt = n / per;   /* threads only pay off on enough work */
+    return nt < 1 ? 1 : (int)nt;
+}
+
 /* Prices pending layouts idx[0..n) (idx NULL: all) on worker threads:
  * fully, or (split_lb set) the decode bounds of the groups whose first
  * layouts idx lists (bound_group). */
 static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, double *split_lb,
                                const int *gnext)
 {
-    long nt = sp_env_long(SP_ENV_THREADS);
-    if (nt <= 0) nt = sysconf(_SC_NPROCESSORS_ONLN);
-    if (nt > SPI_WORKERS) nt = SPI_WORKERS;
-    /* threads only pay off on enough work: 256 layouts a thread, or 32 when they are layouts
-     * that passed their decode bound or groups of them (flush_pruned: a few thousand
-     * instructions each for most of a whole space, tens of thousands for these) */
-    int per = idx ? 32 : 256;
-    if (nt > n / per) nt = n / per;
-    if (nt < 1) nt = 1;
+    /* 256 layouts a thread, or 32 when they are layouts that passed their decode bound or
+     * groups of them (flush_pruned: a few thousand instructions each for most of a whole
+     * space, tens of thousands for these) */
+    int nt = spi_workers(n, idx ? 32 : 256);
     pricer p = {s, w, idx, n, split_lb != NULL, split_lb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[SPI_WORKERS];
     worker wk[SPI_WORKERS];

@@ -85,7 +85,6 @@
 #include <glpk.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1053,11 +1052,7 @@ static void *fb_main(void *arg)
  * the space's cache, the others each a cache of their own) */
 static sp_status first_bounds(fb_job *j)
 {
-    long nw = sp_env_long(SP_ENV_THREADS);
-    if (nw <= 0) nw = sysconf(_SC_NPROCESSORS_ONLN);
-    if (nw > SPI_WORKERS) nw = SPI_WORKERS;
-    if (nw > j->n / 256) nw = j->n / 256;   /* threads only pay off on enough work */
-    if (nw < 1) nw = 1;
+    int nw = spi_workers(j->n, 256);
     pthread_t th[SPI_WORKERS];
     fb_worker wk[SPI_WORKERS];
     int started = 0;

@@ -40,6 +40,9 @@ typedef struct spi_inst {
 } spi_inst;
 
 enum { SPI_WORKERS = 64 };   /* pricing threads of one space at most */
+/* Pricing threads for n items of work at `per` items a thread at least:
+ * SHARDPLAN_THREADS (else the processors), at most SPI_WORKERS, at least 1. */
+int spi_workers(int n, int per);
 
 typedef struct spi_space {
     const sp_model *m;
