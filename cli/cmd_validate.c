@@ -27,7 +27,7 @@ static int fail(sp_status st, const sp_error *err) { return is_root ? cli_report
 static void help(void)
 {
     printf("Usage: shardplan validate [--hw FILE] [--backend threads|mpi|cuda] [--cases FILE] [--repeat R]\n"
-           "                          [--measured FILE] [--json]\n\n"
+           "                          [--statistic median|min] [--measured FILE] [--json]\n\n"
            "Runs each case (model, chips, layout, batch, prompt, gen) on the executor and prices\n"
            "it with the cost model on the profile, then prints predicted, measured and the\n"
            "relative error (predicted - measured) / measured of the prefill time and of the\n"
@@ -36,9 +36,10 @@ static void help(void)
            "Measurement: weights are random (seed 1, fp32 before the layout's storage dtype);\n"
            "each case runs once untimed (warm-up), then R times (default 3) and more while the\n"
            "timed runs add up to less than S seconds (--min-seconds, default 2; at most 100 R);\n"
-           "the figure is the minimum over\n"
-           "those runs of the executor's prefill wall time and of its mean decode-step wall\n"
-           "time (interference on a shared machine only adds time).\n"
+           "the figure is the median over those runs of the executor's prefill wall time and\n"
+           "of its mean decode-step wall time (a typical run: whether a waiting chip sleeps\n"
+           "is chance, and the cost model prices the typical run); the minimum is reported\n"
+           "beside it (--json), and --statistic min compares with it instead.\n"
            "Prediction: sp_cost_eval with fp32 activations (the CPU executor's); decode step =\n"
            "decode_s / gen (the mean over the generated tokens).\n\n"
            "  --hw FILE      the profile (default: $SHARDPLAN_LOCAL_HW, from calibrate --backend)\n"
@@ -53,6 +54,8 @@ static void help(void)
            "                 src/sp_validate.h and doc/fidelity-local.md)\n"
            "  --repeat R     timed runs per case (default 3)\n"
            "  --min-seconds S  keep timing a case while its runs total under S (default 2)\n"
+           "  --statistic T  median (default) or min of the timed runs is the measured figure\n"
+           "                 (with --measured: default the file's own)\n"
            "  --measured FILE  do not run: take the cases and their measured figures from an\n"
            "                 earlier `validate --json` output and price them on --hw (compare\n"
            "                 profiles on the same measurements)\n"
@@ -61,11 +64,24 @@ static void help(void)
 }
 
 
+/* The measured figure of a case: the median of its timed runs (the typical
+ * run, which the cost model prices) or their minimum (--statistic min; what
+ * the set reported before 2026-11-24); both are kept. */
+typedef enum { STAT_MEDIAN, STAT_MIN, STAT_FILE } vstat;
+static const char *const stat_names[] = {"median", "min"};
+
 typedef struct vres {
     int runs;
-    double pred_pf, pred_dc, meas_pf, meas_dc;
+    double pred_pf, pred_dc, meas_pf, meas_dc;   /* meas_*: the chosen statistic */
+    double min_pf, min_dc, med_pf, med_dc;       /* NAN where an older --measured file lacks one */
     double err_pf, err_dc;
 } vres;
+
+static void choose_stat(vstat stat, vres *r)
+{
+    r->meas_pf = stat == STAT_MIN ? r->min_pf : r->med_pf;
+    r->meas_dc = stat == STAT_MIN ? r->min_dc : r->med_dc;
+}
 
 static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *w, sp_comm_backend be, int repeat,
                         double min_s, vres *out)
@@ -83,20 +99,31 @@ static int measure_case(const sp_vcase *c, const sp_model *m, const sp_weights *
     if (!prompt || !tok) st = SP_ENOMEM;
     uint64_t rs = 1;
     for (int64_t i = 0; !st && i < B * P; i++) prompt[i] = (int32_t)(sp_kern_rng_next(&rs) % (uint64_t)m->vocab);
-    out->meas_pf = out->meas_dc = INFINITY;
     /* at least `repeat` timed runs, more (up to 100 x repeat) while they take
-     * under min_s in all: short cases get many chances of a quiet moment */
+     * under min_s in all; each run's prefill and mean decode step */
+    int cap = 100 * repeat;
+    double *pf = malloc((size_t)cap * 2 * sizeof *pf), *dc = pf ? pf + cap : NULL;
+    if (!pf) st = SP_ENOMEM;
     double spent = 0;
     out->runs = 0;
-    for (int r = 0; !st && (r <= repeat || (spent < min_s && r <= 100 * repeat)); r++) {
+    for (int r = 0; !st && (r <= repeat || (spent < min_s && r <= cap)); r++) {
         sp_exec_stats s;
         if ((st = sp_exec_run(ex, prompt, NULL, tok, NULL, &s))) break;
         if (r == 0) continue;   /* warm-up */
         spent += s.prefill_s + s.decode_step_s * (double)(G - 1);
-        out->runs++;
-        if (s.prefill_s < out->meas_pf) out->meas_pf = s.prefill_s;
-        if (s.decode_step_s < out->meas_dc) out->meas_dc = s.decode_step_s;
+        pf[out->runs] = s.prefill_s;
+        dc[out->runs++] = s.decode_step_s;
     }
+    out->min_pf = out->min_dc = INFINITY;
+    for (int i = 0; !st && i < out->runs; i++) {
+        if (pf[i] < out->min_pf) out->min_pf = pf[i];
+        if (dc[i] < out->min_dc) out->min_dc = dc[i];
+    }
+    if (!st) {   /* times are >= 0: the median of |t| is theirs */
+        out->med_pf = sp_abs_median(out->runs, pf);
+        out->med_dc = sp_abs_median(out->runs, dc);
+    }
+    free(pf);
 #ifdef HAVE_MPI
     if (st && be == SP_COMM_BACKEND_MPI) {
         /* a peer may be waiting in a collective: end the whole job */
@@ -171,7 +198,7 @@ static int groups_of(const sp_vcases *cs, const vres *r, vgroup *g)
 static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 static void report(const sp_vcases *cs, const vres *r, const char *hw_path, const char *backend, int skipped,
-                   int repeat, double min_s, int json)
+                   int repeat, double min_s, vstat stat, int json)
 {
     double *e = malloc((size_t)cs->n * 2 * sizeof *e);
     vgroup *g = calloc((size_t)cs->n, sizeof *g);
@@ -197,23 +224,28 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, cons
         for (int i = 0; i < cs->n; i++) {
             const sp_vcase *c = &cs->c[i];
             json_array_append_new(
-                cases, json_pack("{s:i,s:s,s:i,s:s,s:I,s:I,s:I,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o}}", "line", c->line,
-                                 "model", c->model, "chips", c->chips, "layout", c->layout_text, "batch",
-                                 (json_int_t)c->batch, "prompt", (json_int_t)c->prompt, "gen", (json_int_t)c->gen,
-                                 "runs", r[i].runs, "prefill_s", "predicted", jnum(r[i].pred_pf), "measured", jnum(r[i].meas_pf),
-                                 "error", jnum(r[i].err_pf), "decode_step_s", "predicted", jnum(r[i].pred_dc),
-                                 "measured", jnum(r[i].meas_dc), "error", jnum(r[i].err_dc)));
+                cases, json_pack("{s:i,s:s,s:i,s:s,s:I,s:I,s:I,s:i,s:{s:o,s:o,s:o,s:o,s:o},s:{s:o,s:o,s:o,s:o,s:o}}",
+                                 "line", c->line, "model", c->model, "chips", c->chips, "layout", c->layout_text,
+                                 "batch", (json_int_t)c->batch, "prompt", (json_int_t)c->prompt, "gen",
+                                 (json_int_t)c->gen, "runs", r[i].runs, "prefill_s", "predicted", jnum(r[i].pred_pf),
+                                 "measured", jnum(r[i].meas_pf), "measured_median", jnum(r[i].med_pf),
+                                 "measured_min", jnum(r[i].min_pf), "error", jnum(r[i].err_pf), "decode_step_s",
+                                 "predicted", jnum(r[i].pred_dc), "measured", jnum(r[i].meas_dc), "measured_median",
+                                 jnum(r[i].med_dc), "measured_min", jnum(r[i].min_dc), "error", jnum(r[i].err_dc)));
         }
         for (int k = 0; k < ng; k++)
             json_array_append_new(groups, json_pack("{s:s,s:i,s:i,s:o,s:o}", "model", g[k].model, "chips", g[k].chips,
                                                     "cases", g[k].n, "tau_prefill", jnum(g[k].tau_pf),
                                                     "tau_decode_step", jnum(g[k].tau_dc)));
+        char method[256];
+        snprintf(method, sizeof method,
+                 "%s over at least repeat timed runs (more while they total under min_seconds, at most 100 x "
+                 "repeat) after one warm-up run",
+                 stat == STAT_MIN ? "minimum" : "median");
         json_t *o = json_pack(
-            "{s:s,s:s,s:i,s:f,s:s,s:i,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o},s:o,s:o}", "hw", hw_path, "backend",
-            backend, "repeat", repeat, "min_seconds", min_s, "method",
-            "minimum over at least repeat timed runs (more while they total under min_seconds, at most 100 x "
-            "repeat) "
-            "after one warm-up run", "cases_run", cs->n, "cases_skipped", skipped, "prefill",
+            "{s:s,s:s,s:i,s:f,s:s,s:s,s:i,s:i,s:{s:o,s:o,s:o},s:{s:o,s:o,s:o},s:o,s:o}", "hw", hw_path, "backend",
+            backend, "repeat", repeat, "min_seconds", min_s, "statistic", stat_names[stat], "method", method,
+            "cases_run", cs->n, "cases_skipped", skipped, "prefill",
             "median_abs_err", jnum(med_pf), "worst_abs_err", jnum(worst_pf), "min_group_tau", jnum(min_tau_pf),
             "decode_step", "median_abs_err", jnum(med_dc), "worst_abs_err", jnum(worst_dc), "min_group_tau",
             jnum(min_tau_dc), "groups", groups, "cases", cases);
@@ -242,9 +274,9 @@ static void report(const sp_vcases *cs, const vres *r, const char *hw_path, cons
             for (int k = 0; k < 12; k++) cp[k] = cell[k];
             cli_table_add(t, cp);
         }
-        printf("hw: %s; backend %s; %d cases, each the minimum of at least %d runs (more while under %.2g s) "
+        printf("hw: %s; backend %s; %d cases, each the %s of at least %d runs (more while under %.2g s) "
                "after a warm-up\n(prefill, decode: measured)\n",
-               hw_path, backend, cs->n, repeat, min_s);
+               hw_path, backend, cs->n, stat == STAT_MIN ? "minimum" : "median", repeat, min_s);
         if (skipped) printf("skipped: %d cases of other chip counts (listed on stderr)\n", skipped);
         cli_table_print(t, stdout);
         cli_table_free(t);
@@ -322,33 +354,67 @@ static sp_status load_measured(const char *path, sp_vcases *cs, json_t **doc, sp
     return st;
 }
 
-static void measured_of(const json_t *doc, int i, vres *r)
+/* The statistic an earlier output measured by: its "statistic", or, before
+ * that key existed, the minimum (its "method" said so). */
+static vstat file_stat(const json_t *doc)
+{
+    const char *t = json_string_value(json_object_get(doc, "statistic"));
+    return t && !strcmp(t, "median") ? STAT_MEDIAN : STAT_MIN;
+}
+
+/* Case i's figures from an earlier output: both statistics where it has them, else its
+ * "measured" as the file's statistic; asking for one the file lacks is an error (its path). */
+static int measured_of(const json_t *doc, const char *path, int i, vstat stat, vres *r)
 {
     json_t *c = json_array_get(json_object_get(doc, "cases"), (size_t)i);
+    const char *ph[2] = {"prefill_s", "decode_step_s"};
+    double *med[2] = {&r->med_pf, &r->med_dc}, *mn[2] = {&r->min_pf, &r->min_dc};
+    vstat own = file_stat(doc);
     r->runs = (int)json_integer_value(json_object_get(c, "runs"));
-    r->meas_pf = json_number_value(json_object_get(json_object_get(c, "prefill_s"), "measured"));
-    r->meas_dc = json_number_value(json_object_get(json_object_get(c, "decode_step_s"), "measured"));
+    for (int k = 0; k < 2; k++) {
+        json_t *o = json_object_get(c, ph[k]), *a = json_object_get(o, "measured_median"),
+               *b = json_object_get(o, "measured_min");
+        double m = json_number_value(json_object_get(o, "measured"));
+        *med[k] = json_is_number(a) ? json_number_value(a) : own == STAT_MEDIAN ? m : NAN;
+        *mn[k] = json_is_number(b) ? json_number_value(b) : own == STAT_MIN ? m : NAN;
+        double want = stat == STAT_MIN ? *mn[k] : *med[k];
+        if (!(want > 0)) {
+            if (is_root)
+                cli_errorf("%s: /cases/%d/%s/measured_%s: not in the file (it was measured by its %s only): "
+                           "give --statistic %s or none",
+                           path, i, ph[k], stat_names[stat], stat_names[own], stat_names[own]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    choose_stat(stat, r);
+    return CLI_EXIT_OK;
 }
 
 static int validate_job(const char *hw_path, const char *cases_path, const char *measured_path, sp_comm_backend be,
-                        int ranks, int repeat, double min_s, int json);
+                        int ranks, int repeat, double min_s, vstat stat, int json);
 
 int cli_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {{"hw", 1, 0, 'H'},     {"backend", 1, 0, 'k'}, {"cases", 1, 0, 'c'},
                                          {"repeat", 1, 0, 'r'}, {"json", 0, 0, 'j'}, {"min-seconds", 1, 0, 'S'},    {"help", 0, 0, 'h'},
-                                         {"measured", 1, 0, 'M'},
+                                         {"measured", 1, 0, 'M'}, {"statistic", 1, 0, 't'},
                                          {0, 0, 0, 0}};
     const char *hw_path = NULL, *cases_path = NULL, *measured_path = NULL;
     long long repeat = 3;
     double min_s = 2.0;
     int json = 0, mpi = 0, cuda = 0, timing_given = 0, c, rc_cuda;
+    vstat stat = STAT_FILE;   /* median when measuring; the file's with --measured */
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'H': hw_path = optarg; break;
         case 'c': cases_path = optarg; break;
         case 'M': measured_path = optarg; break;
+        case 't':
+            if (!strcmp(optarg, "median")) stat = STAT_MEDIAN;
+            else if (!strcmp(optarg, "min")) stat = STAT_MIN;
+            else return cli_usage("validate", "--statistic %s: median or min", optarg);
+            break;
         case 'k':
             if (!strcmp(optarg, "threads") || !strcmp(optarg, "mpi") || !strcmp(optarg, "cuda")) {
                 mpi = !strcmp(optarg, "mpi");
@@ -383,14 +449,16 @@ int cli_cmd_validate(int argc, char **argv)
     if ((mpi || cuda) && measured_path)
         return cli_usage("validate", "--measured runs nothing: it takes no --backend %s", mpi ? "mpi" : "cuda");
     if (cuda && (rc_cuda = cli_cuda_check("validate"))) return rc_cuda;
+    if (!measured_path && stat == STAT_FILE) stat = STAT_MEDIAN;
     if (cuda)   /* one GPU: the cases of one chip */
-        return validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_NCCL, 1, (int)repeat, min_s, json);
+        return validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_NCCL, 1, (int)repeat, min_s, stat, json);
     if (!mpi)
-        return validate_job(hw_path, cases_path, measured_path, SP_COMM_BACKEND_THREADS, 0, (int)repeat, min_s, json);
+        return validate_job(hw_path, cases_path, measured_path, SP_COMM_BACKEND_THREADS, 0, (int)repeat, min_s, stat,
+                            json);
     int rank, size, rc = cli_mpi_init("validate", &rank, &size);
     if (rc) return rc;
     is_root = rank == 0;
-    rc = validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_MPI, size, (int)repeat, min_s, json);
+    rc = validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_MPI, size, (int)repeat, min_s, stat, json);
 #ifdef HAVE_MPI
     MPI_Finalize();
 #endif
@@ -401,7 +469,7 @@ int cli_cmd_validate(int argc, char **argv)
  * backend be: threads, or MPI with `ranks` ranks (every rank runs this
  * alike; the cases of other chip counts are skipped, each named on stderr). */
 static int validate_job(const char *hw_path, const char *cases_path, const char *measured_path, sp_comm_backend be,
-                        int ranks, int repeat, double min_s, int json)
+                        int ranks, int repeat, double min_s, vstat stat, int json)
 {
     sp_error err;
     sp_error_init(&err);
@@ -425,6 +493,7 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
     if (measured_path) {
         if ((st = load_measured(measured_path, &cs, &mj, &err))) return fail(st, &err);
         cases_path = measured_path;
+        if (stat == STAT_FILE) stat = file_stat(mj);
     } else if ((st = sp_vcases_load_file(cases_path, &cs, &err)))
         return fail(st, &err);
     /* MPI: the world is the layout's chips, so this job runs the cases of `ranks` chips;
@@ -491,8 +560,9 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
             break;
         }
         if ((rc = predict_case(vc, &m, &hw, &r[i]))) break;
-        if (mj) measured_of(mj, i, &r[i]);
-        else if ((rc = measure_case(vc, &m, &w, be, repeat, min_s, &r[i]))) break;
+        if (mj && (rc = measured_of(mj, cases_path, i, stat, &r[i]))) break;
+        if (!mj && (rc = measure_case(vc, &m, &w, be, repeat, min_s, &r[i]))) break;
+        if (!mj) choose_stat(stat, &r[i]);
         r[i].err_pf = (r[i].pred_pf - r[i].meas_pf) / r[i].meas_pf;
         r[i].err_dc = (r[i].pred_dc - r[i].meas_dc) / r[i].meas_dc;
         if (!json && is_root)
@@ -508,7 +578,7 @@ static int validate_job(const char *hw_path, const char *cases_path, const char 
         if (json_is_integer(rp)) repeat = (int)json_integer_value(rp);
         if (json_is_number(ms)) min_s = json_number_value(ms);
     }
-    if (!rc && is_root) report(&cs, r, hw_path, backend, skipped, repeat, min_s, json);
+    if (!rc && is_root) report(&cs, r, hw_path, backend, skipped, repeat, min_s, stat, json);
     json_decref(mj);
     free(r);
     sp_vcases_free(&cs);

@@ -55,6 +55,29 @@ check "validate --measured with --cases" 2 $SHARDPLAN validate --hw $hw --measur
 sed 's/"measured": [0-9.e-]*/"measured": -1/' $d/v.json > $d/bad.json
 check "validate --measured, a negative measurement" 2 $SHARDPLAN validate --hw $hw --measured $d/bad.json
 has "names the case" $d/err "/cases/0"
+# the measured figure is the median of the timed runs, the minimum beside it
+check "validate json, 3 runs" 0 $SHARDPLAN validate --hw $hw --cases $cases --repeat 3 --min-seconds 0 --json
+cp $d/out $d/v3.json
+has "validate json statistic" $d/v3.json '"statistic": "median"'
+for ph in prefill_s decode_step_s; do
+    json_check '$1 == $2 && $3 > 0 && $3 <= $2' $d/v3.json "/cases/*" /$ph/measured /$ph/measured_median \
+        /$ph/measured_min || { echo "FAIL: $ph: measured is not the median, or the minimum exceeds it"; fail=$((fail + 1)); }
+done
+# --statistic min on those measurements compares with the minimum
+check "validate --measured --statistic min" 0 $SHARDPLAN validate --hw $hw --measured $d/v3.json --statistic min --json
+"$JSONQ" $d/v3.json "/cases/*" /prefill_s/measured_min /decode_step_s/measured_min > $d/a &&
+    "$JSONQ" $d/out "/cases/*" /prefill_s/measured /decode_step_s/measured > $d/b && [ -s $d/a ] && cmp -s $d/a $d/b ||
+    { echo "FAIL: --statistic min: measured is not the file's minimum"; fail=$((fail + 1)); }
+has "validate --statistic min says so" $d/out '"statistic": "min"'
+# an output from before both were kept (its "measured" was the minimum): read as the minimum,
+# and a median it does not have is refused with its path
+sed -e '/"measured_median"/d' -e '/"measured_min"/d' -e '/"statistic"/d' $d/v3.json > $d/old.json
+check "validate --measured, an older file" 0 $SHARDPLAN validate --hw $hw --measured $d/old.json --json
+has "an older file is the minimum" $d/out '"statistic": "min"'
+check "validate --measured, an older file, --statistic median" 2 $SHARDPLAN validate --hw $hw --measured $d/old.json \
+    --statistic median
+has "names the missing figure" $d/err "/cases/0/prefill_s/measured_median"
+check "validate --statistic mean" 2 $SHARDPLAN validate --hw $hw --cases $cases --statistic mean
 # SHARDPLAN_LOCAL_HW stands in for --hw
 SHARDPLAN_LOCAL_HW=$hw check "validate via SHARDPLAN_LOCAL_HW" 0 $SHARDPLAN validate --cases $cases --repeat 1 \
     --min-seconds 0
