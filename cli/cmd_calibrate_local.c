@@ -110,6 +110,21 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, co
                                       "collective = ((difference in seconds) - s x (the one-chip difference)) / "
                                       "(difference in collectives) - s x (launch + alpha x (K - 1))"));
     }
+    if (pts && r->n_stretch) {
+        json_t *sk = json_array();
+        for (int k = 0; k < r->n_stretch; k++)
+            json_array_append_new(sk, json_pack("{s:i,s:f,s:f}", "chips", r->stretch_chips[k], "unit_with_barrier_s",
+                                                r->stretch_sync[k], "barrier_s", r->stretch_bar[k]));
+        json_object_set_new(
+            pts, "compute_stretch",
+            json_pack("{s:[i,i,i],s:i,s:f,s:o,s:s}", "unit_t_k_n", SP_CALIB_STRETCH_T, SP_CALIB_STRETCH_KN,
+                      SP_CALIB_STRETCH_KN, "unit_alone_chips", r->compute_chips, "unit_alone_s", r->stretch_unit,
+                      "runs", sk, "method",
+                      "100 units of work (an f32 matmul) per chip per round, minimum over rounds after a warm-up "
+                      "round, chip 0's seconds per unit: alone on min(chips, cores) chips; on K chips (s = K / "
+                      "cores chips per core) each unit followed by a barrier of the K, and the barriers alone; "
+                      "factor at s = (unit with barrier - barrier) / (s x unit alone)"));
+    }
     return pts;
 }
 
@@ -170,6 +185,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     hw.idle_wake_s = f->idle_wake_s;
     hw.wake_points = f->wake_points;
     for (int i = 0; i < f->wake_points; i++) hw.wake_share[i] = f->wake_share[i], hw.wake_s[i] = f->wake_value[i];
+    hw.stretch_points = f->stretch_points;
+    for (int i = 0; i < f->stretch_points; i++) hw.stretch_share[i] = f->stretch_share[i], hw.stretch[i] = f->stretch_value[i];
     /* one measured curve by working set: steps that read weights look it up at
      * the weights a pass streams, the others at their own bytes */
     hw.mem_points = hw.ws_points = f->mem_points;
@@ -286,6 +303,11 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
                        cli_fmt_seconds(f.idle_wake_s, b[7], 32));
             else   /* cuda: one GPU (the profile's max_chips is 1: no layout prices a collective) */
                 printf("collectives not measured (one chip)\n");
+            if (f.stretch_points) {
+                printf("  compute with chips sharing a core, beyond the share itself, by chips per core:");
+                for (int i = 0; i < f.stretch_points; i++) printf(" %g: %.3gx", f.stretch_share[i], f.stretch_value[i]);
+                printf("\n");
+            }
             if (f.wsa_points) {
                 printf("  weight stream (fraction of the best rate by working set): %d chips at once",
                        r->compute_chips);

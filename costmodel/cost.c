@@ -443,6 +443,7 @@ typedef struct price_ctx {
     sp_torus_map map;   /* torus: looked up once per program */
     spi_ckd *ck;        /* the int64 sums (FLOPs, bytes sent) are checked */
     double share;       /* chips computing at once / shared cores, at least 1 (chip.shared_cores) */
+    double cshare;      /* what a compute step stretches by: share × sp_hw_compute_stretch(share) */
     double comm_share;  /* share, or 1 when the profile's communication figures already hold it */
     double wake_s;      /* chip.idle_wake_s / share: each collective's wait for an idle core (spi_idle_wake) */
     int ws_curve;       /* eff_lookup's key of the weight-stream curve: -3, or -4 for a chip alone */
@@ -505,8 +506,9 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
                 : s->weight_bytes > 0 && hw->ws_points > 0 ? eff_lookup(pc->eff, hw, pc->wstream > bytes ? pc->wstream : bytes, pc->ws_curve, -3, 0)
                                                            : eff_lookup(pc->eff, hw, bytes, -2, -2, 0);
     double m = bytes / (pc->bw * meff);
-    /* chips time-sharing cores: every part of a compute step stretches alike */
-    double sh = pc->share;
+    /* chips time-sharing cores: every part of a compute step stretches alike, by the share and
+     * by what the chips' switching at every collective costs beyond it (chip.compute_stretch_by_share) */
+    double sh = pc->cshare;
     c *= sh;
     m *= sh;
     x->c = c;
@@ -557,10 +559,10 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     if (r->mode == SPI_RUN_COMPUTE) {
         step_terms x;
         r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
-        add_terms(&sums[0], &x, pc->share * hw->dispatch_s, times, pc->ck);
+        add_terms(&sums[0], &x, pc->cshare * hw->dispatch_s, times, pc->ck);
         if (two) {
             if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &x, NULL);
-            add_terms(&sums[1], &x, pc->share * hw->dispatch_s, times, pc->ck);
+            add_terms(&sums[1], &x, pc->cshare * hw->dispatch_s, times, pc->ck);
         }
         return;
     }
@@ -609,6 +611,7 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
     pc.have_map = 0;
     pc.ck = NULL;
     pc.share = 1.0;
+    pc.cshare = 1.0;
     pc.comm_share = 1.0;
     pc.wake_s = spi_idle_wake(hw, &p->layout);
     /* one chip computing while the others wait streams the memory bandwidth
@@ -626,6 +629,7 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
     }
     if (hw->shared_cores > 0) {
         pc.share = spi_core_share(hw, &p->layout);
+        pc.cshare = pc.share * sp_hw_compute_stretch(hw, pc.share);
         pc.comm_share = spi_comm_share(hw, &p->layout);
     }
     sp_cost_params(hw, p->layout.weights, pc.par);

@@ -562,6 +562,60 @@ static sp_status chip_dev_open(const sp_calib_opts *o, spi_xdev *d)
     return st;
 }
 
+/* ---- compute while chips time-share the cores -------------------------------------------
+ * A program's chips meet at every collective (tiny-llama prefill on 8 chips: every ~70 us of a
+ * chip's compute); with n chips a core, the n take turns between meetings and each resumes on a
+ * core whose caches the others used, and is preempted by their wake-ups.  The matmul and
+ * elementwise points above run one chip a core, untouched.  Here one unit of work per chip
+ * (T × K · K × N f32, about 70 us on this VM's cores) runs on every chip at once: alone (no
+ * meeting, min(chips, cores) chips: the points' regime), and on K = s · cores chips each unit
+ * followed by a barrier of all K, with the barriers timed alone beside it (at s > 1 no core
+ * idles, so a barrier costs its own work).  Chip 0's seconds per unit, minimum over rounds.
+ * arg: 0 alone, 1 unit + barrier, 2 barrier only. */
+static int stretch_mode;
+
+static sp_status stretch_chip(calib_ctx *cx, sp_comm *c)
+{
+    const int64_t T = SP_CALIB_STRETCH_T, KN = SP_CALIB_STRETCH_KN, R = 100;
+    int mode = stretch_mode;
+    sp_calib_result *r = cx->r;
+    spi_xdev dev;
+    sp_status st = chip_dev_open(cx->o, &dev);
+    float *x = calloc((size_t)(T * KN), sizeof *x), *y = calloc((size_t)(T * KN), sizeof *y);
+    float *w = calloc((size_t)(KN * KN), sizeof *w);
+    if (!st && (!x || !y || !w)) st = SP_ENOMEM;
+    for (int64_t i = 0; !st && i < KN * KN; i++) w[i] = (float)((i % 7) - 3) * 0.01f;
+    for (int64_t i = 0; !st && i < T * KN; i++) x[i] = (float)((i % 5) - 2) * 0.1f;
+    sp_kern_wview wv;
+    memset(&wv, 0, sizeof wv);
+    wv.dt = SP_DT_F32;
+    wv.data = w;
+    wv.ld = KN;
+    double best = INFINITY;
+    if (!st) st = sp_comm_barrier(c, SP_AXES_ALL);
+    for (int round = 0; round <= cx->o->rounds && !st; round++) {   /* round 0 warms up */
+        double t0 = now_s();
+        for (int64_t i = 0; i < R && !st; i++) {
+            if (mode != 2) st = dev.ops->matmul(&dev, y, x, &wv, T, KN, KN, SP_KERN_OVERWRITE);
+            if (!st && mode != 0) st = sp_comm_barrier(c, SP_AXES_ALL);
+        }
+        double t = (now_s() - t0) / (double)R;
+        if (round > 0 && t < best) best = t;
+        if (!st) st = sp_comm_barrier(c, SP_AXES_ALL);
+    }
+    if (!st && sp_comm_rank(c) == 0) {
+        int k = r->n_stretch;
+        if (mode == 0) r->stretch_unit = best;
+        else if (mode == 1) r->stretch_sync[k] = best;
+        else r->stretch_bar[k] = best;
+    }
+    free(x);
+    free(y);
+    free(w);
+    if (dev.ops) dev.ops->close(&dev);
+    return st;
+}
+
 static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
 {
     mm_job jobs[128];
@@ -832,6 +886,23 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
             fprintf(o->log, "%d chips: %.3g s a token at 2 layers, %.3g s at 10 (%lld, %lld collectives)\n", K,
                     r->wake_seconds[w][0], r->wake_seconds[w][1], (long long)r->wake_colls[w][0],
                     (long long)r->wake_colls[w][1]);
+    }
+    /* compute at s = 2, 4, ... chips a core (threads backend, chips > cores) */
+    if (!st && o->backend == SP_COMM_BACKEND_THREADS && r->chips > r->cores) {
+        stretch_mode = 0;
+        st = on_chips(&cx, r->compute_chips, 1, stretch_chip);
+        for (int K = 2 * r->cores; !st && K <= r->chips && r->n_stretch < SP_CALIB_WAKE_MAX; K *= 2) {
+            r->stretch_chips[r->n_stretch] = K;
+            stretch_mode = 1;
+            st = on_chips(&cx, K, 1, stretch_chip);
+            stretch_mode = 2;
+            if (!st) st = on_chips(&cx, K, 1, stretch_chip);
+            if (!st && o->log)
+                fprintf(o->log, "%d chips on %d cores: %.3g s a unit of work with a barrier, %.3g s the barrier, "
+                                "%.3g s the unit alone\n",
+                        K, r->cores, r->stretch_sync[r->n_stretch], r->stretch_bar[r->n_stretch], r->stretch_unit);
+            if (!st) r->n_stretch++;
+        }
     }
     if (!st) st = on_chips(&cx, r->chips, 1, mm_chip);
     if (!st && r->chips > 1) st = on_chips(&cx, r->chips, 1, barrier_chip);
@@ -1206,6 +1277,13 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         f->wake_value[f->wake_points++] = per > 0 ? per : 0;
     }
     if (f->wake_points && f->wake_share[0] <= 1) f->idle_wake_s = f->wake_value[0];
+    /* compute at s chips a core: what a unit costs beyond its barrier, over s units alone */
+    for (int k = 0; k < r->n_stretch && r->stretch_unit > 0; k++) {
+        double sh = sp_calib_share(r, r->stretch_chips[k]), v = (r->stretch_sync[k] - r->stretch_bar[k]) / (sh * r->stretch_unit);
+        if (!(sh > 1) || !(v > 0) || (f->stretch_points && !(sh > f->stretch_share[f->stretch_points - 1]))) continue;
+        f->stretch_share[f->stretch_points] = sh;
+        f->stretch_value[f->stretch_points++] = v;
+    }
     f->act_elem_s[0] = r->act_s[0];
     f->act_elem_s[1] = r->act_s[1];
     memcpy(f->step_elem_s, r->elem_s, sizeof f->step_elem_s);

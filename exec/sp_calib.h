@@ -134,8 +134,19 @@ typedef struct sp_calib_result {
     int wake_chips[SP_CALIB_WAKE_MAX];
     int64_t wake_colls[SP_CALIB_WAKE_MAX][2];
     double wake_seconds[SP_CALIB_WAKE_MAX][2];
+    /* compute while chips time-share the cores (threads backend, chips > cores): a unit of work
+     * (a T × K · K × N f32 matmul, SP_CALIB_STRETCH_T/_KN) per chip, seconds per unit on chip 0:
+     * stretch_unit alone on min(chips, cores) chips (no synchronisation); at K = 2, 4, ... times
+     * the cores (K <= chips), each unit followed by a barrier of the K chips (stretch_sync) and the
+     * barriers alone (stretch_bar) */
+    int n_stretch;
+    double stretch_unit;
+    int stretch_chips[SP_CALIB_WAKE_MAX];
+    double stretch_sync[SP_CALIB_WAKE_MAX], stretch_bar[SP_CALIB_WAKE_MAX];
     double seconds;            /* wall time of the whole calibration */
 } sp_calib_result;
+#define SP_CALIB_STRETCH_T 64
+#define SP_CALIB_STRETCH_KN 256
 
 /* Runs every benchmark.  Caller frees *out with sp_calib_free. */
 sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out);
@@ -184,6 +195,10 @@ typedef struct sp_calib_fit {
                                   (wake_share = max(1, K / cores)): max(0, what a collective adds to
                                   a token beyond the one-chip runs' time − the fit's price of it) */
     double wake_share[SP_CALIB_WAKE_MAX], wake_value[SP_CALIB_WAKE_MAX];
+    int stretch_points;        /* compute at s = K / cores > 1 chips a core, per unit of work, over s
+                                  times its time with a core per chip: (stretch_sync − stretch_bar)
+                                  / (s · stretch_unit), by s (chip.compute_stretch_by_share) */
+    double stretch_share[SP_CALIB_WAKE_MAX], stretch_value[SP_CALIB_WAKE_MAX];
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
 /* The share of the cores' time one of n chips running at once gets the

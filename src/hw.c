@@ -44,6 +44,12 @@ double sp_hw_idle_wake(const sp_hw *hw, double share)
     return hw->idle_wake_s > 0 ? hw->idle_wake_s / (share > 1 ? share : 1) : 0.0;
 }
 
+double sp_hw_compute_stretch(const sp_hw *hw, double share)
+{
+    if (!(share > 1) || hw->stretch_points <= 0) return 1.0;
+    return sp_hw_curve(hw->stretch_points, hw->stretch_share, hw->stretch, share, 1.0);
+}
+
 double sp_hw_compute_peak(const sp_hw *hw, sp_dtype weights)
 {
     /* weight-only quantisation dequantises to bf16 before the matmul */
@@ -272,6 +278,18 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             return hfail(src, err, wt, "chips per core must be >= 1 and increase from point to point");
         if (!(hw->wake_s[i] >= 0 && hw->wake_s[i] <= 1)) return hfail(src, err, wt, "seconds in [0, 1]");
     }
+    if (hw->stretch_points < 0 || hw->stretch_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/chip/compute_stretch_by_share", "at most 8 points");
+    for (int i = 0; i < hw->stretch_points; i++) {
+        char wt[64];
+        snprintf(wt, sizeof wt, "/chip/compute_stretch_by_share/%d", i);
+        if (!(hw->stretch_share[i] > 1) || !isfinite(hw->stretch_share[i]) ||
+            (i > 0 && !(hw->stretch_share[i] > hw->stretch_share[i - 1])))
+            return hfail(src, err, wt, "chips per core must be > 1 and increase from point to point");
+        if (!(hw->stretch[i] > 0 && hw->stretch[i] <= 16)) return hfail(src, err, wt, "factor in (0, 16]");
+    }
+    if (hw->stretch_points && !hw->shared_cores)
+        return hfail(src, err, "/chip/compute_stretch_by_share", "needs chip.shared_cores > 0 (the cores the chips share)");
     if (hw->shared_cores < 0 || hw->shared_cores > 65536)
         return hfail(src, err, "/chip/shared_cores", "an integer in [0, 65536] (0: chips do not share cores)");
     if (hw->comm_shares_cores != 0 && hw->comm_shares_cores != 1)
@@ -297,7 +315,7 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "comm_shares_cores", "act_elem_s", "step_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", NULL};
+                                        "comm_shares_cores", "act_elem_s", "step_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", "compute_stretch_by_share", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const elem_keys[SP_ELEM_COUNT + 1] = {"norm_stats", "norm_apply", "add", "copy", "rope", "embed", NULL};
 
@@ -356,6 +374,26 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
             hw->wake_s[i] = json_number_value(json_array_get(p, 1));
         }
         hw->wake_points = (int)n;
+    }
+    json_t *sb;
+    C_(spi_json_get_child(c, "/chip", chip, "compute_stretch_by_share", 0, JSON_ARRAY, &sb));
+    if (sb) {
+        size_t n = json_array_size(sb);
+        if (n < 1 || n > SP_HW_EFF_POINTS)
+            C_(spi_json_fail(c, SP_EINVAL, "/chip", "compute_stretch_by_share",
+                             "must hold 1 to %d points [chips per core, factor], got %zu", SP_HW_EFF_POINTS, n));
+        for (size_t i = 0; i < n; i++) {
+            json_t *p = json_array_get(sb, i);
+            char k[8];
+            snprintf(k, sizeof k, "%zu", i);
+            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
+                !json_is_number(json_array_get(p, 1)))
+                C_(spi_json_fail(c, SP_EINVAL, "/chip/compute_stretch_by_share", k,
+                                 "must be a pair [chips per core > 1, factor in (0, 16]]"));
+            hw->stretch_share[i] = json_number_value(json_array_get(p, 0));
+            hw->stretch[i] = json_number_value(json_array_get(p, 1));
+        }
+        hw->stretch_points = (int)n;
     }
     json_t *ae;
     C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
@@ -696,6 +734,12 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         json_t *a = json_array();
         for (int i = 0; i < hw->wake_points; i++) json_array_append_new(a, json_pack("[ff]", hw->wake_share[i], hw->wake_s[i]));
         json_object_set_new(chip, "idle_wake_by_share", a);
+    }
+    if (hw->stretch_points > 0) {
+        json_t *a = json_array();
+        for (int i = 0; i < hw->stretch_points; i++)
+            json_array_append_new(a, json_pack("[ff]", hw->stretch_share[i], hw->stretch[i]));
+        json_object_set_new(chip, "compute_stretch_by_share", a);
     }
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));

@@ -102,6 +102,15 @@ typedef struct sp_hw {
                                          values beyond them); idle_wake_s is then ignored */
     double wake_share[SP_HW_EFF_POINTS];
     double wake_s[SP_HW_EFF_POINTS];
+    int stretch_points;               /* chip.compute_stretch_by_share: [chips per core > 1, factor]
+                                         pairs, shares increasing: a compute step of chips that
+                                         time-share cores takes share × factor times as long as on a
+                                         core of its own (cores switched between the chips at every
+                                         collective lose their caches to each other; calibrate
+                                         measures it); sp_hw_curve between points, the end values
+                                         beyond them, 1 at one chip a core or without points */
+    double stretch_share[SP_HW_EFF_POINTS];
+    double stretch[SP_HW_EFF_POINTS];
     int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
                                          cores: a compute step of n chips running at once takes
                                          max(1, n / shared_cores) times as long; 0 = not shared */
@@ -215,6 +224,10 @@ double sp_hw_curve(int n, const double *x, const double *y, double v, double non
  * when `share` chips run per core (>= 1): chip.idle_wake_by_share at share
  * when given, else chip.idle_wake_s / share (0 in every datasheet profile). */
 double sp_hw_idle_wake(const sp_hw *hw, double share);
+/* The factor beyond `share` itself by which a compute step of chips running
+ * `share` per core (>= 1) is slower: 1 at share <= 1 or without
+ * chip.compute_stretch_by_share. */
+double sp_hw_compute_stretch(const sp_hw *hw, double share);
 /* The rows factor of a matmul of m activation rows whose local weights
  * hold `weights` elements (K·N) in dtype dt: efficiency.matmul_rows_by_weights
  * when the profile has it for dt (the classes around weights, linear in

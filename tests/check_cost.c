@@ -858,6 +858,48 @@ START_TEST(test_weight_stream_alone)
 }
 END_TEST
 
+/* chip.compute_stretch_by_share: chips time-sharing cores take share × the
+ * factor at their share on every compute step (its compute, memory and
+ * dispatch terms alike), linear in log(share) between points and the end
+ * values beyond; collectives and a chip per core are untouched. */
+START_TEST(test_compute_stretch)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_hw plain, st;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &plain, &err), SP_OK);
+    plain.shared_cores = 2;
+    plain.comm_shares_cores = 1;
+    st = plain;
+    st.stretch_points = 2;
+    st.stretch_share[0] = 2, st.stretch[0] = 1.1;
+    st.stretch_share[1] = 4, st.stretch[1] = 1.3;
+    ck_assert_double_eq(sp_hw_compute_stretch(&st, 1), 1.0);
+    ck_assert_double_eq(sp_hw_compute_stretch(&st, 8), 1.3);
+    ck_assert_double_eq_tol(sp_hw_compute_stretch(&st, 3), 1.1 + 0.2 * log(1.5) / log(2.0), 1e-15);
+    ck_assert_double_eq(sp_hw_compute_stretch(&plain, 4), 1.0);
+    sp_shape pf = {16, 64, 64, 72, SP_DT_BF16, 0};
+    sp_layout l = make_layout(8, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    sp_program p;
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_PREFILL, &pf, 0, &p), SP_OK);
+    static const int cores[] = {8, 4, 3, 2, 1};   /* 8 chips: shares 1, 2, 8/3, 4, 8 */
+    for (int i = 0; i < 5; i++) {
+        plain.shared_cores = st.shared_cores = cores[i];
+        sp_phase_cost a, b;
+        sp_cost_program(&p, &plain, 0, &a);
+        sp_cost_program(&p, &st, 0, &b);
+        double f = sp_hw_compute_stretch(&st, 8.0 / cores[i]);
+        ck_assert_double_eq(f, i == 0 ? 1.0 : i == 1 ? 1.1 : i >= 3 ? 1.3 : f);
+        ck_assert_double_eq_tol(b.compute_s, f * a.compute_s, 1e-12 * a.compute_s);
+        ck_assert_double_eq_tol(b.memory_s, f * a.memory_s, 1e-12 * a.memory_s);
+        ck_assert_double_eq_tol(b.dispatch_s, f * a.dispatch_s, 1e-12 * a.dispatch_s);
+        ck_assert_double_eq(b.comm_s, a.comm_s);
+        if (i == 0) ck_assert_double_eq(b.time_s, a.time_s);
+        else ck_assert(b.time_s > a.time_s);
+    }
+}
+END_TEST
+
 /* uneven stages: the layout's counts reach the lowering, the stage prices
  * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
  * price depends on its own layers and position only (not the split) */
@@ -1768,6 +1810,7 @@ int main(void)
     tcase_add_test(tc, test_coefs);
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_weight_stream_alone);
+    tcase_add_test(tc, test_compute_stretch);
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_stage_mesh_layout);
     tcase_add_test(tc, test_stage_mesh_lower);

@@ -201,6 +201,32 @@ START_TEST(test_new_fields)
     snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1,2]],%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");
+    /* chip.compute_stretch_by_share: [chips per core > 1, factor in (0, 16]] pairs, shares
+     * increasing, written back; needs shared_cores */
+    snprintf(t3, sizeof t3, "%.*s\"compute_stretch_by_share\":[[2,1.1],[4,1.3]],%s", (int)(dp - text), text, dp);
+    ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+    ck_assert_str_eq(err.path, "/chip/compute_stretch_by_share");   /* no shared_cores */
+    snprintf(t3, sizeof t3, "%.*s\"shared_cores\":2,\"compute_stretch_by_share\":[[2,1.1],[4,1.3]],%s", (int)(dp - text),
+             text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_int_eq(hw.stretch_points, 2);
+    ck_assert_double_eq(sp_hw_compute_stretch(&hw, 4), 1.3);
+    ck_assert_double_eq(sp_hw_compute_stretch(&hw, 1), 1.0);
+    back = spi_hw_to_json(&hw);
+    ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "chip"), "compute_stretch_by_share")), 2);
+    json_decref(back);
+    static const char *const bad_stretch[][2] = {{"[[1,1.1]]", "/chip/compute_stretch_by_share/0"},
+                                                 {"[[2,1.1],[2,1.3]]", "/chip/compute_stretch_by_share/1"},
+                                                 {"[[2,0]]", "/chip/compute_stretch_by_share/0"},
+                                                 {"[[2,17]]", "/chip/compute_stretch_by_share/0"},
+                                                 {"[[2]]", "/chip/compute_stretch_by_share/0"},
+                                                 {"[]", "/chip/compute_stretch_by_share"}};
+    for (size_t i = 0; i < sizeof bad_stretch / sizeof *bad_stretch; i++) {
+        snprintf(t3, sizeof t3, "%.*s\"shared_cores\":2,\"compute_stretch_by_share\":%s,%s", (int)(dp - text), text,
+                 bad_stretch[i][0], dp);
+        ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+        ck_assert_msg(!strcmp(err.path, bad_stretch[i][1]), "%s: %s (%s)", bad_stretch[i][0], err.path, err.text);
+    }
     snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1]],%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");

@@ -181,8 +181,24 @@ START_TEST(test_fit_shared_cores)
         r.wake_colls[w][0] = 11, r.wake_colls[w][1] = 43;
         for (int L = 0; L < 2; L++) r.wake_seconds[w][L] = sh * r.disp_seconds[L] + (double)r.wake_colls[w][L] * per;
     }
+    /* compute at s chips a core: a unit of 40 us alone; at K = 4, 8 chips (s = 2, 4) each unit
+     * with its barrier takes s · 40 us · S(s) + the barrier's own time */
+    const double S[2] = {1.1, 1.25}, bar[2] = {4e-6, 9e-6};
+    r.n_stretch = 2;
+    r.stretch_unit = 40e-6;
+    for (int k = 0; k < 2; k++) {
+        double sh = 2.0 * (k + 1);
+        r.stretch_chips[k] = 4 << k;
+        r.stretch_bar[k] = bar[k];
+        r.stretch_sync[k] = sh * 40e-6 * S[k] + bar[k];
+    }
     sp_calib_fit f;
     ck_assert_msg(sp_calib_fit_result(&r, &f) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(f.stretch_points, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_double_eq(f.stretch_share[k], 2.0 * (k + 1));
+        ck_assert_double_eq_tol(f.stretch_value[k], S[k], 1e-12);
+    }
     ck_assert_int_eq(f.wake_points, 3);
     for (int w = 0; w < 3; w++) {
         ck_assert_double_eq(f.wake_share[w], w ? 2.0 * w : 1.0);

@@ -30,6 +30,14 @@ for k in '"source"' '"dispatch_s"' '"shared_cores": 2' '"comm_shares_cores": tru
          '"points"' '"matmul"' '"memory"' '"attention"' '"collectives"' '"intra_node_latency"' "$(hostname)"; do
     has "profile key $k" $hw "$k"
 done
+# more chips than cores (on fewer than 4 cores): compute measured at 2 or more chips a core (the factor is the machine's; the
+# key, its measured points and a profile that loads are what is checked)
+if [ "$(nproc)" -lt 4 ]; then
+    check "calibrate 4 chips on 2 cores" 0 $SHARDPLAN calibrate --backend threads --chips 4 --quick --quiet --out $d/l4.json
+    for k in '"compute_stretch_by_share"' '"compute_stretch"' '"unit_with_barrier_s"'; do has "4-chip profile key $k" $d/l4.json "$k"; done
+    check "estimate with the 4-chip profile" 0 $SHARDPLAN estimate --model tiny-llama --hw $d/l4.json --chips 4 --batch 2 \
+        --prompt 8 --gen 3 --layout mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
+fi
 # the profile loads as any other and prices a layout
 check "estimate with the profile" 0 $SHARDPLAN estimate --model tiny-llama --hw $hw --chips 2 --batch 2 --prompt 8 \
     --gen 3 --layout mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads
