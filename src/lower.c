@@ -161,6 +161,15 @@ static void axes_filter(const char *a, const char *b, int in, char *out)
     out[n] = '\0';
 }
 
+/* letters of a whose axes span more than one chip in l, keeping a's order */
+static void axes_wide(const sp_layout *l, const char *a, char *out)
+{
+    int n = 0;
+    for (; *a && n < SP_AXSEQ_MAX - 1; a++)
+        if (axis_dim(l, *a) > 1) out[n++] = *a;
+    out[n] = '\0';
+}
+
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* copy / concatenate axis sequences (at most SP_AXSEQ_MAX-1 letters) */
@@ -1991,12 +2000,27 @@ static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_pha
     key->last_stage = stage == l->stages - 1;
     key->n_layers = p->n_layers;
     key->moe_phase = sp_model_dense_ff(m) > 0 ? p->first_layer % m->moe_every : 0;
-    key->kv_mode = c->kv;
     key->kv_repl = p->kv_repl;
     key->kv_seqs = p->kv_seqs;
     key->kv_heads_cache = p->kv_heads_cache;
-    axcpy(key->kv_batch_axes, p->kv_batch_axes);
-    axcpy(key->kv_head_axes, p->kv_head_axes);
+    /* The handoff (emit_attention) and what pins down its axes: the mode and
+     * the cache's axes as they are, when prefill emits one (a mode other
+     * than direct over more than one chip).  Otherwise the program reads the
+     * cache's axes only through their sizes (the KV store's heads and
+     * blocks) and copies them into the KV store step, where only the
+     * executor reads them: the key keeps the axes of more than one chip
+     * (mesh 1x2x32: "x"/"zy" and ""/"zyx" lower to the same steps but for
+     * those strings) and no mode, so that such prefill programs share a
+     * price (palm-540b on 64 TPU v4: 41.1k prefill programs -> 31.1k). */
+    int handoff = c->kv != KV_DIRECT && axes_size(c->l, c->kv_rows) > 1;
+    key->kv_mode = handoff ? c->kv : KV_DIRECT;
+    if (handoff) {
+        axcpy(key->kv_batch_axes, p->kv_batch_axes);
+        axcpy(key->kv_head_axes, p->kv_head_axes);
+    } else {
+        axes_wide(c->l, p->kv_batch_axes, key->kv_batch_axes);
+        axes_wide(c->l, p->kv_head_axes, key->kv_head_axes);
+    }
     return SP_OK;
 }
 
