@@ -601,22 +601,24 @@ sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, 
 sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw, int64_t chips, int64_t batch,
                           sp_error *err);
 
-/* Everything one phase's program depends on.  Two (layout, phase, shape,
+/* Everything one phase's price depends on.  Two (layout, phase, shape,
  * stage) whose keys are equal (memcmp: padding is zeroed) lower to the same
- * steps, buffer sizes and weight storage, so a price of one serves the
- * other.  A phase depends on the other phase's layout only through the KV
- * cache: prefill writes it in decode's layout (the transition and the cache
- * geometry are in the key); decode depends on prefill not at all once the
- * pair is valid (both phases' checks run in either phase's sp_lower_check). */
+ * steps, buffer sizes and weight storage but for fields only the executor
+ * reads (the cache's replication and, without a handoff, its axes of one
+ * chip: sp_lower_begin), so a price of one serves the other.  A phase
+ * depends on the other phase's layout only through the KV cache: prefill
+ * writes it in decode's layout (the transition and the cache geometry are
+ * in the key); decode depends on prefill not at all once the pair is valid
+ * (both phases' checks run in either phase's sp_lower_check). */
 typedef struct sp_lower_key {
     sp_layout layout;        /* the other phase's FFN and attention cleared */
     sp_shape shape;
     int first_stage, last_stage;
     int64_t n_layers;
     int64_t moe_phase;       /* first_layer mod moe_every: which of the stage's layers are MoE (0 without dense ones) */
-    int kv_mode;             /* prefill: how K/V reach the cache (0 in decode) */
-    int kv_repl;
+    int kv_mode;             /* prefill: how K/V reach the cache, when a handoff is emitted (else and in decode 0) */
     int64_t kv_seqs, kv_heads_cache;
+    /* the cache's axes; without a handoff, those of more than one chip */
     char kv_batch_axes[SP_AXSEQ_MAX], kv_head_axes[SP_AXSEQ_MAX];
     int64_t w_streamed;      /* this stage's offloaded layers (the layout's lists of them are cleared) */
     int64_t w_kind[SP_WKIND_COUNT];   /* and of each part */
