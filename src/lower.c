@@ -548,51 +548,68 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
 }
 
 /* The storage of a stage's weights depends only on the model, the tensor
- * mesh, the weight dtype, 1D or 2D storage and whether the stage holds the
- * first or last layers; a search lowers many programs that share all of
- * these, so each thread keeps the last STORAGE_MEMO sets (compared by
- * value): a pipeline's stages hold up to three kinds (first, middle, last)
- * and a search alternates between the phases of a few meshes and dtypes. */
-enum { STORAGE_MEMO = 8 };
-static void stage_storage(ctx *c, int first_stage, int last_stage)
+ * mesh, the weight dtype, 1D or 2D storage, the experts' split and whether
+ * the stage holds the first or last layers; a search lowers many programs
+ * that share all of these, so a memo keeps sets of them (compared by
+ * value), each in the slot its small fields hash to: a job's own
+ * (JOB_STORAGE slots, sp_lower_begin/finish: a search's pricing), else the
+ * thread's (TLS_STORAGE, small: every thread a search starts zeroes it).  A
+ * plan of palm-540b on 64 TPU v4 meets ~920 sets (stage meshes x dtypes x
+ * stage kinds x storages): the 8 last sets a thread kept missed 16.0k of its
+ * 58.6k lowerings, a job's 256 slots (~0.9 MB, touched as they fill) miss
+ * ~3k (1024 slots: 1.8k). */
+typedef struct storage_key {
+    sp_model m;
+    int mesh[3];
+    sp_dtype wd;
+    int one_d, first, last, used, experts;
+} storage_key;
+typedef struct storage_slot {
+    storage_key key;
+    sp_weight_spec wspec[SP_W_COUNT];
+} storage_slot;
+enum { TLS_STORAGE = 8, JOB_STORAGE = 256 };
+_Static_assert(!(TLS_STORAGE & (TLS_STORAGE - 1)) && !(JOB_STORAGE & (JOB_STORAGE - 1)), "slot counts are powers of 2");
+
+/* memo: n slots (a power of 2), or NULL for the thread's */
+static void stage_storage(ctx *c, storage_slot *memo, unsigned n, int first_stage, int last_stage)
 {
-    typedef struct {
-        sp_model m;
-        int mesh[3];
-        sp_dtype wd;
-        int one_d, first, last, used, experts;
-    } storage_key;
-    static _Thread_local struct {
-        storage_key key;
-        sp_weight_spec wspec[SP_W_COUNT];
-    } memo[STORAGE_MEMO];
-    static _Thread_local int next;
-    sp_program *p = c->p;
-    /* probed field by field, the model (the big part) last */
-    for (int i = 0; i < STORAGE_MEMO; i++) {
-        const storage_key *q = &memo[i].key;
-        if (q->used && q->mesh[0] == c->l->mesh[0] && q->mesh[1] == c->l->mesh[1] && q->mesh[2] == c->l->mesh[2] &&
-            q->wd == c->l->weights && q->one_d == c->one_d && q->experts == c->l->experts && q->first == first_stage &&
-            q->last == last_stage && !memcmp(&q->m, c->m, sizeof q->m)) {
-            memcpy(p->wspec, memo[i].wspec, sizeof p->wspec);
-            return;
-        }
+    static _Thread_local storage_slot tls[TLS_STORAGE];
+    if (!memo) {
+        memo = tls;
+        n = TLS_STORAGE;
     }
-    storage_key k;
-    memset(&k, 0, sizeof k);
-    memcpy(&k.m, c->m, sizeof k.m);
-    memcpy(k.mesh, c->l->mesh, sizeof k.mesh);
-    k.wd = c->l->weights;
-    k.one_d = c->one_d;
-    k.experts = c->l->experts;
-    k.first = first_stage;
-    k.last = last_stage;
-    k.used = 1;
+    sp_program *p = c->p;
+    const int *mesh = c->l->mesh;
+    /* the small fields in one word (mesh sides < 2^16, dtype, experts < 2^8: a hash alone), mixed (fmix64) */
+    uint64_t h = (uint64_t)mesh[0] ^ (uint64_t)mesh[1] << 16 ^ (uint64_t)mesh[2] << 32 ^ (uint64_t)c->l->weights << 48 ^
+                 (uint64_t)(c->one_d | first_stage << 1 | last_stage << 2) << 53 ^ (uint64_t)c->l->experts << 56;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    storage_slot *e = &memo[(unsigned)h & (n - 1)];
+    storage_key *q = &e->key;
+    /* probed field by field, the model (the big part) last */
+    if (q->used && q->mesh[0] == mesh[0] && q->mesh[1] == mesh[1] && q->mesh[2] == mesh[2] &&
+        q->wd == c->l->weights && q->one_d == c->one_d && q->experts == c->l->experts && q->first == first_stage &&
+        q->last == last_stage && !memcmp(&q->m, c->m, sizeof q->m)) {
+        memcpy(p->wspec, e->wspec, sizeof p->wspec);
+        return;
+    }
     memset(p->wspec, 0, sizeof p->wspec);
     storage_specs(c, first_stage, last_stage);
-    memo[next].key = k;
-    memcpy(memo[next].wspec, p->wspec, sizeof p->wspec);
-    next = (next + 1) % STORAGE_MEMO;
+    memset(q, 0, sizeof *q);   /* padding too: the model is compared with memcmp */
+    memcpy(&q->m, c->m, sizeof q->m);
+    memcpy(q->mesh, mesh, sizeof q->mesh);
+    q->wd = c->l->weights;
+    q->one_d = c->one_d;
+    q->experts = c->l->experts;
+    q->first = first_stage;
+    q->last = last_stage;
+    q->used = 1;
+    memcpy(e->wspec, p->wspec, sizeof p->wspec);
 }
 
 /* gather a stored weight over the phase's weight-gathered axes N into its
@@ -1945,16 +1962,29 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
 struct sp_lower_job {
     const sp_program *p;   /* NULL: none pending */
     ctx c;
+    storage_slot *storage;   /* JOB_STORAGE slots: stage_storage's memo */
 };
 
 sp_status sp_lower_job_create(sp_lower_job **out)
 {
     if (!out) return spi_fail(SP_EINVAL, "sp_lower_job_create: NULL argument");
-    if (!(*out = calloc(1, sizeof **out))) return spi_fail(SP_ENOMEM, "sp_lower_job_create: out of memory");
+    sp_lower_job *j = calloc(1, sizeof *j);
+    /* zeroed (no slot used); a large calloc maps zero pages: a slot costs when first filled */
+    if (j) j->storage = calloc(JOB_STORAGE, sizeof *j->storage);
+    if (!j || !j->storage) {
+        sp_lower_job_free(j);
+        return spi_fail(SP_ENOMEM, "sp_lower_job_create: out of memory");
+    }
+    *out = j;
     return SP_OK;
 }
 
-void sp_lower_job_free(sp_lower_job *job) { free(job); }
+void sp_lower_job_free(sp_lower_job *job)
+{
+    if (!job) return;
+    free(job->storage);
+    free(job);
+}
 
 static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
                            int stage, sp_lower_key *key, sp_program *p);
@@ -2227,7 +2257,8 @@ void sp_lower_step_elems(const sp_program *p, const sp_step *s, double out[SP_EL
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming
  * the quantity, when one of its sizes overflows int64 (the shape is too large
  * to represent, whatever the chips) */
-static sp_status emit_program(ctx *c, int layer_steps)
+/* storage: stage_storage's memo (NULL: the thread's) */
+static sp_status emit_program(ctx *c, int layer_steps, storage_slot *storage)
 {
     sp_program *p = c->p;
     /* callers that keep sp_program in static storage pay only for what is written */
@@ -2235,7 +2266,7 @@ static sp_status emit_program(ctx *c, int layer_steps)
     memset(p->scratch_bytes, 0, sizeof p->scratch_bytes);
     p->matmul_k_max = 0;
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
-    stage_storage(c, first_stage, last_stage);
+    stage_storage(c, storage, JOB_STORAGE, first_stage, last_stage);
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
@@ -2322,7 +2353,7 @@ sp_status sp_lower_finish(sp_lower_job *job, sp_program *p)
     if (!job || !p || job->p != p)
         return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program in this job");
     job->p = NULL;
-    return emit_program(&job->c, -1);
+    return emit_program(&job->c, -1, job->storage);
 }
 
 sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int layer_steps)
@@ -2330,7 +2361,7 @@ sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int laye
     if (!job || !p || job->p != p || layer_steps < 0 || layer_steps > SP_PROG_MAX_STEPS)
         return spi_fail(SP_EINVAL, "spi_lower_finish_keep_layer: no successful sp_lower_begin for this program in this job");
     job->p = NULL;
-    return emit_program(&job->c, layer_steps);
+    return emit_program(&job->c, layer_steps, job->storage);
 }
 
 int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])
@@ -2357,7 +2388,7 @@ sp_status sp_lower_ragged(const sp_model *m, const sp_layout *l, sp_phase phase,
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, r, step, stage, p, 0));
-    return emit_program(&c, -1);
+    return emit_program(&c, -1, NULL);
 }
 
 /* b = max(a, b) for each buffer and scratch slot: a program whose arena holds both */
