@@ -348,6 +348,37 @@ enum { MEMO_SLOTS = 4096 };
 enum { SPI_STAGE_KINDS = SP_LAYOUT_MAX_STAGES + 4 };
 
 
+/* The terms of one compute step (sp_cost.h) at one context. */
+typedef struct step_terms { double c, m; int64_t flops; } step_terms;
+
+/* One step's price at both contexts before its runs weigh it
+ * (step_price_of), what step_add adds to the sums × runs: a compute step's
+ * terms; a collective's time and bytes (max of sent and received), the same
+ * at both contexts; a host copy's time and bytes at each. */
+typedef struct step_price {
+    step_terms x[2];
+    double t[2];
+    int64_t b[2];
+} step_price;
+
+/* A program's layer part as priced last, for the programs whose layer part
+ * is the same (price_phase: the stages of one evaluation whose layers the
+ * lowering kept, spi_lower_finish_keep_layer): each step's run and price
+ * before its runs weigh it.  A layer step's price reads the step, the
+ * program's layout (its view: peak, shares, torus map, groups), the
+ * contexts, the profile and the weight stream (wstream, the program's
+ * whole), all compared before the steps are taken; the sums are added
+ * step by step as when priced (step_add), so they agree to the bit. */
+typedef struct layer_px {
+    unsigned gen;              /* sp_cost_cache.layer_gen when written (0: never) */
+    int n, two;
+    const sp_hw *hw;
+    int64_t ctx[2], wstream;
+    sp_layout layout;
+    spi_step_run run[SP_PROG_MAX_STEPS];
+    step_price sp[SP_PROG_MAX_STEPS];
+} layer_px;
+
 /* ---- the pricing cache (sp_cost.h) ---- */
 struct sp_cost_cache {
     eff_memo eff;                  /* efficiencies, of one profile's curves */
@@ -369,6 +400,8 @@ struct sp_cost_cache {
     int eff_held;                  /* set while phase_prices prices a program: eff is bound to its
                                       profile already (memo_bind), spi_cost_price_program skips eff_bind */
     phase_val fresh;               /* opts->fresh: the phase just priced */
+    unsigned layer_gen;            /* layer_px generations written (0: none) */
+    layer_px px[SP_PHASE_COUNT];   /* each phase's layer part as priced last (price_phase) */
     phase_val dc_kinds[SPI_STAGE_KINDS];   /* eval_chunked: the layout's decode prices per kind of stage */
     spi_prog_run pr;               /* one program's steps as priced */
     spi_step_coefs coef;           /* sp_cost_coefs_eval's, per step */
@@ -453,9 +486,6 @@ typedef struct price_ctx {
     coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
 } price_ctx;
 
-/* The terms of one compute step (sp_cost.h) at one context. */
-typedef struct step_terms { double c, m; int64_t flops; } step_terms;
-
 static inline __attribute__((always_inline)) void add_terms(sp_phase_cost *sums, const step_terms *x, double dispatch, int64_t times, spi_ckd *ck)
 {
     sums->compute_s += x->c * times;
@@ -522,9 +552,8 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     return spi_ps(sh * hw->dispatch_s + (c > m ? c : m));
 }
 
-/* Prices one step at both contexts; adds its terms (× times) to sums[0..1]. */
-static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_run *r, sp_phase_cost *sums,
-                       int two, double *coef)
+/* Prices one step at both contexts into *r and *sp. */
+static void step_price_of(price_ctx *pc, const sp_step *s, spi_step_run *r, step_price *sp, int two, double *coef)
 {
     const sp_hw *hw = pc->hw;
     r->mode = step_mode(s, hw);
@@ -543,26 +572,22 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     if (s->kind == SP_STEP_HOST_LOAD || s->kind == SP_STEP_HOST_STORE) {
         /* bytes over the host link at its bandwidth (a KV load grows with the context) */
         for (int k = 0; k <= two; k++) {
-            int64_t b = sp_lower_host_bytes(s, pc->ctx[k]);
-            double t = (double)b / hw->host_link_bw;
-            r->dur_ps[k] = spi_ps(t);
-            sums[k].host_s += t * times;
-            spi_ck_addmul(pc->ck, "host bytes per chip", &sums[k].host_bytes, b, times);
+            sp->b[k] = sp_lower_host_bytes(s, pc->ctx[k]);
+            sp->t[k] = (double)sp->b[k] / hw->host_link_bw;
+            r->dur_ps[k] = spi_ps(sp->t[k]);
             if (r->mode == SPI_RUN_OVERLAP && hw->overlap == SP_OVERLAP_FRACTION) {
                 r->pen_frac = 1.0 - hw->overlap_fraction;
-                r->pen_ps[k] = spi_ps(r->pen_frac * t);
+                r->pen_ps[k] = spi_ps(r->pen_frac * sp->t[k]);
             }
         }
         if (!two) r->dur_ps[1] = r->dur_ps[0], r->pen_ps[1] = r->pen_ps[0];
         return;
     }
     if (r->mode == SPI_RUN_COMPUTE) {
-        step_terms x;
-        r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &x, coef);
-        add_terms(&sums[0], &x, pc->cshare * hw->dispatch_s, times, pc->ck);
+        r->dur_ps[0] = r->dur_ps[1] = price_compute(pc, s, pc->ctx[0], &sp->x[0], coef);
         if (two) {
-            if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &x, NULL);
-            add_terms(&sums[1], &x, pc->cshare * hw->dispatch_s, times, pc->ck);
+            sp->x[1] = sp->x[0];
+            if (s->kind == SP_STEP_ATTN) r->dur_ps[1] = price_compute(pc, s, pc->ctx[1], &sp->x[1], NULL);
         }
         return;
     }
@@ -575,13 +600,8 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     coll_terms_group(hw, &pc->p->layout, pc->have_map ? &pc->map : NULL, &s->coll, &pc->group[mask], &ct);
     double t = r->mode == SPI_RUN_RECV ? 0.0
              : pc->comm_share * coll_terms_time(&ct, pc->par) + (pc->group[mask].one_core && s->coll.kind != SP_COLL_SENDRECV ? 0.0 : ct.launch * pc->wake_s);
-    int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip",
-                               s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv, times);
-    for (int k = 0; k <= two; k++) {
-        sums[k].coll_s[s->coll.kind] += t * times;
-        sums[k].comm_s += t * times;
-        sums[k].comm_bytes = spi_ck_add(pc->ck, "bytes sent per chip", sums[k].comm_bytes, bytes);
-    }
+    sp->t[0] = sp->t[1] = t;
+    sp->b[0] = sp->b[1] = s->coll.bytes_sent > s->coll.bytes_recv ? s->coll.bytes_sent : s->coll.bytes_recv;
     if (coef && r->mode != SPI_RUN_RECV) {
         double sh = pc->comm_share;
         coef[SP_CP_ALPHA_NEAR] = sh * ct.steps[NEAR];
@@ -597,8 +617,46 @@ static void price_step(price_ctx *pc, const sp_step *s, int64_t times, spi_step_
     }
 }
 
+/* Adds a step priced by step_price_of (its mode in r), × times, to sums[0..1]. */
+static inline __attribute__((always_inline)) void step_add(const price_ctx *pc, const sp_step *s, const spi_step_run *r,
+                                                           const step_price *sp, int64_t times, sp_phase_cost *sums, int two)
+{
+    if (s->kind == SP_STEP_HOST_WAIT) return;
+    if (s->kind == SP_STEP_HOST_LOAD || s->kind == SP_STEP_HOST_STORE) {
+        for (int k = 0; k <= two; k++) {
+            sums[k].host_s += sp->t[k] * times;
+            spi_ck_addmul(pc->ck, "host bytes per chip", &sums[k].host_bytes, sp->b[k], times);
+        }
+        return;
+    }
+    if (r->mode == SPI_RUN_COMPUTE) {
+        add_terms(&sums[0], &sp->x[0], pc->cshare * pc->hw->dispatch_s, times, pc->ck);
+        if (two) add_terms(&sums[1], &sp->x[1], pc->cshare * pc->hw->dispatch_s, times, pc->ck);
+        return;
+    }
+    int64_t bytes = spi_ck_mul(pc->ck, "bytes sent per chip", sp->b[0], times);
+    for (int k = 0; k <= two; k++) {
+        sums[k].coll_s[s->coll.kind] += sp->t[0] * times;
+        sums[k].comm_s += sp->t[0] * times;
+        sums[k].comm_bytes = spi_ck_add(pc->ck, "bytes sent per chip", sums[k].comm_bytes, bytes);
+    }
+}
+
+/* spi_cost_price_program, with lp (NULL: none) the layer part's prices:
+ * taken from it when it holds generation `held` (0: none), which the
+ * caller knows to be of this program's layer part, and its inputs agree;
+ * else written, as a new generation (lp->gen) */
+static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
+                        spi_prog_run *out, spi_step_coefs *coef, layer_px *lp, unsigned held);
+
 void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
                             spi_prog_run *out, spi_step_coefs *coef)
+{
+    price_steps(cache, p, hw, ctx, out, coef, NULL, 0);
+}
+
+static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
+                        spi_prog_run *out, spi_step_coefs *coef, layer_px *lp, unsigned held)
 {
     price_ctx pc;   /* field by field: its group table is filled as groups come (groups_done) */
     pc.p = p;
@@ -651,14 +709,39 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
         parts[k] = sp_program_part(p, (sp_prog_part)k);
         runs[k] = sp_program_part_runs(p, (sp_prog_part)k);
     }
+    /* the layer part's prices: lp's when it holds them for these inputs, else written to it */
+    if (coef) lp = NULL;   /* the coefficients are per step, of this pricing */
+    int reuse = 0;
+    if (lp) {
+        reuse = held && lp->gen == held && lp->n == p->layer.n && lp->two == two && lp->hw == hw && lp->ctx[0] == ctx[0] &&
+                lp->ctx[1] == ctx[1] && lp->wstream == pc.wstream && !memcmp(&lp->layout, &p->layout, sizeof lp->layout);
+        if (!reuse) {
+            lp->gen = 0;   /* until written below */
+            lp->n = p->layer.n;
+            lp->two = two;
+            lp->hw = hw;
+            lp->ctx[0] = ctx[0];
+            lp->ctx[1] = ctx[1];
+            lp->wstream = pc.wstream;
+            memcpy(&lp->layout, &p->layout, sizeof lp->layout);
+        }
+    }
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
         {
             const spi_step_run *r = &out->run[k][i];
             const sp_step *st = &parts[k]->s[i];
             int in_layer = k == SP_PART_LAYER || k == SP_PART_DENSE;
-            price_step(&pc, st, in_layer && st->on != SP_ON_EVERY ? sp_lower_step_layers(p, (sp_prog_part)k, st) : runs[k],
-                       &out->run[k][i], out->sums, two, coef ? (*coef)[k][i] : NULL);
+            step_price one, *sp = &one;
+            if (lp && k == SP_PART_LAYER) {
+                sp = &lp->sp[i];
+                if (reuse) out->run[k][i] = lp->run[i];
+                else step_price_of(&pc, st, &lp->run[i], sp, two, NULL), out->run[k][i] = lp->run[i];
+            } else {
+                step_price_of(&pc, st, &out->run[k][i], sp, two, coef ? (*coef)[k][i] : NULL);
+            }
+            step_add(&pc, st, r, sp, in_layer && st->on != SP_ON_EVERY ? sp_lower_step_layers(p, (sp_prog_part)k, st) : runs[k],
+                     out->sums, two);
             if (in_layer && st->on != SP_ON_EVERY) out->varied = 1;
             if (r->mode != SPI_RUN_OVERLAP) continue;
             out->overlaps = 1;
@@ -670,6 +753,10 @@ void spi_cost_price_program(sp_cost_cache *cache, const sp_program *p, const sp_
             ov_buf |= 1ull << r->dst;
         }
     out->ck = ck;
+    if (lp && !reuse) {
+        if (++cache->layer_gen == 0) cache->layer_gen = 1;   /* 0: none */
+        lp->gen = cache->layer_gen;
+    }
     if (!out->overlaps) return;
     touched &= ~1ull;   /* SP_BUF_NONE */
     ov_buf &= ~1ull;
@@ -890,11 +977,11 @@ static inline __attribute__((always_inline)) void sched_shortcut(sp_cost_cache *
  * the quantity, when an int64 sum overflows or the program would run longer
  * than the picosecond clock holds (SPI_PS_MAX_S). */
 static sp_status price_program(sp_cost_cache *cc, const sp_program *p, const sp_hw *hw, const int64_t ctx[2],
-                               sp_phase_cost *out0, sp_phase_cost *out1)
+                               sp_phase_cost *out0, sp_phase_cost *out1, layer_px *lp, unsigned held)
 {
     spi_prog_run *pr = &cc->pr;
     int64_t c2[2] = {ctx[0], out1 ? ctx[1] : 0};
-    spi_cost_price_program(cc, p, hw, c2, pr, NULL);
+    price_steps(cc, p, hw, c2, pr, NULL, lp, held);
     if (pr->ck.overflow)
         return spi_fail(SP_EINVAL, "%s phase: %s over %lld layers do not fit in 64 bits (the request is too large to represent)",
                         sp_phase_name(p->phase), pr->ck.what, (long long)p->n_layers);
@@ -927,7 +1014,7 @@ void sp_cost_program(const sp_program *p, const sp_hw *hw, int64_t context, sp_p
 {
     int64_t ctx[2] = {context, 0};
     sp_cost_cache *cc = NULL;
-    if (sp_cost_cache_create(&cc) != SP_OK || price_program(cc, p, hw, ctx, out, NULL) != SP_OK)
+    if (sp_cost_cache_create(&cc) != SP_OK || price_program(cc, p, hw, ctx, out, NULL, NULL, 0) != SP_OK)
         memset(out, 0, sizeof *out);   /* see sp_cost.h */
     sp_cost_cache_free(cc);
 }
@@ -1043,6 +1130,7 @@ typedef struct layer_keep {
     int n;
     sp_shape sh;
     int mesh[3];
+    unsigned px;   /* the generation of cc->px[phase] that holds its layer part's prices (0: none) */
 } layer_keep;
 
 static int shape_eq(const sp_shape *a, const sp_shape *b)
@@ -1060,13 +1148,16 @@ static sp_status price_phase(sp_cost_cache *cc, const sp_hw *hw, sp_phase phase,
     sp_program *p = &cc->prog[phase];
     int n = kept->n >= 0 && shape_eq(&kept->sh, sh) && !memcmp(kept->mesh, p->layout.mesh, sizeof kept->mesh)
                 ? kept->n : -1;
+    unsigned held = n >= 0 ? kept->px : 0;   /* the layer part priced with the layers kept */
     kept->n = -1;   /* until the lowering succeeds */
+    kept->px = 0;   /* until the pricing does */
     SP_CHECK(n >= 0 ? spi_lower_finish_keep_layer(cc->job[phase], p, n) : sp_lower_finish(cc->job[phase], p));
     kept->n = p->layer.n;
     kept->sh = *sh;
     memcpy(kept->mesh, p->layout.mesh, sizeof kept->mesh);
     int64_t ctx[2] = {phase == SP_PHASE_PREFILL ? 0 : first_ctx, sh->max_context};
-    SP_CHECK(price_program(cc, p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1));
+    SP_CHECK(price_program(cc, p, hw, ctx, &v->c0, phase == SP_PHASE_PREFILL ? NULL : &v->c1, &cc->px[phase], held));
+    kept->px = cc->px[phase].gen;
     memcpy(v->buf_bytes, p->buf_bytes, sizeof v->buf_bytes);
     memcpy(v->scratch_bytes, p->scratch_bytes, sizeof v->scratch_bytes);
     v->nterms = sp_lower_pass_terms(p, v->left, v->num);
@@ -1273,7 +1364,7 @@ static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layou
             sp_shape x = *sh;
             if (ph == SP_PHASE_PREFILL) x.q_len = x.context = mb[j].max_prompt;
             if ((st = sp_lower_ragged(m, l, ph, &x, &mb[j], step, o, p)) ||
-                (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL)))
+                (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL, NULL, 0)))
                 break;
             int64_t tp = spi_ps(c.time_s);
             t[(size_t)ma * S + o] = tp;
@@ -1540,7 +1631,7 @@ static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout 
     SP_CHECK(opts_resolve(opts, &o, &own));
     stage_kind k;
     int bound = 0;
-    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}, 0}, {-1, {0}, {0}, 0}};
     sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, w->prompt > 0, NULL, 0);
     sp_cost_cache_free(own);
     SP_CHECK(st);
@@ -1721,7 +1812,7 @@ static sp_status eval_one(const sp_model *m, const sp_hw *hw, const sp_layout *l
     stage_kind kinds[SPI_STAGE_KINDS];
     int nkinds = 0;
     int bound = 0;   /* memo_bind done */
-    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}}, {-1, {0}, {0}}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
+    layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}, 0}, {-1, {0}, {0}, 0}};   /* layers prog[phase] holds from an earlier stage (price_phase) */
     for (int s = 0; s < S; s++) {
         int64_t l0, nl;
         int mesh[3];
