@@ -321,12 +321,17 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * every evaluation still runs both phases' checks (sp_lower_check_key),
  * then lowers and prices only the phases whose key it has not seen.  The
  * memo belongs to one model and one hardware profile, compared by value,
- * and is emptied when either changes; a slot holds the last key hashed to
- * it.  opts->fresh bypasses it.  Size: 4096 slots of ~1.8 KB (key 936 B,
- * value ~850 B), ~7.3 MB a cache: a plan of palm-540b on 64 TPU v4 lowers
- * ~84k distinct phase programs (stage kinds, KV handoffs, chunked passes):
- * with 256 slots it lowered 94.3k (evictions), with 1024 86.2k, with 4096
- * 84.2k.  The slots are not zeroed when a cache is made (a slot is read
+ * and is emptied when either changes; a key hashes to a pair of slots,
+ * which hold the last two keys hashed to it (the older replaced).
+ * opts->fresh bypasses it.  Size: 4096 slots of ~1.8 KB (key 928 B, value
+ * ~850 B), ~7.3 MB a cache: a plan of palm-540b on 64 TPU v4 lowers ~84k
+ * distinct phase programs (stage kinds, KV handoffs, chunked passes): with
+ * 256 slots it lowered 94.3k (evictions), with 1024 86.2k, with 4096 84.2k
+ * (history: one slot a key, and keys that told more programs apart).  With
+ * one thread it now lowers 50.3k of 47.9k distinct keys, where one slot a
+ * key lowered 51.4k: the rest are decode programs the decode bound lowered,
+ * evicted before the layout's full pricing (8192 slots would keep most, at
+ * ~7 MB more to touch a worker).  The slots are not zeroed when a cache is made (a slot is read
  * only once memo.used says it was written): a caller without a cache makes
  * one per evaluation and pays for the slots it touches, not for all of
  * them (zeroed, 4096 slots cost bench_cost 4 % over 1024). */
@@ -1186,16 +1191,24 @@ static sp_status phase_prices(const sp_model *m, const sp_hw *hw, const sp_layou
         memo_bind(cc, m, hw);
         *bound = 1;
     }
-    unsigned i = memo_slot(&key);
-    if (!cc->memo.used[i] || memcmp(&cc->memo_key[i], &key, sizeof key)) {
-        cc->memo.used[i] = 0;
-        cc->eff_held = 1;   /* memo_bind bound the efficiencies to hw */
-        sp_status st = price_phase(cc, hw, phase, sh, first_ctx, &cc->memo_val[i], kept);
-        cc->eff_held = 0;
-        SP_CHECK(st);
-        cc->memo_key[i] = key;
-        cc->memo.used[i] = 1;
+    /* two ways: the key's pair of slots, the one used less recently replaced */
+    unsigned i = memo_slot(&key) & ~1u;
+    unsigned char *used = cc->memo.used;
+    if (!(used[i] && !memcmp(&cc->memo_key[i], &key, sizeof key))) {
+        if (used[i + 1] && !memcmp(&cc->memo_key[i + 1], &key, sizeof key)) {
+            i++;
+        } else {
+            i += used[i] && (!used[i + 1] || used[i] > used[i + 1]);   /* an empty slot, else the older */
+            used[i] = 0;
+            cc->eff_held = 1;   /* memo_bind bound the efficiencies to hw */
+            sp_status st = price_phase(cc, hw, phase, sh, first_ctx, &cc->memo_val[i], kept);
+            cc->eff_held = 0;
+            SP_CHECK(st);
+            cc->memo_key[i] = key;
+        }
     }
+    used[i] = 2;   /* the newer of the pair */
+    if (used[i ^ 1u]) used[i ^ 1u] = 1;
     *out = &cc->memo_val[i];
     return SP_OK;
 }
