@@ -1962,21 +1962,24 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
 struct sp_lower_job {
     const sp_program *p;   /* NULL: none pending */
     ctx c;
-    storage_slot *storage;   /* JOB_STORAGE slots: stage_storage's memo */
+    storage_slot *storage;   /* JOB_STORAGE slots: stage_storage's memo (job_storage; NULL until the first lowering) */
 };
 
 sp_status sp_lower_job_create(sp_lower_job **out)
 {
     if (!out) return spi_fail(SP_EINVAL, "sp_lower_job_create: NULL argument");
-    sp_lower_job *j = calloc(1, sizeof *j);
-    /* zeroed (no slot used); a large calloc maps zero pages: a slot costs when first filled */
-    if (j) j->storage = calloc(JOB_STORAGE, sizeof *j->storage);
-    if (!j || !j->storage) {
-        sp_lower_job_free(j);
-        return spi_fail(SP_ENOMEM, "sp_lower_job_create: out of memory");
-    }
-    *out = j;
+    if (!(*out = calloc(1, sizeof **out))) return spi_fail(SP_ENOMEM, "sp_lower_job_create: out of memory");
     return SP_OK;
+}
+
+/* The job's storage memo, made on its first lowering (a job that only
+ * checks or prices never pays for it); NULL when it cannot be made: the
+ * thread's then serves (stage_storage) */
+static storage_slot *job_storage(sp_lower_job *job)
+{
+    /* zeroed (no slot used); a large calloc maps zero pages: a slot costs when first filled */
+    if (!job->storage) job->storage = calloc(JOB_STORAGE, sizeof *job->storage);
+    return job->storage;
 }
 
 void sp_lower_job_free(sp_lower_job *job)
@@ -2353,7 +2356,7 @@ sp_status sp_lower_finish(sp_lower_job *job, sp_program *p)
     if (!job || !p || job->p != p)
         return spi_fail(SP_EINVAL, "sp_lower_finish: no successful sp_lower_begin for this program in this job");
     job->p = NULL;
-    return emit_program(&job->c, -1, job->storage);
+    return emit_program(&job->c, -1, job_storage(job));
 }
 
 sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int layer_steps)
@@ -2361,7 +2364,7 @@ sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int laye
     if (!job || !p || job->p != p || layer_steps < 0 || layer_steps > SP_PROG_MAX_STEPS)
         return spi_fail(SP_EINVAL, "spi_lower_finish_keep_layer: no successful sp_lower_begin for this program in this job");
     job->p = NULL;
-    return emit_program(&job->c, layer_steps, job->storage);
+    return emit_program(&job->c, layer_steps, job_storage(job));
 }
 
 int sp_lower_pass_terms(const sp_program *p, int64_t left[3], int64_t num[3])
