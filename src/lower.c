@@ -556,8 +556,10 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
  * thread's (TLS_STORAGE, small: every thread a search starts zeroes it).  A
  * plan of palm-540b on 64 TPU v4 meets ~920 sets (stage meshes x dtypes x
  * stage kinds x storages): the 8 last sets a thread kept missed 16.0k of its
- * 58.6k lowerings, a job's 256 slots (~0.9 MB, touched as they fill) miss
- * ~3k (1024 slots: 1.8k). */
+ * 58.6k lowerings; a job's 64 slots (~240 KB, touched as they fill) miss
+ * 7.8k of 50.3k.  256 slots missed 4.3k, 1.3 % fewer instructions for the
+ * plan, but no less CPU time (one thread, task-clock: a slot's 3.3 KB copied
+ * from further out in the caches). */
 typedef struct storage_key {
     sp_model m;
     int mesh[3];
@@ -568,7 +570,7 @@ typedef struct storage_slot {
     storage_key key;
     sp_weight_spec wspec[SP_W_COUNT];
 } storage_slot;
-enum { TLS_STORAGE = 8, JOB_STORAGE = 256 };
+enum { TLS_STORAGE = 8, JOB_STORAGE = 64 };
 _Static_assert(!(TLS_STORAGE & (TLS_STORAGE - 1)) && !(JOB_STORAGE & (JOB_STORAGE - 1)), "slot counts are powers of 2");
 
 /* memo: n slots (a power of 2), or NULL for the thread's */
