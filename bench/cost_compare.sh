@@ -31,6 +31,12 @@
 # knob parsed once, 30.2k after (2.3x round 1); the plan 2667M before,
 # 2524M after (5.5x round 1).  This script against round 1 at load 17-21:
 # 1.83, 2.20, 5.29, its rounds spreading 5x (not to be trusted).
+# 2026-11-24 (doc/planner.md, "Against round 1"), in one session: the plan
+# 455.8M in round 1, 1693.0M on main (003f851), 1543.3M now (3.4x round 1,
+# 3.7x before; fewer prefill programs by their key, a kept layer's prices
+# kept, storage and phase memos that evict less); per evaluation 12.9k,
+# 30.4k, 27.8k (2.2x).  This script against main, 5 rounds at load 5.7-6.4:
+# 1.00, 1.07, 0.83 (rounds spreading 1.8x; the counts are the figure).
 set -eu
 base=${1:?usage: cost_compare.sh BASELINE_BUILD_DIR [ROUNDS]}
 rounds=${2:-3}

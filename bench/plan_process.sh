@@ -13,6 +13,10 @@
 # plus GLPK ~1.3 ms) + the process floor (~3 ms) + printing the frontier
 # and rivals (~1 ms): ~30 ms.
 # Measured on the 2-core development VM (load ~1): median 34-38 ms, floor ~3 ms.
+# That was round 1.  With the new cost terms (2026-11-24): 1543M instructions
+# for this plan on one thread (callgrind, SHARDPLAN_THREADS=1) against round
+# 1's 456M (3.4x; 1693M, 3.7x, on main at 003f851 the same session); at load
+# ~6: median 241 ms against round 1's 46.6 ms run right after, floor 8 ms.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
