@@ -349,6 +349,134 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
            l->stages > SPI_SPLIT_MESH_STAGES;
 }
 
+/* The least decode-step times (first and last step, ps) of a stage of each
+ * kind holding lo layers in `view` (a template's decode view on one of its
+ * meshes, dc_view), priced for decode alone (sp_cost_eval_group,
+ * SP_PHASE_DECODE: the decode programs, keys and times sp_cost_stage_eval
+ * has, without lowering a prefill).  A layout prices every stage, so each
+ * holds lo layers where it can: S >= 4, one layout [lo, lo, ..., rest, lo]
+ * (the rest on stage S − 2, a middle one) gives every kind; S = 3,
+ * [lo, L − 2·lo, lo] and the middle kind's block; S = 2, the first and the
+ * last kind's blocks.  SP_EINVAL: some stage of a layout does not lower
+ * (the caller then prices the template's blocks). */
+static sp_status decode_lo_of(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const tmpl *t,
+                              const sp_layout *view, int64_t out[2])
+{
+    const int64_t L = sp->m->n_layers;
+    const int S = t->S, lo = t->lo;
+    sp_layout ls[2];
+    int nl = 0, pos;
+    out[0] = out[1] = INT64_MAX;
+    if (S >= 3) {
+        ls[nl] = *view;
+        for (int s = 0; s < S; s++) ls[nl].stage_layers[s] = (int16_t)lo;
+        ls[nl].stage_layers[S == 3 ? 1 : S - 2] = (int16_t)(L - (int64_t)(S - 1) * lo);   /* >= lo: lo <= L/S */
+        nl++;
+        if (S == 3) block_layout(view, L, K_MID, lo, NULL, &ls[nl++], &pos);
+    } else {
+        block_layout(view, L, K_FIRST, lo, NULL, &ls[nl++], &pos);
+        block_layout(view, L, K_LAST, lo, NULL, &ls[nl++], &pos);
+    }
+    for (int i = 0; i < nl; i++) {
+        sp_stage_time st[SP_LAYOUT_MAX_STAGES];
+        sp_cost_opts q;
+        sp_cost_opts_init(&q);
+        q.quiet = 1;
+        q.cache = cache;
+        q.stage_times = st;
+        sp_cost c;
+        SP_CHECK(sp_cost_eval_group(sp->m, sp->hw, &ls[i], SP_PHASE_DECODE, w, &q, &c));
+        for (int s = 0; s < S; s++) {
+            if (ls[i].stage_layers[s] != lo) continue;   /* a stage of the rest: not a bound */
+            if (st[s].decode1_ps < out[0]) out[0] = st[s].decode1_ps;
+            if (st[s].decode_ps < out[1]) out[1] = st[s].decode_ps;
+        }
+    }
+    return SP_OK;
+}
+
+/* The decode's view of template tl on mesh `mesh`: the prefill taking the
+ * decode's FFN and attention layouts, prefill_chunk and prefill_tokens
+ * cleared (what sp_layout_phase_group gives a decode group).  A decode
+ * program's key clears exactly those (sp_lower_key, src/lower.c), so the
+ * view's decode programs are tl's, and the templates that differ only in
+ * their prefill (palm-540b on 256 h100: up to ten prefill layouts and chunk
+ * sizes a decode layout) share one view. */
+static void dc_view(const sp_layout *tl, const int *mesh, sp_layout *v)
+{
+    memcpy(v, tl, sizeof *v);
+    v->phase[SP_PHASE_PREFILL] = v->phase[SP_PHASE_DECODE];
+    v->prefill_chunk = v->prefill_tokens = 0;
+    memcpy(v->mesh, mesh, sizeof v->mesh);
+}
+
+/* decode_lo_of's results by view, one memo per pricing thread: a view
+ * prices the same wherever it is taken, so the bounds do not depend on the
+ * threads.  Views are compared with memcmp (padding bytes that differ only
+ * cost a second pricing). */
+enum { DC_MEMO_SLOTS = 512 };
+typedef struct dc_memo {
+    unsigned char used[DC_MEMO_SLOTS];
+    struct {
+        sp_layout key;
+        sp_status st;   /* SP_OK or SP_EINVAL */
+        int64_t out[2];
+    } slot[DC_MEMO_SLOTS];
+} dc_memo;
+
+static unsigned dc_slot(const sp_layout *v)
+{
+    /* FNV-1a over the view's 4-byte words */
+    _Static_assert(sizeof(sp_layout) % 4 == 0, "sp_layout is hashed by 4-byte words");
+    const unsigned char *b = (const unsigned char *)v;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof *v; i += 4) {
+        uint32_t x;
+        memcpy(&x, b + i, sizeof x);
+        h = (h ^ x) * 16777619u;
+    }
+    return (h ^ (h >> 15)) % DC_MEMO_SLOTS;
+}
+
+/* decode_lo_of on t's decode view on its mesh mi, through memo (NULL: none). */
+static sp_status decode_lo(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
+                           const tmpl *t, int mi, int64_t out[2])
+{
+    sp_layout v;
+    dc_view(&t->c->layout, t->mesh[mi], &v);
+    if (!memo) return decode_lo_of(sp, cache, w, t, &v, out);
+    unsigned i = dc_slot(&v);
+    if (!memo->used[i] || memcmp(&memo->slot[i].key, &v, sizeof v)) {
+        memo->used[i] = 0;
+        sp_status st = decode_lo_of(sp, cache, w, t, &v, memo->slot[i].out);
+        if (st != SP_OK && st != SP_EINVAL) return st;
+        memo->slot[i].key = v;
+        memo->slot[i].st = st;
+        memo->used[i] = 1;
+    }
+    memcpy(out, memo->slot[i].out, 2 * sizeof *out);
+    return memo->slot[i].st;
+}
+
+/* The decode-first bound of mesh_bound's h (below): t->mb with the prefill
+ * at 0 (any stage's time is >= 0) and each decode step at the least of
+ * t->mb's and the smaller meshes' stages at lo layers (decode_lo).  Reads
+ * t->mb, t->mesh and t->chips; SP_EINVAL where some layout does not lower. */
+static sp_status decode_first(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
+                              const tmpl *t, int64_t hd[PH_COUNT])
+{
+    memcpy(hd, t->mb, PH_COUNT * sizeof *hd);
+    hd[PH_PF] = 0;
+    for (int mi = 1; mi < t->nm; mi++) {
+        if (t->chips[mi] >= t->chips[0]) continue;
+        int64_t d[2];
+        SP_CHECK(decode_lo(sp, cache, memo, w, t, mi, d));
+        if (d[0] < hd[PH_D1]) hd[PH_D1] = d[0];
+        if (d[1] < hd[PH_DN]) hd[PH_DN] = d[1];
+    }
+    return SP_OK;
+}
+
 /* The first bound over t's other meshes.  The replica's chips are fixed
  * (Σ_s chips(M_s) = S·chips(m)), and m is the one candidate of its size
  * (cand_meshes: the others are m scaled by 1/2, 3/2 or 2), so a pipeline
@@ -360,15 +488,16 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
  * n_kM the least count in the window whose block applies (where none does,
  * no stage of kind k has M).  With m everywhere the bound m_φ stands; so
  * m_φ falls to the least of the two cases.  Where no candidate is smaller
- * or none larger, every stage has m and m_φ stands as it is.  Only the
- * smaller meshes are priced, at the window's lower end: not every mesh at
+ * or none larger, every stage has m and m_φ stands as it is.  Before any
+ * prefill is lowered, the decode alone (decode_first) may already drop t.
+ * Only the smaller meshes are priced, at the window's lower end: not every mesh at
  * ceil(L/S) (palm-540b on 256 h100: 3 blocks or fewer a template, not 6 to
  * 9, and a tighter bound).  *done: t->mb is final (0: the bound stopped
  * once it could not drop t, *lb then no more than t's; t->mb waits for t's
  * blocks: called again after price_blocks, it reads the same blocks from
  * t->tau instead of pricing them). */
-static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const measure *ms, double inc,
-                            tmpl *t, double *lb, int *done)
+static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
+                            const measure *ms, double inc, tmpl *t, double *lb, int *done)
 {
     int smaller = 0, larger = 0;
     *done = 1;
@@ -383,6 +512,26 @@ static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, const sp_
     }
     int64_t h[PH_COUNT];
     memcpy(h, t->mb, sizeof h);
+    if (!t->tau && !isinf(inc) && ms->ph[PH_DN] && (ms->w_obj[PH_D1] > 0 || ms->w_obj[PH_DN] > 0)) {
+        /* First the decode alone: h with its prefill at 0 (any stage's time
+         * is >= 0) and its decode steps from the smaller meshes' stages at lo
+         * layers (a stage holds at least lo and its time does not fall with
+         * more) is a bound of h, and so of Φ; where it reaches the
+         * incumbent, t is dropped without lowering a prefill.  The decode
+         * programs are shared by every template of the same decode layout
+         * (palm-540b on 256 h100: 47k distinct of 313k look-ups, against 172k
+         * of 314k for the prefill, which also depends on the decode's cache
+         * layout), so this is the cheap half. */
+        int64_t hd[PH_COUNT];
+        sp_status ds = decode_first(sp, cache, memo, w, t, hd);
+        if (ds != SP_OK && ds != SP_EINVAL) return ds;
+        double lbd;
+        if (ds == SP_OK && (lbd = spi_split_first_lb(ms, &t->pipe, hd)) >= inc) {
+            memcpy(t->mb, hd, sizeof hd);   /* weaker than h, still a bound: t is dropped */
+            *lb = lbd;
+            return SP_OK;
+        }
+    }
     for (int mi = 1; mi < t->nm; mi++) {
         if (t->chips[mi] >= t->chips[0]) continue;
         for (int k = 0; k < K_COUNT; k++) {
@@ -466,7 +615,7 @@ static void cand_meshes(const spi_space *sp, tmpl *t, int same_mesh)
 }
 
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
-                               int *hetero)
+                               int64_t dc_ps[SPI_PH_COUNT], int *hetero)
 {
     spi_cand c;
     memset(&c, 0, sizeof c);
@@ -486,10 +635,17 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
     cand_meshes(sp, &t, 0);
     double lb;
     int done;
-    SP_CHECK(mesh_bound(sp, spi_space_cache(sp), w, &ms, -INFINITY, &t, &lb, &done));
+    SP_CHECK(mesh_bound(sp, spi_space_cache(sp), NULL, w, &ms, -INFINITY, &t, &lb, &done));
     memcpy(m_ps, t.mb, sizeof t.mb);
+    /* the decode-first bound, from the even mesh's case alone (t.mb then
+     * INT64_MAX: every pipeline of stage meshes has a smaller-mesh stage) */
+    for (int p = 0; p < PH_COUNT; p++) t.mb[p] = INT64_MAX;
+    sp_status ds = decode_first(sp, spi_space_cache(sp), NULL, w, &t, dc_ps);
+    if (ds == SP_EINVAL)
+        for (int p = 0; p < PH_COUNT; p++) dc_ps[p] = 0;
+    else SP_CHECK(ds);
     *hetero = 0;
-    for (int p = 0; p < PH_COUNT; p++) *hetero |= t.mb[p] != INT64_MAX;
+    for (int p = 0; p < PH_COUNT; p++) *hetero |= m_ps[p] != INT64_MAX;
     return SP_OK;
 }
 
@@ -969,8 +1125,8 @@ prob_done:
  * (mesh_bound).  One template's work, priced on `cache`: the templates are
  * independent, and so is each one's bound of the order they are taken in
  * (the caches' memos are exact). */
-static sp_status first_bound(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const measure *ms,
-                             double inc, int same_mesh, tmpl *t)
+static sp_status first_bound(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
+                             const measure *ms, double inc, int same_mesh, tmpl *t)
 {
     const spi_cand *c = t->c;
     const int64_t L = sp->m->n_layers;
@@ -988,7 +1144,7 @@ static sp_status first_bound(const spi_space *sp, sp_cost_cache *cache, const sp
     cand_meshes(sp, t, same_mesh);
     if (t->nm > 1) {   /* a stage of a smaller mesh may be the slowest */
         int done;
-        SP_CHECK(mesh_bound(sp, cache, w, ms, inc, t, &lb, &done));
+        SP_CHECK(mesh_bound(sp, cache, memo, w, ms, inc, t, &lb, &done));
         t->mb_wait = !done;
     }
     t->lb = lb;
@@ -1014,6 +1170,7 @@ typedef struct fb_job {
 typedef struct fb_worker {
     fb_job *j;
     sp_cost_cache *cache;
+    dc_memo *memo;             /* decode_lo's, this thread's (NULL: out of memory, none) */
 } fb_worker;
 
 static void *fb_main(void *arg)
@@ -1029,7 +1186,7 @@ static void *fb_main(void *arg)
         pthread_mutex_unlock(&j->mu);
         if (i0 >= j->n) break;
         for (int i = i0; i < i0 + CHUNK && i < j->n; i++) {
-            sp_status st = first_bound(j->sp, wk->cache, j->w, j->ms, j->inc, j->same_mesh, &j->T[i]);
+            sp_status st = first_bound(j->sp, wk->cache, wk->memo, j->w, j->ms, j->inc, j->same_mesh, &j->T[i]);
             if (st == SP_OK) continue;
             pthread_mutex_lock(&j->mu);
             if (j->st == SP_OK || i < j->st_at) {
@@ -1059,22 +1216,25 @@ static sp_status first_bounds(fb_job *j)
     for (long k = 1; k < nw; k++) {
         sp_cost_cache *c;
         if (sp_cost_cache_create(&c) != SP_OK) break;
-        wk[started + 1] = (fb_worker){j, c};
+        wk[started + 1] = (fb_worker){j, c, calloc(1, sizeof(dc_memo))};
         if (pthread_create(&th[started], NULL, fb_main, &wk[started + 1]) != 0) {
             sp_cost_cache_free(c);
+            free(wk[started + 1].memo);
             break;
         }
         started++;
     }
-    wk[0] = (fb_worker){j, spi_space_cache(j->sp)};
+    wk[0] = (fb_worker){j, spi_space_cache(j->sp), calloc(1, sizeof(dc_memo))};
     if (!wk[0].cache) {
         j->st = SP_ENOMEM, j->next = j->n;
         snprintf(j->msg, sizeof j->msg, "planner: out of memory");
     }
     fb_main(&wk[0]);   /* this thread works too; with no helper it does everything */
+    free(wk[0].memo);
     for (int k = 0; k < started; k++) {
         pthread_join(th[k], NULL);
         sp_cost_cache_free(wk[k + 1].cache);
+        free(wk[k + 1].memo);
     }
     return j->st == SP_OK ? SP_OK : spi_fail(j->st, "%s", j->msg);
 }
@@ -1144,7 +1304,7 @@ sp_status spi_split_solve(const spi_space *sp, int inst, const spi_split_req *r,
         if (t->mb_wait) {   /* the mesh bound from the blocks just priced */
             double lb0;
             int done;
-            if ((st = mesh_bound(sp, spi_space_cache(sp), w, &ms, inc, t, &lb0, &done)) != SP_OK) break;
+            if ((st = mesh_bound(sp, spi_space_cache(sp), NULL, w, &ms, inc, t, &lb0, &done)) != SP_OK) break;
             t->mb_wait = 0;
         }
         t->lb = dp_bound(t, L, &ms);

@@ -290,9 +290,12 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
  * (plan_stages.c mesh_bound): a pipeline whose stages do not all have tl's
  * mesh has a stage on a smaller mesh, whose time per phase (ps) is at least
  * m_ps; *hetero 0 (m_ps INT64_MAX) when the meshes offered admit no such
- * pipeline. */
+ * pipeline.  dc_ps: the decode-first bound mesh_bound tries before it
+ * lowers any prefill (prefill 0, each decode step the least of the smaller
+ * meshes' stages at the window's lower end, priced for decode alone), of
+ * the same stage; all 0 where it does not apply. */
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
-                               int *hetero);
+                               int64_t dc_ps[SPI_PH_COUNT], int *hetero);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

@@ -467,7 +467,7 @@ static int stage_mesh_cands(const sp_layout *l, int out[][3])
     return n;
 }
 
-static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked;
+static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked, n_dc_bound_checked;
 
 /* sp_plan_solve against the full product of (template, stage mesh of each
  * stage, split), each priced by sp_cost_eval; o narrows both sides alike
@@ -497,9 +497,10 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
         /* the program's first bound over the other meshes: every pipeline of
          * stage meshes has a stage at least that slow (slowest_stages), and
          * where it says none exists, none does */
-        int64_t mesh_lb[3];
+        int64_t mesh_lb[3], dc_lb[3];
         int hetero;
-        ck_assert_int_eq(spi_split_mesh_bound(&sp, w, &l, mesh_lb, &hetero), SP_OK);
+        ck_assert_int_eq(spi_split_mesh_bound(&sp, w, &l, mesh_lb, dc_lb, &hetero), SP_OK);
+        ck_assert_int_eq(dc_lb[0], 0);   /* the decode-first bound: the prefill at 0 */
         for (;;) {   /* every assignment of the candidates to the stages */
             int chips = 0, same = 1;
             for (int s = 0; s < S; s++) chips += cm[idx[s]][0] * cm[idx[s]][1] * cm[idx[s]][2], same &= idx[s] == idx[0];
@@ -514,7 +515,9 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
                     if (sp_cost_eval(m, hw, &u, w, bf_opts(), &c) != SP_OK) continue;
                     ck_assert_msg(hetero, "a pipeline of stage meshes where the mesh bound says none exists");
                     slowest_stages(m, hw, &u, w, mesh_lb, NULL);
+                    slowest_stages(m, hw, &u, w, dc_lb, NULL);
                     n_mesh_bound_checked++;
+                    n_dc_bound_checked += dc_lb[1] > 0 || dc_lb[2] > 0;
                     if (n == cap) all = realloc(all, (size_t)(cap *= 2) * sizeof *all);
                     all[n].l = u;
                     all[n++].c = c;
@@ -771,10 +774,12 @@ END_TEST
 START_TEST(test_hetero_summary)
 {
     printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes; "
-           "the mesh bound below the slowest stage of %d pipelines of stage meshes\n",
-           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked);
+           "the mesh bound below the slowest stage of %d pipelines of stage meshes (its decode-first bound, "
+           "nonzero, of %d)\n",
+           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked);
     ck_assert_int_gt(n_hetero_compared, 0);
     ck_assert_int_gt(n_mesh_bound_checked, 0);
+    ck_assert_int_gt(n_dc_bound_checked, 0);
 }
 END_TEST
 
