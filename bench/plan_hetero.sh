@@ -7,6 +7,13 @@
 # up to 8 stages its own mesh.  Beside it, in the same run: OLD (a build
 # before stage meshes, when given) and the floor, `shardplan --version`; the
 # figures to quote are the ratios, not the milliseconds (a shared machine).
+# Last measured (doc/planner.md, "Stages of their own mesh"): with the
+# decode-first mesh bound, callgrind (SHARDPLAN_THREADS=1) 28.52G
+# instructions for the whole process against 32.62G before (the pipeline
+# program 5.37G against 9.47G); wall time not measurable that sitting (load
+# 2.8-5.4 on 2 cores: median 5,525 ms against OLD's 4,247 ms, user CPU 2.9-3.2
+# s against 3.3 s).  The 1 s target is NOT met: the space's pricing alone is
+# 22.8G of the 28.5G.
 #
 # Usage (from the build directory): sh bench/plan_hetero.sh [RUNS] [OLD_SHARDPLAN]
 set -eu
