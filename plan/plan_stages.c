@@ -614,32 +614,43 @@ static void cand_meshes(const spi_space *sp, tmpl *t, int same_mesh)
     }
 }
 
+/* A template of layout tl (in *c, which t points to) with its first bound
+ * m_ps (t->mb) and its pipeline forms for `units` prefill passes, offering
+ * its stage meshes (cand_meshes) */
+static void tmpl_of(const spi_space *sp, const sp_layout *tl, const int64_t m_ps[PH_COUNT], int64_t units,
+                    int same_mesh, spi_cand *c, tmpl *t)
+{
+    memset(c, 0, sizeof *c);
+    c->layout = *tl;
+    memset(t, 0, sizeof *t);
+    t->c = c;
+    t->S = tl->stages;
+    spi_split_window(sp->m->n_layers, t->S, &t->lo, &t->hi);
+    t->nn = t->hi - t->lo + 1;
+    memcpy(t->mb, m_ps, sizeof t->mb);
+    t->units = units;
+    sp_cost_pipe_terms(sp->hw, tl, units, &t->pipe);
+    cand_meshes(sp, t, same_mesh);
+}
+
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
                                int64_t dc_ps[SPI_PH_COUNT], int *hetero)
 {
+    const int64_t none[PH_COUNT] = {INT64_MAX, INT64_MAX, INT64_MAX};
     spi_cand c;
-    memset(&c, 0, sizeof c);
-    c.layout = *tl;
     tmpl t;
-    memset(&t, 0, sizeof t);
-    t.c = &c;
-    t.S = tl->stages;
-    spi_split_window(sp->m->n_layers, t.S, &t.lo, &t.hi);
-    t.nn = t.hi - t.lo + 1;
-    for (int p = 0; p < PH_COUNT; p++) t.mb[p] = INT64_MAX;
-    sp_cost_pipe_terms(sp->hw, tl, 1, &t.pipe);
+    tmpl_of(sp, tl, none, 1, 0, &c, &t);
     sp_plan_opts o;
     sp_plan_opts_init(&o);
     measure ms;
     spi_measure_init(&o, w, &ms);
-    cand_meshes(sp, &t, 0);
     double lb;
     int done;
     SP_CHECK(mesh_bound(sp, spi_space_cache(sp), NULL, w, &ms, -INFINITY, &t, &lb, &done));
     memcpy(m_ps, t.mb, sizeof t.mb);
     /* the decode-first bound, from the even mesh's case alone (t.mb then
      * INT64_MAX: every pipeline of stage meshes has a smaller-mesh stage) */
-    for (int p = 0; p < PH_COUNT; p++) t.mb[p] = INT64_MAX;
+    memcpy(t.mb, none, sizeof t.mb);
     sp_status ds = decode_first(sp, spi_space_cache(sp), NULL, w, &t, dc_ps);
     if (ds == SP_EINVAL)
         for (int p = 0; p < PH_COUNT; p++) dc_ps[p] = 0;
@@ -649,6 +660,33 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
     return SP_OK;
 }
 
+sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
+                              const sp_layout *tl, const sp_stage_time *st, int same_mesh, double *lb)
+{
+    int64_t m_ps[PH_COUNT], units;
+    spi_split_bound_of(st, tl->stages, m_ps, &units);
+    m_ps[PH_PF] = 0;   /* no prefill ran; any stage's is >= 0 */
+    spi_cand c;
+    tmpl t;
+    tmpl_of(sp, tl, m_ps, units, same_mesh, &c, &t);
+    int smaller = 0, larger = 0;
+    for (int mi = 1; mi < t.nm; mi++) {
+        smaller |= t.chips[mi] < t.chips[0];
+        larger |= t.chips[mi] > t.chips[0];
+    }
+    int64_t hd[PH_COUNT];
+    memcpy(hd, m_ps, sizeof hd);
+    if (smaller && larger) {   /* mesh_bound's two cases, the decode alone */
+        sp_status ds = decode_first(sp, cache, NULL, w, &t, hd);
+        if (ds == SP_EINVAL) {
+            *lb = -INFINITY;   /* the smaller meshes' case unknown: no bound */
+            return SP_OK;
+        }
+        SP_CHECK(ds);
+    }
+    *lb = spi_split_first_lb(ms, &t.pipe, hd);
+    return SP_OK;
+}
 
 /* The hand-off of a stage of mesh a to a next stage of mesh b (a != b):
  * the sending stage's SEND step meets every chip of b whose block of the

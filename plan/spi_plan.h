@@ -296,6 +296,17 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
  * the same stage; all 0 where it does not apply. */
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
                                int64_t dc_ps[SPI_PH_COUNT], int *hetero);
+/* The pipeline program's first bound Φ_LB (seconds, under ms) of template
+ * tl from its decode alone: st, its stages' times as its decode priced
+ * alone gives them (sp_cost_eval_group, SP_PHASE_DECODE, with
+ * stage_times), the prefill's bottleneck at 0; where the program offers tl
+ * stage meshes (same_mesh 0, a cluster), the least of the even mesh's case
+ * and the smaller meshes' decode-first case (plan_stages.c decode_first),
+ * -INFINITY where that case does not lower.  No more than the bound the
+ * program drops tl by, so a template whose bound reaches the program's
+ * incumbent may go unpriced. */
+sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
+                              const sp_layout *tl, const sp_stage_time *st, int same_mesh, double *lb);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

@@ -467,7 +467,8 @@ static int stage_mesh_cands(const sp_layout *l, int out[][3])
     return n;
 }
 
-static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked, n_dc_bound_checked;
+static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked, n_dc_bound_checked,
+    n_dlb_checked;
 
 /* sp_plan_solve against the full product of (template, stage mesh of each
  * stage, split), each priced by sp_cost_eval; o narrows both sides alike
@@ -501,6 +502,23 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
         int hetero;
         ck_assert_int_eq(spi_split_mesh_bound(&sp, w, &l, mesh_lb, dc_lb, &hetero), SP_OK);
         ck_assert_int_eq(dc_lb[0], 0);   /* the decode-first bound: the prefill at 0 */
+        /* the template's bound from its decode alone (what the space may
+         * prune it by): below the total of every pipeline of it, stage
+         * meshes or not, every split */
+        double dlb;
+        {
+            sp_stage_time st[SP_LAYOUT_MAX_STAGES];
+            sp_cost_opts q;
+            sp_cost_opts_init(&q);
+            q.stage_times = st;
+            sp_cost dc;
+            ck_assert_int_eq(sp_cost_eval_group(m, hw, &l, SP_PHASE_DECODE, w, &q, &dc), SP_OK);
+            sp_plan_opts po;
+            sp_plan_opts_init(&po);   /* latency, total: the measure is total_s */
+            spi_measure ms;
+            spi_measure_init(&po, w, &ms);
+            ck_assert_int_eq(spi_split_decode_lb(&sp, spi_space_cache(&sp), w, &ms, &l, st, 0, &dlb), SP_OK);
+        }
         for (;;) {   /* every assignment of the candidates to the stages */
             int chips = 0, same = 1;
             for (int s = 0; s < S; s++) chips += cm[idx[s]][0] * cm[idx[s]][1] * cm[idx[s]][2], same &= idx[s] == idx[0];
@@ -514,6 +532,9 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
                     sp_cost c;
                     if (sp_cost_eval(m, hw, &u, w, bf_opts(), &c) != SP_OK) continue;
                     ck_assert_msg(hetero, "a pipeline of stage meshes where the mesh bound says none exists");
+                    ck_assert_msg(c.total_s >= dlb * (1 - 1e-9), "decode bound %g s above a pipeline's %g s", dlb,
+                                  c.total_s);
+                    n_dlb_checked += dlb > 0;
                     slowest_stages(m, hw, &u, w, mesh_lb, NULL);
                     slowest_stages(m, hw, &u, w, dc_lb, NULL);
                     n_mesh_bound_checked++;
@@ -775,11 +796,12 @@ START_TEST(test_hetero_summary)
 {
     printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes; "
            "the mesh bound below the slowest stage of %d pipelines of stage meshes (its decode-first bound, "
-           "nonzero, of %d)\n",
-           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked);
+           "nonzero, of %d); the decode-alone bound below %d pipelines' totals\n",
+           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked, n_dlb_checked);
     ck_assert_int_gt(n_hetero_compared, 0);
     ck_assert_int_gt(n_mesh_bound_checked, 0);
     ck_assert_int_gt(n_dc_bound_checked, 0);
+    ck_assert_int_gt(n_dlb_checked, 0);
 }
 END_TEST
 
