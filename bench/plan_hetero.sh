@@ -10,7 +10,8 @@
 # Last measured (doc/planner.md, "Stages of their own mesh"): with the
 # decode-first mesh bound, callgrind (SHARDPLAN_THREADS=1) 28.52G
 # instructions for the whole process against 32.62G before (the pipeline
-# program 5.37G against 9.47G); wall time not measurable that sitting (load
+# program 5.37G against 9.47G; on main 1bb8db7, 25.36G against 28.85G and
+# 5.28G against 8.76G); wall time not measurable that sitting (load
 # 2.8-5.4 on 2 cores: median 5,525 ms against OLD's 4,247 ms, user CPU 2.9-3.2
 # s against 3.3 s).  The 1 s target is NOT met: the space's pricing alone is
 # 22.8G of the 28.5G.

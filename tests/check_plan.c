@@ -503,8 +503,8 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
         ck_assert_int_eq(spi_split_mesh_bound(&sp, w, &l, mesh_lb, dc_lb, &hetero), SP_OK);
         ck_assert_int_eq(dc_lb[0], 0);   /* the decode-first bound: the prefill at 0 */
         /* the template's bound from its decode alone (what the space may
-         * prune it by): below the total of every pipeline of it, stage
-         * meshes or not, every split */
+         * prune it by): below the total of each of its pipelines of stage
+         * meshes, every split */
         double dlb;
         {
             sp_stage_time st[SP_LAYOUT_MAX_STAGES];
