@@ -208,19 +208,21 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
  * measure the plan compares: prefill_s 0, decode_step_s exact, total_s the
  * decode's time, tokens_per_s and cost_total from that total (the full
  * pricing's figures are the same functions of prefill + decode, which is
- * not less).  For a template of the pipeline program whose stages keep its
- * mesh, *split_lb is the program's first bound with the prefill's
- * bottleneck at 0 (spi_split_first_lb is monotone in it; the program's
+ * not less).  For a template of the pipeline program, *split_lb is the
+ * program's first bound with the prefill's bottleneck at 0
+ * (spi_split_decode_lb: where the program offers its stages other meshes,
+ * the least of its own mesh's case and the smaller meshes' decode-first
+ * case; spi_split_first_lb is monotone in the prefill, and the program's
  * refinement only raises its bound there); else -INFINITY.  pst[i]: the
  * status (SP_EINVAL: the layout does not apply, and neither would its full
- * pricing, which runs the same decode checks). */
+ * pricing, which runs the same decode checks; another error from the
+ * bound leaves the layout to its full pricing, which reports its own). */
 static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, double *split_lb)
 {
     spi_cand *c = &s->pend[i];
     sp_cost_opts quiet = quiet_opts(cache);
     sp_stage_time st[SP_LAYOUT_MAX_STAGES];
-    int tmpl = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers) &&
-               spi_split_one_mesh(s->hw, &c->layout, 0);
+    int tmpl = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers);
     if (tmpl) quiet.stage_times = st;
     sp_cost cost;
     *split_lb = -INFINITY;
@@ -228,13 +230,9 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
     if (s->pst[i] != SP_OK) return;
     take_figures(c, &cost);   /* prefill_s 0: a decode group prices no prefill */
     if (tmpl) {
-        int64_t m_ps[SPI_PH_COUNT], units;
-        spi_split_bound_of(st, c->layout.stages, m_ps, &units);   /* m_ps[SPI_PH_PF] = 0: no prefill ran */
-        sp_cost_pipe pipe;
-        sp_cost_pipe_terms(s->hw, &c->layout, units, &pipe);
         spi_measure ms;
         spi_measure_init(s->prune, w, &ms);
-        *split_lb = spi_split_first_lb(&ms, &pipe, m_ps);
+        s->pst[i] = spi_split_decode_lb(s, cache, w, &ms, &c->layout, st, 0, split_lb);
     }
 }
 
