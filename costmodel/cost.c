@@ -1504,6 +1504,9 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     }
     free(p);
     sp_layout_stage_layers(l, m->n_layers, s, &l0, &k->layers);
+    /* the stage's kind as eval_one matches kinds (stage_price sets the same) */
+    k->moe_phase = sp_model_dense_ff(m) > 0 ? l0 % m->moe_every : 0;
+    for (int q = 0; q < SP_WKIND_COUNT; q++) k->streamed[q] = sp_layout_offload_kind_layers(l, s, (sp_wkind)q);
     k->first = s == 0;
     k->last = s == l->stages - 1;
     k->units = 1;

@@ -31,6 +31,7 @@ static sp_status rope_rows(chip *ch, float *x, int64_t B, int64_t Lq, int64_t nh
 }
 
 static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2]);
+static char *kv_staging(chip *ch, int64_t li, int64_t *blk);
 
 /* ---- ragged batches (sp_lower.h, "Ragged batches"): each sequence its own rows ---- */
 /* The i-th sequence of a ragged step on this chip: of the chip's block of the step's
@@ -72,20 +73,28 @@ static sp_status ragged_rope(chip *ch, const sp_step *s, float *x, int64_t nh)
                          ch->ex->rope_scale);
 }
 
-/* cache slot b (the sequence's index in the chip's cache block of kv_seqs) alone (no offload
- * with ragged batches; the slots do not depend on which sequences a decode step runs) */
+/* cache slot b (the sequence's index in the chip's cache block of kv_seqs) alone (the slots
+ * do not depend on which sequences a decode step runs); offload_kv: the last kv_host_seqs
+ * slots are the host-held sequences', in layer li's staging block (the host copies move them) */
 static sp_status ragged_slot(chip *ch, int mb, int64_t b, sp_kern_kv *kv)
 {
     const sp_program *p = ch->prog;
-    if (p->kv_host_seqs > 0 || b < 0 || b >= p->kv_seqs)
-        return spi_fail(SP_EINTERNAL, "ragged cache slot %lld of %lld (host-held %lld)", (long long)b,
-                        (long long)p->kv_seqs, (long long)p->kv_host_seqs);
+    int64_t H = p->kv_host_seqs, dev = p->kv_seqs - H;
+    if (b < 0 || b >= p->kv_seqs)
+        return spi_fail(SP_EINTERNAL, "ragged cache slot %lld of %lld", (long long)b, (long long)p->kv_seqs);
     int eb = sp_dtype_bytes(ch->l->kv);
     int64_t row = p->kv_heads_cache * ch->m->d_head;
-    size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems + b * ch->ctx_max * row) * eb);
+    if (b >= dev) {
+        int64_t blk;
+        char *st = kv_staging(ch, ch->li, &blk) + (b - dev) * ch->ctx_max * row * eb;
+        kv->k = st;
+        kv->v = st + blk;
+    } else {
+        size_t off = (size_t)((ch->li * ch->kv_layer_elems + mb * ch->kv_mb_elems + b * ch->ctx_max * row) * eb);
+        kv->k = (char *)ch->kc + off;
+        kv->v = (char *)ch->vc + off;
+    }
     kv->dt = ch->l->kv;
-    kv->k = (char *)ch->kc + off;
-    kv->v = (char *)ch->vc + off;
     kv->B = 1;
     kv->ctx_max = ch->ctx_max;
     kv->KVHl = p->kv_heads_cache;
@@ -195,10 +204,8 @@ static int cache_views(chip *ch, int mb, sp_kern_kv kv[2], int64_t first[2])
         first[n++] = 0;
     }
     if (H > 0) {
-        /* staging block li mod blocks: K (H, ctx_max, kvh, D), then V, each SP_MEM_ALIGN'd */
-        int64_t blk = sp_mem_align(H * ch->ctx_max * row * eb);
-        int64_t blocks = p->buf_bytes[SP_BUF_KVSTREAM] / (2 * blk);
-        char *b = (char *)ch->buf[SP_BUF_KVSTREAM] + (ch->li % (blocks > 0 ? blocks : 1)) * 2 * blk;
+        int64_t blk;
+        char *b = kv_staging(ch, ch->li, &blk);
         kv[n].dt = ch->l->kv;
         kv[n].k = b;
         kv[n].v = b + blk;
@@ -312,23 +319,54 @@ static void host_count(chip *ch, const sp_step *s, int64_t moved)
     }
 }
 
-/* K and V rows [t0, t0 + nt) of the host-held sequences of layer li, micro-batch mb: host <-> staging block */
-static int64_t kv_host_rows(chip *ch, int64_t li, int mb, int64_t t0, int64_t nt, int to_host)
+/* Layer li's staging block of the host-held sequences' K/V: block li mod blocks of
+ * SP_BUF_KVSTREAM, K (kv_host_seqs, ctx_max, kvh, D), then V at *blk bytes, each SP_MEM_ALIGN'd */
+static char *kv_staging(chip *ch, int64_t li, int64_t *blk)
+{
+    const sp_program *p = ch->prog;
+    int64_t row = p->kv_heads_cache * ch->m->d_head * sp_dtype_bytes(ch->l->kv);
+    *blk = sp_mem_align(p->kv_host_seqs * ch->ctx_max * row);
+    int64_t blocks = p->buf_bytes[SP_BUF_KVSTREAM] / (2 * *blk);
+    return (char *)ch->buf[SP_BUF_KVSTREAM] + (li % (blocks > 0 ? blocks : 1)) * 2 * *blk;
+}
+
+/* K and V rows [t0, t0 + nt) of host-held sequence q (0 .. kv_host_seqs − 1) of layer li,
+ * micro-batch mb: host <-> staging block; the bytes moved */
+static int64_t kv_host_seq_rows(chip *ch, int64_t li, int mb, int64_t q, int64_t t0, int64_t nt, int to_host)
 {
     const sp_program *p = ch->prog;
     int eb = sp_dtype_bytes(ch->l->kv);
-    int64_t H = p->kv_host_seqs, row = p->kv_heads_cache * ch->m->d_head * eb;
-    int64_t blk = sp_mem_align(H * ch->ctx_max * row);
-    int64_t blocks = p->buf_bytes[SP_BUF_KVSTREAM] / (2 * blk);
-    char *st = (char *)ch->buf[SP_BUF_KVSTREAM] + (li % (blocks > 0 ? blocks : 1)) * 2 * blk;
+    int64_t row = p->kv_heads_cache * ch->m->d_head * eb, blk;
+    char *st = kv_staging(ch, li, &blk);
     size_t hoff = (size_t)((li * ch->hkv_layer_elems + mb * ch->hkv_mb_elems) * eb);
     char *hk = (char *)ch->hkc + hoff, *hv = (char *)ch->hvc + hoff;
+    if (nt <= 0) return 0;
+    size_t o = (size_t)((q * ch->ctx_max + t0) * row), n = (size_t)(nt * row);
+    memcpy(to_host ? hk + o : st + o, to_host ? st + o : hk + o, n);
+    memcpy(to_host ? hv + o : st + blk + o, to_host ? st + blk + o : hv + o, n);
+    return 2 * (int64_t)n;
+}
+
+/* K and V rows [t0, t0 + nt) of every host-held sequence of layer li, micro-batch mb */
+static int64_t kv_host_rows(chip *ch, int64_t li, int mb, int64_t t0, int64_t nt, int to_host)
+{
     int64_t moved = 0;
-    for (int64_t q = 0; q < H && nt > 0; q++) {
-        size_t o = (size_t)((q * ch->ctx_max + t0) * row), n = (size_t)(nt * row);
-        memcpy(to_host ? hk + o : st + o, to_host ? st + o : hk + o, n);
-        memcpy(to_host ? hv + o : st + blk + o, to_host ? st + blk + o : hv + o, n);
-        moved += 2 * (int64_t)n;
+    for (int64_t q = 0; q < ch->prog->kv_host_seqs; q++) moved += kv_host_seq_rows(ch, li, mb, q, t0, nt, to_host);
+    return moved;
+}
+
+/* A ragged step's host copies (sp_lower.h, "Ragged batches"): each host-held sequence taking
+ * part, its own rows: a load its stored tokens [0, pos0), a store its new ones [pos0, pos0 + q) */
+static int64_t kv_host_rows_ragged(chip *ch, int64_t li, int mb, int to_host)
+{
+    const sp_program *p = ch->prog;
+    int64_t dev = p->kv_seqs - p->kv_host_seqs, moved = 0;
+    for (int64_t i = 0;; i++) {
+        int64_t b, row0, q, pos0;
+        sp_lower_ragged_seq(p, i, &b, &row0, &q, &pos0);
+        if (b < 0) break;
+        if (b < dev) continue;
+        moved += to_host ? kv_host_seq_rows(ch, li, mb, b - dev, pos0, q, 1) : kv_host_seq_rows(ch, li, mb, b - dev, 0, pos0, 0);
     }
     return moved;
 }
@@ -363,7 +401,7 @@ static sp_status run_host_load(chip *ch, const sp_step *s, int mb)
     }
     /* the host-held sequences' stored tokens, before this pass's */
     if (j >= p->n_layers) return spi_fail(SP_EINTERNAL, "host K/V of layer %lld of %lld", (long long)j, (long long)p->n_layers);
-    host_count(ch, s, kv_host_rows(ch, j, mb, 0, s->context - s->q_len, 0));
+    host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, j, mb, 0) : kv_host_rows(ch, j, mb, 0, s->context - s->q_len, 0));
     return SP_OK;
 }
 
@@ -511,7 +549,8 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
     case SP_STEP_HOST_LOAD: return run_host_load(ch, s, mb);
     case SP_STEP_HOST_STORE:
-        host_count(ch, s, kv_host_rows(ch, ch->li, mb, s->pos0, s->q_len, 1));
+        host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, ch->li, mb, 1)
+                                    : kv_host_rows(ch, ch->li, mb, s->pos0, s->q_len, 1));
         return SP_OK;
     case SP_STEP_HOST_WAIT: return SP_OK;   /* the copies above are synchronous */
     case SP_STEP_ADD: return ch->ops->add(&ch->dev, ch->buf[s->dst], ch->buf[s->src], s->m * s->n);

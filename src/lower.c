@@ -732,6 +732,25 @@ void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *r
         if (ragged_at(p, b, &q, &pos0)) *(b < blk * per ? row0 : rows) += q;
 }
 
+/* A ragged program's host-held sequences (offload_kv): the last kv_host_seqs slots of the
+ * chip's cache, as a uniform batch offloads them.  A ragged cache has no sequence blocks over
+ * chips (the lowering refuses them with offload_kv), so slot b is batch sequence b: which
+ * sequences live in host memory follows their place in the batch, not their lengths (the
+ * host bytes are then those sequences' own contexts; choosing the sequences by length is not
+ * done).  Of them, those taking part in the pass: *n, their tokens stored before it
+ * (Σ pos0_b: a decode step loads them) and their new tokens (Σ q_len_b: it stores them). */
+static void ragged_host(const sp_program *p, int64_t *n, int64_t *stored, int64_t *rows)
+{
+    *n = *stored = *rows = 0;
+    for (int64_t b = p->kv_seqs - p->kv_host_seqs; b < p->kv_seqs; b++) {
+        int64_t q, pos0;
+        if (!ragged_at(p, b, &q, &pos0)) continue;
+        ++*n;
+        *stored += pos0;
+        *rows += q;
+    }
+}
+
 /* The fullest of the nblk sequence blocks of the pass (sp_lower_ragged_blk_seq):
  * the most rows, the most attention context (Σ_t pos0 + t) and the most
  * context tokens after the pass, each the largest over the blocks. */
@@ -1003,6 +1022,15 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         s->context = c->p->shape.context;
         s->host_bytes = spi_ck_mul4(&c->ck, "host bytes per step", 2 * c->p->kv_host_seqs, L, s->kv_heads,
                                     D * sp_dtype_bytes(c->l->kv));
+        if (c->p->ragged) {
+            /* each host-held sequence taking part stores its own new rows (ragged_host) */
+            int64_t n, stored, rows;
+            ragged_host(c->p, &n, &stored, &rows);
+            s->ragged = 1;
+            s->batch = n;
+            s->m = rows;
+            s->host_bytes = spi_ck_mul4(&c->ck, "host bytes per step", 2 * rows, s->kv_heads, D, sp_dtype_bytes(c->l->kv));
+        }
     }
 
     /* attention core */
@@ -1732,7 +1760,16 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                 (long long)p->micro_batch, (long long)shape->batch, l->replicas, l->microbatches);
         if (l->prefill_chunk || l->prefill_tokens)
             BAD("ragged batches with prefill_chunk or prefill_tokens: not implemented");
-        if (sp_layout_offloads(l)) BAD("ragged batches with offload_weights or offload_kv: not implemented");
+        /* offload_weights streams each layer's weights whatever the tokens: as for a uniform batch.
+         * offload_kv: the host-held slots' own tokens (ragged_host), when every chip holds every
+         * sequence's slot (sp_lower.h, "Ragged batches") */
+        if (l->offload_kv > 0)
+            for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+                if (both[ph]->nN > 1 || l->phase[ph].attn == SP_AL_BATCH)
+                    BAD("ragged batches with offload_kv and %s/%s in %s (sequence blocks over chips, each chip's "
+                        "host-held sequences their own): not implemented (head-sharded attention with ws1d or ws2d is)",
+                        sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
+                        sp_phase_name((sp_phase)ph));
         if (m->n_experts > 0) BAD("ragged batches of model %s (mixture of experts): not implemented", m->name);
         for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
             if (both[ph]->nN > 1 && both[ph]->nG > 1 && l->phase[ph].attn == SP_AL_BATCH)
@@ -2158,6 +2195,16 @@ static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on, sp_wkin
         s->d_head = c->D;
         s->host_tok_bytes = kv_host_tok_bytes(c);
         s->host_bytes = spi_ck_mul(&c->ck, "host bytes per step", s->host_tok_bytes, p->shape.context - p->shape.q_len);
+        if (p->ragged) {
+            /* each host-held sequence taking part: its own stored tokens (ragged_host), one more per
+             * token of context */
+            int64_t n, stored, rows, one = kv_host_tok_bytes(c) / p->kv_host_seqs;
+            ragged_host(p, &n, &stored, &rows);
+            s->ragged = 1;
+            s->batch = n;
+            s->host_tok_bytes = spi_ck_mul(&c->ck, "host bytes per step", one, n);
+            s->host_bytes = spi_ck_mul(&c->ck, "host bytes per step", one, stored);
+        }
     }
     return s;
 }

@@ -90,10 +90,23 @@
  * prefill holding every KV head into a batch-sharded decode's blocks over
  * the whole mesh: the chip's block of the packed rows (ragged, blk_rows the
  * fullest block's).
- * Ragged batches lower for any micro-batches, no chunked prefill, no
- * offload, dense models, the KV cache written where decode reads it (or
- * that SLICE), and with weight-gathered FFNs, head-sharded attention or
- * heads that are not split; the others are refused by name.
+ * Offload: offload_weights streams the same layers' weights as for a
+ * uniform batch (independent of the tokens).  offload_kv keeps the last
+ * kv_host_seqs slots of each micro-batch's cache in host memory, as a
+ * uniform batch does; with no sequence blocks over chips (the only case
+ * lowered) slot b is sequence b of the micro-batch, so the host-held
+ * sequences are chosen by their place in the batch, not their lengths.
+ * Each taking part in the pass moves its own tokens: decode step s's
+ * HOST_LOAD Σ_b (prompt_b + s − 1) tokens' K/V of the host-held b with
+ * gen_b >= s (host_tok_bytes: one more token each per token of context),
+ * HOST_STORE their new rows (prefill Σ_b prompt_b, decode one each); the
+ * host arena holds every host-held slot at the longest context.
+ * Ragged batches lower for any micro-batches, no chunked prefill, offload
+ * (offload_kv with head-sharded attention and ws1d or ws2d FFNs only: each
+ * chip holds every sequence's slot), dense models, the KV cache written
+ * where decode reads it (or that SLICE), and with weight-gathered FFNs,
+ * head-sharded attention or heads that are not split; the others are
+ * refused by name.
  *
  * KV handoff.  The KV cache is always laid out as decode reads it (kv_*
  * fields of sp_program).  A phase holds, per chip, the K/V of the sequences
@@ -405,7 +418,10 @@ typedef struct sp_step {
                                 With sequence blocks (batch_axes of more than one chip; see "Ragged
                                 batches"): rows of the chip's block (sp_lower_ragged_blk_seq), blk_rows
                                 each, batch = sequences per block.  COLL (all-to-all), SLICE with
-                                batch_axes: packed rows <-> blocks of blk_rows rows (sp_lower_ragged_blk_rows) */
+                                batch_axes: packed rows <-> blocks of blk_rows rows (sp_lower_ragged_blk_rows).
+                                HOST_LOAD of K/V, HOST_STORE (offload_kv): batch = the host-held
+                                sequences taking part, each its own rows (host_bytes: their stored
+                                tokens, resp. m = their new rows) */
     int64_t blk_rows;        /* ragged steps over sequence blocks: rows per block (the fullest block's
                                 tokens; a block's rows are its tokens, then zero rows up to blk_rows) */
     sp_coll coll;            /* COLL, SEND, RECV */

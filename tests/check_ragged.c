@@ -407,6 +407,42 @@ START_TEST(test_lowering_wg_blocks)
 }
 END_TEST
 
+/* offload_kv with a ragged batch: the last half of the slots (sequences 2 and 3: prompts 1, 5,
+ * gens 6, 3) are host-held; prefill stores their 1 + 5 rows, decode step 3 loads their stored
+ * tokens (1 + 2) + (5 + 2) and stores one row each, step 4 only sequence 2's (1 + 3 tokens). */
+START_TEST(test_lowering_offload_kv)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    sp_layout l = layout_of(_i ? "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"
+                               : "mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5");
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(p.kv_host_seqs, 2);
+    const sp_step *hs = find_step(&p.layer, SP_STEP_HOST_STORE);
+    int64_t tok = 2 * hs->kv_heads * m.d_head * 4;   /* one token's K and V */
+    ck_assert_int_eq(hs->host_bytes, 6 * tok);
+    ck_assert_ptr_null(find_step(&p.pre, SP_STEP_HOST_LOAD));   /* prefill loads nothing */
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 3, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(find_step(&p.layer, SP_STEP_HOST_STORE)->host_bytes, 2 * tok);
+    const sp_step *hl = find_step(&p.pre, SP_STEP_HOST_LOAD);
+    ck_assert_int_eq(hl->host_bytes, 10 * tok);
+    ck_assert_int_eq(sp_lower_host_bytes(hl, p.shape.context + 1), 12 * tok);   /* one more token each */
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 4, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(find_step(&p.pre, SP_STEP_HOST_LOAD)->host_bytes, 4 * tok);
+    ck_assert_int_eq(find_step(&p.layer, SP_STEP_HOST_STORE)->host_bytes, tok);
+    /* the host memory: every host-held slot at the longest context, as a uniform batch's */
+    sp_mem_sizes ms;
+    ck_assert_int_eq(sp_lower_mem_sizes(&p, &p, &ms), SP_OK);
+    ck_assert_int_eq(ms.host_kv, 2 * r.max_context * tok * m.n_layers);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* ---- pricing ---- */
 static const struct price_case {
     const char *model, *hw, *layout;
@@ -427,6 +463,16 @@ static const struct price_case {
     {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/heads,decode=ws2d/batch", 32, 1024, 32},
     {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=wg-x/heads,decode=wg-x/heads", 8, 512, 64},
     {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x2x1,weights=bf16,prefill=wg-xy/heads,decode=wg-xy/heads", 8, 256, 16},
+    /* offload_weights: the streamed layers' loads as the uniform batch's */
+    {"llama2-7b", "h100", "mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=8", 8, 256, 32},
+    {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,"
+                          "offload_weights=4,8", 8, 256, 32},
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=ws2d/batch,decode=ws2d/batch,offload_ffn=16", 32, 1024, 32},
+    /* offload_kv: each host-held sequence's own context, the uniform batch's when all are equal */
+    {"llama2-7b", "h100", "mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5", 8, 256, 32},
+    {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,"
+                          "offload_weights=4,8,offload_kv=0.25", 8, 256, 32},
+    {"palm-62b", "tpu-v4", "replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads,offload_kv=1", 16, 512, 16},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -576,8 +622,11 @@ START_TEST(test_simulate_every_step)
 {
     sp_model m = small_model();
     sp_hw hw = h100();
-    const char *lay[2] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
-                                          "decode=ws1d/heads"};
+    const char *lay[4] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                                          "decode=ws1d/heads",
+                          "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
+                          "offload_weights=1,1",
+                          "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"};
     sp_layout l = layout_of(lay[_i]);
     sp_ragged r = four_seqs();
     sp_cost c;
@@ -852,6 +901,8 @@ START_TEST(test_refused_by_name)
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "KV handoff"},
         {"mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch", "wg-x and batch-sharded attention"},
         {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
+        {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5", "offload_kv and ws1d/batch"},
+        {"mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads,offload_kv=0.5", "offload_kv and wg-x/heads"},
     };
     sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
@@ -924,6 +975,25 @@ static const struct run_case {
     {"tiny-palm", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-palm", "stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
     {"tiny-llama", "stages=2,microbatches=2,replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    /* offload_weights: the streamed layers' weights from the host arena, whatever the tokens */
+    {"tiny-llama", "mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=2"},
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=4"},
+    {"tiny-gpt2", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/batch,decode=ws2d/batch,offload_weights=1"},
+    {"tiny-llama", "mesh=4x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads,offload_ffn=2"},
+    {"tiny-gpt2", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_attn=1,offload_ffn=2"},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
+                   "offload_weights=1,2"},
+    {"tiny-llama", "replicas=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=3"},
+    /* offload_kv: the last slots' sequences (prompts 1, 5, gens 6, 3 of 4; the second of each
+     * micro-batch or replica of 2) in host memory, each loaded and stored with its own tokens */
+    {"tiny-llama", "mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=2,offload_kv=0.25"},
+    {"tiny-gpt2", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads,offload_kv=0.75"},
+    {"tiny-palm", "mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=1"},
+    {"tiny-llama", "microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    {"tiny-llama", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
+                   "offload_weights=1,1,offload_kv=0.5"},
+    {"tiny-gpt2", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -1044,6 +1114,12 @@ START_TEST(test_exec_each_sequence_alone)
     ck_assert_msg(pred == want, "%s %s: predicted %llu bytes, the programs %llu", c->model, c->layout,
                   (unsigned long long)pred, (unsigned long long)want);
     if (tp > 1 || l.stages > 1) ck_assert(meas > 0);
+    /* offload: the bytes over the host link as the host-load and host-store steps say */
+    ck_assert_msg(st.host_link_bytes_measured == st.host_link_bytes_predicted, "%s %s: host link %llu bytes, predicted %llu",
+                  c->model, c->layout, (unsigned long long)st.host_link_bytes_measured,
+                  (unsigned long long)st.host_link_bytes_predicted);
+    ck_assert_int_eq(st.host_link_bytes_measured > 0, sp_layout_offloads(&l));
+    ck_assert_int_eq(st.host_allocated_bytes_per_chip, st.host_predicted_bytes_per_chip);
     ck_assert_msg(st.allocated_bytes_per_chip == most && st.predicted_bytes_per_chip == most,
                   "%s %s: allocated %lld, predicted %lld, sp_lower_mem_sizes %lld", c->model, c->layout,
                   (long long)st.allocated_bytes_per_chip, (long long)st.predicted_bytes_per_chip, (long long)most);
@@ -1056,6 +1132,9 @@ START_TEST(test_exec_each_sequence_alone)
     ck_assert_msg(sp_cost_eval_ragged(&m, &hw, &l, &r, &co, &cost) == SP_OK, "%s", sp_last_error());
     ck_assert_msg(cost.mem.total == most, "%s %s: cost model %lld bytes per chip, executor %lld", c->model, c->layout,
                   (long long)cost.mem.total, (long long)most);
+    ck_assert_msg(cost.mem.host_total == st.host_allocated_bytes_per_chip, "%s %s: cost model %lld host bytes per chip, "
+                  "executor %lld", c->model, c->layout, (long long)cost.mem.host_total,
+                  (long long)st.host_allocated_bytes_per_chip);
     sp_exec_free(ex);
     sp_ragged_free(&r);
     sp_weights_free(&w);
@@ -1098,10 +1177,11 @@ int main(void)
     tcase_add_loop_test(tc, test_lowering_closed_form, 0, (int)(sizeof tp_layouts / sizeof tp_layouts[0]));
     tcase_add_loop_test(tc, test_lowering_batch_blocks, 0, 2);
     tcase_add_loop_test(tc, test_lowering_wg_blocks, 0, 2);
+    tcase_add_loop_test(tc, test_lowering_offload_kv, 0, 2);
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);
-    tcase_add_loop_test(tc, test_simulate_every_step, 0, 2);
+    tcase_add_loop_test(tc, test_simulate_every_step, 0, 4);
     tcase_add_loop_test(tc, test_simulate_replicas, 0, 2);
     tcase_add_loop_test(tc, test_microbatches, 0, 2);
     tcase_add_loop_test(tc, test_microbatches_models, 0, 4);
