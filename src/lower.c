@@ -1770,7 +1770,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                         "host-held sequences their own): not implemented (head-sharded attention with ws1d or ws2d is)",
                         sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
                         sp_phase_name((sp_phase)ph));
-        if (m->n_experts > 0) BAD("ragged batches of model %s (mixture of experts): not implemented", m->name);
+        /* mixture of experts: the router, dispatch, experts and combine run on the packed tokens
+         * (T rows, the slots per expert from T) as every token-parallel step does.  Experts split
+         * over replicas would join replicas whose sequences, tokens and decode steps differ in
+         * one all-to-all */
+        if (m->n_experts > 0 && l->experts > 1)
+            BAD("ragged batches of model %s with experts=%d (mixture of experts split over replicas, each with its "
+                "own sequences): not implemented (experts=1 is)", m->name, l->experts);
         for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
             if (both[ph]->nN > 1 && both[ph]->nG > 1 && l->phase[ph].attn == SP_AL_BATCH)
                 BAD("ragged batches with %s and batch-sharded attention in %s (sequence blocks split again over "

@@ -101,9 +101,15 @@
  * gen_b >= s (host_tok_bytes: one more token each per token of context),
  * HOST_STORE their new rows (prefill Σ_b prompt_b, decode one each); the
  * host arena holds every host-held slot at the longest context.
+ * Mixture of experts: the router, ROUTE, DISPATCH, the experts and
+ * COMBINE run on the pass's T packed rows (the slots per expert S from T,
+ * the experts expected active from T tokens), as every token-parallel
+ * step; every replica holds every expert (experts = 1), so no expert
+ * all-to-all joins replicas whose sequences differ.
  * Ragged batches lower for any micro-batches, no chunked prefill, offload
  * (offload_kv with head-sharded attention and ws1d or ws2d FFNs only: each
- * chip holds every sequence's slot), dense models, the KV cache written
+ * chip holds every sequence's slot), dense and MoE models (experts = 1:
+ * experts split over replicas are refused), the KV cache written
  * where decode reads it (or that SLICE), and with weight-gathered FFNs,
  * head-sharded attention or heads that are not split; the others are
  * refused by name.

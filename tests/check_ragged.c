@@ -473,6 +473,10 @@ static const struct price_case {
     {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,"
                           "offload_weights=4,8,offload_kv=0.25", 8, 256, 32},
     {"palm-62b", "tpu-v4", "replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads,offload_kv=1", 16, 512, 16},
+    /* mixture of experts (every replica every expert): the slots and active experts of the packed tokens */
+    {"mixtral-8x7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
+    {"mixtral-8x7b", "h100", "replicas=2,mesh=2x2x1,weights=bf16,capacity=2,prefill=ws2d/batch,decode=ws2d/batch", 8, 256, 16},
+    {"qwen1.5-moe-a2.7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -994,6 +998,20 @@ static const struct run_case {
     {"tiny-llama", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
                    "offload_weights=1,1,offload_kv=0.5"},
     {"tiny-gpt2", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    /* mixture of experts (capacity 4 = 8 experts / top-2: no token dropped, packed or alone): the
+     * router and the experts see the packed tokens only; every replica holds every expert */
+    {"tiny-moe", "capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe", "capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe", "capacity=4,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-moe", "capacity=4,replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-moe", "capacity=4,stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe-shared", "capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe-shared", "capacity=4,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-moe-shared", "capacity=4,replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe-every2", "capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe-every2", "capacity=4,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-moe-every2", "capacity=4,microbatches=2,mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe", "capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -1161,6 +1179,14 @@ START_TEST(test_exec_refused)
     l = layout_of("mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
     ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_NCCL, &ex), SP_EINVAL);
     ck_assert_msg(strstr(sp_last_error(), "ragged batches on the CUDA executor"), "%s", sp_last_error());
+    sp_weights_free(&w);
+    /* experts split over replicas: each replica's own sequences in one all-to-all */
+    ck_assert_int_eq(sp_model_find("tiny-moe", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_weights_build_random(&m, 3, &w), SP_OK);
+    l = layout_of("replicas=2,experts=2,capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "ragged batches of model tiny-moe with experts=2") &&
+                      strstr(sp_last_error(), "not implemented"), "%s", sp_last_error());
     sp_ragged_free(&r);
     sp_weights_free(&w);
 }
