@@ -1363,38 +1363,45 @@ static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layou
 {
     static const int64_t as_lowered[2] = {0, 0};
     const int M = l->microbatches, S = l->stages;
-    int64_t *t = malloc(((size_t)M + 1) * (size_t)S * sizeof *t);
-    if (!t) return spi_fail(SP_ENOMEM, "cost model: a ragged batch's %d × %d stage times", M, S);
+    /* prefill passes per micro-batch (prefill_chunk: each its own sequences, a job of the flow
+     * shop after the micro-batch's earlier passes, as the executor runs them) */
+    const int64_t U = ph == SP_PHASE_PREFILL && l->prefill_chunk ? mb[0].n / l->prefill_chunk : 1;
+    int64_t *t = U < 1 ? NULL : malloc(((size_t)M * (size_t)U + 1) * (size_t)S * sizeof *t);
+    if (!t) return spi_fail(SP_ENOMEM, "cost model: a ragged batch's %d × %lld × %d stage times", M, (long long)U, S);
     sp_status st = SP_OK;
-    int ma = 0;
+    int64_t ma = 0;
     int64_t slow_ps = -1;
     *bytes = 0;
     *ps = 0;
     for (int j = 0; j < M && !st; j++) {
         if (ph == SP_PHASE_DECODE && step > mb[j].max_gen) continue;
-        for (int o = all_stages ? 0 : s; o < (all_stages ? S : s + 1) && !st; o++) {
-            sp_phase_cost c;
-            sp_shape x = *sh;
-            if (ph == SP_PHASE_PREFILL) x.q_len = x.context = mb[j].max_prompt;
-            if ((st = sp_lower_ragged(m, l, ph, &x, &mb[j], step, o, p)) ||
-                (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL, NULL, 0)))
-                break;
-            int64_t tp = spi_ps(c.time_s);
-            t[(size_t)ma * S + o] = tp;
-            if (o == s) {
-                if (tp > slow_ps) {
-                    slow_ps = tp;
-                    *slow = c;
+        sp_phase_cost mine;   /* stage s's price of the micro-batch: its passes summed */
+        int64_t mine_ps = 0;
+        memset(&mine, 0, sizeof mine);
+        for (int64_t u = 0; u < U && !st; u++, ma++)
+            for (int o = all_stages ? 0 : s; o < (all_stages ? S : s + 1) && !st; o++) {
+                sp_phase_cost c;
+                sp_shape x = *sh;
+                if (ph == SP_PHASE_PREFILL) x.q_len = x.context = mb[j].max_prompt;
+                if ((st = sp_lower_ragged(m, l, ph, &x, &mb[j], ph == SP_PHASE_PREFILL ? u : step, o, p)) ||
+                    (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL, NULL, 0)))
+                    break;
+                int64_t tp = spi_ps(c.time_s);
+                t[(size_t)ma * S + o] = tp;
+                if (o == s) {
+                    add_phase(&mine, &c);
+                    if (__builtin_add_overflow(mine_ps, tp, &mine_ps) || __builtin_add_overflow(*bytes, c.comm_bytes, bytes))
+                        st = spi_fail(SP_EINVAL, "a micro-batch's time (ps) or bytes sent per chip do not fit in 64 bits");
                 }
-                if (__builtin_add_overflow(*bytes, c.comm_bytes, bytes))
-                    st = spi_fail(SP_EINVAL, "bytes sent per chip do not fit in 64 bits");
             }
+        if (!st && mine_ps > slow_ps) {
+            slow_ps = mine_ps;
+            *slow = mine;
         }
-        ma++;
     }
     int64_t sync_ps = 0;
     if (!st && all_stages) {
-        if ((*ps = ragged_flow_shop(t, ma, S, t + (size_t)M * S)) < 0 ||
+        if ((*ps = ragged_flow_shop(t, (int)ma, S, t + (size_t)M * (size_t)U * S)) < 0 ||
             (ph == SP_PHASE_DECODE && spi_token_sync(hw, l, &sync_ps) && __builtin_add_overflow(*ps, sync_ps, ps)))
             st = spi_fail(SP_EINVAL, "%s time (ps) does not fit in 64 bits (the request is too large to represent)",
                           sp_phase_name(ph));
@@ -1509,7 +1516,8 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     for (int q = 0; q < SP_WKIND_COUNT; q++) k->streamed[q] = sp_layout_offload_kind_layers(l, s, (sp_wkind)q);
     k->first = s == 0;
     k->last = s == l->stages - 1;
-    k->units = 1;
+    /* prefill passes per micro-batch (ragged_round prices each) */
+    k->units = l->prefill_chunk ? r->n / ((int64_t)l->replicas * l->microbatches) / l->prefill_chunk : 1;
     sp_layout_stage_mesh(l, s, k->mesh);
     return st;
 }

@@ -25,7 +25,8 @@ typedef struct sim {
     int first[SP_LAYOUT_MAX_STAGES];    /* global rank of stage s's first chip */
     int nmax, nfb;               /* the most chips of a stage; feedback slots per micro-batch */
     int64_t U, NT;               /* prefill: passes per micro-batch, token passes among them (1, 1 in decode) */
-    int64_t NP;                  /* program sets: NT, or M (sp_sim_opts.mb_progs: micro-batch mb's at mb·S + s) */
+    int64_t NP;                  /* program sets: NT, or M·U (sp_sim_opts.mb_progs: micro-batch mb's pass u at
+                                    (mb·U + u)·S + s) */
     int64_t pass;                /* the prefill pass being run (trace ids); -1: one pass, or decode */
     sp_mesh mesh[SP_LAYOUT_MAX_STAGES];  /* [0]: every stage's; stages of their own mesh: [s], stage s's view */
     spi_prog_run *pr;            /* [NT × S]: token pass j of stage s at j·S + s */
@@ -265,12 +266,13 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
     for (int s = 0; s < x.S; s++)
         if (x.nst[s] > x.nmax) x.nmax = x.nst[s];
     x.U = x.NT = 1;
-    if (phase == SP_PHASE_PREFILL && progs[0] && !opts->mb_progs) {
-        /* programs built by hand may leave the pass counts 0: one pass */
-        x.NT = progs[0]->passes_tok > 1 ? progs[0]->passes_tok : 1;
+    if (phase == SP_PHASE_PREFILL && progs[0]) {
+        /* programs built by hand may leave the pass counts 0: one pass.  mb_progs: each
+         * sequence pass its own programs (a ragged batch's prefill_chunk) */
+        x.NT = progs[0]->passes_tok > 1 && !opts->mb_progs ? progs[0]->passes_tok : 1;
         x.U = (progs[0]->passes_seq > 1 ? progs[0]->passes_seq : 1) * x.NT;
     }
-    x.NP = opts->mb_progs ? x.M : x.NT;
+    x.NP = opts->mb_progs ? x.M * x.U : x.NT;
     for (int j = 0; j < x.NP; j++)
         for (int s = 0; s < x.S; s++) {
             const sp_program *p = progs[j * x.S + s];
@@ -280,8 +282,10 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
                         return spi_fail(SP_EINVAL, "sp_sim_phase: micro-batch %d has some stages' programs, not all", j);
                 break;
             }
-            if (opts->mb_progs && (p->passes_seq > 1 || p->passes_tok > 1))
-                return spi_fail(SP_EINVAL, "sp_sim_phase: programs per micro-batch with prefill passes");
+            if (opts->mb_progs && ((phase == SP_PHASE_PREFILL && (p->passes_seq > 1 ? p->passes_seq : 1) != x.U) ||
+                                   p->passes_tok > 1))
+                return spi_fail(SP_EINVAL, "sp_sim_phase: programs per micro-batch with token passes, or passes "
+                                           "of their own number");
             sp_layout v = *l;   /* the stage's view (sp_lower: its own mesh, if any) */
             sp_layout_stage_mesh(l, s, v.mesh);
             if (!p || p->stage != s || p->phase != phase || memcmp(&p->layout, &v, sizeof v) ||
@@ -324,7 +328,7 @@ sp_status sp_sim_phase(const sp_layout *l, const sp_hw *hw, sp_phase phase, cons
         /* prefill: each micro-batch's passes in order, token pass u mod NT */
         for (int64_t u = 0; u < x.M * x.U; u++)
             for (int s = 0; s < x.S; s++) {
-                int64_t i = (opts->mb_progs ? u / x.U : u % x.NT) * x.S + s;
+                int64_t i = (opts->mb_progs ? u : u % x.NT) * x.S + s;
                 if (!progs[i]) continue;   /* mb_progs: a micro-batch that takes no part */
                 x.pass = phase == SP_PHASE_PREFILL && x.U > 1 ? u % x.U : -1;
                 SP_CHECKGOTO(run_unit(&x, progs[i], i, s, t, (int)(u / x.U)), st, done);
@@ -498,10 +502,12 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     SP_CHECK(sp_cost_eval_ragged(m, hw, l, r, &co, &c));
     int64_t ev_pf = 0, ev_dc = 0;
     int S = l->stages, R = l->replicas, M = l->microbatches;
-    /* each micro-batch its own programs (sp_sim_opts.mb_progs): micro-batch j's stage i at j·S + i */
-    size_t np = (size_t)S * (size_t)M;
-    sp_program *p = calloc(np, sizeof *p);
-    const sp_program **pp = calloc(np, sizeof *pp);
+    /* each micro-batch its own programs (sp_sim_opts.mb_progs): micro-batch j's stage i at j·S + i;
+     * prefill pass u of micro-batch j (prefill_chunk) at (j·U + u)·S + i */
+    int64_t U = l->prefill_chunk ? r->n / ((int64_t)R * M) / l->prefill_chunk : 1;
+    size_t np = (size_t)S * (size_t)M, npf = np * (size_t)U;
+    sp_program *p = calloc(npf, sizeof *p);
+    const sp_program **pp = calloc(npf, sizeof *pp);
     sp_ragged *mb = calloc((size_t)M, sizeof *mb);
     sp_status st = SP_OK;
     if (!p || !pp || !mb) st = spi_fail(SP_ENOMEM, "simulator: a ragged batch's programs (%d stages × %d micro-batches)", S, M);
@@ -522,11 +528,12 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
         o.t0_s = t0;
         o.tokens = 1;
         o.token0 = 0;
-        for (size_t i = 0; i < np && !st; i++) {
-            const sp_ragged *q = &mb[i / (size_t)S];
+        for (size_t i = 0; i < npf && !st; i++) {
+            const sp_ragged *q = &mb[i / (size_t)S / (size_t)U];
             pf.q_len = pf.context = q->max_prompt;
             pp[i] = &p[i];
-            st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, q, 0, (int)(i % (size_t)S), &p[i]);
+            st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, q, (int64_t)(i / (size_t)S % (size_t)U),
+                                 (int)(i % (size_t)S), &p[i]);
         }
         if (st || (st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &pr))) break;
         /* every decode step, each with its own sequences and contexts, one after another */

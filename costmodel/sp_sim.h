@@ -73,8 +73,10 @@ typedef struct sp_sim_opts {
                                 them; replicas share no step, so replica r's times are its own) */
     int mb_progs;            /* sp_sim_phase: 0 (default) every micro-batch runs progs; 1: each micro-batch
                                 its own programs, progs[mb·S + s] (a ragged batch's micro-batches take their
-                                own sequences, sp_ragged_micro; no prefill passes), all S of micro-batch mb
-                                NULL when it takes no part (a decode step past its sequences' generation) */
+                                own sequences, sp_ragged_micro; no token passes; prefill passes of
+                                sequences, U = passes_seq each: pass u of micro-batch mb at (mb·U + u)·S + s,
+                                each its own sequences), all S of micro-batch mb NULL when it takes no part
+                                (a decode step past its sequences' generation) */
 } sp_sim_opts;
 void sp_sim_opts_init(sp_sim_opts *o);
 

@@ -374,13 +374,13 @@ static sp_status chip_run(chip *ch)
             } else if (ex->ragged) {
                 /* micro-batch mb's own sequences (sp_ragged_micro): step s runs those still
                  * generating (sp_lower_ragged); one whose sequences all finished sits out, on
-                 * every stage alike */
+                 * every stage alike.  The prefill's pass i (prefill_chunk) its own sequences */
                 const sp_ragged *q = &ch->rgm[mb];
                 if (s > q->max_gen) continue;
                 sp_shape sh = spi_shape_of(ex, s > 0, s);
                 if (s == 0) sh.q_len = sh.context = q->max_prompt;
-                if ((st = sp_lower_ragged(ch->m, &ex->l, s ? SP_PHASE_DECODE : SP_PHASE_PREFILL, &sh, q, s, ch->stage,
-                                          dstep)))
+                if ((st = sp_lower_ragged(ch->m, &ex->l, s ? SP_PHASE_DECODE : SP_PHASE_PREFILL, &sh, q, s ? s : i,
+                                          ch->stage, dstep)))
                     break;
                 ch->prog = dstep;
             } else if (s == 0) {

@@ -663,9 +663,11 @@ static int ragged_at(const sp_program *p, int64_t b, int64_t *q_len, int64_t *po
 {
     const sp_ragged *r = p->ragged;
     if (p->phase == SP_PHASE_PREFILL) {
+        /* prefill pass `step` (prefill_chunk: sequences [step·pass_seqs, (step + 1)·pass_seqs);
+         * unchunked: pass 0 of every sequence) */
         *q_len = r->prompt[b];
         *pos0 = 0;
-        return 1;
+        return b / p->pass_seqs == p->step;
     }
     *q_len = 1;
     *pos0 = r->prompt[b] + p->step - 1;
@@ -1661,7 +1663,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     p->shape = *shape;
     p->stage = stage;
     p->ragged = rg;
-    p->step = rg && phase == SP_PHASE_DECODE ? step : 0;
+    p->step = rg ? step : 0;   /* decode step, or prefill pass (ragged_at) */
 
     ctx *c = cp;   /* filled in place: the checks run for every layout a search tries */
     memset(c, 0, sizeof *c);
@@ -1758,8 +1760,18 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             BAD("ragged batch of %lld sequences lowered for a micro-batch of %lld (batch %lld over %d replicas × %d "
                 "micro-batches: each micro-batch's program takes its own sequences, sp_ragged_micro)", (long long)r->n,
                 (long long)p->micro_batch, (long long)shape->batch, l->replicas, l->microbatches);
-        if (l->prefill_chunk || l->prefill_tokens)
-            BAD("ragged batches with prefill_chunk or prefill_tokens: not implemented");
+        /* prefill_chunk: pass i a ragged sub-batch of consecutive sequences (ragged_at), when
+         * every chip holds every sequence's slot (no sequence blocks to interleave passes over) */
+        if (l->prefill_tokens)
+            BAD("ragged batches with prefill_tokens (token passes of each prompt): not implemented "
+                "(prefill_chunk is)");
+        if (l->prefill_chunk)
+            for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
+                if (both[ph]->nN > 1 || l->phase[ph].attn == SP_AL_BATCH)
+                    BAD("ragged batches with prefill_chunk and %s/%s in %s (sequence blocks over chips, which "
+                        "each pass would fill in part): not implemented (head-sharded attention with ws1d or "
+                        "ws2d is)", sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
+                        sp_phase_name((sp_phase)ph));
         /* offload_weights streams each layer's weights whatever the tokens: as for a uniform batch.
          * offload_kv: the host-held slots' own tokens (ragged_host), when every chip holds every
          * sequence's slot (sp_lower.h, "Ragged batches") */
@@ -1801,8 +1813,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             if (shape->q_len != r->max_prompt || shape->context != r->max_prompt)
                 BAD("ragged prefill: shape tokens %lld, context %lld; the longest prompt is %lld",
                     (long long)shape->q_len, (long long)shape->context, (long long)r->max_prompt);
-            c->seqs = p->pass_seqs = r->n;
-            c->T = r->sum_prompt;
+            if (step < 0 || step >= p->passes_seq)
+                BAD("ragged prefill pass %lld: the micro-batch's %lld sequences run in %lld passes of %lld",
+                    (long long)step, (long long)r->n, (long long)p->passes_seq, (long long)p->pass_seqs);
+            /* the pass's sequences (pass_seqs of them; all of them unchunked), packed */
+            c->seqs = p->pass_seqs;
+            c->T = 0;
+            for (int64_t b = step * p->pass_seqs; b < (step + 1) * p->pass_seqs; b++) c->T += r->prompt[b];
         } else {
             if (shape->q_len != 1 || step < 1 || step > r->max_gen)
                 BAD("ragged decode step %lld (tokens %lld): steps run 1 .. %lld, one token each",
@@ -2486,12 +2503,15 @@ sp_status sp_lower_ragged_mem(const sp_model *m, const sp_layout *l, const sp_sh
     if (!tmp) return spi_fail(SP_ENOMEM, "programs of a ragged batch's %d micro-batches", M);
     sp_status st = SP_OK;
     for (int j = 0; j < M && !st; j++) {
-        if (pf) {
+        /* every prefill pass of the micro-batch (prefill_chunk: its own sequences each) */
+        for (int64_t i = 0, n = 1; pf && i < n && !st; i++) {
             sp_shape x = *pf_sh;
             x.q_len = x.context = mb[j].max_prompt;
-            if ((st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &x, &mb[j], 0, stage, j ? &tmp[0] : pf))) break;
-            if (j) bufs_envelope(&tmp[0], pf);
+            if ((st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &x, &mb[j], i, stage, j || i ? &tmp[0] : pf))) break;
+            n = (j || i ? &tmp[0] : pf)->passes_seq;
+            if (j || i) bufs_envelope(&tmp[0], pf);
         }
+        if (st) break;
         if ((st = sp_lower_ragged_decode(m, l, dc_sh, &mb[j], stage, j ? &tmp[0] : dc, &tmp[1]))) break;
         if (j) bufs_envelope(&tmp[0], dc);
     }

@@ -106,7 +106,15 @@
  * the experts expected active from T tokens), as every token-parallel
  * step; every replica holds every expert (experts = 1), so no expert
  * all-to-all joins replicas whose sequences differ.
- * Ragged batches lower for any micro-batches, no chunked prefill, offload
+ * Chunked prefill (prefill_chunk = C): pass i (sp_program.step) is the
+ * ragged sub-batch of sequences [i·C, (i+1)·C) of the micro-batch, packed
+ * (T = their Σ prompt_b), each in its own slot of the micro-batch's cache;
+ * the cost model and the simulator run the passes as jobs of the flow shop
+ * (micro-batch 0's passes, then micro-batch 1's, ...), the executor in that
+ * order; sp_lower_ragged_mem envelopes every pass.  Only without sequence
+ * blocks over chips (head-sharded attention, ws1d or ws2d FFNs).
+ * Ragged batches lower for any micro-batches, prefill_chunk (not
+ * prefill_tokens), offload
  * (offload_kv with head-sharded attention and ws1d or ws2d FFNs only: each
  * chip holds every sequence's slot), dense and MoE models (experts = 1:
  * experts split over replicas are refused), the KV cache written
@@ -534,7 +542,8 @@ typedef struct sp_program {
                                           streams (w_kind_streamed > 0) */
     int64_t kv_host_seqs;              /* of kv_seqs per micro-batch, the last ones, held in host memory */
     /* A ragged batch (sp_lower_ragged; NULL otherwise): the per-sequence lengths (borrowed) and,
-     * in decode, the step (1 .. max gen) */
+     * in decode, the step (1 .. max gen); in prefill, the pass (0 .. passes_seq − 1: its
+     * sequences [step · pass_seqs, (step + 1) · pass_seqs)) */
     const sp_ragged *ragged;
     int64_t step;
     /* A ragged batch's rows between layers (sp_lower_ragged; see "Ragged batches"): the
@@ -592,7 +601,8 @@ sp_status sp_lower(const sp_model *m, const sp_layout *l, sp_phase phase, const 
  * of one micro-batch of one replica, r->n = shape.batch / (replicas ·
  * microbatches) (otherwise a slice of the batch: sp_ragged_micro); max_context >= r->max_context.  Prefill: q_len = context =
  * r->max_prompt; the rows are the Σ prompt_b tokens packed sequence after
- * sequence.  Decode: q_len 1 and `step` s (1 .. r->max_gen); the rows are
+ * sequence, of the sequences of pass `step` (0 .. passes_seq − 1; with
+ * prefill_chunk C: sequences [step·C, (step + 1)·C), else 0: all).  Decode: q_len 1 and `step` s (1 .. r->max_gen); the rows are
  * the sequences with gen_b >= s, in order, each at context prompt_b + s
  * (the program's shape.context: the largest of them).  See "Ragged
  * batches" above. */
@@ -713,9 +723,10 @@ sp_status sp_lower_mem_sizes(const sp_program *prefill, const sp_program *decode
 /* The memory of a ragged replica's chip of stage `stage` that runs the
  * replica's M micro-batches mb[0 .. M) (sp_ragged_micro) one after another
  * in one arena (the cost model's and the executor's one rule): *pf is
- * micro-batch 0's prefill (q_len = context = its longest prompt) and *dc its
- * decode (sp_lower_ragged_decode), each with every buffer and scratch slot
- * the largest of every micro-batch's programs of its phase, and *mem =
+ * micro-batch 0's prefill (q_len = context = its longest prompt; its pass 0)
+ * and *dc its decode (sp_lower_ragged_decode), each with every buffer and
+ * scratch slot the largest of every micro-batch's programs of its phase
+ * (every prefill pass, prefill_chunk), and *mem =
  * sp_lower_mem_sizes(pf, dc) (pf NULL: the decode alone).  Shapes: pf_sh
  * and dc_sh as sp_lower_ragged takes them (pf_sh's q_len and context set
  * per micro-batch).  One micro-batch: its own programs. */

@@ -477,6 +477,12 @@ static const struct price_case {
     {"mixtral-8x7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
     {"mixtral-8x7b", "h100", "replicas=2,mesh=2x2x1,weights=bf16,capacity=2,prefill=ws2d/batch,decode=ws2d/batch", 8, 256, 16},
     {"qwen1.5-moe-a2.7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 256, 32},
+    /* prefill_chunk: the passes summed, and through stages the flow shop of every pass */
+    {"llama2-7b", "h100", "prefill_chunk=2,mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 64},
+    {"llama2-7b", "h100", "prefill_chunk=1,stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,"
+                          "decode=ws1d/heads", 8, 256, 32},
+    {"palm-62b", "tpu-v4", "prefill_chunk=4,replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 16, 512, 16},
+    {"mixtral-8x7b", "h100", "prefill_chunk=2,mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -626,11 +632,13 @@ START_TEST(test_simulate_every_step)
 {
     sp_model m = small_model();
     sp_hw hw = h100();
-    const char *lay[4] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+    const char *lay[5] = {tp_layouts[3], "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
                                           "decode=ws1d/heads",
                           "stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
                           "offload_weights=1,1",
-                          "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"};
+                          "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5",
+                          "prefill_chunk=2,stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                          "decode=ws1d/heads"};
     sp_layout l = layout_of(lay[_i]);
     sp_ragged r = four_seqs();
     sp_cost c;
@@ -855,6 +863,57 @@ START_TEST(test_microbatches)
 }
 END_TEST
 
+/* prefill_chunk=1 on 2 stages × 2 micro-batches: pass u of micro-batch j is sequence 2j + u
+ * alone (its prompt's rows, its slot); the prefill is the flow shop of the 4 passes in the
+ * executor's order, the simulator's too, and below the padded batch's. */
+START_TEST(test_prefill_chunk)
+{
+    sp_model m = small_model();
+    sp_hw hw = h100();
+    sp_layout l = layout_of("prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,"
+                            "prefill=ws1d/heads,decode=ws1d/heads");
+    sp_ragged r = four_seqs();   /* prompts 3 7 | 1 5 */
+    sp_cost c;
+    sp_sim_times t;
+    simulate_beside(&m, &hw, &l, &r, &c, &t);
+    static sp_program p;
+    double pt[8];
+    for (int j = 0; j < 2; j++) {
+        sp_ragged v;
+        ck_assert_int_eq(sp_ragged_micro(&r, 1, 2, 0, j, &v), SP_OK);
+        sp_shape ps = {4, v.max_prompt, v.max_prompt, r.max_context, SP_DT_BF16, 0};
+        for (int u = 0; u < 2; u++)
+            for (int o = 0; o < 2; o++) {
+                ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &v, u, o, &p) == SP_OK, "%s",
+                              sp_last_error());
+                ck_assert_int_eq(p.passes_seq, 2);
+                ck_assert_int_eq(p.pass_seqs, 1);
+                int64_t seq, row0, out, q, pos0;
+                sp_lower_ragged_io(&p, 0, &seq, &row0, &out, &q, &pos0);
+                ck_assert_int_eq(seq, u);   /* the micro-batch's sequence u, its slot u */
+                ck_assert_int_eq(q, r.prompt[2 * j + u]);
+                sp_lower_ragged_io(&p, 1, &seq, &row0, &out, &q, &pos0);
+                ck_assert_int_eq(seq, -1);
+                const sp_step *kv = find_step(&p.layer, SP_STEP_KV_STORE);
+                if (kv) ck_assert_int_eq(kv->m, r.prompt[2 * j + u]);
+                sp_phase_cost pc;
+                sp_cost_program(&p, &hw, 0, &pc);
+                pt[(j * 2 + u) * 2 + o] = pc.time_s;
+            }
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &v, 2, 0, &p), SP_EINVAL);
+        ck_assert_msg(strstr(sp_last_error(), "ragged prefill pass 2"), "%s", sp_last_error());
+        sp_ragged_free(&v);
+    }
+    double pf = flow_shop(pt, 4, 2);
+    ck_assert_msg(fabs(c.prefill_s - pf) <= 1e-9 * pf, "prefill %.12g, flow shop of the passes %.12g", c.prefill_s, pf);
+    sp_workload w = sp_workload_padded(&r);
+    sp_cost pad;
+    ck_assert_int_eq(sp_cost_eval(&m, &hw, &l, &w, NULL, &pad), SP_OK);
+    ck_assert(c.prefill_s < pad.prefill_s);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* Bundled models with micro-batches of mixed prompt and gen lengths, on one stage and on
  * two: the simulator's prefill and last step equal the closed form's; equal lengths price
  * as the padded batch (the prefill's flow shop of equal micro-batches is the uniform
@@ -865,11 +924,16 @@ START_TEST(test_microbatches_models)
 {
     sp_model m;
     sp_error err;
-    ck_assert_int_eq(sp_model_find(mb_models[_i / 2], &m, &err), SP_OK);
+    /* the last two: prefill passes of one sequence (prefill_chunk), each its own job of the flow shop */
+    static const char *const lay[4] = {
+        "microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+        "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+        "prefill_chunk=1,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+        "prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads",
+    };
+    ck_assert_int_eq(sp_model_find(mb_models[_i / 4], &m, &err), SP_OK);
     sp_hw hw = h100();
-    sp_layout l = layout_of(_i % 2 ? "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
-                                     "decode=ws1d/heads"
-                                   : "microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
+    sp_layout l = layout_of(lay[_i % 4]);
     const int64_t P[4] = {5, 2, 9, 4}, G[4] = {3, 6, 2, 5}, Pe[4] = {6, 6, 6, 6}, Ge[4] = {4, 4, 4, 4};
     sp_ragged r, e;
     ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
@@ -904,7 +968,8 @@ START_TEST(test_refused_by_name)
         {"mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch", "KV handoff"},
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "KV handoff"},
         {"mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch", "wg-x and batch-sharded attention"},
-        {"mesh=1x1x1,prefill_chunk=2,prefill=ws1d/heads,decode=ws1d/heads", "prefill_chunk"},
+        {"mesh=1x1x1,prefill_tokens=7,prefill=ws1d/heads,decode=ws1d/heads", "prefill_tokens"},
+        {"mesh=2x1x1,prefill_chunk=2,prefill=ws1d/batch,decode=ws1d/batch", "prefill_chunk and ws1d/batch"},
         {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5", "offload_kv and ws1d/batch"},
         {"mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads,offload_kv=0.5", "offload_kv and wg-x/heads"},
     };
@@ -1012,6 +1077,19 @@ static const struct run_case {
     {"tiny-moe-every2", "capacity=4,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
     {"tiny-moe-every2", "capacity=4,microbatches=2,mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-moe", "capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    /* prefill_chunk: each pass a ragged sub-batch of consecutive sequences (passes of 1 and 2 of 4) */
+    {"tiny-llama", "prefill_chunk=1,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-gpt2", "prefill_chunk=2,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-palm", "prefill_chunk=1,mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "prefill_chunk=1,replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-llama", "prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                   "decode=ws1d/heads"},
+    {"tiny-llama", "prefill_chunk=2,stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                   "decode=ws1d/heads,offload_weights=1,1"},
+    {"tiny-moe", "prefill_chunk=2,capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe-every2", "prefill_chunk=1,capacity=4,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                        "decode=ws1d/heads"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -1106,8 +1184,11 @@ START_TEST(test_exec_each_sequence_alone)
         for (int stg = 0; stg < l.stages; stg++) {
             for (int j = 0; j < M; j++) {
                 sp_shape psh = {N, v[j].max_prompt, v[j].max_prompt, r.max_context, SP_DT_F32, 0};
-                ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v[j], 0, stg, &pf), SP_OK);
-                want += program_bytes(&pf, tp);
+                /* every prefill pass (prefill_chunk: each its own sequences) */
+                for (int64_t u = 0; u < (l.prefill_chunk ? v[j].n / l.prefill_chunk : 1); u++) {
+                    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v[j], u, stg, &pf), SP_OK);
+                    want += program_bytes(&pf, tp);
+                }
                 for (int64_t s = 1; s < MG && s <= v[j].max_gen; s++) {
                     ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v[j], s, stg, &tmp), SP_OK);
                     ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v[j], s));
@@ -1207,10 +1288,11 @@ int main(void)
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);
-    tcase_add_loop_test(tc, test_simulate_every_step, 0, 4);
+    tcase_add_loop_test(tc, test_simulate_every_step, 0, 5);
     tcase_add_loop_test(tc, test_simulate_replicas, 0, 2);
     tcase_add_loop_test(tc, test_microbatches, 0, 2);
-    tcase_add_loop_test(tc, test_microbatches_models, 0, 4);
+    tcase_add_loop_test(tc, test_microbatches_models, 0, 8);
+    tcase_add_test(tc, test_prefill_chunk);
     tcase_add_test(tc, test_refused_by_name);
     tcase_add_loop_test(tc, test_plan_workload, 0, 2);
     suite_add_tcase(s, tc);

@@ -112,6 +112,12 @@ for lay in microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
         /closed_form_prefill_s /decode_step_s /closed_form_decode_step_s /decode_s /closed_form_decode_s ||
         { echo "FAIL: simulate --workload $lay"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
 done
+# prefill_chunk: each pass a ragged sub-batch; the simulator's flow shop of the passes agrees
+"$SHARDPLAN" simulate --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" --json \
+    --layout prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads >"$tmp/simc.json" \
+    2>"$tmp/sim.err" && json_check '$1 == $2 && $3 == $4' "$tmp/simc.json" "" /prefill_s /closed_form_prefill_s \
+    /decode_step_s /closed_form_decode_step_s ||
+    { echo "FAIL: simulate --workload with prefill_chunk"; cat "$tmp/sim.err"; fail=$((fail + 1)); }
 "$SHARDPLAN" estimate --model llama2-7b --hw h100 --chips 2 --workload "$tmp/w.csv" --json \
     --layout stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads >"$tmp/wm.json" 2>"$tmp/wm.err" &&
     json_check '$1 > 0 && $1 < $2' "$tmp/wm.json" "" /prefill_s /padded/prefill_s ||
@@ -126,7 +132,8 @@ for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws
            stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=2 \
-           microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5; do
+           microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5 \
+           prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
@@ -188,6 +195,14 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
     json_same "$tmp/r8.json" "$tmp/mpim.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpim.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, micro-batches, differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+        </dev/null >"$tmp/mpic.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, prefill_chunk: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r12.json" "$tmp/mpic.json" /tokens /comm/measured_bytes /comm/predicted_bytes &&
+        json_check '$1 == 0' "$tmp/mpic.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload, prefill_chunk, differs from threads"; fail=$((fail + 1)); }
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
         timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUNM \
         --layout capacity=4,weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
