@@ -1356,49 +1356,62 @@ static int64_t ragged_flow_shop(const int64_t *t, int M, int S, int64_t *c)
  * Stage s's programs are priced: *slow the slowest micro-batch's, *bytes the
  * bytes a chip sends over them all.  all_stages: every stage's too, and
  * *ps the round's flow shop (ragged_flow_shop; decode with a per-token
- * barrier plus the barrier's time, as sp_cost_pipe_terms composes it). */
+ * barrier plus the barrier's time, as sp_cost_pipe_terms composes it).
+ * nrep > 1 (experts split over replicas): mb[g·M + j] is replica g's
+ * micro-batch j, the replicas running each pass and step together (the
+ * expert all-to-all joins them, sp_lower.h "Ragged batches"): a unit's
+ * time the slowest replica's, a micro-batch taking part while any
+ * replica's does, *bytes the most any replica's chip sends. */
 static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_shape *sh, sp_phase ph,
-                              const sp_ragged *mb, int64_t step, int s, int all_stages, const sp_cost_opts *opts,
-                              sp_program *p, sp_phase_cost *slow, int64_t *bytes, int64_t *ps)
+                              const sp_ragged *mb, int nrep, int64_t step, int s, int all_stages,
+                              const sp_cost_opts *opts, sp_program *p, sp_phase_cost *slow, int64_t *bytes, int64_t *ps)
 {
     static const int64_t as_lowered[2] = {0, 0};
     const int M = l->microbatches, S = l->stages;
     /* prefill passes per micro-batch (prefill_chunk: each its own sequences, a job of the flow
      * shop after the micro-batch's earlier passes, as the executor runs them) */
     const int64_t U = ph == SP_PHASE_PREFILL && l->prefill_chunk ? mb[0].n / l->prefill_chunk : 1;
-    int64_t *t = U < 1 ? NULL : malloc(((size_t)M * (size_t)U + 1) * (size_t)S * sizeof *t);
+    int64_t *t = U < 1 ? NULL : calloc(((size_t)M * (size_t)U + 1) * (size_t)S + (size_t)nrep, sizeof *t);
     if (!t) return spi_fail(SP_ENOMEM, "cost model: a ragged batch's %d × %lld × %d stage times", M, (long long)U, S);
+    int64_t *rep_bytes = t + ((size_t)M * (size_t)U + 1) * (size_t)S;   /* [nrep] */
     sp_status st = SP_OK;
     int64_t ma = 0;
     int64_t slow_ps = -1;
     *bytes = 0;
     *ps = 0;
     for (int j = 0; j < M && !st; j++) {
-        if (ph == SP_PHASE_DECODE && step > mb[j].max_gen) continue;
-        sp_phase_cost mine;   /* stage s's price of the micro-batch: its passes summed */
-        int64_t mine_ps = 0;
-        memset(&mine, 0, sizeof mine);
-        for (int64_t u = 0; u < U && !st; u++, ma++)
-            for (int o = all_stages ? 0 : s; o < (all_stages ? S : s + 1) && !st; o++) {
-                sp_phase_cost c;
-                sp_shape x = *sh;
-                if (ph == SP_PHASE_PREFILL) x.q_len = x.context = mb[j].max_prompt;
-                if ((st = sp_lower_ragged(m, l, ph, &x, &mb[j], ph == SP_PHASE_PREFILL ? u : step, o, p)) ||
-                    (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL, NULL, 0)))
-                    break;
-                int64_t tp = spi_ps(c.time_s);
-                t[(size_t)ma * S + o] = tp;
-                if (o == s) {
-                    add_phase(&mine, &c);
-                    if (__builtin_add_overflow(mine_ps, tp, &mine_ps) || __builtin_add_overflow(*bytes, c.comm_bytes, bytes))
-                        st = spi_fail(SP_EINVAL, "a micro-batch's time (ps) or bytes sent per chip do not fit in 64 bits");
+        if (ph == SP_PHASE_DECODE && step > (nrep > 1 ? sp_ragged_peers_max_gen(&mb[j]) : mb[j].max_gen)) continue;
+        for (int g = 0; g < nrep && !st; g++) {
+            const sp_ragged *q = &mb[(size_t)g * M + j];
+            sp_phase_cost mine;   /* stage s's price of the micro-batch: its passes summed */
+            int64_t mine_ps = 0;
+            memset(&mine, 0, sizeof mine);
+            for (int64_t u = 0; u < U && !st; u++)
+                for (int o = all_stages ? 0 : s; o < (all_stages ? S : s + 1) && !st; o++) {
+                    sp_phase_cost c;
+                    sp_shape x = *sh;
+                    if (ph == SP_PHASE_PREFILL) x.q_len = x.context = q->max_prompt;
+                    if ((st = sp_lower_ragged(m, l, ph, &x, q, ph == SP_PHASE_PREFILL ? u : step, o, p)) ||
+                        (st = price_program(opts->cache, p, hw, as_lowered, &c, NULL, NULL, 0)))
+                        break;
+                    int64_t tp = spi_ps(c.time_s), *tu = &t[(size_t)(ma + u) * S + o];
+                    if (tp > *tu) *tu = tp;
+                    if (o == s) {
+                        add_phase(&mine, &c);
+                        if (__builtin_add_overflow(mine_ps, tp, &mine_ps) ||
+                            __builtin_add_overflow(rep_bytes[g], c.comm_bytes, &rep_bytes[g]))
+                            st = spi_fail(SP_EINVAL, "a micro-batch's time (ps) or bytes sent per chip do not fit in 64 bits");
+                    }
                 }
+            if (!st && mine_ps > slow_ps) {
+                slow_ps = mine_ps;
+                *slow = mine;
             }
-        if (!st && mine_ps > slow_ps) {
-            slow_ps = mine_ps;
-            *slow = mine;
         }
+        ma += U;
     }
+    for (int g = 0; g < nrep; g++)
+        if (rep_bytes[g] > *bytes) *bytes = rep_bytes[g];
     int64_t sync_ps = 0;
     if (!st && all_stages) {
         if ((*ps = ragged_flow_shop(t, (int)ma, S, t + (size_t)M * (size_t)U * S)) < 0 ||
@@ -1420,25 +1433,35 @@ static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layou
  * decode steps at the ends of each run of steps with the same sequences,
  * sp_ragged_segment_end, the steps between priced as the mean of the two). */
 static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
-                                      const sp_ragged *v, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf,
+                                      int rep, int nrep, const sp_cost_opts *opts, int s, stage_kind *k, int run_pf,
                                       sp_program p[3])
 {
-    sp_status st = SP_OK;
-    const int M = l->microbatches, all = s == 0;
-    sp_ragged *mb = calloc((size_t)M, sizeof *mb);
+    const int R = l->replicas, M = l->microbatches, all = s == 0;
+    int64_t per = r->n / R;
+    sp_ragged v;   /* the sequences of replicas rep .. rep + nrep − 1 (ragged_round: they run together) */
+    SP_CHECK(sp_ragged_slice(r, rep * per, nrep * per, &v));
+    sp_ragged *mb = calloc((size_t)M * (size_t)nrep, sizeof *mb);
     if (!mb) return spi_fail(SP_ENOMEM, "cost model: a ragged replica's %d micro-batches", M);
-    for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(v, 1, M, 0, j, &mb[j]);
+    sp_status st = SP_OK;
+    for (int g = 0; g < nrep && !st; g++)
+        for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(r, R, M, rep + g, j, &mb[(size_t)g * M + j]);
     /* the job's batch (the layout splits it) and the batch's longest context (every slot's) */
-    sp_shape pf_sh = {r->n, v->max_prompt, v->max_prompt, r->max_context, opts->act_dtype, 0};
+    sp_shape pf_sh = {r->n, v.max_prompt, v.max_prompt, r->max_context, opts->act_dtype, 0};
     sp_shape dc_sh = {r->n, 1, r->max_context, r->max_context, opts->act_dtype, 0};
     if (run_pf && !st)
-        st = ragged_round(m, hw, l, &pf_sh, SP_PHASE_PREFILL, mb, 0, s, all, opts, &p[2], &k->pf, &k->rag_pf_bytes,
-                          &k->rag_pf_ps);
+        st = ragged_round(m, hw, l, &pf_sh, SP_PHASE_PREFILL, mb, nrep, 0, s, all, opts, &p[2], &k->pf,
+                          &k->rag_pf_bytes, &k->rag_pf_ps);
     if (!st) k->pf_ps = spi_ps(k->pf.time_s);
-    /* memory: one arena runs every micro-batch's programs (the executor's rule) */
-    if (!st) st = sp_lower_ragged_mem(m, l, &pf_sh, &dc_sh, mb, M, s, run_pf ? &p[0] : NULL, &p[1], &k->mem);
-    for (int64_t s0 = 1; s0 <= v->max_gen && !st;) {
-        int64_t s1 = sp_ragged_segment_end(v, s0), t[2] = {0, 0}, by[2] = {0, 0};
+    /* memory: one arena runs every micro-batch's programs (the executor's rule); the fullest
+     * replica's chip */
+    for (int g = 0; g < nrep && !st; g++) {
+        sp_mem_sizes mem;
+        st = sp_lower_ragged_mem(m, l, &pf_sh, &dc_sh, mb + (size_t)g * M, M, s, run_pf ? &p[0] : NULL, &p[1], &mem);
+        if (!st && (g == 0 || mem.total > k->mem.total)) k->mem = mem;
+    }
+
+    for (int64_t s0 = 1; s0 <= v.max_gen && !st;) {
+        int64_t s1 = sp_ragged_segment_end(&v, s0), t[2] = {0, 0}, by[2] = {0, 0};
         sp_phase_cost c[2];
         for (int e = 0; e < 2 && !st; e++) {
             if (e && s1 == s0) {
@@ -1446,8 +1469,8 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
                 t[1] = t[0];
                 by[1] = by[0];
             } else {
-                st = ragged_round(m, hw, l, &dc_sh, SP_PHASE_DECODE, mb, e ? s1 : s0, s, all, opts, &p[2], &c[e],
-                                  &by[e], &t[e]);
+                st = ragged_round(m, hw, l, &dc_sh, SP_PHASE_DECODE, mb, nrep, e ? s1 : s0, s, all, opts, &p[2],
+                                  &c[e], &by[e], &t[e]);
             }
         }
         if (st) break;
@@ -1483,15 +1506,14 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     sp_program *p = malloc(3 * sizeof *p);   /* prefill, decode (step 1, sized for every step), one step */
     if (!p) return spi_fail(SP_ENOMEM, "cost model: programs of a ragged batch");
     sp_status st = SP_OK;
-    int64_t l0, per = r->n / l->replicas;
+    int64_t l0;
+    /* experts split over replicas: every replica runs each pass and step together (ragged_round) */
+    const int nrep = m->n_experts > 0 && l->experts > 1 ? l->replicas : 1;
     memset(k, 0, sizeof *k);
-    for (int rep = 0; rep < l->replicas && !st; rep++) {
-        sp_ragged v;
+    for (int rep = 0; rep < l->replicas && !st; rep += nrep) {
         stage_kind kr;
         memset(&kr, 0, sizeof kr);
-        if ((st = sp_ragged_slice(r, rep * per, per, &v)) ||
-            (st = replica_price_ragged(m, hw, l, r, &v, opts, s, &kr, run_pf, p)))
-            break;
+        if ((st = replica_price_ragged(m, hw, l, r, rep, nrep, opts, s, &kr, run_pf, p))) break;
         /* stage 0 compares replicas by their composed times, the others by their own stage's */
         int64_t pk = s == 0 ? kr.rag_pf_ps : kr.pf_ps, pm = s == 0 ? k->rag_pf_ps : k->pf_ps;
         if (rep == 0 || pk > pm) {

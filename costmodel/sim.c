@@ -515,50 +515,70 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     sp_shape pf = {r->n, 0, 0, r->max_context, o.cost.act_dtype, 0};
     sp_shape dc = {r->n, 1, r->max_context, r->max_context, o.cost.act_dtype, 0};
     double t0 = o.t0_s, end = 0;
-    for (int rep = 0; rep < R && !st; rep++) {
-        /* replica rep: its own sequences (sp_lower.h, "Ragged batches"), from time 0 */
-        sp_ragged v;
+    /* experts split over replicas: the replicas run each pass and step together (the expert
+     * all-to-all joins them; sp_lower.h, "Ragged batches"): a round ends when the slowest
+     * replica's does.  Otherwise each replica on its own from time 0. */
+    const int nrep = m->n_experts > 0 && l->experts > 1 ? R : 1;
+    for (int rep0 = 0; rep0 < R && !st; rep0 += nrep) {
+        sp_ragged v;   /* the group's sequences */
         sp_sim_result pr, dsum;
         double dstep = 0;
+        memset(&pr, 0, sizeof pr);
         memset(&dsum, 0, sizeof dsum);
-        if ((st = sp_ragged_slice(r, rep * (r->n / R), r->n / R, &v))) break;
-        for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(r, R, M, rep, j, &mb[j]);
-        if (st) break;
-        o.replica = R > 1 ? rep : -1;
-        o.t0_s = t0;
+        if ((st = sp_ragged_slice(r, rep0 * (r->n / R), nrep * (r->n / R), &v))) break;
         o.tokens = 1;
         o.token0 = 0;
-        for (size_t i = 0; i < npf && !st; i++) {
-            const sp_ragged *q = &mb[i / (size_t)S / (size_t)U];
-            pf.q_len = pf.context = q->max_prompt;
-            pp[i] = &p[i];
-            st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, q, (int64_t)(i / (size_t)S % (size_t)U),
-                                 (int)(i % (size_t)S), &p[i]);
-        }
-        if (st || (st = sp_sim_phase(l, hw, SP_PHASE_PREFILL, pp, &o, &pr))) break;
-        /* every decode step, each with its own sequences and contexts, one after another */
-        o.t0_s += pr.makespan_s;
-        for (int64_t s = 1; s <= v.max_gen && !st; s++) {
-            sp_sim_result d;
-            o.token0 = s - 1;
-            for (size_t i = 0; i < np && !st; i++) {
-                /* a micro-batch whose sequences all finished takes no part */
-                const sp_ragged *q = &mb[i / (size_t)S];
-                pp[i] = s <= q->max_gen ? &p[i] : NULL;
-                if (pp[i]) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, q, s, (int)(i % (size_t)S), &p[i]);
+        /* round `s` (0: the prefill) of every replica of the group from o.t0_s: *res the slowest's,
+         * its events every replica's */
+        for (int64_t s = 0; s <= v.max_gen && !st; s++) {
+            sp_sim_result res;
+            memset(&res, 0, sizeof res);
+            int64_t events = 0;
+            o.token0 = s > 0 ? s - 1 : 0;
+            for (int g = 0; g < nrep && !st; g++) {
+                int rep = rep0 + g;
+                for (int j = 0; j < M && !st; j++) st = sp_ragged_micro(r, R, M, rep, j, &mb[j]);
+                o.replica = R > 1 ? rep : -1;
+                size_t n = s ? np : npf;
+                for (size_t i = 0; i < n && !st; i++) {
+                    if (s == 0) {
+                        const sp_ragged *q = &mb[i / (size_t)S / (size_t)U];
+                        pf.q_len = pf.context = q->max_prompt;
+                        pp[i] = &p[i];
+                        st = sp_lower_ragged(m, l, SP_PHASE_PREFILL, &pf, q, (int64_t)(i / (size_t)S % (size_t)U),
+                                             (int)(i % (size_t)S), &p[i]);
+                    } else {
+                        /* a micro-batch whose sequences all finished (on every replica it runs with) takes
+                         * no part */
+                        const sp_ragged *q = &mb[i / (size_t)S];
+                        pp[i] = s <= (nrep > 1 ? sp_ragged_peers_max_gen(q) : q->max_gen) ? &p[i] : NULL;
+                        if (pp[i]) st = sp_lower_ragged(m, l, SP_PHASE_DECODE, &dc, q, s, (int)(i % (size_t)S), &p[i]);
+                    }
+                }
+                sp_sim_result d;
+                if (st || (st = sp_sim_phase(l, hw, s ? SP_PHASE_DECODE : SP_PHASE_PREFILL, pp, &o, &d))) break;
+                events += d.events;
+                if (g == 0 || d.makespan_s > res.makespan_s) res = d;
             }
-            if (st || (st = sp_sim_phase(l, hw, SP_PHASE_DECODE, pp, &o, &d))) break;
-            dsum.makespan_s += d.makespan_s;
-            dsum.events += d.events;
-            dstep = d.step_s;
-            o.t0_s += d.makespan_s;
+            if (st) break;
+            res.events = events;
+            if (s == 0) {
+                pr = res;
+            } else {
+                /* every decode step, each with its own sequences and contexts, one after another */
+                dsum.makespan_s += res.makespan_s;
+                dsum.events += res.events;
+                dstep = res.step_s;
+            }
+            o.t0_s += res.makespan_s;
         }
         if (st) break;
-        if (rep == 0 || pr.makespan_s > out->prefill.makespan_s) {
+        o.t0_s = t0;
+        if (rep0 == 0 || pr.makespan_s > out->prefill.makespan_s) {
             out->prefill = pr;
             out->prefill_s = pr.step_s;
         }
-        if (rep == 0 || dsum.makespan_s > out->decode_s) {
+        if (rep0 == 0 || dsum.makespan_s > out->decode_s) {
             out->decode_s = dsum.makespan_s;
             out->decode.makespan_s = dsum.makespan_s;
             out->decode.step_s = out->decode_step_s = dstep;

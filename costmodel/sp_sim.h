@@ -141,6 +141,9 @@ sp_status sp_sim_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, co
  * every replica from time 0: prefill_s the slowest replica's prefill,
  * decode_s and decode_step_s the replica with the longest decode's,
  * makespan_s the latest replica's end, events over every replica's chips.
+ * Experts split over replicas: the replicas run the prefill and each decode
+ * step together (the expert all-to-all joins them), each round from the
+ * same time and ending with the slowest replica's.
  * Micro-batches: each its own sequences and programs (sp_ragged_micro,
  * sp_sim_opts.mb_progs), the prefill and each decode step their flow shop
  * through the stages (a step: the micro-batches still generating), the

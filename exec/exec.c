@@ -292,6 +292,14 @@ static sp_status token_handoff(chip *ch, int32_t *cur, int64_t Br)
     return SP_OK;
 }
 
+/* The last decode step a ragged micro-batch q of the chip runs: its own longest gen; with
+ * experts split over replicas, its replicas' (they run each step together, a replica with
+ * no sequence left running it with none: sp_lower.h, "Ragged batches") */
+static int64_t ragged_last_step(const chip *ch, const sp_ragged *q)
+{
+    return ch->m->n_experts > 0 && ch->l->experts > 1 ? sp_ragged_peers_max_gen(q) : q->max_gen;
+}
+
 static sp_status chip_run(chip *ch)
 {
     sp_exec *ex = ch->ex;
@@ -353,7 +361,8 @@ static sp_status chip_run(chip *ch)
         else if (ex->ragged) {
             /* a ragged batch: each micro-batch's program is lowered below; a replica whose
              * sequences are all done idles until the others are */
-            idle = s > ch->rg.max_gen;
+            idle = 1;
+            for (int j = 0; j < l->microbatches; j++) idle &= s > ragged_last_step(ch, &ch->rgm[j]);
         } else {
             sp_shape sh = spi_shape_of(ex, 1, s);
             if ((st = sp_lower(ch->m, &ex->l, SP_PHASE_DECODE, &sh, ch->stage, dstep))) break;
@@ -376,7 +385,7 @@ static sp_status chip_run(chip *ch)
                  * generating (sp_lower_ragged); one whose sequences all finished sits out, on
                  * every stage alike.  The prefill's pass i (prefill_chunk) its own sequences */
                 const sp_ragged *q = &ch->rgm[mb];
-                if (s > q->max_gen) continue;
+                if (s > ragged_last_step(ch, q)) continue;
                 sp_shape sh = spi_shape_of(ex, s > 0, s);
                 if (s == 0) sh.q_len = sh.context = q->max_prompt;
                 if ((st = sp_lower_ragged(ch->m, &ex->l, s ? SP_PHASE_DECODE : SP_PHASE_PREFILL, &sh, q, s ? s : i,

@@ -659,9 +659,8 @@ static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
 /* ---- ragged batches (sp_lower.h, "Ragged batches") ----
  * Whether batch sequence b runs in pass p, and then its tokens and first
  * position: the one rule sp_lower_ragged_seq and the step figures follow. */
-static int ragged_at(const sp_program *p, int64_t b, int64_t *q_len, int64_t *pos0)
+static int ragged_at_in(const sp_program *p, const sp_ragged *r, int64_t b, int64_t *q_len, int64_t *pos0)
 {
-    const sp_ragged *r = p->ragged;
     if (p->phase == SP_PHASE_PREFILL) {
         /* prefill pass `step` (prefill_chunk: sequences [step·pass_seqs, (step + 1)·pass_seqs);
          * unchunked: pass 0 of every sequence) */
@@ -672,6 +671,34 @@ static int ragged_at(const sp_program *p, int64_t b, int64_t *q_len, int64_t *po
     *q_len = 1;
     *pos0 = r->prompt[b] + p->step - 1;
     return sp_ragged_active(r, b, p->step);
+}
+
+static int ragged_at(const sp_program *p, int64_t b, int64_t *q_len, int64_t *pos0)
+{
+    return ragged_at_in(p, p->ragged, b, q_len, pos0);
+}
+
+/* Experts split over replicas (experts = replicas > 1) with a ragged batch: micro-batch
+ * mb of every replica runs each prefill pass and decode step together, the expert
+ * all-to-alls joining them (a replica whose micro-batch has no sequence left in a step
+ * still runs it, with no rows).  The view's peers: micro-batch mb of each replica
+ * (sp_ragged_micro).  *t_max, *t_sum: their tokens in this pass or step (ragged_at_in),
+ * the most and the sum; *last: the last decode step any of them runs. */
+static sp_status ragged_peers(const sp_program *p, int64_t *t_max, int64_t *t_sum, int64_t *last)
+{
+    const sp_ragged *r = p->ragged;
+    *t_max = *t_sum = *last = 0;
+    for (int g = 0; g < r->replicas; g++) {
+        sp_ragged v;
+        SP_CHECK(sp_ragged_micro(r->whole, r->replicas, r->microbatches, g, r->mb, &v));
+        int64_t t = 0, q, pos0;
+        for (int64_t b = 0; b < v.n; b++)
+            if (ragged_at_in(p, &v, b, &q, &pos0)) t += q;
+        if (t > *t_max) *t_max = t;
+        *t_sum += t;
+    }
+    *last = sp_ragged_peers_max_gen(r);
+    return SP_OK;
 }
 
 void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0)
@@ -1786,9 +1813,17 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
          * (T rows, the slots per expert from T) as every token-parallel step does.  Experts split
          * over replicas would join replicas whose sequences, tokens and decode steps differ in
          * one all-to-all */
-        if (m->n_experts > 0 && l->experts > 1)
-            BAD("ragged batches of model %s with experts=%d (mixture of experts split over replicas, each with its "
-                "own sequences): not implemented (experts=1 is)", m->name, l->experts);
+        int ep = m->n_experts > 0 && l->experts > 1;
+        /* experts over replicas: the replicas' units run together, priced as the slowest's
+         * (ragged_round); with more units per micro-batch than one the cost model's and the
+         * simulator's compositions would differ, so those are refused */
+        if (ep && (l->stages > 1 || l->microbatches > 1 || l->prefill_chunk))
+            BAD("ragged batches of model %s with experts=%d and %d stages × %d micro-batches, prefill_chunk %d: not "
+                "implemented (the replicas run each pass together; with one stage, one micro-batch and no "
+                "prefill_chunk it is)", m->name, l->experts, l->stages, l->microbatches, l->prefill_chunk);
+        if (ep && (!r->whole || r->replicas != l->replicas || r->microbatches != l->microbatches))
+            BAD("ragged batches of model %s with experts=%d: the program needs its micro-batch's place in the batch "
+                "(sp_ragged_micro), whose replicas run it together", m->name, l->experts);
         for (int ph = 0; ph < SP_PHASE_COUNT; ph++) {
             if (both[ph]->nN > 1 && both[ph]->nG > 1 && l->phase[ph].attn == SP_AL_BATCH)
                 BAD("ragged batches with %s and batch-sharded attention in %s (sequence blocks split again over "
@@ -1821,10 +1856,14 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             c->T = 0;
             for (int64_t b = step * p->pass_seqs; b < (step + 1) * p->pass_seqs; b++) c->T += r->prompt[b];
         } else {
-            if (shape->q_len != 1 || step < 1 || step > r->max_gen)
+            /* experts over replicas: the steps of every replica's micro-batch (ragged_peers) */
+            int64_t last = r->max_gen, t_max, t_sum;
+            sp_status pe = ep ? ragged_peers(p, &t_max, &t_sum, &last) : SP_OK;
+            if (pe) return pe;
+            if (shape->q_len != 1 || step < 1 || step > last)
                 BAD("ragged decode step %lld (tokens %lld): steps run 1 .. %lld, one token each",
-                    (long long)step, (long long)shape->q_len, (long long)r->max_gen);
-            int64_t ctx_max = 0;
+                    (long long)step, (long long)shape->q_len, (long long)last);
+            int64_t ctx_max = 1;   /* no sequence left (ragged_peers): its q_len alone, attending nothing */
             for (int64_t b = 0; b < r->n; b++)
                 if (sp_ragged_active(r, b, step) && r->prompt[b] + step > ctx_max) ctx_max = r->prompt[b] + step;
             c->seqs = c->T = p->pass_seqs = sp_ragged_active_count(r, step);
@@ -1883,10 +1922,16 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                     sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
         c->experts_local = m->n_experts / N;
         double distinct, q_max;
-        sp_model_moe_routing(m, (double)N * (double)c->T, &distinct, &q_max);
+        /* the tokens routed in one step over the N replicas, and those that size the slots (a
+         * ragged batch's replicas differ: the most of any, ragged_peers, so every source's
+         * blocks of the all-to-all have the same slots) */
+        int64_t t_cap = c->T, t_all = c->T * N, last;
+        sp_status pe = rg && N > 1 ? ragged_peers(p, &t_cap, &t_all, &last) : SP_OK;
+        if (pe) return pe;
+        sp_model_moe_routing(m, (double)t_all, &distinct, &q_max);
         c->experts_active = distinct / N;
-        double sl = ceil(l->capacity * (double)c->T * q_max);
-        c->slots = sl >= (double)c->T ? c->T : sl < 1 ? 1 : (int64_t)sl;
+        double sl = ceil(l->capacity * (double)t_cap * q_max);
+        c->slots = sl >= (double)t_cap ? t_cap : sl < 1 ? 1 : (int64_t)sl;
     } else if (l->experts != 1 || l->capacity != 1.0) {
         BAD("experts=%d, capacity=%g: model %s has no experts", l->experts, l->capacity, m->name);
     }

@@ -381,7 +381,24 @@ sp_status sp_ragged_micro(const sp_ragged *r, int replicas, int microbatches, in
                                    "(micro-batch %d of replica %d)",
                         (long long)r->n, replicas, microbatches, mb, rep);
     int64_t per = r->n / ((int64_t)replicas * microbatches);
-    return sp_ragged_slice(r, ((int64_t)rep * microbatches + mb) * per, per, out);
+    SP_CHECK(sp_ragged_slice(r, ((int64_t)rep * microbatches + mb) * per, per, out));
+    out->whole = r;
+    out->replicas = replicas;
+    out->microbatches = microbatches;
+    out->rep = rep;
+    out->mb = mb;
+    return SP_OK;
+}
+
+int64_t sp_ragged_peers_max_gen(const sp_ragged *v)
+{
+    int64_t last = v->max_gen;
+    for (int g = 0; v->whole && g < v->replicas; g++) {
+        sp_ragged u;
+        if (sp_ragged_micro(v->whole, v->replicas, v->microbatches, g, v->mb, &u) == SP_OK && u.max_gen > last)
+            last = u.max_gen;
+    }
+    return last;
 }
 
 int64_t sp_ragged_active_count(const sp_ragged *r, int64_t s)

@@ -104,8 +104,17 @@
  * Mixture of experts: the router, ROUTE, DISPATCH, the experts and
  * COMBINE run on the pass's T packed rows (the slots per expert S from T,
  * the experts expected active from T tokens), as every token-parallel
- * step; every replica holds every expert (experts = 1), so no expert
- * all-to-all joins replicas whose sequences differ.
+ * step.  Experts split over replicas (experts = N = replicas): the
+ * replicas' sequences differ, but every MoE layer's all-to-all joins them,
+ * so micro-batch j of every replica runs each prefill pass and decode step
+ * together (sp_ragged_peers_max_gen: the steps of the longest gen among
+ * them; a replica with no sequence left runs a step with no rows, its
+ * all-to-alls sending only the counts).  The program is lowered from the
+ * micro-batch's view (sp_ragged_micro, which names its place in the batch):
+ * the slots per expert S follow the most tokens of any replica in the pass
+ * (every source's block of the all-to-all has S slots), the experts
+ * expected active the tokens of all of them.  Lowered with one stage, one
+ * micro-batch and no prefill_chunk (the others refused by name).
  * Chunked prefill (prefill_chunk = C): pass i (sp_program.step) is the
  * ragged sub-batch of sequences [i·C, (i+1)·C) of the micro-batch, packed
  * (T = their Σ prompt_b), each in its own slot of the micro-batch's cache;
@@ -116,8 +125,8 @@
  * Ragged batches lower for any micro-batches, prefill_chunk (not
  * prefill_tokens), offload
  * (offload_kv with head-sharded attention and ws1d or ws2d FFNs only: each
- * chip holds every sequence's slot), dense and MoE models (experts = 1:
- * experts split over replicas are refused), the KV cache written
+ * chip holds every sequence's slot), dense and MoE models (experts split
+ * over replicas with one stage, one micro-batch, unchunked), the KV cache written
  * where decode reads it (or that SLICE), and with weight-gathered FFNs,
  * head-sharded attention or heads that are not split; the others are
  * refused by name.

@@ -39,6 +39,10 @@ typedef struct sp_ragged {
     int64_t max_prompt, max_gen, max_context;   /* max_context = max_b prompt_b + gen_b */
     int64_t sum_prompt, sum_gen;
     int view;                  /* 1: prompt and gen are borrowed from another (sp_ragged_slice) */
+    /* sp_ragged_micro's view: the batch it is micro-batch mb of replica rep of, split into
+     * replicas × microbatches (borrowed; NULL for any other) */
+    const struct sp_ragged *whole;
+    int replicas, microbatches, rep, mb;
 } sp_ragged;
 
 /* Reads a workload file: JSON ({"sequences": [{"prompt": P, "gen": G}, ...]},
@@ -62,9 +66,15 @@ sp_status sp_ragged_slice(const sp_ragged *r, int64_t first, int64_t n, sp_ragge
  * `replicas` replicas of `microbatches` micro-batches each, as a uniform
  * batch does: consecutive blocks of n / (replicas · microbatches)
  * sequences, micro-batch mb of replica rep the (rep · microbatches + mb)-th
- * (a view, sp_ragged_slice).  SP_EINVAL when n does not split so. */
+ * (a view, sp_ragged_slice, with `whole` = r and its place).  SP_EINVAL when n
+ * does not split so. */
 sp_status sp_ragged_micro(const sp_ragged *r, int replicas, int microbatches, int rep, int mb, sp_ragged *out);
 
+/* The longest gen of micro-batch v->mb over every replica (v from sp_ragged_micro; any
+ * other view: its own max_gen): the last decode step that micro-batch runs when its
+ * replicas run each step together (experts split over replicas, sp_lower.h "Ragged
+ * batches"). */
+int64_t sp_ragged_peers_max_gen(const sp_ragged *v);
 /* Decode step s (1 .. max_gen): 1 if sequence b takes part (gen_b >= s). */
 static inline int sp_ragged_active(const sp_ragged *r, int64_t b, int64_t s) { return r->gen[b] >= s; }
 /* Sequences taking part in decode step s. */

@@ -483,6 +483,11 @@ static const struct price_case {
                           "decode=ws1d/heads", 8, 256, 32},
     {"palm-62b", "tpu-v4", "prefill_chunk=4,replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 16, 512, 16},
     {"mixtral-8x7b", "h100", "prefill_chunk=2,mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
+    /* experts split over replicas: the replicas in lockstep, alike when the lengths are */
+    {"mixtral-8x7b", "h100", "replicas=2,experts=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
+    {"mixtral-8x7b", "h100", "replicas=4,experts=4,capacity=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,"
+                             "decode=ws1d/heads", 16, 256, 16},
+    {"qwen1.5-moe-a2.7b", "h100", "replicas=2,experts=2,mesh=2x2x1,weights=bf16,prefill=ws2d/batch,decode=ws2d/batch", 8, 256, 32},
 };
 
 START_TEST(test_equal_lengths_price_as_padded)
@@ -705,6 +710,61 @@ START_TEST(test_simulate_replicas)
     ck_assert_int_eq(t.prefill.events + t.decode.events, events);
     double e0 = pf[0] + sum[0], e1 = pf[1] + sum[1];
     ck_assert_msg(fabs(t.makespan_s - (e0 > e1 ? e0 : e1)) <= 1e-9 * t.makespan_s, "makespan %.12g", t.makespan_s);
+    sp_ragged_free(&r);
+}
+END_TEST
+
+/* Experts split over 2 replicas (replica 0: prompts 3, 7, gens 4, 2; replica 1: 1, 5 and 6, 3):
+ * the replicas run each pass and step together, so the prefill is the slower replica's, each
+ * decode step the slower replica's program (replica 0's steps 5 and 6 with no rows), the steps
+ * one after another; the simulator agrees, and the closed form to 1 %. */
+START_TEST(test_experts_lockstep)
+{
+    sp_model m;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("tiny-moe", &m, &err), SP_OK);
+    sp_hw hw = h100();
+    sp_layout l = layout_of("replicas=2,experts=2,capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                            "decode=ws1d/heads");
+    sp_ragged r = four_seqs();
+    sp_cost c;
+    sp_sim_times t;
+    simulate_beside(&m, &hw, &l, &r, &c, &t);
+    static sp_program p;
+    sp_ragged v[2];
+    double pf = 0, dsum = 0;
+    for (int g = 0; g < 2; g++) {
+        ck_assert_int_eq(sp_ragged_micro(&r, 2, 1, g, 0, &v[g]), SP_OK);
+        sp_shape ps = {4, v[g].max_prompt, v[g].max_prompt, r.max_context, SP_DT_BF16, 0};
+        ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &v[g], 0, 0, &p), SP_OK);
+        sp_phase_cost pc;
+        sp_cost_program(&p, &hw, 0, &pc);
+        pf = fmax(pf, pc.time_s);
+    }
+    ck_assert_int_eq(sp_ragged_peers_max_gen(&v[0]), 6);
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_BF16, 0};
+    for (int64_t s = 1; s <= 6; s++) {
+        double step = 0;
+        for (int g = 0; g < 2; g++) {
+            ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &v[g], s, 0, &p) == SP_OK, "%s",
+                          sp_last_error());
+            ck_assert_int_eq(p.pass_seqs, sp_ragged_active_count(&v[g], s));   /* replica 0 after step 4: none */
+            sp_phase_cost pc;
+            sp_cost_program(&p, &hw, 0, &pc);
+            step = fmax(step, pc.time_s);
+        }
+        dsum += step;
+    }
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &v[0], 7, 0, &p), SP_EINVAL);
+    ck_assert_msg(fabs(c.prefill_s - pf) <= 1e-9 * pf, "prefill %.12g, the slower replica's %.12g", c.prefill_s, pf);
+    ck_assert_msg(fabs(t.decode_s - dsum) <= 1e-9 * dsum, "simulated decode %.12g, the steps' %.12g", t.decode_s, dsum);
+    ck_assert_msg(fabs(c.decode_s - dsum) <= 1e-2 * dsum, "decode %.12g, the steps' %.12g", c.decode_s, dsum);
+    /* a replica's view alone (not sp_ragged_micro's) cannot say which replicas run with it */
+    sp_ragged alone;
+    ck_assert_int_eq(sp_ragged_slice(&r, 0, 2, &alone), SP_OK);
+    sp_shape ps = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
+    ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &alone, 0, 0, &p), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "place in the batch"), "%s", sp_last_error());
     sp_ragged_free(&r);
 }
 END_TEST
@@ -1077,6 +1137,19 @@ static const struct run_case {
     {"tiny-moe-every2", "capacity=4,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
     {"tiny-moe-every2", "capacity=4,microbatches=2,mesh=4x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-moe", "capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    /* experts split over replicas (replica 0: prompts 3, 7, gens 4, 2; replica 1: 1, 5 and 6, 3): the
+     * replicas run each step together, replica 0 with no rows in steps 5 and 6; the all-to-all's
+     * bytes as the actual routing says */
+    {"tiny-moe", "capacity=4,replicas=2,experts=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe", "capacity=4,replicas=2,experts=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
+    {"tiny-moe", "capacity=4,replicas=4,experts=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-moe", "capacity=4,replicas=2,experts=2,mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/heads"},
+    {"tiny-moe-shared", "capacity=4,replicas=2,experts=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                        "decode=ws1d/heads"},
+    {"tiny-moe-every2", "capacity=4,replicas=4,experts=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                        "decode=ws1d/heads"},
+    {"tiny-moe-every2", "capacity=4,replicas=2,experts=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,"
+                        "decode=ws1d/batch"},
     /* prefill_chunk: each pass a ragged sub-batch of consecutive sequences (passes of 1 and 2 of 4) */
     {"tiny-llama", "prefill_chunk=1,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
@@ -1166,8 +1239,12 @@ START_TEST(test_exec_each_sequence_alone)
         ck_assert_int_eq(st.measured_bytes[k], st.predicted_bytes[k]);
         ck_assert_int_eq(st.measured_recv[k], st.predicted_recv[k]);
         meas += st.measured_bytes[k];
-        pred += st.predicted_bytes[k];
+        /* the programs' figures: the expected ones (the expert all-to-all's prediction follows
+         * the actual routing, its expected value the router's law, as for a padded batch) */
+        pred += st.expected_bytes[k];
+        if (k != SP_COLL_ALLTOALL || l.experts == 1) ck_assert_int_eq(st.expected_bytes[k], st.predicted_bytes[k]);
     }
+    if (l.experts > 1) ck_assert(st.predicted_bytes[SP_COLL_ALLTOALL] > 0);
     static sp_program pf, dc, tmp;
     int64_t tp = (int64_t)l.mesh[0] * l.mesh[1] * l.mesh[2], most = 0;
     const int M = l.microbatches > 1 ? l.microbatches : 1;
@@ -1189,7 +1266,10 @@ START_TEST(test_exec_each_sequence_alone)
                     ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &psh, &v[j], u, stg, &pf), SP_OK);
                     want += program_bytes(&pf, tp);
                 }
-                for (int64_t s = 1; s < MG && s <= v[j].max_gen; s++) {
+                /* experts over replicas: every replica runs the steps of the longest gen (with no
+                 * sequence left, no rows) */
+                int64_t last = l.experts > 1 ? sp_ragged_peers_max_gen(&v[j]) : v[j].max_gen;
+                for (int64_t s = 1; s < MG && s <= last; s++) {
                     ck_assert_int_eq(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dsh, &v[j], s, stg, &tmp), SP_OK);
                     ck_assert_int_eq(tmp.pass_seqs, sp_ragged_active_count(&v[j], s));
                     want += program_bytes(&tmp, tp);
@@ -1261,13 +1341,22 @@ START_TEST(test_exec_refused)
     ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_NCCL, &ex), SP_EINVAL);
     ck_assert_msg(strstr(sp_last_error(), "ragged batches on the CUDA executor"), "%s", sp_last_error());
     sp_weights_free(&w);
-    /* experts split over replicas: each replica's own sequences in one all-to-all */
+    /* experts split over replicas with micro-batches (or stages, or prefill passes) */
     ck_assert_int_eq(sp_model_find("tiny-moe", &m, &err), SP_OK);
     ck_assert_int_eq(sp_weights_build_random(&m, 3, &w), SP_OK);
-    l = layout_of("replicas=2,experts=2,capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads");
-    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
-    ck_assert_msg(strstr(sp_last_error(), "ragged batches of model tiny-moe with experts=2") &&
-                      strstr(sp_last_error(), "not implemented"), "%s", sp_last_error());
+    l = layout_of("replicas=2,experts=2,microbatches=2,capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                  "decode=ws1d/heads");
+    const int64_t P4[4] = {3, 5, 2, 2}, G4[4] = {2, 4, 1, 1};
+    sp_ragged r4;
+    ck_assert_int_eq(sp_ragged_from(P4, G4, 4, &r4), SP_OK);
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r4, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "ragged batches of model tiny-moe with experts=2 and 1 stages × 2 "
+                                          "micro-batches, prefill_chunk 0: not implemented"), "%s", sp_last_error());
+    l = layout_of("replicas=2,experts=2,prefill_chunk=1,capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
+                  "decode=ws1d/heads");
+    ck_assert_int_eq(sp_exec_build_ragged(&m, &l, &r4, &w, SP_COMM_BACKEND_THREADS, &ex), SP_EINVAL);
+    ck_assert_msg(strstr(sp_last_error(), "prefill_chunk 1: not implemented"), "%s", sp_last_error());
+    sp_ragged_free(&r4);
     sp_ragged_free(&r);
     sp_weights_free(&w);
 }
@@ -1293,6 +1382,7 @@ int main(void)
     tcase_add_loop_test(tc, test_microbatches, 0, 2);
     tcase_add_loop_test(tc, test_microbatches_models, 0, 8);
     tcase_add_test(tc, test_prefill_chunk);
+    tcase_add_test(tc, test_experts_lockstep);
     tcase_add_test(tc, test_refused_by_name);
     tcase_add_loop_test(tc, test_plan_workload, 0, 2);
     suite_add_tcase(s, tc);

@@ -150,15 +150,17 @@ done
 # mixture of experts (every replica every expert): the packed tokens through the router and experts
 RUNM="--model tiny-moe --workload $tmp/w.csv --seed 4 --json"
 i=0
-for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
+# experts split over replicas (moe3): the replicas run each step together
+for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           replicas=2,experts=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUNM --layout "capacity=4,weights=f32,kv=f32,$lay" >"$tmp/moe$i.json" 2>"$tmp/r.err" &&
         json_check '$1 == 0 && $2 == $3' "$tmp/moe$i.json" "" /comm/mismatches /memory/allocated_bytes_per_chip \
         /memory/predicted_bytes_per_chip && json_same "$tmp/moe1.json" "$tmp/moe$i.json" /tokens ||
         { echo "FAIL: run --workload tiny-moe $lay"; cat "$tmp/r.err"; fail=$((fail + 1)); }
 done
-expect2 "run MoE experts over replicas" "ragged batches of model tiny-moe with experts=2" run $RUNM \
-    --layout capacity=4,replicas=2,experts=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads
+expect2 "run MoE experts over replicas, micro-batches" "tiny-moe with experts=2 and 1 stages × 2 micro-batches, prefill_chunk 0" \
+    run $RUNM --layout capacity=4,replicas=2,experts=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads
 expect2 "run bad workload" "bad1.csv:2:" run --model tiny-llama --workload "$tmp/bad1.csv" --layout mesh=1x1x1
 expect2 "run --workload --gen" "replaces --batch" run $RUN --gen 3 --layout mesh=1x1x1
 expect2 "run KV handoff" "ragged batches with a KV handoff" run $RUN \
@@ -211,6 +213,14 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
     json_same "$tmp/moe2.json" "$tmp/mpimoe.json" /tokens \
         /comm/measured_bytes /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpimoe.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, MoE, differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUNM \
+        --layout capacity=4,weights=f32,kv=f32,replicas=2,experts=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+        </dev/null >"$tmp/mpiep.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, experts over replicas: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/moe3.json" "$tmp/mpiep.json" /tokens /comm/measured_bytes /comm/predicted_bytes &&
+        json_check '$1 == 0 && $2 > 0' "$tmp/mpiep.json" "" /comm/mismatches /comm/measured_bytes/all-to-all ||
+        { echo "FAIL: mpirun run --workload, experts over replicas, differs from threads"; fail=$((fail + 1)); }
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
         timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
         --layout weights=f32,kv=f32,microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5 \
