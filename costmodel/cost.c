@@ -1423,8 +1423,9 @@ static sp_status ragged_round(const sp_model *m, const sp_hw *hw, const sp_layou
     return st;
 }
 
-/* One replica's sequences v of a ragged batch r on stage s: its micro-batches'
- * prefill and decode (each micro-batch its own programs, sp_ragged_micro),
+/* Replica rep's sequences of a ragged batch r on stage s (nrep > 1: replicas
+ * rep .. rep + nrep − 1, experts split over them, running together,
+ * ragged_round): its micro-batches' prefill and decode (each micro-batch its own programs, sp_ragged_micro),
  * its chips' memory (sp_lower_ragged_mem: every buffer the largest micro-batch's; the KV cache of
  * every micro-batch alike).  Stage 0 (all_stages) also composes the
  * replica's times over every stage: the prefill's flow shop, and decode's
@@ -1459,7 +1460,6 @@ static sp_status replica_price_ragged(const sp_model *m, const sp_hw *hw, const 
         st = sp_lower_ragged_mem(m, l, &pf_sh, &dc_sh, mb + (size_t)g * M, M, s, run_pf ? &p[0] : NULL, &p[1], &mem);
         if (!st && (g == 0 || mem.total > k->mem.total)) k->mem = mem;
     }
-
     for (int64_t s0 = 1; s0 <= v.max_gen && !st;) {
         int64_t s1 = sp_ragged_segment_end(&v, s0), t[2] = {0, 0}, by[2] = {0, 0};
         sp_phase_cost c[2];
@@ -1508,7 +1508,7 @@ static sp_status stage_price_ragged(const sp_model *m, const sp_hw *hw, const sp
     sp_status st = SP_OK;
     int64_t l0;
     /* experts split over replicas: every replica runs each pass and step together (ragged_round) */
-    const int nrep = m->n_experts > 0 && l->experts > 1 ? l->replicas : 1;
+    const int nrep = sp_lower_ragged_lockstep(m, l);
     memset(k, 0, sizeof *k);
     for (int rep = 0; rep < l->replicas && !st; rep += nrep) {
         stage_kind kr;

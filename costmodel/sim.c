@@ -518,7 +518,7 @@ sp_status sp_sim_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout
     /* experts split over replicas: the replicas run each pass and step together (the expert
      * all-to-all joins them; sp_lower.h, "Ragged batches"): a round ends when the slowest
      * replica's does.  Otherwise each replica on its own from time 0. */
-    const int nrep = m->n_experts > 0 && l->experts > 1 ? R : 1;
+    const int nrep = sp_lower_ragged_lockstep(m, l);
     for (int rep0 = 0; rep0 < R && !st; rep0 += nrep) {
         sp_ragged v;   /* the group's sequences */
         sp_sim_result pr, dsum;

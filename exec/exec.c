@@ -297,7 +297,7 @@ static sp_status token_handoff(chip *ch, int32_t *cur, int64_t Br)
  * no sequence left running it with none: sp_lower.h, "Ragged batches") */
 static int64_t ragged_last_step(const chip *ch, const sp_ragged *q)
 {
-    return ch->m->n_experts > 0 && ch->l->experts > 1 ? sp_ragged_peers_max_gen(q) : q->max_gen;
+    return sp_lower_ragged_lockstep(ch->m, ch->l) > 1 ? sp_ragged_peers_max_gen(q) : q->max_gen;
 }
 
 static sp_status chip_run(chip *ch)

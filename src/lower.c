@@ -701,6 +701,11 @@ static sp_status ragged_peers(const sp_program *p, int64_t *t_max, int64_t *t_su
     return SP_OK;
 }
 
+int sp_lower_ragged_lockstep(const sp_model *m, const sp_layout *l)
+{
+    return m->n_experts > 0 && l->experts > 1 ? l->replicas : 1;
+}
+
 void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0)
 {
     if (!p->ragged) {
@@ -1811,12 +1816,12 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                         sp_phase_name((sp_phase)ph));
         /* mixture of experts: the router, dispatch, experts and combine run on the packed tokens
          * (T rows, the slots per expert from T) as every token-parallel step does.  Experts split
-         * over replicas would join replicas whose sequences, tokens and decode steps differ in
-         * one all-to-all */
-        int ep = m->n_experts > 0 && l->experts > 1;
-        /* experts over replicas: the replicas' units run together, priced as the slowest's
-         * (ragged_round); with more units per micro-batch than one the cost model's and the
-         * simulator's compositions would differ, so those are refused */
+         * over replicas: the expert all-to-all joins replicas whose sequences differ, so their
+         * micro-batch runs each pass and step together (ragged_peers), priced as the slowest
+         * replica's (cost.c, ragged_round); with more than one unit per micro-batch (stages,
+         * micro-batches, prefill passes) the cost model's and the simulator's compositions of
+         * that lockstep would differ, so those are refused */
+        int ep = sp_lower_ragged_lockstep(m, l) > 1;
         if (ep && (l->stages > 1 || l->microbatches > 1 || l->prefill_chunk))
             BAD("ragged batches of model %s with experts=%d and %d stages × %d micro-batches, prefill_chunk %d: not "
                 "implemented (the replicas run each pass together; with one stage, one micro-batch and no "
@@ -1925,7 +1930,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         /* the tokens routed in one step over the N replicas, and those that size the slots (a
          * ragged batch's replicas differ: the most of any, ragged_peers, so every source's
          * blocks of the all-to-all have the same slots) */
-        int64_t t_cap = c->T, t_all = c->T * N, last;
+        int64_t t_cap = c->T, t_all = spi_ck_mul(&c->ck, "tokens routed per step", c->T, N), last;
         sp_status pe = rg && N > 1 ? ragged_peers(p, &t_cap, &t_all, &last) : SP_OK;
         if (pe) return pe;
         sp_model_moe_routing(m, (double)t_all, &distinct, &q_max);

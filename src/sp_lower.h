@@ -810,6 +810,10 @@ int64_t sp_lower_pass_seq(const sp_program *p, int64_t chunk, int64_t row);
  * this pass (*q_len: prefill prompt_b, decode 1) and first position (*pos0:
  * prefill 0, decode prompt_b + step − 1); context after the pass = pos0 +
  * q_len.  Also the uniform program's (row0 = i·q_len).  O(i). */
+/* How many replicas of a ragged batch run each prefill pass and decode step together: all
+ * of them when the model's experts are split over them (the expert all-to-all joins them;
+ * see "Ragged batches"), else 1 (each on its own). */
+int sp_lower_ragged_lockstep(const sp_model *m, const sp_layout *l);
 void sp_lower_ragged_seq(const sp_program *p, int64_t i, int64_t *seq, int64_t *row0, int64_t *q_len, int64_t *pos0);
 /* A ragged program's sequence blocks: the batch's sequences split into nblk
  * blocks of consecutive sequences (r->n / nblk each; a step's blocks are
