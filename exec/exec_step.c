@@ -308,7 +308,9 @@ static sp_status run_attn(chip *ch, const sp_step *s, int mb)
 /* counts a host copy: measured as the executor moved it, predicted as the step says */
 static void host_count(chip *ch, const sp_step *s, int64_t moved)
 {
-    int64_t pred = sp_lower_host_bytes(s, 0);
+    /* a ragged step's: the chip's block's own (the step's figure is the fullest block's) */
+    int64_t pred = s->ragged ? sp_lower_ragged_host_bytes(ch->prog, s, spi_aidx(ch, s->batch_axes))
+                             : sp_lower_host_bytes(s, 0);
     ch->host_meas += (uint64_t)moved;
     ch->host_pred += (uint64_t)pred;
     if (moved != pred) {
@@ -357,16 +359,17 @@ static int64_t kv_host_rows(chip *ch, int64_t li, int mb, int64_t t0, int64_t nt
 
 /* A ragged step's host copies (sp_lower.h, "Ragged batches"): each host-held sequence taking
  * part, its own rows: a load its stored tokens [0, pos0), a store its new ones [pos0, pos0 + q) */
-static int64_t kv_host_rows_ragged(chip *ch, int64_t li, int mb, int to_host)
+static int64_t kv_host_rows_ragged(chip *ch, const sp_step *s, int64_t li, int mb, int to_host)
 {
     const sp_program *p = ch->prog;
     int64_t dev = p->kv_seqs - p->kv_host_seqs, moved = 0;
     for (int64_t i = 0;; i++) {
-        int64_t b, row0, q, pos0;
-        sp_lower_ragged_seq(p, i, &b, &row0, &q, &pos0);
+        int64_t b, slot, row0, q, pos0;   /* the chip's block's i-th sequence taking part (ragged_seq) */
+        ragged_seq(ch, s, i, &b, &slot, &row0, &q, &pos0);
         if (b < 0) break;
-        if (b < dev) continue;
-        moved += to_host ? kv_host_seq_rows(ch, li, mb, b - dev, pos0, q, 1) : kv_host_seq_rows(ch, li, mb, b - dev, 0, pos0, 0);
+        if (slot < dev) continue;
+        moved += to_host ? kv_host_seq_rows(ch, li, mb, slot - dev, pos0, q, 1)
+                         : kv_host_seq_rows(ch, li, mb, slot - dev, 0, pos0, 0);
     }
     return moved;
 }
@@ -401,7 +404,7 @@ static sp_status run_host_load(chip *ch, const sp_step *s, int mb)
     }
     /* the host-held sequences' stored tokens, before this pass's */
     if (j >= p->n_layers) return spi_fail(SP_EINTERNAL, "host K/V of layer %lld of %lld", (long long)j, (long long)p->n_layers);
-    host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, j, mb, 0) : kv_host_rows(ch, j, mb, 0, s->context - s->q_len, 0));
+    host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, s, j, mb, 0) : kv_host_rows(ch, j, mb, 0, s->context - s->q_len, 0));
     return SP_OK;
 }
 
@@ -549,7 +552,7 @@ static sp_status run_step(chip *ch, const sp_step *s, int mb)
     case SP_STEP_KV_STORE: return run_kv_store(ch, s, mb);
     case SP_STEP_HOST_LOAD: return run_host_load(ch, s, mb);
     case SP_STEP_HOST_STORE:
-        host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, ch->li, mb, 1)
+        host_count(ch, s, s->ragged ? kv_host_rows_ragged(ch, s, ch->li, mb, 1)
                                     : kv_host_rows(ch, ch->li, mb, s->pos0, s->q_len, 1));
         return SP_OK;
     case SP_STEP_HOST_WAIT: return SP_OK;   /* the copies above are synchronous */

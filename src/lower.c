@@ -766,23 +766,47 @@ void sp_lower_ragged_blk_rows(const sp_program *p, int nblk, int blk, int64_t *r
         if (ragged_at(p, b, &q, &pos0)) *(b < blk * per ? row0 : rows) += q;
 }
 
-/* A ragged program's host-held sequences (offload_kv): the last kv_host_seqs slots of the
- * chip's cache, as a uniform batch offloads them.  A ragged cache has no sequence blocks over
- * chips (the lowering refuses them with offload_kv), so slot b is batch sequence b: which
- * sequences live in host memory follows their place in the batch, not their lengths (the
- * host bytes are then those sequences' own contexts; choosing the sequences by length is not
- * done).  Of them, those taking part in the pass: *n, their tokens stored before it
+/* A ragged program's host-held sequences (offload_kv): the last kv_host_seqs slots of each
+ * sequence block of the cache (kv_batch_axes: nblk blocks of kv_seqs consecutive sequences;
+ * one block when every chip holds every sequence), as a uniform batch offloads them, so
+ * which sequences live in host memory follows their place in the batch, not their lengths
+ * (the host bytes are then those sequences' own contexts; choosing them by length is not
+ * done).  Of block blk's, those taking part in the pass: *n, their tokens stored before it
  * (Σ pos0_b: a decode step loads them) and their new tokens (Σ q_len_b: it stores them). */
-static void ragged_host(const sp_program *p, int64_t *n, int64_t *stored, int64_t *rows)
+static void ragged_host(const sp_program *p, int blk, int64_t *n, int64_t *stored, int64_t *rows)
 {
     *n = *stored = *rows = 0;
-    for (int64_t b = p->kv_seqs - p->kv_host_seqs; b < p->kv_seqs; b++) {
+    int64_t b0 = blk * p->kv_seqs;
+    for (int64_t b = b0 + p->kv_seqs - p->kv_host_seqs; b < b0 + p->kv_seqs; b++) {
         int64_t q, pos0;
         if (!ragged_at(p, b, &q, &pos0)) continue;
         ++*n;
         *stored += pos0;
         *rows += q;
     }
+}
+
+/* The same, the most of any block (a step's figures: the fullest block's) */
+static void ragged_host_max(const sp_program *p, int64_t *n, int64_t *stored, int64_t *rows)
+{
+    int nblk = axes_size(&p->layout, p->kv_batch_axes);
+    *n = *stored = *rows = 0;
+    for (int g = 0; g < nblk; g++) {
+        int64_t a, b, c;
+        ragged_host(p, g, &a, &b, &c);
+        if (a > *n) *n = a;
+        if (b > *stored) *stored = b;
+        if (c > *rows) *rows = c;
+    }
+}
+
+int64_t sp_lower_ragged_host_bytes(const sp_program *p, const sp_step *s, int blk)
+{
+    if (!s->ragged) return s->host_bytes;
+    int64_t n, stored, rows;
+    ragged_host(p, blk, &n, &stored, &rows);
+    int64_t one = 2 * s->kv_heads * s->d_head * sp_dtype_bytes(p->layout.kv);
+    return one * (s->kind == SP_STEP_HOST_LOAD ? stored : rows);
 }
 
 /* The fullest of the nblk sequence blocks of the pass (sp_lower_ragged_blk_seq):
@@ -1059,10 +1083,11 @@ static void emit_attention(ctx *c, sp_steps *ss, int acc)
         if (c->p->ragged) {
             /* each host-held sequence taking part stores its own new rows (ragged_host) */
             int64_t n, stored, rows;
-            ragged_host(c->p, &n, &stored, &rows);
+            ragged_host_max(c->p, &n, &stored, &rows);
             s->ragged = 1;
             s->batch = n;
             s->m = rows;
+            axcpy(s->batch_axes, c->p->kv_batch_axes);
             s->host_bytes = spi_ck_mul4(&c->ck, "host bytes per step", 2 * rows, s->kv_heads, D, sp_dtype_bytes(c->l->kv));
         }
     }
@@ -1805,15 +1830,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                         "ws2d is)", sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
                         sp_phase_name((sp_phase)ph));
         /* offload_weights streams each layer's weights whatever the tokens: as for a uniform batch.
-         * offload_kv: the host-held slots' own tokens (ragged_host), when every chip holds every
-         * sequence's slot (sp_lower.h, "Ragged batches") */
-        if (l->offload_kv > 0)
-            for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
-                if (both[ph]->nN > 1 || l->phase[ph].attn == SP_AL_BATCH)
-                    BAD("ragged batches with offload_kv and %s/%s in %s (sequence blocks over chips, each chip's "
-                        "host-held sequences their own): not implemented (head-sharded attention with ws1d or ws2d is)",
-                        sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
-                        sp_phase_name((sp_phase)ph));
+         * offload_kv: each block's host-held slots' own tokens (ragged_host) */
         /* mixture of experts: the router, dispatch, experts and combine run on the packed tokens
          * (T rows, the slots per expert from T) as every token-parallel step does.  Experts split
          * over replicas: the expert all-to-all joins replicas whose sequences differ, so their
@@ -2272,9 +2289,10 @@ static sp_step *emit_host_load(ctx *c, sp_steps *ss, sp_buf dst, int on, sp_wkin
             /* each host-held sequence taking part: its own stored tokens (ragged_host), one more per
              * token of context */
             int64_t n, stored, rows, one = kv_host_tok_bytes(c) / p->kv_host_seqs;
-            ragged_host(p, &n, &stored, &rows);
+            ragged_host_max(p, &n, &stored, &rows);
             s->ragged = 1;
             s->batch = n;
+            axcpy(s->batch_axes, p->kv_batch_axes);
             s->host_tok_bytes = spi_ck_mul(&c->ck, "host bytes per step", one, n);
             s->host_bytes = spi_ck_mul(&c->ck, "host bytes per step", one, stored);
         }

@@ -92,15 +92,17 @@
  * fullest block's).
  * Offload: offload_weights streams the same layers' weights as for a
  * uniform batch (independent of the tokens).  offload_kv keeps the last
- * kv_host_seqs slots of each micro-batch's cache in host memory, as a
- * uniform batch does; with no sequence blocks over chips (the only case
- * lowered) slot b is sequence b of the micro-batch, so the host-held
- * sequences are chosen by their place in the batch, not their lengths.
- * Each taking part in the pass moves its own tokens: decode step s's
- * HOST_LOAD Σ_b (prompt_b + s − 1) tokens' K/V of the host-held b with
- * gen_b >= s (host_tok_bytes: one more token each per token of context),
- * HOST_STORE their new rows (prefill Σ_b prompt_b, decode one each); the
- * host arena holds every host-held slot at the longest context.
+ * kv_host_seqs slots of each cache block (kv_batch_axes: kv_seqs
+ * consecutive sequences of the micro-batch each) in host memory, as a
+ * uniform batch does, so the host-held sequences are chosen by their place
+ * in the batch, not their lengths.  Each taking part in the pass moves its
+ * own tokens: decode step s's HOST_LOAD Σ_b (prompt_b + s − 1) tokens' K/V
+ * of the host-held b with gen_b >= s (host_tok_bytes: one more token each
+ * per token of context), HOST_STORE their new rows (prefill Σ_b prompt_b,
+ * decode one each); the steps carry the fullest block's bytes (batch_axes =
+ * kv_batch_axes), a chip moves its own block's
+ * (sp_lower_ragged_host_bytes); the host arena holds every host-held slot
+ * at the longest context.
  * Mixture of experts: the router, ROUTE, DISPATCH, the experts and
  * COMBINE run on the pass's T packed rows (the slots per expert S from T,
  * the experts expected active from T tokens), as every token-parallel
@@ -123,9 +125,7 @@
  * order; sp_lower_ragged_mem envelopes every pass.  Only without sequence
  * blocks over chips (head-sharded attention, ws1d or ws2d FFNs).
  * Ragged batches lower for any micro-batches, prefill_chunk (not
- * prefill_tokens), offload
- * (offload_kv with head-sharded attention and ws1d or ws2d FFNs only: each
- * chip holds every sequence's slot), dense and MoE models (experts split
+ * prefill_tokens), offload, dense and MoE models (experts split
  * over replicas with one stage, one micro-batch, unchunked), the KV cache written
  * where decode reads it (or that SLICE), and with weight-gathered FFNs,
  * head-sharded attention or heads that are not split; the others are
@@ -596,6 +596,10 @@ int64_t sp_lower_step_layers(const sp_program *p, sp_prog_part part, const sp_st
 void sp_lower_step_elems(const sp_program *p, const sp_step *s, double out[SP_ELEM_COUNT]);
 /* Bytes a HOST_LOAD / HOST_STORE moves at context ctx (0: as lowered). */
 int64_t sp_lower_host_bytes(const sp_step *s, int64_t ctx);
+/* A ragged program's host copy of K/V (HOST_LOAD into SP_BUF_KVSTREAM, HOST_STORE; s->ragged):
+ * the bytes of the chip's block blk of the step's batch_axes (its host-held sequences' own
+ * tokens; the step's host_bytes are the fullest block's).  Other steps: s->host_bytes. */
+int64_t sp_lower_ragged_host_bytes(const sp_program *p, const sp_step *s, int blk);
 
 /* Lowers one phase of a layout for pipeline stage `stage` (0..stages-1).
  * The program describes one micro-batch on one chip; every chip of a stage

@@ -443,6 +443,36 @@ START_TEST(test_lowering_offload_kv)
 }
 END_TEST
 
+/* offload_kv over sequence blocks (batch-sharded attention on 2 chips: sequences 0, 1 | 2, 3):
+ * each block's last slot host-held, sequences 1 (prompt 7, gen 2) and 3 (prompt 5, gen 3).  A
+ * step carries the fullest block's bytes, each chip moves its own block's. */
+START_TEST(test_lowering_offload_kv_blocks)
+{
+    static sp_program p;
+    sp_model m = small_model();
+    sp_layout l = layout_of("mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5");
+    const int64_t P[4] = {3, 7, 1, 5}, G[4] = {4, 2, 6, 3};
+    sp_ragged r;
+    ck_assert_int_eq(sp_ragged_from(P, G, 4, &r), SP_OK);
+    sp_shape pf = {4, 7, 7, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &pf, &r, 0, 0, &p) == SP_OK, "%s", sp_last_error());
+    ck_assert_int_eq(p.kv_seqs, 2);
+    ck_assert_int_eq(p.kv_host_seqs, 1);
+    const sp_step *hs = find_step(&p.layer, SP_STEP_HOST_STORE);
+    int64_t tok = 2 * hs->kv_heads * m.d_head * 4;
+    ck_assert_int_eq(hs->host_bytes, 7 * tok);
+    ck_assert_int_eq(sp_lower_ragged_host_bytes(&p, hs, 0), 7 * tok);
+    ck_assert_int_eq(sp_lower_ragged_host_bytes(&p, hs, 1), 5 * tok);
+    sp_shape dc = {4, 1, r.max_context, r.max_context, SP_DT_F32, 0};
+    ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_DECODE, &dc, &r, 3, 0, &p) == SP_OK, "%s", sp_last_error());
+    const sp_step *hl = find_step(&p.pre, SP_STEP_HOST_LOAD);   /* sequence 1 has finished */
+    ck_assert_int_eq(hl->host_bytes, 7 * tok);
+    ck_assert_int_eq(sp_lower_ragged_host_bytes(&p, hl, 0), 0);
+    ck_assert_int_eq(sp_lower_ragged_host_bytes(&p, hl, 1), 7 * tok);
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* ---- pricing ---- */
 static const struct price_case {
     const char *model, *hw, *layout;
@@ -473,6 +503,8 @@ static const struct price_case {
     {"llama2-7b", "h100", "stages=2,microbatches=1,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads,"
                           "offload_weights=4,8,offload_kv=0.25", 8, 256, 32},
     {"palm-62b", "tpu-v4", "replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads,offload_kv=1", 16, 512, 16},
+    {"llama2-7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5", 8, 256, 32},
+    {"palm-62b", "tpu-v4", "mesh=2x2x2,weights=bf16,prefill=wg-xyz/batch,decode=ws2d/batch,offload_kv=0.25", 32, 1024, 32},
     /* mixture of experts (every replica every expert): the slots and active experts of the packed tokens */
     {"mixtral-8x7b", "h100", "mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
     {"mixtral-8x7b", "h100", "replicas=2,mesh=2x2x1,weights=bf16,capacity=2,prefill=ws2d/batch,decode=ws2d/batch", 8, 256, 16},
@@ -1030,8 +1062,6 @@ START_TEST(test_refused_by_name)
         {"mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch", "wg-x and batch-sharded attention"},
         {"mesh=1x1x1,prefill_tokens=7,prefill=ws1d/heads,decode=ws1d/heads", "prefill_tokens"},
         {"mesh=2x1x1,prefill_chunk=2,prefill=ws1d/batch,decode=ws1d/batch", "prefill_chunk and ws1d/batch"},
-        {"mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5", "offload_kv and ws1d/batch"},
-        {"mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads,offload_kv=0.5", "offload_kv and wg-x/heads"},
     };
     sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
@@ -1123,6 +1153,13 @@ static const struct run_case {
     {"tiny-llama", "stages=2,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,"
                    "offload_weights=1,1,offload_kv=0.5"},
     {"tiny-gpt2", "replicas=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads,offload_kv=0.5"},
+    /* offload_kv with sequence blocks over chips: each chip its block's host-held sequences (the
+     * last of each block), its own bytes over the host link */
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5"},
+    {"tiny-palm", "mesh=2x2x1,weights=f32,kv=f32,prefill=ws2d/heads,decode=ws2d/batch,offload_kv=1"},
+    {"tiny-llama", "mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads,offload_kv=0.5"},
+    {"tiny-llama", "mesh=2x2x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch,offload_kv=1"},
+    {"tiny-llama", "microbatches=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=1"},
     /* mixture of experts (capacity 4 = 8 experts / top-2: no token dropped, packed or alone): the
      * router and the experts see the packed tokens only; every replica holds every expert */
     {"tiny-moe", "capacity=4,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
@@ -1374,6 +1411,7 @@ int main(void)
     tcase_add_loop_test(tc, test_lowering_batch_blocks, 0, 2);
     tcase_add_loop_test(tc, test_lowering_wg_blocks, 0, 2);
     tcase_add_loop_test(tc, test_lowering_offload_kv, 0, 2);
+    tcase_add_test(tc, test_lowering_offload_kv_blocks);
     tcase_add_loop_test(tc, test_equal_lengths_price_as_padded, 0, (int)(sizeof price_cases / sizeof price_cases[0]));
     tcase_add_test(tc, test_decode_runs);
     tcase_add_test(tc, test_replicas_slowest);

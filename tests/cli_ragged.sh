@@ -133,7 +133,8 @@ for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws
            microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
            mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=2 \
            microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5 \
-           prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads; do
+           prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
+           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
@@ -165,8 +166,6 @@ expect2 "run bad workload" "bad1.csv:2:" run --model tiny-llama --workload "$tmp
 expect2 "run --workload --gen" "replaces --batch" run $RUN --gen 3 --layout mesh=1x1x1
 expect2 "run KV handoff" "ragged batches with a KV handoff" run $RUN \
     --layout mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch
-expect2 "run offload_kv, batch-sharded" "ragged batches with offload_kv and ws1d/batch" run $RUN \
-    --layout mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5
 if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
         timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
@@ -230,6 +229,15 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
         /comm/host_link_measured_bytes /comm/host_link_predicted_bytes &&
         json_check '$1 == 0' "$tmp/mpio.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, offload, differs from threads"; fail=$((fail + 1)); }
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+        --layout weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5 \
+        </dev/null >"$tmp/mpiob.json" 2>"$tmp/mpi.err" ||
+        { echo "FAIL: mpirun run --workload, offload_kv over blocks: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
+    json_same "$tmp/r13.json" "$tmp/mpiob.json" /tokens /comm/measured_bytes /comm/predicted_bytes \
+        /comm/host_link_measured_bytes /comm/host_link_predicted_bytes &&
+        json_check '$1 == 0' "$tmp/mpiob.json" /comm/mismatches ||
+        { echo "FAIL: mpirun run --workload, offload_kv over blocks, differs from threads"; fail=$((fail + 1)); }
 fi
 echo "cli_ragged: mpi part: $( test -n "${MPIRUN:-}" && echo ran || echo skipped)"
 [ $fail -eq 0 ] || exit 1
