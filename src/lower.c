@@ -662,11 +662,15 @@ static int64_t kv_heads_needed(const sp_model *m, int64_t Hp, int nG)
 static int ragged_at_in(const sp_program *p, const sp_ragged *r, int64_t b, int64_t *q_len, int64_t *pos0)
 {
     if (p->phase == SP_PHASE_PREFILL) {
-        /* prefill pass `step` (prefill_chunk: sequences [step·pass_seqs, (step + 1)·pass_seqs);
-         * unchunked: pass 0 of every sequence) */
+        /* prefill pass `step`: unchunked, every sequence; prefill_chunk, of each cache block
+         * (kv_seqs consecutive sequences, micro_batch / kv_seqs blocks) its k = pass_seqs /
+         * blocks sequences [step·k, (step + 1)·k), as a uniform batch's passes fill the blocks
+         * (sp_lower_pass_seq) */
         *q_len = r->prompt[b];
         *pos0 = 0;
-        return b / p->pass_seqs == p->step;
+        if (p->passes_seq <= 1) return 1;
+        int64_t k = p->pass_seqs / (p->micro_batch / p->kv_seqs);
+        return b % p->kv_seqs / k == p->step;
     }
     *q_len = 1;
     *pos0 = r->prompt[b] + p->step - 1;
@@ -1685,6 +1689,12 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
 /* Fills the context and the program's scalar fields and checks that the
  * layout applies; emits nothing.  quiet: no message (the planner probes
  * many layouts that do not apply). */
+/* the blocks decode's KV cache splits a micro-batch's sequences into (kv_batch_axes) */
+static int kv_blocks(const ctx *c, const sp_layout *l)
+{
+    return l->phase[SP_PHASE_DECODE].attn == SP_AL_BATCH ? (int)c->n : c->shd.nN;
+}
+
 #define BAD(...) return quiet ? SP_EINVAL : spi_fail(SP_EINVAL, __VA_ARGS__)
 /* a tensor mesh (X·Y·Z) larger than any torus or cluster sp_hw describes (2^24 chips) */
 #define SP_LOWER_MAX_MESH (1 << 24)
@@ -1822,13 +1832,10 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         if (l->prefill_tokens)
             BAD("ragged batches with prefill_tokens (token passes of each prompt): not implemented "
                 "(prefill_chunk is)");
-        if (l->prefill_chunk)
-            for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
-                if (both[ph]->nN > 1 || l->phase[ph].attn == SP_AL_BATCH)
-                    BAD("ragged batches with prefill_chunk and %s/%s in %s (sequence blocks over chips, which "
-                        "each pass would fill in part): not implemented (head-sharded attention with ws1d or "
-                        "ws2d is)", sp_ffn_layout_name(l->phase[ph].ffn), sp_attn_layout_name(l->phase[ph].attn),
-                        sp_phase_name((sp_phase)ph));
+        /* the cache blocks a chunked prefill's passes fill a share of each of (ragged_at; the KV
+         * geometry below sets the same; a pass that does not divide so is refused there) */
+        p->kv_seqs = p->micro_batch;
+        if (l->prefill_chunk && pass_seqs % kv_blocks(c, l) == 0) p->kv_seqs = p->micro_batch / kv_blocks(c, l);
         /* offload_weights streams each layer's weights whatever the tokens: as for a uniform batch.
          * offload_kv: each block's host-held slots' own tokens (ragged_host) */
         /* mixture of experts: the router, dispatch, experts and combine run on the packed tokens
@@ -1876,7 +1883,8 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
             /* the pass's sequences (pass_seqs of them; all of them unchunked), packed */
             c->seqs = p->pass_seqs;
             c->T = 0;
-            for (int64_t b = step * p->pass_seqs; b < (step + 1) * p->pass_seqs; b++) c->T += r->prompt[b];
+            for (int64_t b = 0, q, pos0; b < r->n; b++)
+                if (ragged_at(p, b, &q, &pos0)) c->T += q;
         } else {
             /* experts over replicas: the steps of every replica's micro-batch (ragged_peers) */
             int64_t last = r->max_gen, t_max, t_sum;
@@ -1897,7 +1905,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         if (c->sh.nN > 1) {
             int64_t seen, tok;
             ragged_blk_max(c, c->sh.nN, &c->T, &seen, &tok);
-            c->seqs = phase == SP_PHASE_PREFILL ? r->n / c->sh.nN : c->T;
+            c->seqs = phase == SP_PHASE_PREFILL ? p->pass_seqs / c->sh.nN : c->T;   /* the pass's, per block */
         }
         p->rag_rows = c->T;
         p->rag_seqs = c->seqs;
@@ -1913,7 +1921,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
                             (long long)seqs, both[ph]->nN * both[ph]->nG);
     }
     {
-        int kvdiv = l->phase[SP_PHASE_DECODE].attn == SP_AL_BATCH ? (int)c->n : c->shd.nN;
+        int kvdiv = kv_blocks(c, l);
         if (pass_seqs % kvdiv && l->prefill_chunk)
             BAD("prefill_chunk=%d: decode's KV cache (%s/%s) splits sequences %d ways; a pass must fill whole "
                 "blocks of it", l->prefill_chunk, sp_ffn_layout_name(l->phase[1].ffn),

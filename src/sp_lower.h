@@ -117,13 +117,14 @@
  * (every source's block of the all-to-all has S slots), the experts
  * expected active the tokens of all of them.  Lowered with one stage, one
  * micro-batch and no prefill_chunk (the others refused by name).
- * Chunked prefill (prefill_chunk = C): pass i (sp_program.step) is the
- * ragged sub-batch of sequences [i·C, (i+1)·C) of the micro-batch, packed
- * (T = their Σ prompt_b), each in its own slot of the micro-batch's cache;
- * the cost model and the simulator run the passes as jobs of the flow shop
- * (micro-batch 0's passes, then micro-batch 1's, ...), the executor in that
- * order; sp_lower_ragged_mem envelopes every pass.  Only without sequence
- * blocks over chips (head-sharded attention, ws1d or ws2d FFNs).
+ * Chunked prefill (prefill_chunk = C): pass i (sp_program.step) is a
+ * ragged sub-batch: of each of the cache's micro_batch / kv_seqs blocks its
+ * sequences [i·k, (i+1)·k) (k = C / blocks; one block: [i·C, (i+1)·C)), as
+ * a uniform batch's passes fill the blocks (sp_lower_pass_seq), packed (T =
+ * their Σ prompt_b; with sequence blocks the fullest block's), each in its
+ * own slot; the cost model and the simulator run the passes as jobs of the
+ * flow shop (micro-batch 0's passes, then micro-batch 1's, ...), the
+ * executor in that order; sp_lower_ragged_mem envelopes every pass.
  * Ragged batches lower for any micro-batches, prefill_chunk (not
  * prefill_tokens), offload, dense and MoE models (experts split
  * over replicas with one stage, one micro-batch, unchunked), the KV cache written

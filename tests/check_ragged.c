@@ -515,6 +515,8 @@ static const struct price_case {
                           "decode=ws1d/heads", 8, 256, 32},
     {"palm-62b", "tpu-v4", "prefill_chunk=4,replicas=2,mesh=2x2x1,weights=bf16,prefill=ws2d/heads,decode=ws2d/heads", 16, 512, 16},
     {"mixtral-8x7b", "h100", "prefill_chunk=2,mesh=4x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
+    {"llama2-7b", "h100", "prefill_chunk=4,mesh=4x1x1,weights=bf16,prefill=ws1d/batch,decode=ws1d/batch", 8, 512, 64},
+    {"llama2-7b", "h100", "prefill_chunk=2,mesh=2x1x1,weights=bf16,prefill=wg-x/heads,decode=wg-x/heads", 8, 512, 64},
     /* experts split over replicas: the replicas in lockstep, alike when the lengths are */
     {"mixtral-8x7b", "h100", "replicas=2,experts=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,decode=ws1d/heads", 8, 512, 32},
     {"mixtral-8x7b", "h100", "replicas=4,experts=4,capacity=2,mesh=2x1x1,weights=bf16,prefill=ws1d/heads,"
@@ -1006,6 +1008,33 @@ START_TEST(test_prefill_chunk)
 }
 END_TEST
 
+/* prefill_chunk=2 over 2 cache blocks (batch-sharded attention on 2 chips: sequences 0, 1 | 2, 3):
+ * pass i takes sequence i of each block, as a uniform batch's passes fill the blocks */
+START_TEST(test_prefill_chunk_blocks)
+{
+    sp_model m = small_model();
+    sp_layout l = layout_of("prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch");
+    sp_ragged r = four_seqs();   /* prompts 3 7 1 5 */
+    static sp_program p;
+    sp_shape ps = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
+    for (int u = 0; u < 2; u++) {
+        ck_assert_msg(sp_lower_ragged(&m, &l, SP_PHASE_PREFILL, &ps, &r, u, 0, &p) == SP_OK, "%s", sp_last_error());
+        int64_t seq, row0, out, q, pos0;
+        for (int i = 0; i < 2; i++) {
+            sp_lower_ragged_io(&p, i, &seq, &row0, &out, &q, &pos0);
+            ck_assert_int_eq(seq, 2 * i + u);   /* block i's sequence u */
+            ck_assert_int_eq(q, r.prompt[2 * i + u]);
+        }
+        sp_lower_ragged_io(&p, 2, &seq, &row0, &out, &q, &pos0);
+        ck_assert_int_eq(seq, -1);
+        const sp_step *kv = find_step(&p.layer, SP_STEP_KV_STORE);   /* the fullest block's rows */
+        ck_assert_int_eq(kv->m, u ? 7 : 3);
+        ck_assert_int_eq(find_step(&p.pre, SP_STEP_EMBED)->m, u ? 7 + 5 : 3 + 1);
+    }
+    sp_ragged_free(&r);
+}
+END_TEST
+
 /* Bundled models with micro-batches of mixed prompt and gen lengths, on one stage and on
  * two: the simulator's prefill and last step equal the closed form's; equal lengths price
  * as the padded batch (the prefill's flow shop of equal micro-batches is the uniform
@@ -1061,7 +1090,6 @@ START_TEST(test_refused_by_name)
         {"mesh=2x1x1,prefill=wg-x/heads,decode=ws2d/heads", "KV handoff"},
         {"mesh=2x2x1,prefill=wg-x/batch,decode=wg-x/batch", "wg-x and batch-sharded attention"},
         {"mesh=1x1x1,prefill_tokens=7,prefill=ws1d/heads,decode=ws1d/heads", "prefill_tokens"},
-        {"mesh=2x1x1,prefill_chunk=2,prefill=ws1d/batch,decode=ws1d/batch", "prefill_chunk and ws1d/batch"},
     };
     sp_shape pf = {4, 7, 7, r.max_context, SP_DT_BF16, 0};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
@@ -1200,6 +1228,15 @@ static const struct run_case {
     {"tiny-moe", "prefill_chunk=2,capacity=4,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/heads"},
     {"tiny-moe-every2", "prefill_chunk=1,capacity=4,microbatches=2,mesh=1x1x1,weights=f32,kv=f32,prefill=ws1d/heads,"
                         "decode=ws1d/heads"},
+    /* prefill_chunk over sequence blocks: pass i takes a share of each block (blocks 0, 1 | 2, 3: pass 0
+     * sequences 0 and 2, pass 1 sequences 1 and 3) */
+    {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch"},
+    {"tiny-palm", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/heads,decode=ws1d/batch"},
+    {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-x/heads,decode=wg-x/heads"},
+    {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=wg-xyz/batch,decode=ws2d/batch"},
+    {"tiny-gpt2", "prefill_chunk=2,stages=2,microbatches=1,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,"
+                  "decode=ws1d/batch"},
+    {"tiny-llama", "prefill_chunk=2,mesh=2x1x1,weights=f32,kv=f32,prefill=ws1d/batch,decode=ws1d/batch,offload_weights=2"},
 };
 
 /* bytes a program's collectives and pipeline sends send, summed over its chips and one pass's steps */
@@ -1420,6 +1457,7 @@ int main(void)
     tcase_add_loop_test(tc, test_microbatches, 0, 2);
     tcase_add_loop_test(tc, test_microbatches_models, 0, 8);
     tcase_add_test(tc, test_prefill_chunk);
+    tcase_add_test(tc, test_prefill_chunk_blocks);
     tcase_add_test(tc, test_experts_lockstep);
     tcase_add_test(tc, test_refused_by_name);
     tcase_add_loop_test(tc, test_plan_workload, 0, 2);

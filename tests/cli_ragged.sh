@@ -134,7 +134,8 @@ for lay in mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads mesh=2x1x1,prefill=ws
            mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=2 \
            microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5 \
            prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
-           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5; do
+           mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5 \
+           prefill_chunk=2,mesh=2x1x1,prefill=wg-x/heads,decode=wg-x/heads; do
     i=$((i + 1))
     "$SHARDPLAN" run $RUN --layout "weights=f32,kv=f32,$lay" >"$tmp/r$i.json" 2>"$tmp/r.err" ||
         { echo "FAIL: run --workload $lay: exit $?"; cat "$tmp/r.err"; fail=$((fail + 1)); continue; }
