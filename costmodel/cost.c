@@ -330,8 +330,9 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * (history: one slot a key, and keys that told more programs apart).  With
  * one thread it now lowers 50.3k of 47.9k distinct keys, where one slot a
  * key lowered 51.4k: the rest are decode programs the decode bound lowered,
- * evicted before the layout's full pricing (8192 slots would keep most, at
- * ~7 MB more to touch a worker).  The slots are not zeroed when a cache is made (a slot is read
+ * evicted before the layout's full pricing (8192 slots keep most, 1.7 % fewer
+ * instructions, but the plan took longer on one thread: ~7 MB more to touch a
+ * worker; doc/planner.md, "Against round 1").  The slots are not zeroed when a cache is made (a slot is read
  * only once memo.used says it was written): a caller without a cache makes
  * one per evaluation and pays for the slots it touches, not for all of
  * them (zeroed, 4096 slots cost bench_cost 4 % over 1024). */
