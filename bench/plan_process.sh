@@ -17,8 +17,8 @@
 # for this plan on one thread (callgrind, SHARDPLAN_THREADS=1) against round
 # 1's 456M (3.4x; 1693M, 3.7x, on main at 003f851 the same session); at load
 # ~6: median 241 ms against round 1's 46.6 ms run right after, floor 8 ms.
-# 2026-11-24, 02:30 UTC: 1532.0M instructions (one thread) against round 1's
-# 455.1M, measured in one session: 3.37x (main at 1bb8db7: 1542.9M, 3.39x).
+# 2026-11-24, 02:30 UTC: 1526.0M instructions (one thread) against round 1's
+# 455.1M, measured in one session: 3.35x (main at 1bb8db7: 1542.9M, 3.39x).
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
