@@ -332,10 +332,11 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * key lowered 51.4k: the rest are decode programs the decode bound lowered,
  * evicted before the layout's full pricing (8192 slots keep most, 1.7 % fewer
  * instructions, but the plan took longer on one thread: ~7 MB more to touch a
- * worker; doc/planner.md, "Against round 1").  The slots are not zeroed when a cache is made (a slot is read
- * only once memo.used says it was written): a caller without a cache makes
- * one per evaluation and pays for the slots it touches, not for all of
- * them (zeroed, 4096 slots cost bench_cost 4 % over 1024). */
+ * worker; doc/planner.md, "Against round 1").  The slots are not zeroed when
+ * a cache is made (a slot is read only once memo.used says it was written): a
+ * caller without a cache makes one per evaluation and pays for the slots it
+ * touches, not for all of them (zeroed, 4096 slots cost bench_cost 4 % over
+ * 1024). */
 typedef struct phase_key {
     sp_lower_key lk;
     int64_t first_ctx;          /* decode: context of the first generated token (prompt + 1) */
