@@ -36,10 +36,10 @@ static void help(void)
            "Measurement: weights are random (seed 1, fp32 before the layout's storage dtype);\n"
            "each case runs once untimed (warm-up), then R times (default 3) and more while the\n"
            "timed runs add up to less than S seconds (--min-seconds, default 2; at most 100 R);\n"
-           "the figure is the median over those runs of the executor's prefill wall time and\n"
-           "of its mean decode-step wall time (a typical run: whether a waiting chip sleeps\n"
-           "is chance, and the cost model prices the typical run); the minimum is reported\n"
-           "beside it (--json), and --statistic min compares with it instead.\n"
+           "the figure is the minimum over those runs of the executor's prefill wall time and\n"
+           "of its mean decode-step wall time (as calibrate's compute microbenchmarks take\n"
+           "theirs); the median is reported beside it (--json), and --statistic median\n"
+           "compares with it instead (the typical run).\n"
            "Prediction: sp_cost_eval with fp32 activations (the CPU executor's); decode step =\n"
            "decode_s / gen (the mean over the generated tokens).\n\n"
            "  --hw FILE      the profile (default: $SHARDPLAN_LOCAL_HW, from calibrate --backend)\n"
@@ -54,7 +54,7 @@ static void help(void)
            "                 src/sp_validate.h and doc/fidelity-local.md)\n"
            "  --repeat R     timed runs per case (default 3)\n"
            "  --min-seconds S  keep timing a case while its runs total under S (default 2)\n"
-           "  --statistic T  median (default) or min of the timed runs is the measured figure\n"
+           "  --statistic T  min (default) or median of the timed runs is the measured figure\n"
            "                 (with --measured: default the file's own)\n"
            "  --measured FILE  do not run: take the cases and their measured figures from an\n"
            "                 earlier `validate --json` output and price them on --hw (compare\n"
@@ -64,9 +64,9 @@ static void help(void)
 }
 
 
-/* The measured figure of a case: the median of its timed runs (the typical
- * run, which the cost model prices) or their minimum (--statistic min; what
- * the set reported before 2026-11-24); both are kept. */
+/* The measured figure of a case: the minimum of its timed runs (the
+ * statistic of calibrate's compute microbenchmarks) or their median
+ * (--statistic median: the typical run); both are kept. */
 typedef enum { STAT_MEDIAN, STAT_MIN, STAT_FILE } vstat;
 static const char *const stat_names[] = {"median", "min"};
 
@@ -403,7 +403,7 @@ int cli_cmd_validate(int argc, char **argv)
     long long repeat = 3;
     double min_s = 2.0;
     int json = 0, mpi = 0, cuda = 0, timing_given = 0, c, rc_cuda;
-    vstat stat = STAT_FILE;   /* median when measuring; the file's with --measured */
+    vstat stat = STAT_FILE;   /* the minimum when measuring; the file's with --measured */
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -449,7 +449,7 @@ int cli_cmd_validate(int argc, char **argv)
     if ((mpi || cuda) && measured_path)
         return cli_usage("validate", "--measured runs nothing: it takes no --backend %s", mpi ? "mpi" : "cuda");
     if (cuda && (rc_cuda = cli_cuda_check("validate"))) return rc_cuda;
-    if (!measured_path && stat == STAT_FILE) stat = STAT_MEDIAN;
+    if (!measured_path && stat == STAT_FILE) stat = STAT_MIN;
     if (cuda)   /* one GPU: the cases of one chip */
         return validate_job(hw_path, cases_path, NULL, SP_COMM_BACKEND_NCCL, 1, (int)repeat, min_s, stat, json);
     if (!mpi)
