@@ -334,6 +334,34 @@ static const char *const rows_class_keys[] = {"weights", "rows", NULL};
 
 #define C_(call) SP_CHECK(call)
 
+/* chip.<key>: 1 to SP_HW_EFF_POINTS pairs [chips per core, value] into x, y
+ * and *n (absent: *n untouched); their ranges are hw_validate_src's. */
+static sp_status read_share_pairs(const spi_jctx *c, const json_t *chip, const char *key, const char *what,
+                                  const char *pair, double *x, double *y, int *n_out)
+{
+    json_t *a;
+    SP_CHECK(spi_json_get_child(c, "/chip", chip, key, 0, JSON_ARRAY, &a));
+    if (!a) return SP_OK;
+    size_t n = json_array_size(a);
+    if (n < 1 || n > SP_HW_EFF_POINTS)
+        return spi_json_fail(c, SP_EINVAL, "/chip", key, "must hold 1 to %d points [chips per core, %s], got %zu",
+                             SP_HW_EFF_POINTS, what, n);
+    char at[64];
+    snprintf(at, sizeof at, "/chip/%s", key);
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(a, i);
+        char k[8];
+        snprintf(k, sizeof k, "%zu", i);
+        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
+            !json_is_number(json_array_get(p, 1)))
+            return spi_json_fail(c, SP_EINVAL, at, k, "must be a pair %s", pair);
+        x[i] = json_number_value(json_array_get(p, 0));
+        y[i] = json_number_value(json_array_get(p, 1));
+    }
+    *n_out = (int)n;
+    return SP_OK;
+}
+
 static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
 {
     json_t *pf;
@@ -355,46 +383,10 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
                         &hw->token_sync_s));
     C_(spi_json_get_num(c, "/chip", chip, "idle_wake_s", 0, 0, 0, 1, "seconds in [0, 1] per collective",
                         &hw->idle_wake_s));
-    json_t *wb;
-    C_(spi_json_get_child(c, "/chip", chip, "idle_wake_by_share", 0, JSON_ARRAY, &wb));
-    if (wb) {
-        size_t n = json_array_size(wb);
-        if (n < 1 || n > SP_HW_EFF_POINTS)
-            C_(spi_json_fail(c, SP_EINVAL, "/chip", "idle_wake_by_share",
-                             "must hold 1 to %d points [chips per core, seconds], got %zu", SP_HW_EFF_POINTS, n));
-        for (size_t i = 0; i < n; i++) {
-            json_t *p = json_array_get(wb, i);
-            char k[8];
-            snprintf(k, sizeof k, "%zu", i);
-            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
-                !json_is_number(json_array_get(p, 1)))
-                C_(spi_json_fail(c, SP_EINVAL, "/chip/idle_wake_by_share", k,
-                                 "must be a pair [chips per core >= 1, seconds in [0, 1]]"));
-            hw->wake_share[i] = json_number_value(json_array_get(p, 0));
-            hw->wake_s[i] = json_number_value(json_array_get(p, 1));
-        }
-        hw->wake_points = (int)n;
-    }
-    json_t *sb;
-    C_(spi_json_get_child(c, "/chip", chip, "compute_stretch_by_share", 0, JSON_ARRAY, &sb));
-    if (sb) {
-        size_t n = json_array_size(sb);
-        if (n < 1 || n > SP_HW_EFF_POINTS)
-            C_(spi_json_fail(c, SP_EINVAL, "/chip", "compute_stretch_by_share",
-                             "must hold 1 to %d points [chips per core, factor], got %zu", SP_HW_EFF_POINTS, n));
-        for (size_t i = 0; i < n; i++) {
-            json_t *p = json_array_get(sb, i);
-            char k[8];
-            snprintf(k, sizeof k, "%zu", i);
-            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
-                !json_is_number(json_array_get(p, 1)))
-                C_(spi_json_fail(c, SP_EINVAL, "/chip/compute_stretch_by_share", k,
-                                 "must be a pair [chips per core > 1, factor in (0, 16]]"));
-            hw->stretch_share[i] = json_number_value(json_array_get(p, 0));
-            hw->stretch[i] = json_number_value(json_array_get(p, 1));
-        }
-        hw->stretch_points = (int)n;
-    }
+    C_(read_share_pairs(c, chip, "idle_wake_by_share", "seconds", "[chips per core >= 1, seconds in [0, 1]]",
+                        hw->wake_share, hw->wake_s, &hw->wake_points));
+    C_(read_share_pairs(c, chip, "compute_stretch_by_share", "factor", "[chips per core > 1, factor in (0, 16]]",
+                        hw->stretch_share, hw->stretch, &hw->stretch_points));
     json_t *ae;
     C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
     if (ae) {
