@@ -350,7 +350,7 @@ static sp_status read_share_pairs(const spi_jctx *c, const json_t *chip, const c
     snprintf(at, sizeof at, "/chip/%s", key);
     for (size_t i = 0; i < n; i++) {
         json_t *p = json_array_get(a, i);
-        char k[8];
+        char k[24];   /* a size_t's digits */
         snprintf(k, sizeof k, "%zu", i);
         if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
             !json_is_number(json_array_get(p, 1)))
@@ -458,7 +458,7 @@ static sp_status read_curve(const spi_jctx *c, const char *prefix, const json_t 
                              SP_HW_EFF_POINTS, xname, n);
     for (size_t i = 0; i < n; i++) {
         json_t *p = json_array_get(arr, i);
-        char k[8];
+        char k[24];   /* a size_t's digits */
         snprintf(k, sizeof k, "%zu", i);
         if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
             !json_is_number(json_array_get(p, 1)))
