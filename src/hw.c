@@ -334,32 +334,45 @@ static const char *const rows_class_keys[] = {"weights", "rows", NULL};
 
 #define C_(call) SP_CHECK(call)
 
-/* chip.<key>: 1 to SP_HW_EFF_POINTS pairs [chips per core, value] into x, y
- * and *n (absent: *n untouched); their ranges are hw_validate_src's. */
+/* 1..SP_HW_EFF_POINTS pairs [x, y] of arr, the array at `prefix`, into x, y
+ * and *n_out; `head` names a point in the count's error ("FLOPs,
+ * efficiency"), `pair` a pair in an element's ("[FLOPs > 0, efficiency in
+ * (0, 1]]").  Ranges are hw_validate_src's. */
+static sp_status read_points(const spi_jctx *c, const char *prefix, const json_t *arr, const char *head,
+                             const char *pair, int *n_out, double *x, double *y)
+{
+    size_t n = json_array_size(arr);
+    const char *key = strrchr(prefix, '/') + 1;
+    char parent[64];
+    snprintf(parent, sizeof parent, "%.*s", (int)(key - 1 - prefix), prefix);
+    if (n < 1 || n > SP_HW_EFF_POINTS)
+        return spi_json_fail(c, SP_EINVAL, parent, key, "must hold 1 to %d points [%s], got %zu", SP_HW_EFF_POINTS,
+                             head, n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(arr, i);
+        char k[24];   /* a size_t's digits */
+        snprintf(k, sizeof k, "%zu", i);
+        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
+            !json_is_number(json_array_get(p, 1)))
+            return spi_json_fail(c, SP_EINVAL, prefix, k, "must be a pair %s", pair);
+        x[i] = json_number_value(json_array_get(p, 0));
+        y[i] = json_number_value(json_array_get(p, 1));
+    }
+    *n_out = (int)n;
+    return SP_OK;
+}
+
+/* chip.<key>: pairs [chips per core, value] (read_points; absent: *n_out untouched). */
 static sp_status read_share_pairs(const spi_jctx *c, const json_t *chip, const char *key, const char *what,
                                   const char *pair, double *x, double *y, int *n_out)
 {
     json_t *a;
     SP_CHECK(spi_json_get_child(c, "/chip", chip, key, 0, JSON_ARRAY, &a));
     if (!a) return SP_OK;
-    size_t n = json_array_size(a);
-    if (n < 1 || n > SP_HW_EFF_POINTS)
-        return spi_json_fail(c, SP_EINVAL, "/chip", key, "must hold 1 to %d points [chips per core, %s], got %zu",
-                             SP_HW_EFF_POINTS, what, n);
-    char at[64];
+    char at[64], head[64];
     snprintf(at, sizeof at, "/chip/%s", key);
-    for (size_t i = 0; i < n; i++) {
-        json_t *p = json_array_get(a, i);
-        char k[24];   /* a size_t's digits */
-        snprintf(k, sizeof k, "%zu", i);
-        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
-            !json_is_number(json_array_get(p, 1)))
-            return spi_json_fail(c, SP_EINVAL, at, k, "must be a pair %s", pair);
-        x[i] = json_number_value(json_array_get(p, 0));
-        y[i] = json_number_value(json_array_get(p, 1));
-    }
-    *n_out = (int)n;
-    return SP_OK;
+    snprintf(head, sizeof head, "chips per core, %s", what);
+    return read_points(c, at, a, head, pair, n_out, x, y);
 }
 
 static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
@@ -449,25 +462,10 @@ static sp_status read_slices(const spi_jctx *c, const json_t *sl, sp_hw *hw)
 static sp_status read_curve(const spi_jctx *c, const char *prefix, const json_t *arr, const char *xname, int *n_out,
                             double *x, double *y)
 {
-    size_t n = json_array_size(arr);
-    const char *key = strrchr(prefix, '/') + 1;
-    char parent[64];
-    snprintf(parent, sizeof parent, "%.*s", (int)(key - 1 - prefix), prefix);
-    if (n < 1 || n > SP_HW_EFF_POINTS)
-        return spi_json_fail(c, SP_EINVAL, parent, key, "must hold 1 to %d points [%s, efficiency], got %zu",
-                             SP_HW_EFF_POINTS, xname, n);
-    for (size_t i = 0; i < n; i++) {
-        json_t *p = json_array_get(arr, i);
-        char k[24];   /* a size_t's digits */
-        snprintf(k, sizeof k, "%zu", i);
-        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(json_array_get(p, 0)) ||
-            !json_is_number(json_array_get(p, 1)))
-            return spi_json_fail(c, SP_EINVAL, prefix, k, "must be a pair [%s > 0, efficiency in (0, 1]]", xname);
-        x[i] = json_number_value(json_array_get(p, 0));
-        y[i] = json_number_value(json_array_get(p, 1));
-    }
-    *n_out = (int)n;
-    return SP_OK;
+    char head[64], pair[96];
+    snprintf(head, sizeof head, "%s, efficiency", xname);
+    snprintf(pair, sizeof pair, "[%s > 0, efficiency in (0, 1]]", xname);
+    return read_points(c, prefix, arr, head, pair, n_out, x, y);
 }
 
 static sp_status read_topology(const spi_jctx *c, const json_t *t, sp_hw *hw)
