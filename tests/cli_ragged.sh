@@ -168,61 +168,58 @@ expect2 "run --workload --gen" "replaces --batch" run $RUN --gen 3 --layout mesh
 expect2 "run KV handoff" "ragged batches with a KV handoff" run $RUN \
     --layout mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/batch
 if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; then
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run() { # ranks, run's arguments...
+        _n=$1; shift
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+            timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np "$_n" "$SHARDPLAN" run --backend mpi "$@"
+    }
+    mpi_run 4 $RUN \
         --layout weights=f32,kv=f32,replicas=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads </dev/null >"$tmp/mpi.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/r4.json" "$tmp/mpi.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpi.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 2 $RUN \
         --layout weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch </dev/null >"$tmp/mpib.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, batch-sharded: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/r6.json" "$tmp/mpib.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpib.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, batch-sharded, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 4 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 4 $RUN \
         --layout weights=f32,kv=f32,mesh=2x2x1,prefill=wg-xyz/batch,decode=ws2d/batch </dev/null >"$tmp/mpiw.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, weight-gathered: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/r7.json" "$tmp/mpiw.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpiw.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, weight-gathered, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 2 $RUN \
         --layout weights=f32,kv=f32,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
         </dev/null >"$tmp/mpim.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, micro-batches: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/r8.json" "$tmp/mpim.json" /tokens /comm/measured_bytes \
         /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpim.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, micro-batches, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 2 $RUN \
         --layout weights=f32,kv=f32,prefill_chunk=1,stages=2,microbatches=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
         </dev/null >"$tmp/mpic.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, prefill_chunk: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/r12.json" "$tmp/mpic.json" /tokens /comm/measured_bytes /comm/predicted_bytes &&
         json_check '$1 == 0' "$tmp/mpic.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, prefill_chunk, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUNM \
+    mpi_run 2 $RUNM \
         --layout capacity=4,weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads \
         </dev/null >"$tmp/mpimoe.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, MoE: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/moe2.json" "$tmp/mpimoe.json" /tokens \
         /comm/measured_bytes /comm/predicted_bytes && json_check '$1 == 0' "$tmp/mpimoe.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, MoE, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUNM \
+    mpi_run 2 $RUNM \
         --layout capacity=4,weights=f32,kv=f32,replicas=2,experts=2,mesh=1x1x1,prefill=ws1d/heads,decode=ws1d/heads \
         </dev/null >"$tmp/mpiep.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, experts over replicas: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
     json_same "$tmp/moe3.json" "$tmp/mpiep.json" /tokens /comm/measured_bytes /comm/predicted_bytes &&
         json_check '$1 == 0 && $2 > 0' "$tmp/mpiep.json" "" /comm/mismatches /comm/measured_bytes/all-to-all ||
         { echo "FAIL: mpirun run --workload, experts over replicas, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 2 $RUN \
         --layout weights=f32,kv=f32,microbatches=2,mesh=2x1x1,prefill=ws1d/heads,decode=ws1d/heads,offload_weights=1,offload_kv=0.5 \
         </dev/null >"$tmp/mpio.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, offload: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
@@ -230,8 +227,7 @@ if test -n "${MPIRUN:-}" && "$SHARDPLAN" run --help | grep -q "backend mpi"; the
         /comm/host_link_measured_bytes /comm/host_link_predicted_bytes &&
         json_check '$1 == 0' "$tmp/mpio.json" /comm/mismatches ||
         { echo "FAIL: mpirun run --workload, offload, differs from threads"; fail=$((fail + 1)); }
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
-        timeout 300 "$MPIRUN" --oversubscribe --bind-to none -np 2 "$SHARDPLAN" run --backend mpi $RUN \
+    mpi_run 2 $RUN \
         --layout weights=f32,kv=f32,mesh=2x1x1,prefill=ws1d/batch,decode=ws1d/batch,offload_kv=0.5 \
         </dev/null >"$tmp/mpiob.json" 2>"$tmp/mpi.err" ||
         { echo "FAIL: mpirun run --workload, offload_kv over blocks: exit $?"; head -5 "$tmp/mpi.err"; fail=$((fail + 1)); }
