@@ -1277,7 +1277,9 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         f->wake_value[f->wake_points++] = per > 0 ? per : 0;
     }
     if (f->wake_points && f->wake_share[0] <= 1) f->idle_wake_s = f->wake_value[0];
-    /* compute at s chips a core: what a unit costs beyond its barrier, over s units alone */
+    /* compute at s chips a core: what a unit costs beyond its barrier, over s units alone (a
+     * point whose barrier alone took as long as unit + barrier measured nothing: left out, the
+     * profile then prices that share by its neighbours, or by the share alone) */
     for (int k = 0; k < r->n_stretch && r->stretch_unit > 0; k++) {
         double sh = sp_calib_share(r, r->stretch_chips[k]), v = (r->stretch_sync[k] - r->stretch_bar[k]) / (sh * r->stretch_unit);
         if (!(sh > 1) || !(v > 0) || (f->stretch_points && !(sh > f->stretch_share[f->stretch_points - 1]))) continue;

@@ -809,6 +809,8 @@ int64_t sp_lower_ragged_host_bytes(const sp_program *p, const sp_step *s, int bl
     if (!s->ragged) return s->host_bytes;
     int64_t n, stored, rows;
     ragged_host(p, blk, &n, &stored, &rows);
+    /* no more than the block's share of the KV cache the lowering sized with its
+     * overflow checks (stored and rows are tokens of that cache) */
     int64_t one = 2 * s->kv_heads * s->d_head * sp_dtype_bytes(p->layout.kv);
     return one * (s->kind == SP_STEP_HOST_LOAD ? stored : rows);
 }
