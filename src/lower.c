@@ -18,6 +18,7 @@
  * counted like every other step.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -301,17 +302,16 @@ static void kv_place_of(const ctx *c, const shard *s, sp_attn_layout al, kv_plac
     }
 }
 
-/* The collective that turns prefill's placement into decode's.  rows:
+/* The collective that turns prefill's placement into decode's (ps: prefill's
+ * FFN sharding, phase_shard, which setup has made already).  rows:
  * the axes D (in decode's sequence order, or prefill's when sequences
  * gather); cols: the same axes in the head order of the side that splits
  * heads over them (all-to-alls only). */
-static kv_mode kv_handoff(const ctx *c, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
+static kv_mode kv_handoff(const ctx *c, const shard *ps, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
 {
     const sp_layout *l = c->l;
     kv_place pf, dc;
-    shard ps;
-    phase_shard(l, l->phase[SP_PHASE_PREFILL].ffn, &ps);
-    kv_place_of(c, &ps, l->phase[SP_PHASE_PREFILL].attn, &pf);
+    kv_place_of(c, ps, l->phase[SP_PHASE_PREFILL].attn, &pf);
     kv_place_of(c, &c->shd, l->phase[SP_PHASE_DECODE].attn, &dc);
     rows[0] = cols[0] = '\0';
     size_t np = strlen(pf.seq), nd = strlen(dc.seq);
@@ -1760,7 +1760,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->KVH = m->n_kv_heads;
     c->case_a = (c->KVH % c->n) == 0;
     /* the commonest reason a layout does not apply: decided first */
-    c->kv = kv_handoff(c, c->kv_rows, c->kv_cols);
+    c->kv = kv_handoff(c, both[SP_PHASE_PREFILL], c->kv_rows, c->kv_cols);
     if (c->kv == KV_BAD)
         BAD("the KV cache written by prefill (%s/%s) and read by decode (%s/%s) are placed so that no single "
             "collective turns one into the other",
@@ -2407,6 +2407,37 @@ void sp_lower_step_elems(const sp_program *p, const sp_step *s, double out[SP_EL
     }
 }
 
+/* What the lowering and the memory roll-up read of each weight kind
+ * (sp_weight_per_layer, sp_weight_layer_kind, sp_weight_wkind), in a table
+ * made once from those functions: the roll-up (sp_lower_mem_stage) runs for
+ * every program a search prices, and the calls, out of line in model.c,
+ * were most of its instructions. */
+typedef struct weight_attr {
+    unsigned char per_layer, layer_kind, wkind;
+} weight_attr;
+static weight_attr wattr[SP_W_COUNT];
+static pthread_once_t wattr_once = PTHREAD_ONCE_INIT;
+
+static void wattr_fill(void)
+{
+    for (int w = 0; w < SP_W_COUNT; w++)
+        wattr[w] = (weight_attr){(unsigned char)sp_weight_per_layer((sp_weight)w),
+                                 (unsigned char)sp_weight_layer_kind((sp_weight)w),
+                                 (unsigned char)sp_weight_wkind((sp_weight)w)};
+}
+
+static const weight_attr *weight_attrs(void)
+{
+    pthread_once(&wattr_once, wattr_fill);
+    return wattr;
+}
+
+/* the stage's layers that hold per-layer weight kind `where` (sp_weight_layer_kind) */
+static int64_t kind_layers(const sp_program *p, int where)
+{
+    return p->moe_every <= 1 || where == 0 ? p->n_layers : where == 1 ? p->n_layers - p->n_dense_layers : p->n_dense_layers;
+}
+
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming
  * the quantity, when one of its sizes overflows int64 (the shape is too large
  * to represent, whatever the chips) */
@@ -2425,9 +2456,10 @@ static sp_status emit_program(ctx *c, int layer_steps, storage_slot *storage)
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
     p->layer_weight_bytes = 0;
     memset(p->kind_weight_bytes, 0, sizeof p->kind_weight_bytes);
+    const weight_attr *wa = weight_attrs();
     for (int w = SP_W_FIRST_LAYER; w < SP_W_COUNT; w++)
         if (p->wspec[w].present) {
-            int64_t *b = &p->kind_weight_bytes[sp_weight_wkind((sp_weight)w)];
+            int64_t *b = &p->kind_weight_bytes[wa[w].wkind];
             *b = spi_ck_add(&c->ck, "layer weight bytes", *b, p->wspec[w].bytes);
         }
     for (int k = 0; k < SP_WKIND_COUNT; k++)
@@ -2496,9 +2528,9 @@ sp_prog_part sp_program_layer_part(const sp_program *p, int64_t li)
 
 int64_t sp_program_weight_layers(const sp_program *p, sp_weight w)
 {
-    if (!sp_weight_per_layer(w)) return 1;
-    int where = sp_weight_layer_kind(w);
-    return p->moe_every <= 1 || where == 0 ? p->n_layers : where == 1 ? p->n_layers - p->n_dense_layers : p->n_dense_layers;
+    if ((unsigned)w >= SP_W_COUNT) return 1;
+    const weight_attr *a = &weight_attrs()[w];
+    return a->per_layer ? kind_layers(p, a->layer_kind) : 1;
 }
 
 sp_status sp_lower_finish(sp_lower_job *job, sp_program *p)
@@ -2689,15 +2721,16 @@ sp_status sp_lower_mem_stage(const sp_program *any, sp_mem_sizes *out)
 {
     memset(out, 0, sizeof *out);
     spi_ckd ck = SPI_CKD_INIT;
+    const weight_attr *wa = weight_attrs();
     for (int w = 1; w < SP_W_COUNT; w++) {
         const sp_weight_spec *s = &any->wspec[w];
         if (!s->present) continue;
         /* a per-layer kind in the stage's layers that hold it (experts in MoE layers, the dense FFN
          * in the others); a streamed layer's weights are the host's (offload_weights: every layer holds
          * every per-layer kind, models with dense layers do not stream) */
-        int per_layer = sp_weight_per_layer(w);
-        int64_t held = per_layer ? sp_program_weight_layers(any, (sp_weight)w) : 1;
-        int64_t streamed = per_layer ? any->w_kind_streamed[sp_weight_wkind((sp_weight)w)] : 0;
+        int per_layer = wa[w].per_layer;
+        int64_t held = per_layer ? kind_layers(any, wa[w].layer_kind) : 1;
+        int64_t streamed = per_layer ? any->w_kind_streamed[wa[w].wkind] : 0;
         spi_ck_addmul(&ck, "weight bytes", &out->weights, s->bytes, per_layer ? held - streamed : 1);
         if (per_layer) spi_ck_addmul(&ck, "host weight bytes", &out->host_weights, s->bytes, streamed);
     }
