@@ -733,6 +733,7 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
             memcpy(&lp->layout, &p->layout, sizeof lp->layout);
         }
     }
+    if (reuse) memcpy(out->run[SP_PART_LAYER], lp->run, (size_t)p->layer.n * sizeof lp->run[0]);
     for (int k = 0; k < SP_PART_COUNT; k++)
         for (int i = 0; i < parts[k]->n; i++)
         {
@@ -742,8 +743,7 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
             step_price one, *sp = &one;
             if (lp && k == SP_PART_LAYER) {
                 sp = &lp->sp[i];
-                if (reuse) out->run[k][i] = lp->run[i];
-                else step_price_of(&pc, st, &lp->run[i], sp, two, NULL), out->run[k][i] = lp->run[i];
+                if (!reuse) step_price_of(&pc, st, &lp->run[i], sp, two, NULL), out->run[k][i] = lp->run[i];
             } else {
                 step_price_of(&pc, st, &out->run[k][i], sp, two, coef ? (*coef)[k][i] : NULL);
             }

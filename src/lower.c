@@ -2147,8 +2147,12 @@ static sp_status begin_ctx(ctx *c, const sp_model *m, const sp_layout *l, sp_pha
 {
     if (setup(c, m, l, phase, shape, NULL, 0, stage, p, 1) != SP_OK) return SP_EINVAL;
     if (!key) return SP_OK;
-    memset(key, 0, sizeof *key);
-    key->layout = p->layout;   /* a stage of its own mesh: its view (that mesh) */
+    /* the layout copied whole (its padding as the caller's, as a struct copy
+     * would), the rest zeroed, padding included: the memo compares keys
+     * with memcmp */
+    _Static_assert(offsetof(sp_lower_key, layout) == 0, "the key starts with the layout");
+    memcpy(&key->layout, &p->layout, sizeof key->layout);   /* a stage of its own mesh: its view (that mesh) */
+    memset((char *)key + sizeof key->layout, 0, sizeof *key - sizeof key->layout);
     memset(&key->layout.phase[!phase], 0, sizeof key->layout.phase[!phase]);
     if (phase == SP_PHASE_DECODE) key->layout.prefill_chunk = key->layout.prefill_tokens = 0;   /* prefill's passes */
     /* the stage's layers are in the key (n_layers, first, last): the split of
