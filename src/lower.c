@@ -307,7 +307,7 @@ static void kv_place_of(const ctx *c, const shard *s, sp_attn_layout al, kv_plac
  * the axes D (in decode's sequence order, or prefill's when sequences
  * gather); cols: the same axes in the head order of the side that splits
  * heads over them (all-to-alls only). */
-static kv_mode kv_handoff(const ctx *c, const shard *ps, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
+static kv_mode kv_handoff_of(const ctx *c, const shard *ps, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
 {
     const sp_layout *l = c->l;
     kv_place pf, dc;
@@ -328,6 +328,34 @@ static kv_mode kv_handoff(const ctx *c, const shard *ps, char rows[SP_AXSEQ_MAX]
         return KV_BAD;
     axcpy(cols, few->head + hm);
     return more ? KV_A2A : KV_A2A_BACK;
+}
+
+/* kv_handoff_of, memoised: its answer depends only on the two phases'
+ * (FFN, attention) layouts and case A (the placements are axis strings of
+ * the sharding table, whatever the mesh's sizes), 200 combinations; setup
+ * asks for every layout a search tries (the string work was ~1 % of a
+ * plan's instructions).  Each thread fills its own table as combinations
+ * come. */
+typedef struct kv_handoff_memo {
+    unsigned char done, mode;
+    char rows[SP_AXSEQ_MAX], cols[SP_AXSEQ_MAX];
+} kv_handoff_memo;
+
+static kv_mode kv_handoff(const ctx *c, const shard *ps, char rows[SP_AXSEQ_MAX], char cols[SP_AXSEQ_MAX])
+{
+    static _Thread_local kv_handoff_memo tab[SP_FL_COUNT][SP_AL_COUNT][SP_FL_COUNT][SP_AL_COUNT][2];
+    const sp_phase_layout *pf = &c->l->phase[SP_PHASE_PREFILL], *dc = &c->l->phase[SP_PHASE_DECODE];
+    if ((unsigned)pf->ffn >= SP_FL_COUNT || (unsigned)pf->attn >= SP_AL_COUNT || (unsigned)dc->ffn >= SP_FL_COUNT ||
+        (unsigned)dc->attn >= SP_AL_COUNT)
+        return kv_handoff_of(c, ps, rows, cols);
+    kv_handoff_memo *e = &tab[pf->ffn][pf->attn][dc->ffn][dc->attn][c->case_a != 0];
+    if (!e->done) {
+        e->mode = (unsigned char)kv_handoff_of(c, ps, e->rows, e->cols);
+        e->done = 1;
+    }
+    memcpy(rows, e->rows, SP_AXSEQ_MAX);
+    memcpy(cols, e->cols, SP_AXSEQ_MAX);
+    return (kv_mode)e->mode;
 }
 
 static sp_step *emit(sp_steps *ss, sp_step_kind k)
