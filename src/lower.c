@@ -228,11 +228,14 @@ static void phase_shard(const sp_layout *l, sp_ffn_layout f, shard *s)
     s->C = tab[f][2];
     s->G = tab[f][3];
     s->act = tab[f][4];
-    s->nN = mask_size(l, mtab[f][0]);
-    s->nRx = mask_size(l, mtab[f][1]);
-    s->nC = mask_size(l, mtab[f][2]);
-    s->nG = mask_size(l, mtab[f][3]);
-    s->nact = mask_size(l, mtab[f][4]);
+    /* the sizes of the eight axis sets, made once for the five looked up */
+    int sz[8];
+    for (unsigned m = 0; m < 8; m++) sz[m] = mask_size(l, m);
+    s->nN = sz[mtab[f][0]];
+    s->nRx = sz[mtab[f][1]];
+    s->nC = sz[mtab[f][2]];
+    s->nG = sz[mtab[f][3]];
+    s->nact = sz[mtab[f][4]];
 }
 
 /* ---- lowering context ---- */
