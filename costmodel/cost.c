@@ -384,6 +384,17 @@ typedef struct layer_px {
     sp_layout layout;
     spi_step_run run[SP_PROG_MAX_STEPS];
     step_price sp[SP_PROG_MAX_STEPS];
+    /* the layer part's shortcut ops (price_steps, of a program with an
+     * overlapping step): a function of its runs and of the buffer sets the
+     * whole program's overlapping steps make (touched, ov_buf, ov_read), so
+     * a program whose layer part is taken from here and whose sets are the
+     * same takes them too, with the slots they add to the wait sets and the
+     * live set */
+    int ops_ok;                /* the fields below hold a pricing of run[] */
+    int n_ops;
+    uint64_t touched, ov_buf, ov_read;
+    uint64_t need_buf, need_read, live;
+    struct spi_op op[SP_PROG_MAX_STEPS + 1];
 } layer_px;
 
 /* ---- the pricing cache (sp_cost.h) ---- */
@@ -724,6 +735,7 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
                 lp->ctx[1] == ctx[1] && lp->wstream == pc.wstream && !memcmp(&lp->layout, &p->layout, sizeof lp->layout);
         if (!reuse) {
             lp->gen = 0;   /* until written below */
+            lp->ops_ok = 0;
             lp->n = p->layer.n;
             lp->two = two;
             lp->hw = hw;
@@ -778,6 +790,17 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
     uint64_t need_buf = 0, need_read = 0;   /* BUF / READ slots some op waits on, by buffer */
     uint64_t live = 0;   /* buffers the layer's ops read or write */
     for (int k = 0; k < SP_PART_COUNT; k++) {
+        if (k == SP_PART_LAYER && reuse && lp->ops_ok && lp->touched == touched && lp->ov_buf == ov_buf &&
+            lp->ov_read == ov_read) {
+            memcpy(out->op[k], lp->op, (size_t)lp->n_ops * sizeof lp->op[0]);
+            out->n_ops[k] = lp->n_ops;
+            need_buf |= lp->need_buf;
+            need_read |= lp->need_read;
+            live |= lp->live;
+            continue;
+        }
+        /* this part's additions to the sets, joined to them at its end */
+        uint64_t part_buf = 0, part_read = 0, part_live = 0;
         int n = 0;
         int64_t add[2] = {0, 0};
         for (int i = 0; i < parts[k]->n; i++) {
@@ -789,7 +812,7 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
                 add[1] += r->dur_ps[1];
                 continue;
             }
-            if (k == SP_PART_LAYER || k == SP_PART_DENSE) live |= uses;
+            if (k == SP_PART_LAYER || k == SP_PART_DENSE) part_live |= uses;
             struct spi_op *o = &out->op[k][n];
             o->idx = i;
             o->add[0] = add[0];
@@ -804,16 +827,16 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
             for (int j = 0; j < 4; j++)
                 if (r->rd[j] != SP_BUF_NONE && (wb >> r->rd[j] & 1)) {
                     o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->rd[j]);
-                    need_buf |= 1ull << r->rd[j];
+                    part_buf |= 1ull << r->rd[j];
                 }
             if (r->dst != SP_BUF_NONE) {
                 if (wb >> r->dst & 1) {
                     o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_BUF + r->dst);
-                    need_buf |= 1ull << r->dst;
+                    part_buf |= 1ull << r->dst;
                 }
                 if (wr >> r->dst & 1) {
                     o->dep[o->n_dep++] = (unsigned char)(SPI_SLOT_READ + r->dst);
-                    need_read |= 1ull << r->dst;
+                    part_read |= 1ull << r->dst;
                 }
             }
             if (r->mode != SPI_RUN_OVERLAP) o->set[o->n_set++] = SPI_SLOT_COMP;
@@ -828,6 +851,20 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
         out->op[k][n].add[0] = add[0];
         out->op[k][n].add[1] = add[1];
         out->n_ops[k] = n + 1;
+        need_buf |= part_buf;
+        need_read |= part_read;
+        live |= part_live;
+        if (k == SP_PART_LAYER && lp) {   /* kept for a program taking this layer part (lp->run) */
+            memcpy(lp->op, out->op[k], (size_t)(n + 1) * sizeof lp->op[0]);
+            lp->n_ops = n + 1;
+            lp->touched = touched;
+            lp->ov_buf = ov_buf;
+            lp->ov_read = ov_read;
+            lp->need_buf = part_buf;
+            lp->need_read = part_read;
+            lp->live = part_live;
+            lp->ops_ok = 1;
+        }
     }
     live &= ~1ull;   /* SP_BUF_NONE's slots are never written */
     out->live[0] = SPI_SLOT_COMP;
