@@ -19,6 +19,8 @@
 # ~6: median 241 ms against round 1's 46.6 ms run right after, floor 8 ms.
 # 2026-11-24, 02:30 UTC: 1526.0M instructions (one thread) against round 1's
 # 455.1M, measured in one session: 3.35x (main at 1bb8db7: 1542.9M, 3.39x).
+# 2026-11-24, 04:50 UTC: 1402.4M instructions (one thread) against round 1's
+# 455.8M, measured in one session: 3.08x (main at 0434be1: 1527.6M, 3.35x).
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
