@@ -54,10 +54,18 @@ static void help(void)
 
 static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, const sp_hw *hw)
 {
-    json_t *mm = json_array(), *mem = json_array(), *coll = json_array();
+    json_t *mm = json_array(), *mem = json_array(), *coll = json_array(), *fetch = json_array();
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
         double flops = 2.0 * (double)(p->T * p->K * p->N);
+        if (p->T > 1 && p->ring > 1) {   /* a weight fetch: the matmul cycled over ring copies */
+            double by = (double)(p->K * p->N) * (double)sp_dtype_bytes((sp_dtype)p->dt);
+            json_array_append_new(fetch, json_pack("{s:s,s:I,s:I,s:I,s:i,s:f,s:f}", "dtype", sp_dtype_name((sp_dtype)p->dt),
+                                                   "T", (json_int_t)p->T, "K", (json_int_t)p->K, "N", (json_int_t)p->N,
+                                                   "matrices", p->ring, "working_set_bytes", by * p->ring, "seconds",
+                                                   p->seconds));
+            continue;
+        }
         if (p->T == 1 && p->dt == SP_DT_F32) {
             double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
             json_array_append_new(mem, json_pack("{s:I,s:I,s:i,s:f,s:f,s:f,s:b}", "K", (json_int_t)p->K, "N",
@@ -96,6 +104,15 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, co
     json_t *pts = json_pack("{s:o,s:o,s:o,s:{s:f,s:f},s:o,s:f,s:o}", "matmul", mm, "memory", mem, "attention", attn,
                             "activation_s_per_element", "gelu", r->act_s[0], "swiglu", r->act_s[1], "collectives",
                             coll, "barrier_all_chips_s", r->barrier_s, "dispatch", disp);
+    if (pts && json_array_size(fetch))
+        json_object_set_new(pts, "weight_fetch",
+                            json_pack("{s:o,s:s}", "runs", fetch, "method",
+                                      "the matmul of the same T, K and N cycled over `matrices` copies on every "
+                                      "compute chip at once; chip.weight_fetch_s_by_working_set = (seconds - the "
+                                      "one-copy matmul's) / weight bytes at working_set_bytes, after 0 at one "
+                                      "matrix, made non-decreasing (adjacent violators pooled)"));
+    else
+        json_decref(fetch);
     if (pts && r->n_wake) {
         json_t *wk = json_array();
         for (int w = 0; w < r->n_wake; w++)
@@ -187,6 +204,8 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     for (int i = 0; i < f->wake_points; i++) hw.wake_share[i] = f->wake_share[i], hw.wake_s[i] = f->wake_value[i];
     hw.stretch_points = f->stretch_points;
     for (int i = 0; i < f->stretch_points; i++) hw.stretch_share[i] = f->stretch_share[i], hw.stretch[i] = f->stretch_value[i];
+    hw.fetch_points = f->fetch_points;
+    for (int i = 0; i < f->fetch_points; i++) hw.fetch_bytes[i] = f->fetch_bytes[i], hw.fetch_s[i] = f->fetch_value[i];
     /* one measured curve by working set: steps that read weights look it up at
      * the weights a pass streams, the others at their own bytes */
     hw.mem_points = hw.ws_points = f->mem_points;
@@ -306,6 +325,12 @@ static int calibrate(const sp_calib_opts *o, const char *out, int root)
             if (f.stretch_points) {
                 printf("  compute with chips sharing a core, beyond the share itself, by chips per core:");
                 for (int i = 0; i < f.stretch_points; i++) printf(" %g: %.3gx", f.stretch_share[i], f.stretch_value[i]);
+                printf("\n");
+            }
+            if (f.fetch_points) {
+                printf("  weights fetched from beyond the cache, per byte, by working set:");
+                for (int i = 0; i < f.fetch_points; i++)
+                    printf(" %s: %.3g ps", cli_fmt_bytes(f.fetch_bytes[i], b[0], 32), 1e12 * f.fetch_value[i]);
                 printf("\n");
             }
             if (f.wsa_points) {

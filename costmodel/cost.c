@@ -500,6 +500,7 @@ typedef struct price_ctx {
     int ws_curve;       /* eff_lookup's key of the weight-stream curve: -3, or -4 for a chip alone */
     int elem_any;       /* the profile prices some elementwise kernel per element (chip.step_elem_s) */
     int64_t wstream;    /* weight bytes one pass of the program reads (layers × n_layers) */
+    int fetch;          /* the profile prices weights fetched from beyond the cache (sp_hw_weight_fetch) */
     unsigned groups_done;                  /* bit m: group[m] resolved */
     coll_group group[1u << SP_AXIS_COUNT];  /* by sp_coll.mask */
 } price_ctx;
@@ -531,6 +532,13 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
               : s->kind == SP_STEP_ATTN ? eff_lookup(pc->eff, hw, flops, -1, s->d_head, 0)
                                         : eff_lookup(pc->eff, hw, flops, -1, -1, 0);
     double c = flops > 0 ? flops / (pc->peak * eff) : 0.0;
+    if (pc->fetch && s->weight_bytes > 0 && (s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS) &&
+        (s->experts > 1 ? s->m / s->experts : s->m) >= 2)
+        /* the curves timed this matmul with its weights alone in cache; in a pass they come from
+         * the working set of every weight the core's chips stream (chip.weight_fetch_s_by_working_set:
+         * timed with f32 weights, taken per stored byte for every dtype).  One row reads them once
+         * with no packing, at the weight-stream rate the memory term below prices. */
+        c += sp_hw_weight_fetch(hw, (double)s->weight_bytes, (double)pc->wstream * pc->share);
     if (s->kind == SP_STEP_ACT) {
         /* CPU activations are bound by their transcendental arithmetic per element */
         double es = hw->act_elem_s[s->src2 != SP_BUF_NONE];
@@ -697,7 +705,8 @@ static void price_steps(sp_cost_cache *cache, const sp_program *p, const sp_hw *
     pc.ws_curve = hw->wsa_points > 0 && hw->shared_cores > 1 && spi_chips_computing(&p->layout) <= 1 ? -4 : -3;
     pc.wstream = 0;
     pc.groups_done = 0;
-    if (hw->ws_points > 0) {   /* only the weight-stream curve reads it */
+    pc.fetch = hw->fetch_points > 0;
+    if (hw->ws_points > 0 || pc.fetch) {   /* only the weight-stream and weight-fetch curves read it */
         for (int k = 0; k < SP_PART_COUNT; k++) {
             const sp_steps *wp = sp_program_part(p, (sp_prog_part)k);
             for (int i = 0; i < wp->n; i++) pc.wstream += wp->s[i].weight_bytes * sp_program_part_runs(p, (sp_prog_part)k);

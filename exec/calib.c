@@ -75,7 +75,14 @@ typedef struct calib_grid {
     int n_attn;
     double round_flops;   /* FLOPs a timed round aims at: ~1-10 ms on the chip */
     int64_t act_n;        /* elements of an activation point */
+    const int *fetch_ring; /* weight fetches: the f32 FETCH_K x FETCH_N matmul at T = fetch_t, */
+    int n_fetch;           /* cycled over each ring of copies (a working set of ring MiB) */
+    int64_t fetch_t;
 } calib_grid;
+
+/* The weight-fetch points: a 1 MiB f32 matrix, the hot point (ring 1) one of the grid's own. */
+#define FETCH_K 512
+#define FETCH_N 512
 
 static const int64_t cpu_mm_kn[][2] = {{64, 64}, {128, 384}, {512, 512}, {2048, 1408}, {2048, 5632}};
 static const int64_t cpu_mm_t[] = {2, 4, 8, 16, 32, 64, 256};
@@ -85,6 +92,9 @@ static const int64_t cpu_mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256}, 
                                         {2048, 2048}, {2048, 8192}, {2048, 32768}};
 static const int64_t cpu_attn[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4, 1, 255, 8, 64},
                                       {1, 64, 0, 8, 64}, {4, 1, 255, 8, 128}, {1, 64, 0, 8, 128}};
+/* working sets of 4 MiB (beyond a core's L2) to 256 MiB (beyond most L3s) */
+static const int cpu_fetch_ring[] = {4, 16, 64, 256};
+static const int quick_fetch_ring[] = {4, 16};
 static const int64_t quick_mm_kn[][2] = {{64, 64}, {512, 512}};
 static const int64_t quick_mm_t[] = {4, 64};
 static const int64_t quick_mem_kn[][2] = {{64, 64}, {256, 256}};
@@ -106,16 +116,16 @@ static const int64_t gpu_quick_mem_kn[][2] = {{1024, 1024}, {4096, 4096}};
 
 static const calib_grid grid_cpu = {GRID_LIST(cpu_mm_kn), GRID_LIST(cpu_mm_t), GRID_LIST(cpu_dq_kn),
                                     GRID_LIST(cpu_dq_t),  GRID_LIST(cpu_mem_kn), (int64_t)2048 * 2048,
-                                    GRID_LIST(cpu_attn),  4e7, 65536};
+                                    GRID_LIST(cpu_attn),  4e7, 65536, GRID_LIST(cpu_fetch_ring), 8};
 static const calib_grid grid_cpu_quick = {GRID_LIST(quick_mm_kn), GRID_LIST(quick_mm_t), cpu_dq_kn, 1,
                                           GRID_LIST(cpu_dq_t),     GRID_LIST(quick_mem_kn), (int64_t)2048 * 2048,
-                                          cpu_attn, 2,             4e7, 65536};
+                                          cpu_attn, 2,             4e7, 65536, GRID_LIST(quick_fetch_ring), 4};
 static const calib_grid grid_gpu = {GRID_LIST(gpu_mm_kn), GRID_LIST(gpu_mm_t), GRID_LIST(gpu_dq_kn),
                                     GRID_LIST(gpu_dq_t),  GRID_LIST(gpu_mem_kn), (int64_t)8192 * 8192,
-                                    GRID_LIST(gpu_attn),  4e10, (int64_t)1 << 24};
+                                    GRID_LIST(gpu_attn),  4e10, (int64_t)1 << 24, NULL, 0, 0};
 static const calib_grid grid_gpu_quick = {GRID_LIST(gpu_quick_mm_kn), GRID_LIST(gpu_quick_mm_t), gpu_dq_kn, 1,
                                           GRID_LIST(gpu_dq_t), GRID_LIST(gpu_quick_mem_kn), (int64_t)8192 * 8192,
-                                          gpu_attn, 2, 4e10, (int64_t)1 << 24};
+                                          gpu_attn, 2, 4e10, (int64_t)1 << 24, NULL, 0, 0};
 
 static const calib_grid *grid_of(const sp_calib_opts *o)
 {
@@ -242,6 +252,10 @@ static size_t jobs_of(const calib_grid *g, int alone_too, mm_job *jobs, size_t m
         jobs[n] = jobs[i];
         jobs[n++].alone = 1;
     }
+    /* weight fetches: a matmul of several rows whose weights come from beyond the cache, on
+     * every compute chip at once (as a program's chips run) */
+    for (int i = 0; i < g->n_fetch && n < max; i++)
+        jobs[n++] = (mm_job){SP_DT_F32, g->fetch_t, FETCH_K, FETCH_N, 0, g->fetch_ring[i], 0};
     return n;
 }
 
@@ -1194,6 +1208,39 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     f->wsa_points = n ? sp_calib_curve(n, x, y, SP_CALIB_CURVE, f->wsa_bytes, f->wsa_value) : 0;
     for (int i = 0; i < f->wsa_points; i++)
         if (f->wsa_value[i] > 1) f->wsa_value[i] = 1;
+    /* weight fetches: (cycled − cached) / weight bytes at each ring's working set, after a
+     * point of 0 at the matrix alone (its cached time is what the matmul curves hold); rings
+     * increasing, a negative difference (noise) as 0 */
+    f->fetch_points = 0;
+    for (int i = 0; i < r->n_mm; i++) {
+        const sp_calib_mm *p = &r->mm[i];
+        if (p->dt != SP_DT_F32 || p->ring <= 1 || p->alone || p->T < 2 || p->K != FETCH_K || p->N != FETCH_N) continue;
+        double hot = 0, wb = (double)(p->K * p->N) * 4.0;
+        for (int j = 0; j < r->n_mm; j++) {
+            const sp_calib_mm *q = &r->mm[j];
+            if (q->dt == p->dt && q->T == p->T && q->K == p->K && q->N == p->N && q->ring <= 1 && !q->alone) hot = q->seconds;
+        }
+        if (!(hot > 0) || f->fetch_points >= SP_CALIB_CURVE - 1) continue;
+        if (!f->fetch_points) f->fetch_bytes[0] = wb, f->fetch_value[0] = 0, f->fetch_points = 1;
+        if (!(wb * p->ring > f->fetch_bytes[f->fetch_points - 1])) continue;
+        f->fetch_bytes[f->fetch_points] = wb * p->ring;
+        f->fetch_value[f->fetch_points++] = p->seconds > hot ? (p->seconds - hot) / wb : 0;
+    }
+    /* a larger working set is never nearer the core: the values made non-decreasing by pooling
+     * adjacent violators (each violating run replaced by its mean; noise, not a faster memory) */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 1; i < f->fetch_points; i++) {
+            if (!(f->fetch_value[i] < f->fetch_value[i - 1])) continue;
+            int a = i - 1, b = i;   /* the run of equal values ending at i-1, pooled with i */
+            while (a > 0 && f->fetch_value[a - 1] == f->fetch_value[i - 1]) a--;
+            double m = 0;
+            for (int k = a; k <= b; k++) m += f->fetch_value[k];
+            m /= (double)(b - a + 1);
+            for (int k = a; k <= b; k++) f->fetch_value[k] = m;
+            changed = 1;
+        }
+    }
     /* matmul_tile M: the token granularity (none, 2 .. 32) under which the
      * roofline max(compute, memory) best matches every f32 point (with the
      * rows curve, a granularity seldom adds anything on a CPU) */

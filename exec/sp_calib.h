@@ -199,6 +199,12 @@ typedef struct sp_calib_fit {
                                   times its time with a core per chip: (stretch_sync − stretch_bar)
                                   / (s · stretch_unit), by s (chip.compute_stretch_by_share) */
     double stretch_share[SP_CALIB_WAKE_MAX], stretch_value[SP_CALIB_WAKE_MAX];
+    int fetch_points;          /* seconds per weight byte a matmul of several rows adds beyond its
+                                  cached time, by working set: the f32 512 x 512 points cycled over
+                                  rings of copies, (time − the ring-1 point's) / weight bytes at
+                                  ring × weight bytes, after 0 at the matrix alone
+                                  (chip.weight_fetch_s_by_working_set); 0 points: none measured */
+    double fetch_bytes[SP_CALIB_CURVE], fetch_value[SP_CALIB_CURVE];
 } sp_calib_fit;
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *out);
 /* The share of the cores' time one of n chips running at once gets the

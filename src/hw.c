@@ -50,6 +50,14 @@ double sp_hw_compute_stretch(const sp_hw *hw, double share)
     return sp_hw_curve(hw->stretch_points, hw->stretch_share, hw->stretch, share, 1.0);
 }
 
+double sp_hw_weight_fetch(const sp_hw *hw, double w, double ws)
+{
+    if (hw->fetch_points <= 0 || !(w > 0) || !(ws > w)) return 0.0;
+    double d = sp_hw_curve(hw->fetch_points, hw->fetch_bytes, hw->fetch_s, ws, 0.0) -
+               sp_hw_curve(hw->fetch_points, hw->fetch_bytes, hw->fetch_s, w, 0.0);
+    return d > 0 ? w * d : 0.0;
+}
+
 double sp_hw_compute_peak(const sp_hw *hw, sp_dtype weights)
 {
     /* weight-only quantisation dequantises to bf16 before the matmul */
@@ -288,6 +296,16 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             return hfail(src, err, wt, "chips per core must be > 1 and increase from point to point");
         if (!(hw->stretch[i] > 0 && hw->stretch[i] <= 16)) return hfail(src, err, wt, "factor in (0, 16]");
     }
+    if (hw->fetch_points < 0 || hw->fetch_points > SP_HW_EFF_POINTS)
+        return hfail(src, err, "/chip/weight_fetch_s_by_working_set", "at most 8 points");
+    for (int i = 0; i < hw->fetch_points; i++) {
+        char wt[64];
+        snprintf(wt, sizeof wt, "/chip/weight_fetch_s_by_working_set/%d", i);
+        if (!(hw->fetch_bytes[i] > 0) || !isfinite(hw->fetch_bytes[i]) ||
+            (i > 0 && !(hw->fetch_bytes[i] > hw->fetch_bytes[i - 1])))
+            return hfail(src, err, wt, "bytes must be > 0 and increase from point to point");
+        if (!(hw->fetch_s[i] >= 0 && hw->fetch_s[i] <= 1e-6)) return hfail(src, err, wt, "seconds per byte in [0, 1e-6]");
+    }
     if (hw->stretch_points && !hw->shared_cores)
         return hfail(src, err, "/chip/compute_stretch_by_share", "needs chip.shared_cores > 0 (the cores the chips share)");
     if (hw->shared_cores < 0 || hw->shared_cores > 65536)
@@ -315,7 +333,8 @@ sp_status sp_hw_validate(const sp_hw *hw, sp_error *err) { return hw_validate_sr
 static const char *const top_keys[] = {"name", "chip", "topology", "host", "efficiency", "cost_per_chip_hour",
                                        "calibration", "measured", NULL};   /* measured: not read (calibrate --backend's points) */
 static const char *const chip_keys[] = {"peak_flops", "hbm_bytes", "hbm_bw", "dispatch_s", "shared_cores",
-                                        "comm_shares_cores", "act_elem_s", "step_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", "compute_stretch_by_share", NULL};
+                                        "comm_shares_cores", "act_elem_s", "step_elem_s", "token_sync_s", "idle_wake_s", "idle_wake_by_share", "compute_stretch_by_share",
+                                        "weight_fetch_s_by_working_set", NULL};
 static const char *const act_keys[] = {"gelu", "swiglu", NULL};
 static const char *const elem_keys[SP_ELEM_COUNT + 1] = {"norm_stats", "norm_apply", "add", "copy", "rope", "embed", NULL};
 
@@ -400,6 +419,11 @@ static sp_status read_chip(const spi_jctx *c, const json_t *chip, sp_hw *hw)
                         hw->wake_share, hw->wake_s, &hw->wake_points));
     C_(read_share_pairs(c, chip, "compute_stretch_by_share", "factor", "[chips per core > 1, factor in (0, 16]]",
                         hw->stretch_share, hw->stretch, &hw->stretch_points));
+    json_t *wf;
+    C_(spi_json_get_child(c, "/chip", chip, "weight_fetch_s_by_working_set", 0, JSON_ARRAY, &wf));
+    if (wf)
+        C_(read_points(c, "/chip/weight_fetch_s_by_working_set", wf, "working-set bytes, seconds per weight byte",
+                       "[bytes > 0, seconds per byte in [0, 1e-6]]", &hw->fetch_points, hw->fetch_bytes, hw->fetch_s));
     json_t *ae;
     C_(spi_json_get_child(c, "/chip", chip, "act_elem_s", 0, JSON_OBJECT, &ae));
     if (ae) {
@@ -730,6 +754,12 @@ json_t *spi_hw_to_json(const sp_hw *hw)
         for (int i = 0; i < hw->stretch_points; i++)
             json_array_append_new(a, json_pack("[ff]", hw->stretch_share[i], hw->stretch[i]));
         json_object_set_new(chip, "compute_stretch_by_share", a);
+    }
+    if (hw->fetch_points > 0) {
+        json_t *a = json_array();
+        for (int i = 0; i < hw->fetch_points; i++)
+            json_array_append_new(a, json_pack("[ff]", hw->fetch_bytes[i], hw->fetch_s[i]));
+        json_object_set_new(chip, "weight_fetch_s_by_working_set", a);
     }
     json_object_set_new(j, "chip", chip);
     json_object_set_new(t, "kind", json_string(topo_names[hw->topo == SP_TOPO_CLUSTER]));

@@ -111,6 +111,16 @@ typedef struct sp_hw {
                                          beyond them, 1 at one chip a core or without points */
     double stretch_share[SP_HW_EFF_POINTS];
     double stretch[SP_HW_EFF_POINTS];
+    int fetch_points;                 /* chip.weight_fetch_s_by_working_set: [bytes > 0, seconds per
+                                         weight byte >= 0] pairs, bytes increasing: what a matmul of
+                                         2 or more rows pays per byte of its weights beyond its time
+                                         with them in cache, when the chip's cores hold a working set
+                                         of that many bytes (a CPU's BLAS packs the weights before it
+                                         multiplies, and that read is as slow as the level of cache,
+                                         or memory, the pass's weights live in; calibrate measures
+                                         it); sp_hw_weight_fetch */
+    double fetch_bytes[SP_HW_EFF_POINTS];
+    double fetch_s[SP_HW_EFF_POINTS];
     int shared_cores;                 /* CPU chips (threads, ranks) of one node time-share this many
                                          cores: a compute step of n chips running at once takes
                                          max(1, n / shared_cores) times as long; 0 = not shared */
@@ -228,6 +238,12 @@ double sp_hw_idle_wake(const sp_hw *hw, double share);
  * `share` per core (>= 1) is slower: 1 at share <= 1 or without
  * chip.compute_stretch_by_share. */
 double sp_hw_compute_stretch(const sp_hw *hw, double share);
+/* Seconds a matmul of 2 or more rows whose weights take w bytes adds beyond
+ * its cached time (the matmul curves: timed with its weights alone, in cache)
+ * when its weights come from a working set of ws bytes per core:
+ * w · max(0, F(ws) − F(w)) with F chip.weight_fetch_s_by_working_set
+ * (sp_hw_curve); 0 without points. */
+double sp_hw_weight_fetch(const sp_hw *hw, double w, double ws);
 /* The rows factor of a matmul of m activation rows whose local weights
  * hold `weights` elements (K·N) in dtype dt: efficiency.matmul_rows_by_weights
  * when the profile has it for dt (the classes around weights, linear in

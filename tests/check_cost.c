@@ -900,6 +900,66 @@ START_TEST(test_compute_stretch)
 }
 END_TEST
 
+/* chip.weight_fetch_s_by_working_set: a matmul of 2 or more rows adds w · (F(ws) − F(w)) to
+ * its compute term (w its weight bytes, ws the weights a pass streams times the chips per
+ * core), every other step and the one-row decode matmuls are priced as before. */
+START_TEST(test_weight_fetch)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_hw plain, wf;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &plain, &err), SP_OK);
+    plain.shared_cores = 2;
+    plain.comm_shares_cores = 1;
+    wf = plain;
+    wf.fetch_points = 3;
+    wf.fetch_bytes[0] = 1e5, wf.fetch_s[0] = 0;
+    wf.fetch_bytes[1] = 1e6, wf.fetch_s[1] = 3e-11;
+    wf.fetch_bytes[2] = 1e8, wf.fetch_s[2] = 1.2e-10;
+    sp_layout l = make_layout(4, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    for (int ph = 0; ph < 2; ph++) {
+        /* prefill: 16 x 64 rows; decode at batch 16 (16 rows) and at batch 1 (one row) */
+        for (int b = 0; b < 2; b++) {
+            sp_shape sh = ph == 0 ? (sp_shape){16, 64, 64, 72, SP_DT_BF16, 0}
+                                  : (sp_shape){b ? 1 : 16, 1, 64, 72, SP_DT_BF16, 0};
+            sp_program p;
+            ck_assert_int_eq(sp_lower(&m, &l, ph == 0 ? SP_PHASE_PREFILL : SP_PHASE_DECODE, &sh, 0, &p), SP_OK);
+            /* the closed form: the pass's weight bytes, each weight step's addition */
+            double ws = 0, add = 0, share = 4.0 / 2.0;   /* 4 chips on 2 cores */
+            for (int k = 0; k < SP_PART_COUNT; k++) {
+                const sp_steps *part = sp_program_part(&p, (sp_prog_part)k);
+                for (int i = 0; i < part->n; i++) ws += (double)part->s[i].weight_bytes * sp_program_part_runs(&p, (sp_prog_part)k);
+            }
+            int steps = 0;
+            for (int k = 0; k < SP_PART_COUNT; k++) {
+                const sp_steps *part = sp_program_part(&p, (sp_prog_part)k);
+                for (int i = 0; i < part->n; i++) {
+                    const sp_step *s = &part->s[i];
+                    if (!(s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS) || s->weight_bytes <= 0 || s->m < 2) continue;
+                    add += share * sp_hw_weight_fetch(&wf, (double)s->weight_bytes, ws * share) *
+                           sp_program_part_runs(&p, (sp_prog_part)k);
+                    steps++;
+                }
+            }
+            sp_phase_cost a, c;
+            sp_cost_program(&p, &plain, 0, &a);
+            sp_cost_program(&p, &wf, 0, &c);
+            if (ph == 1 && b == 1) {   /* one row: no matmul step pays it */
+                ck_assert_int_eq(steps, 0);
+                ck_assert_double_eq(c.compute_s, a.compute_s);
+                ck_assert_double_eq(c.time_s, a.time_s);
+                continue;
+            }
+            ck_assert_int_gt(steps, 0);
+            ck_assert(add > 0);
+            ck_assert_double_eq_tol(c.compute_s, a.compute_s + add, 1e-12 * c.compute_s);
+            ck_assert_double_eq(c.memory_s, a.memory_s);
+            ck_assert_double_eq(c.comm_s, a.comm_s);
+        }
+    }
+}
+END_TEST
+
 /* uneven stages: the layout's counts reach the lowering, the stage prices
  * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
  * price depends on its own layers and position only (not the split) */
@@ -1811,6 +1871,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_stages);
     tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_compute_stretch);
+    tcase_add_test(tc, test_weight_fetch);
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_stage_mesh_layout);
     tcase_add_test(tc, test_stage_mesh_lower);

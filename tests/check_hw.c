@@ -227,6 +227,32 @@ START_TEST(test_new_fields)
         ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
         ck_assert_msg(!strcmp(err.path, bad_stretch[i][1]), "%s: %s (%s)", bad_stretch[i][0], err.path, err.text);
     }
+    /* chip.weight_fetch_s_by_working_set: [bytes > 0, seconds per byte in [0, 1e-6]] pairs,
+     * bytes increasing, written back; what a matmul adds is w · (F(ws) − F(w)), never < 0 */
+    snprintf(t3, sizeof t3, "%.*s\"weight_fetch_s_by_working_set\":[[1e6,0],[4e6,2e-11],[6.4e7,1.1e-10]],%s",
+             (int)(dp - text), text, dp);
+    ck_assert_msg(sp_hw_loads(t3, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+    ck_assert_int_eq(hw.fetch_points, 3);
+    ck_assert_double_eq_tol(sp_hw_weight_fetch(&hw, 1e6, 6.4e7), 1e6 * 1.1e-10, 1e-18);
+    ck_assert_double_eq_tol(sp_hw_weight_fetch(&hw, 1e6, 1e9), 1e6 * 1.1e-10, 1e-18);   /* the end value beyond */
+    ck_assert_double_eq_tol(sp_hw_weight_fetch(&hw, 2e6, 4e6), 2e6 * (2e-11 - 2e-11 * log(2.0) / log(4.0)), 1e-18);
+    ck_assert_double_eq(sp_hw_weight_fetch(&hw, 1e6, 1e6), 0.0);    /* its own bytes: as cached */
+    ck_assert_double_eq(sp_hw_weight_fetch(&hw, 8e6, 4e6), 0.0);    /* a working set below it */
+    back = spi_hw_to_json(&hw);
+    ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "chip"), "weight_fetch_s_by_working_set")), 3);
+    json_decref(back);
+    static const char *const bad_fetch[][2] = {{"[[0,0]]", "/chip/weight_fetch_s_by_working_set/0"},
+                                               {"[[1e6,0],[1e6,1e-11]]", "/chip/weight_fetch_s_by_working_set/1"},
+                                               {"[[1e6,-1e-12]]", "/chip/weight_fetch_s_by_working_set/0"},
+                                               {"[[1e6,2e-6]]", "/chip/weight_fetch_s_by_working_set/0"},
+                                               {"[[1e6]]", "/chip/weight_fetch_s_by_working_set/0"},
+                                               {"[]", "/chip/weight_fetch_s_by_working_set"},
+                                               {"{}", "/chip/weight_fetch_s_by_working_set"}};
+    for (size_t i = 0; i < sizeof bad_fetch / sizeof *bad_fetch; i++) {
+        snprintf(t3, sizeof t3, "%.*s\"weight_fetch_s_by_working_set\":%s,%s", (int)(dp - text), text, bad_fetch[i][0], dp);
+        ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
+        ck_assert_msg(!strcmp(err.path, bad_fetch[i][1]), "%s: %s (%s)", bad_fetch[i][0], err.path, err.text);
+    }
     snprintf(t3, sizeof t3, "%.*s\"idle_wake_by_share\":[[1]],%s", (int)(dp - text), text, dp);
     ck_assert_int_eq(sp_hw_loads(t3, 0, &hw, &err), SP_EINVAL);
     ck_assert_str_eq(err.path, "/chip/idle_wake_by_share/0");

@@ -142,10 +142,16 @@ START_TEST(test_fit_shared_cores)
      * 1/8 of it, alone at 1/4 */
     /* matmuls: 512x512 at T = 1, 8, 64 (T = 8 at 3/4 of the peak), and
      * 2048x2048 at T = 8, 16, 64, its T = 8 at half the rate of 512x512's */
-    sp_calib_mm mm[8] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
-                         {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0},
-                         {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}, {SP_DT_F32, 8, 2048, 2048, 1, 32e-4, 0},
-                         {SP_DT_F32, 16, 2048, 2048, 1, 32e-4, 0}, {SP_DT_F32, 64, 2048, 2048, 1, 96e-4, 0}};
+    /* weight fetches: the 512x512 T = 8 matmul cycled over rings of 4, 16, 64 and 256 copies
+     * (1 MiB each): 20, 30, 120 and 100 ps a byte more than its cached 1e-4 s (the last below
+     * the one before: noise, pooled with it) */
+    const double MiB = 1048576.0;
+    sp_calib_mm mm[12] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
+                          {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0},
+                          {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}, {SP_DT_F32, 8, 2048, 2048, 1, 32e-4, 0},
+                          {SP_DT_F32, 16, 2048, 2048, 1, 32e-4, 0}, {SP_DT_F32, 64, 2048, 2048, 1, 96e-4, 0},
+                          {SP_DT_F32, 8, 512, 512, 4, 1e-4 + 20e-12 * MiB, 0}, {SP_DT_F32, 8, 512, 512, 16, 1e-4 + 30e-12 * MiB, 0},
+                          {SP_DT_F32, 8, 512, 512, 64, 1e-4 + 120e-12 * MiB, 0}, {SP_DT_F32, 8, 512, 512, 256, 1e-4 + 100e-12 * MiB, 0}};
     sp_calib_coll_pt pt[8];
     int n = 0;
     for (int chips = 2; chips <= 8; chips *= 4)
@@ -163,7 +169,7 @@ START_TEST(test_fit_shared_cores)
     r.cores = 2;
     r.compute_chips = 2;
     r.mm = mm;
-    r.n_mm = 8;
+    r.n_mm = 12;
     r.coll = pt;
     r.n_coll = n;
     r.barrier_s = 56e-6;
@@ -194,6 +200,25 @@ START_TEST(test_fit_shared_cores)
     }
     sp_calib_fit f;
     ck_assert_msg(sp_calib_fit_result(&r, &f) == SP_OK, "%s", sp_last_error());
+    /* 0 at the matrix alone, then each ring's excess per byte, made non-decreasing */
+    ck_assert_int_eq(f.fetch_points, 5);
+    static const double fb[5] = {1, 4, 16, 64, 256}, fv[5] = {0, 20e-12, 30e-12, 110e-12, 110e-12};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_double_eq(f.fetch_bytes[i], fb[i] * MiB);
+        ck_assert_double_eq_tol(f.fetch_value[i], fv[i], 1e-18);
+    }
+    /* the cycled points leave the matmul curves as they were (the same fit without them) */
+    sp_calib_fit f8;
+    r.n_mm = 8;
+    ck_assert_msg(sp_calib_fit_result(&r, &f8) == SP_OK, "%s", sp_last_error());
+    r.n_mm = 12;
+    ck_assert_int_eq(f8.fetch_points, 0);
+    ck_assert_double_eq(f8.peak_flops[SP_DT_F32], f.peak_flops[SP_DT_F32]);
+    ck_assert_int_eq(f8.rows_points[SP_DT_F32], f.rows_points[SP_DT_F32]);
+    for (int i = 0; i < f.rows_points[SP_DT_F32]; i++) ck_assert_double_eq(f8.rows_value[SP_DT_F32][i], f.rows_value[SP_DT_F32][i]);
+    ck_assert_int_eq(f8.eff_points, f.eff_points);
+    ck_assert_int_eq(f8.tile_m, f.tile_m);
+    ck_assert_double_eq(f8.mem_bw, f.mem_bw);
     ck_assert_int_eq(f.stretch_points, 2);
     for (int k = 0; k < 2; k++) {
         ck_assert_double_eq(f.stretch_share[k], 2.0 * (k + 1));
