@@ -74,9 +74,10 @@ static json_t *measured_json(const sp_calib_result *r, const sp_calib_fit *f, co
                                                  "alone", p->alone));
             continue;
         }
-        json_array_append_new(mm, json_pack("{s:s,s:I,s:I,s:I,s:f,s:f}", "dtype", sp_dtype_name((sp_dtype)p->dt),
-                                            "T", (json_int_t)p->T, "K", (json_int_t)p->K, "N", (json_int_t)p->N,
-                                            "seconds", p->seconds, "flops_per_s", flops / p->seconds));
+        json_array_append_new(mm, json_pack("{s:s,s:s,s:I,s:I,s:I,s:f,s:f}", "kernel", p->logits ? "logits" : "matmul",
+                                            "dtype", sp_dtype_name((sp_dtype)p->dt), "T", (json_int_t)p->T, "K",
+                                            (json_int_t)p->K, "N", (json_int_t)p->N, "seconds", p->seconds,
+                                            "flops_per_s", flops / p->seconds));
     }
     for (int i = 0; i < r->n_coll; i++) {
         const sp_calib_coll_pt *p = &r->coll[i];
@@ -204,6 +205,13 @@ static int write_profile(const char *path, const sp_calib_result *r, const sp_ca
     for (int i = 0; i < f->wake_points; i++) hw.wake_share[i] = f->wake_share[i], hw.wake_s[i] = f->wake_value[i];
     hw.stretch_points = f->stretch_points;
     for (int i = 0; i < f->stretch_points; i++) hw.stretch_share[i] = f->stretch_share[i], hw.stretch[i] = f->stretch_value[i];
+    hw.logits_sizes = f->logits_sizes;
+    for (int c = 0; c < f->logits_sizes; c++) {
+        hw.logits_w[c] = f->logits_w[c];
+        hw.logits_w_points[c] = f->logits_w_points[c];
+        for (int i = 0; i < f->logits_w_points[c]; i++)
+            hw.logits_w_m[c][i] = f->logits_w_m[c][i], hw.logits_w_value[c][i] = f->logits_w_value[c][i] < 0.01 ? 0.01 : f->logits_w_value[c][i];
+    }
     hw.fetch_points = f->fetch_points;
     for (int i = 0; i < f->fetch_points; i++) hw.fetch_bytes[i] = f->fetch_bytes[i], hw.fetch_s[i] = f->fetch_value[i];
     /* one measured curve by working set: steps that read weights look it up at

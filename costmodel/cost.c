@@ -248,7 +248,7 @@ int spi_group_one_core(const sp_hw *hw, const sp_layout *l, unsigned mask)
  * through the phase memo: memo_bind) empties it when they differ (compared
  * by value, so a profile edited in place is noticed). */
 enum { EFF_SLOTS = 512 };
-typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype); attention (flops, -1, d_head);
+typedef struct eff_key { int64_t a, b, c; int d; } eff_key;   /* matmul (m, n, k, weight dtype; SP_DT_COUNT: logits); attention (flops, -1, d_head);
                                                                  memory (bytes, -2, -2); weight stream (bytes, -3, -3),
                                                                  of a chip alone (bytes, -4, -3) */
 typedef struct eff_slot { eff_key k; double eff; } eff_slot;
@@ -264,7 +264,10 @@ _Static_assert(offsetof(sp_hw, eff_points) < offsetof(sp_hw, eff_flops) && offse
                offsetof(sp_hw, rows_points) < offsetof(sp_hw, rows_m) && offsetof(sp_hw, rows_m) < offsetof(sp_hw, rows_value) &&
                offsetof(sp_hw, rows_value) < offsetof(sp_hw, rows_sizes) && offsetof(sp_hw, rows_sizes) < offsetof(sp_hw, rows_w) &&
                offsetof(sp_hw, rows_w) < offsetof(sp_hw, rows_w_points) && offsetof(sp_hw, rows_w_points) < offsetof(sp_hw, rows_w_m) &&
-               offsetof(sp_hw, rows_w_m) < offsetof(sp_hw, rows_w_value) && offsetof(sp_hw, rows_w_value) < offsetof(sp_hw, mem_points) &&
+               offsetof(sp_hw, rows_w_m) < offsetof(sp_hw, rows_w_value) && offsetof(sp_hw, rows_w_value) < offsetof(sp_hw, logits_sizes) &&
+               offsetof(sp_hw, logits_sizes) < offsetof(sp_hw, logits_w) && offsetof(sp_hw, logits_w) < offsetof(sp_hw, logits_w_points) &&
+               offsetof(sp_hw, logits_w_points) < offsetof(sp_hw, logits_w_m) && offsetof(sp_hw, logits_w_m) < offsetof(sp_hw, logits_w_value) &&
+               offsetof(sp_hw, logits_w_value) < offsetof(sp_hw, mem_points) &&
                offsetof(sp_hw, mem_points) < offsetof(sp_hw, mem_bytes) && offsetof(sp_hw, mem_bytes) < offsetof(sp_hw, mem_value) &&
                offsetof(sp_hw, mem_value) < offsetof(sp_hw, ws_points) && offsetof(sp_hw, ws_points) < offsetof(sp_hw, ws_bytes) &&
                offsetof(sp_hw, ws_bytes) < offsetof(sp_hw, ws_value) && offsetof(sp_hw, ws_value) < offsetof(sp_hw, wsa_points) &&
@@ -297,7 +300,8 @@ static __attribute__((noinline)) double eff_compute(const sp_hw *hw, int64_t a, 
     return b == -4 ? sp_hw_curve(hw->wsa_points, hw->wsa_bytes, hw->wsa_value, (double)a, 1.0)
          : b == -3 ? sp_hw_curve(hw->ws_points, hw->ws_bytes, hw->ws_value, (double)a, 1.0)
          : b == -2 ? sp_hw_memory_eff(hw, (double)a)
-         : b == -1 ? sp_hw_attention_eff(hw, (double)a, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
+         : b == -1 ? sp_hw_attention_eff(hw, (double)a, c)
+         : d == SP_DT_COUNT ? sp_hw_logits_shape_eff(hw, a, b, c) : sp_hw_matmul_shape_eff(hw, (sp_dtype)d, a, b, c);
 }
 
 /* inline: two a compute step (its hits are a hash and a compare); e NULL:
@@ -527,7 +531,11 @@ static int64_t price_compute(const price_ctx *pc, const sp_step *s, int64_t ctx,
     double eff = 1.0;
     if (flops > 0)
         /* a grouped expert matmul runs as `experts` matmuls of m/experts rows */
-        eff = s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS
+        /* logits over an f32 table: the transposed kernel's own curves (sp_hw_logits_shape_eff;
+         * key SP_DT_COUNT) */
+        eff = s->kind == SP_STEP_LOGITS && hw->logits_sizes > 0 && pc->p->wspec[s->weight].dtype == SP_DT_F32
+                  ? eff_lookup(pc->eff, hw, s->m, s->n, s->k, SP_DT_COUNT)
+              : s->kind == SP_STEP_MATMUL || s->kind == SP_STEP_LOGITS
                   ? eff_lookup(pc->eff, hw, s->experts > 1 ? s->m / s->experts : s->m, s->n, s->k, pc->p->layout.weights)
               : s->kind == SP_STEP_ATTN ? eff_lookup(pc->eff, hw, flops, -1, s->d_head, 0)
                                         : eff_lookup(pc->eff, hw, flops, -1, -1, 0);

@@ -78,6 +78,10 @@ typedef struct calib_grid {
     const int *fetch_ring; /* weight fetches: the f32 FETCH_K x FETCH_N matmul at T = fetch_t, */
     int n_fetch;           /* cycled over each ring of copies (a working set of ring MiB) */
     int64_t fetch_t;
+    const int64_t (*lg_kn)[2]; /* logits of an f32 table of N rows of K (x · tableᵀ) at each T */
+    int n_lg_kn;
+    const int64_t *lg_t;
+    int n_lg_t;
 } calib_grid;
 
 /* The weight-fetch points: a 1 MiB f32 matrix, the hot point (ring 1) one of the grid's own. */
@@ -96,6 +100,8 @@ static const int64_t cpu_attn[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4,
 static const int cpu_fetch_ring[] = {4, 16, 64, 256};
 static const int quick_fetch_ring[] = {4, 16};
 static const int64_t quick_mm_kn[][2] = {{64, 64}, {512, 512}};
+static const int64_t quick_lg_kn[][2] = {{512, 512}};
+static const int64_t quick_lg_t[] = {4, 16, 64};
 static const int64_t quick_mm_t[] = {4, 64};
 static const int64_t quick_mem_kn[][2] = {{64, 64}, {256, 256}};
 
@@ -116,16 +122,18 @@ static const int64_t gpu_quick_mem_kn[][2] = {{1024, 1024}, {4096, 4096}};
 
 static const calib_grid grid_cpu = {GRID_LIST(cpu_mm_kn), GRID_LIST(cpu_mm_t), GRID_LIST(cpu_dq_kn),
                                     GRID_LIST(cpu_dq_t),  GRID_LIST(cpu_mem_kn), (int64_t)2048 * 2048,
-                                    GRID_LIST(cpu_attn),  4e7, 65536, GRID_LIST(cpu_fetch_ring), 8};
+                                    GRID_LIST(cpu_attn),  4e7, 65536, GRID_LIST(cpu_fetch_ring), 8,
+                                    GRID_LIST(cpu_mm_kn), GRID_LIST(cpu_mm_t)};
 static const calib_grid grid_cpu_quick = {GRID_LIST(quick_mm_kn), GRID_LIST(quick_mm_t), cpu_dq_kn, 1,
                                           GRID_LIST(cpu_dq_t),     GRID_LIST(quick_mem_kn), (int64_t)2048 * 2048,
-                                          cpu_attn, 2,             4e7, 65536, GRID_LIST(quick_fetch_ring), 4};
+                                          cpu_attn, 2,             4e7, 65536, GRID_LIST(quick_fetch_ring), 4,
+                                          GRID_LIST(quick_lg_kn), GRID_LIST(quick_lg_t)};
 static const calib_grid grid_gpu = {GRID_LIST(gpu_mm_kn), GRID_LIST(gpu_mm_t), GRID_LIST(gpu_dq_kn),
                                     GRID_LIST(gpu_dq_t),  GRID_LIST(gpu_mem_kn), (int64_t)8192 * 8192,
-                                    GRID_LIST(gpu_attn),  4e10, (int64_t)1 << 24, NULL, 0, 0};
+                                    GRID_LIST(gpu_attn),  4e10, (int64_t)1 << 24, NULL, 0, 0, NULL, 0, NULL, 0};
 static const calib_grid grid_gpu_quick = {GRID_LIST(gpu_quick_mm_kn), GRID_LIST(gpu_quick_mm_t), gpu_dq_kn, 1,
                                           GRID_LIST(gpu_dq_t), GRID_LIST(gpu_quick_mem_kn), (int64_t)8192 * 8192,
-                                          gpu_attn, 2, 4e10, (int64_t)1 << 24, NULL, 0, 0};
+                                          gpu_attn, 2, 4e10, (int64_t)1 << 24, NULL, 0, 0, NULL, 0, NULL, 0};
 
 static const calib_grid *grid_of(const sp_calib_opts *o)
 {
@@ -224,6 +232,7 @@ typedef struct mm_job {
     int mem;   /* 1: a memory (weight stream) point */
     int ring;  /* weight matrices cycled through (a working set of ring · K · N elements) */
     int alone; /* 1: chip 0 only, the other chips idle */
+    int logits; /* 1: the logits kernel, x (T, K) · table (N, K)ᵀ, not the matmul */
 } mm_job;
 
 static int64_t mm_reps(const calib_grid *g, double flops)
@@ -238,15 +247,15 @@ static size_t jobs_of(const calib_grid *g, int alone_too, mm_job *jobs, size_t m
     size_t n = 0;
     for (int i = 0; i < g->n_mm_kn; i++)
         for (int j = 0; j < g->n_mm_t && n < max; j++)
-            jobs[n++] = (mm_job){SP_DT_F32, g->mm_t[j], g->mm_kn[i][0], g->mm_kn[i][1], 0, 1, 0};
+            jobs[n++] = (mm_job){SP_DT_F32, g->mm_t[j], g->mm_kn[i][0], g->mm_kn[i][1], 0, 1, 0, 0};
     for (int d = SP_DT_BF16; d <= SP_DT_FP8; d++)
         for (int i = 0; i < g->n_dq_kn; i++)
             for (int j = 0; j < g->n_dq_t && n < max; j++)
-                jobs[n++] = (mm_job){d, g->dq_t[j], g->dq_kn[i][0], g->dq_kn[i][1], 0, 1, 0};
+                jobs[n++] = (mm_job){d, g->dq_t[j], g->dq_kn[i][0], g->dq_kn[i][1], 0, 1, 0, 0};
     for (int i = 0; i < g->n_mem && n < max; i++) {
         int64_t e = g->mem_kn[i][0] * g->mem_kn[i][1], side = (int64_t)sqrt((double)g->ring_elems);
-        if (e > g->ring_elems) jobs[n++] = (mm_job){SP_DT_F32, 1, side, side, 1, (int)(e / g->ring_elems), 0};
-        else jobs[n++] = (mm_job){SP_DT_F32, 1, g->mem_kn[i][0], g->mem_kn[i][1], 1, 1, 0};
+        if (e > g->ring_elems) jobs[n++] = (mm_job){SP_DT_F32, 1, side, side, 1, (int)(e / g->ring_elems), 0, 0};
+        else jobs[n++] = (mm_job){SP_DT_F32, 1, g->mem_kn[i][0], g->mem_kn[i][1], 1, 1, 0, 0};
     }
     for (size_t i = n - (size_t)g->n_mem, end = n; alone_too && i < end && n < max; i++) {
         jobs[n] = jobs[i];
@@ -255,7 +264,10 @@ static size_t jobs_of(const calib_grid *g, int alone_too, mm_job *jobs, size_t m
     /* weight fetches: a matmul of several rows whose weights come from beyond the cache, on
      * every compute chip at once (as a program's chips run) */
     for (int i = 0; i < g->n_fetch && n < max; i++)
-        jobs[n++] = (mm_job){SP_DT_F32, g->fetch_t, FETCH_K, FETCH_N, 0, g->fetch_ring[i], 0};
+        jobs[n++] = (mm_job){SP_DT_F32, g->fetch_t, FETCH_K, FETCH_N, 0, g->fetch_ring[i], 0, 0};
+    for (int i = 0; i < g->n_lg_kn; i++)
+        for (int j = 0; j < g->n_lg_t && n < max; j++)
+            jobs[n++] = (mm_job){SP_DT_F32, g->lg_t[j], g->lg_kn[i][0], g->lg_kn[i][1], 0, 1, 0, 1};
     return n;
 }
 
@@ -331,6 +343,7 @@ static sp_status mm_call(spi_xdev *d, void *arg, int64_t i)
 {
     mm_args *a = arg;
     a->wv.data = a->w + a->wbytes * (size_t)(i % a->j->ring);
+    if (a->j->logits) return d->ops->logits(d, a->y, a->x, &a->wv, a->j->T, a->j->K, a->j->N);
     return d->ops->matmul(d, a->y, a->x, &a->wv, a->j->T, a->j->K, a->j->N, SP_KERN_OVERWRITE);
 }
 
@@ -343,7 +356,8 @@ static sp_status mm_point(calib_ctx *cx, sp_comm *c, spi_xdev *d, const mm_job *
     float *sc = NULL, *x = NULL, *dsc = NULL;
     double once = 0;
     sp_status st = SP_OK;
-    mm_args a = {j, {(sp_dtype)j->dt, NULL, j->N, NULL}, NULL, 0, NULL, NULL};
+    /* a matmul's weights are K rows of N; a logits table N rows of K */
+    mm_args a = {j, {(sp_dtype)j->dt, NULL, j->logits ? j->K : j->N, NULL}, NULL, 0, NULL, NULL};
     a.wbytes = (size_t)(j->K * j->N) * (size_t)sp_dtype_bytes((sp_dtype)j->dt);
     d->ws = NULL, d->ws_bytes = 0;
     if (active) {
@@ -632,7 +646,7 @@ static sp_status stretch_chip(calib_ctx *cx, sp_comm *c)
 
 static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
 {
-    mm_job jobs[128];
+    mm_job jobs[SP_CALIB_MM_MAX];
     const calib_grid *g = grid_of(cx->o);
     size_t n = jobs_of(g, cx->r->compute_chips > 1, jobs, NELEM(jobs));
     sp_calib_result *r = cx->r;
@@ -641,10 +655,10 @@ static sp_status mm_chip(calib_ctx *cx, sp_comm *c)
     for (size_t i = 0; i < n && !st; i++) {
         double t;
         if ((st = mm_point(cx, c, &dev, &jobs[i], &t)) || sp_comm_rank(c) != 0) continue;
-        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t, jobs[i].alone};
+        r->mm[r->n_mm++] = (sp_calib_mm){jobs[i].dt, jobs[i].T, jobs[i].K, jobs[i].N, jobs[i].ring, t, jobs[i].alone, jobs[i].logits};
         if (cx->o->log)
-            fprintf(cx->o->log, "matmul %-4s%s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
-                    sp_dtype_name((sp_dtype)jobs[i].dt), jobs[i].alone ? " alone" : "", (long long)jobs[i].T, (long long)jobs[i].K,
+            fprintf(cx->o->log, "%s %-4s%s T=%-4lld K=%-5lld N=%-5lld %10.3g s %8.2f GFLOP/s %8.2f GB/s\n",
+                    jobs[i].logits ? "logits" : "matmul", sp_dtype_name((sp_dtype)jobs[i].dt), jobs[i].alone ? " alone" : "", (long long)jobs[i].T, (long long)jobs[i].K,
                     (long long)jobs[i].N, t, 2e-9 * (double)(jobs[i].T * jobs[i].K * jobs[i].N) / t,
                     1e-9 * (double)(jobs[i].K * jobs[i].N * sp_dtype_bytes((sp_dtype)jobs[i].dt)) / t);
     }
@@ -852,7 +866,7 @@ sp_status sp_calib_run(const sp_calib_opts *o, sp_calib_result **out)
     double t0 = now_s();
     sp_calib_result *r = calloc(1, sizeof *r);
     if (!r) return SP_ENOMEM;
-    r->mm = calloc(128, sizeof *r->mm);
+    r->mm = calloc(SP_CALIB_MM_MAX, sizeof *r->mm);
     r->coll = calloc(256, sizeof *r->coll);
     if (!r->mm || !r->coll) {
         sp_calib_free(r);
@@ -1057,6 +1071,49 @@ double sp_calib_share(const sp_calib_result *r, int n)
     return (double)n / r->cores;
 }
 
+/* Rows curves by weight shape: for each (K, N) of dtype d (logits: the logits points, else
+ * the matmuls on one matrix) timed at 3 T or more, K·N increasing, rate / (peak × the FLOPs
+ * curve of fc, or peak alone when fc is NULL) by T, at most 1; at most SP_HW_ROWS_SIZES
+ * shapes.  Returns the classes written. */
+static int fit_classes(const sp_calib_result *r, int d, int logits, double peak, const sp_calib_fit *fc, double *cw,
+                       int *cnp, double (*cm)[SP_HW_EFF_POINTS], double (*cv)[SP_HW_EFF_POINTS])
+{
+    int nc = 0;
+    for (double wlo = 0; peak > 0 && nc < SP_HW_ROWS_SIZES;) {
+        double wn = 0;   /* the next larger K·N measured */
+        for (int i = 0; i < r->n_mm; i++) {
+            const sp_calib_mm *p = &r->mm[i];
+            double kn = (double)p->K * (double)p->N;
+            if (p->dt == d && !(p->ring > 1) && !p->alone && !p->logits == !logits && kn > wlo && (!wn || kn < wn)) wn = kn;
+        }
+        if (!wn) break;
+        wlo = wn;
+        int np = 0;
+        /* points by T increasing (the grid lists T increasing per shape; sorted here regardless) */
+        for (int64_t T = 1, next; T > 0 && np < SP_CALIB_CURVE; T = next) {
+            next = 0;
+            double u = -1;
+            for (int i = 0; i < r->n_mm; i++) {
+                const sp_calib_mm *p = &r->mm[i];
+                if (p->dt != d || p->ring > 1 || p->alone || !p->logits != !logits || (double)p->K * (double)p->N != wn) continue;
+                if (p->T > T && (!next || p->T < next)) next = p->T;
+                if (p->T != T) continue;
+                double fl = 2.0 * (double)(p->T * p->K * p->N);
+                u = fl / p->seconds / (peak * (fc ? sp_hw_curve(fc->eff_points, fc->eff_flops, fc->eff_value, fl, 1.0) : 1.0));
+            }
+            if (u < 0) continue;
+            cm[nc][np] = (double)T;
+            cv[nc][np++] = u > 1 ? 1 : u;
+        }
+        /* a rows curve needs rows: shapes timed at one T only (the f32
+         * weight streams, T = 1) stay in the median curve alone */
+        if (np < 3) continue;
+        cw[nc] = wn;
+        cnp[nc++] = np;
+    }
+    return nc;
+}
+
 sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
 {
     memset(f, 0, sizeof *f);
@@ -1065,7 +1122,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     /* peak: the best rate with T >= 8 (weight reuse over tokens) */
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T < 8) continue;
+        if (p->T < 8 || p->logits) continue;
         double rate = 2.0 * (double)(p->T * p->K * p->N) / p->seconds;
         if (rate > f->peak_flops[p->dt]) f->peak_flops[p->dt] = rate;
     }
@@ -1074,7 +1131,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
      * activation rows no longer limit the kernel */
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T < ROWS_FULL || p->dt != SP_DT_F32) continue;
+        if (p->T < ROWS_FULL || p->dt != SP_DT_F32 || p->logits) continue;
         double fl = 2.0 * (double)(p->T * p->K * p->N);
         x[n] = fl;
         y[n] = fl / p->seconds / f->peak_flops[SP_DT_F32];
@@ -1101,7 +1158,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             next = 0;   /* the next larger T measured */
             for (int i = 0; i < r->n_mm && m < 128; i++) {
                 const sp_calib_mm *p = &r->mm[i];
-                if (p->dt != d || p->ring > 1 || p->alone) continue;
+                if (p->dt != d || p->ring > 1 || p->alone || p->logits) continue;
                 if (p->T > T && (!next || p->T < next)) next = p->T;
                 if (p->T != T) continue;
                 double fl = 2.0 * (double)(p->T * p->K * p->N);
@@ -1115,46 +1172,14 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     }
     /* and by weight shape: the same ratio, each (K, N) on its own (the
      * median above hides that large weights run few rows slower; T = 16:
-     * 62.6 GFLOP/s at 2048x5632, 77.3 at 512x512, 2026-11-23), K·N
-     * increasing, each timed at 3 T or more; shapes beyond SP_HW_ROWS_SIZES
-     * are left out */
-    for (int d = 0; d < 5; d++) {
-        double peak = sp_hw_compute_peak(&pk, (sp_dtype)d);
-        f->rows_sizes[d] = 0;
-        for (double wlo = 0; peak > 0 && f->rows_sizes[d] < SP_HW_ROWS_SIZES;) {
-            double wn = 0;   /* the next larger K·N measured */
-            for (int i = 0; i < r->n_mm; i++) {
-                const sp_calib_mm *p = &r->mm[i];
-                double kn = (double)p->K * (double)p->N;
-                if (p->dt == d && !(p->ring > 1) && !p->alone && kn > wlo && (!wn || kn < wn)) wn = kn;
-            }
-            if (!wn) break;
-            wlo = wn;
-            int c = f->rows_sizes[d], np = 0;
-            /* points by T increasing (the grid lists T increasing per shape; sorted here regardless) */
-            for (int64_t T = 1, next; T > 0 && np < SP_CALIB_CURVE; T = next) {
-                next = 0;
-                double u = -1;
-                for (int i = 0; i < r->n_mm; i++) {
-                    const sp_calib_mm *p = &r->mm[i];
-                    if (p->dt != d || p->ring > 1 || p->alone || (double)p->K * (double)p->N != wn) continue;
-                    if (p->T > T && (!next || p->T < next)) next = p->T;
-                    if (p->T != T) continue;
-                    double fl = 2.0 * (double)(p->T * p->K * p->N);
-                    u = fl / p->seconds / (peak * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0));
-                }
-                if (u < 0) continue;
-                f->rows_w_m[d][c][np] = (double)T;
-                f->rows_w_value[d][c][np++] = u > 1 ? 1 : u;
-            }
-            /* a rows curve needs rows: shapes timed at one T only (the f32
-             * weight streams, T = 1) stay in the median curve alone */
-            if (np < 3) continue;
-            f->rows_w[d][c] = wn;
-            f->rows_w_points[d][c] = np;
-            f->rows_sizes[d]++;
-        }
-    }
+     * 62.6 GFLOP/s at 2048x5632, 77.3 at 512x512, 2026-11-23) */
+    for (int d = 0; d < 5; d++)
+        f->rows_sizes[d] = fit_classes(r, d, 0, sp_hw_compute_peak(&pk, (sp_dtype)d), f, f->rows_w[d], f->rows_w_points[d],
+                                       f->rows_w_m[d], f->rows_w_value[d]);
+    /* the logits kernel (x · tableᵀ, f32 tables) by table shape, as fractions of the f32 peak:
+     * OpenBLAS runs the transposed operand at a rate of its own */
+    f->logits_sizes = fit_classes(r, SP_DT_F32, 1, f->peak_flops[SP_DT_F32], NULL, f->logits_w, f->logits_w_points,
+                                  f->logits_w_m, f->logits_w_value);
     /* attention: fraction of the f32 peak by head width, mean over the shapes of each width */
     n = 0;
     for (int i = 0; i < r->n_attn; i++) {
@@ -1182,7 +1207,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     n = 0;
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T != 1 || p->dt != SP_DT_F32 || p->alone) continue;
+        if (p->T != 1 || p->dt != SP_DT_F32 || p->alone || p->logits) continue;
         double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
         x[n] = by * p->ring;   /* the working set */
         y[n] = by / p->seconds;
@@ -1199,7 +1224,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     n = 0;
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->T != 1 || p->dt != SP_DT_F32 || !p->alone) continue;
+        if (p->T != 1 || p->dt != SP_DT_F32 || !p->alone || p->logits) continue;
         double by = (double)(p->K * p->N) * 4.0 + (double)(p->K + p->N) * 4.0;
         x[n] = by * p->ring;
         y[n] = by / p->seconds / f->mem_bw;
@@ -1214,11 +1239,12 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
     f->fetch_points = 0;
     for (int i = 0; i < r->n_mm; i++) {
         const sp_calib_mm *p = &r->mm[i];
-        if (p->dt != SP_DT_F32 || p->ring <= 1 || p->alone || p->T < 2 || p->K != FETCH_K || p->N != FETCH_N) continue;
+        if (p->dt != SP_DT_F32 || p->ring <= 1 || p->alone || p->logits || p->T < 2 || p->K != FETCH_K || p->N != FETCH_N) continue;
         double hot = 0, wb = (double)(p->K * p->N) * 4.0;
         for (int j = 0; j < r->n_mm; j++) {
             const sp_calib_mm *q = &r->mm[j];
-            if (q->dt == p->dt && q->T == p->T && q->K == p->K && q->N == p->N && q->ring <= 1 && !q->alone) hot = q->seconds;
+            if (q->dt == p->dt && q->T == p->T && q->K == p->K && q->N == p->N && q->ring <= 1 && !q->alone && !q->logits)
+                hot = q->seconds;
         }
         if (!(hot > 0) || f->fetch_points >= SP_CALIB_CURVE - 1) continue;
         if (!f->fetch_points) f->fetch_bytes[0] = wb, f->fetch_value[0] = 0, f->fetch_points = 1;
@@ -1250,7 +1276,7 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
         int m = 0;
         for (int i = 0; i < r->n_mm && m < 128; i++) {
             const sp_calib_mm *p = &r->mm[i];
-            if (p->dt != SP_DT_F32 || p->ring > 1 || p->alone) continue;
+            if (p->dt != SP_DT_F32 || p->ring > 1 || p->alone || p->logits) continue;
             double fl = 2.0 * (double)(p->T * p->K * p->N), tm = (double)tiles[ti];
             double util = tm > 0 ? (double)p->T / (ceil((double)p->T / tm) * tm) : 1.0;
             double c = fl / (f->peak_flops[SP_DT_F32] * sp_hw_curve(f->eff_points, f->eff_flops, f->eff_value, fl, 1.0) *

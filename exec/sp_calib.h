@@ -82,6 +82,7 @@ typedef enum sp_calib_coll {
 } sp_calib_coll;
 const char *sp_calib_coll_name(sp_calib_coll k);   /* "all-gather", ... as sp_coll_kind_name */
 
+#define SP_CALIB_MM_MAX 192   /* matmul, weight-stream, weight-fetch and logits points */
 typedef struct sp_calib_mm {
     int dt;                    /* sp_dtype of the weights */
     int64_t T, K, N;
@@ -89,6 +90,7 @@ typedef struct sp_calib_mm {
     double seconds;            /* one call */
     int alone;                 /* 1: chip 0 ran it with the other chips idle (a weight stream alone);
                                   0: on min(chips, cores) chips at once */
+    int logits;                /* 1: the logits kernel, x (T, K) · table (N, K)ᵀ (f32 table) */
 } sp_calib_mm;
 
 typedef struct sp_calib_coll_pt {
@@ -167,6 +169,11 @@ typedef struct sp_calib_fit {
     double rows_w[5][SP_HW_ROWS_SIZES];
     int rows_w_points[5][SP_HW_ROWS_SIZES];
     double rows_w_m[5][SP_HW_ROWS_SIZES][SP_CALIB_CURVE], rows_w_value[5][SP_HW_ROWS_SIZES][SP_CALIB_CURVE];
+    int logits_sizes;          /* the logits kernel by table shape (K·N increasing), each point its
+                                  rate / the f32 peak at T (efficiency.logits_rows_by_weights) */
+    double logits_w[SP_HW_ROWS_SIZES];
+    int logits_w_points[SP_HW_ROWS_SIZES];
+    double logits_w_m[SP_HW_ROWS_SIZES][SP_CALIB_CURVE], logits_w_value[SP_HW_ROWS_SIZES][SP_CALIB_CURVE];
     int tile_m;                /* matmul_tile M (0: none): the T granularity that fits the points best */
     double mm_median_err;      /* |roofline model - measured| / measured over the f32 matmul points */
     int attn_points;           /* attention efficiency (fraction of the f32 peak) by d_head */

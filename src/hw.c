@@ -77,22 +77,34 @@ static double tile_util(int64_t d, int tile)
     return (double)d / (double)padded;
 }
 
+/* A rows factor from nc weight-size classes (w[c] elements, a curve by M each): the two
+ * classes around `weights` at m, linear in log(weights) between them. */
+static double classes_eff(int nc, const double *w, const int *np, const double (*cm)[SP_HW_EFF_POINTS],
+                          const double (*cv)[SP_HW_EFF_POINTS], int64_t m, double weights)
+{
+    if (nc > SP_HW_ROWS_SIZES) nc = SP_HW_ROWS_SIZES;
+    int lo = 0, hi = 0;   /* the classes around weights (equal at and beyond the ends) */
+    if (weights >= w[nc - 1]) lo = hi = nc - 1;
+    else if (weights > w[0])
+        for (hi = 1; hi < nc - 1 && weights > w[hi]; hi++) lo = hi;
+    double a = sp_hw_curve(np[lo], cm[lo], cv[lo], (double)m, 1.0);
+    if (hi == lo) return a;
+    double b = sp_hw_curve(np[hi], cm[hi], cv[hi], (double)m, 1.0);
+    double t = log(weights / w[lo]) / log(w[hi] / w[lo]);
+    return a + t * (b - a);
+}
+
 double sp_hw_rows_eff(const sp_hw *hw, sp_dtype dt, int64_t m, double weights)
 {
     if ((unsigned)dt >= SP_DT_COUNT) return 1.0;
     int nc = hw->rows_sizes[dt];
     if (nc <= 0) return sp_hw_curve(hw->rows_points[dt], hw->rows_m[dt], hw->rows_value[dt], (double)m, 1.0);
-    if (nc > SP_HW_ROWS_SIZES) nc = SP_HW_ROWS_SIZES;
-    const double *w = hw->rows_w[dt];
-    int lo = 0, hi = 0;   /* the classes around weights (equal at and beyond the ends) */
-    if (weights >= w[nc - 1]) lo = hi = nc - 1;
-    else if (weights > w[0])
-        for (hi = 1; hi < nc - 1 && weights > w[hi]; hi++) lo = hi;
-    double a = sp_hw_curve(hw->rows_w_points[dt][lo], hw->rows_w_m[dt][lo], hw->rows_w_value[dt][lo], (double)m, 1.0);
-    if (hi == lo) return a;
-    double b = sp_hw_curve(hw->rows_w_points[dt][hi], hw->rows_w_m[dt][hi], hw->rows_w_value[dt][hi], (double)m, 1.0);
-    double t = log(weights / w[lo]) / log(w[hi] / w[lo]);
-    return a + t * (b - a);
+    return classes_eff(nc, hw->rows_w[dt], hw->rows_w_points[dt], hw->rows_w_m[dt], hw->rows_w_value[dt], m, weights);
+}
+
+static double tiles_util(const sp_hw *hw, int64_t m, int64_t n, int64_t k)
+{
+    return tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
 }
 
 double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n, int64_t k)
@@ -100,7 +112,14 @@ double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n
     double e = sp_hw_matmul_eff(hw, 2.0 * (double)m * (double)n * (double)k);
     if (!hw) return e;
     if ((unsigned)dt < SP_DT_COUNT) e *= sp_hw_rows_eff(hw, dt, m, (double)n * (double)k);
-    return e * tile_util(m, hw->matmul_tile[0]) * tile_util(n, hw->matmul_tile[1]) * tile_util(k, hw->matmul_tile[2]);
+    return e * tiles_util(hw, m, n, k);
+}
+
+double sp_hw_logits_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k)
+{
+    if (hw->logits_sizes <= 0) return sp_hw_matmul_shape_eff(hw, SP_DT_F32, m, n, k);
+    return classes_eff(hw->logits_sizes, hw->logits_w, hw->logits_w_points, hw->logits_w_m, hw->logits_w_value, m,
+                       (double)n * (double)k) * tiles_util(hw, m, n, k);
 }
 
 double sp_hw_attention_eff(const sp_hw *hw, double flops, int64_t d_head)
@@ -196,6 +215,23 @@ static sp_status check_curve(const char *src, sp_error *err, const char *path, c
     return SP_OK;
 }
 
+/* Weight-size classes at path (matmul_rows_by_weights/<dtype>, logits_rows_by_weights):
+ * weights > 0 and increasing, each a curve by M of at least one point. */
+static sp_status check_classes(const char *src, sp_error *err, const char *path, int nc, const double *w, const int *np,
+                               const double (*cm)[SP_HW_EFF_POINTS], const double (*cv)[SP_HW_EFF_POINTS])
+{
+    char t[128];
+    for (int c = 0; c < nc; c++) {
+        snprintf(t, sizeof t, "%s/%d/weights", path, c);
+        if (!(w[c] > 0) || !isfinite(w[c]) || (c > 0 && !(w[c] > w[c - 1])))
+            return hfail(src, err, t, "weight elements must be > 0 and increase from class to class");
+        snprintf(t, sizeof t, "%s/%d/rows", path, c);
+        if (np[c] < 1) return hfail(src, err, t, "at least 1 point");
+        SP_CHECK(check_curve(src, err, t, "M", np[c], cm[c], cv[c]));
+    }
+    return SP_OK;
+}
+
 static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err)
 {
     char t[200];
@@ -252,15 +288,13 @@ static sp_status hw_validate_src(const sp_hw *hw, const char *src, sp_error *err
             snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s", sp_dtype_name((sp_dtype)d));
             return hfail(src, err, t, "at most 6 weight sizes");
         }
-        for (int c = 0; c < hw->rows_sizes[d]; c++) {
-            snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s/%d/weights", sp_dtype_name((sp_dtype)d), c);
-            if (!(hw->rows_w[d][c] > 0) || !isfinite(hw->rows_w[d][c]) || (c > 0 && !(hw->rows_w[d][c] > hw->rows_w[d][c - 1])))
-                return hfail(src, err, t, "weight elements must be > 0 and increase from class to class");
-            snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s/%d/rows", sp_dtype_name((sp_dtype)d), c);
-            if (hw->rows_w_points[d][c] < 1) return hfail(src, err, t, "at least 1 point");
-            SP_CHECK(check_curve(src, err, t, "M", hw->rows_w_points[d][c], hw->rows_w_m[d][c], hw->rows_w_value[d][c]));
-        }
+        snprintf(t, sizeof t, "/efficiency/matmul_rows_by_weights/%s", sp_dtype_name((sp_dtype)d));
+        SP_CHECK(check_classes(src, err, t, hw->rows_sizes[d], hw->rows_w[d], hw->rows_w_points[d], hw->rows_w_m[d], hw->rows_w_value[d]));
     }
+    if (hw->logits_sizes < 0 || hw->logits_sizes > SP_HW_ROWS_SIZES)
+        return hfail(src, err, "/efficiency/logits_rows_by_weights", "at most 6 weight sizes");
+    SP_CHECK(check_classes(src, err, "/efficiency/logits_rows_by_weights", hw->logits_sizes, hw->logits_w, hw->logits_w_points,
+                           hw->logits_w_m, hw->logits_w_value));
     SP_CHECK(check_curve(src, err, "/efficiency/memory", "bytes", hw->mem_points, hw->mem_bytes, hw->mem_value));
     SP_CHECK(check_curve(src, err, "/efficiency/weight_stream", "bytes", hw->ws_points, hw->ws_bytes, hw->ws_value));
     SP_CHECK(check_curve(src, err, "/efficiency/weight_stream_alone", "bytes", hw->wsa_points, hw->wsa_bytes,
@@ -345,7 +379,7 @@ static const char *const slice_keys[] = {"shapes", "cuboid_multiple", "cuboid_mi
 static const char *const cluster_keys[] = {"kind", "chips_per_node", "intra_node_bw", "intra_node_latency", "collective_latency",
                                            "inter_node_bw", "inter_node_latency", "max_chips", NULL};
 static const char *const host_keys[] = {"memory_bytes", "link_bw", NULL};
-static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "matmul_rows_by_weights", "memory", "weight_stream",
+static const char *const eff_keys[] = {"matmul", "matmul_tile", "matmul_rows", "matmul_rows_by_weights", "logits_rows_by_weights", "memory", "weight_stream",
                                        "weight_stream_alone", "attention",
                                        "hbm_usable", "hbm_bw", "network", "overlap", NULL};
 static const char *const dtype_keys[] = {"f32", "bf16", "f16", "int8", "fp8", NULL};
@@ -492,6 +526,31 @@ static sp_status read_curve(const spi_jctx *c, const char *prefix, const json_t 
     return read_points(c, prefix, arr, head, pair, n_out, x, y);
 }
 
+/* An array at path of 1 to SP_HW_ROWS_SIZES weight-size classes {weights, rows}. */
+static sp_status read_classes(const spi_jctx *c, const char *path, const json_t *cl, int *nc, double *w, int *np,
+                              double (*cm)[SP_HW_EFF_POINTS], double (*cv)[SP_HW_EFF_POINTS])
+{
+    const char *key = strrchr(path, '/') + 1;
+    char parent[96];
+    snprintf(parent, sizeof parent, "%.*s", (int)(key - 1 - path), path);
+    size_t n = json_array_size(cl);
+    if (n < 1 || n > SP_HW_ROWS_SIZES)
+        return spi_json_fail(c, SP_EINVAL, parent, key, "must hold 1 to %d weight sizes, got %zu", SP_HW_ROWS_SIZES, n);
+    for (size_t i = 0; i < n; i++) {
+        char cp[128], rp[144];
+        json_t *o = json_array_get(cl, i), *rv;
+        snprintf(cp, sizeof cp, "%s/%zu", path, i);
+        if (!json_is_object(o)) return spi_json_fail(c, SP_EINVAL, path, cp + strlen(path) + 1, "must be an object {weights, rows}");
+        SP_CHECK(spi_json_check_keys(c, cp, o, rows_class_keys));
+        SP_CHECK(spi_json_get_num(c, cp, o, "weights", 1, 0, 1, 1e18, "weight elements K·N > 0", &w[i]));
+        SP_CHECK(spi_json_get_child(c, cp, o, "rows", 1, JSON_ARRAY, &rv));
+        snprintf(rp, sizeof rp, "%s/rows", cp);
+        SP_CHECK(read_curve(c, rp, rv, "M", &np[i], cm[i], cv[i]));
+    }
+    *nc = (int)n;
+    return SP_OK;
+}
+
 static sp_status read_topology(const spi_jctx *c, const json_t *t, sp_hw *hw)
 {
     int kind = 0;
@@ -566,26 +625,15 @@ static sp_status read_efficiency(const spi_jctx *c, const json_t *e, sp_hw *hw)
             const char *dn = sp_dtype_name((sp_dtype)d);
             snprintf(path, sizeof path, "/efficiency/matmul_rows_by_weights/%s", dn);
             C_(spi_json_get_child(c, "/efficiency/matmul_rows_by_weights", mm, dn, 0, JSON_ARRAY, &cl));
-            if (!cl) continue;
-            size_t n = json_array_size(cl);
-            if (n < 1 || n > SP_HW_ROWS_SIZES)
-                C_(spi_json_fail(c, SP_EINVAL, "/efficiency/matmul_rows_by_weights", dn,
-                                 "must hold 1 to %d weight sizes, got %zu", SP_HW_ROWS_SIZES, n));
-            for (size_t i = 0; i < n; i++) {
-                char cp[128], rp[144];
-                json_t *o = json_array_get(cl, i), *rv;
-                snprintf(cp, sizeof cp, "%s/%zu", path, i);
-                if (!json_is_object(o))
-                    C_(spi_json_fail(c, SP_EINVAL, path, cp + strlen(path) + 1, "must be an object {weights, rows}"));
-                C_(spi_json_check_keys(c, cp, o, rows_class_keys));
-                C_(spi_json_get_num(c, cp, o, "weights", 1, 0, 1, 1e18, "weight elements K·N > 0", &hw->rows_w[d][i]));
-                C_(spi_json_get_child(c, cp, o, "rows", 1, JSON_ARRAY, &rv));
-                snprintf(rp, sizeof rp, "%s/rows", cp);
-                C_(read_curve(c, rp, rv, "M", &hw->rows_w_points[d][i], hw->rows_w_m[d][i], hw->rows_w_value[d][i]));
-            }
-            hw->rows_sizes[d] = (int)n;
+            if (cl)
+                C_(read_classes(c, path, cl, &hw->rows_sizes[d], hw->rows_w[d], hw->rows_w_points[d], hw->rows_w_m[d],
+                                hw->rows_w_value[d]));
         }
     }
+    C_(spi_json_get_child(c, "/efficiency", e, "logits_rows_by_weights", 0, JSON_ARRAY, &mm));
+    if (mm)
+        C_(read_classes(c, "/efficiency/logits_rows_by_weights", mm, &hw->logits_sizes, hw->logits_w, hw->logits_w_points,
+                        hw->logits_w_m, hw->logits_w_value));
     C_(spi_json_get_child(c, "/efficiency", e, "memory", 0, JSON_ARRAY, &mm));
     if (mm) C_(read_curve(c, "/efficiency/memory", mm, "bytes", &hw->mem_points, hw->mem_bytes, hw->mem_value));
     C_(spi_json_get_child(c, "/efficiency", e, "weight_stream", 0, JSON_ARRAY, &mm));
@@ -720,6 +768,18 @@ static void curve_json(json_t *e, const char *key, int n, const double *x, const
     json_object_set_new(e, key, a);
 }
 
+static json_t *classes_json(int nc, const double *w, const int *np, const double (*cm)[SP_HW_EFF_POINTS],
+                            const double (*cv)[SP_HW_EFF_POINTS])
+{
+    json_t *cl = json_array();
+    for (int c = 0; c < nc; c++) {
+        json_t *o = json_pack("{s:f}", "weights", w[c]);
+        curve_json(o, "rows", np[c], cm[c], cv[c]);
+        json_array_append_new(cl, o);
+    }
+    return cl;
+}
+
 json_t *spi_hw_to_json(const sp_hw *hw)
 {
     json_t *j = json_object(), *chip = json_object(), *pf = json_object(), *t = json_object();
@@ -800,18 +860,15 @@ json_t *spi_hw_to_json(const sp_hw *hw)
     if (json_object_size(rows)) json_object_set_new(e, "matmul_rows", rows);
     else json_decref(rows);
     json_t *byw = json_object();
-    for (int d = 0; d < SP_DT_COUNT; d++) {
-        if (hw->rows_sizes[d] <= 0) continue;
-        json_t *cl = json_array();
-        for (int c = 0; c < hw->rows_sizes[d]; c++) {
-            json_t *o = json_pack("{s:f}", "weights", hw->rows_w[d][c]);
-            curve_json(o, "rows", hw->rows_w_points[d][c], hw->rows_w_m[d][c], hw->rows_w_value[d][c]);
-            json_array_append_new(cl, o);
-        }
-        json_object_set_new(byw, sp_dtype_name((sp_dtype)d), cl);
-    }
+    for (int d = 0; d < SP_DT_COUNT; d++)
+        if (hw->rows_sizes[d] > 0)
+            json_object_set_new(byw, sp_dtype_name((sp_dtype)d),
+                                classes_json(hw->rows_sizes[d], hw->rows_w[d], hw->rows_w_points[d], hw->rows_w_m[d], hw->rows_w_value[d]));
     if (json_object_size(byw)) json_object_set_new(e, "matmul_rows_by_weights", byw);
     else json_decref(byw);
+    if (hw->logits_sizes > 0)
+        json_object_set_new(e, "logits_rows_by_weights", classes_json(hw->logits_sizes, hw->logits_w, hw->logits_w_points,
+                                                                      hw->logits_w_m, hw->logits_w_value));
     curve_json(e, "memory", hw->mem_points, hw->mem_bytes, hw->mem_value);
     curve_json(e, "weight_stream", hw->ws_points, hw->ws_bytes, hw->ws_value);
     curve_json(e, "weight_stream_alone", hw->wsa_points, hw->wsa_bytes, hw->wsa_value);

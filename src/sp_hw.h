@@ -177,6 +177,18 @@ typedef struct sp_hw {
     int rows_w_points[SP_DT_COUNT][SP_HW_ROWS_SIZES];
     double rows_w_m[SP_DT_COUNT][SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
     double rows_w_value[SP_DT_COUNT][SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
+    int logits_sizes;                 /* logits rows by weight size (efficiency.logits_rows_by_weights):
+                                         classes as rows_sizes, for the logits step of an f32 table,
+                                         each point the fraction of the f32 peak (not of the FLOPs
+                                         curve) the kernel reached (0: none; the matmul's curves apply).  A CPU computes logits
+                                         x · tableᵀ, a transposed operand the matmul points never
+                                         time: OpenBLAS ran 8 × 128 · (512 × 128)ᵀ 3× slower than the
+                                         same FLOPs untransposed, and 8 × 2048 · (5632 × 2048)ᵀ 1.4×
+                                         faster (2026-11-24) */
+    double logits_w[SP_HW_ROWS_SIZES];
+    int logits_w_points[SP_HW_ROWS_SIZES];
+    double logits_w_m[SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
+    double logits_w_value[SP_HW_ROWS_SIZES][SP_HW_EFF_POINTS];
     int mem_points;                   /* memory-bound steps: points (bytes moved, fraction of HBM
                                          bandwidth); none: hbm_bw_eff for every size */
     double mem_bytes[SP_HW_EFF_POINTS];
@@ -261,6 +273,11 @@ double sp_hw_matmul_eff(const sp_hw *hw, double flops);
  * sp_hw_matmul_eff × the tile utilisation of each dimension (matmul_tile)
  * × dt's rows curve at m. */
 double sp_hw_matmul_shape_eff(const sp_hw *hw, sp_dtype dt, int64_t m, int64_t n, int64_t k);
+/* The efficiency of a logits step of m rows over an f32 table of n · k
+ * elements: efficiency.logits_rows_by_weights (a fraction of the f32 peak by
+ * rows and table size, no FLOPs curve: the kernel was timed itself) × the
+ * tile utilisation when the profile has it, else sp_hw_matmul_shape_eff. */
+double sp_hw_logits_shape_eff(const sp_hw *hw, int64_t m, int64_t n, int64_t k);
 /* Efficiency of an attention step of `flops` FLOPs at head width d_head:
  * the attention curve at d_head when the profile has one, else the matmul
  * curve at flops. */

@@ -960,6 +960,56 @@ START_TEST(test_weight_fetch)
 }
 END_TEST
 
+/* efficiency.logits_rows_by_weights: the logits step of an f32 table is priced at its own
+ * efficiency (a fraction of the peak by rows and table size), every other step as before. */
+START_TEST(test_logits_rows)
+{
+    sp_model m = make_model(512, 2048, 16, 16, SP_FFN_GELU, SP_BLOCK_SERIAL);
+    sp_hw plain, lg;
+    sp_error err;
+    ck_assert_int_eq(sp_hw_find("a100-80g", &plain, &err), SP_OK);
+    lg = plain;
+    lg.logits_sizes = 1;
+    lg.logits_w[0] = 1e6;
+    lg.logits_w_points[0] = 2;
+    lg.logits_w_m[0][0] = 1, lg.logits_w_value[0][0] = 0.02;
+    lg.logits_w_m[0][1] = 64, lg.logits_w_value[0][1] = 0.5;
+    sp_layout l = make_layout(2, 1, 1, SP_FL_WS1D, SP_AL_HEADS);
+    l.weights = SP_DT_F32;
+    sp_shape sh = {16, 1, 64, 72, SP_DT_F32, 0};
+    sp_program p;
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, &p), SP_OK);
+    double dc = 0;   /* the closed form: each logits step's compute at the two efficiencies */
+    int nl = 0;
+    for (int k = 0; k < SP_PART_COUNT; k++) {
+        const sp_steps *part = sp_program_part(&p, (sp_prog_part)k);
+        for (int i = 0; i < part->n; i++) {
+            const sp_step *s = &part->s[i];
+            if (s->kind != SP_STEP_LOGITS) continue;
+            ck_assert_int_eq(p.wspec[s->weight].dtype, SP_DT_F32);
+            double peak = sp_hw_compute_peak(&plain, SP_DT_F32), fl = (double)s->flops;
+            dc += (fl / (peak * sp_hw_logits_shape_eff(&lg, s->m, s->n, s->k)) -
+                   fl / (peak * sp_hw_matmul_shape_eff(&plain, SP_DT_F32, s->m, s->n, s->k))) * sp_program_part_runs(&p, (sp_prog_part)k);
+            nl++;
+        }
+    }
+    ck_assert_int_eq(nl, 1);
+    sp_phase_cost a, b;
+    sp_cost_program(&p, &plain, 0, &a);
+    sp_cost_program(&p, &lg, 0, &b);
+    ck_assert(fabs(dc) > 1e-6 * a.compute_s);   /* its own efficiency, not the datasheet curve's */
+    ck_assert_double_eq_tol(b.compute_s, a.compute_s + dc, 1e-12 * b.compute_s);
+    ck_assert_double_eq(b.memory_s, a.memory_s);
+    ck_assert_double_eq(b.comm_s, a.comm_s);
+    /* bf16 weights (the table too): the matmul's curves, as before */
+    l.weights = SP_DT_BF16;
+    ck_assert_int_eq(sp_lower(&m, &l, SP_PHASE_DECODE, &sh, 0, &p), SP_OK);
+    sp_cost_program(&p, &plain, 0, &a);
+    sp_cost_program(&p, &lg, 0, &b);
+    ck_assert_double_eq(b.compute_s, a.compute_s);
+}
+END_TEST
+
 /* uneven stages: the layout's counts reach the lowering, the stage prices
  * compose to sp_cost_eval's figures by sp_cost_pipe exactly, and a stage's
  * price depends on its own layers and position only (not the split) */
@@ -1872,6 +1922,7 @@ int main(void)
     tcase_add_test(tc, test_weight_stream_alone);
     tcase_add_test(tc, test_compute_stretch);
     tcase_add_test(tc, test_weight_fetch);
+    tcase_add_test(tc, test_logits_rows);
     tcase_add_test(tc, test_uneven_stages);
     tcase_add_test(tc, test_stage_mesh_layout);
     tcase_add_test(tc, test_stage_mesh_lower);

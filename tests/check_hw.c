@@ -241,6 +241,41 @@ START_TEST(test_new_fields)
     back = spi_hw_to_json(&hw);
     ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "chip"), "weight_fetch_s_by_working_set")), 3);
     json_decref(back);
+    /* efficiency.logits_rows_by_weights: classes {weights, rows} as matmul_rows_by_weights,
+     * each point a fraction of the f32 peak (no FLOPs curve), written back */
+    {
+        const char *ep = strstr(text, "\"efficiency\":{");
+        ck_assert_ptr_nonnull(ep);
+        ep += strlen("\"efficiency\":{");
+        char t4[16384];
+        snprintf(t4, sizeof t4, "%.*s\"logits_rows_by_weights\":[{\"weights\":4096,\"rows\":[[2,0.2],[8,0.4]]},"
+                 "{\"weights\":262144,\"rows\":[[2,0.3],[8,0.6],[64,0.9]]}],%s", (int)(ep - text), text, ep);
+        ck_assert_msg(sp_hw_loads(t4, 0, &hw, &err) == SP_OK, "%s: %s", err.path, err.text);
+        ck_assert_int_eq(hw.logits_sizes, 2);
+        /* between the classes, linear in log(K·N); beyond the ends, the end class */
+        ck_assert_double_eq_tol(sp_hw_logits_shape_eff(&hw, 8, 512, 512), 0.6, 1e-12);   /* class 2 at T = 8 */
+        /* T = 4 of the M tile of 8: half of it used */
+        ck_assert_double_eq_tol(sp_hw_logits_shape_eff(&hw, 4, 512, 512), 0.5 * (0.3 + 0.3 * log(2.0) / log(4.0)), 1e-12);
+        double a = 0.4, b = 0.6, tt = log(32768.0 / 4096) / log(262144.0 / 4096);
+        ck_assert_double_eq_tol(sp_hw_logits_shape_eff(&hw, 8, 256, 128), a + tt * (b - a), 1e-12);
+        ck_assert_double_eq_tol(sp_hw_logits_shape_eff(&hw, 8, 4096, 4096), 0.6, 1e-12);
+        back = spi_hw_to_json(&hw);
+        ck_assert_int_eq(json_array_size(json_object_get(json_object_get(back, "efficiency"), "logits_rows_by_weights")), 2);
+        json_decref(back);
+        static const char *const bad_lg[][2] = {
+            {"[{\"weights\":0,\"rows\":[[2,0.2]]}]", "/efficiency/logits_rows_by_weights/0/weights"},
+            {"[{\"weights\":9,\"rows\":[[2,0.2]]},{\"weights\":9,\"rows\":[[2,0.2]]}]", "/efficiency/logits_rows_by_weights/1/weights"},
+            {"[{\"weights\":9,\"rows\":[[2,1.5]]}]", "/efficiency/logits_rows_by_weights/0/rows/0"},
+            {"[{\"weights\":9}]", "/efficiency/logits_rows_by_weights/0/rows"},
+            {"[{\"weights\":9,\"rows\":[[2,0.2]],\"x\":1}]", "/efficiency/logits_rows_by_weights/0/x"},
+            {"[]", "/efficiency/logits_rows_by_weights"},
+            {"[7]", "/efficiency/logits_rows_by_weights/0"}};
+        for (size_t i = 0; i < sizeof bad_lg / sizeof *bad_lg; i++) {
+            snprintf(t4, sizeof t4, "%.*s\"logits_rows_by_weights\":%s,%s", (int)(ep - text), text, bad_lg[i][0], ep);
+            ck_assert_int_eq(sp_hw_loads(t4, 0, &hw, &err), SP_EINVAL);
+            ck_assert_msg(!strcmp(err.path, bad_lg[i][1]), "%s: %s (%s)", bad_lg[i][0], err.path, err.text);
+        }
+    }
     static const char *const bad_fetch[][2] = {{"[[0,0]]", "/chip/weight_fetch_s_by_working_set/0"},
                                                {"[[1e6,0],[1e6,1e-11]]", "/chip/weight_fetch_s_by_working_set/1"},
                                                {"[[1e6,-1e-12]]", "/chip/weight_fetch_s_by_working_set/0"},

@@ -146,12 +146,12 @@ START_TEST(test_fit_shared_cores)
      * (1 MiB each): 20, 30, 120 and 100 ps a byte more than its cached 1e-4 s (the last below
      * the one before: noise, pooled with it) */
     const double MiB = 1048576.0;
-    sp_calib_mm mm[12] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0},
-                          {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0},
-                          {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1}, {SP_DT_F32, 8, 2048, 2048, 1, 32e-4, 0},
-                          {SP_DT_F32, 16, 2048, 2048, 1, 32e-4, 0}, {SP_DT_F32, 64, 2048, 2048, 1, 96e-4, 0},
-                          {SP_DT_F32, 8, 512, 512, 4, 1e-4 + 20e-12 * MiB, 0}, {SP_DT_F32, 8, 512, 512, 16, 1e-4 + 30e-12 * MiB, 0},
-                          {SP_DT_F32, 8, 512, 512, 64, 1e-4 + 120e-12 * MiB, 0}, {SP_DT_F32, 8, 512, 512, 256, 1e-4 + 100e-12 * MiB, 0}};
+    sp_calib_mm mm[12] = {{SP_DT_F32, 8, 512, 512, 1, 1e-4, 0, 0}, {SP_DT_F32, 64, 512, 512, 1, 6e-4, 0, 0},
+                          {SP_DT_F32, 1, 512, 512, 1, 2e-5, 0, 0}, {SP_DT_F32, 1, 512, 512, 16, 8 * 2e-5, 0, 0},
+                          {SP_DT_F32, 1, 512, 512, 16, 4 * 2e-5, 1, 0}, {SP_DT_F32, 8, 2048, 2048, 1, 32e-4, 0, 0},
+                          {SP_DT_F32, 16, 2048, 2048, 1, 32e-4, 0, 0}, {SP_DT_F32, 64, 2048, 2048, 1, 96e-4, 0, 0},
+                          {SP_DT_F32, 8, 512, 512, 4, 1e-4 + 20e-12 * MiB, 0, 0}, {SP_DT_F32, 8, 512, 512, 16, 1e-4 + 30e-12 * MiB, 0, 0},
+                          {SP_DT_F32, 8, 512, 512, 64, 1e-4 + 120e-12 * MiB, 0, 0}, {SP_DT_F32, 8, 512, 512, 256, 1e-4 + 100e-12 * MiB, 0, 0}};
     sp_calib_coll_pt pt[8];
     int n = 0;
     for (int chips = 2; chips <= 8; chips *= 4)
@@ -207,6 +207,37 @@ START_TEST(test_fit_shared_cores)
         ck_assert_double_eq(f.fetch_bytes[i], fb[i] * MiB);
         ck_assert_double_eq_tol(f.fetch_value[i], fv[i], 1e-18);
     }
+    /* logits: an f32 table of 512 x 512 at T = 2, 8, 64 and of 64 x 64 at T = 2, 8 (one shape
+     * timed at fewer than 3 T: no class), each a fraction of the f32 peak */
+    {
+        sp_calib_mm lg[17];
+        memcpy(lg, mm, sizeof mm);
+        const double fr[3] = {0.1, 0.3, 0.8}, Ts[3] = {2, 8, 64};
+        for (int i = 0; i < 3; i++)
+            lg[12 + i] = (sp_calib_mm){SP_DT_F32, (int64_t)Ts[i], 512, 512, 1,
+                                       2.0 * Ts[i] * 512 * 512 / (fr[i] * f.peak_flops[SP_DT_F32]), 0, 1};
+        lg[15] = (sp_calib_mm){SP_DT_F32, 2, 64, 64, 1, 1e-6, 0, 1};
+        lg[16] = (sp_calib_mm){SP_DT_F32, 8, 64, 64, 1, 1e-6, 0, 1};
+        sp_calib_fit fl;
+        r.mm = lg;
+        r.n_mm = 17;
+        ck_assert_msg(sp_calib_fit_result(&r, &fl) == SP_OK, "%s", sp_last_error());
+        ck_assert_int_eq(fl.logits_sizes, 1);
+        ck_assert_double_eq(fl.logits_w[0], 512.0 * 512);
+        ck_assert_int_eq(fl.logits_w_points[0], 3);
+        for (int i = 0; i < 3; i++) {
+            ck_assert_double_eq(fl.logits_w_m[0][i], Ts[i]);
+            ck_assert_double_eq_tol(fl.logits_w_value[0][i], fr[i], 1e-12);
+        }
+        /* and change nothing else */
+        ck_assert_double_eq(fl.peak_flops[SP_DT_F32], f.peak_flops[SP_DT_F32]);
+        ck_assert_int_eq(fl.rows_sizes[SP_DT_F32], f.rows_sizes[SP_DT_F32]);
+        ck_assert_int_eq(fl.eff_points, f.eff_points);
+        ck_assert_int_eq(fl.fetch_points, f.fetch_points);
+        r.mm = mm;
+        r.n_mm = 12;
+    }
+    ck_assert_int_eq(f.logits_sizes, 0);
     /* the cycled points leave the matmul curves as they were (the same fit without them) */
     sp_calib_fit f8;
     r.n_mm = 8;

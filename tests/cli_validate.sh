@@ -27,7 +27,7 @@ hw=$d/local.json
 check "calibrate" 0 $SHARDPLAN calibrate --backend threads --chips 2 --quick --quiet --out $hw
 has "calibrate prints" $d/out "wrote $hw: 2 chips"
 for k in '"source"' '"dispatch_s"' '"shared_cores": 2' '"comm_shares_cores": true' '"token_sync_s"' '"act_elem_s"' '"step_elem_s"' '"measured"' \
-         '"points"' '"matmul"' '"memory"' '"attention"' '"collectives"' '"intra_node_latency"' '"weight_fetch_s_by_working_set"' "$(hostname)"; do
+         '"points"' '"matmul"' '"memory"' '"attention"' '"collectives"' '"intra_node_latency"' '"weight_fetch_s_by_working_set"' '"logits_rows_by_weights"' "$(hostname)"; do
     has "profile key $k" $hw "$k"
 done
 # more chips than cores (on fewer than 4 cores): compute measured at 2 or more chips a core (the factor is the machine's; the
