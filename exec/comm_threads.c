@@ -26,12 +26,16 @@
  * taken on the way in or out, so K woken members do not queue on a lock
  * one after another (with a mutex and condvar, a broadcast to 7 sleepers
  * of 8 chips on 2 cores became a convoy on the mutex: 40-60 % of the
- * cores idle during a decode step, and ~1.4x its time).  A waiter sleeps
- * at once, never polls: chips share cores with each other (more chips
- * than cores) and with other processes, and a polling waiter takes the
- * core that the member it waits for needs (measured: polling 5-500 us
- * before sleeping made a 2-chip decode step 2-40x slower on a loaded
- * 2-core machine).  Mailboxes (send/recv) wait on a mutex and condvar.
+ * cores idle during a decode step, and ~1.4x its time).  A waiter whose
+ * chips each have a CPU of their own polls for SHARDPLAN_SPIN_US (50 us)
+ * before it sleeps: a sleeping CPU of a VM halts, and waking it costs
+ * 40-70 us a collective (tiny-llama 2-chip decode step, 2026-11-24, 2-core
+ * VM: 956 us sleeping at once, 247 us polling 50 us first; with two CPU
+ * hogs beside it, 3.4-6.0 ms against 0.25-0.26 ms).  With more chips than
+ * CPUs a waiter sleeps at once, never polls: a polling waiter takes the
+ * CPU that the member it waits for needs (measured before the chips were
+ * pinned: polling 5-500 us made a 2-chip decode step 2-40x slower on a
+ * loaded 2-core machine).  Mailboxes (send/recv) wait on a mutex and condvar.
  * Every wait has the world's timeout (CLOCK_MONOTONIC); a timeout aborts
  * the world (naming the missing ranks), and the abort wakes every
  * rendezvous and mailbox.
@@ -90,6 +94,7 @@ typedef struct tworld {
     int nall;
     pthread_mutex_t mbmu;           /* guards mb rows and mailbox creation */
     mbox ***mb;                     /* [src][dst], rows and boxes created lazily */
+    long spin_ns;                   /* SHARDPLAN_SPIN_US when every chip has a CPU of its own, else 0 */
 } tworld;
 
 /* ---- time and waiting ---------------------------------------------------------------- */
@@ -221,6 +226,17 @@ static sp_status rdv_arrive(sp_comm *c, spi_comm_group *g, const slot *pub)
     if (atomic_fetch_add(&r->total, 1) + 1 == need) {
         rdv_wake(r);
         return SP_OK;
+    }
+    long spin = ((tworld *)w->impl)->spin_ns;
+    if (spin > 0) {   /* SHARDPLAN_SPIN_US: a peer that arrives within it spares this CPU a sleep and a wake-up */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (unsigned i = 0;; i++) {
+            if (atomic_load(&r->total) >= need) return SP_OK;
+            if ((i & 63) != 63) continue;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= spin) break;
+        }
     }
     struct timespec dl = deadline_after(w->timeout_s);
     int timed_out = 0;
@@ -586,6 +602,12 @@ static sp_status th_world_init(sp_comm_world *w)
     w->impl = tw;
     w->first_local = 0;
     w->nlocal = w->nranks;
+    {   /* polling takes the CPU a chip sharing it would need: only chips with a CPU each poll */
+        cpu_set_t allowed;
+        long us = sp_env_long(SP_ENV_SPIN_US);
+        int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+        tw->spin_ns = us > 0 && us <= 1000000 && w->nranks <= cpus ? us * 1000 : 0;
+    }
     size_t cap = 0;
     for (unsigned m = 1; m < SPI_COMM_NMASKS; m++)
         if (!(m & ~w->live_axes)) cap += (size_t)(w->nranks / sp_mesh_group_size(&w->mesh, m));
