@@ -232,7 +232,7 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
     if (tmpl) {
         spi_measure ms;
         spi_measure_init(s->prune, w, &ms);
-        s->pst[i] = spi_split_decode_lb(s, cache, w, &ms, &c->layout, st, 0, split_lb);
+        s->pst[i] = spi_split_decode_lb(s, cache, w, &ms, c, st, 0, split_lb);   /* c keeps its has_dlo */
     }
 }
 
@@ -256,6 +256,9 @@ static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w
         spi_cand *d = &s->pend[j];
         d->prefill_s = c->prefill_s, d->decode_step_s = c->decode_step_s, d->total_s = c->total_s;
         d->tokens_per_s = c->tokens_per_s, d->cost_total = c->cost_total;
+        /* the program's smaller meshes' decode steps too: d's decode view is c's */
+        d->has_dlo = c->has_dlo, d->dlo_st = c->dlo_st;
+        memcpy(d->dlo_ps, c->dlo_ps, sizeof d->dlo_ps);
         split_lb[j] = split_lb[i];
         s->pst[j] = SP_OK;
     }

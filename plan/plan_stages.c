@@ -458,22 +458,53 @@ static sp_status decode_lo(const spi_space *sp, sp_cost_cache *cache, dc_memo *m
     return memo->slot[i].st;
 }
 
+/* The least first and last decode step (ps) of the stages at lo layers on
+ * t's meshes of fewer chips than its own (decode_lo on each; INT64_MAX
+ * where none is smaller); SP_EINVAL where some layout does not lower.
+ * What the space's decode bound kept in t's candidate (spi_cand.has_dlo,
+ * spi_split_decode_lb) when it priced the same: the same decode view on
+ * the same meshes (cand_meshes reads the layout's mesh, replicas, stages
+ * and experts, which the full pricing's chunked variant keeps, and the
+ * view clears what that variant sets), and the memos are exact, so the
+ * kept figures are the ones pricing would give. */
+static sp_status smaller_decode(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
+                                const tmpl *t, int64_t d[2])
+{
+    if (t->c->has_dlo) {
+        memcpy(d, t->c->dlo_ps, 2 * sizeof *d);
+        return t->c->dlo_st;
+    }
+    d[0] = d[1] = INT64_MAX;
+    for (int mi = 1; mi < t->nm; mi++) {
+        if (t->chips[mi] >= t->chips[0]) continue;
+        int64_t e[2];
+        SP_CHECK(decode_lo(sp, cache, memo, w, t, mi, e));
+        if (e[0] < d[0]) d[0] = e[0];
+        if (e[1] < d[1]) d[1] = e[1];
+    }
+    return SP_OK;
+}
+
+/* hd's decode steps lowered to the smaller meshes' (smaller_decode's d) */
+static void fold_smaller(int64_t hd[PH_COUNT], const int64_t d[2])
+{
+    if (d[0] < hd[PH_D1]) hd[PH_D1] = d[0];
+    if (d[1] < hd[PH_DN]) hd[PH_DN] = d[1];
+}
+
 /* The decode-first bound of mesh_bound's h (below): t->mb with the prefill
  * at 0 (any stage's time is >= 0) and each decode step at the least of
- * t->mb's and the smaller meshes' stages at lo layers (decode_lo).  Reads
- * t->mb, t->mesh and t->chips; SP_EINVAL where some layout does not lower. */
+ * t->mb's and the smaller meshes' stages at lo layers (smaller_decode).
+ * Reads t->mb, t->mesh and t->chips; SP_EINVAL where some layout does not
+ * lower. */
 static sp_status decode_first(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
                               const tmpl *t, int64_t hd[PH_COUNT])
 {
     memcpy(hd, t->mb, PH_COUNT * sizeof *hd);
     hd[PH_PF] = 0;
-    for (int mi = 1; mi < t->nm; mi++) {
-        if (t->chips[mi] >= t->chips[0]) continue;
-        int64_t d[2];
-        SP_CHECK(decode_lo(sp, cache, memo, w, t, mi, d));
-        if (d[0] < hd[PH_D1]) hd[PH_D1] = d[0];
-        if (d[1] < hd[PH_DN]) hd[PH_DN] = d[1];
-    }
+    int64_t d[2];
+    SP_CHECK(smaller_decode(sp, cache, memo, w, t, d));
+    fold_smaller(hd, d);
     return SP_OK;
 }
 
@@ -661,8 +692,9 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
 }
 
 sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
-                              const sp_layout *tl, const sp_stage_time *st, int same_mesh, double *lb)
+                              spi_cand *tc, const sp_stage_time *st, int same_mesh, double *lb)
 {
+    const sp_layout *tl = &tc->layout;
     int64_t m_ps[PH_COUNT], units;
     spi_split_bound_of(st, tl->stages, m_ps, &units);
     m_ps[PH_PF] = 0;   /* no prefill ran; any stage's is >= 0 */
@@ -676,13 +708,21 @@ sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const s
     }
     int64_t hd[PH_COUNT];
     memcpy(hd, m_ps, sizeof hd);
+    tc->has_dlo = 0;
     if (smaller && larger) {   /* mesh_bound's two cases, the decode alone */
-        sp_status ds = decode_first(sp, cache, NULL, w, &t, hd);
+        int64_t d[2];
+        sp_status ds = smaller_decode(sp, cache, NULL, w, &t, d);
+        if (ds != SP_OK && ds != SP_EINVAL) return ds;
+        /* kept for the program's mesh bound (smaller_decode: the same
+         * figures wherever they are priced) */
+        tc->has_dlo = 1;
+        tc->dlo_st = ds;
+        memcpy(tc->dlo_ps, d, sizeof d);
         if (ds == SP_EINVAL) {
             *lb = -INFINITY;   /* the smaller meshes' case unknown: no bound */
             return SP_OK;
         }
-        SP_CHECK(ds);
+        fold_smaller(hd, d);   /* decode_first's h, from m_ps (its prefill at 0 already) */
     }
     *lb = spi_split_first_lb(ms, &t.pipe, hd);
     return SP_OK;

@@ -31,6 +31,18 @@ typedef struct spi_cand {
      * per micro-batch */
     int has_bound;
     int64_t bound_ps[3], bound_units;
+    /* the pipeline program's decode-first case over this template's stage
+     * meshes of fewer chips (plan_stages.c decode_first), kept from the
+     * space's decode bound (spi_split_decode_lb) so that the program's mesh
+     * bound does not price it again: has_dlo 1 when kept, dlo_st its status
+     * (SP_OK, or SP_EINVAL: some stage of those meshes does not lower),
+     * dlo_ps the least first and last decode step (ps) of their stages at
+     * the window's lower end.  It depends on the template's decode view
+     * alone (its meshes, replicas, stages and decode layout), which the
+     * full pricing's chunked variant does not change. */
+    int has_dlo;
+    sp_status dlo_st;
+    int64_t dlo_ps[2];
 } spi_cand;
 
 typedef struct spi_inst {
@@ -297,16 +309,18 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
                                int64_t dc_ps[SPI_PH_COUNT], int *hetero);
 /* The pipeline program's first bound Φ_LB (seconds, under ms) of template
- * tl from its decode alone: st, its stages' times as its decode priced
- * alone gives them (sp_cost_eval_group, SP_PHASE_DECODE, with
- * stage_times), the prefill's bottleneck at 0; where the program offers tl
- * stage meshes (same_mesh 0, a cluster), the least of the even mesh's case
- * and the smaller meshes' decode-first case (plan_stages.c decode_first),
- * -INFINITY where that case does not lower.  No more than the bound the
- * program drops tl by, so a template whose bound reaches the program's
- * incumbent may go unpriced. */
+ * tc (its layout) from its decode alone: st, its stages' times as its
+ * decode priced alone gives them (sp_cost_eval_group, SP_PHASE_DECODE,
+ * with stage_times), the prefill's bottleneck at 0; where the program
+ * offers tc stage meshes (same_mesh 0, a cluster), the least of the even
+ * mesh's case and the smaller meshes' decode-first case (plan_stages.c
+ * decode_first), -INFINITY where that case does not lower.  No more than
+ * the bound the program drops tc by, so a template whose bound reaches the
+ * program's incumbent may go unpriced.  Where the smaller meshes' case was
+ * priced, tc keeps it (spi_cand.has_dlo: its status too) for the program's
+ * mesh bound, which then reads it instead of pricing it again. */
 sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
-                              const sp_layout *tl, const sp_stage_time *st, int same_mesh, double *lb);
+                              spi_cand *tc, const sp_stage_time *st, int same_mesh, double *lb);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

@@ -468,7 +468,7 @@ static int stage_mesh_cands(const sp_layout *l, int out[][3])
 }
 
 static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked, n_dc_bound_checked,
-    n_dlb_checked;
+    n_dlb_checked, n_dlo_checked;
 
 /* sp_plan_solve against the full product of (template, stage mesh of each
  * stage, split), each priced by sp_cost_eval; o narrows both sides alike
@@ -517,7 +517,22 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
             sp_plan_opts_init(&po);   /* latency, total: the measure is total_s */
             spi_measure ms;
             spi_measure_init(&po, w, &ms);
-            ck_assert_int_eq(spi_split_decode_lb(&sp, spi_space_cache(&sp), w, &ms, &l, st, 0, &dlb), SP_OK);
+            spi_cand tc;
+            memset(&tc, 0, sizeof tc);
+            tc.layout = l;
+            ck_assert_int_eq(spi_split_decode_lb(&sp, spi_space_cache(&sp), w, &ms, &tc, st, 0, &dlb), SP_OK);
+            /* what it keeps for the program's mesh bound is what that bound
+             * prices itself (spi_split_mesh_bound's dc_lb: the decode-first
+             * case from the smaller meshes alone), where both apply */
+            if (tc.has_dlo) {
+                n_dlo_checked++;
+                if (tc.dlo_st == SP_OK) {
+                    ck_assert(dc_lb[1] == tc.dlo_ps[0] && dc_lb[2] == tc.dlo_ps[1]);
+                } else {
+                    ck_assert_int_eq(tc.dlo_st, SP_EINVAL);
+                    ck_assert(dlb == -INFINITY && dc_lb[1] == 0 && dc_lb[2] == 0);
+                }
+            }
         }
         for (;;) {   /* every assignment of the candidates to the stages */
             int chips = 0, same = 1;
@@ -796,12 +811,15 @@ START_TEST(test_hetero_summary)
 {
     printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes; "
            "the mesh bound below the slowest stage of %d pipelines of stage meshes (its decode-first bound, "
-           "nonzero, of %d); the decode-alone bound below %d pipelines' totals\n",
-           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked, n_dlb_checked);
+           "nonzero, of %d); the decode-alone bound below %d pipelines' totals; its smaller meshes' decode kept "
+           "for the program equal to the program's own for %d templates\n",
+           n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked, n_dlb_checked,
+           n_dlo_checked);
     ck_assert_int_gt(n_hetero_compared, 0);
     ck_assert_int_gt(n_mesh_bound_checked, 0);
     ck_assert_int_gt(n_dc_bound_checked, 0);
     ck_assert_int_gt(n_dlb_checked, 0);
+    ck_assert_int_gt(n_dlo_checked, 0);
 }
 END_TEST
 
