@@ -130,14 +130,29 @@ static sp_status pend(spi_space *s, const spi_cand *c)
     return SP_OK;
 }
 
+/* A pending layout's bound as a template of the pipeline program
+ * (bound_one, flush_pruned) */
+typedef struct pbound {
+    /* the program's first bound from the decode alone (spi_split_decode_lb):
+     * -INFINITY when the layout is no template; while dlb.smaller, its even
+     * mesh's case, which is no less than the bound: what it cannot prune,
+     * the bound cannot either */
+    double split_lb;
+    spi_split_dlb dlb;
+    int lead;                 /* the layout of its group whose decode was priced (bound_group) */
+} pbound;
+
+enum { PR_PRICE, PR_BOUND, PR_SMALLER };
 typedef struct pricer {
     spi_space *s;
     const sp_workload *w;
-    const int *idx;           /* the pending layouts to price (NULL: all of them, n = npend) */
+    const int *idx;           /* the pending layouts to work on (NULL: all of them, n = npend) */
     int n;
-    int decode_only;          /* idx holds groups' first layouts: bound_group instead of price_one */
-    double *split_lb;         /* bound_one's output per pending layout */
+    int mode;                 /* PR_PRICE: price_one; PR_BOUND: idx holds groups' first layouts,
+                                 bound_group; PR_SMALLER: bound_smaller */
+    pbound *pb;               /* per pending layout (PR_BOUND, PR_SMALLER) */
     const int *gnext;         /* bound_group: the next layout of the group (-1: none) */
+    int chunk;                /* entries of idx a thread takes at a time */
     int next;                 /* next entry of idx, taken under mu */
     pthread_mutex_t mu;
 } pricer;
@@ -208,16 +223,18 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
  * measure the plan compares: prefill_s 0, decode_step_s exact, total_s the
  * decode's time, tokens_per_s and cost_total from that total (the full
  * pricing's figures are the same functions of prefill + decode, which is
- * not less).  For a template of the pipeline program, *split_lb is the
+ * not less).  For a template of the pipeline program, b->split_lb is the
  * program's first bound with the prefill's bottleneck at 0
- * (spi_split_decode_lb: where the program offers its stages other meshes,
- * the least of its own mesh's case and the smaller meshes' decode-first
- * case; spi_split_first_lb is monotone in the prefill, and the program's
- * refinement only raises its bound there); else -INFINITY.  pst[i]: the
- * status (SP_EINVAL: the layout does not apply, and neither would its full
- * pricing, which runs the same decode checks; another error from the
- * bound leaves the layout to its full pricing, which reports its own). */
-static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, double *split_lb)
+ * (spi_split_decode_lb; spi_split_first_lb is monotone in the prefill, and
+ * the program's refinement only raises its bound there) where its stages
+ * keep its mesh; where the program offers them other meshes
+ * (b->dlb.smaller), the even mesh's case, which bound_smaller lowers to the
+ * least of it and the smaller meshes' decode-first case when that may
+ * prune the layout (flush_pruned); else -INFINITY.  pst[i]: the status
+ * (SP_EINVAL: the layout does not apply, and neither would its full
+ * pricing, which runs the same decode checks; another error from the bound
+ * leaves the layout to its full pricing, which reports its own). */
+static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, pbound *b)
 {
     spi_cand *c = &s->pend[i];
     sp_cost_opts quiet = quiet_opts(cache);
@@ -225,15 +242,30 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
     int tmpl = s->split_bounds && spi_split_is_template(&c->layout, s->m->n_layers);
     if (tmpl) quiet.stage_times = st;
     sp_cost cost;
-    *split_lb = -INFINITY;
+    b->split_lb = -INFINITY;
+    b->dlb.smaller = 0;
+    b->lead = i;
     s->pst[i] = sp_cost_eval_group(s->m, s->hw, &c->layout, SP_PHASE_DECODE, w, &quiet, &cost);
     if (s->pst[i] != SP_OK) return;
     take_figures(c, &cost);   /* prefill_s 0: a decode group prices no prefill */
     if (tmpl) {
         spi_measure ms;
         spi_measure_init(s->prune, w, &ms);
-        s->pst[i] = spi_split_decode_lb(s, cache, w, &ms, c, st, 0, split_lb);   /* c keeps its has_dlo */
+        spi_split_decode_lb(s, &ms, &c->layout, st, 0, &b->dlb, &b->split_lb);
     }
+}
+
+/* The smaller meshes' case of pending layout i's bound (pbound.dlb.smaller;
+ * spi_split_decode_lb_smaller), the pricing kept in the candidate for the
+ * program (spi_cand.has_dlo).  An error leaves no bound (-INFINITY): the
+ * layout is then priced in full, which reports its own. */
+static void bound_smaller(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, pbound *b)
+{
+    spi_measure ms;
+    spi_measure_init(s->prune, w, &ms);
+    if (spi_split_decode_lb_smaller(s, cache, w, &ms, &s->pend[i], &b->dlb, &b->split_lb) != SP_OK)
+        b->split_lb = -INFINITY;
+    b->dlb.smaller = 0;
 }
 
 /* The decode bound of a group of pending layouts that differ in their
@@ -243,11 +275,10 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
  * applies; the others take its bound (and are priced later, when not
  * pruned: one whose own checks fail is then rejected, or pruned, and out of
  * the space either way). */
-static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, const int *gnext,
-                        double *split_lb)
+static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w, int i, const int *gnext, pbound *pb)
 {
     for (; i >= 0; i = gnext[i]) {
-        bound_one(s, cache, w, i, &split_lb[i]);
+        bound_one(s, cache, w, i, &pb[i]);
         if (s->pst[i] == SP_OK) break;
     }
     if (i < 0) return;
@@ -256,10 +287,7 @@ static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w
         spi_cand *d = &s->pend[j];
         d->prefill_s = c->prefill_s, d->decode_step_s = c->decode_step_s, d->total_s = c->total_s;
         d->tokens_per_s = c->tokens_per_s, d->cost_total = c->cost_total;
-        /* the program's smaller meshes' decode steps too: d's decode view is c's */
-        d->has_dlo = c->has_dlo, d->dlo_st = c->dlo_st;
-        memcpy(d->dlo_ps, c->dlo_ps, sizeof d->dlo_ps);
-        split_lb[j] = split_lb[i];
+        pb[j] = pb[i];   /* lead: i */
         s->pst[j] = SP_OK;
     }
 }
@@ -268,17 +296,17 @@ static void *pricer_main(void *arg)
 {
     const worker *wk = arg;
     pricer *p = wk->p;
-    enum { CHUNK = 64 };
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int i0 = p->next;
-        p->next += CHUNK;
+        p->next += p->chunk;
         pthread_mutex_unlock(&p->mu);
         if (i0 >= p->n) return NULL;
-        int i1 = i0 + CHUNK < p->n ? i0 + CHUNK : p->n;
+        int i1 = i0 + p->chunk < p->n ? i0 + p->chunk : p->n;
         for (int i = i0; i < i1; i++) {
             int j = p->idx ? p->idx[i] : i;
-            if (p->decode_only) bound_group(p->s, wk->cache, p->w, j, p->gnext, p->split_lb);
+            if (p->mode == PR_BOUND) bound_group(p->s, wk->cache, p->w, j, p->gnext, p->pb);
+            else if (p->mode == PR_SMALLER) bound_smaller(p->s, wk->cache, p->w, j, &p->pb[j]);
             else price_one(p->s, wk->cache, p->w, j);
         }
     }
@@ -294,16 +322,19 @@ int spi_workers(int n, int per)
 }
 
 /* Prices pending layouts idx[0..n) (idx NULL: all) on worker threads:
- * fully, or (split_lb set) the decode bounds of the groups whose first
- * layouts idx lists (bound_group). */
-static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, double *split_lb,
+ * fully (PR_PRICE), the decode bounds of the groups whose first layouts idx
+ * lists (PR_BOUND, bound_group), or the smaller meshes' case of the bounds
+ * of the layouts idx lists (PR_SMALLER, bound_smaller); pb: per pending
+ * layout, for the last two. */
+static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, int mode, pbound *pb,
                                const int *gnext)
 {
     /* 256 layouts a thread, or 32 when they are layouts that passed their decode bound or
      * groups of them (flush_pruned: a few thousand instructions each for most of a whole
-     * space, tens of thousands for these) */
-    int nt = spi_workers(n, idx ? 32 : 256);
-    pricer p = {s, w, idx, n, split_lb != NULL, split_lb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
+     * space, tens of thousands for these); the smaller meshes' cases (~0.1M instructions
+     * each, tens to hundreds a round of flush_pruned) 4 a thread, taken 4 at a time */
+    int nt = spi_workers(n, mode == PR_SMALLER ? 4 : idx ? 32 : 256);
+    pricer p = {s, w, idx, n, mode, pb, gnext, mode == PR_SMALLER ? 4 : 64, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[SPI_WORKERS];
     worker wk[SPI_WORKERS];
     int started = 0;
@@ -451,19 +482,28 @@ static int cmp_key(const void *a, const void *b)
  * bound first, then the layouts in the order of their bound on the measure
  * (good incumbents early), in rounds: before a round, each layout of it
  * that the incumbents prune is not priced (pst SP_EAGAIN-like: marked in
- * state); a round's prices update the incumbents.  Deterministic: a
- * round's decisions depend on the earlier rounds alone, not on threads. */
+ * state); a round's prices update the incumbents.  A template's bound over
+ * the program's smaller stage meshes (pbound.dlb.smaller) is priced only
+ * where the even mesh's case, no less than it, would prune the layout
+ * (palm-540b on 256 h100: about 8 % of the templates), once per group of
+ * layouts that share a decode (their first in the round), before the
+ * round's decisions.  Deterministic: a round's decisions depend on the
+ * earlier rounds alone, not on threads. */
 static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char *state)
 {
     const sp_plan_opts *o = s->prune;
     const int n = s->npend;
-    double *split_lb = malloc((size_t)n * sizeof *split_lb), *key = malloc((size_t)n * sizeof *key);
+    pbound *pb = malloc((size_t)n * sizeof *pb);
+    double *key = malloc((size_t)n * sizeof *key);
     int *ord = malloc((size_t)n * sizeof *ord), *todo = malloc((size_t)n * sizeof *todo);
+    /* ref[lead]: the layout whose smaller meshes' case its group took (-1: none yet); sm: a
+     * round's layouts to take it on */
+    int *ref = malloc(2 * (size_t)n * sizeof *ref), *sm = ref ? ref + n : NULL;
     sp_status st = SP_OK;
     if (!s->inc && (s->inc = malloc(sizeof *s->inc)))
         *s->inc = (incumbents){INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, 0, 0, NULL, NULL, NULL};
     incumbents *b = s->inc;
-    if (!split_lb || !key || !ord || !todo || !b) {
+    if (!pb || !key || !ord || !todo || !ref || !b) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", n);
         goto out;
     }
@@ -505,7 +545,7 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
         }
     }
     free(last);
-    st = price_pending(s, w, todo, ng, split_lb, gnext);
+    st = price_pending(s, w, todo, ng, PR_BOUND, pb, gnext);
     free(gnext);
     SP_CHECKGOTO(st, st, out);
     int no = 0, nt = 0;
@@ -520,22 +560,39 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
     }
     g_key = key;
     qsort(ord, (size_t)no, sizeof *ord, cmp_key);
+    for (int i = 0; i < n; i++) ref[i] = -1;
     /* rounds: small first (an incumbent soon), then larger (threads pay off) */
     for (int at = 0, round = 64; at < no || nt > 0; round = round < 2048 ? 2 * round : round) {
-        for (int e = at + round; at < no && at < e; at++) {
-            int i = ord[at];
-            if (prunable(b, s, &s->pend[i], split_lb[i], o)) {
+        int e = at + round < no ? at + round : no, nr = 0;
+        for (int k = at; k < e; k++) {   /* the smaller meshes' cases that may prune */
+            int i = ord[k];
+            if (pb[i].dlb.smaller && ref[pb[i].lead] < 0 && prunable(b, s, &s->pend[i], pb[i].split_lb, o))
+                ref[pb[i].lead] = i, sm[nr++] = i;
+        }
+        SP_CHECKGOTO(price_pending(s, w, sm, nr, PR_SMALLER, pb, NULL), st, out);
+        for (; at < e; at++) {
+            int i = ord[at], r = pb[i].dlb.smaller ? ref[pb[i].lead] : -1;
+            if (r >= 0) {   /* its group's case, priced this round or before: the same decode view */
+                pb[i].split_lb = pb[r].split_lb;
+                pb[i].dlb.smaller = 0;
+                spi_cand *c = &s->pend[i];
+                c->has_dlo = s->pend[r].has_dlo, c->dlo_st = s->pend[r].dlo_st;
+                memcpy(c->dlo_ps, s->pend[r].dlo_ps, sizeof c->dlo_ps);
+            }
+            /* still pb[i].dlb.smaller: its even mesh's case does not prune it, nor would its bound */
+            if (!pb[i].dlb.smaller && prunable(b, s, &s->pend[i], pb[i].split_lb, o)) {
                 state[i] = 1;
                 s->pruned++;
             } else todo[nt++] = i;
         }
-        SP_CHECKGOTO(price_pending(s, w, todo, nt, NULL, NULL), st, out);
+        SP_CHECKGOTO(price_pending(s, w, todo, nt, PR_PRICE, NULL, NULL), st, out);
         for (int j = 0; j < nt; j++)
             if (s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[todo[j]], o), st, out);
         nt = 0;
     }
 out:
-    free(split_lb);
+    free(pb);
+    free(ref);
     free(key);
     free(ord);
     free(todo);
@@ -551,7 +608,7 @@ static sp_status flush_pending(spi_space *s, const sp_workload *w)
     if (s->prune && s->npend > 0 && !s->ragged && !s->decode_group && w->prompt > 0 && w->gen > 0) {
         if (!(state = malloc((size_t)s->npend))) return spi_fail(SP_ENOMEM, "planner: out of memory");
         st = flush_pruned(s, w, state);
-    } else st = price_pending(s, w, NULL, s->npend, NULL, NULL);
+    } else st = price_pending(s, w, NULL, s->npend, PR_PRICE, NULL, NULL);
     for (int i = 0; st == SP_OK && i < s->npend; i++) {
         if (state && state[i]) continue;
         if (s->pst[i] == SP_EINVAL) s->rejected++;

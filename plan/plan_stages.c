@@ -691,39 +691,45 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
     return SP_OK;
 }
 
-sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
-                              spi_cand *tc, const sp_stage_time *st, int same_mesh, double *lb)
+void spi_split_decode_lb(const spi_space *sp, const spi_measure *ms, const sp_layout *tl, const sp_stage_time *st,
+                         int same_mesh, spi_split_dlb *d, double *lb)
 {
-    const sp_layout *tl = &tc->layout;
-    int64_t m_ps[PH_COUNT], units;
-    spi_split_bound_of(st, tl->stages, m_ps, &units);
-    m_ps[PH_PF] = 0;   /* no prefill ran; any stage's is >= 0 */
+    spi_split_bound_of(st, tl->stages, d->m_ps, &d->units);
+    d->m_ps[PH_PF] = 0;   /* no prefill ran; any stage's is >= 0 */
     spi_cand c;
     tmpl t;
-    tmpl_of(sp, tl, m_ps, units, same_mesh, &c, &t);
+    tmpl_of(sp, tl, d->m_ps, d->units, same_mesh, &c, &t);
     int smaller = 0, larger = 0;
     for (int mi = 1; mi < t.nm; mi++) {
         smaller |= t.chips[mi] < t.chips[0];
         larger |= t.chips[mi] > t.chips[0];
     }
-    int64_t hd[PH_COUNT];
-    memcpy(hd, m_ps, sizeof hd);
+    d->same_mesh = same_mesh;
+    d->smaller = smaller && larger;   /* mesh_bound's two cases: the smaller meshes' waits */
+    *lb = spi_split_first_lb(ms, &t.pipe, d->m_ps);
+}
+
+sp_status spi_split_decode_lb_smaller(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w,
+                                      const spi_measure *ms, spi_cand *tc, const spi_split_dlb *d, double *lb)
+{
+    spi_cand c;
+    tmpl t;
+    tmpl_of(sp, &tc->layout, d->m_ps, d->units, d->same_mesh, &c, &t);
+    int64_t hd[PH_COUNT], e[2];
+    memcpy(hd, d->m_ps, sizeof hd);
     tc->has_dlo = 0;
-    if (smaller && larger) {   /* mesh_bound's two cases, the decode alone */
-        int64_t d[2];
-        sp_status ds = smaller_decode(sp, cache, NULL, w, &t, d);
-        if (ds != SP_OK && ds != SP_EINVAL) return ds;
-        /* kept for the program's mesh bound (smaller_decode: the same
-         * figures wherever they are priced) */
-        tc->has_dlo = 1;
-        tc->dlo_st = ds;
-        memcpy(tc->dlo_ps, d, sizeof d);
-        if (ds == SP_EINVAL) {
-            *lb = -INFINITY;   /* the smaller meshes' case unknown: no bound */
-            return SP_OK;
-        }
-        fold_smaller(hd, d);   /* decode_first's h, from m_ps (its prefill at 0 already) */
+    sp_status ds = smaller_decode(sp, cache, NULL, w, &t, e);
+    if (ds != SP_OK && ds != SP_EINVAL) return ds;
+    /* kept for the program's mesh bound (smaller_decode: the same figures
+     * wherever they are priced) */
+    tc->has_dlo = 1;
+    tc->dlo_st = ds;
+    memcpy(tc->dlo_ps, e, sizeof e);
+    if (ds == SP_EINVAL) {
+        *lb = -INFINITY;   /* the smaller meshes' case unknown: no bound */
+        return SP_OK;
     }
+    fold_smaller(hd, e);   /* decode_first's h, from m_ps (its prefill at 0 already) */
     *lb = spi_split_first_lb(ms, &t.pipe, hd);
     return SP_OK;
 }

@@ -309,18 +309,32 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh);
 sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const sp_layout *tl, int64_t m_ps[SPI_PH_COUNT],
                                int64_t dc_ps[SPI_PH_COUNT], int *hetero);
 /* The pipeline program's first bound Φ_LB (seconds, under ms) of template
- * tc (its layout) from its decode alone: st, its stages' times as its
- * decode priced alone gives them (sp_cost_eval_group, SP_PHASE_DECODE,
- * with stage_times), the prefill's bottleneck at 0; where the program
- * offers tc stage meshes (same_mesh 0, a cluster), the least of the even
- * mesh's case and the smaller meshes' decode-first case (plan_stages.c
- * decode_first), -INFINITY where that case does not lower.  No more than
- * the bound the program drops tc by, so a template whose bound reaches the
- * program's incumbent may go unpriced.  Where the smaller meshes' case was
- * priced, tc keeps it (spi_cand.has_dlo: its status too) for the program's
- * mesh bound, which then reads it instead of pricing it again. */
-sp_status spi_split_decode_lb(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const spi_measure *ms,
-                              spi_cand *tc, const sp_stage_time *st, int same_mesh, double *lb);
+ * tl from its decode alone, in two steps.  spi_split_decode_lb: from st,
+ * its stages' times as its decode priced alone gives them
+ * (sp_cost_eval_group, SP_PHASE_DECODE, with stage_times), the prefill's
+ * bottleneck at 0, the bound where every stage keeps tl's mesh (*lb); into
+ * *d what the second step needs.  Where the program offers tl's stages
+ * other meshes (same_mesh 0, a cluster: d->smaller 1), the bound is the
+ * least of that case and the smaller meshes' decode-first case
+ * (plan_stages.c decode_first), which spi_split_decode_lb_smaller prices:
+ * its *lb is then no more than the first step's (so a first step's *lb
+ * that cannot prune tl says that the bound cannot either), -INFINITY
+ * where that case does not lower.  No more than the bound the program
+ * drops tl by, so a template whose bound reaches the program's incumbent
+ * may go unpriced.  tc: the template (its layout tl, or one that differs
+ * from it in its prefill's alone: the same decode view and meshes) keeps
+ * the smaller meshes' case it priced (spi_cand.has_dlo: its status too)
+ * for the program's mesh bound, which then reads it instead of pricing it
+ * again. */
+typedef struct spi_split_dlb {
+    int64_t m_ps[SPI_PH_COUNT], units;   /* the decode stage times' bottleneck bound, the prefill's at 0 */
+    int same_mesh;
+    int smaller;                         /* 1: the smaller meshes' case is still to be taken */
+} spi_split_dlb;
+void spi_split_decode_lb(const spi_space *sp, const spi_measure *ms, const sp_layout *tl, const sp_stage_time *st,
+                         int same_mesh, spi_split_dlb *d, double *lb);
+sp_status spi_split_decode_lb_smaller(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w,
+                                      const spi_measure *ms, spi_cand *tc, const spi_split_dlb *d, double *lb);
 
 /* ---- separate prefill and decode groups (plan_groups.c, doc/planner.md) ---- */
 typedef struct spi_gcand {

@@ -520,7 +520,16 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
             spi_cand tc;
             memset(&tc, 0, sizeof tc);
             tc.layout = l;
-            ck_assert_int_eq(spi_split_decode_lb(&sp, spi_space_cache(&sp), w, &ms, &tc, st, 0, &dlb), SP_OK);
+            spi_split_dlb d;
+            double even_lb;
+            spi_split_decode_lb(&sp, &ms, &l, st, 0, &d, &even_lb);
+            dlb = even_lb;
+            if (d.smaller) {
+                ck_assert_int_eq(spi_split_decode_lb_smaller(&sp, spi_space_cache(&sp), w, &ms, &tc, &d, &dlb), SP_OK);
+                /* the even mesh's case is no less (what it cannot prune, the bound cannot) */
+                ck_assert(dlb <= even_lb);
+                ck_assert(tc.has_dlo);
+            }
             /* what it keeps for the program's mesh bound is what that bound
              * prices itself (spi_split_mesh_bound's dc_lb: the decode-first
              * case from the smaller meshes alone), where both apply */
