@@ -7,14 +7,16 @@
 # up to 8 stages its own mesh.  Beside it, in the same run: OLD (a build
 # before stage meshes, when given) and the floor, `shardplan --version`; the
 # figures to quote are the ratios, not the milliseconds (a shared machine).
-# Last measured (doc/planner.md, "Stages of their own mesh"): with the
-# decode-first mesh bound, callgrind (SHARDPLAN_THREADS=1) 28.52G
-# instructions for the whole process against 32.62G before (the pipeline
-# program 5.37G against 9.47G; on main 1bb8db7, 25.36G against 28.85G and
-# 5.28G against 8.76G); wall time not measurable that sitting (load
-# 2.8-5.4 on 2 cores: median 5,525 ms against OLD's 4,247 ms, user CPU 2.9-3.2
-# s against 3.3 s).  The 1 s target is NOT met: the space's pricing alone is
-# 22.8G of the 28.5G.
+# Last measured (doc/planner.md, "Stages of their own mesh"), 2026-11-24:
+# callgrind (SHARDPLAN_THREADS=1) 18.02G instructions for the whole process
+# against 18.94G on main 0434be1 (-4.9 %; the pipeline program 3.78G both,
+# the space's smaller stage meshes' decode-first case 1.32G against 2.28G:
+# taken only where it may prune); user CPU seconds, two pricing threads,
+# alternated, load 1.4-2.4: median 1.60 against 1.69, wall 1.10 s against
+# 1.13 s.  The 1 s target (main: 1,098 ms quiet) is NOT likely met by that
+# alone; the lead measures wall time in a quiet sitting.
+# History: with the decode-first mesh bound, 28.52G against 32.62G before
+# (the pipeline program 5.37G against 9.47G).
 #
 # Usage (from the build directory): sh bench/plan_hetero.sh [RUNS] [OLD_SHARDPLAN]
 set -eu

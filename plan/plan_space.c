@@ -142,17 +142,16 @@ typedef struct pbound {
     int lead;                 /* the layout of its group whose decode was priced (bound_group) */
 } pbound;
 
-enum { PR_PRICE, PR_BOUND, PR_SMALLER };
+enum { PR_PRICE, PR_BOUND };
 typedef struct pricer {
     spi_space *s;
     const sp_workload *w;
     const int *idx;           /* the pending layouts to work on (NULL: all of them, n = npend) */
     int n;
-    int mode;                 /* PR_PRICE: price_one; PR_BOUND: idx holds groups' first layouts,
-                                 bound_group; PR_SMALLER: bound_smaller */
-    pbound *pb;               /* per pending layout (PR_BOUND, PR_SMALLER) */
+    int mode;                 /* PR_PRICE: price_one (an entry ~i of idx: bound_smaller of i);
+                                 PR_BOUND: idx holds groups' first layouts, bound_group */
+    pbound *pb;               /* per pending layout (bound_group, bound_smaller) */
     const int *gnext;         /* bound_group: the next layout of the group (-1: none) */
-    int chunk;                /* entries of idx a thread takes at a time */
     int next;                 /* next entry of idx, taken under mu */
     pthread_mutex_t mu;
 } pricer;
@@ -296,17 +295,18 @@ static void *pricer_main(void *arg)
 {
     const worker *wk = arg;
     pricer *p = wk->p;
+    enum { CHUNK = 64 };
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int i0 = p->next;
-        p->next += p->chunk;
+        p->next += CHUNK;
         pthread_mutex_unlock(&p->mu);
         if (i0 >= p->n) return NULL;
-        int i1 = i0 + p->chunk < p->n ? i0 + p->chunk : p->n;
+        int i1 = i0 + CHUNK < p->n ? i0 + CHUNK : p->n;
         for (int i = i0; i < i1; i++) {
             int j = p->idx ? p->idx[i] : i;
             if (p->mode == PR_BOUND) bound_group(p->s, wk->cache, p->w, j, p->gnext, p->pb);
-            else if (p->mode == PR_SMALLER) bound_smaller(p->s, wk->cache, p->w, j, &p->pb[j]);
+            else if (j < 0) bound_smaller(p->s, wk->cache, p->w, ~j, &p->pb[~j]);
             else price_one(p->s, wk->cache, p->w, j);
         }
     }
@@ -322,19 +322,18 @@ int spi_workers(int n, int per)
 }
 
 /* Prices pending layouts idx[0..n) (idx NULL: all) on worker threads:
- * fully (PR_PRICE), the decode bounds of the groups whose first layouts idx
- * lists (PR_BOUND, bound_group), or the smaller meshes' case of the bounds
- * of the layouts idx lists (PR_SMALLER, bound_smaller); pb: per pending
- * layout, for the last two. */
+ * fully (PR_PRICE; an entry ~i: the smaller meshes' case of i's bound,
+ * bound_smaller, about as much work), or the decode bounds of the groups
+ * whose first layouts idx lists (PR_BOUND, bound_group); pb: per pending
+ * layout, for bound_group and bound_smaller. */
 static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, int mode, pbound *pb,
                                const int *gnext)
 {
     /* 256 layouts a thread, or 32 when they are layouts that passed their decode bound or
      * groups of them (flush_pruned: a few thousand instructions each for most of a whole
-     * space, tens of thousands for these); the smaller meshes' cases (~0.1M instructions
-     * each, tens to hundreds a round of flush_pruned) 4 a thread, taken 4 at a time */
-    int nt = spi_workers(n, mode == PR_SMALLER ? 4 : idx ? 32 : 256);
-    pricer p = {s, w, idx, n, mode, pb, gnext, mode == PR_SMALLER ? 4 : 64, 0, PTHREAD_MUTEX_INITIALIZER};
+     * space, tens of thousands for these) */
+    int nt = spi_workers(n, idx ? 32 : 256);
+    pricer p = {s, w, idx, n, mode, pb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[SPI_WORKERS];
     worker wk[SPI_WORKERS];
     int started = 0;
@@ -470,6 +469,20 @@ static int prunable(const incumbents *b, const spi_space *s, const spi_cand *c, 
     return 1;
 }
 
+/* Pending layout i takes the bound of layout r of its group (r's smaller
+ * meshes' case priced by bound_smaller: the same decode view) and the
+ * figures r kept for the program (spi_cand.has_dlo). */
+static void take_smaller(spi_space *s, pbound *pb, int i, int r)
+{
+    if (i == r) return;
+    pb[i].split_lb = pb[r].split_lb;
+    pb[i].dlb.smaller = 0;
+    spi_cand *c = &s->pend[i];
+    const spi_cand *d = &s->pend[r];
+    c->has_dlo = d->has_dlo, c->dlo_st = d->dlo_st;
+    memcpy(c->dlo_ps, d->dlo_ps, sizeof c->dlo_ps);
+}
+
 static _Thread_local const double *g_key;
 static int cmp_key(const void *a, const void *b)
 {
@@ -486,9 +499,11 @@ static int cmp_key(const void *a, const void *b)
  * the program's smaller stage meshes (pbound.dlb.smaller) is priced only
  * where the even mesh's case, no less than it, would prune the layout
  * (palm-540b on 256 h100: about 8 % of the templates), once per group of
- * layouts that share a decode (their first in the round), before the
- * round's decisions.  Deterministic: a round's decisions depend on the
- * earlier rounds alone, not on threads. */
+ * layouts that share a decode (on their first in the round), on the
+ * pricing threads beside the round's layouts that are priced whatever it
+ * says; the layouts waiting for it are decided after, on the same
+ * incumbents.  Deterministic: a round's decisions depend on the earlier
+ * rounds alone, not on threads. */
 static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char *state)
 {
     const sp_plan_opts *o = s->prune;
@@ -563,31 +578,48 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
     for (int i = 0; i < n; i++) ref[i] = -1;
     /* rounds: small first (an incumbent soon), then larger (threads pay off) */
     for (int at = 0, round = 64; at < no || nt > 0; round = round < 2048 ? 2 * round : round) {
-        int e = at + round < no ? at + round : no, nr = 0;
-        for (int k = at; k < e; k++) {   /* the smaller meshes' cases that may prune */
-            int i = ord[k];
-            if (pb[i].dlb.smaller && ref[pb[i].lead] < 0 && prunable(b, s, &s->pend[i], pb[i].split_lb, o))
-                ref[pb[i].lead] = i, sm[nr++] = i;
-        }
-        SP_CHECKGOTO(price_pending(s, w, sm, nr, PR_SMALLER, pb, NULL), st, out);
-        for (; at < e; at++) {
-            int i = ord[at], r = pb[i].dlb.smaller ? ref[pb[i].lead] : -1;
-            if (r >= 0) {   /* its group's case, priced this round or before: the same decode view */
-                pb[i].split_lb = pb[r].split_lb;
-                pb[i].dlb.smaller = 0;
-                spi_cand *c = &s->pend[i];
-                c->has_dlo = s->pend[r].has_dlo, c->dlo_st = s->pend[r].dlo_st;
-                memcpy(c->dlo_ps, s->pend[r].dlo_ps, sizeof c->dlo_ps);
+        int nw = 0;   /* the round's layouts that wait for their group's smaller meshes' case (sm) */
+        for (int e = at + round; at < no && at < e; at++) {
+            int i = ord[at];
+            if (pb[i].dlb.smaller) {
+                /* the even mesh's case is no less than the bound: what it cannot prune, the
+                 * bound cannot either; else the group's case, priced once (its first layout
+                 * here: ~i in todo, priced with the round's layouts) */
+                if (!prunable(b, s, &s->pend[i], pb[i].split_lb, o)) {
+                    todo[nt++] = i;
+                    continue;
+                }
+                int *r = &ref[pb[i].lead];
+                if (*r < 0) *r = i, todo[nt++] = ~i;
+                if (pb[*r].dlb.smaller || *r == i) {   /* priced with this round */
+                    sm[nw++] = i;
+                    continue;
+                }
+                take_smaller(s, pb, i, *r);   /* priced in an earlier round */
             }
-            /* still pb[i].dlb.smaller: its even mesh's case does not prune it, nor would its bound */
-            if (!pb[i].dlb.smaller && prunable(b, s, &s->pend[i], pb[i].split_lb, o)) {
+            if (prunable(b, s, &s->pend[i], pb[i].split_lb, o)) {
                 state[i] = 1;
                 s->pruned++;
             } else todo[nt++] = i;
         }
-        SP_CHECKGOTO(price_pending(s, w, todo, nt, PR_PRICE, NULL, NULL), st, out);
+        SP_CHECKGOTO(price_pending(s, w, todo, nt, PR_PRICE, pb, NULL), st, out);
+        /* the waiting layouts, decided on the incumbents before the round as the others; those
+         * not pruned priced now (a few: their even mesh's case would have pruned them) */
+        int nw2 = 0;
+        for (int k = 0; k < nw; k++) {
+            int i = sm[k];
+            take_smaller(s, pb, i, ref[pb[i].lead]);
+            if (prunable(b, s, &s->pend[i], pb[i].split_lb, o)) {
+                state[i] = 1;
+                s->pruned++;
+            } else sm[nw2++] = i;
+        }
+        SP_CHECKGOTO(price_pending(s, w, sm, nw2, PR_PRICE, pb, NULL), st, out);
+        /* the incumbents after the round: minima, the same in any order */
         for (int j = 0; j < nt; j++)
-            if (s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[todo[j]], o), st, out);
+            if (todo[j] >= 0 && s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[todo[j]], o), st, out);
+        for (int j = 0; j < nw2; j++)
+            if (s->pst[sm[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[sm[j]], o), st, out);
         nt = 0;
     }
 out:
