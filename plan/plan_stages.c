@@ -492,16 +492,17 @@ static void fold_smaller(int64_t hd[PH_COUNT], const int64_t d[2])
     if (d[1] < hd[PH_DN]) hd[PH_DN] = d[1];
 }
 
-/* The decode-first bound of mesh_bound's h (below): t->mb with the prefill
- * at 0 (any stage's time is >= 0) and each decode step at the least of
- * t->mb's and the smaller meshes' stages at lo layers (smaller_decode).
- * Reads t->mb, t->mesh and t->chips; SP_EINVAL where some layout does not
+/* The decode-first bound of mesh_bound's smaller meshes' case (below): the
+ * prefill at 0 (any stage's time is >= 0) and each decode step at the
+ * least of the smaller meshes' stages at lo layers (smaller_decode), a
+ * bound on the slowest stage of every pipeline with a stage on a smaller
+ * mesh.  Reads t->mesh and t->chips; SP_EINVAL where some layout does not
  * lower. */
 static sp_status decode_first(const spi_space *sp, sp_cost_cache *cache, dc_memo *memo, const sp_workload *w,
                               const tmpl *t, int64_t hd[PH_COUNT])
 {
-    memcpy(hd, t->mb, PH_COUNT * sizeof *hd);
     hd[PH_PF] = 0;
+    hd[PH_D1] = hd[PH_DN] = INT64_MAX;
     int64_t d[2];
     SP_CHECK(smaller_decode(sp, cache, memo, w, t, d));
     fold_smaller(hd, d);
@@ -518,9 +519,11 @@ static sp_status decode_first(const spi_space *sp, sp_cost_cache *cache, dc_memo
  * at least min over the kinds k and the smaller meshes M of τ(k, M, n_kM),
  * n_kM the least count in the window whose block applies (where none does,
  * no stage of kind k has M).  With m everywhere the bound m_φ stands; so
- * m_φ falls to the least of the two cases.  Where no candidate is smaller
- * or none larger, every stage has m and m_φ stands as it is.  Before any
- * prefill is lowered, the decode alone (decode_first) may already drop t.
+ * Φ_LB is the least of the two cases' bounds (each case's bottleneck
+ * holds in every phase at once), and the program's rows take m_φ at the
+ * least of the two per phase.  Where no candidate is smaller or none
+ * larger, every stage has m and m_φ stands as it is.  Before any prefill
+ * is lowered, the decode alone (decode_first) may already drop t.
  * Only the smaller meshes are priced, at the window's lower end: not every mesh at
  * ceil(L/S) (palm-540b on 256 h100: 3 blocks or fewer a template, not 6 to
  * 9, and a tighter bound).  *done: t->mb is final (0: the bound stopped
@@ -537,32 +540,37 @@ static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, dc_memo *
         larger |= t->chips[mi] > t->chips[0];
     }
     if (!smaller || !larger) return SP_OK;
-    if (!t->tau && (*lb = spi_split_first_lb(ms, &t->pipe, t->mb)) < inc) {   /* t stays: its blocks will say */
+    /* Φ_LB is the least of the two cases' bounds: every stage on m (the
+     * even one, from t->mb), or some stage on a smaller mesh (from h); the
+     * program's rows take the least per phase (t->mb below) */
+    const double lb_even = spi_split_first_lb(ms, &t->pipe, t->mb);
+    if (!t->tau && (*lb = lb_even) < inc) {   /* t stays: its blocks will say */
         *done = 0;
         return SP_OK;
     }
-    int64_t h[PH_COUNT];
-    memcpy(h, t->mb, sizeof h);
     if (!t->tau && !isinf(inc) && ms->ph[PH_DN] && (ms->w_obj[PH_D1] > 0 || ms->w_obj[PH_DN] > 0)) {
-        /* First the decode alone: h with its prefill at 0 (any stage's time
-         * is >= 0) and its decode steps from the smaller meshes' stages at lo
-         * layers (a stage holds at least lo and its time does not fall with
-         * more) is a bound of h, and so of Φ; where it reaches the
-         * incumbent, t is dropped without lowering a prefill.  The decode
-         * programs are shared by every template of the same decode layout
-         * (palm-540b on 256 h100: 47k distinct of 313k look-ups, against 172k
-         * of 314k for the prefill, which also depends on the decode's cache
-         * layout), so this is the cheap half. */
+        /* First the decode alone: the smaller meshes' case with its prefill
+         * at 0 (any stage's time is >= 0) and its decode steps from the
+         * smaller meshes' stages at lo layers (a stage holds at least lo and
+         * its time does not fall with more) is a bound of that case; where
+         * it reaches the incumbent, so does Φ_LB (the even case does
+         * already), and t is dropped without lowering a prefill.  The
+         * decode programs are shared by every template of the same decode
+         * layout (palm-540b on 256 h100: 47k distinct of 313k look-ups,
+         * against 172k of 314k for the prefill, which also depends on the
+         * decode's cache layout), so this is the cheap half. */
         int64_t hd[PH_COUNT];
         sp_status ds = decode_first(sp, cache, memo, w, t, hd);
         if (ds != SP_OK && ds != SP_EINVAL) return ds;
         double lbd;
         if (ds == SP_OK && (lbd = spi_split_first_lb(ms, &t->pipe, hd)) >= inc) {
-            memcpy(t->mb, hd, sizeof hd);   /* weaker than h, still a bound: t is dropped */
-            *lb = lbd;
+            for (int p = 0; p < PH_COUNT; p++)   /* weaker than the blocks', still a bound: t is dropped */
+                if (hd[p] < t->mb[p]) t->mb[p] = hd[p];
+            *lb = lbd < lb_even ? lbd : lb_even;
             return SP_OK;
         }
     }
+    int64_t h[PH_COUNT] = {INT64_MAX, INT64_MAX, INT64_MAX};   /* the smaller meshes' case */
     for (int mi = 1; mi < t->nm; mi++) {
         if (t->chips[mi] >= t->chips[0]) continue;
         for (int k = 0; k < K_COUNT; k++) {
@@ -583,14 +591,18 @@ static sp_status mesh_bound(const spi_space *sp, sp_cost_cache *cache, dc_memo *
                     if (tau[p] < h[p]) h[p] = tau[p];
                 break;
             }
+            /* the case's bound only falls with more kinds priced; the even
+             * case's reaches the incumbent */
             if (!t->tau && (*lb = spi_split_first_lb(ms, &t->pipe, h)) < inc) {   /* t stays whatever the rest is */
                 *done = 0;
                 return SP_OK;
             }
         }
     }
-    memcpy(t->mb, h, sizeof h);
-    *lb = spi_split_first_lb(ms, &t->pipe, h);
+    for (int p = 0; p < PH_COUNT; p++)
+        if (h[p] < t->mb[p]) t->mb[p] = h[p];
+    double lh = spi_split_first_lb(ms, &t->pipe, h);
+    *lb = lh < lb_even ? lh : lb_even;
     return SP_OK;
 }
 
@@ -679,9 +691,8 @@ sp_status spi_split_mesh_bound(const spi_space *sp, const sp_workload *w, const 
     int done;
     SP_CHECK(mesh_bound(sp, spi_space_cache(sp), NULL, w, &ms, -INFINITY, &t, &lb, &done));
     memcpy(m_ps, t.mb, sizeof t.mb);
-    /* the decode-first bound, from the even mesh's case alone (t.mb then
-     * INT64_MAX: every pipeline of stage meshes has a smaller-mesh stage) */
-    memcpy(t.mb, none, sizeof t.mb);
+    /* the decode-first bound of the smaller meshes' case (every pipeline of
+     * stage meshes has a smaller-mesh stage) */
     sp_status ds = decode_first(sp, spi_space_cache(sp), NULL, w, &t, dc_ps);
     if (ds == SP_EINVAL)
         for (int p = 0; p < PH_COUNT; p++) dc_ps[p] = 0;
