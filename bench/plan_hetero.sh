@@ -8,15 +8,16 @@
 # before stage meshes, when given) and the floor, `shardplan --version`; the
 # figures to quote are the ratios, not the milliseconds (a shared machine).
 # Last measured (doc/planner.md, "Stages of their own mesh"), 2026-11-24:
-# callgrind (SHARDPLAN_THREADS=1) 17.62G instructions for the whole process
-# against 18.94G on main 0434be1 (-7.0 %; the pipeline program 3.38G against
-# 3.79G, the space's smaller stage meshes' decode-first case 1.32G against
-# 2.28G: taken only where it may prune); user CPU seconds, two pricing
-# threads, alternated, load 1.0-1.5: median 1.57 against 1.65; this bench
-# 1,087 ms against OLD's 1,089 ms (the second thread, at nice 19 beside other
-# work, mostly found no core).  The 1 s target (main: 1,098 ms quiet) is NOT
-# likely met by that alone (~1,020 ms if wall follows the instructions); the
-# lead measures wall time in a quiet sitting.
+# callgrind (SHARDPLAN_THREADS=1) 16.11G instructions for the whole process
+# against 17.57G on main 73a1e91 (-8.3 %; the pipeline program 3.22G against
+# 3.71G, the space's smaller stage meshes' decode-first case 1.07G against
+# 2.09G: taken only where it may prune, one stage at a time).  On 0434be1,
+# before the last of those changes: 17.62G against 18.94G; user CPU seconds,
+# two pricing threads, alternated, load 1.0-1.5: median 1.57 against 1.65;
+# this bench 1,087 ms against OLD's 1,089 ms (the second thread, at nice 19
+# beside other work, mostly found no core).  The 1 s target (main: 1,098 ms
+# quiet) is NOT likely met by that alone (~1,010-1,040 ms if wall follows the
+# instructions); the lead measures wall time in a quiet sitting.
 # History: with the decode-first mesh bound, 28.52G against 32.62G before
 # (the pipeline program 5.37G against 9.47G).
 #

@@ -1714,12 +1714,18 @@ int64_t sp_cost_pipe_compose(const sp_cost_pipe_phase *f, int64_t sum_ps, int64_
 }
 
 static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, sp_stage_cost *out);
+                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, int run_pf, sp_stage_cost *out);
 
 sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                              const sp_cost_opts *opts, int stage, sp_stage_cost *out)
 {
-    return stage_eval(m, hw, l, w, NULL, opts, stage, out);
+    return stage_eval(m, hw, l, w, NULL, opts, stage, w && w->prompt > 0, out);
+}
+
+sp_status sp_cost_stage_eval_decode(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                                    const sp_cost_opts *opts, int stage, sp_stage_cost *out)
+{
+    return stage_eval(m, hw, l, w, NULL, opts, stage, 0, out);
 }
 
 sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
@@ -1727,11 +1733,12 @@ sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp
 {
     if (!r) return spi_fail(SP_EINVAL, "sp_cost_stage_eval_ragged: NULL argument");
     sp_workload w = sp_workload_padded(r);
-    return stage_eval(m, hw, l, &w, r, opts, stage, out);
+    return stage_eval(m, hw, l, &w, r, opts, stage, w.prompt > 0, out);
 }
 
+/* run_pf 0: the decode alone, as eval_one prices a decode group's stage */
 static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
-                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, sp_stage_cost *out)
+                            const sp_ragged *rg, const sp_cost_opts *opts, int stage, int run_pf, sp_stage_cost *out)
 {
     if (!m || !hw || !l || !w || !out) return spi_fail(SP_EINVAL, "sp_cost_stage_eval: NULL argument");
     if (stage < 0 || stage >= l->stages)
@@ -1745,14 +1752,14 @@ static sp_status stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout 
     stage_kind k;
     int bound = 0;
     layer_keep kept[SP_PHASE_COUNT] = {{-1, {0}, {0}, 0}, {-1, {0}, {0}, 0}};
-    sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, w->prompt > 0, NULL, 0);
+    sp_status st = stage_price(m, hw, l, w, rg, &o, stage, &bound, kept, &k, run_pf, NULL, 0);
     sp_cost_cache_free(own);
     SP_CHECK(st);
     memset(out, 0, sizeof *out);
     sp_layout_stage_layers(l, m->n_layers, stage, &out->first_layer, &out->layers);
     out->prefill = k.pf;
     out->decode = k.dn;
-    out->prefill_ps = w->prompt > 0 ? k.pf_ps : 0;
+    out->prefill_ps = run_pf ? k.pf_ps : 0;
     out->prefill_units = k.units;
     out->decode1_ps = w->gen > 0 ? spi_ps(k.d1.time_s) : 0;
     out->decode_ps = w->gen > 0 ? spi_ps(k.dn.time_s) : 0;

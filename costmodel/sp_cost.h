@@ -287,6 +287,12 @@ sp_status sp_cost_stage_eval(const sp_model *m, const sp_hw *hw, const sp_layout
  * the slowest micro-batch's on this stage, the fullest chip's memory). */
 sp_status sp_cost_stage_eval_ragged(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_ragged *r,
                                     const sp_cost_opts *opts, int stage, sp_stage_cost *out);
+/* The decode alone of stage `stage` of l, as sp_cost_eval_group(..., SP_PHASE_DECODE, ...)
+ * prices that stage (no prefill lowered): decode1_ps, decode_ps and decode as
+ * sp_cost_stage_eval gives them, prefill_ps 0, prefill empty, mem without prefill
+ * activations.  The planner bounds a stage of a mesh other than its template's by it. */
+sp_status sp_cost_stage_eval_decode(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
+                                    const sp_cost_opts *opts, int stage, sp_stage_cost *out);
 
 /* How a phase's time composes from its stages' times t_s (ps):
  *   phase_ps = floor(max over the forms f of (sum_coef[f]·Σ_s t_s +

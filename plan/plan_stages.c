@@ -351,46 +351,30 @@ int spi_split_one_mesh(const sp_hw *hw, const sp_layout *l, int same_mesh)
 
 /* The least decode-step times (first and last step, ps) of a stage of each
  * kind holding lo layers in `view` (a template's decode view on one of its
- * meshes, dc_view), priced for decode alone (sp_cost_eval_group,
- * SP_PHASE_DECODE: the decode programs, keys and times sp_cost_stage_eval
- * has, without lowering a prefill).  A layout prices every stage, so each
- * holds lo layers where it can: S >= 4, one layout [lo, lo, ..., rest, lo]
- * (the rest on stage S − 2, a middle one) gives every kind; S = 3,
- * [lo, L − 2·lo, lo] and the middle kind's block; S = 2, the first and the
- * last kind's blocks.  SP_EINVAL: some stage of a layout does not lower
- * (the caller then prices the template's blocks). */
+ * meshes, dc_view), each stage priced for decode alone
+ * (sp_cost_stage_eval_decode: the decode programs, keys and times
+ * sp_cost_stage_eval has, without lowering a prefill or the other stages)
+ * in the layout whose stage of that kind holds lo layers, the others the
+ * rest (block_layout: a stage's price depends on its own layers and kind
+ * alone).  SP_EINVAL: some stage does not lower (the caller then prices
+ * the template's blocks). */
 static sp_status decode_lo_of(const spi_space *sp, sp_cost_cache *cache, const sp_workload *w, const tmpl *t,
                               const sp_layout *view, int64_t out[2])
 {
-    const int64_t L = sp->m->n_layers;
-    const int S = t->S, lo = t->lo;
-    sp_layout ls[2];
-    int nl = 0, pos;
     out[0] = out[1] = INT64_MAX;
-    if (S >= 3) {
-        ls[nl] = *view;
-        for (int s = 0; s < S; s++) ls[nl].stage_layers[s] = (int16_t)lo;
-        ls[nl].stage_layers[S == 3 ? 1 : S - 2] = (int16_t)(L - (int64_t)(S - 1) * lo);   /* >= lo: lo <= L/S */
-        nl++;
-        if (S == 3) block_layout(view, L, K_MID, lo, NULL, &ls[nl++], &pos);
-    } else {
-        block_layout(view, L, K_FIRST, lo, NULL, &ls[nl++], &pos);
-        block_layout(view, L, K_LAST, lo, NULL, &ls[nl++], &pos);
-    }
-    for (int i = 0; i < nl; i++) {
-        sp_stage_time st[SP_LAYOUT_MAX_STAGES];
-        sp_cost_opts q;
-        sp_cost_opts_init(&q);
-        q.quiet = 1;
-        q.cache = cache;
-        q.stage_times = st;
-        sp_cost c;
-        SP_CHECK(sp_cost_eval_group(sp->m, sp->hw, &ls[i], SP_PHASE_DECODE, w, &q, &c));
-        for (int s = 0; s < S; s++) {
-            if (ls[i].stage_layers[s] != lo) continue;   /* a stage of the rest: not a bound */
-            if (st[s].decode1_ps < out[0]) out[0] = st[s].decode1_ps;
-            if (st[s].decode_ps < out[1]) out[1] = st[s].decode_ps;
-        }
+    sp_cost_opts q;
+    sp_cost_opts_init(&q);
+    q.quiet = 1;
+    q.cache = cache;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (k == K_MID && t->S < 3) continue;
+        sp_layout l;
+        int pos;
+        block_layout(view, sp->m->n_layers, k, t->lo, NULL, &l, &pos);
+        sp_stage_cost sc;
+        SP_CHECK(sp_cost_stage_eval_decode(sp->m, sp->hw, &l, w, &q, pos, &sc));
+        if (sc.decode1_ps < out[0]) out[0] = sc.decode1_ps;
+        if (sc.decode_ps < out[1]) out[1] = sc.decode_ps;
     }
     return SP_OK;
 }

@@ -468,7 +468,7 @@ static int stage_mesh_cands(const sp_layout *l, int out[][3])
 }
 
 static int n_hetero_compared, n_hetero_better, n_hetero_product, n_mesh_bound_checked, n_dc_bound_checked,
-    n_dlb_checked, n_dlo_checked;
+    n_dlb_checked, n_dlo_checked, n_stage_decode_checked;
 
 /* sp_plan_solve against the full product of (template, stage mesh of each
  * stage, split), each priced by sp_cost_eval; o narrows both sides alike
@@ -506,6 +506,14 @@ static void check_hetero_problem(const sp_model *m, const sp_hw *hw, int N, cons
          * prune it by): below the total of each of its pipelines of stage
          * meshes, every split */
         double dlb;
+        for (int s = 0; s < S; s++) {   /* the decode alone of one stage: sp_cost_stage_eval's decode */
+            sp_stage_cost a, b;
+            if (sp_cost_stage_eval(m, hw, &l, w, bf_opts(), s, &a) != SP_OK) continue;
+            ck_assert_int_eq(sp_cost_stage_eval_decode(m, hw, &l, w, bf_opts(), s, &b), SP_OK);
+            ck_assert(a.decode1_ps == b.decode1_ps && a.decode_ps == b.decode_ps && b.prefill_ps == 0);
+            ck_assert(b.mem.total <= a.mem.total);
+            n_stage_decode_checked++;
+        }
         {
             sp_stage_time st[SP_LAYOUT_MAX_STAGES];
             sp_cost_opts q;
@@ -821,14 +829,16 @@ START_TEST(test_hetero_summary)
     printf("stages of their own mesh: %d plans = the full product (%d layouts priced), %d won by stage meshes; "
            "the mesh bound below the slowest stage of %d pipelines of stage meshes (its decode-first bound, "
            "nonzero, of %d); the decode-alone bound below %d pipelines' totals; its smaller meshes' decode kept "
-           "for the program equal to the program's own for %d templates\n",
+           "for the program equal to the program's own for %d templates; one stage's decode alone equal to "
+           "its full pricing's for %d stages\n",
            n_hetero_compared, n_hetero_product, n_hetero_better, n_mesh_bound_checked, n_dc_bound_checked, n_dlb_checked,
-           n_dlo_checked);
+           n_dlo_checked, n_stage_decode_checked);
     ck_assert_int_gt(n_hetero_compared, 0);
     ck_assert_int_gt(n_mesh_bound_checked, 0);
     ck_assert_int_gt(n_dc_bound_checked, 0);
     ck_assert_int_gt(n_dlb_checked, 0);
     ck_assert_int_gt(n_dlo_checked, 0);
+    ck_assert_int_gt(n_stage_decode_checked, 0);
 }
 END_TEST
 
