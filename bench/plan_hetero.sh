@@ -11,7 +11,9 @@
 # callgrind (SHARDPLAN_THREADS=1) 16.11G instructions for the whole process
 # against 17.57G on main 73a1e91 (-8.3 %; the pipeline program 3.22G against
 # 3.71G, the space's smaller stage meshes' decode-first case 1.07G against
-# 2.09G: taken only where it may prune, one stage at a time).  On 0434be1,
+# 2.09G: taken only where it may prune, one stage at a time); this bench at
+# load ~3.3: 1,468 ms against OLD (73a1e91) 1,599 ms (0.92x); user CPU, two
+# pricing threads, alternated: median 1.51 s against 1.72 s.  On 0434be1,
 # before the last of those changes: 17.62G against 18.94G; user CPU seconds,
 # two pricing threads, alternated, load 1.0-1.5: median 1.57 against 1.65;
 # this bench 1,087 ms against OLD's 1,089 ms (the second thread, at nice 19
