@@ -96,8 +96,10 @@ static const int64_t cpu_mem_kn[][2] = {{64, 64},     {128, 128},   {256, 256}, 
                                         {2048, 2048}, {2048, 8192}, {2048, 32768}};
 static const int64_t cpu_attn[][5] = {{4, 1, 255, 8, 8}, {1, 64, 0, 8, 8},   {4, 1, 255, 8, 64},
                                       {1, 64, 0, 8, 64}, {4, 1, 255, 8, 128}, {1, 64, 0, 8, 128}};
-/* working sets of 4 MiB (beyond a core's L2) to 256 MiB (beyond most L3s) */
-static const int cpu_fetch_ring[] = {4, 16, 64, 256};
+/* working sets of 2 MiB (about a core's L2) to 256 MiB (beyond most L3s), densest around the L2
+ * (1.75 MiB of weights a chip ran tiny-llama's 2-chip decode matmuls 1.2x their price with 4 MiB
+ * the nearest point, 2026-11-24) */
+static const int cpu_fetch_ring[] = {2, 3, 4, 8, 16, 64, 256};
 static const int quick_fetch_ring[] = {4, 16};
 static const int64_t quick_mm_kn[][2] = {{64, 64}, {512, 512}};
 static const int64_t quick_lg_kn[][2] = {{512, 512}};
@@ -1246,8 +1248,9 @@ sp_status sp_calib_fit_result(const sp_calib_result *r, sp_calib_fit *f)
             if (q->dt == p->dt && q->T == p->T && q->K == p->K && q->N == p->N && q->ring <= 1 && !q->alone && !q->logits)
                 hot = q->seconds;
         }
-        if (!(hot > 0) || f->fetch_points >= SP_CALIB_CURVE - 1) continue;
+        if (!(hot > 0)) continue;
         if (!f->fetch_points) f->fetch_bytes[0] = wb, f->fetch_value[0] = 0, f->fetch_points = 1;
+        if (f->fetch_points >= SP_CALIB_CURVE) continue;
         if (!(wb * p->ring > f->fetch_bytes[f->fetch_points - 1])) continue;
         f->fetch_bytes[f->fetch_points] = wb * p->ring;
         f->fetch_value[f->fetch_points++] = p->seconds > hot ? (p->seconds - hot) / wb : 0;
