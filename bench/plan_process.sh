@@ -21,6 +21,8 @@
 # 455.1M, measured in one session: 3.35x (main at 1bb8db7: 1542.9M, 3.39x).
 # 2026-11-24, 04:50 UTC: 1402.4M instructions (one thread) against round 1's
 # 455.8M, measured in one session: 3.08x (main at 0434be1: 1527.6M, 3.35x).
+# Quiet, 2026-11-24 05:56 UTC, main at 7fbfc4a: median 112.1 ms against round
+# 1's 28.0 ms in the same sitting (4.0x), floors 4.6 and 3.2 ms.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
