@@ -633,7 +633,8 @@ static sp_status th_world_init(sp_comm_world *w)
         cpu_set_t allowed;
         long us = sp_env_long(SP_ENV_SPIN_US);
         int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-        tw->spin_ns = us > 0 && us <= 1000000 && w->nranks <= cpus ? us * 1000 : 0;
+        if (us > 1000000) us = 1000000;   /* at most 1 s (the knob's documented ceiling) */
+        tw->spin_ns = us > 0 && w->nranks <= cpus ? us * 1000 : 0;
     }
     size_t cap = 0;
     for (unsigned m = 1; m < SPI_COMM_NMASKS; m++)
