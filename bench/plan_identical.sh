@@ -47,6 +47,11 @@ llama2-70b h100 16 64 2048 256 --objective throughput --max-latency-ms 30000
 llama2-70b a100-80g 8 64 2048 0
 llama2-70b a100-80g 8 64 0 128
 palm-540b tpu-v4 64 64 2048 64 --objective cost --latency-metric decode --min-tokens-per-s 200
+mixtral-8x7b h100 16 64 1024 128 --objective cost
+palm-62b tpu-v4 32 16 512 128 --even-stages
+llama2-70b h100 8 32 2048 128 --weights fp8
+gpt3-175b h100 64 32 1024 64 --objective throughput --max-latency-ms 20000
+palm-8b a100-80g 4 8 256 512 --latency-metric decode
 CASES
 n=0 bad=0
 while read -r m h c b p g extra; do

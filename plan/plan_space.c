@@ -16,8 +16,6 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void inc_free(struct spi_incumbents *b);
-
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
 {
     memset(s, 0, sizeof *s);
@@ -51,7 +49,7 @@ void spi_space_free(spi_space *s)
         sp_cost_cache_free(s->cache[t]);
         s->cache[t] = NULL;
     }
-    inc_free(s->inc);
+    free(s->inc);
     s->inc = NULL;
     free(s->c);
     free(s->pend);
@@ -358,71 +356,26 @@ int spi_cand_admissible(const spi_space *s, const spi_cand *c, const sp_plan_opt
 
 /* The best figures among the layouts priced so far (flush_pruned): the
  * admissible ones' least objective and measure, their (cost, latency) and
- * (latency, cost) lexicographic minima, and per rival kind and value the
- * least objective over all of them (memory and bounds ignored, as the
- * rival programs do), in a table of (kind, value) grown as values come. */
+ * (latency, cost) lexicographic minima, and per rival kind k, over all of
+ * them (memory and bounds ignored, as the rival programs are): b1[k] the
+ * least objective, v1[k] the value of k of a layout that has it, b2[k] the
+ * least objective over the layouts whose value of k is not v1[k] (doc/planner.md,
+ * "Pruning by the decode bound": two values' best are all a rival needs). */
 struct spi_incumbents {
     double obj, meas;
     double fc_cost, fc_lat, fl_cost, fl_lat;
-    int cap, used;
-    int64_t *val;
-    signed char *kind;        /* -1: empty slot */
-    double *best;
+    double b1[SP_RIVAL_KIND_COUNT], b2[SP_RIVAL_KIND_COUNT];
+    int64_t v1[SP_RIVAL_KIND_COUNT];
 };
 typedef struct spi_incumbents incumbents;
 
-static void inc_free(incumbents *b)
+static void inc_init(incumbents *b)
 {
-    if (!b) return;
-    free(b->val);
-    free(b->kind);
-    free(b->best);
-    free(b);
+    b->obj = b->meas = b->fc_cost = b->fc_lat = b->fl_cost = b->fl_lat = INFINITY;
+    for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) b->b1[k] = b->b2[k] = INFINITY, b->v1[k] = 0;
 }
 
-static double *inc_slot(incumbents *b, int k, int64_t v, int add)
-{
-    uint64_t h = ((uint64_t)v * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)k * 0xC2B2AE3D27D4EB4Full);
-    for (unsigned j = (unsigned)(h >> 40);; j++) {
-        unsigned x = j & (unsigned)(b->cap - 1);
-        if (b->kind[x] < 0) {
-            if (!add) return NULL;
-            b->kind[x] = (signed char)k;
-            b->val[x] = v;
-            b->best[x] = INFINITY;
-            b->used++;
-            return &b->best[x];
-        }
-        if (b->kind[x] == k && b->val[x] == v) return &b->best[x];
-    }
-}
-
-static sp_status inc_grow(incumbents *b)
-{
-    if (b->cap && 2 * (b->used + SP_RIVAL_KIND_COUNT) < b->cap) return SP_OK;
-    incumbents n = *b;
-    n.cap = b->cap ? 2 * b->cap : 256;
-    n.used = 0;
-    n.val = malloc((size_t)n.cap * sizeof *n.val);
-    n.kind = malloc((size_t)n.cap);
-    n.best = malloc((size_t)n.cap * sizeof *n.best);
-    if (!n.val || !n.kind || !n.best) {
-        free(n.val);
-        free(n.kind);
-        free(n.best);
-        return spi_fail(SP_ENOMEM, "planner: out of memory");
-    }
-    memset(n.kind, -1, (size_t)n.cap);
-    for (int x = 0; x < b->cap; x++)
-        if (b->kind[x] >= 0) *inc_slot(&n, b->kind[x], b->val[x], 1) = b->best[x];
-    free(b->val);
-    free(b->kind);
-    free(b->best);
-    *b = n;
-    return SP_OK;
-}
-
-static sp_status inc_add(incumbents *b, const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
+static void inc_add(incumbents *b, const spi_space *s, const spi_cand *c, const sp_plan_opts *o)
 {
     double k1 = spi_cand_objective(s, c, o);
     if (spi_cand_admissible(s, c, o)) {
@@ -433,13 +386,16 @@ static sp_status inc_add(incumbents *b, const spi_space *s, const spi_cand *c, c
         if (cost < b->fc_cost || (cost == b->fc_cost && lat < b->fc_lat)) b->fc_cost = cost, b->fc_lat = lat;
         if (lat < b->fl_lat || (lat == b->fl_lat && cost < b->fl_cost)) b->fl_cost = cost, b->fl_lat = lat;
     }
-    if (!o->rivals) return SP_OK;
-    SP_CHECK(inc_grow(b));
+    if (!o->rivals) return;
+    /* (b1, b2) end the same in any order of the layouts (v1 may not, where two values tie at
+     * b1: then b2 = b1, and prunable reads v1 only when b2 does not decide) */
     for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
-        double *x = inc_slot(b, k, spi_cand_kind_value(c, (sp_plan_rival_kind)k), 1);
-        if (k1 < *x) *x = k1;
+        int64_t v = spi_cand_kind_value(c, (sp_plan_rival_kind)k);
+        if (v == b->v1[k]) {
+            if (k1 < b->b1[k]) b->b1[k] = k1;
+        } else if (k1 < b->b1[k]) b->b2[k] = b->b1[k], b->b1[k] = k1, b->v1[k] = v;
+        else if (k1 < b->b2[k]) b->b2[k] = k1;
     }
-    return SP_OK;
 }
 
 /* Whether a layout whose figures are bounded below by c's (bound_one) and
@@ -447,10 +403,20 @@ static sp_status inc_add(incumbents *b, const spi_space *s, const spi_cand *c, c
  * plan (doc/planner.md, "Pruning by the decode bound"): some admissible
  * layout priced has a strictly smaller objective (main) and measure (the
  * incumbent of the pipeline and offload programs); with the frontier, one
- * has a strictly smaller cost and no larger latency; with the rivals, for
- * every rival kind one of c's value has a strictly smaller objective; a
- * template of the pipeline program has its bound at or above the measure
- * (the program drops it unpriced). */
+ * has a strictly smaller cost and no larger latency; a template of the
+ * pipeline program has its bound at or above the measure (the program drops
+ * it unpriced); with the rivals, for every rival kind k, layouts of two
+ * distinct values of k have a strictly smaller objective, or one of c's own
+ * value does.  The rival of kind k (plan.c find_rivals) is the rank-least
+ * layout of the space whose value of k is not the chosen one's: of two
+ * distinct values one is not the chosen's, so its layout is a candidate
+ * for the rival and beats c; a layout of c's own value is one whenever c
+ * would be.  Whichever layout is chosen, then, c is no rival; and it is the
+ * rank-least of no value whose best the reduction (spi_space_reduce) keeps
+ * for a rival.  With b2[k] the least objective off the best value v1[k],
+ * "two values beat c" is b2[k] < k1 and "one of c's value does" adds c's
+ * value = v1[k] with b1[k] < k1 (a value other than v1 has its best at or
+ * above b2). */
 static int prunable(const incumbents *b, const spi_space *s, const spi_cand *c, double split_lb, const sp_plan_opts *o)
 {
     double k1 = spi_cand_objective(s, c, o);
@@ -462,10 +428,10 @@ static int prunable(const incumbents *b, const spi_space *s, const spi_cand *c, 
         if (!((b->fc_cost < cost && b->fc_lat <= lat) || (b->fl_cost < cost && b->fl_lat <= lat))) return 0;
     }
     if (o->rivals)
-        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++) {
-            double *x = b->cap ? inc_slot((incumbents *)b, k, spi_cand_kind_value(c, (sp_plan_rival_kind)k), 0) : NULL;
-            if (!x || !(*x < k1)) return 0;
-        }
+        for (int k = 0; k < SP_RIVAL_KIND_COUNT; k++)
+            if (!(b->b2[k] < k1) &&
+                !(b->b1[k] < k1 && spi_cand_kind_value(c, (sp_plan_rival_kind)k) == b->v1[k]))
+                return 0;
     return 1;
 }
 
@@ -515,8 +481,7 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
      * round's layouts to take it on */
     int *ref = malloc(2 * (size_t)n * sizeof *ref), *sm = ref ? ref + n : NULL;
     sp_status st = SP_OK;
-    if (!s->inc && (s->inc = malloc(sizeof *s->inc)))
-        *s->inc = (incumbents){INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, 0, 0, NULL, NULL, NULL};
+    if (!s->inc && (s->inc = malloc(sizeof *s->inc))) inc_init(s->inc);
     incumbents *b = s->inc;
     if (!pb || !key || !ord || !todo || !ref || !b) {
         st = spi_fail(SP_ENOMEM, "planner: out of memory for %d layouts", n);
@@ -617,9 +582,9 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
         SP_CHECKGOTO(price_pending(s, w, sm, nw2, PR_PRICE, pb, NULL), st, out);
         /* the incumbents after the round: minima, the same in any order */
         for (int j = 0; j < nt; j++)
-            if (todo[j] >= 0 && s->pst[todo[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[todo[j]], o), st, out);
+            if (todo[j] >= 0 && s->pst[todo[j]] == SP_OK) inc_add(b, s, &s->pend[todo[j]], o);
         for (int j = 0; j < nw2; j++)
-            if (s->pst[sm[j]] == SP_OK) SP_CHECKGOTO(inc_add(b, s, &s->pend[sm[j]], o), st, out);
+            if (s->pst[sm[j]] == SP_OK) inc_add(b, s, &s->pend[sm[j]], o);
         nt = 0;
     }
 out:
@@ -660,7 +625,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
     if (s->n_inst >= (int)SPI_ARRAY_LEN(s->inst))
         return spi_fail(SP_EINVAL, "planner: at most %d (chips, batch) instances", (int)SPI_ARRAY_LEN(s->inst));
     int inst = s->n_inst++;
-    inc_free(s->inc);   /* incumbents of this instance alone (flush_pruned) */
+    free(s->inc);   /* incumbents of this instance alone (flush_pruned) */
     s->inc = NULL;
     s->inst[inst].chips = chips;
     s->inst[inst].batch = w->batch;

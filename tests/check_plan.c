@@ -1374,6 +1374,45 @@ START_TEST(test_prune_split_wins)
 }
 END_TEST
 
+/* The rivals under pruning (plan_space.c prunable: a layout is dropped when
+ * two values of each rival kind, or its own, have priced layouts that beat
+ * its bound): on small random problems with the rivals always asked for,
+ * every rival (and the rest of the plan) is the exhaustive search's. */
+static int n_prune_rivals;
+START_TEST(test_prune_rivals)
+{
+    rng_state = 31337u + 2654435761u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    if (_i % 3 == 2) {   /* mixture of experts: the experts kind takes two values */
+        m.n_experts = 4;
+        m.top_k = 2;
+        m.moe_every = 1;
+        m.bias = 0;
+    }
+    sp_hw hw;
+    static const int chips[] = {4, 8, 16, 12};
+    int N = chips[rnd(4)];
+    static const int64_t hbm[] = {16 << 20, 64 << 20, 1ll << 30};
+    small_hw(&hw, _i % 2, hbm[rnd(3)]);   /* the cluster (h100) has fp8 weights too */
+    sp_workload w = {(int64_t)4 << rnd(3), 8 * (1 + rnd(4)), 2 + 2 * rnd(3)};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    o.objective = (sp_plan_objective)rnd(SP_PLAN_OBJECTIVE_COUNT);
+    o.latency_metric = (sp_plan_latency)rnd(SP_PLAN_LAT_COUNT);
+    o.cost_metric = (sp_plan_cost_metric)rnd(SP_PLAN_COST_COUNT);
+    o.frontier = rnd(2);
+    o.even_stages = rnd(3) == 0;
+    o.rivals = 1;
+    int before = n_prune_pruned;
+    check_prune(&m, &hw, N, &w, &o);
+    sp_plan *p = NULL;
+    ck_assert_int_eq(sp_plan_solve(&m, &hw, N, &w, &o, &p), SP_OK);
+    n_prune_rivals += n_prune_pruned > before && p->n_rivals >= 3;
+    sp_plan_free(p);
+}
+END_TEST
+
 START_TEST(test_prune_summary)
 {
     /* the comparisons ran, and pruning did prune (templates included) */
@@ -1381,6 +1420,8 @@ START_TEST(test_prune_summary)
     ck_assert_int_ge(n_prune_pruned, 20);
     ck_assert_int_ge(n_prune_templates, 2);
     ck_assert_int_ge(n_prune_split_better, 8);
+    /* of the 24 problems with rivals, most pruned layouts and still found three rivals or more */
+    ck_assert_int_ge(n_prune_rivals, 12);
 }
 END_TEST
 
@@ -1741,6 +1782,7 @@ int main(void)
     tcase_add_loop_test(t6, test_prune_equals_exhaustive, 0, 48);
     tcase_add_loop_test(t6, test_prune_bundled, 0, 4);
     tcase_add_loop_test(t6, test_prune_split_wins, 0, 8);
+    tcase_add_loop_test(t6, test_prune_rivals, 0, 24);
     tcase_add_test(t6, test_prune_summary);
     suite_add_tcase(s, t6);
     TCase *t3 = tcase_create("pipelines");
