@@ -2162,6 +2162,85 @@ static sp_status eval_chunked(const sp_model *m, const sp_hw *hw, const sp_layou
     return SP_OK;
 }
 
+/* The largest value a curve (sp_hw_curve) takes at a v in (0, vmax]: `none`
+ * without points; else, its x ascending and positive, the curve is y[0] up
+ * to x[0], linear in log v between two points (between their values) and
+ * y[n-1] beyond, so the largest of the values of the points below vmax and
+ * its value at vmax; -1 where that does not hold (x not ascending and
+ * positive, a value not finite and positive). */
+static double curve_max(int n, const double *x, const double *y, double none, double vmax)
+{
+    if (n <= 0) return none;
+    if (n > SP_HW_EFF_POINTS) n = SP_HW_EFF_POINTS;
+    double mx = sp_hw_curve(n, x, y, vmax, none);
+    for (int i = 0; i < n; i++) {
+        if (!(x[i] > 0) || (i && !(x[i] > x[i - 1])) || !(y[i] > 0) || !isfinite(y[i])) return -1.0;
+        if ((i == 0 || x[i] < vmax) && y[i] > mx) mx = y[i];
+    }
+    return isfinite(mx) ? mx : -1.0;
+}
+
+/* The largest efficiency sp_hw_matmul_shape_eff gives a matmul of weight
+ * dtype dt of at most fmax FLOPs and mmax rows: the FLOPs curve's largest
+ * up to fmax times the rows factor's (sp_hw_rows_eff: one curve up to mmax,
+ * or classes by weight size whose two around the weights are interpolated
+ * with a weight in (0, 1] when rows_w ascends, so at most the largest
+ * class's largest) times the tiles' (at most 1); -1 where a curve breaks
+ * curve_max's assumptions. */
+static double matmul_eff_max(const sp_hw *hw, sp_dtype dt, double fmax, double mmax)
+{
+    double e = curve_max(hw->eff_points, hw->eff_flops, hw->eff_value, 1.0, fmax);
+    if (e < 0 || (unsigned)dt >= SP_DT_COUNT) return e;
+    int nc = hw->rows_sizes[dt];
+    if (nc <= 0) {
+        double r = curve_max(hw->rows_points[dt], hw->rows_m[dt], hw->rows_value[dt], 1.0, mmax);
+        return r < 0 ? -1.0 : e * r;
+    }
+    if (nc > SP_HW_ROWS_SIZES) nc = SP_HW_ROWS_SIZES;
+    double r = 0.0;
+    for (int c = 0; c < nc; c++) {
+        if (!(hw->rows_w[dt][c] > 0) || (c && !(hw->rows_w[dt][c] > hw->rows_w[dt][c - 1]))) return -1.0;
+        double rc = curve_max(hw->rows_w_points[dt][c], hw->rows_w_m[dt][c], hw->rows_w_value[dt][c], 1.0, mmax);
+        if (rc < 0) return -1.0;
+        if (rc > r) r = rc;
+    }
+    return e * r;
+}
+
+double sp_cost_prefill_lb(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w)
+{
+    if (!m || !hw || !l || !w || w->batch < 1 || w->prompt < 1 || m->n_experts > 0 || sp_layout_disaggregated(l))
+        return 0.0;
+    /* what replaces or stretches a matmul's FLOPs time: CPU kernels' rates per element, cores
+     * shared; a dispatch below a picosecond no longer covers a step's rounding (below) */
+    if (hw->shared_cores > 0 || !(hw->dispatch_s >= 1e-12)) return 0.0;
+    for (int k = 0; k < SP_ELEM_COUNT; k++)
+        if (hw->step_elem_s[k] > 0) return 0.0;
+    int64_t chips = sp_layout_chips(l);
+    if (chips < 1) return 0.0;
+    /* the weight matrices a token goes through in every layer (sp_lower: Q, K, V, O, the FFN's):
+     * their local shapes on the chips of a stage multiply out to at least the whole (heads and
+     * FFN width padded up, K and V replicated where the mesh has more chips than KV heads) */
+    double E = (double)m->d_model, D = (double)m->d_head, HD = (double)m->n_heads * D,
+           KVD = (double)m->n_kv_heads * D, F = (double)m->d_ff, tokens = (double)w->batch * (double)w->prompt;
+    double per_layer = 2.0 * E * HD + 2.0 * E * KVD + (double)sp_model_ffn_matrices(m) * E * F;
+    double flops = 2.0 * per_layer * (double)m->n_layers * tokens;
+    /* one such matmul on a chip: at most every token's rows (a pass, or K and V again over the
+     * passes before: rows of the pass's sequences) by the whole matrix, the heads and the FFN
+     * width padded to a multiple of at most the chips (sp_lower's Hp, Fp) */
+    double cols = (double)(m->n_heads + chips) * D;
+    if (KVD > cols) cols = KVD;
+    if ((double)(m->d_ff + chips) > cols) cols = (double)(m->d_ff + chips);
+    double peak = sp_hw_compute_peak(hw, l->weights), eff = matmul_eff_max(hw, l->weights, 2.0 * tokens * E * cols, tokens);
+    if (!(peak > 0) || !(eff > 0)) return 0.0;
+    double lb = flops / ((double)chips * peak * eff);
+    /* rounding: the FLOPs and the bound in doubles (relative ~1e-15 each), a step's efficiency
+     * interpolated (at most an ulp above the largest point), the stages' picoseconds halved and
+     * divided (a few ps) */
+    lb = lb * (1.0 - 1e-9) - 4e-12;
+    return lb > 0 && isfinite(lb) ? lb : 0.0;
+}
+
 sp_status sp_cost_max_context(const sp_model *m, const sp_hw *hw, const sp_layout *l, int64_t batch,
                               double kv_budget, int64_t *out)
 {

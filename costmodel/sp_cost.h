@@ -317,6 +317,24 @@ typedef struct sp_cost_pipe {
 void sp_cost_pipe_terms(const sp_hw *hw, const sp_layout *l, int64_t prefill_units, sp_cost_pipe *out);
 int64_t sp_cost_pipe_compose(const sp_cost_pipe_phase *f, int64_t sum_ps, int64_t max_ps);
 
+/* A lower bound on the prefill_s of l for workload w, whichever way it is
+ * priced: sp_cost_eval, every chunked variant sp_cost_eval_chunked tries
+ * (prefill_chunk, prefill_tokens), any pipeline split and stage meshes of
+ * its chips; 0 when there is none (doc/planner.md, "Pruning by the decode
+ * bound": a MoE model, separate groups, a profile whose elementwise rates
+ * replace a step's FLOPs time or whose chips share cores, a dispatch under
+ * a picosecond, curves out of order).  The matmul FLOPs of the prefill's
+ * weight matrices (2 per weight per prompt token: Q, K, V, O, the FFN's;
+ * no logits, attention or bias) over every chip at the profile's peak for
+ * the weights and the largest efficiency its curves give a matmul: a
+ * compute step takes its dispatch plus at least its FLOPs at its
+ * efficiency (price_compute: weight fetches only add), a program at least
+ * its compute steps one after another (the compute stream), a stage's
+ * micro-batch its passes, a pipeline's prefill M times its busiest stage
+ * (sp_cost_pipe_compose), and the busiest stage's chips at least the
+ * average of all chips. */
+double sp_cost_prefill_lb(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w);
+
 /* Prices a layout as sp_cost_eval does, and when l chunks no prefill
  * itself (prefill_chunk, prefill_tokens unset), the chunked prefills a
  * planner weighs, keeping the best (*chosen: the layout priced, l or l with

@@ -217,10 +217,12 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
  * decode bound"): its decode priced alone (sp_cost_eval_group, the decode
  * phase of the layout itself: the same programs, memo keys and roll-up as
  * its full pricing), into the candidate's figures as a bound on every
- * measure the plan compares: prefill_s 0, decode_step_s exact, total_s the
- * decode's time, tokens_per_s and cost_total from that total (the full
- * pricing's figures are the same functions of prefill + decode, which is
- * not less).  For a template of the pipeline program, b->split_lb is the
+ * measure the plan compares: prefill_s the prefill's lower bound
+ * (sp_cost_prefill_lb: valid for every chunked variant the full pricing
+ * tries; 0 where the cost model has none), decode_step_s exact, total_s
+ * that bound plus the decode's time, tokens_per_s and cost_total from that
+ * total (the full pricing's figures are the same functions of prefill +
+ * decode, which is not less).  For a template of the pipeline program, b->split_lb is the
  * program's first bound with the prefill's bottleneck at 0
  * (spi_split_decode_lb; spi_split_first_lb is monotone in the prefill, and
  * the program's refinement only raises its bound there) where its stages
@@ -244,11 +246,32 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
     b->lead = i;
     s->pst[i] = sp_cost_eval_group(s->m, s->hw, &c->layout, SP_PHASE_DECODE, w, &quiet, &cost);
     if (s->pst[i] != SP_OK) return;
-    take_figures(c, &cost);   /* prefill_s 0: a decode group prices no prefill */
+    take_figures(c, &cost);   /* prefill_s 0: a decode group prices no prefill (below: its bound) */
+    double pf = sp_cost_prefill_lb(s->m, s->hw, &c->layout, w);
+    if (pf > 0) {
+        /* the prefill's bound in its place: the full pricing's figures (eval_one) are these
+         * expressions of a prefill no less, rounding monotone */
+        double gen_tokens = (double)w->batch * w->gen;
+        c->prefill_s = pf;
+        c->total_s = pf + cost.decode_s;
+        c->tokens_per_s = gen_tokens / c->total_s;
+        c->cost_total = cost.chips * c->total_s / gen_tokens;
+    }
     if (tmpl) {
         spi_measure ms;
         spi_measure_init(s->prune, w, &ms);
         spi_split_decode_lb(s, &ms, &c->layout, st, 0, &b->dlb, &b->split_lb);
+        if (pf > 0) {
+            /* the prefill's bottleneck: any split of the template into its S stages, on its
+             * meshes or stage meshes of no more chips, has a stage whose micro-batch takes at
+             * least the bound / M (sp_cost_prefill_lb: M times the busiest stage's micro-batch
+             * is at least it, for every split and mesh of the instance's chips); the first bound
+             * with it, as spi_split_decode_lb takes it with the template's pipeline terms */
+            b->dlb.m_ps[SPI_PH_PF] = (int64_t)(pf * 1e12 / c->layout.microbatches);
+            sp_cost_pipe pipe;
+            sp_cost_pipe_terms(s->hw, &c->layout, b->dlb.units, &pipe);
+            b->split_lb = spi_split_first_lb(&ms, &pipe, b->dlb.m_ps);
+        }
     }
 }
 

@@ -44,3 +44,10 @@ tests_check_fleet_LDADD = $(SP_TEST_LIBS)
 endif
 TESTS += tests/cli_fleet.sh
 EXTRA_DIST += tests/cli_fleet.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/check_prefill_lb
+TESTS += tests/check_prefill_lb
+tests_check_prefill_lb_SOURCES = tests/check_prefill_lb.c
+tests_check_prefill_lb_CFLAGS = $(SP_TEST_CFLAGS)
+tests_check_prefill_lb_LDADD = $(SP_TEST_LIBS)
+endif
