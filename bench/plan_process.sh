@@ -23,6 +23,11 @@
 # 455.8M, measured in one session: 3.08x (main at 0434be1: 1527.6M, 3.35x).
 # Quiet, 2026-11-24 05:56 UTC, main at 7fbfc4a: median 112.1 ms against round
 # 1's 28.0 ms in the same sitting (4.0x), floors 4.6 and 3.2 ms.
+# 2026-11-24, 08:20-08:40 UTC: 493.6M instructions (one thread) against round
+# 1's 455.8M, measured in one sitting: 1.08x (main at 0dc9717: 1411.5M, 3.10x):
+# rivals settled by two values' incumbents and a lower bound on the prefill
+# leave 1,448 layouts priced of 14,897 (doc/planner.md).  Wall time not
+# measured again.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}

@@ -39,6 +39,15 @@ static void random_model(sp_model *m)
     ck_assert_int_eq(sp_model_validate(m, NULL), SP_OK);
 }
 
+/* m as a mixture of experts: 4 experts, 2 a token, every layer (no biases: refused with experts) */
+static void moe_model(sp_model *m)
+{
+    m->n_experts = 4;
+    m->top_k = 2;
+    m->moe_every = 1;
+    m->bias = 0;
+}
+
 /* A torus (tpu-v4 figures, a 4x2x2 slice) or a cluster (h100 figures, 4 per
  * node), with a small HBM so that memory matters. */
 static void small_hw(sp_hw *hw, int cluster, int64_t hbm)
@@ -254,10 +263,7 @@ START_TEST(test_milp_equals_enumeration)
     sp_model m;
     random_model(&m);
     if (_i % 3 == 2) {   /* mixture of experts: expert parallelism is one more decision */
-        m.n_experts = 4;
-        m.top_k = 2;
-        m.moe_every = 1;
-        m.bias = 0;
+        moe_model(&m);
     }
     sp_hw hw;
     static const int chips[] = {1, 2, 4, 8, 16, 6, 12};
@@ -1272,10 +1278,7 @@ START_TEST(test_prune_equals_exhaustive)
     sp_model m;
     random_model(&m);
     if (_i % 4 == 3) {   /* mixture of experts */
-        m.n_experts = 4;
-        m.top_k = 2;
-        m.moe_every = 1;
-        m.bias = 0;
+        moe_model(&m);
     }
     if (_i % 5 == 1) m.n_layers = 6 + rnd(7);   /* pipelines the pipeline program splits */
     sp_hw hw;
@@ -1385,10 +1388,7 @@ START_TEST(test_prune_rivals)
     sp_model m;
     random_model(&m);
     if (_i % 3 == 2) {   /* mixture of experts: the experts kind takes two values */
-        m.n_experts = 4;
-        m.top_k = 2;
-        m.moe_every = 1;
-        m.bias = 0;
+        moe_model(&m);
     }
     sp_hw hw;
     static const int chips[] = {4, 8, 16, 12};

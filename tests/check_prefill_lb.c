@@ -31,21 +31,15 @@ enum { N_MODELS = sizeof models / sizeof models[0], N_HW = sizeof hws / sizeof h
 static long n_checked, n_bounded, n_compute, n_tight, n_variants;
 static double worst = 0.0;   /* the largest bound / prefill_s seen */
 
-static sp_cost_opts quiet_opts(sp_cost_cache *cache)
-{
-    sp_cost_opts o;
-    sp_cost_opts_init(&o);
-    o.quiet = 1;
-    o.cache = cache;
-    return o;
-}
-
 /* lb against the prefill of l priced by sp_cost_eval (SP_EINVAL: l does
  * not apply, nothing to compare); *c its cost when priced */
 static int check_one(const sp_model *m, const sp_hw *hw, const sp_layout *l, const sp_workload *w,
                      sp_cost_cache *cache, sp_cost *c)
 {
-    sp_cost_opts o = quiet_opts(cache);
+    sp_cost_opts o;
+    sp_cost_opts_init(&o);
+    o.quiet = 1;   /* many variants do not apply */
+    o.cache = cache;
     sp_stage_time st[SP_LAYOUT_MAX_STAGES];
     o.stage_times = st;
     sp_status s = sp_cost_eval(m, hw, l, w, &o, c);
