@@ -140,6 +140,71 @@ START_TEST(test_prefill_lb_space)
 }
 END_TEST
 
+/* Profiles whose curves take other paths: a FLOPs curve that peaks between
+ * its points' ends, rows curves per weight dtype, and rows classes by
+ * weight size (a CPU's kinds of curve), random, on small models. */
+static unsigned rng = 1;
+static double urand(void)
+{
+    rng = rng * 1103515245u + 12345u;
+    return (double)(rng >> 8 & 0xffffff) / 16777216.0;
+}
+
+static void random_curve(int n, double *x, double *y, double x0)
+{
+    for (int i = 0; i < n; i++) {
+        x[i] = x0 * pow(10.0, i + urand());
+        y[i] = 0.05 + 0.95 * urand();
+    }
+}
+
+START_TEST(test_prefill_lb_curves)
+{
+    static const char *const small[] = {"tiny-llama", "tiny-gpt2", "tiny-palm", "gpt-350m-ft", "palm-8b", "llama2-7b"};
+    rng = 7u + 31u * (unsigned)_i;
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find(small[_i % 6], &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find(_i % 2 ? "h100" : "tpu-v4", &hw, &err), SP_OK);
+    hw.eff_points = 3 + _i % 4;
+    random_curve(hw.eff_points, hw.eff_flops, hw.eff_value, 1e6);
+    for (int dt = 0; dt < SP_DT_COUNT; dt++) {
+        if (_i % 3 == 0) continue;   /* no rows factor */
+        if (_i % 3 == 1) {
+            hw.rows_points[dt] = 4;
+            random_curve(4, hw.rows_m[dt], hw.rows_value[dt], 1.0);
+            continue;
+        }
+        hw.rows_sizes[dt] = 3;
+        for (int c = 0; c < 3; c++) {
+            hw.rows_w[dt][c] = 1e4 * pow(30.0, c);
+            hw.rows_w_points[dt][c] = 4;
+            random_curve(4, hw.rows_w_m[dt][c], hw.rows_w_value[dt][c], 1.0);
+        }
+    }
+    sp_workload w = {8, 128, 4};
+    sp_plan_opts po;
+    sp_plan_opts_init(&po);
+    spi_space s;
+    spi_space_init(&s, &m, &hw);
+    spi_space_narrow(&s, &po);
+    ck_assert_int_eq(spi_space_add(&s, 4 << (_i % 2), &w, SP_PLAN_W_AUTO, SP_DT_BF16), SP_OK);
+    sp_cost_cache *cache;
+    ck_assert_int_eq(sp_cost_cache_create(&cache), SP_OK);
+    for (int i = 0; i < s.n; i++) {
+        double lb = sp_cost_prefill_lb(&m, &hw, &s.c[i].layout, &w);
+        ck_assert_msg(lb > 0 && lb <= s.c[i].prefill_s, "%s: bound %.17g s, the planner's prefill %.17g s", m.name, lb,
+                      s.c[i].prefill_s);
+        n_checked++;
+        sp_cost cost;
+        n_variants += check_one(&m, &hw, &s.c[i].layout, &w, cache, &cost);
+    }
+    sp_cost_cache_free(cache);
+    spi_space_free(&s);
+}
+END_TEST
+
 START_TEST(test_prefill_lb_summary)
 {
     printf("prefill bound: %ld layouts of the planner's spaces (%ld bounded), %ld variants more; %ld compute bound, "
@@ -157,6 +222,7 @@ int main(void)
     Suite *s = suite_create("prefill_lb");
     TCase *t = tcase_create("bound");
     tcase_add_loop_test(t, test_prefill_lb_space, 0, N_MODELS * N_HW);
+    tcase_add_loop_test(t, test_prefill_lb_curves, 0, 24);
     tcase_add_test(t, test_prefill_lb_summary);
     tcase_set_timeout(t, 600);
     suite_add_tcase(s, t);
