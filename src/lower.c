@@ -1729,28 +1729,45 @@ static int kv_blocks(const ctx *c, const sp_layout *l)
 }
 
 #define BAD(...) return quiet ? SP_EINVAL : spi_fail(SP_EINVAL, __VA_ARGS__)
+/* Whether the last of setup's checks that failed on this thread read
+ * neither of the prefill phase's layouts (l->phase[SP_PHASE_PREFILL].ffn,
+ * .attn, nor a shard of them): spi_lower_failed_decode_alone.  BAD leaves
+ * it 0 (setup clears it first); BAD_DEC(1, ...) marks a check that reads
+ * no such thing, BAD_DEC(cond, ...) one that reads none when cond holds. */
+static _Thread_local int fail_dec_alone;
+#define BAD_DEC(dec, ...)                                                                                             \
+    do {                                                                                                            \
+        fail_dec_alone = (dec);                                                                                     \
+        BAD(__VA_ARGS__);                                                                                           \
+    } while (0)
+
+int spi_lower_failed_decode_alone(void) { return fail_dec_alone; }
+
+void spi_lower_fail_clear(void) { fail_dec_alone = 0; }
+
 /* a tensor mesh (X·Y·Z) larger than any torus or cluster sp_hw describes (2^24 chips) */
 #define SP_LOWER_MAX_MESH (1 << 24)
 static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape,
                        const sp_ragged *rg, int64_t step, int stage, sp_program *p, int quiet)
 {
+    fail_dec_alone = 0;
     if (!m || !l || !shape || !p || phase >= SP_PHASE_COUNT) BAD( "sp_lower: bad arguments");
     if (sp_layout_disaggregated(l))
         BAD("a layout with separate prefill and decode chip groups is lowered group by group "
             "(sp_layout_phase_group), its KV transfer by sp_lower_kv_xfer");
-    if (stage < 0 || stage >= l->stages) BAD( "stage %d outside 0..%d", stage, l->stages - 1);
+    if (stage < 0 || stage >= l->stages) BAD_DEC(1, "stage %d outside 0..%d", stage, l->stages - 1);
     if (sp_layout_hetero(l)) {
         char why[200];
         if (sp_layout_stage_mesh_check(l, why, sizeof why) != SP_OK) BAD("stage_mesh: %s", why);
         if (rg) BAD("stage_mesh: a ragged batch through stages of their own mesh is not implemented");
     }
     if (shape->batch <= 0 || shape->q_len <= 0 || shape->context < shape->q_len)
-        BAD( "shape: batch %lld, tokens %lld, context %lld is not a valid step",
+        BAD_DEC(1, "shape: batch %lld, tokens %lld, context %lld is not a valid step",
                         (long long)shape->batch, (long long)shape->q_len, (long long)shape->context);
     {   /* a model feature nothing computes: refused, never approximated */
         char why[400];
         const char *field = spi_model_refusal(m, shape->max_context, quiet ? NULL : why, sizeof why);
-        if (field) BAD("model %s: %s: %s", m->name, field, why);
+        if (field) BAD_DEC(1, "model %s: %s: %s", m->name, field, why);
     }
     p->pre.n = p->layer.n = p->post.n = p->dense.n = 0;
     p->phase = phase;
@@ -1773,7 +1790,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     /* chips of one stage of one replica: each axis is at most 2^20, the product checked */
     c->n = spi_ck_mul3(&c->ck, "tensor mesh chips", l->mesh[0], l->mesh[1], l->mesh[2]);
     if (c->ck.overflow || c->n < 1 || c->n > SP_LOWER_MAX_MESH)
-        BAD("mesh %dx%dx%d: more than %d chips in one tensor mesh", l->mesh[0], l->mesh[1], l->mesh[2],
+        BAD_DEC(1, "mesh %dx%dx%d: more than %d chips in one tensor mesh", l->mesh[0], l->mesh[1], l->mesh[2],
             SP_LOWER_MAX_MESH);
     /* written in place, not copied: a copy of just-written fields stalls the loads */
     phase_shard(l, l->phase[phase].ffn, &c->sh);
@@ -1805,25 +1822,25 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     c->Fdp = sp_model_dense_ff(m) > 0 ? round_up(sp_model_dense_ff(m), c->n) : 0;
     c->Vp = round_up(m->vocab, c->n);
     if (c->E % c->n)
-        BAD( "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c->E,
+        BAD_DEC(1, "d_model %lld is not divisible by the %lld-chip tensor mesh", (long long)c->E,
                         (long long)c->n);
     if (!c->case_a && c->n % c->KVH)
-        BAD( "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
+        BAD_DEC(1, "%lld KV heads and a %lld-chip tensor mesh: one must divide the other",
                         (long long)c->KVH, (long long)c->n);
     int64_t per_replica = shape->batch / l->replicas;
     if (shape->batch % l->replicas || per_replica % l->microbatches)
-        BAD( "batch %lld does not split into %d replicas × %d micro-batches",
+        BAD_DEC(1, "batch %lld does not split into %d replicas × %d micro-batches",
                         (long long)shape->batch, l->replicas, l->microbatches);
     p->micro_batch = per_replica / l->microbatches;
     p->rope_dims = m->positions == SP_POS_ROPE ? sp_model_rotary_dims(m) : 0;
     /* prefill passes (sp_layout.h): the sequences of one pass, in either phase (both phases'
      * checks run in each); the token passes in prefill, where the prompt is known */
     if (l->prefill_chunk < 0 || l->prefill_tokens < 0)
-        BAD("prefill_chunk %d, prefill_tokens %d: must be positive (0: not chunked)", l->prefill_chunk,
+        BAD_DEC(1, "prefill_chunk %d, prefill_tokens %d: must be positive (0: not chunked)", l->prefill_chunk,
             l->prefill_tokens);
     int64_t pass_seqs = l->prefill_chunk ? l->prefill_chunk : p->micro_batch;
     if (p->micro_batch % pass_seqs)
-        BAD("prefill_chunk=%d does not divide the micro-batch (%lld sequences: batch %lld over %d replicas × %d "
+        BAD_DEC(1, "prefill_chunk=%d does not divide the micro-batch (%lld sequences: batch %lld over %d replicas × %d "
             "micro-batches)", l->prefill_chunk, (long long)p->micro_batch, (long long)shape->batch, l->replicas,
             l->microbatches);
     p->pass_seqs = phase == SP_PHASE_PREFILL ? pass_seqs : p->micro_batch;
@@ -1846,13 +1863,13 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     }
     /* one pass's rows: what the program moves and holds */
     const char *chunk_key = l->prefill_chunk ? "prefill_chunk" : "the micro-batch";
-    if (p->pass_seqs % c->sh.nN)
-        BAD( "%s needs %s (%lld sequences) divisible by %d", sp_ffn_layout_name(l->phase[phase].ffn),
+    if (p->pass_seqs % c->sh.nN)   /* c->sh: the lowered phase's shard */
+        BAD_DEC(phase == SP_PHASE_DECODE, "%s needs %s (%lld sequences) divisible by %d", sp_ffn_layout_name(l->phase[phase].ffn),
              phase == SP_PHASE_PREFILL ? chunk_key : "the micro-batch", (long long)p->pass_seqs, c->sh.nN);
     c->seqs = p->pass_seqs / c->sh.nN;
     c->T = spi_ck_mul(&c->ck, "rows per chip (sequences × tokens)", c->seqs, p->shape.q_len);
     if (c->ck.overflow)
-        BAD("%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)p->shape.q_len);
+        BAD_DEC(phase == SP_PHASE_DECODE, "%s: %lld × %lld overflows 64 bits", c->ck.what, (long long)c->seqs, (long long)p->shape.q_len);
     if (rg) {
         /* a ragged batch (sp_lower.h, "Ragged batches"): every chip holds every sequence's tokens */
         const sp_ragged *r = rg;
@@ -1949,18 +1966,18 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         int64_t seqs = ph == SP_PHASE_PREFILL ? pass_seqs : p->micro_batch;
         const char *what = ph == SP_PHASE_PREFILL ? chunk_key : "the micro-batch";
         if (l->phase[ph].attn == SP_AL_BATCH && (seqs % (both[ph]->nN * both[ph]->nG)))
-            BAD( "%s attention in %s needs %s (%lld sequences) divisible by %d",
+            BAD_DEC(ph == SP_PHASE_DECODE, "%s attention in %s needs %s (%lld sequences) divisible by %d",
                             sp_attn_layout_name(l->phase[ph].attn), sp_phase_name((sp_phase)ph), what,
                             (long long)seqs, both[ph]->nN * both[ph]->nG);
     }
     {
         int kvdiv = kv_blocks(c, l);
-        if (pass_seqs % kvdiv && l->prefill_chunk)
-            BAD("prefill_chunk=%d: decode's KV cache (%s/%s) splits sequences %d ways; a pass must fill whole "
+        if (pass_seqs % kvdiv && l->prefill_chunk)   /* kv_blocks: decode's layout alone */
+            BAD_DEC(1, "prefill_chunk=%d: decode's KV cache (%s/%s) splits sequences %d ways; a pass must fill whole "
                 "blocks of it", l->prefill_chunk, sp_ffn_layout_name(l->phase[1].ffn),
                 sp_attn_layout_name(l->phase[1].attn), kvdiv);
         if (pass_seqs % kvdiv)
-            BAD("decode's KV cache (%s/%s) splits sequences %d ways: the micro-batch (%lld sequences) does not "
+            BAD_DEC(1, "decode's KV cache (%s/%s) splits sequences %d ways: the micro-batch (%lld sequences) does not "
                 "divide so", sp_ffn_layout_name(l->phase[1].ffn), sp_attn_layout_name(l->phase[1].attn), kvdiv,
                 (long long)pass_seqs);
     }
@@ -1976,12 +1993,12 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         /* experts split over the replicas (sp_layout.h) */
         int N = l->experts;
         if (N < 1 || m->n_experts % N || (N != 1 && N != l->replicas))
-            BAD("experts=%d: must divide the model's %lld experts and be 1 or replicas (%d)", N,
+            BAD_DEC(1, "experts=%d: must divide the model's %lld experts and be 1 or replicas (%d)", N,
                 (long long)m->n_experts, l->replicas);
-        if (!(l->capacity >= 1)) BAD("capacity=%g: the capacity factor must be >= 1", l->capacity);
+        if (!(l->capacity >= 1)) BAD_DEC(1, "capacity=%g: the capacity factor must be >= 1", l->capacity);
         for (int ph = 0; ph < SP_PHASE_COUNT; ph++)
             if (both[ph]->nN > 1)
-                BAD("%s in %s: weight-gathered expert FFNs are not implemented (ws1d and ws2d are)",
+                BAD_DEC(ph == SP_PHASE_DECODE, "%s in %s: weight-gathered expert FFNs are not implemented (ws1d and ws2d are)",
                     sp_ffn_layout_name(l->phase[ph].ffn), sp_phase_name((sp_phase)ph));
         c->experts_local = m->n_experts / N;
         double distinct, q_max;
@@ -1996,7 +2013,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
         double sl = ceil(l->capacity * (double)t_cap * q_max);
         c->slots = sl >= (double)t_cap ? t_cap : sl < 1 ? 1 : (int64_t)sl;
     } else if (l->experts != 1 || l->capacity != 1.0) {
-        BAD("experts=%d, capacity=%g: model %s has no experts", l->experts, l->capacity, m->name);
+        BAD_DEC(1, "experts=%d, capacity=%g: model %s has no experts", l->experts, l->capacity, m->name);
     }
     p->heads_padded = c->Hp;
     p->ffn_padded = c->Fp;
@@ -2031,11 +2048,11 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     int64_t first;
     {
         char why[160];
-        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK) BAD("stage_layers: %s", why);
+        if (sp_layout_split_check(l, m->n_layers, why, sizeof why) != SP_OK) BAD_DEC(1, "stage_layers: %s", why);
     }
     sp_layout_stage_layers(l, m->n_layers, stage, &first, &p->n_layers);
     if (p->n_layers < 1)
-        BAD("%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
+        BAD_DEC(1, "%d stages for %lld layers leaves stage %d empty", l->stages, (long long)m->n_layers, stage);
     p->first_layer = first;
     p->n_dense_layers = 0;
     p->moe_every = sp_model_dense_ff(m) > 0 ? m->moe_every : 1;
@@ -2076,6 +2093,7 @@ static sp_status setup(ctx *cp, const sp_model *m, const sp_layout *l, sp_phase 
     return SP_OK;
 }
 #undef BAD
+#undef BAD_DEC
 
 sp_status sp_lower_check(const sp_model *m, const sp_layout *l, sp_phase phase, const sp_shape *shape, int stage)
 {

@@ -13,4 +13,17 @@
  * sp_lower_finish, without lowering the layer again.  The caller vouches
  * for the layer (a pipeline's stages priced one after the other). */
 sp_status spi_lower_finish_keep_layer(sp_lower_job *job, sp_program *p, int layer_steps);
+
+/* Whether the last of the lowering's checks that failed on this thread
+ * (sp_lower_begin, sp_lower_check_key, sp_lower: every phase's checks run
+ * in each) is one that reads neither of the prefill phase's layouts
+ * (sp_layout.phase[SP_PHASE_PREFILL]'s ffn and attn): the same call for a
+ * layout that differs in those alone fails too.  0 when it may read them,
+ * when no check failed since spi_lower_fail_clear, or when the last
+ * lowering's checks passed (each run clears it first).  A caller that
+ * asks after an SP_EINVAL from a pricing clears it before the pricing: an
+ * SP_EINVAL from elsewhere (the cost model's own checks) then reads 0,
+ * as does one raised after the last checks passed. */
+int spi_lower_failed_decode_alone(void);
+void spi_lower_fail_clear(void);
 #endif

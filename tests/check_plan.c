@@ -9,6 +9,7 @@
 #include <string.h>
 #include "sp_plan.h"
 #include "spi_plan.h"
+#include "spi_lower.h"
 
 /* ---- random small problems ---- */
 static unsigned rng_state;
@@ -1768,6 +1769,85 @@ START_TEST(test_plan_disaggregate)
 }
 END_TEST
 
+static long n_dec_alone, n_dec_alone_pf, n_dec_alone_fail;
+
+/* The lowering's checks that read none of the prefill's layouts
+ * (spi_lower_failed_decode_alone; bound_group rejects a decode group on
+ * one): where one fails, the same call fails for every prefill (FFN,
+ * attention) of the same 1D or 2D storage (the planner's groups), in
+ * either phase, and no passing call reports one.  Random models (MoE
+ * every fourth), meshes, stages, replicas, micro-batches, experts, prefill
+ * chunks and token passes, batches and stages (some out of range). */
+START_TEST(test_decode_alone_checks)
+{
+    rng_state = 31337u + 7919u * (unsigned)_i;
+    sp_model m;
+    random_model(&m);
+    if (_i % 4 == 3) moe_model(&m);
+    static const int dims[] = {1, 2, 4, 3};
+    static const int64_t batches[] = {1, 2, 4, 8, 12, 16, 6};
+    for (int t = 0; t < 400; t++) {
+        sp_layout l;
+        sp_layout_init(&l);
+        for (int a = 0; a < 3; a++) l.mesh[a] = dims[rnd(4)];
+        l.stages = 1 + (int)rnd(3);
+        l.replicas = 1 + (int)rnd(2);
+        l.microbatches = 1 + (int)rnd(4);
+        if (m.n_experts > 0) l.experts = rnd(2) ? l.replicas : 1;
+        l.prefill_chunk = rnd(3) ? 0 : 1 << rnd(3);
+        l.prefill_tokens = rnd(4) ? 0 : 4 << rnd(2);
+        l.weights = rnd(2) ? SP_DT_BF16 : SP_DT_INT8;
+        sp_ffn_layout dcf = (sp_ffn_layout)rnd(SP_FL_COUNT);
+        l.phase[SP_PHASE_DECODE].ffn = dcf;
+        l.phase[SP_PHASE_DECODE].attn = (sp_attn_layout)rnd(SP_AL_COUNT);
+        int64_t prompt = 8 << rnd(3), gen = 1 + rnd(4);
+        sp_shape sh = {.batch = batches[rnd(7)], .max_context = prompt + gen, .act_dtype = SP_DT_BF16};
+        sp_phase ph = (sp_phase)rnd(SP_PHASE_COUNT);
+        if (ph == SP_PHASE_PREFILL) sh.q_len = sh.context = prompt;
+        else sh.q_len = 1, sh.context = prompt + 1 + rnd((unsigned)gen);
+        int stage = (int)rnd((unsigned)l.stages + 1);   /* one past the last: refused */
+        /* the prefill's layouts of the decode's storage, the first as the call's */
+        sp_layout v[2 * SP_FL_COUNT];
+        int nv = 0;
+        for (int f = 0; f < SP_FL_COUNT; f++)
+            for (int a = 0; a < SP_AL_COUNT; a++)
+                if (sp_ffn_layout_is_1d((sp_ffn_layout)f) == sp_ffn_layout_is_1d(dcf)) {
+                    v[nv] = l;
+                    v[nv].phase[SP_PHASE_PREFILL].ffn = (sp_ffn_layout)f;
+                    v[nv++].phase[SP_PHASE_PREFILL].attn = (sp_attn_layout)a;
+                }
+        int first = (int)rnd((unsigned)nv);
+        sp_status st = sp_lower_check_key(&m, &v[first], ph, &sh, stage, NULL);
+        int alone = spi_lower_failed_decode_alone();
+        if (st == SP_OK) {
+            ck_assert_int_eq(alone, 0);
+            continue;
+        }
+        ck_assert_int_eq(st, SP_EINVAL);
+        n_dec_alone_fail++;
+        if (!alone) continue;
+        n_dec_alone++;
+        n_dec_alone_pf += ph == SP_PHASE_PREFILL;
+        for (int k = 0; k < nv; k++) {
+            ck_assert_msg(sp_lower_check(&m, &v[k], ph, &sh, stage) == SP_EINVAL,
+                          "a check of %s that reads no prefill layout failed with prefill %d/%d, not with %d/%d",
+                          sp_phase_name(ph), v[first].phase[0].ffn, v[first].phase[0].attn, v[k].phase[0].ffn,
+                          v[k].phase[0].attn);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_decode_alone_summary)
+{
+    printf("decode-alone checks: %ld of %ld failed checks read no prefill layout (%ld in prefill), each "
+           "failing for every prefill layout\n", n_dec_alone, n_dec_alone_fail, n_dec_alone_pf);
+    ck_assert_int_gt(n_dec_alone, 1000);   /* not vacuous */
+    ck_assert_int_gt(n_dec_alone_pf, 100);
+    ck_assert_int_lt(n_dec_alone, n_dec_alone_fail);   /* some failures read the prefill's layout */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("plan");
@@ -1784,6 +1864,8 @@ int main(void)
     tcase_add_loop_test(t6, test_prune_split_wins, 0, 8);
     tcase_add_loop_test(t6, test_prune_rivals, 0, 24);
     tcase_add_test(t6, test_prune_summary);
+    tcase_add_loop_test(t6, test_decode_alone_checks, 0, 16);
+    tcase_add_test(t6, test_decode_alone_summary);
     suite_add_tcase(s, t6);
     TCase *t3 = tcase_create("pipelines");
     tcase_set_timeout(t3, 600);
