@@ -28,6 +28,10 @@
 # rivals settled by two values' incumbents and a lower bound on the prefill
 # leave 1,448 layouts priced of 14,897 (doc/planner.md).  Wall time not
 # measured again.
+# 2026-11-24, 08:58-09:05 UTC: 455.7M instructions (one thread) against round
+# 1's 455.1M, measured in one sitting: 1.00x (main at fececb7: 493.6M,
+# 1.08x): a decode group rejected at its first failure of a check that reads
+# the decode alone (27,210 -> 8,700 decode bounds).  Wall time not measured.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
