@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 #include "spi_common.h"
 #include "spi_plan.h"
@@ -16,6 +17,8 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+static void pool_stop(spi_space *s);
 
 void spi_space_init(spi_space *s, const sp_model *m, const sp_hw *hw)
 {
@@ -46,6 +49,8 @@ sp_cost_cache *spi_space_cache(const spi_space *s)
 
 void spi_space_free(spi_space *s)
 {
+    pool_stop(s);   /* its threads hold the caches freed below */
+    s->pool_tried = 0;
     for (int t = 0; t < SPI_WORKERS; t++) {
         sp_cost_cache_free(s->cache[t]);
         s->cache[t] = NULL;
@@ -142,6 +147,8 @@ typedef struct pbound {
 } pbound;
 
 enum { PR_PRICE, PR_BOUND };
+/* One batch of pricing (price_pending): its entries taken a chunk at a time
+ * by the calling thread and the space's pool threads alike. */
 typedef struct pricer {
     spi_space *s;
     const sp_workload *w;
@@ -151,14 +158,41 @@ typedef struct pricer {
                                  PR_BOUND: idx holds groups' first layouts, bound_group */
     pbound *pb;               /* per pending layout (bound_group, bound_smaller) */
     const int *gnext;         /* bound_group: the next layout of the group (-1: none) */
-    int next;                 /* next entry of idx, taken under mu */
-    pthread_mutex_t mu;
+    int chunk;                /* entries taken at a time */
+    atomic_int next;          /* the next entry of idx to take */
 } pricer;
 
 typedef struct worker {
-    pricer *p;
-    sp_cost_cache *cache;     /* the worker's own (spi_space.cache) */
+    struct spi_pool *pool;
+    sp_cost_cache *cache;     /* the thread's own (spi_space.cache[t], t >= 1) */
 } worker;
+
+/* The space's pricing threads besides the caller's (spi_space.pool): made
+ * on the first batch worth sharing, they wait for batches until
+ * spi_space_free.  A pruned part of 4096 layouts is priced in a bound
+ * pass and rounds (flush_pruned): palm-540b on 64 tpu-v4, 29 batches of
+ * ~1.5 ms of work (one thread); threads made and joined for each, as
+ * before, started late on a CPU that had halted.  A
+ * thread that finished polls for the next batch (spin_ns) before it
+ * sleeps; so does the caller for the threads at a batch's end. */
+struct spi_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go;        /* a batch was posted, or stop */
+    pthread_cond_t done;      /* the last thread left its batch */
+    pricer *job;              /* the batch open to join (NULL: none); under mu */
+    atomic_uint gen;          /* batches posted so far (a thread joins each once); written under mu */
+    atomic_int busy;          /* threads working on job; written under mu */
+    atomic_int stop;          /* written under mu */
+    long spin_ns;             /* polling before a sleep (SHARDPLAN_PLAN_SPIN_US), while the
+                                 threads of every live pool have a CPU each (pool_threads <= cpus):
+                                 a poller would take the CPU of a thread it waits for (a sweep's
+                                 plans, each with its pool) */
+    long cpus;
+    int nt;                   /* threads started */
+    pthread_t th[SPI_WORKERS];
+    worker wk[SPI_WORKERS];
+};
+typedef struct spi_pool pool;
 
 /* Pricing options of the space's workers: quiet (most of the space does
  * not apply, and a message costs more than the check), with their cache. */
@@ -326,25 +360,133 @@ static void bound_group(spi_space *s, sp_cost_cache *cache, const sp_workload *w
     }
 }
 
-static void *pricer_main(void *arg)
+/* Takes p's entries a chunk at a time until none is left. */
+static void pricer_run(pricer *p, sp_cost_cache *cache)
 {
-    const worker *wk = arg;
-    pricer *p = wk->p;
-    enum { CHUNK = 64 };
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int i0 = p->next;
-        p->next += CHUNK;
-        pthread_mutex_unlock(&p->mu);
-        if (i0 >= p->n) return NULL;
-        int i1 = i0 + CHUNK < p->n ? i0 + CHUNK : p->n;
+        /* next ends below n + threads x chunk <= 2n + SPI_WORKERS: no overflow for the
+         * layouts memory holds (~1 KB each) */
+        int i0 = atomic_fetch_add(&p->next, p->chunk);
+        if (i0 >= p->n) return;
+        int i1 = i0 + p->chunk < p->n ? i0 + p->chunk : p->n;
         for (int i = i0; i < i1; i++) {
             int j = p->idx ? p->idx[i] : i;
-            if (p->mode == PR_BOUND) bound_group(p->s, wk->cache, p->w, j, p->gnext, p->pb);
-            else if (j < 0) bound_smaller(p->s, wk->cache, p->w, ~j, &p->pb[~j]);
-            else price_one(p->s, wk->cache, p->w, j);
+            if (p->mode == PR_BOUND) bound_group(p->s, cache, p->w, j, p->gnext, p->pb);
+            else if (j < 0) bound_smaller(p->s, cache, p->w, ~j, &p->pb[~j]);
+            else price_one(p->s, cache, p->w, j);
         }
     }
+}
+
+/* threads of the live pools, their callers included */
+static atomic_int pool_threads;
+
+/* Polls until done(P, arg) for at most P->spin_ns: 1 when it held. */
+static int pool_poll(const pool *P, int (*done)(const pool *, unsigned), unsigned arg)
+{
+    if (P->spin_ns <= 0 || atomic_load(&pool_threads) > P->cpus) return 0;
+    double t0 = now_s();
+    for (unsigned i = 0;; i++) {
+        if (done(P, arg)) return 1;
+        if ((i & 63) == 63 && (now_s() - t0) * 1e9 >= (double)P->spin_ns) return 0;
+    }
+}
+static int pool_posted(const pool *P, unsigned seen) { return atomic_load(&P->gen) != seen || atomic_load(&P->stop); }
+static int pool_idle(const pool *P, unsigned unused)
+{
+    (void)unused;
+    return atomic_load(&P->busy) == 0;
+}
+
+/* A pool thread: joins each batch posted, once, unless the caller closed
+ * it before the thread came (then waits for the next). */
+static void *pool_main(void *arg)
+{
+    const worker *wk = arg;
+    pool *P = wk->pool;
+    unsigned seen = 0;
+    for (;;) {
+        pool_poll(P, pool_posted, seen);
+        pthread_mutex_lock(&P->mu);
+        while (!P->stop && P->gen == seen) pthread_cond_wait(&P->go, &P->mu);
+        if (P->stop) {
+            pthread_mutex_unlock(&P->mu);
+            return NULL;
+        }
+        seen = P->gen;
+        pricer *p = P->job;
+        if (p) P->busy++;
+        pthread_mutex_unlock(&P->mu);
+        if (!p) continue;
+        pricer_run(p, wk->cache);
+        pthread_mutex_lock(&P->mu);
+        if (--P->busy == 0) pthread_cond_signal(&P->done);
+        pthread_mutex_unlock(&P->mu);
+    }
+}
+
+/* Starts s's pool: spi_workers threads in all, the caller's among them.
+ * None where one thread is asked for, or where none can be made (the
+ * caller then prices everything, as with one). */
+static void pool_start(spi_space *s)
+{
+    s->pool_tried = 1;
+    int want = spi_workers(SPI_WORKERS, 1) - 1;
+    if (want < 1) return;
+    pool *P = malloc(sizeof *P);
+    if (!P) return;
+    memset(P, 0, sizeof *P);
+    if (pthread_mutex_init(&P->mu, NULL) != 0) {
+        free(P);
+        return;
+    }
+    if (pthread_cond_init(&P->go, NULL) != 0) {
+        pthread_mutex_destroy(&P->mu);
+        free(P);
+        return;
+    }
+    if (pthread_cond_init(&P->done, NULL) != 0) {
+        pthread_cond_destroy(&P->go);
+        pthread_mutex_destroy(&P->mu);
+        free(P);
+        return;
+    }
+    long us = sp_env_long(SP_ENV_PLAN_SPIN_US);
+    if (us > 1000000) us = 1000000;   /* at most 1 s (the knob's documented ceiling) */
+    P->spin_ns = us > 0 ? us * 1000 : 0;
+    P->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int t = 0; t < want; t++) {
+        /* thread t prices with cache t + 1 (cache 0: the caller's, spi_space_cache) */
+        if (!s->cache[t + 1] && sp_cost_cache_create(&s->cache[t + 1]) != SP_OK) s->cache[t + 1] = NULL;
+        P->wk[P->nt] = (worker){P, s->cache[t + 1]};
+        if (pthread_create(&P->th[P->nt], NULL, pool_main, &P->wk[P->nt]) == 0) P->nt++;
+    }
+    if (!P->nt) {
+        pthread_cond_destroy(&P->go);
+        pthread_cond_destroy(&P->done);
+        pthread_mutex_destroy(&P->mu);
+        free(P);
+        return;
+    }
+    atomic_fetch_add(&pool_threads, 1 + P->nt);
+    s->pool = P;
+}
+
+static void pool_stop(spi_space *s)
+{
+    pool *P = s->pool;
+    if (!P) return;
+    pthread_mutex_lock(&P->mu);
+    P->stop = 1;
+    pthread_cond_broadcast(&P->go);
+    pthread_mutex_unlock(&P->mu);
+    for (int t = 0; t < P->nt; t++) pthread_join(P->th[t], NULL);
+    atomic_fetch_sub(&pool_threads, 1 + P->nt);
+    pthread_cond_destroy(&P->go);
+    pthread_cond_destroy(&P->done);
+    pthread_mutex_destroy(&P->mu);
+    free(P);
+    s->pool = NULL;
 }
 
 int spi_workers(int n, int per)
@@ -356,31 +498,46 @@ int spi_workers(int n, int per)
     return nt < 1 ? 1 : (int)nt;
 }
 
-/* Prices pending layouts idx[0..n) (idx NULL: all) on worker threads:
- * fully (PR_PRICE; an entry ~i: the smaller meshes' case of i's bound,
- * bound_smaller, about as much work), or the decode bounds of the groups
- * whose first layouts idx lists (PR_BOUND, bound_group); pb: per pending
- * layout, for bound_group and bound_smaller. */
+/* Prices pending layouts idx[0..n) (idx NULL: all) on the space's pool
+ * and the calling thread: fully (PR_PRICE; an entry ~i: the smaller meshes'
+ * case of i's bound, bound_smaller, about as much work), or the decode
+ * bounds of the groups whose first layouts idx lists (PR_BOUND,
+ * bound_group); pb: per pending layout, for bound_group and bound_smaller.
+ * Each entry's results are its own (pst, pend, pb of its layouts): the
+ * same whichever thread takes it. */
 static sp_status price_pending(spi_space *s, const sp_workload *w, const int *idx, int n, int mode, pbound *pb,
                                const int *gnext)
 {
-    /* 256 layouts a thread, or 32 when they are layouts that passed their decode bound or
-     * groups of them (flush_pruned: a few thousand instructions each for most of a whole
-     * space, tens of thousands for these) */
-    int nt = spi_workers(n, idx ? 32 : 256);
-    pricer p = {s, w, idx, n, mode, pb, gnext, 0, PTHREAD_MUTEX_INITIALIZER};
-    pthread_t th[SPI_WORKERS];
-    worker wk[SPI_WORKERS];
-    int started = 0;
-    for (long t = 1; t < nt; t++) {
-        /* worker t prices with cache t (kept for the next batch of this space) */
-        if (!s->cache[started + 1] && sp_cost_cache_create(&s->cache[started + 1]) != SP_OK) s->cache[started + 1] = NULL;
-        wk[started + 1] = (worker){&p, s->cache[started + 1]};
-        if (pthread_create(&th[started], NULL, pricer_main, &wk[started + 1]) == 0) started++;
+    if (n <= 0) return SP_OK;
+    if (!s->pool && !s->pool_tried && n > 1) pool_start(s);
+    pool *P = n > 1 ? s->pool : NULL;
+    /* about 4 chunks a thread: entries cost from a few thousand instructions (a layout
+     * rejected early) to ~10^5 (a template of the pipeline program, a group's bound); the
+     * last chunks taken even out the threads' ends */
+    int nt = P ? 1 + P->nt : 1, chunk = n / (4 * nt);
+    pricer p = {s, w, idx, n, mode, pb, gnext, chunk > 0 ? chunk : 1, 0};
+    if (P) {
+        pthread_mutex_lock(&P->mu);
+        P->job = &p;
+        P->gen++;
+        pthread_cond_broadcast(&P->go);
+        pthread_mutex_unlock(&P->mu);
     }
-    wk[0] = (worker){&p, spi_space_cache(s)};
-    pricer_main(&wk[0]);   /* this thread works too; with no helper it does everything */
-    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pricer_run(&p, spi_space_cache(s));   /* this thread works too; with no pool it does everything */
+    if (P) {
+        /* closed: a thread that wakes only now finds nothing to join; those in it finish
+         * their chunks, their writes seen here through busy (its last decrement, seq_cst,
+         * after them; or mu).  helgrind, which follows pthread calls and not atomics, sees
+         * the polling path as races: SHARDPLAN_PLAN_SPIN_US=0 for it */
+        pthread_mutex_lock(&P->mu);
+        P->job = NULL;
+        pthread_mutex_unlock(&P->mu);
+        if (!pool_poll(P, pool_idle, 0)) {
+            pthread_mutex_lock(&P->mu);
+            while (P->busy) pthread_cond_wait(&P->done, &P->mu);
+            pthread_mutex_unlock(&P->mu);
+        }
+    }
     return SP_OK;
 }
 

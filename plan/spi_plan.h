@@ -97,6 +97,10 @@ typedef struct spi_space {
      * used, NULL where making one failed (each evaluation then makes its
      * own); freed by spi_space_free */
     sp_cost_cache *cache[SPI_WORKERS];
+    /* the threads that price beside the caller (plan_space.c): started on
+     * the first batch worth sharing (pool_tried), stopped by spi_space_free */
+    struct spi_pool *pool;
+    int pool_tried;
     /* layouts waiting to be priced by spi_space_add's worker threads */
     int npend, pcap;
     spi_cand *pend;

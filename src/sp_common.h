@@ -110,6 +110,8 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
       "seconds a collective may wait for its peers before the run fails")               \
     X(BLAS_THREADS, "SHARDPLAN_BLAS_THREADS", "1", "BLAS threads per chip thread")                 \
     X(THREADS, "SHARDPLAN_THREADS", "0", "threads the planner prices layouts on (0: one per online CPU)") \
+    X(PLAN_SPIN_US, "SHARDPLAN_PLAN_SPIN_US", "200",                                      \
+      "planner: microseconds a pricing thread polls for the next batch before it sleeps, while the pricing threads of the plans under way have a CPU each (0: sleeps at once; at most 1000000)") \
     X(CACHE_DIR, "SHARDPLAN_CACHE_DIR", "",                                               \
       "autoconfig plan cache directory; off: no cache (default $XDG_CACHE_HOME/shardplan)") \
     X(XDG_CACHE_HOME, "XDG_CACHE_HOME", "", "base of the plan cache (default $HOME/.cache)") \

@@ -1030,6 +1030,27 @@ START_TEST(test_split_bound_below_splits)
 }
 END_TEST
 
+/* SHARDPLAN_THREADS as a test found it (threads_save), put back by
+ * threads_restore after the test set its own. */
+typedef struct threads_env {
+    int had;
+    char v[32];
+} threads_env;
+
+static threads_env threads_save(void)
+{
+    threads_env e = {0, ""};
+    const char *was = getenv("SHARDPLAN_THREADS");
+    if (was) e.had = 1, snprintf(e.v, sizeof e.v, "%s", was);
+    return e;
+}
+
+static void threads_restore(const threads_env *e)
+{
+    if (e->had) setenv("SHARDPLAN_THREADS", e->v, 1);
+    else unsetenv("SHARDPLAN_THREADS");
+}
+
 /* The pipeline program's first bounds are taken on the pricing threads:
  * its answer, what it prunes and the programs it builds are the same on one
  * thread and on three (tiny-llama on 8 h100: 3,162 templates, enough for
@@ -1052,9 +1073,7 @@ START_TEST(test_split_threads)
     double inc = INFINITY;
     for (int i = 0; i < s.n; i++)
         if (spi_cand_admissible(&s, &s.c[i], &o)) inc = fmin(inc, spi_split_measure(&s, &s.c[i], &o));
-    const char *was = getenv("SHARDPLAN_THREADS");
-    char keep[32];
-    snprintf(keep, sizeof keep, "%s", was ? was : "");
+    threads_env te = threads_save();
     double incs[2] = {inc, inc * 1.5};
     for (int k = 0; k < 2; k++) {
         spi_split_req r = {.o = &o, .incumbent = incs[k]};
@@ -1080,8 +1099,7 @@ START_TEST(test_split_threads)
         }
         if (k == 1) ck_assert_int_gt(x.kept, 0);   /* an incumbent above the best: templates reach the program */
     }
-    if (was) setenv("SHARDPLAN_THREADS", keep, 1);
-    else unsetenv("SHARDPLAN_THREADS");
+    threads_restore(&te);
     spi_space_free(&s);
 }
 END_TEST
@@ -1411,6 +1429,56 @@ START_TEST(test_prune_rivals)
     ck_assert_int_eq(sp_plan_solve(&m, &hw, N, &w, &o, &p), SP_OK);
     n_prune_rivals += n_prune_pruned > before && p->n_rivals >= 3;
     sp_plan_free(p);
+}
+END_TEST
+
+/* The pruned pricing's rounds decide on the rounds before them alone, not
+ * on the pricing threads (plan_space.c, flush_pruned): palm-540b on 64
+ * tpu-v4 (~59 000 layouts, 15 parts of 4096, 29 batches on the space's
+ * pool) plans the same answer, and prunes, rejects and prices the same
+ * layouts, on 1, 2 and 3 threads. */
+START_TEST(test_prune_threads)
+{
+    sp_model m;
+    sp_hw hw;
+    sp_error err;
+    ck_assert_int_eq(sp_model_find("palm-540b", &m, &err), SP_OK);
+    ck_assert_int_eq(sp_hw_find("tpu-v4", &hw, &err), SP_OK);
+    sp_workload w = {64, 2048, 64};
+    sp_plan_opts o;
+    sp_plan_opts_init(&o);
+    if (_i == 1) {
+        o.objective = SP_PLAN_MIN_COST;
+        o.latency_metric = SP_PLAN_LAT_DECODE;
+        o.min_tokens_per_s = 200;
+    }
+    threads_env te = threads_save();
+    static const char *threads[] = {"1", "2", "3"};
+    char *first = NULL;
+    sp_plan_stats st0 = {0};
+    for (int k = 0; k < 3; k++) {
+        setenv("SHARDPLAN_THREADS", threads[k], 1);
+        sp_plan *p = NULL;
+        ck_assert_int_eq(sp_plan_solve(&m, &hw, 64, &w, &o, &p), SP_OK);
+        char *x = plan_answer(p);
+        if (!k) {
+            first = x;
+            st0 = p->stats;
+            /* more than one part, and pruning at work */
+            ck_assert_int_gt(st0.candidates + st0.rejected + st0.pruned, 2 * 4096);
+            ck_assert_int_gt(st0.pruned, 0);
+        } else {
+            ck_assert_msg(!strcmp(first, x), "%s threads plan differently from 1", threads[k]);
+            ck_assert_int_eq(p->stats.pruned, st0.pruned);
+            ck_assert_int_eq(p->stats.rejected, st0.rejected);
+            ck_assert_int_eq(p->stats.candidates, st0.candidates);
+            ck_assert_int_eq(p->stats.feasible, st0.feasible);
+            free(x);
+        }
+        sp_plan_free(p);
+    }
+    free(first);
+    threads_restore(&te);
 }
 END_TEST
 
@@ -1863,6 +1931,7 @@ int main(void)
     tcase_add_loop_test(t6, test_prune_bundled, 0, 4);
     tcase_add_loop_test(t6, test_prune_split_wins, 0, 8);
     tcase_add_loop_test(t6, test_prune_rivals, 0, 24);
+    tcase_add_loop_test(t6, test_prune_threads, 0, 2);
     tcase_add_test(t6, test_prune_summary);
     tcase_add_loop_test(t6, test_decode_alone_checks, 0, 16);
     tcase_add_test(t6, test_decode_alone_summary);
