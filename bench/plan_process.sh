@@ -32,6 +32,11 @@
 # 1's 455.1M, measured in one sitting: 1.00x (main at fececb7: 493.6M,
 # 1.08x): a decode group rejected at its first failure of a check that reads
 # the decode alone (27,210 -> 8,700 decode bounds).  Wall time not measured.
+# 2026-11-24 08:55 UTC, load ~1.1 (rough), the pricing threads held by the
+# space and polling between batches (doc/planner.md, "Threads"): eval_s
+# median of 11 with SHARDPLAN_THREADS=1 47.6 ms, =2 43.8 ms (main fececb7:
+# 46.4 and 49.3 ms; round 1: 33.5 and 25.9 ms); the second thread 1.09x, not
+# the 2x asked for.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
