@@ -22,6 +22,9 @@
 # instructions).  Measured quiet, 2026-11-24 05:56 and 05:59 UTC, main at
 # 7fbfc4a, nothing else running: median 973.9 ms (5 runs, 955-1,003) and
 # 966.4 ms (7 runs, 954-987), floors 4.1 and 4.9 ms: the target is met, by 3 %.
+# 2026-11-24 09:03 UTC, load ~2, the pricing threads held by the space and
+# polling between batches (doc/planner.md, "Threads"): median 525.6 ms
+# (506-533) against main (fececb7) 676.5 ms in the same run (0.78x).
 # History: with the decode-first mesh bound, 28.52G against 32.62G before
 # (the pipeline program 5.37G against 9.47G).
 #
