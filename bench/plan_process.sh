@@ -37,6 +37,8 @@
 # median of 11 with SHARDPLAN_THREADS=1 47.6 ms, =2 43.8 ms (main fececb7:
 # 46.4 and 49.3 ms; round 1: 33.5 and 25.9 ms); the second thread 1.09x, not
 # the 2x asked for.
+# 09:16 UTC, load ~1.6, main at 286cec9: 46.4 and 41.6 ms against main's
+# 46.3 and 45.6 ms (round 1: 34.4 and 27.1 ms): 1.12x from the second thread.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
