@@ -327,12 +327,18 @@ static inline double eff_lookup(eff_memo *e, const sp_hw *hw, int64_t a, int64_t
  * memo belongs to one model and one hardware profile, compared by value,
  * and is emptied when either changes; a key hashes to a pair of slots,
  * which hold the last two keys hashed to it (the older replaced).
- * opts->fresh bypasses it.  Size: 4096 slots of ~1.8 KB (key 928 B, value
- * ~850 B), ~7.3 MB a cache: a plan of palm-540b on 64 TPU v4 lowers ~84k
+ * opts->fresh bypasses it.  Size: 1024 slots of ~1.8 KB (key 928 B, value
+ * ~850 B), ~1.8 MB a cache.  Since the planner prunes by the prefill's and
+ * the decode's bounds it lowers ~16k programs for palm-540b on 64 TPU v4,
+ * not ~50k: with 1024 slots 458.6M instructions against 455.7M with 4096
+ * (+0.6 %), but 16 % less CPU time and wall (2026-11-24, load < 1: CPU
+ * 52-57 ms against 61-64, wall 40-46 ms against 47-53), a quarter of the
+ * memory to touch; 256 h100 with stage meshes 5 % less, bench_cost the
+ * same.  History: a plan of palm-540b on 64 TPU v4 lowered ~84k
  * distinct phase programs (stage kinds, KV handoffs, chunked passes): with
  * 256 slots it lowered 94.3k (evictions), with 1024 86.2k, with 4096 84.2k
  * (history: one slot a key, and keys that told more programs apart).  With
- * one thread it now lowers 50.3k of 47.9k distinct keys, where one slot a
+ * one thread, before the bounds, it lowered 50.3k of 47.9k distinct keys, where one slot a
  * key lowered 51.4k: the rest are decode programs the decode bound lowered,
  * evicted before the layout's full pricing (8192 slots keep most, 1.7 % fewer
  * instructions, but the plan took longer on one thread: ~7 MB more to touch a
@@ -353,7 +359,7 @@ typedef struct phase_val {
     int nterms;                 /* prefill passes to price and their weights (sp_lower_pass_terms) */
     int64_t left[3], num[3];
 } phase_val;
-enum { MEMO_SLOTS = 4096 };
+enum { MEMO_SLOTS = 1024 };
 /* kinds of stage one evaluation prices at most (eval_one: at most four for
  * the even split, one per stage for an uneven one) */
 enum { SPI_STAGE_KINDS = SP_LAYOUT_MAX_STAGES + 4 };
