@@ -97,8 +97,14 @@ static void tier_signature(const sp_hw *hw, const sp_layout *l, int sig[14])
     }
 }
 
-/* pending layouts priced at once, at most about (spi_space_add) */
-enum { SPI_PEND_PART = 4096 };
+/* pending layouts priced at once, at most about (spi_space_add).  512
+ * (~0.5 MB of pending layouts, in cache), not 4096: palm-540b on 64 tpu-v4
+ * prices the same 1,448 layouts in 451.5M instructions (455.7M) and the
+ * whole process takes ~32 ms against ~37 (2026-11-24, quiet, medians of
+ * 9 interleaved with round 1's binary at ~30), 2,640 page faults against
+ * 3,600; 256 h100 with stage meshes ~464 ms against ~479 (35,724 layouts
+ * priced against 35,286).  Parts of 256 price more (1,492). */
+enum { SPI_PEND_PART = 512 };
 
 static sp_status push(spi_space *s, const spi_cand *c)
 {
@@ -169,7 +175,7 @@ typedef struct worker {
 
 /* The space's pricing threads besides the caller's (spi_space.pool): made
  * on the first batch worth sharing, they wait for batches until
- * spi_space_free.  A pruned part of 4096 layouts is priced in a bound
+ * spi_space_free.  A pruned part of layouts (SPI_PEND_PART) is priced in a bound
  * pass and rounds (flush_pruned): palm-540b on 64 tpu-v4, 29 batches of
  * ~1.5 ms of work (one thread); threads made and joined for each, as
  * before, started late on a CPU that had halted.  A
