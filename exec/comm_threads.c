@@ -27,7 +27,7 @@
  * one after another (with a mutex and condvar, a broadcast to 7 sleepers
  * of 8 chips on 2 cores became a convoy on the mutex: 40-60 % of the
  * cores idle during a decode step, and ~1.4x its time).  A waiter whose
- * chips each have a CPU of their own polls for SHARDPLAN_SPIN_US (50 us)
+ * chips each have a CPU of their own polls for SHARDPLAN_SPIN_US (1000 us)
  * before it sleeps: a sleeping CPU of a VM halts, and waking it costs
  * 40-70 us a collective (tiny-llama 2-chip decode step, 2026-11-24, 2-core
  * VM: 956 us sleeping at once, 247 us polling 50 us first; with two CPU
@@ -37,7 +37,14 @@
  * pinned: polling 5-500 us made a 2-chip decode step 2-40x slower on a
  * loaded 2-core machine).  Mailboxes (send/recv) wait on a mutex and condvar,
  * after the same polling (a 2-stage tiny-llama pipeline's decode step: 0.56
- * and 3.4 ms sleeping at once, 0.41 and 0.39 ms polling, load ~4).
+ * and 3.4 ms sleeping at once, 0.41 and 0.39 ms polling, load ~4).  1000 us
+ * (50 us before): a pipeline stage waits for the other stage's whole pass
+ * (tiny-llama, 2 stages, batch 8: ~200 us), which outlasted 50 us, so each
+ * hand-off paid a wake-up (a 46 us send in the trace); its decode step with
+ * 2 micro-batches took 0.63-1.41 ms polling 50 us and 0.34 ms polling 1000
+ * us (load ~3), 0.40 against 0.79 ms with one micro-batch; a 2-chip
+ * tensor-parallel step, whose waits are short, is the same (0.79 ms both,
+ * beside two CPU-bound jobs; 0.25 ms quiet).
  * Every wait has the world's timeout (CLOCK_MONOTONIC); a timeout aborts
  * the world (naming the missing ranks), and the abort wakes every
  * rendezvous and mailbox.

@@ -118,8 +118,8 @@ int sp_log_enabled(sp_log_level level, const char *subsys);
     X(HOME, "HOME", "", "home directory: the plan cache falls back to $HOME/.cache/shardplan") \
     X(PIN_CHIPS, "SHARDPLAN_PIN_CHIPS", "1",                                              \
       "threads backend: 1 binds chip thread i to the i-th allowed CPU (mod their count); 0 leaves placement to the scheduler") \
-    X(SPIN_US, "SHARDPLAN_SPIN_US", "50",                                                 \
-      "threads backend: microseconds a chip waiting at a collective polls before it sleeps, when every chip has a CPU of its own (0: sleeps at once; at most 1000000)") \
+    X(SPIN_US, "SHARDPLAN_SPIN_US", "1000",                                                 \
+      "threads backend: microseconds a chip waiting at a collective or a send/receive polls before it sleeps, when every chip has a CPU of its own (0: sleeps at once; at most 1000000)") \
     X(LOCAL_HW, "SHARDPLAN_LOCAL_HW", "",                                                 \
       "this machine's profile (written by calibrate --backend): run and validate price with it when --hw is not given")
 
