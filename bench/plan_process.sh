@@ -39,6 +39,10 @@
 # the 2x asked for.
 # 09:16 UTC, load ~1.6, main at 286cec9: 46.4 and 41.6 ms against main's
 # 46.3 and 45.6 ms (round 1: 34.4 and 27.1 ms): 1.12x from the second thread.
+# Quiet, 2026-11-24 09:34 UTC (load 0.5), main at 4811397 (all of the above,
+# a phase memo of 1024 slots, parts of 512 layouts): median 31.6 ms against
+# round 1's 29.4 ms in the same sitting (1.07x: within 20 %, not "no slower"),
+# floors 4.0 and 3.3 ms (doc/planner.md, "Against round 1").
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
