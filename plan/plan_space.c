@@ -305,7 +305,9 @@ static void bound_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
         spi_measure ms;
         spi_measure_init(s->prune, w, &ms);
         spi_split_decode_lb(s, &ms, &c->layout, st, 0, &b->dlb, &b->split_lb);
-        if (pf > 0) {
+        /* below a day a micro-batch: its picoseconds stay in range (an int64 holds 106 days;
+         * longer stage times the cost model clamps) and the bound is left out beyond */
+        if (pf > 0 && pf / c->layout.microbatches < 86400.0) {
             /* the prefill's bottleneck: any split of the template into its S stages, on its
              * meshes or stage meshes of no more chips, has a stage whose micro-batch takes at
              * least the bound / M (sp_cost_prefill_lb: M times the busiest stage's micro-batch
