@@ -590,12 +590,19 @@ static void storage_specs(ctx *c, int first_stage, int last_stage)
  * 58.6k lowerings; a job's 64 slots (~240 KB, touched as they fill) miss
  * 7.8k of 50.3k.  256 slots missed 4.3k, 1.3 % fewer instructions for the
  * plan, but no less CPU time (one thread, task-clock: a slot's 3.3 KB copied
- * from further out in the caches). */
+ * from further out in the caches).  Whether a slot is used is kept apart
+ * from the slots (storage_memo.used): a probe of an empty slot reads no page
+ * of the slots, so each page's first touch is the write that fills it.  A
+ * read first maps the kernel's shared zero page, and the write after it
+ * copies the page and flushes the TLBs of every CPU the process runs on:
+ * with the planner's two threads, ~60 such faults a plan, each an
+ * interrupt to the other thread's CPU (perf: ~3 % of the plan's CPU time
+ * on the 2-core VM). */
 typedef struct storage_key {
     sp_model m;
     int mesh[3];
     sp_dtype wd;
-    int one_d, first, last, used, experts;
+    int one_d, first, last, experts;
 } storage_key;
 typedef struct storage_slot {
     storage_key key;
@@ -604,14 +611,19 @@ typedef struct storage_slot {
 enum { TLS_STORAGE = 8, JOB_STORAGE = 64 };
 _Static_assert(!(TLS_STORAGE & (TLS_STORAGE - 1)) && !(JOB_STORAGE & (JOB_STORAGE - 1)), "slot counts are powers of 2");
 
-/* memo: n slots (a power of 2), or NULL for the thread's */
-static void stage_storage(ctx *c, storage_slot *memo, unsigned n, int first_stage, int last_stage)
+/* A memo's n slots (a power of 2) and which of them hold a set (used[i]) */
+typedef struct storage_memo {
+    storage_slot *slot;
+    unsigned char *used;
+    unsigned n;
+} storage_memo;
+
+/* memo: a job's (storage_memo.slot NULL: the thread's) */
+static void stage_storage(ctx *c, storage_memo memo, int first_stage, int last_stage)
 {
     static _Thread_local storage_slot tls[TLS_STORAGE];
-    if (!memo) {
-        memo = tls;
-        n = TLS_STORAGE;
-    }
+    static _Thread_local unsigned char tls_used[TLS_STORAGE];
+    if (!memo.slot) memo = (storage_memo){tls, tls_used, TLS_STORAGE};
     sp_program *p = c->p;
     const int *mesh = c->l->mesh;
     /* the small fields in one word (mesh sides < 2^16, dtype, experts < 2^8: a hash alone), mixed (fmix64) */
@@ -622,10 +634,11 @@ static void stage_storage(ctx *c, storage_slot *memo, unsigned n, int first_stag
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
-    storage_slot *e = &memo[(unsigned)h & (n - 1)];
+    unsigned i = (unsigned)h & (memo.n - 1);
+    storage_slot *e = &memo.slot[i];
     storage_key *q = &e->key;
     /* probed field by field, the model (the big part) last */
-    if (q->used && q->mesh[0] == mesh[0] && q->mesh[1] == mesh[1] && q->mesh[2] == mesh[2] &&
+    if (memo.used[i] && q->mesh[0] == mesh[0] && q->mesh[1] == mesh[1] && q->mesh[2] == mesh[2] &&
         q->wd == c->l->weights && q->one_d == c->one_d && q->experts == c->l->experts && q->first == first_stage &&
         q->last == last_stage && !memcmp(&q->m, c->m, sizeof q->m)) {
         memcpy(p->wspec, e->wspec, sizeof p->wspec);
@@ -641,7 +654,7 @@ static void stage_storage(ctx *c, storage_slot *memo, unsigned n, int first_stag
     q->experts = c->l->experts;
     q->first = first_stage;
     q->last = last_stage;
-    q->used = 1;
+    memo.used[i] = 1;
     memcpy(e->wspec, p->wspec, sizeof p->wspec);
 }
 
@@ -2165,6 +2178,7 @@ struct sp_lower_job {
     const sp_program *p;   /* NULL: none pending */
     ctx c;
     storage_slot *storage;   /* JOB_STORAGE slots: stage_storage's memo (job_storage; NULL until the first lowering) */
+    unsigned char storage_used[JOB_STORAGE];   /* which of them hold a set (zeroed with the job) */
     layer_sizes lsz;         /* the layer part's sizes of the job's last lowering (emit_program) */
 };
 
@@ -2176,13 +2190,14 @@ sp_status sp_lower_job_create(sp_lower_job **out)
 }
 
 /* The job's storage memo, made on its first lowering (a job that only
- * checks or prices never pays for it); NULL when it cannot be made: the
+ * checks or prices never pays for it); its slots NULL when they cannot be made: the
  * thread's then serves (stage_storage) */
-static storage_slot *job_storage(sp_lower_job *job)
+static storage_memo job_storage(sp_lower_job *job)
 {
-    /* zeroed (no slot used); a large calloc maps zero pages: a slot costs when first filled */
-    if (!job->storage) job->storage = calloc(JOB_STORAGE, sizeof *job->storage);
-    return job->storage;
+    /* not zeroed (storage_used says which slots hold a set): a page costs when a slot on it is
+     * first filled, and that write is its first touch */
+    if (!job->storage) job->storage = malloc(JOB_STORAGE * sizeof *job->storage);
+    return (storage_memo){job->storage, job->storage_used, JOB_STORAGE};
 }
 
 void sp_lower_job_free(sp_lower_job *job)
@@ -2519,10 +2534,10 @@ static void sizes_max(sp_program *p, const int64_t *buf, const int64_t *scr, int
 /* emits the steps of the program the context was set up for; SP_EINVAL, naming
  * the quantity, when one of its sizes overflows int64 (the shape is too large
  * to represent, whatever the chips) */
-/* storage: stage_storage's memo (NULL: the thread's); lsz: the job's layer
+/* storage: stage_storage's memo (its slots NULL: the thread's); lsz: the job's layer
  * sizes (NULL: none kept), taken when p's kept layer is the one they are of,
  * else written for p's layer when it is sized */
-static sp_status emit_program(ctx *c, int layer_steps, storage_slot *storage, layer_sizes *lsz)
+static sp_status emit_program(ctx *c, int layer_steps, storage_memo storage, layer_sizes *lsz)
 {
     sp_program *p = c->p;
     int lsz_hit = lsz && layer_steps >= 0 && lsz->p == p && lsz->n == layer_steps;
@@ -2532,7 +2547,7 @@ static sp_status emit_program(ctx *c, int layer_steps, storage_slot *storage, la
     memset(p->scratch_bytes, 0, sizeof p->scratch_bytes);
     p->matmul_k_max = 0;
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
-    stage_storage(c, storage, JOB_STORAGE, first_stage, last_stage);
+    stage_storage(c, storage, first_stage, last_stage);
 
     if (first_stage) emit_embed(c, &p->pre);
     else emit_p2p(c, &p->pre, SP_STEP_RECV);
@@ -2681,7 +2696,7 @@ sp_status sp_lower_ragged(const sp_model *m, const sp_layout *l, sp_phase phase,
 {
     ctx c;
     SP_CHECK(setup(&c, m, l, phase, shape, r, step, stage, p, 0));
-    return emit_program(&c, -1, NULL, NULL);
+    return emit_program(&c, -1, (storage_memo){NULL, NULL, 0}, NULL);
 }
 
 /* b = max(a, b) for each buffer and scratch slot: a program whose arena holds both */
