@@ -6,8 +6,8 @@ libspcli_la_SOURCES = cli/cli.h cli/cli_util.c cli/cmd_describe.c \
 	cli/cmd_estimate.c cli/cmd_simulate.c cli/cmd_run.c cli/cmd_plan.c cli/cmd_fleet.c \
 	cli/cmd_calibrate.c cli/cmd_calibrate_local.c cli/cmd_autoconfig.c \
 	cli/cmd_sweep.c cli/cmd_validate.c cli/cmd_report.c cli/cli_fig.h cli/cli_fig.c
-# the report's figures: PLplot (its svg and pngcairo drivers)
-libspcli_la_LIBADD = $(PLPLOT_LIBS)
+# the report's figures: PLplot (its svg and pngcairo drivers), opened when
+# the first figure is drawn (cli_fig.c): its header here, no link
 bin_PROGRAMS += shardplan
 shardplan_SOURCES = cli/main.c
 shardplan_LDADD = libspcli.la libspcore.la $(SP_DEP_LIBS)
