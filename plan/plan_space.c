@@ -672,12 +672,31 @@ static void take_smaller(spi_space *s, pbound *pb, int i, int r)
     memcpy(c->dlo_ps, d->dlo_ps, sizeof c->dlo_ps);
 }
 
-static _Thread_local const double *g_key;
-static int cmp_key(const void *a, const void *b)
+/* x's place in the order of doubles as an unsigned integer (-0 as +0): the
+ * sign bit flips the others of a negative, sets itself on the rest */
+static uint64_t order_bits(double x)
 {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (g_key[i] != g_key[j]) return g_key[i] < g_key[j] ? -1 : 1;
-    return (i > j) - (i < j);
+    if (x == 0) x = 0;
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u >> 63 ? ~u : u | 1ull << 63;
+}
+
+/* Sorts ord[0..n) (ascending indices) by key[ord[k]] (order_bits), ties in
+ * index order: a stable radix sort from the least byte up, a pass skipped
+ * where every key has the same byte (most of the high ones); tmp holds n.
+ * A part's ~500 layouts: ~2k instructions a pass, against qsort's ~4.6k
+ * calls of a comparator through a pointer. */
+static void sort_keys(int *ord, int *tmp, int n, const uint64_t *key)
+{
+    for (int shift = 0; shift < 64; shift += 8) {
+        int count[257] = {0};
+        for (int k = 0; k < n; k++) count[(key[ord[k]] >> shift & 255) + 1]++;
+        if (n == 0 || count[(key[ord[0]] >> shift & 255) + 1] == n) continue;
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int k = 0; k < n; k++) tmp[count[key[ord[k]] >> shift & 255]++] = ord[k];
+        memcpy(ord, tmp, (size_t)n * sizeof *ord);
+    }
 }
 
 /* Prices the pending layouts with pruning (spi_space.prune): every decode
@@ -698,7 +717,7 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
     const sp_plan_opts *o = s->prune;
     const int n = s->npend;
     pbound *pb = malloc((size_t)n * sizeof *pb);
-    double *key = malloc((size_t)n * sizeof *key);
+    uint64_t *key = malloc((size_t)n * sizeof *key);
     int *ord = malloc((size_t)n * sizeof *ord), *todo = malloc((size_t)n * sizeof *todo);
     /* ref[lead]: the layout whose smaller meshes' case its group took (-1: none yet); sm: a
      * round's layouts to take it on */
@@ -757,12 +776,11 @@ static sp_status flush_pruned(spi_space *s, const sp_workload *w, unsigned char 
         if (s->pst[i] == SP_EINVAL) continue;   /* rejected: its full pricing would be too */
         if (s->pst[i] != SP_OK) todo[nt++] = i;   /* priced fully, first: it reports its own error */
         else {
-            key[i] = spi_split_measure(s, &s->pend[i], o);
+            key[i] = order_bits(spi_split_measure(s, &s->pend[i], o));
             ord[no++] = i;
         }
     }
-    g_key = key;
-    qsort(ord, (size_t)no, sizeof *ord, cmp_key);
+    sort_keys(ord, ref, no, key);   /* ref: free until the rounds */
     for (int i = 0; i < n; i++) ref[i] = -1;
     /* rounds: small first (an incumbent soon), then larger (threads pay off) */
     for (int at = 0, round = 64; at < no || nt > 0; round = round < 2048 ? 2 * round : round) {
