@@ -4,7 +4,6 @@
  * svg_path and on its pngcairo driver into png_path.  A fresh PLplot stream
  * per drawing keeps figures independent (PLplot's state is per stream). */
 #include "config.h"
-#include <dlfcn.h>
 #include <math.h>
 #include <plplot.h>
 #include <pthread.h>
@@ -13,6 +12,7 @@
 #include <string.h>
 #include "cli.h"
 #include "cli_fig.h"
+#include "spi_common.h"
 
 /* PLplot is opened when the first figure is drawn, not linked: it and the
  * ten libraries it needs cost every process ~0.5 ms to load (2-core VM:
@@ -56,30 +56,16 @@ static struct {
 static pthread_once_t pl_once = PTHREAD_ONCE_INIT;
 static char pl_err[512];   /* empty: the table is filled */
 
-/* dlsym(h, name) into *fn (a function pointer's bytes); 0 when found */
-static int pl_sym(void *h, const char *name, void *fn, size_t size)
-{
-    void *sym = dlsym(h, name);
-    if (!sym || size != sizeof sym) {
-        snprintf(pl_err, sizeof pl_err, "%s has no %s", SP_PLPLOT_SONAME, name);
-        return -1;
-    }
-    memcpy(fn, &sym, size);
-    return 0;
-}
-
 static void pl_load(void)
 {
-    void *h = dlopen(SP_PLPLOT_SONAME, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        snprintf(pl_err, sizeof pl_err, "%s", dlerror());
-        return;
-    }
-#define X(f) \
-    if (pl_sym(h, "c_" #f, &pl.fn_##f, sizeof pl.fn_##f)) return;
-    SP_PL_FUNCS
+    const spi_dl_sym syms[] = {
+#define X(f) {"c_" #f, &pl.fn_##f},
+        SP_PL_FUNCS
 #undef X
-    (void)pl_sym(h, "plsabort", &pl.fn_plsabort, sizeof pl.fn_plsabort);
+        {"plsabort", &pl.fn_plsabort},
+    };
+    if (spi_dl_table(SP_PLPLOT_SONAME, syms, (int)(sizeof syms / sizeof syms[0])) != SP_OK)
+        snprintf(pl_err, sizeof pl_err, "%s", sp_last_error());
 }
 
 /* 0 when PLplot is open, else -1 with the message printed */

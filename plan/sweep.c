@@ -20,7 +20,6 @@
  * nothing in its row.
  */
 #include "config.h"
-#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -79,22 +78,13 @@ static char sq_err[512];   /* empty: the table is filled */
 
 static void sq_load(void)
 {
-    void *h = dlopen(SP_SQLITE_SONAME, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        snprintf(sq_err, sizeof sq_err, "%s", dlerror());
-        return;
-    }
-#define X(f)                                                                              \
-    {                                                                                     \
-        void *sym = dlsym(h, #f);                                                         \
-        if (!sym) {                                                                       \
-            snprintf(sq_err, sizeof sq_err, "%s has no %s", SP_SQLITE_SONAME, #f);       \
-            return;                                                                       \
-        }                                                                                 \
-        memcpy(&sq.fn_##f, &sym, sizeof sym);                                             \
-    }
-    SP_SQ_FUNCS
+    const spi_dl_sym syms[] = {
+#define X(f) {#f, &sq.fn_##f},
+        SP_SQ_FUNCS
 #undef X
+    };
+    if (spi_dl_table(SP_SQLITE_SONAME, syms, (int)(sizeof syms / sizeof syms[0])) != SP_OK)
+        snprintf(sq_err, sizeof sq_err, "%s", sp_last_error());
 }
 
 static sp_status sq_open(void)

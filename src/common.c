@@ -1,5 +1,6 @@
 /* common.c: status strings, thread-local last error, logging, environment knobs,
  * bundled-data lookup. */
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,3 +284,15 @@ sp_status sp_dtype_parse(const char *s, sp_dtype *out)
 }
 
 const char *sp_coll_kind_name(sp_coll_kind k) { return (unsigned)k < SP_COLL_COUNT ? coll_names[k] : "?"; }
+
+sp_status spi_dl_table(const char *soname, const spi_dl_sym *syms, int n)
+{
+    void *h = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) return spi_fail(SP_EIO, "%s", dlerror());
+    for (int i = 0; i < n; i++) {
+        void *sym = dlsym(h, syms[i].name);
+        if (!sym) return spi_fail(SP_EIO, "%s has no %s", soname, syms[i].name);
+        memcpy(syms[i].fn, &sym, sizeof sym);   /* a function pointer's bytes (POSIX: the same size) */
+    }
+    return SP_OK;
+}

@@ -17,6 +17,19 @@ sp_status spi_fail(sp_status status, const char *fmt, ...) __attribute__((format
 /* Fills err (if non-NULL) and the last error; returns code. */
 sp_status spi_error_set(sp_error *err, sp_status code, const char *source, int line, int column,
                         const char *path, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* A library opened at first use (dlopen), not linked, so that processes
+ * which never call it do not load it: the program's PLplot (cli/cli_fig.c)
+ * and SQLite (plan/sweep.c).  Each entry names a symbol and the function
+ * pointer (of its type) to fill. */
+typedef struct spi_dl_sym {
+    const char *name;
+    void *fn;   /* points to a function pointer */
+} spi_dl_sym;
+/* Opens soname and fills every syms[i].fn (i < n): SP_OK, else SP_EIO with
+ * dlerror()'s message or the symbol the library lacks (some entries may be
+ * filled then; the caller uses none). */
+sp_status spi_dl_table(const char *soname, const spi_dl_sym *syms, int n);
+
 /* err's text (err may be NULL: nothing) becomes "<what> <kind>: <text>", the
  * text cut to fit (e.g. "prefill group: ..."); the last error is left as it was. */
 void spi_error_prefix(sp_error *err, const char *what, const char *kind);

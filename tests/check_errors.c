@@ -55,6 +55,26 @@ START_TEST(test_error_set_keeps_cause)
 }
 END_TEST
 
+/* spi_dl_table: a library that is not there, a symbol it lacks (each an
+ * error naming it), and one it has (filled with the address dlsym gives) */
+START_TEST(test_dl_table)
+{
+    size_t (*fn)(const char *) = NULL;
+    spi_dl_sym none[] = {{"strlen", &fn}};
+    ck_assert_int_eq(spi_dl_table("libshardplan-no-such-library.so.9", none, 1), SP_EIO);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "libshardplan-no-such-library.so.9"));
+    ck_assert_ptr_null(fn);
+    spi_dl_sym lacks[] = {{"strlen", &fn}, {"sp_no_such_symbol_here", &fn}};
+    ck_assert_int_eq(spi_dl_table("libc.so.6", lacks, 2), SP_EIO);
+    ck_assert_ptr_nonnull(strstr(sp_last_error(), "libc.so.6 has no sp_no_such_symbol_here"));
+    fn = NULL;
+    spi_dl_sym has[] = {{"strlen", &fn}};
+    ck_assert_int_eq(spi_dl_table("libc.so.6", has, 1), SP_OK);
+    ck_assert_ptr_nonnull(fn);
+    ck_assert_uint_eq(fn("four"), 4);
+}
+END_TEST
+
 START_TEST(test_ckd_plain)
 {
     int64_t r = 7;
@@ -104,6 +124,7 @@ int main(void)
     tcase_add_test(tc, test_wrap_keeps_cause);
     tcase_add_test(tc, test_wrap_long_cause);
     tcase_add_test(tc, test_error_set_keeps_cause);
+    tcase_add_test(tc, test_dl_table);
     tcase_add_test(tc, test_ckd_plain);
     tcase_add_test(tc, test_ckd_sticky);
     suite_add_tcase(s, tc);
