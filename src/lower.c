@@ -183,13 +183,20 @@ static void axcpy(char *dst, const char *a)
     }
     dst[n] = '\0';
 }
+/* 1u << axis_of(a), by table: the letters' bits xor SP_AXES_REPLICA, so that every
+ * other letter, 0 in the table, is the replica axis as axis_of has it */
+static const unsigned char axis_bit_x[256] = {
+    ['x'] = SP_AXES_X ^ SP_AXES_REPLICA, ['y'] = SP_AXES_Y ^ SP_AXES_REPLICA, ['z'] = SP_AXES_Z ^ SP_AXES_REPLICA,
+    ['s'] = SP_AXES_STAGE ^ SP_AXES_REPLICA};
+static inline unsigned axis_bit(char a) { return axis_bit_x[(unsigned char)a] ^ SP_AXES_REPLICA; }
 /* axcpy, returning the sequence's mesh axes as a set (mesh_mask) */
 static inline unsigned axcpy_mask(char *dst, const char *a)
 {
+    _Static_assert(SP_AXIS_COUNT <= 8, "an axis bit fits the table's bytes");
     unsigned m = 0;
     int n = 0;
     for (; *a; a++) {
-        m |= 1u << axis_of(*a);
+        m |= axis_bit(*a);
         if (n < SP_AXSEQ_MAX - 1) dst[n++] = *a;
     }
     dst[n] = '\0';
@@ -436,7 +443,6 @@ static sp_step *emit_matmul(ctx *c, sp_steps *ss, sp_buf dst, sp_buf src, sp_wei
     s->k = k;
     s->n = n;
     s->flops = spi_ck_mul4(&c->ck, "matmul FLOPs", 2, m, k, n);
-    if (k > c->p->matmul_k_max) c->p->matmul_k_max = k;
     s->weight_bytes = spi_ck_mul3(&c->ck, "matmul weight bytes", k, n, c->w_b);
     s->act_bytes = spi_ck_mul(&c->ck, "matmul activation bytes",
                               spi_ck_add(&c->ck, "matmul activation bytes", spi_ck_mul(&c->ck, "matmul input elements", m, k),
@@ -470,7 +476,9 @@ static void emit_norm(ctx *c, sp_steps *ss, sp_buf buf, sp_weight gain, int64_t 
 
 static void emit_bias(ctx *c, sp_steps *ss, sp_buf buf, sp_weight w, int64_t rows, int64_t cols, const char *col_axes)
 {
-    if (!sp_weight_present(c->m, sp_weight_bias(w))) return;
+    /* w is a matrix (every caller): its stored spec says it (storage_specs: bias = sp_weight_present of its bias) */
+    const sp_weight_spec *ws = &c->p->wspec[w];
+    if (!(ws->present ? ws->bias : sp_weight_present(c->m, sp_weight_bias(w)))) return;
     sp_step *s = emit(ss, SP_STEP_BIAS);
     s->dst = buf;
     s->weight = w;
@@ -1652,11 +1660,12 @@ static sp_step *emit_p2p(ctx *c, sp_steps *ss, sp_step_kind k)
 }
 
 /* ---- buffer sizes: every buffer must hold the largest tensor any step puts in it ---- */
-static void need(spi_ckd *ck, sp_program *p, sp_buf b, int64_t elems, int eb)
+/* buf[b] raised to elems × eb bytes (buf: a program's buf_bytes, or its layer part's alone) */
+static void need(spi_ckd *ck, int64_t *buf, sp_buf b, int64_t elems, int eb)
 {
     if (b == SP_BUF_NONE) return;
     int64_t bytes = spi_ck_mul(ck, "buffer bytes", elems, eb);
-    if (bytes > p->buf_bytes[b]) p->buf_bytes[b] = bytes;
+    if (bytes > buf[b]) buf[b] = bytes;
 }
 
 /* query rows of an ATTN or KV_STORE step: packed (ragged) or sequences × tokens */
@@ -1665,7 +1674,8 @@ static int64_t step_rows(spi_ckd *ck, const sp_step *s)
     return s->ragged ? s->m : spi_ck_mul(ck, "buffer elements", s->batch, s->q_len);
 }
 
-static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t E, int64_t Vp)
+/* the buffer bytes the steps of ss need, raised into buf (SP_BUF_COUNT sizes) */
+static void size_buffers(spi_ckd *ck, const sp_program *p, const sp_steps *ss, int64_t E, int64_t *buf)
 {
     int ab = sp_dtype_bytes(p->shape.act_dtype);
 #define EL(a, b) spi_ck_mul(ck, "buffer elements", (a), (b))
@@ -1673,54 +1683,54 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
         const sp_step *s = &ss->s[i];
         const sp_coll *co = &s->coll;
         switch (s->kind) {
-        case SP_STEP_MATMUL: need(ck, p, s->dst, EL(s->m, s->n), ab); need(ck, p, s->src, EL(s->m, s->k), ab); break;
-        case SP_STEP_NORM_STATS: need(ck, p, s->dst, EL(s->m, 2), 4); need(ck, p, s->src, EL(s->m, s->n), ab); break;
-        case SP_STEP_SLICE: need(ck, p, s->dst, EL(s->m, s->n), ab); need(ck, p, s->src, EL(s->k, s->n), ab); break;
-        case SP_STEP_EMBED: need(ck, p, s->dst, EL(s->m, E), ab); break;
-        case SP_STEP_LOGITS: need(ck, p, s->dst, EL(s->m, s->n), ab); break;
+        case SP_STEP_MATMUL: need(ck, buf, s->dst, EL(s->m, s->n), ab); need(ck, buf, s->src, EL(s->m, s->k), ab); break;
+        case SP_STEP_NORM_STATS: need(ck, buf, s->dst, EL(s->m, 2), 4); need(ck, buf, s->src, EL(s->m, s->n), ab); break;
+        case SP_STEP_SLICE: need(ck, buf, s->dst, EL(s->m, s->n), ab); need(ck, buf, s->src, EL(s->k, s->n), ab); break;
+        case SP_STEP_EMBED: need(ck, buf, s->dst, EL(s->m, E), ab); break;
+        case SP_STEP_LOGITS: need(ck, buf, s->dst, EL(s->m, s->n), ab); break;
         case SP_STEP_ACT: case SP_STEP_ADD: case SP_STEP_BIAS: case SP_STEP_POS:
-            need(ck, p, s->dst, EL(s->m, s->n), ab);
-            if (s->src) need(ck, p, s->src, EL(s->m, s->n), ab);
-            if (s->src2) need(ck, p, s->src2, EL(s->m, s->n), ab);
+            need(ck, buf, s->dst, EL(s->m, s->n), ab);
+            if (s->src) need(ck, buf, s->src, EL(s->m, s->n), ab);
+            if (s->src2) need(ck, buf, s->src2, EL(s->m, s->n), ab);
             break;
         case SP_STEP_ATTN:
-            need(ck, p, s->dst, EL(step_rows(ck, s), s->heads * s->d_head), ab);
-            need(ck, p, s->src, EL(step_rows(ck, s), s->heads * s->d_head), ab);
+            need(ck, buf, s->dst, EL(step_rows(ck, s), s->heads * s->d_head), ab);
+            need(ck, buf, s->src, EL(step_rows(ck, s), s->heads * s->d_head), ab);
             if (!s->from_cache) {
-                need(ck, p, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
-                need(ck, p, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+                need(ck, buf, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+                need(ck, buf, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
             }
             break;
         case SP_STEP_KV_STORE:
-            need(ck, p, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
-            need(ck, p, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+            need(ck, buf, s->src2, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
+            need(ck, buf, s->src3, EL(step_rows(ck, s), s->kv_heads_src * s->d_head), ab);
             break;
-        case SP_STEP_SEND: case SP_STEP_RECV: need(ck, p, SP_BUF_X, co->elems, ab); break;
+        case SP_STEP_SEND: case SP_STEP_RECV: need(ck, buf, SP_BUF_X, co->elems, ab); break;
         case SP_STEP_ROUTE:
             /* the per-expert token counts (own, received), then the (m, k) routing choices */
-            need(ck, p, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 16)), 1);
-            need(ck, p, s->src, EL(s->m, s->n), ab);
+            need(ck, buf, s->dst, spi_ck_add(ck, "routing bytes", EL(EL(s->m, s->k), SP_ROUTE_BYTES), EL(s->n, 16)), 1);
+            need(ck, buf, s->src, EL(s->m, s->n), ab);
             break;
         case SP_STEP_GATE_SCALE:
-            need(ck, p, s->dst, EL(s->m, s->n), ab);
-            need(ck, p, s->src, s->m, ab);
+            need(ck, buf, s->dst, EL(s->m, s->n), ab);
+            need(ck, buf, s->src, s->m, ab);
             break;
         case SP_STEP_DISPATCH:
-            need(ck, p, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
-            need(ck, p, s->src, EL(s->m, s->src_cols ? s->src_cols : s->n), ab);
+            need(ck, buf, s->dst, EL(EL(s->experts, s->capacity), s->n), ab);
+            need(ck, buf, s->src, EL(s->m, s->src_cols ? s->src_cols : s->n), ab);
             break;
         case SP_STEP_COMBINE:
-            need(ck, p, s->dst, EL(s->m, s->n), ab);
-            need(ck, p, s->src, EL(EL(s->experts, s->capacity), s->n), ab);
+            need(ck, buf, s->dst, EL(s->m, s->n), ab);
+            need(ck, buf, s->src, EL(EL(s->experts, s->capacity), s->n), ab);
             break;
         case SP_STEP_COLL: {
             int eb = co->is_weight ? sp_dtype_bytes(co->dtype) : (co->dtype == SP_DT_F32 ? 4 : ab);
             int64_t big = EL(co->elems, co->group);
             switch (co->kind) {
-            case SP_COLL_ALLGATHER: need(ck, p, s->dst, big, eb); if (!co->is_weight) need(ck, p, s->src, co->elems, eb); break;
-            case SP_COLL_REDUCESCATTER: need(ck, p, s->dst, co->elems, eb); need(ck, p, s->src, big, eb); break;
-            case SP_COLL_ALLREDUCE: need(ck, p, s->dst, co->elems, eb); break;
-            case SP_COLL_ALLTOALL: need(ck, p, s->dst, co->elems, eb); need(ck, p, s->src, co->elems, eb); break;
+            case SP_COLL_ALLGATHER: need(ck, buf, s->dst, big, eb); if (!co->is_weight) need(ck, buf, s->src, co->elems, eb); break;
+            case SP_COLL_REDUCESCATTER: need(ck, buf, s->dst, co->elems, eb); need(ck, buf, s->src, big, eb); break;
+            case SP_COLL_ALLREDUCE: need(ck, buf, s->dst, co->elems, eb); break;
+            case SP_COLL_ALLTOALL: need(ck, buf, s->dst, co->elems, eb); need(ck, buf, s->src, co->elems, eb); break;
             default: break;
             }
             break;
@@ -1729,7 +1739,6 @@ static void size_buffers(spi_ckd *ck, sp_program *p, const sp_steps *ss, int64_t
         }
     }
 #undef EL
-    (void)Vp;
 }
 
 /* Fills the context and the program's scalar fields and checks that the
@@ -2288,16 +2297,19 @@ sp_status sp_lower_check_key(const sp_model *m, const sp_layout *l, sp_phase pha
     return begin_ctx(&c, m, l, phase, shape, stage, key, &scratch);
 }
 
-static void need_scr(sp_program *p, sp_scr slot, int64_t bytes)
-{   /* bytes: a checked product (size_scratch) */
-    if (bytes > p->scratch_bytes[slot]) p->scratch_bytes[slot] = bytes;
+/* scr[slot] raised to bytes (a checked product; scr: a program's scratch_bytes, or its layer part's alone) */
+static void scr_max(int64_t *scr, sp_scr slot, int64_t bytes)
+{
+    if (bytes > scr[slot]) scr[slot] = bytes;
 }
+static void need_scr(sp_program *p, sp_scr slot, int64_t bytes) { scr_max(p->scratch_bytes, slot, bytes); }
 
 /* The executor's scratch for the steps of ss (see sp_scr): what it copies
  * into while it packs a collective, runs attention, applies positions or
  * reads a gathered INT8/FP8 weight's scales.  q/k/v are fp32 rows of the
  * activations' dtype width (ab). */
-static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
+/* into scr (SP_SCR_COUNT sizes), and *k_max raised to the tallest MATMUL operand of ss */
+static void size_scratch(spi_ckd *ck, const sp_program *p, const sp_steps *ss, int64_t *scr, int64_t *k_max)
 {
 #define SCR(...) spi_ck_mul4(ck, "scratch bytes", __VA_ARGS__)
     int ab = sp_dtype_bytes(p->shape.act_dtype);
@@ -2310,40 +2322,41 @@ static void size_scratch(spi_ckd *ck, sp_program *p, const sp_steps *ss)
         switch (s->kind) {
         case SP_STEP_COLL: {
             int64_t blk = spi_ck_mul(ck, "scratch bytes", co->elems, sp_dtype_bytes(co->dtype));
-            if (co->kind == SP_COLL_ALLGATHER || co->kind == SP_COLL_REDUCESCATTER) need_scr(p, SP_SCR_PACK, spi_ck_mul(ck, "scratch bytes", co->group, blk));
+            if (co->kind == SP_COLL_ALLGATHER || co->kind == SP_COLL_REDUCESCATTER) scr_max(scr, SP_SCR_PACK, spi_ck_mul(ck, "scratch bytes", co->group, blk));
             if (co->kind == SP_COLL_ALLTOALL) {
-                need_scr(p, SP_SCR_PACK, blk);
-                need_scr(p, SP_SCR_PACK2, blk);
+                scr_max(scr, SP_SCR_PACK, blk);
+                scr_max(scr, SP_SCR_PACK2, blk);
             }
             break;
         }
         case SP_STEP_ATTN:
             rows = step_rows(ck, s);
-            need_scr(p, SP_SCR_Q, SCR(rows, s->heads, D, ab));
-            need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
-            need_scr(p, SP_SCR_SCORES, spi_ck_mul(ck, "scratch bytes", s->context, 4));
-            if (!s->from_cache) need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads_src, D, ab));
+            scr_max(scr, SP_SCR_Q, SCR(rows, s->heads, D, ab));
+            scr_max(scr, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
+            scr_max(scr, SP_SCR_SCORES, spi_ck_mul(ck, "scratch bytes", s->context, 4));
+            if (!s->from_cache) scr_max(scr, SP_SCR_K, SCR(rows, s->kv_heads_src, D, ab));
             if (s->from_cache && padded_heads) {
                 /* the real heads computed densely: queries in V, outputs in K */
-                need_scr(p, SP_SCR_K, SCR(rows, s->heads, D, ab));
-                need_scr(p, SP_SCR_V, SCR(rows, s->heads, D, ab));
+                scr_max(scr, SP_SCR_K, SCR(rows, s->heads, D, ab));
+                scr_max(scr, SP_SCR_V, SCR(rows, s->heads, D, ab));
             }
             break;
         case SP_STEP_KV_STORE:
             rows = step_rows(ck, s);
-            need_scr(p, SP_SCR_K, SCR(rows, s->kv_heads, D, ab));
-            need_scr(p, SP_SCR_V, SCR(rows, s->kv_heads, D, ab));
-            need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
+            scr_max(scr, SP_SCR_K, SCR(rows, s->kv_heads, D, ab));
+            scr_max(scr, SP_SCR_V, SCR(rows, s->kv_heads, D, ab));
+            scr_max(scr, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", rows, 8));
             break;
-        case SP_STEP_POS: need_scr(p, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", s->m, 8)); break;
+        case SP_STEP_POS: scr_max(scr, SP_SCR_POS, spi_ck_mul(ck, "scratch bytes", s->m, 8)); break;
         case SP_STEP_MATMUL:
+            if (s->k > *k_max) *k_max = s->k;
             if (s->wbuf && (p->wspec[s->weight].dtype == SP_DT_INT8 || p->wspec[s->weight].dtype == SP_DT_FP8))
-                need_scr(p, SP_SCR_SCALES, s->n * 4);
+                scr_max(scr, SP_SCR_SCALES, s->n * 4);
             break;
         case SP_STEP_LOGITS:
             /* the last stage samples (or reads back) one row at a time */
-            need_scr(p, SP_SCR_SAMPLE, p->vocab_padded * SP_SAMPLE_CAND_BYTES);
-            need_scr(p, SP_SCR_LOGITS_ROW, p->vocab_padded * 4);
+            scr_max(scr, SP_SCR_SAMPLE, p->vocab_padded * SP_SAMPLE_CAND_BYTES);
+            scr_max(scr, SP_SCR_LOGITS_ROW, p->vocab_padded * 4);
             break;
         default: break;
         }
@@ -2545,7 +2558,6 @@ static sp_status emit_program(ctx *c, int layer_steps, storage_memo storage, lay
     /* callers that keep sp_program in static storage pay only for what is written */
     memset(p->buf_bytes, 0, sizeof p->buf_bytes);
     memset(p->scratch_bytes, 0, sizeof p->scratch_bytes);
-    p->matmul_k_max = 0;
     int first_stage = p->stage == 0, last_stage = p->stage == c->l->stages - 1;
     stage_storage(c, storage, first_stage, last_stage);
 
@@ -2580,37 +2592,27 @@ static sp_status emit_program(ctx *c, int layer_steps, storage_memo storage, lay
     else if (p->logits) emit_logits(c, &p->post);   /* an earlier prefill pass: no logits */
 
     /* the parts that run on this stage size its buffers, scratch and dequantisation tile (a
-     * stage of dense layers only holds no MoE buffers); the tallest matmul operand */
+     * stage of dense layers only holds no MoE buffers); the tallest matmul operand.  The
+     * layer part is sized alone (from zero) into lsz, then joined to the rest by max */
     p->matmul_k_max = 0;
     int layer_sized = 0;
     for (int k = 0; k < SP_PART_COUNT; k++) {
         if (!sp_program_part_runs(p, (sp_prog_part)k)) continue;
         const sp_steps *ss = sp_program_part(p, (sp_prog_part)k);
-        if (k == SP_PART_LAYER && lsz_hit) {
+        if (k == SP_PART_LAYER && lsz) {
+            if (!lsz_hit) {
+                memset(lsz->buf, 0, sizeof lsz->buf);
+                memset(lsz->scr, 0, sizeof lsz->scr);
+                lsz->k_max = 0;
+                size_buffers(&c->ck, p, ss, c->E, lsz->buf);
+                size_scratch(&c->ck, p, ss, lsz->scr, &lsz->k_max);
+                layer_sized = 1;
+            }
             sizes_max(p, lsz->buf, lsz->scr, lsz->k_max);
             continue;
         }
-        /* the layer part sized alone (from zero), for lsz, then joined to the rest by max */
-        int alone = k == SP_PART_LAYER && lsz;
-        int64_t rest_buf[SP_BUF_COUNT], rest_scr[SP_SCR_COUNT], rest_k = p->matmul_k_max;
-        if (alone) {
-            memcpy(rest_buf, p->buf_bytes, sizeof rest_buf);
-            memcpy(rest_scr, p->scratch_bytes, sizeof rest_scr);
-            memset(p->buf_bytes, 0, sizeof p->buf_bytes);
-            memset(p->scratch_bytes, 0, sizeof p->scratch_bytes);
-            p->matmul_k_max = 0;
-        }
-        size_buffers(&c->ck, p, ss, c->E, c->Vp);
-        size_scratch(&c->ck, p, ss);
-        for (int i = 0; i < ss->n; i++)
-            if (ss->s[i].kind == SP_STEP_MATMUL && ss->s[i].k > p->matmul_k_max) p->matmul_k_max = ss->s[i].k;
-        if (alone) {
-            memcpy(lsz->buf, p->buf_bytes, sizeof lsz->buf);
-            memcpy(lsz->scr, p->scratch_bytes, sizeof lsz->scr);
-            lsz->k_max = p->matmul_k_max;
-            layer_sized = 1;
-            sizes_max(p, rest_buf, rest_scr, rest_k);
-        }
+        size_buffers(&c->ck, p, ss, c->E, p->buf_bytes);
+        size_scratch(&c->ck, p, ss, p->scratch_bytes, &p->matmul_k_max);
     }
     size_staging(c);
     /* the sampled tokens of the replica's sequences cross to stage 0 through device memory */
