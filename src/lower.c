@@ -2593,13 +2593,17 @@ static sp_status emit_program(ctx *c, int layer_steps, storage_memo storage, lay
 
     /* the parts that run on this stage size its buffers, scratch and dequantisation tile (a
      * stage of dense layers only holds no MoE buffers); the tallest matmul operand.  The
-     * layer part is sized alone (from zero) into lsz, then joined to the rest by max */
+     * layer part is sized alone (from zero) into lsz, then joined to the rest by max, when a
+     * later stage's lowering may keep this layer (spi_lower_finish_keep_layer): a layout of
+     * one stage has none, and sizes it into p with the rest (a keep that finds no sizes in
+     * lsz sizes the kept steps) */
+    layer_sizes *alone = lsz && c->l->stages > 1 ? lsz : NULL;
     p->matmul_k_max = 0;
     int layer_sized = 0;
     for (int k = 0; k < SP_PART_COUNT; k++) {
         if (!sp_program_part_runs(p, (sp_prog_part)k)) continue;
         const sp_steps *ss = sp_program_part(p, (sp_prog_part)k);
-        if (k == SP_PART_LAYER && lsz) {
+        if (k == SP_PART_LAYER && (lsz_hit || alone)) {
             if (!lsz_hit) {
                 memset(lsz->buf, 0, sizeof lsz->buf);
                 memset(lsz->scr, 0, sizeof lsz->scr);
