@@ -76,6 +76,29 @@
  * at that load (one plan round 807 ms, the next 205 ms, for the same
  * binary), so only the counts mean anything.
  *
+ * 2026-11-24, the lowering's share (same sitting, counted as above):
+ * round 1 (7d7e5f4) 58.66M for 1512 x 3 evaluations, 12.93k each; before
+ * (1d98289) 311.0M for 3808 x 3, 27.22k (2.11x round 1); after 304.5M,
+ * 26.66k (2.06x: the target, 1.2x, not met).  sp_lower_finish 7.92k ->
+ * 7.35k per evaluation (19,606 lowerings, 4.62k -> 4.28k each), begin
+ * (checks and key) 2.67k unchanged.  What paid: a layout of one stage
+ * sizes its layer part with the rest, not alone and then joined by max
+ * (the alone sizes serve only a later stage that keeps the layer:
+ * -3.5M); the layer part sized straight into the job's layer sizes, the
+ * tallest matmul operand taken in the scratch walk, emit_bias reading the
+ * stored matrix's bias flag instead of two calls into model.c, axis bits
+ * by table (-2.9M together).  Tried, did not pay: a gather's group tested
+ * before emit_coll (most gathers do move, so the extra masks cost more:
+ * +2.7M) with emit_coll copying the axes straight into the zeroed step;
+ * the phase memo's key compared over the hashed ranges only (four memcmp
+ * calls of ~300 bytes cost what one of 944 does: +0.2M; cost.c, not
+ * kept).  What is left is spread: ~150 instructions a step emitted and
+ * sized (step zeroing ~16 of them, the checked products, the axis
+ * strings), the checks and key ~640 a phase (4.16 phases checked per
+ * evaluation: 10 % of it), the memory merge ~390 a stage (70 sizes: 3 %),
+ * each many small operations; the conclusion above stands.  Same figures:
+ * the checksum, plan_identical.sh (32 instances, 0 differ) and estimate
+ * --json of 14 layouts of 9 models against 1d98289.
  * Validation first: every evaluated layout is re-priced, memoised and
  * fresh, and must give the same figures; the table is printed only if
  * they agree.
