@@ -2175,7 +2175,9 @@ sp_status sp_layout_check(const sp_layout *l, const sp_model *m, const sp_hw *hw
  * activation dtype and the layer weights' storage (stage_storage: the same
  * on every stage of a mesh), so the kept layer (the same layout, phase and
  * shape, the stage's mesh) has the same sizes.  A plan of palm-540b on 64
- * TPU v4 keeps the layer of 29k of the 50k programs it lowers. */
+ * TPU v4 keeps the layer of 29k of the 50k programs it lowers.  Only a
+ * layout of more than one stage fills them (a one-stage layout has no later
+ * stage to keep its layer for; a keep that finds none sizes the layer). */
 typedef struct layer_sizes {
     const sp_program *p;   /* the program whose layer these are (NULL: none) */
     int n;                 /* its layer steps */
