@@ -1154,16 +1154,25 @@ static void memo_bind(sp_cost_cache *cc, const sp_model *m, const sp_hw *hw)
 }
 
 /* memo_slot's lanes: the 8-byte words of key bytes [from, to) (rounded out to
- * whole words), each into the next lane of four, one multiply a word */
-static inline void memo_mix(uint64_t h[4], unsigned *lane, const unsigned char *b, size_t from, size_t to)
+ * whole words), four at a time into the four lanes (a tail of 1-3 into the
+ * first lanes), one multiply a word; fixed lane indices, so that the lanes
+ * stay in registers (a running lane index kept them in memory: ~4.3
+ * instructions a word, ~3.3 with these) */
+static inline __attribute__((always_inline)) void memo_mix(uint64_t h[4], const unsigned char *b, size_t from, size_t to)
 {
     const uint64_t K = 0xff51afd7ed558ccdull;
-    for (size_t i = from / 8; i < (to + 7) / 8; i++) {
-        uint64_t w;
-        memcpy(&w, b + 8 * i, sizeof w);
-        h[*lane & 3u] = (h[*lane & 3u] ^ w) * K;
-        (*lane)++;
+    size_t i = from / 8, end = (to + 7) / 8;
+    uint64_t w[4];
+    for (; i + 4 <= end; i += 4) {
+        memcpy(w, b + 8 * i, sizeof w);
+        h[0] = (h[0] ^ w[0]) * K;
+        h[1] = (h[1] ^ w[1]) * K;
+        h[2] = (h[2] ^ w[2]) * K;
+        h[3] = (h[3] ^ w[3]) * K;
     }
+    if (i < end) memcpy(&w[0], b + 8 * i, 8), h[0] = (h[0] ^ w[0]) * K;
+    if (i + 1 < end) memcpy(&w[1], b + 8 * i + 8, 8), h[1] = (h[1] ^ w[1]) * K;
+    if (i + 2 < end) memcpy(&w[2], b + 8 * i + 16, 8), h[2] = (h[2] ^ w[2]) * K;
 }
 
 static unsigned memo_slot(const phase_key *k)
@@ -1179,13 +1188,12 @@ static unsigned memo_slot(const phase_key *k)
     _Static_assert(sizeof(phase_key) % 8 == 0, "phase_key is hashed by words");
     const unsigned char *b = (const unsigned char *)k;
     uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
-    unsigned lane = 0;
-    memo_mix(h, &lane, b, 0, offsetof(phase_key, lk.layout.stage_layers));
-    memo_mix(h, &lane, b, offsetof(phase_key, lk.layout.group), offsetof(phase_key, lk.layout.offload_layers));
-    memo_mix(h, &lane, b, offsetof(phase_key, lk.layout.offload_kv), offsetof(phase_key, lk.layout.stage_mesh));
+    memo_mix(h, b, 0, offsetof(phase_key, lk.layout.stage_layers));
+    memo_mix(h, b, offsetof(phase_key, lk.layout.group), offsetof(phase_key, lk.layout.offload_layers));
+    memo_mix(h, b, offsetof(phase_key, lk.layout.offload_kv), offsetof(phase_key, lk.layout.stage_mesh));
     if (sp_layout_hetero(&k->lk.layout))
-        memo_mix(h, &lane, b, offsetof(phase_key, lk.layout.stage_mesh), offsetof(phase_key, lk.shape));
-    memo_mix(h, &lane, b, offsetof(phase_key, lk.shape), sizeof *k);
+        memo_mix(h, b, offsetof(phase_key, lk.layout.stage_mesh), offsetof(phase_key, lk.shape));
+    memo_mix(h, b, offsetof(phase_key, lk.shape), sizeof *k);
     const uint64_t K = 0xff51afd7ed558ccdull;
     uint64_t x = h[0];
     x ^= x >> 29;
