@@ -102,15 +102,17 @@
  * 2026-11-24, the pricing side (costmodel/; the lowering's work is in its
  * own paragraph): round 1 measured in the same sitting, 58.66M for 3 passes
  * of its 1512 layouts (12.9k per evaluation); 311.0M for 3 x 3808 before
- * (27.2k, 2.10x), 307.6M after (26.9k, 2.08x round 1; the 1.2x target not
+ * (27.2k, 2.10x), 304.8M after (26.7k, 2.06x round 1; the 1.2x target not
  * met).  What paid: the phase memo's key hashed four words a round into
  * lanes with fixed indices (kept in registers; the running lane index kept
  * them in memory), -3.4M (the slots move, so the memo's misses differ a
- * little: +0.3M of lowering).  Per evaluation, inclusive: price_program
+ * little: +0.3M of lowering); sp_cost_check's loops over its offset tables
+ * unrolled whole (constant offsets), -2.9M (0.59k -> 0.35k an evaluation).
+ * Per evaluation before, inclusive: price_program
  * 10.2k (price_steps 8.7k: step_price_of + price_compute 3.2k, the shortcut's
  * ops built 1.7k, the step loop 1.2k; the shortcut 1.4k), memo_bind's
  * compare of the 7.4 KB priced profile 1.1k (the memo is bound by value,
- * sp_cost.h, so it stays), sp_cost_check 0.6k, the key's hash 0.2k after.
+ * sp_cost.h, so it stays), sp_cost_check 0.6k, the key's hash 0.5k (0.2k after).
  * What did not pay: the layer part's shortcut ops kept by the steps'
  * shapes (mode, buffers, penalty) and re-timed when a program prices its
  * layer anew: +3.4M, as the buffer sets a whole program's overlapping steps
