@@ -48,6 +48,10 @@
 # their zero tail, a radix sort of a part's bounds), 3 rounds of 31 runs
 # alternated with round 1: medians 29.1, 29.0, 29.6 ms against 30.4, 30.7,
 # 31.2 ms: 0.95x (no slower: met).
+# 2026-11-24 12:55 UTC (load ~1), main at 01e216c (with SQLite opened when
+# used and bench_cost's lowering and pricing changes), 5 rounds of 51 runs
+# alternated with round 1: medians 28.9, 29.2, 28.4, 29.0, 28.3 ms against
+# 30.7, 30.4, 30.1, 30.1, 29.6 ms: 0.96x (met); floors 3.3 and 3.3-3.4 ms.
 set -eu
 runs=${1:-21}
 bin=${SHARDPLAN:-./shardplan}
