@@ -266,6 +266,12 @@ static void price_one(spi_space *s, sp_cost_cache *cache, const sp_workload *w, 
         s->pst[i] = sp_cost_eval_chunked(s->m, s->hw, &c->layout, w, &quiet, &chosen, &cost);
     }
     if (s->pst[i] != SP_OK) return;
+    /* the slot keeps its zero tail (pend): the chunked variant sets prefill_chunk and
+     * prefill_tokens alone; one that set more would be refused here, not kept half */
+    if (!tail_zero(&chosen)) {
+        s->pst[i] = spi_fail(SP_EINTERNAL, "planner: a priced variant sets per-stage fields (pend copies a layout's head only)");
+        return;
+    }
     c->layout = chosen;
     c->mem_over = cost.mem.total - cost.capacity;
     take_figures(c, &cost);
@@ -936,7 +942,7 @@ sp_status spi_space_add(spi_space *s, int chips, const sp_workload *w, sp_plan_w
                         }
                         /* pend copies the layout's head (its tail stays 0 in every slot) */
                         if (!tail_zero(l))
-                            return spi_fail(SP_EINVAL, "planner: internal error: a layout to price sets per-stage fields");
+                            return spi_fail(SP_EINTERNAL, "planner: a layout to price sets per-stage fields (pend copies its head only)");
                         c.inst = inst;
                         c.key[SPI_DEC_INST] = inst;
                         c.key[SPI_DEC_MESH] = (int64_t)X | (int64_t)Y << 16 | (int64_t)mesh[2] << 32 | (int64_t)p << 48;
